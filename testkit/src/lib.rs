@@ -1,0 +1,422 @@
+//! Throwaway `redis-server` processes for redmutex's tests, examples and demo.
+//!
+//! Every server runs on a free loopback port with persistence off, in a private temporary
+//! directory, and is killed when its [`RedisServer`] is dropped. Only processes this crate
+//! started are ever signalled.
+//!
+//! ```no_run
+//! let server = testkit::RedisServer::spawn();
+//! println!("redis at {}", server.url());
+//! server.pause(); // SIGSTOP: the node stops answering but keeps its connections
+//! server.resume();
+//! server.restart(); // same port, empty data set (no persistence)
+//! ```
+//!
+//! The binary is `redis-server` from `PATH`, or the path in `REDMUTEX_REDIS_SERVER`.
+//! A missing binary or a server that does not start is a loud panic that names the
+//! problem and prints the tail of the server's log: tests fail, they never skip.
+
+use std::fs;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// How long a fresh server may take to answer its first PING.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How many fresh ports to try when another process grabs the one we picked.
+const PORT_ATTEMPTS: u32 = 5;
+
+/// Options for a server: extra `redis-server` arguments such as a password.
+#[derive(Clone, Debug, Default)]
+pub struct ServerOptions {
+    /// `--requirepass`: clients must authenticate with this password.
+    pub password: Option<String>,
+    /// Further raw arguments, e.g. `["--maxmemory", "10mb"]`.
+    pub extra_args: Vec<String>,
+}
+
+/// One `redis-server` process on `127.0.0.1`, killed on drop.
+#[derive(Debug)]
+pub struct RedisServer {
+    port: u16,
+    dir: PathBuf,
+    options: ServerOptions,
+    state: Mutex<ProcessState>,
+}
+
+#[derive(Debug)]
+struct ProcessState {
+    child: Option<Child>,
+    paused: bool,
+}
+
+impl RedisServer {
+    /// Starts a server with default options and waits until it answers.
+    ///
+    /// # Panics
+    /// When `redis-server` is missing or does not start; the message includes its log tail.
+    pub fn spawn() -> RedisServer {
+        Self::spawn_with(ServerOptions::default())
+    }
+
+    /// Starts a server with `options` and waits until it answers.
+    ///
+    /// # Panics
+    /// As [`RedisServer::spawn`].
+    pub fn spawn_with(options: ServerOptions) -> RedisServer {
+        let mut last_failure = String::new();
+        for _ in 0..PORT_ATTEMPTS {
+            let port = free_port();
+            let dir = scratch_dir(port);
+            let mut server = RedisServer {
+                port,
+                dir,
+                options: options.clone(),
+                state: Mutex::new(ProcessState {
+                    child: None,
+                    paused: false,
+                }),
+            };
+            match server.start() {
+                Ok(()) => return server,
+                Err(failure) => {
+                    // Most likely the port was taken between probing and binding: try another.
+                    last_failure = failure;
+                    server.stop();
+                }
+            }
+        }
+        panic!("redis-server did not start after {PORT_ATTEMPTS} attempts: {last_failure}");
+    }
+
+    /// Starts `n` independent servers (e.g. five Redlock nodes).
+    pub fn spawn_many(n: usize) -> Vec<RedisServer> {
+        (0..n).map(|_| Self::spawn()).collect()
+    }
+
+    /// The loopback port the server listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server's socket address.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// `redis://127.0.0.1:PORT` (with the password, if the server has one).
+    pub fn url(&self) -> String {
+        match &self.options.password {
+            Some(password) => format!("redis://:{password}@127.0.0.1:{}", self.port),
+            None => format!("redis://127.0.0.1:{}", self.port),
+        }
+    }
+
+    /// The OS process id of the running server, if it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.lock_state().child.as_ref().map(Child::id)
+    }
+
+    /// Kills the server (SIGKILL) and waits for it to exit. Its data is gone.
+    pub fn kill(&self) {
+        let mut state = self.lock_state();
+        if let Some(mut child) = state.child.take() {
+            if state.paused {
+                signal(&child, libc::SIGCONT);
+                state.paused = false;
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills the server if it runs, then starts it again on the same port with an empty
+    /// data set (persistence is off), and waits until it answers.
+    ///
+    /// # Panics
+    /// When the server does not come back (e.g. the port was taken meanwhile).
+    pub fn restart(&self) {
+        self.kill();
+        if let Err(failure) = self.start() {
+            panic!("redis-server did not restart on port {}: {failure}", self.port);
+        }
+    }
+
+    /// Freezes the server with SIGSTOP: connections stay open but nothing is answered.
+    pub fn pause(&self) {
+        let mut state = self.lock_state();
+        if let Some(child) = &state.child {
+            signal(child, libc::SIGSTOP);
+            state.paused = true;
+        }
+    }
+
+    /// Thaws a server frozen by [`RedisServer::pause`] (SIGCONT).
+    pub fn resume(&self) {
+        let mut state = self.lock_state();
+        if let Some(child) = &state.child {
+            signal(child, libc::SIGCONT);
+            state.paused = false;
+        }
+    }
+
+    /// Sends one command (as arguments) over a fresh connection and returns the raw RESP
+    /// reply, e.g. `server.command(&["DBSIZE"])` → `":0\r\n"`. Handy in tests that must
+    /// look at the server without going through the code under test.
+    ///
+    /// # Panics
+    /// When the server cannot be reached.
+    pub fn command(&self, args: &[&str]) -> String {
+        let mut stream = TcpStream::connect(self.addr()).expect("connect to test redis-server");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("set read timeout");
+        let mut request = Vec::new();
+        if let Some(password) = &self.options.password {
+            request.extend_from_slice(&encode_command(&["AUTH", password]));
+        }
+        request.extend_from_slice(&encode_command(args));
+        stream.write_all(&request).expect("write to test redis-server");
+        let mut replies = read_replies(&mut stream, 1 + usize::from(self.options.password.is_some()));
+        replies.pop().expect("one reply")
+    }
+
+    /// The last lines of the server's log file.
+    pub fn log_tail(&self) -> String {
+        log_tail(&self.dir.join("redis.log"))
+    }
+
+    fn lock_state(&self) -> std::sync::MutexGuard<'_, ProcessState> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn start(&self) -> Result<(), String> {
+        fs::create_dir_all(&self.dir).map_err(|e| format!("cannot create {:?}: {e}", self.dir))?;
+        let binary = std::env::var_os("REDMUTEX_REDIS_SERVER").unwrap_or_else(|| "redis-server".into());
+        let log = self.dir.join("redis.log");
+        let mut command = Command::new(&binary);
+        command
+            .arg("--port")
+            .arg(self.port.to_string())
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--daemonize", "no", "--protected-mode", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--logfile")
+            .arg(&log);
+        if let Some(password) = &self.options.password {
+            command.args(["--requirepass", password]);
+        }
+        command.args(&self.options.extra_args);
+        command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+        let mut child = command.spawn().map_err(|e| {
+            format!(
+                "cannot run {binary:?}: {e}. Install it (Debian: apt-get install redis-server) \
+                 or point REDMUTEX_REDIS_SERVER at the binary"
+            )
+        })?;
+        let started = Instant::now();
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                let mut stderr = String::new();
+                if let Some(mut pipe) = child.stderr.take() {
+                    let _ = pipe.read_to_string(&mut stderr);
+                }
+                return Err(format!(
+                    "redis-server on port {} exited with {status}; stderr: {stderr}; log tail:\n{}",
+                    self.port,
+                    log_tail(&log)
+                ));
+            }
+            if ping(self.addr()) {
+                break;
+            }
+            if started.elapsed() > STARTUP_TIMEOUT {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "redis-server on port {} did not answer within {STARTUP_TIMEOUT:?}; log tail:\n{}",
+                    self.port,
+                    log_tail(&log)
+                ));
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        let mut state = self.lock_state();
+        state.child = Some(child);
+        state.paused = false;
+        Ok(())
+    }
+
+    fn stop(&mut self) {
+        self.kill();
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Asks the OS for a free loopback port. Another process may take it before the server
+/// binds it; [`RedisServer::spawn_with`] then retries with a new one.
+pub fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .expect("bind an ephemeral loopback port")
+}
+
+fn scratch_dir(port: u16) -> PathBuf {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    std::env::temp_dir().join(format!("redmutex-testkit-{}-{n}-{port}", std::process::id()))
+}
+
+fn signal(child: &Child, sig: libc::c_int) {
+    let pid = libc::pid_t::try_from(child.id()).expect("pid fits pid_t");
+    // SAFETY: plain kill(2) on a child we spawned and have not reaped yet, so the pid
+    // cannot have been reused by another process.
+    unsafe {
+        libc::kill(pid, sig);
+    }
+}
+
+/// True when something at `addr` answers a RESP PING with a reply (`+PONG`, or an error such
+/// as `-NOAUTH` from a password-protected server: either way the server is up).
+fn ping(addr: SocketAddr) -> bool {
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    if stream.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut first = [0u8; 1];
+    // `-LOADING` means not ready yet.
+    let mut rest = [0u8; 7];
+    match stream.read_exact(&mut first) {
+        Ok(()) if first[0] == b'+' => true,
+        Ok(()) if first[0] == b'-' => {
+            stream.read_exact(&mut rest).is_ok() && !rest.starts_with(b"LOADING")
+        }
+        _ => false,
+    }
+}
+
+fn encode_command(args: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        out.extend_from_slice(arg.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// Reads `count` complete RESP2 replies and returns each as its raw text.
+fn read_replies(stream: &mut TcpStream, count: usize) -> Vec<String> {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(replies) = split_replies(&buffer, count) {
+            return replies;
+        }
+        let n = stream.read(&mut chunk).expect("read from test redis-server");
+        assert!(n > 0, "test redis-server closed the connection");
+        buffer.extend_from_slice(&chunk[..n]);
+    }
+}
+
+fn split_replies(buffer: &[u8], count: usize) -> Option<Vec<String>> {
+    let mut replies = Vec::with_capacity(count);
+    let mut at = 0;
+    for _ in 0..count {
+        let end = reply_end(buffer, at)?;
+        replies.push(String::from_utf8_lossy(&buffer[at..end]).into_owned());
+        at = end;
+    }
+    Some(replies)
+}
+
+/// The index just past the RESP2 reply that starts at `at`, if the buffer holds all of it.
+fn reply_end(buffer: &[u8], at: usize) -> Option<usize> {
+    let line_end = at + buffer.get(at..)?.windows(2).position(|w| w == b"\r\n")?;
+    let header = std::str::from_utf8(&buffer[at + 1..line_end]).ok()?;
+    let after_line = line_end + 2;
+    match buffer[at] {
+        b'$' => {
+            let len: i64 = header.parse().ok()?;
+            if len < 0 {
+                return Some(after_line);
+            }
+            let end = after_line + usize::try_from(len).ok()? + 2;
+            (buffer.len() >= end).then_some(end)
+        }
+        b'*' => {
+            let len: i64 = header.parse().ok()?;
+            let mut end = after_line;
+            for _ in 0..len.max(0) {
+                end = reply_end(buffer, end)?;
+            }
+            Some(end)
+        }
+        _ => Some(after_line),
+    }
+}
+
+fn log_tail(path: &Path) -> String {
+    let text = fs::read_to_string(path).unwrap_or_else(|e| format!("(no log at {path:?}: {e})"));
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_nested_replies() {
+        let raw = b"+OK\r\n*2\r\n$3\r\nabc\r\n:5\r\n$-1\r\n";
+        let replies = split_replies(raw, 3).unwrap();
+        assert_eq!(replies, vec!["+OK\r\n", "*2\r\n$3\r\nabc\r\n:5\r\n", "$-1\r\n"]);
+        assert!(split_replies(b"$5\r\nab", 1).is_none());
+    }
+
+    #[test]
+    fn spawn_command_kill_restart() {
+        let server = RedisServer::spawn();
+        assert_eq!(server.command(&["PING"]), "+PONG\r\n");
+        assert_eq!(server.command(&["SET", "k", "v"]), "+OK\r\n");
+        server.restart();
+        assert_eq!(server.command(&["EXISTS", "k"]), ":0\r\n", "restart must lose the data");
+        server.kill();
+        assert!(!ping(server.addr()));
+    }
+
+    #[test]
+    fn password_protected_server() {
+        let server = RedisServer::spawn_with(ServerOptions {
+            password: Some("s3cret".into()),
+            ..ServerOptions::default()
+        });
+        assert!(server.url().contains(":s3cret@"));
+        assert_eq!(server.command(&["PING"]), "+PONG\r\n");
+    }
+
+    #[test]
+    fn pause_and_resume() {
+        let server = RedisServer::spawn();
+        server.pause();
+        assert!(!ping(server.addr()), "a paused server must not answer");
+        server.resume();
+        assert!(ping(server.addr()));
+    }
+}
