@@ -143,7 +143,10 @@ impl RedisServer {
     pub fn restart(&self) {
         self.kill();
         if let Err(failure) = self.start() {
-            panic!("redis-server did not restart on port {}: {failure}", self.port);
+            panic!(
+                "redis-server did not restart on port {}: {failure}",
+                self.port
+            );
         }
     }
 
@@ -181,8 +184,13 @@ impl RedisServer {
             request.extend_from_slice(&encode_command(&["AUTH", password]));
         }
         request.extend_from_slice(&encode_command(args));
-        stream.write_all(&request).expect("write to test redis-server");
-        let mut replies = read_replies(&mut stream, 1 + usize::from(self.options.password.is_some()));
+        stream
+            .write_all(&request)
+            .expect("write to test redis-server");
+        let mut replies = read_replies(
+            &mut stream,
+            1 + usize::from(self.options.password.is_some()),
+        );
         replies.pop().expect("one reply")
     }
 
@@ -192,12 +200,15 @@ impl RedisServer {
     }
 
     fn lock_state(&self) -> std::sync::MutexGuard<'_, ProcessState> {
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn start(&self) -> Result<(), String> {
         fs::create_dir_all(&self.dir).map_err(|e| format!("cannot create {:?}: {e}", self.dir))?;
-        let binary = std::env::var_os("REDMUTEX_REDIS_SERVER").unwrap_or_else(|| "redis-server".into());
+        let binary =
+            std::env::var_os("REDMUTEX_REDIS_SERVER").unwrap_or_else(|| "redis-server".into());
         let log = self.dir.join("redis.log");
         let mut command = Command::new(&binary);
         command
@@ -213,7 +224,10 @@ impl RedisServer {
             command.args(["--requirepass", password]);
         }
         command.args(&self.options.extra_args);
-        command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
         let mut child = command.spawn().map_err(|e| {
             format!(
                 "cannot run {binary:?}: {e}. Install it (Debian: apt-get install redis-server) \
@@ -277,7 +291,10 @@ pub fn free_port() -> u16 {
 fn scratch_dir(port: u16) -> PathBuf {
     static COUNTER: AtomicU32 = AtomicU32::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    std::env::temp_dir().join(format!("redmutex-testkit-{}-{n}-{port}", std::process::id()))
+    std::env::temp_dir().join(format!(
+        "redmutex-testkit-{}-{n}-{port}",
+        std::process::id()
+    ))
 }
 
 fn signal(child: &Child, sig: libc::c_int) {
@@ -329,7 +346,9 @@ fn read_replies(stream: &mut TcpStream, count: usize) -> Vec<String> {
         if let Some(replies) = split_replies(&buffer, count) {
             return replies;
         }
-        let n = stream.read(&mut chunk).expect("read from test redis-server");
+        let n = stream
+            .read(&mut chunk)
+            .expect("read from test redis-server");
         assert!(n > 0, "test redis-server closed the connection");
         buffer.extend_from_slice(&chunk[..n]);
     }
@@ -386,7 +405,10 @@ mod tests {
     fn splits_nested_replies() {
         let raw = b"+OK\r\n*2\r\n$3\r\nabc\r\n:5\r\n$-1\r\n";
         let replies = split_replies(raw, 3).unwrap();
-        assert_eq!(replies, vec!["+OK\r\n", "*2\r\n$3\r\nabc\r\n:5\r\n", "$-1\r\n"]);
+        assert_eq!(
+            replies,
+            vec!["+OK\r\n", "*2\r\n$3\r\nabc\r\n:5\r\n", "$-1\r\n"]
+        );
         assert!(split_replies(b"$5\r\nab", 1).is_none());
     }
 
@@ -396,7 +418,11 @@ mod tests {
         assert_eq!(server.command(&["PING"]), "+PONG\r\n");
         assert_eq!(server.command(&["SET", "k", "v"]), "+OK\r\n");
         server.restart();
-        assert_eq!(server.command(&["EXISTS", "k"]), ":0\r\n", "restart must lose the data");
+        assert_eq!(
+            server.command(&["EXISTS", "k"]),
+            ":0\r\n",
+            "restart must lose the data"
+        );
         server.kill();
         assert!(!ping(server.addr()));
     }

@@ -1,0 +1,290 @@
+//! [`Acquire`]: the builder and retry loop behind [`Locker::acquire`](crate::Locker::acquire).
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::args::{self, Keys};
+use crate::connection::Connection;
+use crate::error::{is_transient_redis, Error, NotObtained};
+use crate::lock::{release_in_background, Lock};
+use crate::scripts::{self, Obtain};
+use crate::token::{self, Token};
+
+/// A pending acquire: set options, then `.await` it.
+///
+/// By default it makes **one try** ([`retry::none`](crate::retry::none)); give a retry
+/// strategy to wait for a lock held by someone else. The total wait is bounded by the
+/// [`deadline`](Acquire::deadline), which defaults to the lock's TTL.
+///
+/// ```
+/// # async fn demo(locker: redmutex::Locker<redis::aio::MultiplexedConnection>) -> Result<(), redmutex::Error> {
+/// use std::time::Duration;
+/// use redmutex::retry::{self, Jitter, RetryExt};
+///
+/// let lock = locker
+///     .acquire("reports:nightly", Duration::from_secs(60))
+///     .metadata("host=web-3 pid=4121 job=nightly")
+///     .retry(retry::exponential(Duration::from_millis(20), Duration::from_secs(1)).jitter(Jitter::full()))
+///     .deadline(Duration::from_secs(5))
+///     .on_failed_try(|t| eprintln!("try {} failed: {:?}", t.attempt, t.reason))
+///     .await?;
+/// # let _ = lock.release().await;
+/// # Ok(()) }
+/// ```
+///
+/// # Cancel safety
+/// Dropping the future (for instance through an outer `tokio::time::timeout`) is safe:
+/// if a try may already have set keys — its request was in flight, or its reply was lost —
+/// an owner-checked release is started in the background, so no key is left behind for
+/// longer than that round trip. While the future sleeps between tries, nothing of ours is
+/// in Redis and there is nothing to undo.
+#[must_use = "an acquire does nothing unless awaited"]
+pub struct Acquire<'a, C: Connection> {
+    conn: C,
+    keys: Result<Keys, Error>,
+    ttl: Duration,
+    metadata: Option<String>,
+    retry: Box<dyn Iterator<Item = Duration> + Send + 'a>,
+    deadline: Option<Duration>,
+    on_failed_try: Option<Observer<'a>>,
+}
+
+/// The callback given to [`Acquire::on_failed_try`].
+type Observer<'a> = Box<dyn FnMut(&FailedTry<'_>) + Send + 'a>;
+
+/// What [`Acquire::on_failed_try`] is told about each failed try.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct FailedTry<'e> {
+    /// 1 for the first try.
+    pub attempt: u32,
+    /// Why it failed.
+    pub reason: TryFailure<'e>,
+    /// Time since the acquire started.
+    pub elapsed: Duration,
+    /// The pause before the next try, or `None` when this was the last one (the strategy
+    /// ended or the deadline passed).
+    pub next_delay: Option<Duration>,
+}
+
+/// Why one try failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum TryFailure<'e> {
+    /// This key (with the locker's prefix) is held by another owner.
+    Held {
+        /// The key found held.
+        key: &'e [u8],
+    },
+    /// A transient Redis error (unreachable, timeout, loading, failover…).
+    Redis(&'e redis::RedisError),
+}
+
+impl<'a, C: Connection> Acquire<'a, C> {
+    pub(crate) fn new(conn: C, keys: Result<Keys, Error>, ttl: Duration) -> Acquire<'a, C> {
+        Acquire {
+            conn,
+            keys,
+            ttl,
+            metadata: None,
+            retry: Box::new(crate::retry::none()),
+            deadline: None,
+            on_failed_try: None,
+        }
+    }
+
+    /// Stores `metadata` with the token, readable by anyone through
+    /// [`Locker::inspect`](crate::Locker::inspect): who holds the lock and why.
+    /// At most [`MAX_METADATA_LEN`](crate::MAX_METADATA_LEN) bytes.
+    pub fn metadata(mut self, metadata: impl Into<String>) -> Self {
+        self.metadata = Some(metadata.into());
+        self
+    }
+
+    /// How long to wait between tries while the lock is held by someone else, or after a
+    /// transient Redis error: any [`IntoIterator`] of [`Duration`]s (see [`crate::retry`]).
+    /// The iterator is created here, for this acquire alone.
+    pub fn retry<S>(mut self, strategy: S) -> Self
+    where
+        S: IntoIterator<Item = Duration>,
+        S::IntoIter: Send + 'a,
+    {
+        self.retry = Box::new(strategy.into_iter());
+        self
+    }
+
+    /// Bounds the total time spent trying, from the first try on: no try starts after it.
+    /// When a pause would end past the deadline, the acquire instead makes one last try at
+    /// the deadline. Defaults to the lock's TTL. `Duration::MAX` waits without limit.
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// Calls `observer` after every failed try, including the last, with the attempt
+    /// number, the reason and the pause that follows (the "notify" of backoff libraries).
+    pub fn on_failed_try(mut self, observer: impl FnMut(&FailedTry<'_>) + Send + 'a) -> Self {
+        self.on_failed_try = Some(Box::new(observer));
+        self
+    }
+
+    async fn run(self) -> Result<Lock<C>, Error> {
+        let Acquire {
+            mut conn,
+            keys,
+            ttl,
+            metadata,
+            mut retry,
+            deadline,
+            mut on_failed_try,
+        } = self;
+        // Everything the caller got wrong is reported before the first request.
+        let keys = keys?;
+        let ttl_ms = args::ttl_millis(ttl)?;
+        if let Some(metadata) = &metadata {
+            args::check_metadata(metadata)?;
+        }
+        let ttl = Duration::from_millis(ttl_ms);
+        let token = Token::generate()?;
+        let value = token::lock_value(&token, metadata.as_deref());
+        let started = Instant::now();
+        let deadline = started.checked_add(deadline.unwrap_or(ttl));
+
+        let cleanup_conn = conn.clone();
+        let mut cleanup = Cleanup {
+            conn: &cleanup_conn,
+            keys: &keys,
+            token,
+            armed: false,
+        };
+        let mut attempts = 0u32;
+        let mut saw_held = false;
+        let mut last_error: Option<redis::RedisError> = None;
+        loop {
+            attempts += 1;
+            let sent_at = Instant::now();
+            // If an earlier try may have set keys, this one must accept them as ours.
+            let retrying_own = cleanup.armed;
+            cleanup.armed = true;
+            // A reply that comes after the TTL is worthless (the keys would be gone by the
+            // time we knew), so no try waits longer than that, nor past the deadline.
+            let mut try_until = sent_at.checked_add(ttl);
+            if let Some(deadline) = deadline.filter(|d| *d > sent_at) {
+                try_until = Some(try_until.map_or(deadline, |t| t.min(deadline)));
+            }
+            let request = scripts::obtain(&mut conn, &keys, &value, ttl_ms, retrying_own);
+            let outcome = match try_until {
+                Some(until) => tokio::time::timeout_at(until, request)
+                    .await
+                    .unwrap_or_else(|_| Err(no_reply_error())),
+                None => request.await,
+            };
+            let held_key = match outcome {
+                Ok(Obtain::Obtained) => {
+                    cleanup.armed = false;
+                    drop(cleanup);
+                    return Ok(Lock::new(conn, keys, token, metadata, ttl_ms, sent_at));
+                }
+                Ok(Obtain::Held(index)) => {
+                    // Nothing was written by this try; keys of an earlier, unseen success
+                    // may still exist, so stay armed if there was one.
+                    cleanup.armed = retrying_own;
+                    saw_held = true;
+                    Some(index)
+                }
+                Err(e) if is_transient_redis(&e) => {
+                    // The request may or may not have been applied: stay armed.
+                    last_error = Some(e);
+                    None
+                }
+                Err(e) => {
+                    // Rejected outright (auth, permission, script error): nothing written.
+                    cleanup.armed = retrying_own;
+                    return Err(Error::Redis(e));
+                }
+            };
+
+            let now = Instant::now();
+            let wake = retry.next().and_then(|delay| match deadline {
+                Some(deadline) if now >= deadline => None,
+                Some(deadline) => {
+                    Some(now.checked_add(delay).map_or(deadline, |t| t.min(deadline)))
+                }
+                None => Some(
+                    now.checked_add(delay)
+                        .unwrap_or(now + Duration::from_secs(86_400 * 365)),
+                ),
+            });
+            if let Some(observer) = on_failed_try.as_mut() {
+                let reason = match (held_key, &last_error) {
+                    (Some(index), _) => TryFailure::Held {
+                        key: keys.get(index).unwrap_or_default(),
+                    },
+                    (None, Some(e)) => TryFailure::Redis(e),
+                    (None, None) => unreachable!("a failed try is held or errored"),
+                };
+                observer(&FailedTry {
+                    attempt: attempts,
+                    reason,
+                    elapsed: now - started,
+                    next_delay: wake.map(|w| w - now),
+                });
+            }
+            match wake {
+                Some(wake) => tokio::time::sleep_until(wake).await,
+                None => {
+                    if cleanup.armed {
+                        cleanup.armed = false;
+                        let _ = scripts::idempotent!(scripts::release(&mut conn, &keys, &token));
+                    }
+                    return Err(match last_error {
+                        Some(e) if !saw_held => Error::Redis(e),
+                        last_error => Error::NotObtained(NotObtained {
+                            attempts,
+                            elapsed: started.elapsed(),
+                            last_error,
+                        }),
+                    });
+                }
+            }
+        }
+    }
+}
+
+impl<'a, C: Connection> IntoFuture for Acquire<'a, C> {
+    type Output = Result<Lock<C>, Error>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Result<Lock<C>, Error>> + Send + 'a>>;
+
+    /// # Cancel safety
+    /// See [`Acquire`]: dropping it never leaves keys behind for longer than a round trip.
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.run())
+    }
+}
+
+/// Undoes a try that may have set keys if the acquire is dropped before it knows.
+struct Cleanup<'k, C: Connection> {
+    conn: &'k C,
+    keys: &'k Keys,
+    token: Token,
+    armed: bool,
+}
+
+impl<C: Connection> Drop for Cleanup<'_, C> {
+    fn drop(&mut self) {
+        if self.armed {
+            release_in_background(self.conn.clone(), self.keys.clone(), self.token);
+        }
+    }
+}
+
+fn no_reply_error() -> redis::RedisError {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "no reply to the acquire request within the lock's TTL or the deadline",
+    )
+    .into()
+}

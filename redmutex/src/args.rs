@@ -1,0 +1,166 @@
+//! Checked arguments: keys and TTLs are validated here, before anything reaches Redis.
+
+use std::time::Duration;
+
+use crate::error::{Argument, Error};
+
+/// The longest key accepted, in bytes (before the locker's prefix is added).
+pub const MAX_KEY_LEN: usize = 64 * 1024;
+
+/// The most metadata accepted, in bytes.
+pub const MAX_METADATA_LEN: usize = 64 * 1024;
+
+/// The longest TTL accepted: 2⁵³ − 1 ms (about 285,000 years).
+///
+/// Redis accepts up to `i64::MAX` minus the current Unix time in milliseconds; staying at
+/// 2⁵³ keeps every TTL exact as a Lua number too, with a wide margin.
+pub const MAX_TTL: Duration = Duration::from_millis((1 << 53) - 1);
+
+/// The shortest TTL accepted.
+pub const MIN_TTL: Duration = Duration::from_millis(1);
+
+/// A TTL in whole milliseconds, checked against [`MIN_TTL`]..=[`MAX_TTL`]. Sub-millisecond
+/// parts are dropped (rounding down: the lock never lives longer than asked).
+pub(crate) fn ttl_millis(ttl: Duration) -> Result<u64, Error> {
+    if ttl < MIN_TTL {
+        return Err(Error::invalid(
+            Argument::Ttl,
+            format!("{ttl:?} is below the minimum of 1ms"),
+        ));
+    }
+    if ttl > MAX_TTL {
+        return Err(Error::invalid(
+            Argument::Ttl,
+            format!("{ttl:?} is above the maximum of {}ms", MAX_TTL.as_millis()),
+        ));
+    }
+    Ok(ttl.as_millis() as u64)
+}
+
+/// The keys of one lock, prefixed, checked: at least one, none empty or too long, no
+/// duplicates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Keys(Box<[Box<[u8]>]>);
+
+impl Keys {
+    pub(crate) fn new<K: AsRef<[u8]>>(
+        prefix: &[u8],
+        keys: impl IntoIterator<Item = K>,
+    ) -> Result<Keys, Error> {
+        let mut out: Vec<Box<[u8]>> = Vec::new();
+        for key in keys {
+            let key = key.as_ref();
+            check_key(key)?;
+            let mut full = Vec::with_capacity(prefix.len() + key.len());
+            full.extend_from_slice(prefix);
+            full.extend_from_slice(key);
+            if out.iter().any(|k| **k == *full) {
+                return Err(Error::invalid(
+                    Argument::Keys,
+                    format!("duplicate key {:?}", String::from_utf8_lossy(key)),
+                ));
+            }
+            out.push(full.into_boxed_slice());
+        }
+        if out.is_empty() {
+            return Err(Error::invalid(
+                Argument::Keys,
+                "a lock needs at least one key",
+            ));
+        }
+        Ok(Keys(out.into_boxed_slice()))
+    }
+
+    pub(crate) fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> {
+        self.0.iter().map(|k| &**k)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub(crate) fn get(&self, index: usize) -> Option<&[u8]> {
+        self.0.get(index).map(|k| &**k)
+    }
+}
+
+fn check_key(key: &[u8]) -> Result<(), Error> {
+    if key.is_empty() {
+        return Err(Error::invalid(Argument::Key, "a key must not be empty"));
+    }
+    if key.len() > MAX_KEY_LEN {
+        return Err(Error::invalid(
+            Argument::Key,
+            format!("{} bytes is above the maximum of {MAX_KEY_LEN}", key.len()),
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn check_metadata(metadata: &str) -> Result<(), Error> {
+    if metadata.len() > MAX_METADATA_LEN {
+        return Err(Error::invalid(
+            Argument::Metadata,
+            format!(
+                "{} bytes is above the maximum of {MAX_METADATA_LEN}",
+                metadata.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_bounds() {
+        assert_eq!(ttl_millis(Duration::from_millis(1)).unwrap(), 1);
+        assert_eq!(
+            ttl_millis(Duration::from_micros(1500)).unwrap(),
+            1,
+            "rounds down"
+        );
+        assert_eq!(ttl_millis(MAX_TTL).unwrap(), (1 << 53) - 1);
+        for bad in [
+            Duration::ZERO,
+            Duration::from_micros(999),
+            MAX_TTL + Duration::from_millis(1),
+            Duration::MAX,
+        ] {
+            let err = ttl_millis(bad).unwrap_err();
+            assert!(
+                matches!(&err, Error::InvalidArgument(a) if a.argument == Argument::Ttl),
+                "{bad:?}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn keys_are_prefixed_and_checked() {
+        let keys = Keys::new(b"app:", ["a", "b"]).unwrap();
+        assert_eq!(
+            keys.iter().collect::<Vec<_>>(),
+            [b"app:a".as_slice(), b"app:b"]
+        );
+        let invalid = |r: Result<Keys, Error>| match r.unwrap_err() {
+            Error::InvalidArgument(a) => a.argument,
+            e => panic!("unexpected {e}"),
+        };
+        assert_eq!(invalid(Keys::new(b"", Vec::<&str>::new())), Argument::Keys);
+        assert_eq!(
+            invalid(Keys::new(b"p:", [""])),
+            Argument::Key,
+            "prefix does not make an empty key valid"
+        );
+        assert_eq!(invalid(Keys::new(b"", ["a", "b", "a"])), Argument::Keys);
+        assert_eq!(
+            invalid(Keys::new(b"", [vec![b'x'; MAX_KEY_LEN + 1]])),
+            Argument::Key
+        );
+        assert!(Keys::new(b"", [vec![b'x'; MAX_KEY_LEN]]).is_ok());
+        assert!(check_metadata(&"m".repeat(MAX_METADATA_LEN)).is_ok());
+        assert!(check_metadata(&"m".repeat(MAX_METADATA_LEN + 1)).is_err());
+    }
+}

@@ -1,0 +1,50 @@
+//! Which connections a locker works over, and a convenience to open one.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+
+use crate::error::Error;
+
+/// Any redis-rs async connection that can be cloned cheaply and shared between tasks:
+/// [`ConnectionManager`] (reconnects by itself; recommended for long-lived lockers),
+/// [`MultiplexedConnection`](redis::aio::MultiplexedConnection), and later the cluster
+/// connection. Implemented automatically.
+///
+/// redmutex clones the connection for each operation and never opens connections of its
+/// own, so the connection's settings apply: in particular its *response timeout* (500 ms
+/// by default in redis-rs) bounds how long one request to an unresponsive server waits.
+pub trait Connection: ConnectionLike + Clone + Send + Sync + 'static {}
+
+impl<C: ConnectionLike + Clone + Send + Sync + 'static> Connection for C {}
+
+/// How long [`connect`] waits for the TCP connection (and TLS/AUTH) to be set up.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a connection from [`connect`] waits for any one reply.
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Opens a [`ConnectionManager`] to `url` (`redis://[user:password@]host:port[/db]`) with
+/// bounded timeouts ([`CONNECT_TIMEOUT`], [`RESPONSE_TIMEOUT`]) and a single connection
+/// attempt, so that an unreachable server or a wrong password is reported promptly instead
+/// of being retried in the background. After that, the manager reconnects on its own.
+///
+/// # Errors
+/// [`Error::Redis`]: a malformed URL, connection refused, timeout, authentication failure.
+///
+/// # Cancel safety
+/// Cancel safe: a dropped connect leaves nothing behind.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), redmutex::Error> {
+/// let conn = redmutex::connect("redis://127.0.0.1:6379").await?;
+/// let locker = redmutex::Locker::new(conn);
+/// # Ok(()) }
+/// ```
+pub async fn connect(url: &str) -> Result<ConnectionManager, Error> {
+    let client = redis::Client::open(url)?;
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(CONNECT_TIMEOUT))
+        .set_response_timeout(Some(RESPONSE_TIMEOUT))
+        .set_number_of_retries(0);
+    Ok(ConnectionManager::new_with_config(client, config).await?)
+}

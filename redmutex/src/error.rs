@@ -1,0 +1,203 @@
+//! Errors, sorted by what the caller should do about them.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Everything that can go wrong, sorted by what the caller should do:
+///
+/// | variant | meaning | what to do |
+/// |---|---|---|
+/// | [`Error::NotObtained`] | someone else holds the lock (until the deadline) | try later, or give up |
+/// | [`Error::NotHeld`] | the lock expired or was taken over | stop the guarded work now |
+/// | [`Error::InvalidArgument`] | bad input, caught before any Redis call | fix the call |
+/// | [`Error::Redis`] | connection, timeout, auth, permission… | see [`Error::is_transient`] |
+///
+/// ```
+/// # async fn demo(locker: redmutex::Locker<redis::aio::MultiplexedConnection>) {
+/// use std::time::Duration;
+/// match locker.acquire("nightly-report", Duration::from_secs(30)).await {
+///     Ok(lock) => { /* do the work */ let _ = lock.release().await; }
+///     Err(e) if e.is_not_obtained() => println!("another worker runs it"),
+///     Err(e) if e.is_transient() => println!("Redis trouble, try again later: {e}"),
+///     Err(e) => panic!("misconfigured: {e}"),
+/// }
+/// # }
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The lock is held by someone else and the retry strategy or the deadline ran out.
+    NotObtained(NotObtained),
+    /// The lock is no longer held by this owner: it expired, was deleted, or another owner
+    /// took it. Any work that relied on it must stop.
+    NotHeld,
+    /// An argument was rejected before anything was sent to Redis.
+    InvalidArgument(InvalidArgument),
+    /// Redis could not be reached or refused the command.
+    Redis(redis::RedisError),
+    /// The operating system could not provide random bytes for a token.
+    Random(String),
+}
+
+/// Details of [`Error::NotObtained`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct NotObtained {
+    /// How many tries were made.
+    pub attempts: u32,
+    /// Time from the start of the acquire to giving up.
+    pub elapsed: Duration,
+    /// The last transient Redis error seen among the tries, if any: when some tries failed
+    /// on the network rather than on a held lock, this says why.
+    pub last_error: Option<redis::RedisError>,
+}
+
+/// Details of [`Error::InvalidArgument`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct InvalidArgument {
+    /// Which argument was wrong.
+    pub argument: Argument,
+    /// Why, in words.
+    pub reason: String,
+}
+
+/// The argument named by an [`InvalidArgument`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Argument {
+    /// A lock key.
+    Key,
+    /// The list of keys of a multi-key lock.
+    Keys,
+    /// A time to live.
+    Ttl,
+    /// Metadata stored with the token.
+    Metadata,
+    /// A token given back to the library.
+    Token,
+    /// A key prefix.
+    Prefix,
+}
+
+impl Error {
+    pub(crate) fn invalid(argument: Argument, reason: impl Into<String>) -> Error {
+        Error::InvalidArgument(InvalidArgument {
+            argument,
+            reason: reason.into(),
+        })
+    }
+
+    /// The lock is held by someone else: trying again later may succeed.
+    pub fn is_not_obtained(&self) -> bool {
+        matches!(self, Error::NotObtained(_))
+    }
+
+    /// The lock was lost (expired or taken over): stop relying on it at once.
+    pub fn is_not_held(&self) -> bool {
+        matches!(self, Error::NotHeld)
+    }
+
+    /// The call itself was wrong; retrying the same call cannot help.
+    pub fn is_invalid_argument(&self) -> bool {
+        matches!(self, Error::InvalidArgument(_))
+    }
+
+    /// Retrying later may help: the lock was busy, or Redis was unreachable, timed out,
+    /// was loading, failing over or redirecting. False for lost locks, bad arguments,
+    /// authentication and permission failures, and script errors.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::NotObtained(_) => true,
+            Error::Redis(e) => is_transient_redis(e),
+            Error::NotHeld | Error::InvalidArgument(_) | Error::Random(_) => false,
+        }
+    }
+
+    /// The Redis error behind this one, if any (for [`Error::NotObtained`], the last
+    /// transient error seen while retrying).
+    pub fn redis_error(&self) -> Option<&redis::RedisError> {
+        match self {
+            Error::Redis(e) => Some(e),
+            Error::NotObtained(n) => n.last_error.as_ref(),
+            _ => None,
+        }
+    }
+}
+
+/// A Redis error after which the same request may succeed: network trouble, timeouts,
+/// a server loading its data set, cluster redirections and failovers.
+pub(crate) fn is_transient_redis(e: &redis::RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind as S};
+    match e.kind() {
+        ErrorKind::Io | ErrorKind::ClusterConnectionNotFound => true,
+        ErrorKind::MasterNameNotFoundBySentinel | ErrorKind::NoValidReplicasFoundBySentinel => true,
+        ErrorKind::Server(kind) => matches!(
+            kind,
+            S::BusyLoading
+                | S::TryAgain
+                | S::ClusterDown
+                | S::MasterDown
+                | S::ReadOnly
+                | S::Moved
+                | S::Ask
+        ),
+        _ => false,
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::NotObtained(n) => {
+                write!(
+                    f,
+                    "lock not obtained: held by another owner ({} {} in {:?})",
+                    n.attempts,
+                    if n.attempts == 1 { "try" } else { "tries" },
+                    n.elapsed
+                )?;
+                if let Some(e) = &n.last_error {
+                    write!(f, "; last Redis error: {e}")?;
+                }
+                Ok(())
+            }
+            Error::NotHeld => f.write_str("lock not held: it expired or another owner took it"),
+            Error::InvalidArgument(a) => write!(f, "invalid {}: {}", a.argument, a.reason),
+            Error::Redis(e) => write!(f, "redis error: {e}"),
+            Error::Random(e) => write!(f, "no randomness for a lock token: {e}"),
+        }
+    }
+}
+
+impl fmt::Display for Argument {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Argument::Key => "key",
+            Argument::Keys => "keys",
+            Argument::Ttl => "ttl",
+            Argument::Metadata => "metadata",
+            Argument::Token => "token",
+            Argument::Prefix => "prefix",
+        })
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Redis(e) => Some(e),
+            Error::NotObtained(NotObtained {
+                last_error: Some(e),
+                ..
+            }) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(e: redis::RedisError) -> Error {
+        Error::Redis(e)
+    }
+}

@@ -1,0 +1,203 @@
+//! [`Lock`]: an acquired lock — its keys and token, and what its owner can do with it.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::args::{self, Keys};
+use crate::connection::Connection;
+use crate::error::Error;
+use crate::scripts::{self, Remaining};
+use crate::token::Token;
+
+/// A lock held in Redis: one or more keys that hold this owner's [`Token`].
+///
+/// Every operation is owner-checked in Redis: [`refresh`](Lock::refresh),
+/// [`ttl`](Lock::ttl) and [`release`](Lock::release) answer [`Error::NotHeld`] once the
+/// lock expired or was taken over, and never touch a key another owner holds.
+///
+/// # Dropping
+/// Dropping a `Lock` that was not released starts a best-effort, owner-checked release in
+/// the background on the current tokio runtime; `Drop` itself never blocks or waits. With
+/// no runtime (or if Redis is unreachable) the keys expire by their TTL. To leave the lock
+/// in Redis on purpose, e.g. to hand the token to another process, call
+/// [`detach`](Lock::detach).
+///
+/// ```
+/// # async fn demo(locker: redmutex::Locker<redis::aio::MultiplexedConnection>) -> Result<(), redmutex::Error> {
+/// use std::time::Duration;
+/// let mut lock = locker.acquire("invoice:42", Duration::from_secs(10)).await?;
+/// // ... work ...
+/// lock.refresh(Duration::from_secs(10)).await?; // need more time
+/// println!("{:?} left", lock.ttl().await?);
+/// lock.release().await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "dropping a Lock releases it; keep it alive while the guarded work runs"]
+pub struct Lock<C: Connection> {
+    conn: C,
+    keys: Keys,
+    token: Token,
+    metadata: Option<String>,
+    lease_ttl: Duration,
+    valid_until: Instant,
+    release_on_drop: bool,
+}
+
+impl<C: Connection> Lock<C> {
+    pub(crate) fn new(
+        conn: C,
+        keys: Keys,
+        token: Token,
+        metadata: Option<String>,
+        ttl_ms: u64,
+        sent_at: Instant,
+    ) -> Lock<C> {
+        let lease_ttl = Duration::from_millis(ttl_ms);
+        Lock {
+            conn,
+            keys,
+            token,
+            metadata,
+            lease_ttl,
+            valid_until: sent_at + lease_ttl,
+            release_on_drop: true,
+        }
+    }
+
+    /// The keys of this lock as stored in Redis (with the locker's prefix).
+    pub fn keys(&self) -> impl ExactSizeIterator<Item = &[u8]> {
+        self.keys.iter()
+    }
+
+    /// The owner's token. Whoever knows it can refresh and release the lock.
+    pub fn token(&self) -> Token {
+        self.token
+    }
+
+    /// The metadata stored with the token, if any.
+    pub fn metadata(&self) -> Option<&str> {
+        self.metadata.as_deref()
+    }
+
+    /// The TTL set by the acquire or the last successful refresh (in whole milliseconds).
+    pub fn lease_ttl(&self) -> Duration {
+        self.lease_ttl
+    }
+
+    /// The instant until which the lock is certainly held, as far as this client can know:
+    /// the moment the acquire (or last refresh) request was *sent*, plus the TTL, on the
+    /// client's monotonic clock. Past it, assume the lock is gone.
+    pub fn valid_until(&self) -> Instant {
+        self.valid_until
+    }
+
+    /// Time left until [`valid_until`](Lock::valid_until); zero once past it.
+    pub fn remaining_validity(&self) -> Duration {
+        self.valid_until.saturating_duration_since(Instant::now())
+    }
+
+    /// Asks Redis how long the lock has left: the smallest remaining TTL over its keys.
+    /// `Duration::MAX` if someone removed the expiry of every key.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if any key is no longer held by this owner; [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn ttl(&self) -> Result<Duration, Error> {
+        let mut conn = self.conn.clone();
+        match scripts::idempotent!(scripts::pttl(&mut conn, &self.keys, &self.token))? {
+            Remaining::Millis(ms) => Ok(Duration::from_millis(ms)),
+            Remaining::Forever => Ok(Duration::MAX),
+            Remaining::NotHeld => Err(Error::NotHeld),
+        }
+    }
+
+    /// Sets a new TTL on every key, counted from now, if this owner still holds all of them.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] (nothing was changed: the lock is lost — stop the work);
+    /// [`Error::InvalidArgument`] for a TTL outside [`MIN_TTL`](crate::MIN_TTL)..=[`MAX_TTL`](crate::MAX_TTL);
+    /// [`Error::Redis`] (the lock may or may not have been extended; it is still valid
+    /// until [`valid_until`](Lock::valid_until)).
+    ///
+    /// # Cancel safety
+    /// If cancelled, the new TTL may or may not have been applied in Redis; the lock keeps
+    /// its previous [`valid_until`](Lock::valid_until), which is the safe assumption.
+    pub async fn refresh(&mut self, ttl: Duration) -> Result<(), Error> {
+        let ttl_ms = args::ttl_millis(ttl)?;
+        let mut conn = self.conn.clone();
+        let sent_at = Instant::now();
+        if scripts::idempotent!(scripts::refresh(&mut conn, &self.keys, &self.token, ttl_ms))? {
+            self.lease_ttl = Duration::from_millis(ttl_ms);
+            self.valid_until = sent_at + self.lease_ttl;
+            Ok(())
+        } else {
+            // Lost: keys that still hold our token would be deleted by Drop's release;
+            // there is nothing to gain from keeping them.
+            Err(Error::NotHeld)
+        }
+    }
+
+    /// Deletes every key that still holds this owner's token.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if some key had expired or was held by another owner (that key is
+    /// left alone; keys still held by this owner are deleted all the same);
+    /// [`Error::Redis`] if Redis could not be reached — a background release is then tried
+    /// once more, and otherwise the keys expire by their TTL.
+    ///
+    /// # Cancel safety
+    /// If cancelled, the release may or may not have reached Redis; the dropped lock then
+    /// starts a background release, as on any drop.
+    pub async fn release(mut self) -> Result<(), Error> {
+        let mut conn = self.conn.clone();
+        let not_held = scripts::idempotent!(scripts::release(&mut conn, &self.keys, &self.token))?;
+        self.release_on_drop = false;
+        if not_held == 0 {
+            Ok(())
+        } else {
+            Err(Error::NotHeld)
+        }
+    }
+
+    /// Forgets the lock without releasing it: it stays in Redis until its TTL runs out or
+    /// someone with the returned token releases it.
+    pub fn detach(mut self) -> Token {
+        self.release_on_drop = false;
+        self.token
+    }
+}
+
+impl<C: Connection> std::fmt::Debug for Lock<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lock")
+            .field("keys", &self.keys)
+            .field("token", &self.token)
+            .field("metadata", &self.metadata)
+            .field("lease_ttl", &self.lease_ttl)
+            .field("valid_until", &self.valid_until)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: Connection> Drop for Lock<C> {
+    fn drop(&mut self) {
+        if self.release_on_drop {
+            release_in_background(self.conn.clone(), self.keys.clone(), self.token);
+        }
+    }
+}
+
+/// Spawns an owner-checked release on the current tokio runtime, if there is one, and
+/// returns at once. Used where waiting is impossible: in `Drop`.
+pub(crate) fn release_in_background<C: Connection>(conn: C, keys: Keys, token: Token) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move {
+            let mut conn = conn;
+            // Best effort: if this fails, the keys expire by their TTL.
+            let _ = scripts::release(&mut conn, &keys, &token).await;
+        });
+    }
+}

@@ -1,0 +1,167 @@
+//! The Redis side of every operation: one round trip each.
+//!
+//! Scripts are sent by SHA (`EVALSHA`) and loaded on a `NOSCRIPT` reply, which redis-rs's
+//! [`Script`] does for us. Every function here works on one node; the locker (and, later,
+//! quorum locking) builds on them.
+
+use std::sync::LazyLock;
+
+use redis::aio::ConnectionLike;
+use redis::{RedisResult, Script, Value};
+
+use crate::args::Keys;
+use crate::token::{Token, TOKEN_LEN};
+
+/// Runs an idempotent request once more if the first try found the connection broken
+/// (e.g. the server restarted since the last request): a [`ConnectionManager`] reconnects
+/// on that error, and the second try goes over the new connection. Only for requests that
+/// are safe to repeat — release, refresh and reads.
+///
+/// [`ConnectionManager`]: redis::aio::ConnectionManager
+macro_rules! idempotent {
+    ($request:expr) => {
+        match $request.await {
+            Err(e) if e.is_unrecoverable_error() => $request.await,
+            result => result,
+        }
+    };
+}
+pub(crate) use idempotent;
+
+static OBTAIN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/obtain.lua")));
+static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
+static REFRESH: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/refresh.lua")));
+static PTTL: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/pttl.lua")));
+static INSPECT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/inspect.lua")));
+
+/// The answer to one acquire try.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Obtain {
+    /// Every key now holds our value.
+    Obtained,
+    /// The key at this index is held by another owner; nothing was written.
+    Held(usize),
+}
+
+/// One try to take every key. `retrying_own` says that an earlier try may have set some
+/// keys without us seeing the reply: the script then treats keys holding our token as free.
+/// Otherwise a single key takes the cheapest path, a plain `SET NX PX`.
+pub(crate) async fn obtain<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &Keys,
+    value: &[u8],
+    ttl_ms: u64,
+    retrying_own: bool,
+) -> RedisResult<Obtain> {
+    if keys.len() == 1 && !retrying_own {
+        let key = keys.get(0).expect("one key");
+        let reply: Value = redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl_ms)
+            .query_async(conn)
+            .await?;
+        return Ok(match reply {
+            Value::Nil => Obtain::Held(0),
+            _ => Obtain::Obtained,
+        });
+    }
+    let mut call = OBTAIN.prepare_invoke();
+    for key in keys.iter() {
+        call.key(key);
+    }
+    call.arg(value).arg(ttl_ms).arg(TOKEN_LEN);
+    let held: usize = call.invoke_async(conn).await?;
+    Ok(match held {
+        0 => Obtain::Obtained,
+        i => Obtain::Held(i - 1),
+    })
+}
+
+/// Deletes the keys that still hold `token`. Returns how many keys did not.
+pub(crate) async fn release<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &Keys,
+    token: &Token,
+) -> RedisResult<usize> {
+    let mut call = RELEASE.prepare_invoke();
+    for key in keys.iter() {
+        call.key(key);
+    }
+    call.arg(token.as_bytes());
+    call.invoke_async(conn).await
+}
+
+/// Sets a new TTL on every key if all hold `token`. Returns whether they did.
+pub(crate) async fn refresh<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &Keys,
+    token: &Token,
+    ttl_ms: u64,
+) -> RedisResult<bool> {
+    let mut call = REFRESH.prepare_invoke();
+    for key in keys.iter() {
+        call.key(key);
+    }
+    call.arg(token.as_bytes()).arg(ttl_ms);
+    let extended: i64 = call.invoke_async(conn).await?;
+    Ok(extended == 1)
+}
+
+/// The remaining TTL of an owned lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Remaining {
+    /// Milliseconds until the first key expires.
+    Millis(u64),
+    /// No key has an expiry (someone removed it).
+    Forever,
+    /// Some key is not held by this owner.
+    NotHeld,
+}
+
+pub(crate) async fn pttl<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &Keys,
+    token: &Token,
+) -> RedisResult<Remaining> {
+    let mut call = PTTL.prepare_invoke();
+    for key in keys.iter() {
+        call.key(key);
+    }
+    call.arg(token.as_bytes());
+    let ms: i64 = call.invoke_async(conn).await?;
+    Ok(match ms {
+        -1 => Remaining::Forever,
+        ms if ms < 0 => Remaining::NotHeld,
+        ms => Remaining::Millis(ms as u64),
+    })
+}
+
+/// What one key holds, as seen by anyone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RawKey {
+    /// PTTL: -2 missing, -1 no expiry.
+    pub(crate) pttl: i64,
+    /// Redis type name (`none`, `string`, `hash`, …).
+    pub(crate) kind: String,
+    /// The value, when the key is a string.
+    pub(crate) value: Option<Vec<u8>>,
+}
+
+pub(crate) async fn inspect<C: ConnectionLike>(conn: &mut C, key: &[u8]) -> RedisResult<RawKey> {
+    // A two- or three-element array: parse by position rather than as a fixed tuple.
+    let mut reply: std::vec::IntoIter<Value> = INSPECT
+        .key(key)
+        .invoke_async::<Vec<Value>>(conn)
+        .await?
+        .into_iter();
+    let pttl: i64 = redis::from_redis_value(reply.next().unwrap_or(Value::Nil))?;
+    let kind: String = redis::from_redis_value(reply.next().unwrap_or(Value::Nil))?;
+    let value: Option<Vec<u8>> = redis::from_redis_value(reply.next().unwrap_or(Value::Nil))?;
+    Ok(RawKey { pttl, kind, value })
+}

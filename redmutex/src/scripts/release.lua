@@ -1,0 +1,17 @@
+-- release.lua: delete the keys this owner still holds.
+-- KEYS:    the lock keys.
+-- ARGV[1]: the owner's token.
+-- Returns: how many keys did NOT hold the token (0 means fully released).
+-- A key held by someone else, or missing, is never touched; the keys that still hold our
+-- token are deleted even when others are lost, so they do not block anyone until expiry.
+local token = ARGV[1]
+local missing = 0
+for _, key in ipairs(KEYS) do
+  local value = redis.pcall('get', key)
+  if type(value) == 'string' and string.sub(value, 1, #token) == token then
+    redis.call('del', key)
+  else
+    missing = missing + 1
+  end
+end
+return missing

@@ -1,0 +1,211 @@
+//! Lock tokens and the value stored at a lock key.
+//!
+//! A lock key holds `TOKEN` followed directly by the optional metadata. The token is 16
+//! bytes from the operating system's CSPRNG, base64url-encoded without padding: always
+//! [`TOKEN_LEN`] characters from `[A-Za-z0-9_-]`, so the split needs no separator and a
+//! prefix comparison in Lua is an exact owner check.
+
+use std::fmt;
+
+use crate::error::{Argument, Error};
+
+/// The length of an encoded token: 16 random bytes in unpadded base64url.
+pub const TOKEN_LEN: usize = 22;
+
+const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+/// The secret that proves ownership of a lock: 128 random bits, base64url.
+///
+/// Whoever knows the token can refresh and release the lock, so it is not printed by
+/// `Debug` (only its first four characters are).
+///
+/// ```
+/// let token = redmutex::Token::generate().unwrap();
+/// assert_eq!(token.as_str().len(), redmutex::TOKEN_LEN);
+/// let same: redmutex::Token = token.as_str().parse().unwrap();
+/// assert_eq!(same, token);
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Token([u8; TOKEN_LEN]);
+
+impl Token {
+    /// Draws a fresh token from the operating system's CSPRNG.
+    ///
+    /// # Errors
+    /// [`Error::Random`] in the practically impossible case that the OS has no randomness.
+    pub fn generate() -> Result<Token, Error> {
+        let mut bytes = [0u8; 16];
+        getrandom::fill(&mut bytes).map_err(|e| Error::Random(e.to_string()))?;
+        Ok(Token(encode_base64url(&bytes)))
+    }
+
+    /// The token as text.
+    pub fn as_str(&self) -> &str {
+        // Only ALPHABET bytes are ever stored, all ASCII.
+        std::str::from_utf8(&self.0).expect("token is ASCII")
+    }
+
+    /// The token as bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// Reads a token from the first [`TOKEN_LEN`] bytes of `value`, if they are one.
+    fn from_prefix(value: &[u8]) -> Option<Token> {
+        let prefix: [u8; TOKEN_LEN] = value.get(..TOKEN_LEN)?.try_into().ok()?;
+        prefix
+            .iter()
+            .all(|b| ALPHABET.contains(b))
+            .then_some(Token(prefix))
+    }
+}
+
+impl std::str::FromStr for Token {
+    type Err = Error;
+
+    /// Parses a token printed earlier (e.g. by the CLI's `acquire`).
+    fn from_str(text: &str) -> Result<Token, Error> {
+        match Token::from_prefix(text.as_bytes()) {
+            Some(token) if text.len() == TOKEN_LEN => Ok(token),
+            _ => Err(Error::invalid(
+                Argument::Token,
+                format!("a token is {TOKEN_LEN} characters of [A-Za-z0-9_-]"),
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Token({}…)", &self.as_str()[..4])
+    }
+}
+
+/// The bytes stored at a lock key: token, then metadata.
+pub(crate) fn lock_value(token: &Token, metadata: Option<&str>) -> Vec<u8> {
+    let metadata = metadata.unwrap_or_default();
+    let mut value = Vec::with_capacity(TOKEN_LEN + metadata.len());
+    value.extend_from_slice(token.as_bytes());
+    value.extend_from_slice(metadata.as_bytes());
+    value
+}
+
+/// What a stored value says, read by someone who does not own it.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum StoredValue {
+    /// A redmutex value; metadata is `None` when empty.
+    Redmutex {
+        token: Token,
+        metadata: Option<String>,
+    },
+    /// Something redmutex did not write.
+    Foreign,
+}
+
+pub(crate) fn parse_value(value: &[u8]) -> StoredValue {
+    match Token::from_prefix(value) {
+        Some(token) => {
+            let rest = &value[TOKEN_LEN..];
+            StoredValue::Redmutex {
+                token,
+                metadata: (!rest.is_empty()).then(|| String::from_utf8_lossy(rest).into_owned()),
+            }
+        }
+        None => StoredValue::Foreign,
+    }
+}
+
+fn encode_base64url(bytes: &[u8; 16]) -> [u8; TOKEN_LEN] {
+    let mut out = [0u8; TOKEN_LEN];
+    let mut o = 0;
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
+        // A full chunk makes 4 characters; the last, single byte makes 2 (no padding).
+        let chars = chunk.len() + 1;
+        for i in 0..chars {
+            out[o] = ALPHABET[(n >> (18 - 6 * i) & 63) as usize];
+            o += 1;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64url_matches_reference_vectors() {
+        // Reference values from a standard base64url encoder (no padding).
+        let zeros = [0u8; 16];
+        assert_eq!(&encode_base64url(&zeros), b"AAAAAAAAAAAAAAAAAAAAAA");
+        let ones = [0xffu8; 16];
+        assert_eq!(&encode_base64url(&ones), b"_____________________w");
+        let seq: [u8; 16] = std::array::from_fn(|i| i as u8);
+        assert_eq!(&encode_base64url(&seq), b"AAECAwQFBgcICQoLDA0ODw");
+        let mixed = *b"redmutex-tokens!";
+        assert_eq!(&encode_base64url(&mixed), b"cmVkbXV0ZXgtdG9rZW5zIQ");
+    }
+
+    #[test]
+    fn tokens_are_distinct_and_parse_back() {
+        let a = Token::generate().unwrap();
+        let b = Token::generate().unwrap();
+        assert_ne!(a, b);
+        assert_eq!(a.as_str().parse::<Token>().unwrap(), a);
+        assert!(
+            !format!("{a:?}").contains(a.as_str()),
+            "Debug must not leak the token"
+        );
+    }
+
+    #[test]
+    fn malformed_tokens_are_rejected() {
+        for bad in [
+            "",
+            "short",
+            "AAAAAAAAAAAAAAAAAAAAA",
+            "AAAAAAAAAAAAAAAAAAAAAAA",
+            "AAAAAAAAAAAAAAAAAAAAA=",
+        ] {
+            let err = bad.parse::<Token>().unwrap_err();
+            assert!(err.is_invalid_argument(), "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn value_round_trip() {
+        let token = Token::generate().unwrap();
+        let value = lock_value(&token, Some("host=web-3 pid=4121 ✓"));
+        assert_eq!(
+            parse_value(&value),
+            StoredValue::Redmutex {
+                token,
+                metadata: Some("host=web-3 pid=4121 ✓".into())
+            }
+        );
+        assert_eq!(
+            parse_value(&lock_value(&token, None)),
+            StoredValue::Redmutex {
+                token,
+                metadata: None
+            }
+        );
+        assert_eq!(parse_value(b"1700000000.123"), StoredValue::Foreign);
+        assert_eq!(
+            parse_value(b"a value with spaces in the first 22 bytes"),
+            StoredValue::Foreign
+        );
+    }
+}
