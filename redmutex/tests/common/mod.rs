@@ -1,0 +1,90 @@
+//! Shared helpers for the integration tests: connections to test-kit servers and a raw
+//! view of Redis that bypasses the code under test.
+#![allow(dead_code)] // each test file uses a different subset
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, MultiplexedConnection};
+use redis::AsyncConnectionConfig;
+use redmutex::Locker;
+use testkit::RedisServer;
+
+pub fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// A multiplexed connection with the given response timeout.
+pub async fn multiplexed_with_timeout(
+    server: &RedisServer,
+    timeout: Duration,
+) -> MultiplexedConnection {
+    let client = redis::Client::open(server.url()).unwrap();
+    let config = AsyncConnectionConfig::new().set_response_timeout(Some(timeout));
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap()
+}
+
+pub async fn multiplexed(server: &RedisServer) -> MultiplexedConnection {
+    multiplexed_with_timeout(server, ms(2000)).await
+}
+
+pub async fn manager(server: &RedisServer) -> ConnectionManager {
+    redmutex::connect(&server.url()).await.unwrap()
+}
+
+pub async fn locker(server: &RedisServer) -> Locker<MultiplexedConnection> {
+    Locker::new(multiplexed(server).await)
+}
+
+/// A separate connection for looking at Redis directly.
+pub struct Raw(MultiplexedConnection);
+
+impl Raw {
+    pub async fn new(server: &RedisServer) -> Raw {
+        Raw(multiplexed(server).await)
+    }
+
+    pub async fn get(&mut self, key: &str) -> Option<Vec<u8>> {
+        redis::cmd("GET")
+            .arg(key)
+            .query_async(&mut self.0)
+            .await
+            .unwrap()
+    }
+
+    pub async fn exists(&mut self, key: &str) -> bool {
+        redis::cmd("EXISTS")
+            .arg(key)
+            .query_async::<i64>(&mut self.0)
+            .await
+            .unwrap()
+            == 1
+    }
+
+    pub async fn pttl(&mut self, key: &str) -> i64 {
+        redis::cmd("PTTL")
+            .arg(key)
+            .query_async(&mut self.0)
+            .await
+            .unwrap()
+    }
+
+    pub async fn set(&mut self, key: &str, value: &str) {
+        redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .query_async::<()>(&mut self.0)
+            .await
+            .unwrap()
+    }
+
+    pub async fn run<T: redis::FromRedisValue>(&mut self, cmd: &mut redis::Cmd) -> T {
+        cmd.query_async(&mut self.0).await.unwrap()
+    }
+
+    pub async fn dbsize(&mut self) -> i64 {
+        redis::cmd("DBSIZE").query_async(&mut self.0).await.unwrap()
+    }
+}
