@@ -238,7 +238,8 @@ impl<'a, C: Connection> Acquire<'a, C> {
                 None => {
                     if cleanup.armed {
                         cleanup.armed = false;
-                        let _ = scripts::idempotent!(scripts::release(&mut conn, &keys, &token));
+                        // Unattended: the reply may never come if the server is frozen.
+                        let _ = scripts::release_unattended(&mut conn, &keys, &token).await;
                     }
                     return Err(match last_error {
                         Some(e) if !saw_held => Error::Redis(e),

@@ -197,7 +197,7 @@ pub(crate) fn release_in_background<C: Connection>(conn: C, keys: Keys, token: T
         runtime.spawn(async move {
             let mut conn = conn;
             // Best effort: if this fails, the keys expire by their TTL.
-            let _ = scripts::release(&mut conn, &keys, &token).await;
+            let _ = scripts::release_unattended(&mut conn, &keys, &token).await;
         });
     }
 }

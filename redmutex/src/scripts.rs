@@ -29,8 +29,8 @@ macro_rules! idempotent {
 pub(crate) use idempotent;
 
 static OBTAIN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/obtain.lua")));
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
+const RELEASE_SOURCE: &str = include_str!("scripts/release.lua");
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SOURCE));
 static REFRESH: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/refresh.lua")));
 static PTTL: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/pttl.lua")));
@@ -95,6 +95,25 @@ pub(crate) async fn release<C: ConnectionLike>(
     }
     call.arg(token.as_bytes());
     call.invoke_async(conn).await
+}
+
+/// [`release`] for when nobody may be waiting for the reply: a cancelled acquire's
+/// cleanup, a dropped lock. It sends the whole script (`EVAL`, not `EVALSHA`), because the
+/// load-on-`NOSCRIPT` fallback needs a caller still waiting for the reply, and a cleanup
+/// queued behind a request to a frozen server may outlive its own response timeout: the
+/// server must be able to run it whenever it gets to it.
+pub(crate) async fn release_unattended<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &Keys,
+    token: &Token,
+) -> RedisResult<usize> {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(RELEASE_SOURCE).arg(keys.len());
+    for key in keys.iter() {
+        cmd.arg(key);
+    }
+    cmd.arg(token.as_bytes());
+    cmd.query_async(conn).await
 }
 
 /// Sets a new TTL on every key if all hold `token`. Returns whether they did.
