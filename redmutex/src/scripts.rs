@@ -37,6 +37,15 @@ static PTTL: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scrip
 static INSPECT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/inspect.lua")));
 
+/// An invocation of `script` with the lock's keys as `KEYS`.
+fn over_keys<'s>(script: &'s Script, keys: &Keys) -> redis::ScriptInvocation<'s> {
+    let mut call = script.prepare_invoke();
+    for key in keys.iter() {
+        call.key(key);
+    }
+    call
+}
+
 /// The answer to one acquire try.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Obtain {
@@ -71,10 +80,7 @@ pub(crate) async fn obtain<C: ConnectionLike>(
             _ => Obtain::Obtained,
         });
     }
-    let mut call = OBTAIN.prepare_invoke();
-    for key in keys.iter() {
-        call.key(key);
-    }
+    let mut call = over_keys(&OBTAIN, keys);
     call.arg(value).arg(ttl_ms).arg(TOKEN_LEN);
     let held: usize = call.invoke_async(conn).await?;
     Ok(match held {
@@ -89,10 +95,7 @@ pub(crate) async fn release<C: ConnectionLike>(
     keys: &Keys,
     token: &Token,
 ) -> RedisResult<usize> {
-    let mut call = RELEASE.prepare_invoke();
-    for key in keys.iter() {
-        call.key(key);
-    }
+    let mut call = over_keys(&RELEASE, keys);
     call.arg(token.as_bytes());
     call.invoke_async(conn).await
 }
@@ -123,10 +126,7 @@ pub(crate) async fn refresh<C: ConnectionLike>(
     token: &Token,
     ttl_ms: u64,
 ) -> RedisResult<bool> {
-    let mut call = REFRESH.prepare_invoke();
-    for key in keys.iter() {
-        call.key(key);
-    }
+    let mut call = over_keys(&REFRESH, keys);
     call.arg(token.as_bytes()).arg(ttl_ms);
     let extended: i64 = call.invoke_async(conn).await?;
     Ok(extended == 1)
@@ -148,10 +148,7 @@ pub(crate) async fn pttl<C: ConnectionLike>(
     keys: &Keys,
     token: &Token,
 ) -> RedisResult<Remaining> {
-    let mut call = PTTL.prepare_invoke();
-    for key in keys.iter() {
-        call.key(key);
-    }
+    let mut call = over_keys(&PTTL, keys);
     call.arg(token.as_bytes());
     let ms: i64 = call.invoke_async(conn).await?;
     Ok(match ms {

@@ -293,16 +293,10 @@ async fn cancel_with_request_in_flight_cleans_up() {
     .await;
     assert!(result.is_err(), "cancelled while the server is frozen");
     server.resume();
-    let mut gone = false;
-    for _ in 0..100 {
-        tokio::time::sleep(ms(20)).await;
-        if !raw.exists("inflight").await {
-            gone = true;
-            break;
-        }
-    }
+    // Give the queued SET time to land before looking; the cleanup runs right behind it.
+    tokio::time::sleep(ms(300)).await;
     assert!(
-        gone,
+        raw.wait_until_gone("inflight", ms(2000)).await,
         "the SET that landed after cancellation was not cleaned up"
     );
 }
@@ -363,13 +357,8 @@ async fn giving_up_after_ambiguous_tries_leaves_nothing() {
     server.resume();
     // The SETs queued while frozen run now, and so do the releases queued behind them.
     tokio::time::sleep(ms(300)).await;
-    let mut gone = false;
-    for _ in 0..50 {
-        if !raw.exists("ambiguous").await {
-            gone = true;
-            break;
-        }
-        tokio::time::sleep(ms(20)).await;
-    }
-    assert!(gone, "key left behind by an abandoned acquire");
+    assert!(
+        raw.wait_until_gone("ambiguous", ms(1000)).await,
+        "key left behind by an abandoned acquire"
+    );
 }

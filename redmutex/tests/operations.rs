@@ -290,15 +290,10 @@ async fn dropping_a_lock_releases_it_in_the_background() {
     let locker = common::locker(&server).await;
     let lock = locker.acquire("dropped", ms(30_000)).await.unwrap();
     drop(lock);
-    let mut gone = false;
-    for _ in 0..100 {
-        if !raw.exists("dropped").await {
-            gone = true;
-            break;
-        }
-        tokio::time::sleep(ms(10)).await;
-    }
-    assert!(gone, "dropped lock was not released");
+    assert!(
+        raw.wait_until_gone("dropped", ms(1000)).await,
+        "dropped lock was not released"
+    );
 
     // detach() keeps it; the token then releases it.
     let lock = locker.acquire("kept", ms(30_000)).await.unwrap();

@@ -438,6 +438,23 @@ mod tests {
     }
 
     #[test]
+    fn many_independent_nodes() {
+        let nodes = RedisServer::spawn_many(3);
+        let mut ports: Vec<u16> = nodes.iter().map(RedisServer::port).collect();
+        ports.sort_unstable();
+        ports.dedup();
+        assert_eq!(ports.len(), 3);
+        nodes[0].command(&["SET", "only-here", "1"]);
+        assert_eq!(nodes[1].command(&["EXISTS", "only-here"]), ":0\r\n");
+        nodes[1].kill();
+        assert_eq!(
+            nodes[2].command(&["PING"]),
+            "+PONG\r\n",
+            "killing one leaves the others"
+        );
+    }
+
+    #[test]
     fn pause_and_resume() {
         let server = RedisServer::spawn();
         server.pause();

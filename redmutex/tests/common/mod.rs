@@ -84,6 +84,18 @@ impl Raw {
         cmd.query_async(&mut self.0).await.unwrap()
     }
 
+    /// Polls until `key` is gone, for at most `within`; says whether it went.
+    pub async fn wait_until_gone(&mut self, key: &str, within: Duration) -> bool {
+        let until = std::time::Instant::now() + within;
+        while std::time::Instant::now() < until {
+            if !self.exists(key).await {
+                return true;
+            }
+            tokio::time::sleep(ms(10)).await;
+        }
+        !self.exists(key).await
+    }
+
     pub async fn dbsize(&mut self) -> i64 {
         redis::cmd("DBSIZE").query_async(&mut self.0).await.unwrap()
     }
