@@ -2,6 +2,7 @@
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -10,6 +11,7 @@ use crate::args::{self, Keys};
 use crate::connection::Connection;
 use crate::error::{is_transient_redis, Error, NotObtained};
 use crate::lock::{release_in_background, Lock};
+use crate::renewer::RenewerSlot;
 use crate::scripts::{self, Obtain};
 use crate::token::{self, Token};
 
@@ -44,6 +46,7 @@ use crate::token::{self, Token};
 #[must_use = "an acquire does nothing unless awaited"]
 pub struct Acquire<'a, C: Connection> {
     conn: C,
+    renewer: Arc<RenewerSlot<C>>,
     keys: Result<Keys, Error>,
     ttl: Duration,
     metadata: Option<String>,
@@ -84,9 +87,15 @@ pub enum TryFailure<'e> {
 }
 
 impl<'a, C: Connection> Acquire<'a, C> {
-    pub(crate) fn new(conn: C, keys: Result<Keys, Error>, ttl: Duration) -> Acquire<'a, C> {
+    pub(crate) fn new(
+        conn: C,
+        renewer: Arc<RenewerSlot<C>>,
+        keys: Result<Keys, Error>,
+        ttl: Duration,
+    ) -> Acquire<'a, C> {
         Acquire {
             conn,
+            renewer,
             keys,
             ttl,
             metadata: None,
@@ -134,6 +143,7 @@ impl<'a, C: Connection> Acquire<'a, C> {
     async fn run(self) -> Result<Lock<C>, Error> {
         let Acquire {
             mut conn,
+            renewer,
             keys,
             ttl,
             metadata,
@@ -186,7 +196,9 @@ impl<'a, C: Connection> Acquire<'a, C> {
                 Ok(Obtain::Obtained) => {
                     cleanup.armed = false;
                     drop(cleanup);
-                    return Ok(Lock::new(conn, keys, token, metadata, ttl_ms, sent_at));
+                    return Ok(Lock::new(
+                        conn, renewer, keys, token, metadata, ttl_ms, sent_at,
+                    ));
                 }
                 Ok(Obtain::Held(index)) => {
                     // Nothing was written by this try; keys of an earlier, unseen success

@@ -78,6 +78,8 @@ pub enum Argument {
     Token,
     /// A key prefix.
     Prefix,
+    /// A keep-alive renewal interval.
+    Interval,
 }
 
 impl Error {
@@ -179,6 +181,7 @@ impl fmt::Display for Argument {
             Argument::Metadata => "metadata",
             Argument::Token => "token",
             Argument::Prefix => "prefix",
+            Argument::Interval => "interval",
         })
     }
 }

@@ -2,11 +2,15 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use tokio::time::Instant;
 
 use crate::args::{self, Keys};
 use crate::connection::Connection;
 use crate::error::Error;
+use crate::keepalive::{KeepAlive, Lease};
+use crate::renewer::RenewerSlot;
 use crate::scripts::{self, Remaining};
 use crate::token::Token;
 
@@ -40,13 +44,16 @@ pub struct Lock<C: Connection> {
     token: Token,
     metadata: Option<String>,
     lease_ttl: Duration,
+    acquired_at: Instant,
     valid_until: Instant,
     release_on_drop: bool,
+    renewer: Arc<RenewerSlot<C>>,
 }
 
 impl<C: Connection> Lock<C> {
     pub(crate) fn new(
         conn: C,
+        renewer: Arc<RenewerSlot<C>>,
         keys: Keys,
         token: Token,
         metadata: Option<String>,
@@ -60,9 +67,52 @@ impl<C: Connection> Lock<C> {
             token,
             metadata,
             lease_ttl,
+            acquired_at: sent_at,
             valid_until: sent_at + lease_ttl,
             release_on_drop: true,
+            renewer,
         }
+    }
+
+    pub(crate) fn keys_inner(&self) -> &Keys {
+        &self.keys
+    }
+
+    pub(crate) fn conn(&self) -> &C {
+        &self.conn
+    }
+
+    pub(crate) fn renewer(&self) -> &RenewerSlot<C> {
+        &self.renewer
+    }
+
+    /// Takes over the validity a lease reached by renewing.
+    pub(crate) fn set_valid_until(&mut self, valid_until: Instant) {
+        self.valid_until = self.valid_until.max(valid_until);
+    }
+
+    /// Turns this lock into a [`Lease`] renewed in the background every third of its TTL,
+    /// with a "lost" signal. See [`Lease`].
+    ///
+    /// # Panics
+    /// Outside a tokio runtime (the renewal runs on it).
+    pub fn keep_alive(self) -> Lease<C> {
+        let acquired_at = self.acquired_at;
+        Lease::start(self, KeepAlive::new(), acquired_at)
+            .expect("default keep-alive settings are valid")
+    }
+
+    /// [`keep_alive`](Lock::keep_alive) with settings: renewal interval, maximum hold time.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an interval below 1 ms or not shorter than the TTL
+    /// (the lock is then dropped, which releases it).
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn keep_alive_with(self, settings: KeepAlive) -> Result<Lease<C>, Error> {
+        let acquired_at = self.acquired_at;
+        Lease::start(self, settings, acquired_at)
     }
 
     /// The keys of this lock as stored in Redis (with the locker's prefix).

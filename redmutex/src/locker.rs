@@ -8,6 +8,7 @@ use crate::acquire::Acquire;
 use crate::args::{self, Keys};
 use crate::connection::Connection;
 use crate::error::Error;
+use crate::renewer::RenewerSlot;
 use crate::scripts;
 use crate::token::{parse_value, StoredValue, Token};
 
@@ -32,6 +33,8 @@ use crate::token::{parse_value, StoredValue, Token};
 pub struct Locker<C: Connection> {
     conn: C,
     prefix: Arc<[u8]>,
+    /// Renews the leases of this locker and its clones; started on the first keep-alive.
+    renewer: Arc<RenewerSlot<C>>,
 }
 
 impl<C: Connection> Locker<C> {
@@ -40,6 +43,7 @@ impl<C: Connection> Locker<C> {
         Locker {
             conn,
             prefix: Arc::from(&b""[..]),
+            renewer: Arc::new(RenewerSlot::new()),
         }
     }
 
@@ -75,7 +79,12 @@ impl<C: Connection> Locker<C> {
     /// # Cancel safety
     /// See [`Acquire`].
     pub fn acquire<'a>(&self, key: impl AsRef<[u8]>, ttl: Duration) -> Acquire<'a, C> {
-        Acquire::new(self.conn.clone(), Keys::new(&self.prefix, [key]), ttl)
+        Acquire::new(
+            self.conn.clone(),
+            self.renewer.clone(),
+            Keys::new(&self.prefix, [key]),
+            ttl,
+        )
     }
 
     /// Like [`acquire`](Locker::acquire), for several keys at once, all or nothing: when any
@@ -94,7 +103,12 @@ impl<C: Connection> Locker<C> {
         keys: impl IntoIterator<Item = K>,
         ttl: Duration,
     ) -> Acquire<'a, C> {
-        Acquire::new(self.conn.clone(), Keys::new(&self.prefix, keys), ttl)
+        Acquire::new(
+            self.conn.clone(),
+            self.renewer.clone(),
+            Keys::new(&self.prefix, keys),
+            ttl,
+        )
     }
 
     /// Looks at `key` without owning it: held or free, remaining TTL, metadata.

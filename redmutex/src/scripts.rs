@@ -34,6 +34,7 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SOURCE))
 static REFRESH: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/refresh.lua")));
 static PTTL: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/pttl.lua")));
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
 static INSPECT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/inspect.lua")));
 
@@ -130,6 +131,22 @@ pub(crate) async fn refresh<C: ConnectionLike>(
     call.arg(token.as_bytes()).arg(ttl_ms);
     let extended: i64 = call.invoke_async(conn).await?;
     Ok(extended == 1)
+}
+
+/// Builds one keep-alive call for many leases: `(keys, token, ttl_ms)` each. The call
+/// answers one bool per lease, in order (see `renew.lua`). Built up front (it copies the
+/// keys) so that it can be sent from a spawned task.
+pub(crate) fn renew_batch<'k>(
+    leases: impl IntoIterator<Item = (&'k Keys, &'k Token, u64)>,
+) -> redis::ScriptInvocation<'static> {
+    let mut call = RENEW.prepare_invoke();
+    for (keys, token, ttl_ms) in leases {
+        for key in keys.iter() {
+            call.key(key);
+        }
+        call.arg(keys.len()).arg(token.as_bytes()).arg(ttl_ms);
+    }
+    call
 }
 
 /// The remaining TTL of an owned lock.

@@ -1,0 +1,386 @@
+//! Keep-alive: leases that renew themselves while work runs, and say loudly — in time to
+//! stop the work — when they are lost.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::connection::Connection;
+use crate::error::{Argument, Error};
+use crate::lock::Lock;
+use crate::renewer::{Entry, Registration};
+use crate::token::Token;
+
+/// Keep-alive settings for [`Lock::keep_alive_with`].
+///
+/// ```
+/// use std::time::Duration;
+/// let settings = redmutex::KeepAlive::new()
+///     .interval(Duration::from_secs(2))          // default: a third of the TTL
+///     .max_hold(Duration::from_secs(3600));       // stop renewing after an hour
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KeepAlive {
+    interval: Option<Duration>,
+    max_hold: Option<Duration>,
+}
+
+impl KeepAlive {
+    /// Renew every third of the TTL, for as long as the lease is kept.
+    pub fn new() -> KeepAlive {
+        KeepAlive::default()
+    }
+
+    /// Renew this often. Must be at least 1 ms and shorter than the lock's TTL; a third of
+    /// the TTL (the default) leaves room for two failed renewals before the lease runs out.
+    pub fn interval(mut self, interval: Duration) -> KeepAlive {
+        self.interval = Some(interval);
+        self
+    }
+
+    /// Hold the lock for at most this long in all, counted from the acquire: the last
+    /// renewals are shortened so that the lock expires at that point, and the lease then
+    /// ends with [`LostReason::HoldLimitReached`].
+    pub fn max_hold(mut self, max_hold: Duration) -> KeepAlive {
+        self.max_hold = Some(max_hold);
+        self
+    }
+}
+
+/// Why a lease ended.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// A renewal found the lock no longer held: it expired, was deleted, or another owner
+    /// took it.
+    NotHeld,
+    /// No renewal got through before the lease ran out (Redis unreachable, frozen, or too
+    /// slow); `last_error` is the last error a renewal got, if any (a request that simply
+    /// never came back has none).
+    Unreachable {
+        /// The last renewal error seen.
+        last_error: Option<redis::RedisError>,
+    },
+    /// The [`KeepAlive::max_hold`] limit was reached and the lock expired.
+    HoldLimitReached,
+    /// The owner released or dropped the lease: not a loss, but the lock is not held any
+    /// more, so guarded work must stop all the same.
+    Released,
+    /// The owner stopped the renewal ([`Lease::stop`]); the lock may still be held until
+    /// its TTL, but nothing renews it.
+    Stopped,
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LostReason::NotHeld => f.write_str("lock lost: it expired or another owner took it"),
+            LostReason::Unreachable {
+                last_error: Some(e),
+            } => {
+                write!(
+                    f,
+                    "lock lost: no renewal reached Redis in time (last error: {e})"
+                )
+            }
+            LostReason::Unreachable { last_error: None } => {
+                f.write_str("lock lost: no renewal reached Redis in time")
+            }
+            LostReason::HoldLimitReached => {
+                f.write_str("lock ended: the maximum hold time was reached")
+            }
+            LostReason::Released => f.write_str("lock released by its owner"),
+            LostReason::Stopped => f.write_str("lock renewal stopped by its owner"),
+        }
+    }
+}
+
+impl std::error::Error for LostReason {}
+
+/// What a lease, its renewer and its watchers share.
+pub(crate) struct LeaseState {
+    reason: OnceLock<LostReason>,
+    cancel: CancellationToken,
+    valid_until: Mutex<Instant>,
+    renewals: AtomicU64,
+}
+
+impl LeaseState {
+    fn new(valid_until: Instant) -> LeaseState {
+        LeaseState {
+            reason: OnceLock::new(),
+            cancel: CancellationToken::new(),
+            valid_until: Mutex::new(valid_until),
+            renewals: AtomicU64::new(0),
+        }
+    }
+
+    /// Records why the lease ended (the first reason wins) and wakes every watcher.
+    pub(crate) fn end(&self, reason: LostReason) {
+        let _ = self.reason.set(reason);
+        self.cancel.cancel();
+    }
+
+    pub(crate) fn renewed(&self, valid_until: Instant) {
+        *self.valid_until.lock().unwrap_or_else(|p| p.into_inner()) = valid_until;
+        self.renewals.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn valid_until(&self) -> Instant {
+        *self.valid_until.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn ended(&self) -> LostReason {
+        self.cancel.cancelled().await;
+        self.reason
+            .get()
+            .cloned()
+            .expect("the reason is set before cancelling")
+    }
+}
+
+/// A lock that renews itself in the background until it is released, stopped, dropped —
+/// or lost. Created by [`Lock::keep_alive`].
+///
+/// Renewal is owner-checked like [`Lock::refresh`]. The lease is declared lost when a
+/// renewal finds the lock not held, or when no renewal got through before the lease's
+/// validity ended (measured on this client's monotonic clock from the moment the last
+/// successful renewal was *sent*; the signal fires slightly before that instant, even if
+/// Redis does not answer at all). Watch it with [`lost`](Lease::lost),
+/// [`is_lost`](Lease::is_lost), [`cancellation_token`](Lease::cancellation_token), or let
+/// [`run`](Lease::run) cancel the work for you.
+///
+/// All leases of one [`Locker`](crate::Locker) are renewed by a single background task,
+/// in batches: one script call renews up to a thousand leases.
+///
+/// # Dropping
+/// Dropping a lease stops its renewal and releases the lock in the background, like
+/// dropping a [`Lock`]; watchers see [`LostReason::Released`].
+///
+/// ```
+/// # async fn demo(locker: redmutex::Locker<redis::aio::ConnectionManager>) -> Result<(), redmutex::Error> {
+/// use std::time::Duration;
+/// let lease = locker.acquire("reindex", Duration::from_secs(10)).await?.keep_alive();
+/// let token = lease.cancellation_token(); // for work that checks in cooperatively
+/// match lease.run(async move {
+///     // A long job: the lock is renewed every ~3.3 s while it runs.
+///     while !token.is_cancelled() { /* ... one step ... */ break; }
+/// }).await {
+///     Ok(()) => println!("done; lock released"),
+///     Err(reason) => eprintln!("stopped early: {reason}"),
+/// }
+/// # Ok(()) }
+/// ```
+#[must_use = "dropping a Lease stops renewal and releases the lock"]
+pub struct Lease<C: Connection> {
+    lock: Option<Lock<C>>,
+    state: Arc<LeaseState>,
+    registration: Registration,
+}
+
+/// A cheap, clonable view of a lease's fate, for code that does not own the lease.
+#[derive(Clone)]
+pub struct LostSignal(Arc<LeaseState>);
+
+impl LostSignal {
+    /// Whether the lease has ended, for any [`LostReason`].
+    pub fn is_lost(&self) -> bool {
+        self.0.reason.get().is_some()
+    }
+
+    /// Why the lease ended, if it has.
+    pub fn reason(&self) -> Option<LostReason> {
+        self.0.reason.get().cloned()
+    }
+
+    /// Completes when the lease ends, with the reason.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits.
+    pub async fn lost(&self) -> LostReason {
+        self.0.ended().await
+    }
+}
+
+impl fmt::Debug for LostSignal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("LostSignal")
+            .field(&self.0.reason.get())
+            .finish()
+    }
+}
+
+impl<C: Connection> Lease<C> {
+    pub(crate) fn start(
+        lock: Lock<C>,
+        settings: KeepAlive,
+        acquired_at: Instant,
+    ) -> Result<Lease<C>, Error> {
+        let ttl = lock.lease_ttl();
+        let interval = match settings.interval {
+            Some(interval) if interval < Duration::from_millis(1) || interval >= ttl => {
+                return Err(Error::invalid(
+                    Argument::Interval,
+                    format!("{interval:?} must be at least 1ms and shorter than the TTL ({ttl:?})"),
+                ));
+            }
+            Some(interval) => interval,
+            None => (ttl / 3).max(Duration::from_millis(1)),
+        };
+        let state = Arc::new(LeaseState::new(lock.valid_until()));
+        let entry = Entry {
+            keys: lock.keys_inner().clone(),
+            token: lock.token(),
+            ttl,
+            interval,
+            next_renewal: acquired_at + interval,
+            valid_until: lock.valid_until(),
+            hold_until: settings.max_hold.map(|d| {
+                acquired_at
+                    .checked_add(d)
+                    .unwrap_or(acquired_at + MAX_HOLD_HORIZON)
+            }),
+            state: state.clone(),
+        };
+        let registration = lock.renewer().register(lock.conn(), entry);
+        Ok(Lease {
+            lock: Some(lock),
+            state,
+            registration,
+        })
+    }
+
+    fn lock(&self) -> &Lock<C> {
+        self.lock.as_ref().expect("present until consumed")
+    }
+
+    /// The keys, as stored in Redis.
+    pub fn keys(&self) -> impl ExactSizeIterator<Item = &[u8]> {
+        self.lock().keys()
+    }
+
+    /// The owner's token.
+    pub fn token(&self) -> Token {
+        self.lock().token()
+    }
+
+    /// The metadata stored with the token, if any.
+    pub fn metadata(&self) -> Option<&str> {
+        self.lock().metadata()
+    }
+
+    /// Until when the lock is certainly held, as of the last successful renewal.
+    pub fn valid_until(&self) -> Instant {
+        self.state.valid_until()
+    }
+
+    /// How many renewals succeeded so far.
+    pub fn renewals(&self) -> u64 {
+        self.state.renewals.load(Ordering::Relaxed)
+    }
+
+    /// Whether the lease was lost. Cheap: one atomic read.
+    pub fn is_lost(&self) -> bool {
+        self.state.reason.get().is_some()
+    }
+
+    /// Completes when the lease is lost, with the reason.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits.
+    pub async fn lost(&self) -> LostReason {
+        self.state.ended().await
+    }
+
+    /// A clonable watcher of this lease, e.g. for another task.
+    pub fn signal(&self) -> LostSignal {
+        LostSignal(self.state.clone())
+    }
+
+    /// A token cancelled when the lease ends (lost, released, stopped or dropped), for work
+    /// that checks in cooperatively. Cancelling it yourself does not affect the lease.
+    pub fn cancellation_token(&self) -> CancellationToken {
+        self.state.cancel.child_token()
+    }
+
+    /// Runs `work` under the lease: if the lease is lost first, `work` is dropped
+    /// (cancelled) and the reason returned; if `work` finishes first, the lock is released
+    /// and its output returned.
+    ///
+    /// # Cancel safety
+    /// If this future is dropped, `work` is dropped with it and the lease is dropped, which
+    /// releases the lock in the background.
+    pub async fn run<F: Future>(self, work: F) -> Result<F::Output, LostReason> {
+        let outcome = tokio::select! {
+            biased;
+            reason = self.lost() => Err(reason),
+            output = work => Ok(output),
+        };
+        match outcome {
+            Ok(output) => {
+                // The work is done; whether the release finds the lock or not changes
+                // nothing for it.
+                let _ = self.release().await;
+                Ok(output)
+            }
+            Err(reason) => Err(reason),
+        }
+    }
+
+    /// Stops renewal and deletes the keys still held by this owner.
+    ///
+    /// # Errors
+    /// As [`Lock::release`]; [`Error::NotHeld`] if the lease had been lost.
+    ///
+    /// # Cancel safety
+    /// Renewal stops at once; if cancelled, the release may or may not have reached Redis,
+    /// and the dropped lock is released in the background.
+    pub async fn release(mut self) -> Result<(), Error> {
+        self.registration.unregister();
+        self.state.end(LostReason::Released);
+        self.take_lock().release().await
+    }
+
+    /// Stops renewal without releasing: the lock stays held until its TTL runs out (or
+    /// it is refreshed or released through the returned [`Lock`]). Watchers see
+    /// [`LostReason::Stopped`].
+    pub fn stop(mut self) -> Lock<C> {
+        self.registration.unregister();
+        self.state.end(LostReason::Stopped);
+        self.take_lock()
+    }
+
+    fn take_lock(&mut self) -> Lock<C> {
+        let mut lock = self.lock.take().expect("present until consumed");
+        lock.set_valid_until(self.state.valid_until());
+        lock
+    }
+}
+
+/// A far-away instant for absurd hold limits, where `Instant` arithmetic would overflow.
+const MAX_HOLD_HORIZON: Duration = Duration::from_secs(100 * 365 * 86_400);
+
+impl<C: Connection> Drop for Lease<C> {
+    fn drop(&mut self) {
+        if self.lock.is_some() {
+            self.registration.unregister();
+            self.state.end(LostReason::Released);
+            // The lock's own Drop releases it in the background.
+        }
+    }
+}
+
+impl<C: Connection> fmt::Debug for Lease<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("lock", &self.lock)
+            .field("lost", &self.state.reason.get())
+            .field("renewals", &self.renewals())
+            .finish()
+    }
+}

@@ -1,0 +1,313 @@
+//! The renewer: one background task per locker that keeps all of its leases alive.
+//!
+//! Thousands of leases must not mean thousands of timers each sending its own request. The
+//! renewer keeps every lease in one table and sleeps until the next event of any of them —
+//! a renewal falling due, or a lease running out. When it wakes it renews, in one script
+//! call per batch, every lease whose renewal is due within a quarter of its interval (an
+//! early renewal costs nothing, and it makes leases that were taken at nearly the same
+//! time share round trips). Its single timer also enforces the loss deadline: a lease whose
+//! renewals do not come back in time is declared lost when its validity ends, even while
+//! the requests are still hanging on a frozen server.
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
+use tokio::time::Instant;
+
+use crate::args::Keys;
+use crate::connection::Connection;
+use crate::keepalive::{LeaseState, LostReason};
+use crate::lock::release_in_background;
+use crate::scripts;
+use crate::token::Token;
+
+/// At most this many leases share one renewal call, so that one call never blocks Redis
+/// for long (each lease costs two commands per key inside the script).
+const MAX_BATCH_LEASES: usize = 1000;
+
+/// Where a locker's renewer task is reached; the task is started on first use.
+pub(crate) struct RenewerSlot<C> {
+    sender: Mutex<Option<UnboundedSender<Command>>>,
+    next_id: AtomicU64,
+    connection: PhantomData<fn() -> C>,
+}
+
+/// A lease's place in the renewer; dropping it does not unregister (the lease does that).
+pub(crate) struct Registration {
+    id: u64,
+    sender: UnboundedSender<Command>,
+}
+
+impl Registration {
+    /// Stops renewing this lease. Harmless if the renewer already dropped it.
+    pub(crate) fn unregister(&self) {
+        let _ = self.sender.send(Command::Unregister(self.id));
+    }
+}
+
+/// What the renewer needs to know about a lease.
+pub(crate) struct Entry {
+    pub(crate) keys: Keys,
+    pub(crate) token: Token,
+    pub(crate) ttl: Duration,
+    pub(crate) interval: Duration,
+    pub(crate) next_renewal: Instant,
+    pub(crate) valid_until: Instant,
+    pub(crate) hold_until: Option<Instant>,
+    pub(crate) state: Arc<LeaseState>,
+}
+
+pub(crate) enum Command {
+    Register(u64, Box<Entry>),
+    Unregister(u64),
+}
+
+impl<C: Connection> RenewerSlot<C> {
+    pub(crate) fn new() -> RenewerSlot<C> {
+        RenewerSlot {
+            sender: Mutex::new(None),
+            next_id: AtomicU64::new(0),
+            connection: PhantomData,
+        }
+    }
+
+    /// Hands a lease to the renewer, starting the renewer task on the current tokio runtime
+    /// if it is not running (first lease, or its runtime has shut down since).
+    ///
+    /// # Panics
+    /// Outside a tokio runtime, like `tokio::spawn`.
+    pub(crate) fn register(&self, conn: &C, entry: Entry) -> Registration {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut slot = self.sender.lock().unwrap_or_else(|p| p.into_inner());
+        let sender = match slot.as_ref() {
+            Some(sender) if !sender.is_closed() => sender.clone(),
+            _ => {
+                let (sender, receiver) = mpsc::unbounded_channel();
+                tokio::spawn(run(conn.clone(), receiver));
+                *slot = Some(sender.clone());
+                sender
+            }
+        };
+        // The receiver is alive: it was either just created or found open under the lock.
+        let _ = sender.send(Command::Register(id, Box::new(entry)));
+        Registration { id, sender }
+    }
+}
+
+/// A lease as the renewer tracks it.
+struct Tracked {
+    entry: Entry,
+    /// A renewal request for it is on the way.
+    in_flight: bool,
+    /// False once the hold-time limit leaves no room for another renewal.
+    renewing: bool,
+    last_error: Option<redis::RedisError>,
+}
+
+impl Tracked {
+    /// When the lease must be declared lost: a little before its validity ends, so that
+    /// the signal reaches the work while the lock is still certainly held.
+    fn lost_at(&self) -> Instant {
+        let ttl = self.entry.ttl;
+        let margin = (ttl / 100 + Duration::from_millis(2)).min(ttl / 2);
+        self.entry
+            .valid_until
+            .checked_sub(margin)
+            .unwrap_or(self.entry.valid_until)
+    }
+
+    fn next_event(&self) -> Instant {
+        let lost_at = self.lost_at();
+        if self.renewing && !self.in_flight {
+            lost_at.min(self.entry.next_renewal)
+        } else {
+            lost_at
+        }
+    }
+}
+
+/// A lease in a renewal call.
+#[derive(Clone, Copy)]
+struct Due {
+    id: u64,
+    /// The TTL the call sets.
+    ttl: Duration,
+    /// The TTL was cut to end at the hold limit: after this renewal, no other.
+    last: bool,
+}
+
+/// The answer to one renewal call.
+struct BatchDone {
+    /// Each lease in the call.
+    leases: Vec<Due>,
+    sent_at: Instant,
+    result: redis::RedisResult<Vec<i64>>,
+}
+
+async fn run<C: Connection>(conn: C, mut commands: UnboundedReceiver<Command>) {
+    let mut leases: HashMap<u64, Tracked> = HashMap::new();
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<BatchDone>();
+    loop {
+        let wake = leases.values().map(Tracked::next_event).min();
+        tokio::select! {
+            biased;
+            command = commands.recv() => match command {
+                Some(Command::Register(id, entry)) => {
+                    leases.insert(id, Tracked { entry: *entry, in_flight: false, renewing: true, last_error: None });
+                }
+                Some(Command::Unregister(id)) => {
+                    leases.remove(&id);
+                }
+                // Every locker, lock and lease of this renewer is gone.
+                None => return,
+            },
+            Some(done) = done_rx.recv() => apply(&mut leases, done, &conn),
+            () = sleep_until(wake) => {
+                let now = Instant::now();
+                expire(&mut leases, now, &conn);
+                send_due(&mut leases, now, &conn, &done_tx);
+            }
+        }
+    }
+}
+
+async fn sleep_until(wake: Option<Instant>) {
+    match wake {
+        Some(wake) => tokio::time::sleep_until(wake).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Declares lost every lease whose validity is (about to be) over.
+fn expire<C: Connection>(leases: &mut HashMap<u64, Tracked>, now: Instant, conn: &C) {
+    let expired: Vec<u64> = leases
+        .iter()
+        .filter(|(_, t)| t.lost_at() <= now)
+        .map(|(id, _)| *id)
+        .collect();
+    for id in expired {
+        let tracked = leases.remove(&id).expect("listed above");
+        let reason = if tracked.renewing {
+            LostReason::Unreachable {
+                last_error: tracked.last_error,
+            }
+        } else {
+            LostReason::HoldLimitReached
+        };
+        lose(tracked.entry, reason, conn);
+    }
+}
+
+/// Tells the lease's watchers, and removes whatever keys may still hold its token so that
+/// nobody waits for a lock its owner has already given up on.
+fn lose<C: Connection>(entry: Entry, reason: LostReason, conn: &C) {
+    entry.state.end(reason);
+    release_in_background(conn.clone(), entry.keys, entry.token);
+}
+
+/// Sends one renewal call per batch of leases that are due.
+fn send_due<C: Connection>(
+    leases: &mut HashMap<u64, Tracked>,
+    now: Instant,
+    conn: &C,
+    done_tx: &UnboundedSender<BatchDone>,
+) {
+    let mut due: Vec<Due> = Vec::new();
+    for (id, tracked) in leases.iter_mut() {
+        let entry = &tracked.entry;
+        if !tracked.renewing || tracked.in_flight || entry.next_renewal > now + entry.interval / 4 {
+            continue;
+        }
+        let mut ttl = entry.ttl;
+        let mut last = false;
+        if let Some(hold_until) = entry.hold_until {
+            // The last renewal is cut short so that the lock ends at the hold limit.
+            let left = hold_until.saturating_duration_since(now);
+            if left < Duration::from_millis(1) {
+                tracked.renewing = false;
+                continue;
+            }
+            if left <= ttl {
+                ttl = left;
+                last = true;
+            }
+        }
+        tracked.in_flight = true;
+        due.push(Due {
+            id: *id,
+            ttl: Duration::from_millis(ttl.as_millis() as u64),
+            last,
+        });
+    }
+    for chunk in due.chunks(MAX_BATCH_LEASES) {
+        let call = scripts::renew_batch(chunk.iter().map(|due| {
+            let entry = &leases[&due.id].entry;
+            (&entry.keys, &entry.token, due.ttl.as_millis() as u64)
+        }));
+        let mut conn = conn.clone();
+        let done_tx = done_tx.clone();
+        let leases = chunk.to_vec();
+        tokio::spawn(async move {
+            let sent_at = Instant::now();
+            let result = call.invoke_async::<Vec<i64>>(&mut conn).await;
+            let _ = done_tx.send(BatchDone {
+                leases,
+                sent_at,
+                result,
+            });
+        });
+    }
+}
+
+/// Takes in the answer to a renewal call.
+fn apply<C: Connection>(leases: &mut HashMap<u64, Tracked>, done: BatchDone, conn: &C) {
+    let answers = match done.result {
+        Ok(answers) if answers.len() == done.leases.len() => answers,
+        Ok(answers) => {
+            let e = redis::RedisError::from((
+                redis::ErrorKind::Parse,
+                "renewal reply of the wrong length",
+                format!("{} answers for {} leases", answers.len(), done.leases.len()),
+            ));
+            return retry_later(leases, &done.leases, e);
+        }
+        Err(e) => return retry_later(leases, &done.leases, e),
+    };
+    for (due, answer) in done.leases.iter().zip(answers) {
+        let id = due.id;
+        // A lease released, stopped or lost meanwhile is no longer in the table.
+        let Some(tracked) = leases.get_mut(&id) else {
+            continue;
+        };
+        tracked.in_flight = false;
+        if answer == 1 {
+            tracked.renewing = !due.last;
+            let entry = &mut tracked.entry;
+            entry.valid_until = entry.valid_until.max(done.sent_at + due.ttl);
+            entry.next_renewal = done.sent_at + entry.interval;
+            tracked.last_error = None;
+            entry.state.renewed(entry.valid_until);
+        } else {
+            let tracked = leases.remove(&id).expect("found above");
+            lose(tracked.entry, LostReason::NotHeld, conn);
+        }
+    }
+}
+
+/// A renewal call failed: try those leases again soon; they are declared lost if no
+/// renewal gets through before their validity ends.
+fn retry_later(leases: &mut HashMap<u64, Tracked>, batch: &[Due], error: redis::RedisError) {
+    let now = Instant::now();
+    for due in batch {
+        if let Some(tracked) = leases.get_mut(&due.id) {
+            tracked.in_flight = false;
+            tracked.entry.next_renewal =
+                now + (tracked.entry.interval / 4).max(Duration::from_millis(1));
+            tracked.last_error = Some(error.clone());
+        }
+    }
+}
