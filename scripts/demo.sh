@@ -1,19 +1,10 @@
 #!/usr/bin/env bash
-# The main job: runs every example against a private redis-server that it starts on a
-# free loopback port and stops at the end. Installs redis-server first if missing.
+# The main job: `redmutex demo` — workers contending for a lock, a kept-alive lease
+# outliving its TTL, a lost lock detected and its work cancelled — against a private
+# redis-server the demo starts and stops itself. Installs redis-server first if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-redis.sh
 ensure_redis
-cargo build -q -p testkit --bin with-redis -p redmutex --examples
-examples="must_acquire try_once_or_retry ttl_refresh metadata multi_key"
-exec target/debug/with-redis bash -c '
-    set -e
-    for example in '"$examples"'; do
-        echo
-        echo "=== example: $example"
-        target/debug/examples/$example
-    done
-    echo
-    echo "=== all examples ran against $REDIS_URL"
-'
+cargo build -q -p redmutex-cli
+exec target/debug/redmutex demo "$@"

@@ -11,7 +11,9 @@ echo "--- cargo clippy (all targets, -D warnings)"
 cargo clippy --workspace --all-targets -- -D warnings
 echo "--- cargo test (unit and integration tests; builds the examples)"
 cargo test --workspace --all-targets
-echo "--- examples, run against a private redis-server"
+echo "--- library examples, run against a private redis-server"
+bash scripts/examples.sh
+echo "--- the demo (the README's main command)"
 bash scripts/demo.sh
 echo "--- doc tests"
 cargo test --workspace --doc

@@ -1,0 +1,133 @@
+//! The lock-management commands: acquire, release, refresh, inspect.
+
+use redmutex::{Connection, Error, Locker, Token};
+
+use crate::exit::{self, Failure};
+use crate::{duration, AcquireArgs, InspectArgs, RefreshArgs, ReleaseArgs};
+
+/// Takes the lock, prints its token and leaves it in Redis.
+pub async fn acquire<C: Connection>(
+    locker: &Locker<C>,
+    args: AcquireArgs,
+    urls: &[String],
+) -> Result<u8, Failure> {
+    let lock = args
+        .lock
+        .acquire(locker, &args.keys, "redmutex-acquire")
+        .await
+        .map_err(|e| Failure::from_lock_error(&e, urls))?;
+    println!("{}", lock.detach());
+    Ok(0)
+}
+
+pub async fn release<C: Connection>(
+    locker: &Locker<C>,
+    args: ReleaseArgs,
+    urls: &[String],
+) -> Result<u8, Failure> {
+    let token = parse_token(&args.token)?;
+    match locker.release_with_token(&args.keys, &token).await {
+        Ok(()) => Ok(0),
+        Err(e) => Err(not_held_or(&e, urls)),
+    }
+}
+
+pub async fn refresh<C: Connection>(
+    locker: &Locker<C>,
+    args: RefreshArgs,
+    urls: &[String],
+) -> Result<u8, Failure> {
+    let token = parse_token(&args.token)?;
+    match locker
+        .refresh_with_token(&args.keys, &token, args.ttl)
+        .await
+    {
+        Ok(()) => Ok(0),
+        Err(e) => Err(not_held_or(&e, urls)),
+    }
+}
+
+pub async fn inspect<C: Connection>(
+    locker: &Locker<C>,
+    args: InspectArgs,
+    urls: &[String],
+) -> Result<u8, Failure> {
+    let info = locker
+        .inspect(&args.key)
+        .await
+        .map_err(|e| Failure::from_lock_error(&e, urls))?;
+    let ttl_ms = info.ttl.map(|t| t.as_millis());
+    if args.json {
+        println!(
+            "{{\"key\":{},\"held\":{},\"ttl_ms\":{},\"metadata\":{}}}",
+            json_string(&info.key_lossy()),
+            info.held,
+            ttl_ms.map_or("null".to_owned(), |ms| ms.to_string()),
+            info.metadata
+                .as_deref()
+                .map_or("null".to_owned(), json_string),
+        );
+    } else if !info.held {
+        println!("{}: free", info.key_lossy());
+    } else {
+        let mut line = format!("{}: held", info.key_lossy());
+        match info.ttl {
+            Some(ttl) => line.push_str(&format!(", ttl {}", duration::format(ttl))),
+            None => line.push_str(", no expiry"),
+        }
+        if info.foreign {
+            line.push_str(", not a redmutex lock");
+        }
+        if let Some(metadata) = &info.metadata {
+            line.push_str(&format!(", metadata: {metadata}"));
+        }
+        println!("{line}");
+    }
+    Ok(0)
+}
+
+fn parse_token(text: &str) -> Result<Token, Failure> {
+    text.parse()
+        .map_err(|e: Error| Failure::usage(e.to_string()))
+}
+
+fn not_held_or(e: &Error, urls: &[String]) -> Failure {
+    if e.is_not_held() {
+        Failure::new(exit::NOT_HELD, "not held")
+    } else {
+        Failure::from_lock_error(e, urls)
+    }
+}
+
+/// A JSON string literal.
+fn json_string(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::json_string;
+
+    #[test]
+    fn json_strings_are_escaped() {
+        assert_eq!(json_string("plain"), "\"plain\"");
+        assert_eq!(
+            json_string("a\"b\\c\nd\u{1}é"),
+            "\"a\\\"b\\\\c\\nd\\u0001é\""
+        );
+    }
+}

@@ -1,0 +1,290 @@
+//! `redmutex demo`: redmutex at work, live, against a private redis-server.
+//!
+//! Three scenes: workers contending for one lock (and never overlapping), a kept-alive
+//! lease outliving its TTL many times over, and a lock lost mid-work — detected, and the
+//! work cancelled. Then a summary. About fifteen seconds.
+
+mod server;
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::Args;
+use redmutex::retry::{self, Jitter, RetryExt};
+use redmutex::{Connection, Locker, LostReason};
+use tokio::time::Instant;
+
+use crate::duration::format;
+use crate::exit::{self, Failure};
+use crate::target;
+
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// How many workers contend for the lock in the first scene.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=50))]
+    workers: u32,
+}
+
+pub async fn run(args: DemoArgs, redis_flags: &[String]) -> Result<u8, Failure> {
+    // Only an explicit --redis is used; otherwise a private server, never someone's data.
+    let (_server, url) = match redis_flags {
+        [] => {
+            let server = server::PrivateServer::start()
+                .await
+                .map_err(|e| Failure::new(exit::UNAVAILABLE, e))?;
+            let url = server.url.clone();
+            println!("redmutex demo: started a private redis-server at {url}");
+            (Some(server), url)
+        }
+        urls => (None, target::single(urls)?.to_owned()),
+    };
+    let conn = redmutex::connect(&url)
+        .await
+        .map_err(|e| Failure::from_lock_error(&e, redis_flags))?;
+    let locker = Locker::new(conn.clone()).with_prefix("redmutex-demo:");
+    let clock = Clock(Instant::now());
+
+    let contention = contention(&locker, &clock, args.workers).await?;
+    let keepalive = keep_alive(&locker, &clock).await?;
+    let lost = lost_lock(&locker, conn, &clock).await?;
+
+    println!();
+    println!("summary");
+    println!(
+        "  contention: {} workers, {} acquisitions, {} overlaps, longest wait {}",
+        args.workers,
+        contention.acquisitions,
+        contention.overlaps,
+        format(contention.longest_wait)
+    );
+    println!(
+        "  keep-alive: a {} lease held for {} with {} renewals, never lost",
+        format(keepalive.ttl),
+        format(keepalive.held),
+        keepalive.renewals
+    );
+    println!(
+        "  lost lock:  detected {} after the key vanished; work cancelled after {} of {} steps",
+        format(lost.detected_after),
+        lost.steps_done,
+        lost.steps_planned
+    );
+    println!("  total time: {}", format(clock.0.elapsed()));
+    if contention.overlaps > 0 || !keepalive.never_lost || !lost.cancelled {
+        return Err(Failure::new(
+            exit::LOST,
+            "the demo saw something it must never see",
+        ));
+    }
+    Ok(0)
+}
+
+/// Seconds since the demo started, for the live log.
+struct Clock(Instant);
+
+impl Clock {
+    fn say(&self, line: impl AsRef<str>) {
+        println!(
+            "[{:>6.2}s] {}",
+            self.0.elapsed().as_secs_f64(),
+            line.as_ref()
+        );
+    }
+}
+
+struct Contention {
+    acquisitions: u32,
+    overlaps: u32,
+    longest_wait: Duration,
+}
+
+async fn contention<C: Connection>(
+    locker: &Locker<C>,
+    clock: &Clock,
+    workers: u32,
+) -> Result<Contention, Failure> {
+    const ROUNDS: u32 = 3;
+    println!();
+    println!(
+        "scene 1: {workers} workers take turns on one lock (each holds it 120 ms, {ROUNDS} times)"
+    );
+    let inside = Arc::new(AtomicBool::new(false));
+    let overlaps = Arc::new(AtomicU32::new(0));
+    let longest_wait = Arc::new(Mutex::new(Duration::ZERO));
+    let mut tasks = Vec::new();
+    for worker in 1..=workers {
+        let (locker, inside, overlaps, longest_wait) = (
+            locker.clone(),
+            inside.clone(),
+            overlaps.clone(),
+            longest_wait.clone(),
+        );
+        let started = clock.0;
+        tasks.push(tokio::spawn(async move {
+            let clock = Clock(started);
+            for _ in 0..ROUNDS {
+                let asked = Instant::now();
+                let lock = locker
+                    .acquire("report", Duration::from_secs(5))
+                    .metadata(format!("worker={worker}"))
+                    .retry(
+                        retry::exponential(Duration::from_millis(5), Duration::from_millis(100))
+                            .jitter(Jitter::equal()),
+                    )
+                    .deadline(Duration::from_secs(20))
+                    .await?;
+                let waited = asked.elapsed();
+                {
+                    let mut longest = longest_wait.lock().unwrap_or_else(|p| p.into_inner());
+                    *longest = (*longest).max(waited);
+                }
+                if inside.swap(true, Ordering::SeqCst) {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                clock.say(format!(
+                    "worker {worker} holds the lock (waited {})",
+                    format(waited)
+                ));
+                tokio::time::sleep(Duration::from_millis(120)).await;
+                inside.store(false, Ordering::SeqCst);
+                lock.release().await?;
+                // Step back a while, as a real worker would between jobs; without push
+                // wake-up, the one that just released would otherwise win most races.
+                tokio::time::sleep(Duration::from_millis(150)).await;
+            }
+            Ok::<(), redmutex::Error>(())
+        }));
+    }
+    for task in tasks {
+        task.await
+            .map_err(|e| Failure::new(exit::LOST, format!("worker failed: {e}")))?
+            .map_err(|e| Failure::from_lock_error(&e, &[]))?;
+    }
+    let overlaps = overlaps.load(Ordering::SeqCst);
+    clock.say(format!(
+        "all workers done: {} acquisitions, {overlaps} overlaps",
+        workers * ROUNDS
+    ));
+    let longest_wait = *longest_wait.lock().unwrap_or_else(|p| p.into_inner());
+    Ok(Contention {
+        acquisitions: workers * ROUNDS,
+        overlaps,
+        longest_wait,
+    })
+}
+
+struct KeptAlive {
+    ttl: Duration,
+    held: Duration,
+    renewals: u64,
+    never_lost: bool,
+}
+
+async fn keep_alive<C: Connection>(
+    locker: &Locker<C>,
+    clock: &Clock,
+) -> Result<KeptAlive, Failure> {
+    let ttl = Duration::from_secs(1);
+    println!();
+    println!("scene 2: a job that runs 4 s under a lock with a 1 s TTL, kept alive every ~333 ms");
+    let started = Instant::now();
+    let lease = locker
+        .acquire("nightly", ttl)
+        .metadata("job=nightly")
+        .await
+        .map_err(|e| Failure::from_lock_error(&e, &[]))?
+        .keep_alive();
+    for step in 1..=8 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let info = locker
+            .inspect("nightly")
+            .await
+            .map_err(|e| Failure::from_lock_error(&e, &[]))?;
+        clock.say(format!(
+            "job step {step}/8: lock held {}, Redis TTL left {}, renewals so far {}",
+            format(started.elapsed()),
+            info.ttl.map_or("-".into(), format),
+            lease.renewals()
+        ));
+    }
+    let held = started.elapsed();
+    let renewals = lease.renewals();
+    let never_lost = !lease.is_lost();
+    lease
+        .release()
+        .await
+        .map_err(|e| Failure::from_lock_error(&e, &[]))?;
+    clock.say(format!(
+        "job done after {} (4× the TTL); lock released",
+        format(held)
+    ));
+    Ok(KeptAlive {
+        ttl,
+        held,
+        renewals,
+        never_lost,
+    })
+}
+
+struct Lost {
+    detected_after: Duration,
+    steps_done: u32,
+    steps_planned: u32,
+    cancelled: bool,
+}
+
+async fn lost_lock<C: Connection>(
+    locker: &Locker<C>,
+    mut admin: C,
+    clock: &Clock,
+) -> Result<Lost, Failure> {
+    const STEPS: u32 = 20;
+    println!();
+    println!("scene 3: a job under a kept-alive lock; 1.2 s in, someone deletes the lock key");
+    let lease = locker
+        .acquire("migration", Duration::from_secs(1))
+        .await
+        .map_err(|e| Failure::from_lock_error(&e, &[]))?
+        .keep_alive();
+    let steps_done = Arc::new(AtomicU32::new(0));
+    let deleted_at = Arc::new(Mutex::new(None::<Instant>));
+    let key = [locker.prefix(), b"migration"].concat();
+    {
+        let deleted_at = deleted_at.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(1200)).await;
+            *deleted_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+            let _: Result<i64, _> = redis::cmd("DEL").arg(&key).query_async(&mut admin).await;
+        });
+    }
+    let done = steps_done.clone();
+    let work = async move {
+        for step in 1..=STEPS {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            done.store(step, Ordering::SeqCst);
+            Clock(clock.0).say(format!("migration step {step}/{STEPS} done"));
+        }
+    };
+    let outcome = lease.run(work).await;
+    let detected = Instant::now();
+    let deleted = deleted_at
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .unwrap_or(detected);
+    let detected_after = detected.saturating_duration_since(deleted);
+    let cancelled = matches!(outcome, Err(LostReason::NotHeld));
+    match &outcome {
+        Err(reason) => clock.say(format!(
+            "LOST: {reason} — detected {} after the delete; the work was cancelled",
+            format(detected_after)
+        )),
+        Ok(()) => clock.say("the work finished: the loss was not detected"),
+    }
+    Ok(Lost {
+        detected_after,
+        steps_done: steps_done.load(Ordering::SeqCst),
+        steps_planned: STEPS,
+        cancelled,
+    })
+}

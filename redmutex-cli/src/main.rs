@@ -1,0 +1,260 @@
+//! `redmutex`: run commands under a Redis lock, and manage locks from shell scripts.
+//!
+//! Exit codes follow sysexits.h: 64 usage, 69 Redis unavailable, 70 lock lost while the
+//! command ran, 75 lock not obtained; `exec` otherwise exits with the command's status
+//! (128 + N when it died of signal N).
+
+mod commands;
+mod demo;
+mod duration;
+mod exec;
+mod exit;
+mod target;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use redmutex::retry::{self, Jitter, RetryExt};
+use redmutex::{Acquire, Connection, Locker};
+
+use crate::exit::Failure;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "redmutex",
+    version,
+    about = "Distributed locks on Redis for shell scripts and cron jobs",
+    long_about = "Distributed locks on Redis for shell scripts and cron jobs.\n\n\
+        Redis: --redis URL, else $REDMUTEX_REDIS, else $REDIS_URL, else redis://127.0.0.1:6379.\n\
+        A lock on KEY is stored in Redis under exactly KEY (--prefix P prepends P).\n\
+        Durations: 250ms, 30s, 1.5s, 2m, 1h30m.\n\n\
+        Exit codes: 64 usage error, 69 Redis unreachable or auth failure, 70 lock lost while\n\
+        the command ran, 75 lock not obtained; exec otherwise passes on the command's status."
+)]
+struct Cli {
+    /// Redis server URL (redis://[user:password@]host:port[/db]).
+    #[arg(long = "redis", value_name = "URL", global = true)]
+    redis: Vec<String>,
+
+    /// Prepend this to every key.
+    #[arg(long, value_name = "P", global = true, default_value = "")]
+    prefix: String,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a command while holding the lock; renew it while the command runs; stop the
+    /// command if the lock is lost.
+    Exec(ExecArgs),
+    /// Take a lock and print its token (the lock stays until its TTL or a release).
+    Acquire(AcquireArgs),
+    /// Release a lock taken with `acquire`.
+    Release(ReleaseArgs),
+    /// Set a new TTL on a lock taken with `acquire`.
+    Refresh(RefreshArgs),
+    /// Show whether a key is locked, for how long, and by whom.
+    Inspect(InspectArgs),
+    /// Show redmutex at work against a private redis-server (no Redis needed).
+    Demo(demo::DemoArgs),
+}
+
+/// How to take the lock: shared by `exec` and `acquire`.
+#[derive(Args, Debug)]
+struct LockArgs {
+    /// Time to live of the lock (exec renews it every third of this while the command runs).
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = duration::parse)]
+    ttl: Duration,
+
+    /// Wait at most this long for a busy lock (default: wait forever).
+    #[arg(long, value_name = "DUR", value_parser = duration::parse, conflicts_with = "nonblock")]
+    wait: Option<Duration>,
+
+    /// Try once; fail at once if the lock is held.
+    #[arg(short = 'n', long)]
+    nonblock: bool,
+
+    /// Text stored with the lock for `inspect` (default: host, pid and command).
+    #[arg(long, value_name = "TEXT")]
+    metadata: Option<String>,
+}
+
+#[derive(Args, Debug)]
+struct ExecArgs {
+    #[command(flatten)]
+    lock: LockArgs,
+
+    /// Exit with this code when the lock is not obtained (instead of 75).
+    #[arg(short = 'E', long = "conflict-exit-code", value_name = "N", default_value_t = exit::NOT_OBTAINED)]
+    conflict_exit_code: u8,
+
+    /// After a lost lock, how long the command has between SIGTERM and SIGKILL.
+    #[arg(long, value_name = "DUR", default_value = "5s", value_parser = duration::parse)]
+    grace: Duration,
+
+    /// The keys to lock, all or nothing.
+    #[arg(value_name = "KEY", required = true, num_args = 1..)]
+    keys: Vec<String>,
+
+    /// The command to run, after `--`.
+    #[arg(value_name = "COMMAND", last = true, required = true, num_args = 1..)]
+    command: Vec<OsString>,
+}
+
+#[derive(Args, Debug)]
+struct AcquireArgs {
+    #[command(flatten)]
+    lock: LockArgs,
+
+    /// The keys to lock, all or nothing.
+    #[arg(value_name = "KEY", required = true, num_args = 1..)]
+    keys: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+struct ReleaseArgs {
+    /// The token printed by `acquire`.
+    #[arg(long, value_name = "T")]
+    token: String,
+
+    /// The keys of the lock.
+    #[arg(value_name = "KEY", required = true, num_args = 1..)]
+    keys: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+struct RefreshArgs {
+    /// The token printed by `acquire`.
+    #[arg(long, value_name = "T")]
+    token: String,
+
+    /// The new time to live, counted from now.
+    #[arg(long, value_name = "DUR", value_parser = duration::parse)]
+    ttl: Duration,
+
+    /// The keys of the lock.
+    #[arg(value_name = "KEY", required = true, num_args = 1..)]
+    keys: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+struct InspectArgs {
+    /// The key to look at.
+    #[arg(value_name = "KEY")]
+    key: String,
+
+    /// Print one JSON object: key, held, ttl_ms, metadata.
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            // --help and --version are not errors.
+            return if e.use_stderr() {
+                ExitCode::from(exit::USAGE)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            return Failure::new(
+                exit::UNAVAILABLE,
+                format!("cannot start the async runtime: {e}"),
+            )
+            .report()
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => ExitCode::from(code),
+        Err(failure) => failure.report(),
+    }
+}
+
+async fn run(cli: Cli) -> Result<u8, Failure> {
+    let urls = target::urls(&cli.redis, |name| std::env::var(name).ok());
+    if let Command::Demo(args) = cli.command {
+        return demo::run(args, &cli.redis).await;
+    }
+    let url = target::single(&urls)?;
+    let conn = redmutex::connect(url)
+        .await
+        .map_err(|e| connect_failure(&e, url, &urls))?;
+    let locker = Locker::new(conn).with_prefix(&cli.prefix);
+    match cli.command {
+        Command::Exec(args) => exec::run(&locker, args, &urls).await,
+        Command::Acquire(args) => commands::acquire(&locker, args, &urls).await,
+        Command::Release(args) => commands::release(&locker, args, &urls).await,
+        Command::Refresh(args) => commands::refresh(&locker, args, &urls).await,
+        Command::Inspect(args) => commands::inspect(&locker, args, &urls).await,
+        Command::Demo(_) => unreachable!("handled above"),
+    }
+}
+
+fn connect_failure(e: &redmutex::Error, url: &str, urls: &[String]) -> Failure {
+    let mut failure = Failure::from_lock_error(e, urls);
+    failure.message = format!(
+        "cannot connect to {}: {}",
+        target::redact(url),
+        failure.message
+    );
+    failure
+}
+
+impl LockArgs {
+    /// The acquire, with the waiting policy the flags ask for: one try (`-n`), up to
+    /// `--wait`, or forever. Waiters back off exponentially from 10 ms to 500 ms, with
+    /// jitter so that many waiting scripts do not retry in step.
+    fn acquire<'a, C: Connection>(
+        &self,
+        locker: &Locker<C>,
+        keys: &[String],
+        what: &str,
+    ) -> Acquire<'a, C> {
+        let metadata = self
+            .metadata
+            .clone()
+            .unwrap_or_else(|| default_metadata(what));
+        let acquire = locker.acquire_all(keys, self.ttl).metadata(metadata);
+        if self.nonblock {
+            return acquire;
+        }
+        acquire
+            .retry(
+                retry::exponential(Duration::from_millis(10), Duration::from_millis(500))
+                    .jitter(Jitter::equal()),
+            )
+            .deadline(self.wait.unwrap_or(Duration::MAX))
+    }
+}
+
+/// `host=web-3 pid=4121 cmd=backup.sh`: who holds the lock, for `inspect`.
+fn default_metadata(what: &str) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "unknown".into());
+    let mut text = format!("host={host} pid={} cmd={what}", std::process::id());
+    // Keep it short: it is stored with every lock.
+    if text.len() > 200 {
+        let mut cut = 200;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+    }
+    text
+}

@@ -1,0 +1,145 @@
+//! Which Redis to talk to: `--redis`, else `REDMUTEX_REDIS`, else `REDIS_URL`, else
+//! localhost — and how to show a URL without its password.
+
+use crate::exit::Failure;
+
+/// The default when nothing is configured.
+pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+
+/// The Redis URLs to use. `--redis` (repeatable) wins over the environment;
+/// `REDMUTEX_REDIS` may hold several, comma-separated.
+pub fn urls(flags: &[String], env: impl Fn(&str) -> Option<String>) -> Vec<String> {
+    if !flags.is_empty() {
+        return flags.to_vec();
+    }
+    if let Some(list) = env("REDMUTEX_REDIS").filter(|v| !v.trim().is_empty()) {
+        return list
+            .split(',')
+            .map(|u| u.trim().to_owned())
+            .filter(|u| !u.is_empty())
+            .collect();
+    }
+    if let Some(url) = env("REDIS_URL").filter(|v| !v.trim().is_empty()) {
+        return vec![url.trim().to_owned()];
+    }
+    vec![DEFAULT_URL.to_owned()]
+}
+
+/// The one URL a single-node command uses; several are a clear usage error for now.
+pub fn single(urls: &[String]) -> Result<&str, Failure> {
+    match urls {
+        [url] => Ok(url),
+        _ => Err(Failure::usage(format!(
+            "{} Redis URLs given ({}); quorum locking over several nodes (Redlock) is not \
+             supported by this version — give exactly one",
+            urls.len(),
+            urls.iter()
+                .map(|u| redact(u))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
+/// The URL with any password replaced by `***`: `redis://user:***@host:6379/0`.
+pub fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    let Some(at) = authority.rfind('@') else {
+        return url.to_owned();
+    };
+    let userinfo = &authority[..at];
+    let redacted = match userinfo.find(':') {
+        Some(colon) => format!("{}:***", &userinfo[..colon]),
+        // `redis://password@host` is read as a password by some clients.
+        None if !userinfo.is_empty() => "***".to_owned(),
+        None => String::new(),
+    };
+    format!("{}{}{}", &url[..scheme_end], redacted, &rest[at..])
+}
+
+/// Removes every occurrence of the passwords in `urls` from `text` (error messages of
+/// the Redis client may quote the address they failed on).
+pub fn scrub(text: &str, urls: &[String]) -> String {
+    let mut text = text.to_owned();
+    for url in urls {
+        if let Some(password) = password(url) {
+            if !password.is_empty() {
+                text = text.replace(&password, "***");
+            }
+        }
+    }
+    text
+}
+
+fn password(url: &str) -> Option<String> {
+    let rest = &url[url.find("://")? + 3..];
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let userinfo = &authority[..authority.rfind('@')?];
+    Some(match userinfo.find(':') {
+        Some(colon) => userinfo[colon + 1..].to_owned(),
+        None => userinfo.to_owned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |name| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn precedence() {
+        let flags = vec!["redis://flag:1".to_owned()];
+        let all = [
+            ("REDMUTEX_REDIS", "redis://a:1, redis://b:2"),
+            ("REDIS_URL", "redis://c:3"),
+        ];
+        assert_eq!(urls(&flags, env(&all)), ["redis://flag:1"]);
+        assert_eq!(urls(&[], env(&all)), ["redis://a:1", "redis://b:2"]);
+        assert_eq!(
+            urls(&[], env(&[("REDIS_URL", "redis://c:3")])),
+            ["redis://c:3"]
+        );
+        assert_eq!(urls(&[], env(&[("REDMUTEX_REDIS", " ")])), [DEFAULT_URL]);
+        assert_eq!(urls(&[], env(&[])), [DEFAULT_URL]);
+    }
+
+    #[test]
+    fn several_urls_are_refused_for_now() {
+        let two = vec!["redis://:pw@a:1".to_owned(), "redis://b:2".to_owned()];
+        let err = single(&two).unwrap_err();
+        assert!(!err.message.contains("pw"), "{}", err.message);
+        assert_eq!(single(&two[1..]).unwrap(), "redis://b:2");
+    }
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact("redis://:s3cret@host:6379/0"),
+            "redis://:***@host:6379/0"
+        );
+        assert_eq!(
+            redact("rediss://user:p@ss@host:6380"),
+            "rediss://user:***@host:6380"
+        );
+        assert_eq!(redact("redis://onlypass@host"), "redis://***@host");
+        assert_eq!(redact("redis://host:6379"), "redis://host:6379");
+        assert_eq!(redact("not a url"), "not a url");
+        let urls = vec!["redis://u:hunter2@h:1".to_owned()];
+        assert_eq!(
+            scrub("failed on redis://u:hunter2@h:1: refused", &urls),
+            "failed on redis://u:***@h:1: refused"
+        );
+    }
+}

@@ -1,0 +1,477 @@
+//! The real `redmutex` binary against test-kit servers.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use testkit::{RedisServer, ServerOptions};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// `redmutex --redis <server>` with a clean environment for the Redis variables.
+fn redmutex(server: &RedisServer) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_redmutex"));
+    cmd.arg("--redis").arg(server.url());
+    cmd.env_remove("REDMUTEX_REDIS").env_remove("REDIS_URL");
+    cmd
+}
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.stdin(Stdio::null()).output().expect("run redmutex")
+}
+
+fn code(output: &Output) -> i32 {
+    output.status.code().expect("exited normally")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn exists(server: &RedisServer, key: &str) -> bool {
+    server.command(&["EXISTS", key]) == ":1\r\n"
+}
+
+/// A scratch directory for files the commands write.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("redmutex-cli-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn wait_for_file(path: &Path, within: Duration) -> String {
+    let until = Instant::now() + within;
+    while Instant::now() < until {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            if !text.is_empty() {
+                return text;
+            }
+        }
+        thread::sleep(ms(20));
+    }
+    panic!("{path:?} was not written within {within:?}");
+}
+
+fn wait_child(child: &mut Child, within: Duration) -> std::process::ExitStatus {
+    let until = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            panic!("redmutex did not exit within {within:?}");
+        }
+        thread::sleep(ms(20));
+    }
+}
+
+/// Alive and not a zombie (an orphan killed here may wait a while for its reaper).
+fn process_alive(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())) {
+        // The state follows the command name in parentheses: "1234 (sleep) S ...".
+        Ok(stat) => !stat.rsplit(") ").next().unwrap_or("").starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
+#[test]
+fn exec_passes_env_and_exit_status_and_releases() {
+    let server = RedisServer::spawn();
+    let out = run(redmutex(&server).args([
+        "exec",
+        "k1",
+        "k2",
+        "--",
+        "sh",
+        "-c",
+        "echo \"$REDMUTEX_KEYS|$REDMUTEX_TTL_MS|${#REDMUTEX_TOKEN}\"; redis-cli -p \"$PORT\" exists k1; exit 3",
+    ]).env("PORT", server.port().to_string()));
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "k1,k2|30000|22\n1\n",
+        "held while the command ran"
+    );
+    assert!(
+        !exists(&server, "k1") && !exists(&server, "k2"),
+        "released after"
+    );
+}
+
+#[test]
+fn exec_reports_death_by_signal_as_128_plus_n() {
+    let server = RedisServer::spawn();
+    let out = run(redmutex(&server).args(["exec", "k", "--", "sh", "-c", "kill -TERM $$"]));
+    assert_eq!(code(&out), 128 + 15);
+    let out = run(redmutex(&server).args(["exec", "k", "--", "sh", "-c", "kill -KILL $$"]));
+    assert_eq!(code(&out), 128 + 9);
+    assert!(!exists(&server, "k"));
+}
+
+#[test]
+fn exec_on_a_held_lock_nonblocking_and_with_wait() {
+    let server = RedisServer::spawn();
+    let out = run(redmutex(&server).args(["acquire", "--ttl", "1m", "busy"]));
+    assert_eq!(code(&out), 0);
+
+    let started = Instant::now();
+    let out = run(redmutex(&server).args(["exec", "-n", "busy", "--", "true"]));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    assert!(started.elapsed() < ms(1000), "-n answers at once");
+    assert!(stderr(&out).contains("not obtained"), "{}", stderr(&out));
+
+    let out = run(redmutex(&server).args(["exec", "-n", "-E", "9", "busy", "--", "true"]));
+    assert_eq!(code(&out), 9);
+
+    let started = Instant::now();
+    let out = run(redmutex(&server).args(["exec", "--wait", "1s", "busy", "--", "true"]));
+    let waited = started.elapsed();
+    assert_eq!(code(&out), 75);
+    assert!(waited >= ms(1000) && waited < ms(3000), "waited {waited:?}");
+}
+
+#[test]
+fn two_execs_on_one_key_are_serialized() {
+    let server = RedisServer::spawn();
+    let dir = scratch("serial");
+    let log = dir.join("log");
+    let script = format!(
+        "echo start >> {0}; sleep 0.4; echo end >> {0}",
+        log.display()
+    );
+    let mut children: Vec<Child> = (0..2)
+        .map(|_| {
+            redmutex(&server)
+                .args(["exec", "--ttl", "5s", "shared", "--", "sh", "-c", &script])
+                .stdin(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in &mut children {
+        assert!(wait_child(child, Duration::from_secs(10)).success());
+    }
+    let lines: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        lines,
+        ["start", "end", "start", "end"],
+        "the two commands overlapped"
+    );
+}
+
+#[test]
+fn lost_lock_stops_the_whole_process_group() {
+    let server = RedisServer::spawn();
+    let dir = scratch("lost");
+    let (term, grandchild, stubborn) = (
+        dir.join("term"),
+        dir.join("grandchild"),
+        dir.join("stubborn"),
+    );
+    // The command: a grandchild that dies on SIGTERM, one that ignores it, and a main
+    // process that notes the SIGTERM and keeps going (so SIGKILL must finish it).
+    let script = format!(
+        "sleep 1000 & echo $! > {g}; \
+         (trap '' TERM; exec sleep 1000) & echo $! > {s}; \
+         trap 'echo got-term > {t}' TERM; \
+         while :; do sleep 0.05; done",
+        g = grandchild.display(),
+        s = stubborn.display(),
+        t = term.display()
+    );
+    let mut child = redmutex(&server)
+        .args([
+            "exec", "--ttl", "1s", "--grace", "500ms", "job", "--", "sh", "-c", &script,
+        ])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let grandchild_pid = wait_for_file(&grandchild, Duration::from_secs(5));
+    let stubborn_pid = wait_for_file(&stubborn, Duration::from_secs(5));
+    assert!(process_alive(&grandchild_pid));
+    server.command(&["DEL", "job"]);
+    let status = wait_child(&mut child, Duration::from_secs(10));
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(70), "{err}");
+    assert!(err.contains("lost"), "{err}");
+    assert_eq!(std::fs::read_to_string(&term).unwrap().trim(), "got-term");
+    thread::sleep(ms(100));
+    assert!(!process_alive(&grandchild_pid), "grandchild survived");
+    assert!(
+        !process_alive(&stubborn_pid),
+        "a grandchild ignoring SIGTERM survived SIGKILL"
+    );
+}
+
+#[test]
+fn signals_to_redmutex_reach_the_command() {
+    let server = RedisServer::spawn();
+    let dir = scratch("forward");
+    let marker = dir.join("marker");
+    let ready = dir.join("ready");
+    let script = format!(
+        "trap 'echo forwarded > {m}; exit 7' TERM; echo up > {r}; while :; do sleep 0.05; done",
+        m = marker.display(),
+        r = ready.display()
+    );
+    let mut child = redmutex(&server)
+        .args(["exec", "job", "--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_file(&ready, Duration::from_secs(5));
+    assert!(exists(&server, "job"));
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let status = wait_child(&mut child, Duration::from_secs(5));
+    assert_eq!(status.code(), Some(7), "the command's own exit status");
+    assert_eq!(
+        std::fs::read_to_string(&marker).unwrap().trim(),
+        "forwarded"
+    );
+    assert!(!exists(&server, "job"), "released after the command exited");
+}
+
+#[test]
+fn stdin_reaches_the_command() {
+    let server = RedisServer::spawn();
+    let mut child = redmutex(&server)
+        .args(["exec", "k", "--", "cat"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"hello through the lock\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(code(&out), 0);
+    assert_eq!(stdout(&out), "hello through the lock\n");
+}
+
+/// In a terminal, the command becomes the foreground process group and can read it.
+#[test]
+fn interactive_command_reads_the_terminal() {
+    let server = RedisServer::spawn();
+    let inner = format!(
+        "{} --redis {} exec k -- sh -c 'read line; echo got:$line'",
+        env!("CARGO_BIN_EXE_redmutex"),
+        server.url()
+    );
+    // util-linux `script` runs the command on a pseudo-terminal fed from our stdin.
+    let mut child = Command::new("script")
+        .args(["-qec", &inner, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("util-linux `script` is needed for the terminal test");
+    let mut input = child.stdin.take().unwrap();
+    thread::sleep(ms(500));
+    input.write_all(b"typed-by-a-person\n").unwrap();
+    let started = Instant::now();
+    let status = wait_child(&mut child, Duration::from_secs(10));
+    drop(input);
+    let mut out = String::new();
+    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
+    assert!(status.success(), "{out}");
+    assert!(out.contains("got:typed-by-a-person"), "{out:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn usage_errors_exit_64_with_a_message() {
+    let server = RedisServer::spawn();
+    for args in [
+        vec!["exec", "--ttl", "0s", "k", "--", "true"],
+        vec!["exec", "--ttl", "5", "k", "--", "true"],
+        vec!["exec", "--wait", "soon", "k", "--", "true"],
+        vec!["exec", "k"],
+        vec!["exec", "--", "true"],
+        vec!["exec", "-n", "--wait", "1s", "k", "--", "true"],
+        vec!["acquire", "--ttl", "0ms", "k"],
+        vec!["acquire", "a", "a"],
+        vec!["release", "--token", "not-a-token", "k"],
+        vec!["frobnicate"],
+    ] {
+        let out = run(redmutex(&server).args(&args));
+        assert_eq!(code(&out), 64, "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(!err.trim().is_empty(), "{args:?}: no message");
+    }
+    let out = run(redmutex(&server).args(["exec", "--ttl", "0s", "k", "--", "true"]));
+    assert!(stderr(&out).contains("ttl"), "{}", stderr(&out));
+    assert!(!exists(&server, "k"));
+    assert_eq!(code(&run(redmutex(&server).arg("--help"))), 0);
+}
+
+#[test]
+fn unreachable_and_unauthorised_exit_69_quickly_without_echoing_passwords() {
+    let port = testkit::free_port();
+    let started = Instant::now();
+    let out = run(Command::new(env!("CARGO_BIN_EXE_redmutex")).args([
+        "--redis",
+        &format!("redis://127.0.0.1:{port}"),
+        "exec",
+        "k",
+        "--",
+        "true",
+    ]));
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    let server = RedisServer::spawn_with(ServerOptions {
+        password: Some("right-horse".into()),
+        ..ServerOptions::default()
+    });
+    let url = format!("redis://:battery-staple@127.0.0.1:{}", server.port());
+    let out =
+        run(Command::new(env!("CARGO_BIN_EXE_redmutex")).args(["--redis", &url, "inspect", "k"]));
+    assert_eq!(code(&out), 69);
+    assert!(!stderr(&out).contains("battery-staple"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("***"), "{}", stderr(&out));
+
+    let out = run(redmutex(&server).args(["inspect", "k"]));
+    assert_eq!(code(&out), 0, "the right password works: {}", stderr(&out));
+}
+
+#[test]
+fn acquire_refresh_release_inspect() {
+    let server = RedisServer::spawn();
+    let out = run(redmutex(&server).args([
+        "acquire",
+        "--ttl",
+        "10s",
+        "--metadata",
+        "job=backup \"nightly\"",
+        "db",
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let token = stdout(&out).trim().to_owned();
+    assert_eq!(token.len(), 22);
+    assert!(exists(&server, "db"), "acquire leaves the lock in place");
+
+    let out = run(redmutex(&server).args(["inspect", "db", "--json"]));
+    let json = stdout(&out);
+    assert!(
+        json.starts_with("{\"key\":\"db\",\"held\":true,\"ttl_ms\":"),
+        "{json}"
+    );
+    assert!(
+        json.trim_end()
+            .ends_with(",\"metadata\":\"job=backup \\\"nightly\\\"\"}"),
+        "{json}"
+    );
+    let out = run(redmutex(&server).args(["inspect", "db"]));
+    assert!(
+        stdout(&out).starts_with("db: held, ttl "),
+        "{}",
+        stdout(&out)
+    );
+
+    let out = run(redmutex(&server).args(["acquire", "-n", "db"]));
+    assert_eq!(code(&out), 75);
+
+    assert_eq!(
+        code(&run(
+            redmutex(&server).args(["refresh", "--token", &token, "--ttl", "2m", "db"])
+        )),
+        0
+    );
+    let pttl: i64 = server.command(&["PTTL", "db"])[1..].trim().parse().unwrap();
+    assert!(pttl > 110_000, "{pttl}");
+
+    let other = "AAAAAAAAAAAAAAAAAAAAAA";
+    let out = run(redmutex(&server).args(["release", "--token", other, "db"]));
+    assert_eq!(code(&out), 1);
+    assert!(stderr(&out).contains("not held"));
+    assert!(exists(&server, "db"));
+
+    assert_eq!(
+        code(&run(
+            redmutex(&server).args(["release", "--token", &token, "db"])
+        )),
+        0
+    );
+    assert!(!exists(&server, "db"));
+    let out = run(redmutex(&server).args(["release", "--token", &token, "db"]));
+    assert_eq!(code(&out), 1);
+    let out = run(redmutex(&server).args(["refresh", "--token", &token, "--ttl", "1s", "db"]));
+    assert_eq!(code(&out), 1);
+    assert!(stderr(&out).contains("not held"));
+
+    let out = run(redmutex(&server).args(["inspect", "db", "--json"]));
+    assert_eq!(
+        stdout(&out),
+        "{\"key\":\"db\",\"held\":false,\"ttl_ms\":null,\"metadata\":null}\n"
+    );
+
+    // exec stores who holds the lock.
+    let out = run(redmutex(&server).args([
+        "exec",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "\"$0\" --redis \"$1\" inspect job",
+        env!("CARGO_BIN_EXE_redmutex"),
+        &server.url(),
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(stdout(&out).contains("metadata: host="), "{}", stdout(&out));
+    assert!(stdout(&out).contains("cmd=sh"), "{}", stdout(&out));
+}
+
+#[test]
+fn redis_url_sources_and_prefix() {
+    let server = RedisServer::spawn();
+    let bin = env!("CARGO_BIN_EXE_redmutex");
+    let probe = format!("redis-cli -p {} exists app:k", server.port());
+    // REDMUTEX_REDIS from the environment, with --prefix.
+    let out = run(Command::new(bin)
+        .env("REDMUTEX_REDIS", server.url())
+        .env_remove("REDIS_URL")
+        .args(["--prefix", "app:", "exec", "k", "--", "sh", "-c", &probe]));
+    assert_eq!(stdout(&out), "1\n", "{}", stderr(&out));
+    // REDIS_URL as the fallback.
+    let out = run(Command::new(bin)
+        .env_remove("REDMUTEX_REDIS")
+        .env("REDIS_URL", server.url())
+        .args(["inspect", "k"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    // --redis wins over the environment.
+    let dead = format!("redis://127.0.0.1:{}", testkit::free_port());
+    let out = run(Command::new(bin).env("REDMUTEX_REDIS", &dead).args([
+        "--redis",
+        &server.url(),
+        "inspect",
+        "k",
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    // Several URLs: a clear error until quorum locking exists.
+    let out = run(Command::new(bin)
+        .env("REDMUTEX_REDIS", format!("{},{dead}", server.url()))
+        .args(["inspect", "k"]));
+    assert_eq!(code(&out), 64);
+    assert!(stderr(&out).contains("Redlock"), "{}", stderr(&out));
+}
