@@ -221,12 +221,18 @@ fn lost_lock_stops_the_whole_process_group() {
 
 #[test]
 fn signals_to_redmutex_reach_the_command() {
+    for signal in ["TERM", "INT"] {
+        forward(signal);
+    }
+}
+
+fn forward(signal: &str) {
     let server = RedisServer::spawn();
-    let dir = scratch("forward");
+    let dir = scratch(&format!("forward-{signal}"));
     let marker = dir.join("marker");
     let ready = dir.join("ready");
     let script = format!(
-        "trap 'echo forwarded > {m}; exit 7' TERM; echo up > {r}; while :; do sleep 0.05; done",
+        "trap 'echo forwarded > {m}; exit 7' {signal}; echo up > {r}; while :; do sleep 0.05; done",
         m = marker.display(),
         r = ready.display()
     );
@@ -238,7 +244,7 @@ fn signals_to_redmutex_reach_the_command() {
     wait_for_file(&ready, Duration::from_secs(5));
     assert!(exists(&server, "job"));
     Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args([&format!("-{signal}"), &child.id().to_string()])
         .status()
         .unwrap();
     let status = wait_child(&mut child, Duration::from_secs(5));

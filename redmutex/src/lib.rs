@@ -11,6 +11,10 @@
 //! - **Retry strategies** that are plain iterators of delays ([`retry`]): none,
 //!   immediate, constant, linear, exponential with cap, fixed ticks, jitter, a limit on
 //!   tries, or your own — bounded by a deadline (default: the TTL).
+//! - **Keep-alive with a loud "lost" signal**: [`Lock::keep_alive`] turns a lock into a
+//!   [`Lease`] renewed in the background; [`Lease::lost`], [`Lease::is_lost`], a
+//!   cancellation token and [`Lease::run`] stop the work in time when the lock is lost.
+//!   All leases of a locker are renewed by one task, in batches.
 //! - **One round trip per operation**; scripts go by SHA.
 //! - **Cancel safe**: an acquire dropped mid-flight (e.g. by `tokio::time::timeout`) cleans
 //!   up after itself; a dropped [`Lock`] is released in the background.
