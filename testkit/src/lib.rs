@@ -12,9 +12,16 @@
 //! server.restart(); // same port, empty data set (no persistence)
 //! ```
 //!
+//! [`Proxy`] puts a TCP proxy in front of a server for network faults: latency, a black
+//! hole, cut connections.
+//!
 //! The binary is `redis-server` from `PATH`, or the path in `REDMUTEX_REDIS_SERVER`.
 //! A missing binary or a server that does not start is a loud panic that names the
 //! problem and prints the tail of the server's log: tests fail, they never skip.
+
+mod proxy;
+
+pub use proxy::Proxy;
 
 use std::fs;
 use std::io::{Read, Write};
