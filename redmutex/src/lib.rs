@@ -72,7 +72,9 @@ mod connection;
 mod error;
 mod keepalive;
 mod lock;
+
 mod locker;
+pub mod quorum;
 mod renewer;
 pub mod retry;
 mod scripts;
