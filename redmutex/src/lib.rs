@@ -72,7 +72,6 @@ mod connection;
 mod error;
 mod keepalive;
 mod lock;
-
 mod locker;
 pub mod quorum;
 mod renewer;
