@@ -193,8 +193,8 @@ async fn keep_alive<C: Connection>(
         .acquire("nightly", ttl)
         .metadata("job=nightly")
         .await
-        .map_err(|e| Failure::from_lock_error(&e, &[]))?
-        .keep_alive();
+        .and_then(|lock| lock.keep_alive())
+        .map_err(|e| Failure::from_lock_error(&e, &[]))?;
     for step in 1..=8 {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let info = locker
@@ -245,8 +245,8 @@ async fn lost_lock<C: Connection>(
     let lease = locker
         .acquire("migration", Duration::from_secs(1))
         .await
-        .map_err(|e| Failure::from_lock_error(&e, &[]))?
-        .keep_alive();
+        .and_then(|lock| lock.keep_alive())
+        .map_err(|e| Failure::from_lock_error(&e, &[]))?;
     let steps_done = Arc::new(AtomicU32::new(0));
     let deleted_at = Arc::new(Mutex::new(None::<Instant>));
     let key = [locker.prefix(), b"migration"].concat();

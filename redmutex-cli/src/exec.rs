@@ -8,7 +8,9 @@
 //! it would without redmutex; SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to redmutex itself
 //! are forwarded to the command's group.
 
-use std::io;
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
@@ -35,12 +37,22 @@ pub async fn run<C: Connection>(
     };
     let ttl_ms = lock.lease_ttl().as_millis().to_string();
     let token = lock.token();
-    let lease = lock.keep_alive();
+    let lease = lock
+        .keep_alive()
+        .map_err(|e| Failure::from_lock_error(&e, urls))?;
 
     // From here on, these signals are forwarded to the command instead of ending redmutex.
     let mut signals = Forwarded::new()
         .map_err(|e| Failure::new(exit::UNAVAILABLE, format!("cannot handle signals: {e}")))?;
-    let take_terminal = in_terminal_foreground();
+    // Once the command has the terminal, redmutex is a background process there: with
+    // `stty tostop`, its own messages would stop it. Ignoring SIGTTOU lets them through
+    // (and lets it take the terminal back). The child restores the default before exec.
+    // SAFETY: changes one signal disposition.
+    unsafe {
+        libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+    }
+    let terminal = Terminal::foreground();
+    let tty_fd = terminal.as_ref().map(Terminal::fd);
 
     let mut command = tokio::process::Command::new(&args.command[0]);
     command
@@ -51,11 +63,15 @@ pub async fn run<C: Connection>(
     // SAFETY: the closure only makes async-signal-safe calls (setpgid, signal, tcsetpgrp,
     // getpgrp), as required between fork and exec.
     unsafe {
-        command.pre_exec(move || join_own_group(take_terminal));
+        command.pre_exec(move || join_own_group(tty_fd));
     }
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
+            // The child may have taken the terminal before exec failed.
+            if let Some(terminal) = &terminal {
+                terminal.take_back();
+            }
             let _ = lease.release().await;
             let code = if e.kind() == io::ErrorKind::PermissionDenied {
                 126
@@ -75,8 +91,8 @@ pub async fn run<C: Connection>(
         unsafe {
             libc::setpgid(pgid, pgid);
         }
-        if take_terminal {
-            give_terminal_to(pgid);
+        if let Some(terminal) = &terminal {
+            terminal.give_to(pgid);
         }
     }
 
@@ -90,22 +106,20 @@ pub async fn run<C: Connection>(
     };
     match outcome {
         Ok(status) => {
-            if take_terminal {
-                take_terminal_back();
+            if let Some(terminal) = &terminal {
+                terminal.take_back();
             }
             if let Err(e) = lease.release().await {
                 if e.is_not_held() {
-                    eprintln!(
-                        "redmutex: warning: the lock was already gone when the command exited"
-                    );
+                    say("warning: the lock was already gone when the command exited");
                 }
             }
             Ok(status.map_or(1, |s| exit_code(&s)))
         }
         Err(reason) => {
-            stop_after_loss(&mut child, pgid, &reason, args.grace).await;
-            if take_terminal {
-                take_terminal_back();
+            stop_after_loss(&mut child, pgid, &reason, args.grace, &mut signals).await;
+            if let Some(terminal) = &terminal {
+                terminal.take_back();
             }
             Err(Failure::new(
                 exit::LOST,
@@ -115,28 +129,44 @@ pub async fn run<C: Connection>(
     }
 }
 
-/// SIGTERM to the whole group, then SIGKILL to whatever is left after `grace`.
+/// SIGTERM to the whole group, then SIGKILL to whatever is left after `grace`. Signals
+/// sent to redmutex meanwhile are still forwarded.
 async fn stop_after_loss(
     child: &mut tokio::process::Child,
     pgid: libc::pid_t,
     reason: &LostReason,
     grace: Duration,
+    signals: &mut Forwarded,
 ) {
-    eprintln!(
-        "redmutex: {reason}; sending SIGTERM to the command (SIGKILL in {})",
-        duration::format(grace)
-    );
+    // Signal first, talk after: nothing may delay stopping a command that lost its lock.
     signal_group(pgid, libc::SIGTERM);
-    let deadline = Instant::now() + grace;
-    let _ = tokio::time::timeout_at(deadline, child.wait()).await;
-    // The command may be gone while its children are still stopping.
-    while Instant::now() < deadline && group_alive(pgid) {
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    // A stopped group (Ctrl-Z) would not see the SIGTERM until continued.
+    signal_group(pgid, libc::SIGCONT);
+    say(&format!(
+        "{reason}; sent SIGTERM to the command (SIGKILL in {})",
+        duration::format(grace)
+    ));
+    let far = Instant::now() + Duration::from_secs(86_400 * 365);
+    let deadline = Instant::now().checked_add(grace).unwrap_or(far).min(far);
+    let mut reaped = false;
+    // The command may be gone while its children are still stopping: wait for the group.
+    while Instant::now() < deadline && (!reaped || group_alive(pgid)) {
+        tokio::select! {
+            status = child.wait(), if !reaped => reaped = status.is_ok(),
+            sig = signals.recv() => signal_group(pgid, sig),
+            () = tokio::time::sleep(Duration::from_millis(20)), if reaped => {}
+            () = tokio::time::sleep_until(deadline) => {}
+        }
     }
-    if group_alive(pgid) {
+    if !reaped || group_alive(pgid) {
         signal_group(pgid, libc::SIGKILL);
     }
     let _ = child.wait().await;
+}
+
+/// A line on stderr that can never fail redmutex (a closed or broken stderr is ignored).
+fn say(message: &str) {
+    let _ = writeln!(io::stderr(), "redmutex: {message}");
 }
 
 /// The exit status redmutex passes on: the command's code, or 128 + N for signal N.
@@ -162,75 +192,113 @@ fn group_alive(pgid: libc::pid_t) -> bool {
     pgid > 0 && unsafe { libc::kill(-pgid, 0) } == 0
 }
 
-/// Runs in the child between fork and exec.
-fn join_own_group(take_terminal: bool) -> io::Result<()> {
+/// Runs in the child between fork and exec: its own process group, and the terminal's
+/// foreground if redmutex had it.
+fn join_own_group(tty: Option<RawFd>) -> io::Result<()> {
     // SAFETY: async-signal-safe calls only.
     unsafe {
         if libc::setpgid(0, 0) != 0 {
             return Err(io::Error::last_os_error());
         }
-        if take_terminal {
-            // A background group may not set the terminal's group unless SIGTTOU is
-            // ignored; restore the default before exec, since exec keeps ignored signals.
-            libc::signal(libc::SIGTTOU, libc::SIG_IGN);
-            libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpgrp());
-            libc::signal(libc::SIGTTOU, libc::SIG_DFL);
+        if let Some(fd) = tty {
+            // SIGTTOU is ignored (inherited from redmutex), which a background group
+            // needs in order to set the terminal's foreground group.
+            libc::tcsetpgrp(fd, libc::getpgrp());
         }
+        // exec keeps ignored signals ignored: give the command the default back.
+        libc::signal(libc::SIGTTOU, libc::SIG_DFL);
     }
     Ok(())
 }
 
-/// Whether stdin is a terminal whose foreground group is ours.
-fn in_terminal_foreground() -> bool {
-    // SAFETY: queries only.
-    unsafe {
-        libc::isatty(libc::STDIN_FILENO) == 1
-            && libc::tcgetpgrp(libc::STDIN_FILENO) == libc::getpgrp()
+/// The controlling terminal, when redmutex runs in its foreground. Found through
+/// `/dev/tty` rather than stdin, so that `producer | redmutex exec k -- less` still hands
+/// the terminal to `less`.
+struct Terminal(File);
+
+impl Terminal {
+    fn foreground() -> Option<Terminal> {
+        let tty = File::options()
+            .read(true)
+            .write(true)
+            .open("/dev/tty")
+            .ok()?;
+        // SAFETY: queries only.
+        let ours = unsafe { libc::tcgetpgrp(tty.as_raw_fd()) == libc::getpgrp() };
+        ours.then_some(Terminal(tty))
+    }
+
+    fn fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+
+    fn give_to(&self, pgid: libc::pid_t) {
+        // SAFETY: SIGTTOU is ignored, so this works from a background group too.
+        unsafe {
+            libc::tcsetpgrp(self.fd(), pgid);
+        }
+    }
+
+    fn take_back(&self) {
+        // SAFETY: getpgrp cannot fail.
+        self.give_to(unsafe { libc::getpgrp() });
     }
 }
 
-fn give_terminal_to(pgid: libc::pid_t) {
-    // SAFETY: as in join_own_group; the previous SIGTTOU disposition is restored.
-    unsafe {
-        let previous = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
-        libc::tcsetpgrp(libc::STDIN_FILENO, pgid);
-        libc::signal(libc::SIGTTOU, previous);
-    }
-}
-
-fn take_terminal_back() {
-    // SAFETY: getpgrp cannot fail.
-    give_terminal_to(unsafe { libc::getpgrp() });
-}
-
-/// The signals redmutex forwards to the command.
+/// The signals redmutex forwards to the command. A signal that redmutex inherited as
+/// ignored (`nohup`, background jobs of non-interactive shells) is left ignored — the
+/// command inherits that too — instead of being caught and forwarded.
 struct Forwarded {
-    interrupt: Signal,
-    terminate: Signal,
-    hangup: Signal,
-    quit: Signal,
+    interrupt: Option<Signal>,
+    terminate: Option<Signal>,
+    hangup: Option<Signal>,
+    quit: Option<Signal>,
 }
 
 impl Forwarded {
     fn new() -> io::Result<Forwarded> {
+        let watch = |kind: SignalKind| -> io::Result<Option<Signal>> {
+            if is_ignored(kind.as_raw_value()) {
+                Ok(None)
+            } else {
+                signal(kind).map(Some)
+            }
+        };
         Ok(Forwarded {
-            interrupt: signal(SignalKind::interrupt())?,
-            terminate: signal(SignalKind::terminate())?,
-            hangup: signal(SignalKind::hangup())?,
-            quit: signal(SignalKind::quit())?,
+            interrupt: watch(SignalKind::interrupt())?,
+            terminate: watch(SignalKind::terminate())?,
+            hangup: watch(SignalKind::hangup())?,
+            quit: watch(SignalKind::quit())?,
         })
     }
 
     /// The next signal received, as its number.
     async fn recv(&mut self) -> libc::c_int {
         tokio::select! {
-            Some(()) = self.interrupt.recv() => libc::SIGINT,
-            Some(()) = self.terminate.recv() => libc::SIGTERM,
-            Some(()) = self.hangup.recv() => libc::SIGHUP,
-            Some(()) = self.quit.recv() => libc::SIGQUIT,
+            Some(()) = next(&mut self.interrupt) => libc::SIGINT,
+            Some(()) = next(&mut self.terminate) => libc::SIGTERM,
+            Some(()) = next(&mut self.hangup) => libc::SIGHUP,
+            Some(()) = next(&mut self.quit) => libc::SIGQUIT,
             // Only if the signal driver shut down: then there is nothing to forward.
             else => std::future::pending().await,
         }
+    }
+}
+
+async fn next(signal: &mut Option<Signal>) -> Option<()> {
+    match signal {
+        Some(signal) => signal.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Whether `sig` is currently ignored by this process.
+fn is_ignored(sig: libc::c_int) -> bool {
+    // SAFETY: a query of the current disposition; no new action is installed.
+    unsafe {
+        let mut current: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut current) == 0
+            && current.sa_sigaction == libc::SIG_IGN
     }
 }
 

@@ -1,5 +1,6 @@
 //! Exit codes (sysexits.h) and the mapping from library errors to them.
 
+use std::io::Write;
 use std::process::ExitCode;
 
 /// The command-line usage or an argument was wrong (EX_USAGE).
@@ -48,7 +49,8 @@ impl Failure {
 
     pub fn report(&self) -> ExitCode {
         if !self.message.is_empty() {
-            eprintln!("redmutex: {}", self.message);
+            // A closed or broken stderr must not turn into a panic.
+            let _ = writeln!(std::io::stderr(), "redmutex: {}", self.message);
         }
         ExitCode::from(self.code)
     }

@@ -481,3 +481,37 @@ fn redis_url_sources_and_prefix() {
     assert_eq!(code(&out), 64);
     assert!(stderr(&out).contains("Redlock"), "{}", stderr(&out));
 }
+
+/// Under `nohup` (SIGHUP ignored), a hangup must not be forwarded to the command.
+#[test]
+fn ignored_signals_stay_ignored() {
+    let server = RedisServer::spawn();
+    let dir = scratch("nohup");
+    let ready = dir.join("ready");
+    let inner = format!(
+        "trap '' HUP; exec {} --redis {} exec job -- sh -c 'echo up > {}; sleep 1; exit 5'",
+        env!("CARGO_BIN_EXE_redmutex"),
+        server.url(),
+        ready.display()
+    );
+    let mut child = Command::new("sh")
+        .args(["-c", &inner])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_file(&ready, Duration::from_secs(5));
+    Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let status = wait_child(&mut child, Duration::from_secs(5));
+    assert_eq!(status.code(), Some(5), "the command ran to its end");
+}
+
+#[test]
+fn a_command_that_cannot_run_exits_127_and_releases() {
+    let server = RedisServer::spawn();
+    let out = run(redmutex(&server).args(["exec", "k", "--", "/no/such/program"]));
+    assert_eq!(code(&out), 127, "{}", stderr(&out));
+    assert!(!exists(&server, "k"));
+}

@@ -249,9 +249,13 @@ impl<'a, C: Connection> Acquire<'a, C> {
                 Some(wake) => tokio::time::sleep_until(wake).await,
                 None => {
                     if cleanup.armed {
+                        // Still armed while this runs: if the acquire is dropped meanwhile,
+                        // the cleanup guard sends the release again in the background. The
+                        // request is sent whole (EVAL), so a frozen server runs it when it
+                        // wakes even after we stopped waiting for the reply.
+                        let release = scripts::release_unattended(&mut conn, &keys, &token);
+                        let _ = tokio::time::timeout(CLEANUP_WAIT, release).await;
                         cleanup.armed = false;
-                        // Unattended: the reply may never come if the server is frozen.
-                        let _ = scripts::release_unattended(&mut conn, &keys, &token).await;
                     }
                     return Err(match last_error {
                         Some(e) if !saw_held => Error::Redis(e),
@@ -293,6 +297,9 @@ impl<C: Connection> Drop for Cleanup<'_, C> {
         }
     }
 }
+
+/// How long a giving-up acquire waits for its cleanup release before returning anyway.
+const CLEANUP_WAIT: Duration = Duration::from_secs(1);
 
 fn no_reply_error() -> redis::RedisError {
     std::io::Error::new(

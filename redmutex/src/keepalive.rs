@@ -127,8 +127,12 @@ impl LeaseState {
     }
 
     pub(crate) fn renewed(&self, valid_until: Instant) {
-        *self.valid_until.lock().unwrap_or_else(|p| p.into_inner()) = valid_until;
+        self.set_valid_until(valid_until);
         self.renewals.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_valid_until(&self, valid_until: Instant) {
+        *self.valid_until.lock().unwrap_or_else(|p| p.into_inner()) = valid_until;
     }
 
     fn valid_until(&self) -> Instant {
@@ -165,7 +169,7 @@ impl LeaseState {
 /// ```
 /// # async fn demo(locker: redmutex::Locker<redis::aio::ConnectionManager>) -> Result<(), redmutex::Error> {
 /// use std::time::Duration;
-/// let lease = locker.acquire("reindex", Duration::from_secs(10)).await?.keep_alive();
+/// let lease = locker.acquire("reindex", Duration::from_secs(10)).await?.keep_alive()?;
 /// let token = lease.cancellation_token(); // for work that checks in cooperatively
 /// match lease.run(async move {
 ///     // A long job: the lock is renewed every ~3.3 s while it runs.
@@ -222,16 +226,22 @@ impl<C: Connection> Lease<C> {
         acquired_at: Instant,
     ) -> Result<Lease<C>, Error> {
         let ttl = lock.lease_ttl();
-        let interval = match settings.interval {
-            Some(interval) if interval < Duration::from_millis(1) || interval >= ttl => {
-                return Err(Error::invalid(
-                    Argument::Interval,
-                    format!("{interval:?} must be at least 1ms and shorter than the TTL ({ttl:?})"),
-                ));
-            }
-            Some(interval) => interval,
-            None => (ttl / 3).max(Duration::from_millis(1)),
-        };
+        let interval = settings.interval.unwrap_or(ttl / 3);
+        // A renewal must be able to land before the loss deadline, or the lease is lost
+        // by construction.
+        if interval < Duration::from_millis(1) || interval + loss_margin(ttl) >= ttl {
+            let (argument, what) = match settings.interval {
+                Some(_) => (Argument::Interval, format!("interval {interval:?}")),
+                None => (Argument::Ttl, format!("ttl {ttl:?}")),
+            };
+            return Err(Error::invalid(
+                argument,
+                format!(
+                    "{what} cannot be kept alive: the interval must be at least 1ms and the \
+                     interval + ttl/100 + 2ms below the ttl ({ttl:?})"
+                ),
+            ));
+        }
         let state = Arc::new(LeaseState::new(lock.valid_until()));
         let entry = Entry {
             keys: lock.keys_inner().clone(),
@@ -357,9 +367,26 @@ impl<C: Connection> Lease<C> {
 
     fn take_lock(&mut self) -> Lock<C> {
         let mut lock = self.lock.take().expect("present until consumed");
-        lock.set_valid_until(self.state.valid_until());
+        let lost = matches!(
+            self.state.reason.get(),
+            Some(
+                LostReason::NotHeld | LostReason::Unreachable { .. } | LostReason::HoldLimitReached
+            )
+        );
+        // A lost lease's keys are gone (or about to be): nothing is valid any more.
+        lock.set_valid_until(if lost {
+            Instant::now()
+        } else {
+            self.state.valid_until()
+        });
         lock
     }
+}
+
+/// How long before the end of its validity a lease is declared lost: enough for the
+/// signal to reach the work while the lock is still certainly held.
+pub(crate) fn loss_margin(ttl: Duration) -> Duration {
+    (ttl / 100 + Duration::from_millis(2)).min(ttl / 2)
 }
 
 /// A far-away instant for absurd hold limits, where `Instant` arithmetic would overflow.

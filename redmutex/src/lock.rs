@@ -86,27 +86,30 @@ impl<C: Connection> Lock<C> {
         &self.renewer
     }
 
-    /// Takes over the validity a lease reached by renewing.
+    /// Takes over the validity a lease knows (renewed, shortened, or lost).
     pub(crate) fn set_valid_until(&mut self, valid_until: Instant) {
-        self.valid_until = self.valid_until.max(valid_until);
+        self.valid_until = valid_until;
     }
 
     /// Turns this lock into a [`Lease`] renewed in the background every third of its TTL,
     /// with a "lost" signal. See [`Lease`].
     ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the TTL is too short to renew in time (below about
+    /// 5 ms); the lock is then dropped, which releases it.
+    ///
     /// # Panics
     /// Outside a tokio runtime (the renewal runs on it).
-    pub fn keep_alive(self) -> Lease<C> {
-        let acquired_at = self.acquired_at;
-        Lease::start(self, KeepAlive::new(), acquired_at)
-            .expect("default keep-alive settings are valid")
+    pub fn keep_alive(self) -> Result<Lease<C>, Error> {
+        self.keep_alive_with(KeepAlive::new())
     }
 
     /// [`keep_alive`](Lock::keep_alive) with settings: renewal interval, maximum hold time.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an interval below 1 ms or not shorter than the TTL
-    /// (the lock is then dropped, which releases it).
+    /// [`Error::InvalidArgument`] for an interval below 1 ms, or too long to renew before
+    /// the lease runs out (interval + TTL/100 + 2 ms must stay below the TTL); the lock is
+    /// then dropped, which releases it.
     ///
     /// # Panics
     /// Outside a tokio runtime.
@@ -173,12 +176,17 @@ impl<C: Connection> Lock<C> {
     /// until [`valid_until`](Lock::valid_until)).
     ///
     /// # Cancel safety
-    /// If cancelled, the new TTL may or may not have been applied in Redis; the lock keeps
-    /// its previous [`valid_until`](Lock::valid_until), which is the safe assumption.
+    /// If cancelled, the new TTL may or may not have been applied in Redis;
+    /// [`valid_until`](Lock::valid_until) then keeps the earlier of the old and the new
+    /// expiry, which is the safe assumption.
     pub async fn refresh(&mut self, ttl: Duration) -> Result<(), Error> {
         let ttl_ms = args::ttl_millis(ttl)?;
         let mut conn = self.conn.clone();
         let sent_at = Instant::now();
+        // A shorter TTL may take effect even if we never see the reply: assume it has.
+        self.valid_until = self
+            .valid_until
+            .min(sent_at + Duration::from_millis(ttl_ms));
         if scripts::idempotent!(scripts::refresh(&mut conn, &self.keys, &self.token, ttl_ms))? {
             self.lease_ttl = Duration::from_millis(ttl_ms);
             self.valid_until = sent_at + self.lease_ttl;

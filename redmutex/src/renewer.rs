@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use crate::args::Keys;
 use crate::connection::Connection;
-use crate::keepalive::{LeaseState, LostReason};
+use crate::keepalive::{loss_margin, LeaseState, LostReason};
 use crate::lock::release_in_background;
 use crate::scripts;
 use crate::token::Token;
@@ -86,8 +86,13 @@ impl<C: Connection> RenewerSlot<C> {
         let sender = match slot.as_ref() {
             Some(sender) if !sender.is_closed() => sender.clone(),
             _ => {
-                let (sender, receiver) = mpsc::unbounded_channel();
-                tokio::spawn(run(conn.clone(), receiver));
+                let (sender, commands) = mpsc::unbounded_channel();
+                let renewer = Renewer {
+                    conn: conn.clone(),
+                    leases: HashMap::new(),
+                    commands,
+                };
+                tokio::spawn(renewer.run());
                 *slot = Some(sender.clone());
                 sender
             }
@@ -112,8 +117,7 @@ impl Tracked {
     /// When the lease must be declared lost: a little before its validity ends, so that
     /// the signal reaches the work while the lock is still certainly held.
     fn lost_at(&self) -> Instant {
-        let ttl = self.entry.ttl;
-        let margin = (ttl / 100 + Duration::from_millis(2)).min(ttl / 2);
+        let margin = loss_margin(self.entry.ttl);
         self.entry
             .valid_until
             .checked_sub(margin)
@@ -148,29 +152,95 @@ struct BatchDone {
     result: redis::RedisResult<Vec<i64>>,
 }
 
-async fn run<C: Connection>(conn: C, mut commands: UnboundedReceiver<Command>) {
-    let mut leases: HashMap<u64, Tracked> = HashMap::new();
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<BatchDone>();
-    loop {
-        let wake = leases.values().map(Tracked::next_event).min();
-        tokio::select! {
-            biased;
-            command = commands.recv() => match command {
-                Some(Command::Register(id, entry)) => {
-                    leases.insert(id, Tracked { entry: *entry, in_flight: false, renewing: true, last_error: None });
-                }
-                Some(Command::Unregister(id)) => {
-                    leases.remove(&id);
-                }
-                // Every locker, lock and lease of this renewer is gone.
-                None => return,
-            },
-            Some(done) = done_rx.recv() => apply(&mut leases, done, &conn),
-            () = sleep_until(wake) => {
-                let now = Instant::now();
-                expire(&mut leases, now, &conn);
-                send_due(&mut leases, now, &conn, &done_tx);
+/// The renewer task's state. It is built before the task is spawned so that, whenever
+/// the task is dropped — its runtime shut down, even before it first ran — `Drop` still
+/// sees every lease, in the table or still on the way to it.
+struct Renewer<C> {
+    conn: C,
+    leases: HashMap<u64, Tracked>,
+    commands: UnboundedReceiver<Command>,
+}
+
+impl<C> Drop for Renewer<C> {
+    /// Nobody will renew these leases any more: they are declared lost at once rather
+    /// than left to expire behind their owners' backs.
+    fn drop(&mut self) {
+        let lost = || LostReason::Unreachable { last_error: None };
+        for (_, tracked) in self.leases.drain() {
+            tracked.entry.state.end(lost());
+        }
+        while let Ok(command) = self.commands.try_recv() {
+            if let Command::Register(_, entry) = command {
+                entry.state.end(lost());
             }
+        }
+    }
+}
+
+impl<C: Connection> Renewer<C> {
+    async fn run(mut self) {
+        let Renewer {
+            conn,
+            leases,
+            commands,
+        } = &mut self;
+        let (done_tx, mut done_rx) = mpsc::unbounded_channel::<BatchDone>();
+        loop {
+            // Deadlines first, on every pass: a flood of commands or replies must never
+            // delay a loss.
+            let now = Instant::now();
+            if leases
+                .values()
+                .map(Tracked::next_event)
+                .min()
+                .is_some_and(|wake| wake <= now)
+            {
+                expire(leases, now, conn);
+                send_due(leases, now, conn, &done_tx);
+            }
+            let wake = leases.values().map(Tracked::next_event).min();
+            tokio::select! {
+                biased;
+                () = sleep_until(wake) => {}
+                command = commands.recv() => {
+                    let Some(command) = command else {
+                        // Every locker, lock and lease of this renewer is gone.
+                        return;
+                    };
+                    register_or_drop(leases, command);
+                    // Take in everything queued before looking at the clock again.
+                    while let Ok(command) = commands.try_recv() {
+                        register_or_drop(leases, command);
+                    }
+                }
+                Some(done) = done_rx.recv() => {
+                    apply(leases, done, conn);
+                    while let Ok(done) = done_rx.try_recv() {
+                        apply(leases, done, conn);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn register_or_drop(leases: &mut HashMap<u64, Tracked>, command: Command) {
+    match command {
+        Command::Register(id, mut entry) => {
+            // A hold limit that ends before the lock would expire: shorten it now.
+            if entry.hold_until.is_some_and(|h| h < entry.valid_until) {
+                entry.next_renewal = Instant::now();
+            }
+            let tracked = Tracked {
+                entry: *entry,
+                in_flight: false,
+                renewing: true,
+                last_error: None,
+            };
+            leases.insert(id, tracked);
+        }
+        Command::Unregister(id) => {
+            leases.remove(&id);
         }
     }
 }
@@ -235,6 +305,12 @@ fn send_due<C: Connection>(
                 ttl = left;
                 last = true;
             }
+        }
+        if last {
+            // The shortened TTL may take effect even if the reply never comes.
+            let entry = &mut tracked.entry;
+            entry.valid_until = entry.valid_until.min(now + ttl);
+            entry.state.set_valid_until(entry.valid_until);
         }
         tracked.in_flight = true;
         due.push(Due {

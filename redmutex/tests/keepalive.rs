@@ -30,7 +30,8 @@ async fn keeps_a_one_second_lock_for_five_seconds() {
         .acquire("long-job", ms(1000))
         .await
         .unwrap()
-        .keep_alive();
+        .keep_alive()
+        .unwrap();
     tokio::time::sleep(ms(5200)).await;
     assert!(!lease.is_lost());
     assert_eq!(
@@ -53,7 +54,12 @@ async fn external_delete_is_detected_within_an_interval() {
     let server = RedisServer::spawn();
     let mut raw = Raw::new(&server).await;
     let locker = Locker::new(manager(&server).await);
-    let lease = locker.acquire("k", ms(1500)).await.unwrap().keep_alive();
+    let lease = locker
+        .acquire("k", ms(1500))
+        .await
+        .unwrap()
+        .keep_alive()
+        .unwrap();
     tokio::time::sleep(ms(200)).await;
     raw.run::<i64>(redis::cmd("DEL").arg("k")).await;
     let deleted_at = Instant::now();
@@ -75,7 +81,12 @@ async fn takeover_is_detected_and_the_new_owner_left_alone() {
     let server = RedisServer::spawn();
     let mut raw = Raw::new(&server).await;
     let locker = Locker::new(manager(&server).await);
-    let lease = locker.acquire("k", ms(900)).await.unwrap().keep_alive();
+    let lease = locker
+        .acquire("k", ms(900))
+        .await
+        .unwrap()
+        .keep_alive()
+        .unwrap();
     let signal = lease.signal();
     let token = lease.cancellation_token();
     raw.set("k", "another-owner-token-value").await;
@@ -94,7 +105,12 @@ async fn frozen_redis_is_declared_lost_before_the_lease_runs_out() {
     let server = RedisServer::spawn();
     // No response timeout shorter than the TTL: requests simply hang.
     let locker = Locker::new(multiplexed_with_timeout(&server, Duration::from_secs(30)).await);
-    let lease = locker.acquire("k", ms(1000)).await.unwrap().keep_alive();
+    let lease = locker
+        .acquire("k", ms(1000))
+        .await
+        .unwrap()
+        .keep_alive()
+        .unwrap();
     tokio::time::sleep(ms(500)).await;
     server.pause();
     // Let any reply that beat the pause be taken in, then read the validity.
@@ -121,7 +137,12 @@ async fn frozen_redis_is_declared_lost_before_the_lease_runs_out() {
 async fn killed_redis_is_declared_lost() {
     let server = RedisServer::spawn();
     let locker = Locker::new(manager(&server).await);
-    let lease = locker.acquire("k", ms(800)).await.unwrap().keep_alive();
+    let lease = locker
+        .acquire("k", ms(800))
+        .await
+        .unwrap()
+        .keep_alive()
+        .unwrap();
     server.kill();
     let reason = tokio::time::timeout(ms(3000), lease.lost())
         .await
@@ -139,7 +160,12 @@ async fn release_stops_renewal() {
     let server = RedisServer::spawn();
     let mut raw = Raw::new(&server).await;
     let locker = Locker::new(manager(&server).await);
-    let lease = locker.acquire("k", ms(300)).await.unwrap().keep_alive();
+    let lease = locker
+        .acquire("k", ms(300))
+        .await
+        .unwrap()
+        .keep_alive()
+        .unwrap();
     let signal = lease.signal();
     tokio::time::sleep(ms(350)).await;
     assert!(lease.renewals() >= 2);
@@ -160,7 +186,12 @@ async fn stop_keeps_the_lock_until_its_ttl() {
     let server = RedisServer::spawn();
     let mut raw = Raw::new(&server).await;
     let locker = Locker::new(manager(&server).await);
-    let lease = locker.acquire("k", ms(600)).await.unwrap().keep_alive();
+    let lease = locker
+        .acquire("k", ms(600))
+        .await
+        .unwrap()
+        .keep_alive()
+        .unwrap();
     let signal = lease.signal();
     tokio::time::sleep(ms(700)).await;
     let lock = lease.stop();
@@ -189,7 +220,8 @@ async fn dropping_a_lease_releases_it() {
         .acquire("k", Duration::from_secs(30))
         .await
         .unwrap()
-        .keep_alive();
+        .keep_alive()
+        .unwrap();
     let signal = lease.signal();
     drop(lease);
     assert!(matches!(signal.reason(), Some(LostReason::Released)));
@@ -229,7 +261,12 @@ async fn run_cancels_work_when_the_lock_is_lost() {
     let locker = Locker::new(manager(&server).await);
 
     // Work that finishes: its output comes back and the lock is released.
-    let lease = locker.acquire("job", ms(1000)).await.unwrap().keep_alive();
+    let lease = locker
+        .acquire("job", ms(1000))
+        .await
+        .unwrap()
+        .keep_alive()
+        .unwrap();
     let out = lease
         .run(async {
             tokio::time::sleep(ms(1500)).await; // longer than the TTL: renewal carries it
@@ -241,7 +278,12 @@ async fn run_cancels_work_when_the_lock_is_lost() {
     assert!(!raw.exists("job").await);
 
     // Work that would outlive its lock: it is cancelled when the key disappears.
-    let lease = locker.acquire("job", ms(900)).await.unwrap().keep_alive();
+    let lease = locker
+        .acquire("job", ms(900))
+        .await
+        .unwrap()
+        .keep_alive()
+        .unwrap();
     let finished = Arc::new(AtomicBool::new(false));
     let done = finished.clone();
     let mut raw2 = Raw::new(&server).await;
@@ -270,7 +312,7 @@ async fn many_leases_share_few_renewal_calls_and_one_loss_stays_one() {
     let mut leases = Vec::new();
     for i in 0..LEASES {
         let lock = locker.acquire(format!("lease:{i}"), ms(900)).await.unwrap();
-        leases.push(lock.keep_alive());
+        leases.push(lock.keep_alive().unwrap());
     }
     let before = evalsha_calls(&mut raw).await;
     tokio::time::sleep(ms(1500)).await;
@@ -307,7 +349,8 @@ async fn multi_key_lease_and_bad_interval() {
         .acquire_all(["a", "b"], ms(600))
         .await
         .unwrap()
-        .keep_alive();
+        .keep_alive()
+        .unwrap();
     tokio::time::sleep(ms(900)).await;
     assert!(raw.exists("a").await && raw.exists("b").await);
     raw.set("b", "taken").await;
@@ -332,4 +375,89 @@ async fn multi_key_lease_and_bad_interval() {
             "the rejected lock is released"
         );
     }
+}
+
+#[tokio::test]
+async fn hold_limit_shorter_than_the_ttl_ends_the_lock_early() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let locker = Locker::new(manager(&server).await);
+    let started = Instant::now();
+    let lease = locker
+        .acquire("k", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .keep_alive_with(KeepAlive::new().max_hold(ms(500)))
+        .unwrap();
+    tokio::time::sleep(ms(100)).await;
+    assert!(
+        lease.valid_until() <= started + ms(600),
+        "validity must not claim the full 30 s TTL"
+    );
+    assert!(raw.pttl("k").await <= 500, "the key itself was shortened");
+    let reason = tokio::time::timeout(ms(2000), lease.lost()).await.unwrap();
+    assert!(matches!(reason, LostReason::HoldLimitReached), "{reason}");
+    assert!(started.elapsed() < ms(700));
+    assert!(raw.wait_until_gone("k", ms(300)).await);
+}
+
+#[tokio::test]
+async fn stopping_a_lost_lease_gives_a_lock_with_no_validity() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let locker = Locker::new(manager(&server).await);
+    let lease = locker
+        .acquire("k", ms(600))
+        .await
+        .unwrap()
+        .keep_alive()
+        .unwrap();
+    raw.run::<i64>(redis::cmd("DEL").arg("k")).await;
+    tokio::time::timeout(ms(1000), lease.lost()).await.unwrap();
+    let lock = lease.stop();
+    assert_eq!(lock.remaining_validity(), Duration::ZERO);
+}
+
+#[tokio::test]
+async fn shortening_refresh_lowers_validity_at_once() {
+    let server = RedisServer::spawn();
+    let locker = Locker::new(common::multiplexed_with_timeout(&server, ms(100)).await);
+    let mut lock = locker.acquire("k", Duration::from_secs(60)).await.unwrap();
+    server.pause();
+    // The reply never comes, but the shorter TTL may have been applied.
+    assert!(lock.refresh(ms(1000)).await.is_err());
+    server.resume();
+    assert!(lock.remaining_validity() <= ms(1000));
+}
+
+/// The renewer runs on the runtime of the first lease. If that runtime goes away, its
+/// leases can no longer be renewed: they must be reported lost, not silently dropped.
+#[test]
+fn leases_are_lost_when_the_renewer_runtime_shuts_down() {
+    let server = RedisServer::spawn();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let signal = runtime.block_on(async {
+        let locker = Locker::new(manager(&server).await);
+        let lease = locker
+            .acquire("k", Duration::from_secs(30))
+            .await
+            .unwrap()
+            .keep_alive()
+            .unwrap();
+        let signal = lease.signal();
+        // Leak the lease so that only the runtime's end can stop it.
+        std::mem::forget(lease);
+        signal
+    });
+    assert!(!signal.is_lost());
+    drop(runtime);
+    assert!(
+        matches!(signal.reason(), Some(LostReason::Unreachable { .. })),
+        "{:?}",
+        signal.reason()
+    );
 }
