@@ -7,9 +7,28 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{manager, ms, multiplexed_with_timeout, Raw};
-use redmutex::{Argument, Error, KeepAlive, Locker, LostReason};
+use redis::aio::ConnectionManager;
+use redmutex::{Argument, Connection, Error, KeepAlive, Lease, Locker, LostReason};
 use testkit::RedisServer;
 use tokio::time::Instant;
+
+/// A server, a raw view of it, and a locker over a connection manager.
+async fn setup() -> (RedisServer, Raw, Locker<ConnectionManager>) {
+    let server = RedisServer::spawn();
+    let raw = Raw::new(&server).await;
+    let locker = Locker::new(manager(&server).await);
+    (server, raw, locker)
+}
+
+/// A kept-alive lease on `key` with default settings.
+async fn kept<C: Connection>(locker: &Locker<C>, key: &str, ttl: Duration) -> Lease<C> {
+    locker
+        .acquire(key, ttl)
+        .await
+        .unwrap()
+        .keep_alive()
+        .unwrap()
+}
 
 /// How many EVALSHA calls the server has run (keep-alive renewals are script calls).
 async fn evalsha_calls(raw: &mut Raw) -> u64 {
@@ -23,15 +42,8 @@ async fn evalsha_calls(raw: &mut Raw) -> u64 {
 
 #[tokio::test]
 async fn keeps_a_one_second_lock_for_five_seconds() {
-    let server = RedisServer::spawn();
-    let mut raw = Raw::new(&server).await;
-    let locker = Locker::new(manager(&server).await);
-    let lease = locker
-        .acquire("long-job", ms(1000))
-        .await
-        .unwrap()
-        .keep_alive()
-        .unwrap();
+    let (_server, mut raw, locker) = setup().await;
+    let lease = kept(&locker, "long-job", ms(1000)).await;
     tokio::time::sleep(ms(5200)).await;
     assert!(!lease.is_lost());
     assert_eq!(
@@ -51,15 +63,8 @@ async fn keeps_a_one_second_lock_for_five_seconds() {
 
 #[tokio::test]
 async fn external_delete_is_detected_within_an_interval() {
-    let server = RedisServer::spawn();
-    let mut raw = Raw::new(&server).await;
-    let locker = Locker::new(manager(&server).await);
-    let lease = locker
-        .acquire("k", ms(1500))
-        .await
-        .unwrap()
-        .keep_alive()
-        .unwrap();
+    let (_server, mut raw, locker) = setup().await;
+    let lease = kept(&locker, "k", ms(1500)).await;
     tokio::time::sleep(ms(200)).await;
     raw.run::<i64>(redis::cmd("DEL").arg("k")).await;
     let deleted_at = Instant::now();
@@ -78,15 +83,8 @@ async fn external_delete_is_detected_within_an_interval() {
 
 #[tokio::test]
 async fn takeover_is_detected_and_the_new_owner_left_alone() {
-    let server = RedisServer::spawn();
-    let mut raw = Raw::new(&server).await;
-    let locker = Locker::new(manager(&server).await);
-    let lease = locker
-        .acquire("k", ms(900))
-        .await
-        .unwrap()
-        .keep_alive()
-        .unwrap();
+    let (_server, mut raw, locker) = setup().await;
+    let lease = kept(&locker, "k", ms(900)).await;
     let signal = lease.signal();
     let token = lease.cancellation_token();
     raw.set("k", "another-owner-token-value").await;
@@ -105,12 +103,7 @@ async fn frozen_redis_is_declared_lost_before_the_lease_runs_out() {
     let server = RedisServer::spawn();
     // No response timeout shorter than the TTL: requests simply hang.
     let locker = Locker::new(multiplexed_with_timeout(&server, Duration::from_secs(30)).await);
-    let lease = locker
-        .acquire("k", ms(1000))
-        .await
-        .unwrap()
-        .keep_alive()
-        .unwrap();
+    let lease = kept(&locker, "k", ms(1000)).await;
     tokio::time::sleep(ms(500)).await;
     server.pause();
     // Let any reply that beat the pause be taken in, then read the validity.
@@ -137,12 +130,7 @@ async fn frozen_redis_is_declared_lost_before_the_lease_runs_out() {
 async fn killed_redis_is_declared_lost() {
     let server = RedisServer::spawn();
     let locker = Locker::new(manager(&server).await);
-    let lease = locker
-        .acquire("k", ms(800))
-        .await
-        .unwrap()
-        .keep_alive()
-        .unwrap();
+    let lease = kept(&locker, "k", ms(800)).await;
     server.kill();
     let reason = tokio::time::timeout(ms(3000), lease.lost())
         .await
@@ -157,15 +145,8 @@ async fn killed_redis_is_declared_lost() {
 
 #[tokio::test]
 async fn release_stops_renewal() {
-    let server = RedisServer::spawn();
-    let mut raw = Raw::new(&server).await;
-    let locker = Locker::new(manager(&server).await);
-    let lease = locker
-        .acquire("k", ms(300))
-        .await
-        .unwrap()
-        .keep_alive()
-        .unwrap();
+    let (_server, mut raw, locker) = setup().await;
+    let lease = kept(&locker, "k", ms(300)).await;
     let signal = lease.signal();
     tokio::time::sleep(ms(350)).await;
     assert!(lease.renewals() >= 2);
@@ -183,15 +164,8 @@ async fn release_stops_renewal() {
 
 #[tokio::test]
 async fn stop_keeps_the_lock_until_its_ttl() {
-    let server = RedisServer::spawn();
-    let mut raw = Raw::new(&server).await;
-    let locker = Locker::new(manager(&server).await);
-    let lease = locker
-        .acquire("k", ms(600))
-        .await
-        .unwrap()
-        .keep_alive()
-        .unwrap();
+    let (_server, mut raw, locker) = setup().await;
+    let lease = kept(&locker, "k", ms(600)).await;
     let signal = lease.signal();
     tokio::time::sleep(ms(700)).await;
     let lock = lease.stop();
@@ -213,15 +187,8 @@ async fn stop_keeps_the_lock_until_its_ttl() {
 
 #[tokio::test]
 async fn dropping_a_lease_releases_it() {
-    let server = RedisServer::spawn();
-    let mut raw = Raw::new(&server).await;
-    let locker = Locker::new(manager(&server).await);
-    let lease = locker
-        .acquire("k", Duration::from_secs(30))
-        .await
-        .unwrap()
-        .keep_alive()
-        .unwrap();
+    let (_server, mut raw, locker) = setup().await;
+    let lease = kept(&locker, "k", Duration::from_secs(30)).await;
     let signal = lease.signal();
     drop(lease);
     assert!(matches!(signal.reason(), Some(LostReason::Released)));
@@ -230,9 +197,7 @@ async fn dropping_a_lease_releases_it() {
 
 #[tokio::test]
 async fn max_hold_bounds_the_total_hold_time() {
-    let server = RedisServer::spawn();
-    let mut raw = Raw::new(&server).await;
-    let locker = Locker::new(manager(&server).await);
+    let (_server, mut raw, locker) = setup().await;
     let started = Instant::now();
     let lease = locker
         .acquire("k", ms(1000))
@@ -256,17 +221,10 @@ async fn max_hold_bounds_the_total_hold_time() {
 
 #[tokio::test]
 async fn run_cancels_work_when_the_lock_is_lost() {
-    let server = RedisServer::spawn();
-    let mut raw = Raw::new(&server).await;
-    let locker = Locker::new(manager(&server).await);
+    let (server, mut raw, locker) = setup().await;
 
     // Work that finishes: its output comes back and the lock is released.
-    let lease = locker
-        .acquire("job", ms(1000))
-        .await
-        .unwrap()
-        .keep_alive()
-        .unwrap();
+    let lease = kept(&locker, "job", ms(1000)).await;
     let out = lease
         .run(async {
             tokio::time::sleep(ms(1500)).await; // longer than the TTL: renewal carries it
@@ -278,12 +236,7 @@ async fn run_cancels_work_when_the_lock_is_lost() {
     assert!(!raw.exists("job").await);
 
     // Work that would outlive its lock: it is cancelled when the key disappears.
-    let lease = locker
-        .acquire("job", ms(900))
-        .await
-        .unwrap()
-        .keep_alive()
-        .unwrap();
+    let lease = kept(&locker, "job", ms(900)).await;
     let finished = Arc::new(AtomicBool::new(false));
     let done = finished.clone();
     let mut raw2 = Raw::new(&server).await;
@@ -306,9 +259,7 @@ async fn run_cancels_work_when_the_lock_is_lost() {
 #[tokio::test]
 async fn many_leases_share_few_renewal_calls_and_one_loss_stays_one() {
     const LEASES: usize = 500;
-    let server = RedisServer::spawn();
-    let mut raw = Raw::new(&server).await;
-    let locker = Locker::new(manager(&server).await);
+    let (_server, mut raw, locker) = setup().await;
     let mut leases = Vec::new();
     for i in 0..LEASES {
         let lock = locker.acquire(format!("lease:{i}"), ms(900)).await.unwrap();
@@ -342,9 +293,7 @@ async fn many_leases_share_few_renewal_calls_and_one_loss_stays_one() {
 
 #[tokio::test]
 async fn multi_key_lease_and_bad_interval() {
-    let server = RedisServer::spawn();
-    let mut raw = Raw::new(&server).await;
-    let locker = Locker::new(manager(&server).await);
+    let (_server, mut raw, locker) = setup().await;
     let lease = locker
         .acquire_all(["a", "b"], ms(600))
         .await
@@ -379,9 +328,7 @@ async fn multi_key_lease_and_bad_interval() {
 
 #[tokio::test]
 async fn hold_limit_shorter_than_the_ttl_ends_the_lock_early() {
-    let server = RedisServer::spawn();
-    let mut raw = Raw::new(&server).await;
-    let locker = Locker::new(manager(&server).await);
+    let (_server, mut raw, locker) = setup().await;
     let started = Instant::now();
     let lease = locker
         .acquire("k", Duration::from_secs(30))
@@ -403,15 +350,8 @@ async fn hold_limit_shorter_than_the_ttl_ends_the_lock_early() {
 
 #[tokio::test]
 async fn stopping_a_lost_lease_gives_a_lock_with_no_validity() {
-    let server = RedisServer::spawn();
-    let mut raw = Raw::new(&server).await;
-    let locker = Locker::new(manager(&server).await);
-    let lease = locker
-        .acquire("k", ms(600))
-        .await
-        .unwrap()
-        .keep_alive()
-        .unwrap();
+    let (_server, mut raw, locker) = setup().await;
+    let lease = kept(&locker, "k", ms(600)).await;
     raw.run::<i64>(redis::cmd("DEL").arg("k")).await;
     tokio::time::timeout(ms(1000), lease.lost()).await.unwrap();
     let lock = lease.stop();
@@ -442,12 +382,7 @@ fn leases_are_lost_when_the_renewer_runtime_shuts_down() {
         .unwrap();
     let signal = runtime.block_on(async {
         let locker = Locker::new(manager(&server).await);
-        let lease = locker
-            .acquire("k", Duration::from_secs(30))
-            .await
-            .unwrap()
-            .keep_alive()
-            .unwrap();
+        let lease = kept(&locker, "k", Duration::from_secs(30)).await;
         let signal = lease.signal();
         // Leak the lease so that only the runtime's end can stop it.
         std::mem::forget(lease);
