@@ -220,11 +220,8 @@ impl fmt::Debug for LostSignal {
 }
 
 impl<C: Connection> Lease<C> {
-    pub(crate) fn start(
-        lock: Lock<C>,
-        settings: KeepAlive,
-        acquired_at: Instant,
-    ) -> Result<Lease<C>, Error> {
+    pub(crate) fn start(lock: Lock<C>, settings: KeepAlive) -> Result<Lease<C>, Error> {
+        let acquired_at = lock.acquired_at();
         let ttl = lock.lease_ttl();
         let interval = settings.interval.unwrap_or(ttl / 3);
         // A renewal must be able to land before the loss deadline, or the lease is lost

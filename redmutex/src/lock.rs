@@ -82,6 +82,10 @@ impl<C: Connection> Lock<C> {
         &self.conn
     }
 
+    pub(crate) fn acquired_at(&self) -> Instant {
+        self.acquired_at
+    }
+
     pub(crate) fn renewer(&self) -> &RenewerSlot<C> {
         &self.renewer
     }
@@ -114,8 +118,7 @@ impl<C: Connection> Lock<C> {
     /// # Panics
     /// Outside a tokio runtime.
     pub fn keep_alive_with(self, settings: KeepAlive) -> Result<Lease<C>, Error> {
-        let acquired_at = self.acquired_at;
-        Lease::start(self, settings, acquired_at)
+        Lease::start(self, settings)
     }
 
     /// The keys of this lock as stored in Redis (with the locker's prefix).
@@ -187,15 +190,10 @@ impl<C: Connection> Lock<C> {
         self.valid_until = self
             .valid_until
             .min(sent_at + Duration::from_millis(ttl_ms));
-        if scripts::idempotent!(scripts::refresh(&mut conn, &self.keys, &self.token, ttl_ms))? {
-            self.lease_ttl = Duration::from_millis(ttl_ms);
-            self.valid_until = sent_at + self.lease_ttl;
-            Ok(())
-        } else {
-            // Lost: keys that still hold our token would be deleted by Drop's release;
-            // there is nothing to gain from keeping them.
-            Err(Error::NotHeld)
-        }
+        refresh_owned(&mut conn, &self.keys, &self.token, ttl_ms).await?;
+        self.lease_ttl = Duration::from_millis(ttl_ms);
+        self.valid_until = sent_at + self.lease_ttl;
+        Ok(())
     }
 
     /// Deletes every key that still holds this owner's token.
@@ -211,13 +209,13 @@ impl<C: Connection> Lock<C> {
     /// starts a background release, as on any drop.
     pub async fn release(mut self) -> Result<(), Error> {
         let mut conn = self.conn.clone();
-        let not_held = scripts::idempotent!(scripts::release(&mut conn, &self.keys, &self.token))?;
-        self.release_on_drop = false;
-        if not_held == 0 {
-            Ok(())
-        } else {
-            Err(Error::NotHeld)
+        let result = release_owned(&mut conn, &self.keys, &self.token).await;
+        // Redis answered (released, or not ours any more): nothing left for Drop to do.
+        // After a Redis error, Drop tries once more in the background.
+        if !matches!(result, Err(Error::Redis(_))) {
+            self.release_on_drop = false;
         }
+        result
     }
 
     /// Forgets the lock without releasing it: it stays in Redis until its TTL runs out or
@@ -245,6 +243,35 @@ impl<C: Connection> Drop for Lock<C> {
         if self.release_on_drop {
             release_in_background(self.conn.clone(), self.keys.clone(), self.token);
         }
+    }
+}
+
+/// Owner-checked release of `keys`: [`Error::NotHeld`] unless every key held `token`
+/// (those that did are deleted all the same). Shared by [`Lock::release`] and
+/// [`Locker::release_with_token`](crate::Locker::release_with_token).
+pub(crate) async fn release_owned<C: Connection>(
+    conn: &mut C,
+    keys: &Keys,
+    token: &Token,
+) -> Result<(), Error> {
+    match scripts::idempotent!(scripts::release(conn, keys, token))? {
+        0 => Ok(()),
+        _ => Err(Error::NotHeld),
+    }
+}
+
+/// Owner-checked refresh of `keys` to `ttl_ms`, all or nothing: [`Error::NotHeld`] (and
+/// nothing changed) unless every key held `token`.
+pub(crate) async fn refresh_owned<C: Connection>(
+    conn: &mut C,
+    keys: &Keys,
+    token: &Token,
+    ttl_ms: u64,
+) -> Result<(), Error> {
+    if scripts::idempotent!(scripts::refresh(conn, keys, token, ttl_ms))? {
+        Ok(())
+    } else {
+        Err(Error::NotHeld)
     }
 }
 

@@ -8,6 +8,7 @@ use crate::acquire::Acquire;
 use crate::args::{self, Keys};
 use crate::connection::Connection;
 use crate::error::Error;
+use crate::lock::{refresh_owned, release_owned};
 use crate::renewer::RenewerSlot;
 use crate::scripts;
 use crate::token::{parse_value, StoredValue, Token};
@@ -155,11 +156,7 @@ impl<C: Connection> Locker<C> {
         token: &Token,
     ) -> Result<(), Error> {
         let keys = Keys::new(&self.prefix, keys)?;
-        let mut conn = self.conn.clone();
-        match scripts::idempotent!(scripts::release(&mut conn, &keys, token))? {
-            0 => Ok(()),
-            _ => Err(Error::NotHeld),
-        }
+        release_owned(&mut self.conn.clone(), &keys, token).await
     }
 
     /// Sets a new TTL on the lock on `keys` held by `token`, if every key still holds it.
@@ -177,12 +174,7 @@ impl<C: Connection> Locker<C> {
     ) -> Result<(), Error> {
         let keys = Keys::new(&self.prefix, keys)?;
         let ttl_ms = args::ttl_millis(ttl)?;
-        let mut conn = self.conn.clone();
-        if scripts::idempotent!(scripts::refresh(&mut conn, &keys, token, ttl_ms))? {
-            Ok(())
-        } else {
-            Err(Error::NotHeld)
-        }
+        refresh_owned(&mut self.conn.clone(), &keys, token, ttl_ms).await
     }
 }
 
