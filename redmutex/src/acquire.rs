@@ -9,10 +9,11 @@ use tokio::time::Instant;
 
 use crate::args::{self, Keys};
 use crate::connection::Connection;
-use crate::error::{is_transient_redis, Error, NotObtained};
-use crate::lock::{release_in_background, Lock};
+use crate::error::{Error, NotObtained};
+use crate::lock::Lock;
+use crate::quorum::QuorumFailure;
 use crate::renewer::RenewerSlot;
-use crate::scripts::{self, Obtain};
+use crate::store::{Store, TryResult};
 use crate::token::{self, Token};
 
 /// A pending acquire: set options, then `.await` it.
@@ -45,7 +46,7 @@ use crate::token::{self, Token};
 /// in Redis and there is nothing to undo.
 #[must_use = "an acquire does nothing unless awaited"]
 pub struct Acquire<'a, C: Connection> {
-    conn: C,
+    store: Store<C>,
     renewer: Arc<RenewerSlot<C>>,
     keys: Result<Keys, Error>,
     ttl: Duration,
@@ -84,17 +85,20 @@ pub enum TryFailure<'e> {
     },
     /// A transient Redis error (unreachable, timeout, loading, failover…).
     Redis(&'e redis::RedisError),
+    /// Redlock: too few nodes agreed; [`QuorumFailure::held`] and
+    /// [`QuorumFailure::unreachable`] say why.
+    NoQuorum(&'e QuorumFailure),
 }
 
 impl<'a, C: Connection> Acquire<'a, C> {
     pub(crate) fn new(
-        conn: C,
+        store: Store<C>,
         renewer: Arc<RenewerSlot<C>>,
         keys: Result<Keys, Error>,
         ttl: Duration,
     ) -> Acquire<'a, C> {
         Acquire {
-            conn,
+            store,
             renewer,
             keys,
             ttl,
@@ -142,7 +146,7 @@ impl<'a, C: Connection> Acquire<'a, C> {
 
     async fn run(self) -> Result<Lock<C>, Error> {
         let Acquire {
-            mut conn,
+            store,
             renewer,
             keys,
             ttl,
@@ -163,9 +167,8 @@ impl<'a, C: Connection> Acquire<'a, C> {
         let started = Instant::now();
         let deadline = started.checked_add(deadline.unwrap_or(ttl));
 
-        let cleanup_conn = conn.clone();
         let mut cleanup = Cleanup {
-            conn: &cleanup_conn,
+            store: &store,
             keys: &keys,
             token,
             armed: false,
@@ -173,6 +176,7 @@ impl<'a, C: Connection> Acquire<'a, C> {
         let mut attempts = 0u32;
         let mut saw_held = false;
         let mut last_error: Option<redis::RedisError> = None;
+        let mut last_quorum: Option<Box<QuorumFailure>> = None;
         loop {
             attempts += 1;
             let sent_at = Instant::now();
@@ -185,37 +189,42 @@ impl<'a, C: Connection> Acquire<'a, C> {
             if let Some(deadline) = deadline.filter(|d| *d > sent_at) {
                 try_until = Some(try_until.map_or(deadline, |t| t.min(deadline)));
             }
-            let request = scripts::obtain(&mut conn, &keys, &value, ttl_ms, retrying_own);
-            let outcome = match try_until {
-                Some(until) => tokio::time::timeout_at(until, request)
-                    .await
-                    .unwrap_or_else(|_| Err(no_reply_error())),
-                None => request.await,
-            };
-            let held_key = match outcome {
-                Ok(Obtain::Obtained) => {
+            let attempt = store
+                .try_obtain(&keys, &token, &value, ttl_ms, retrying_own, try_until)
+                .await;
+            cleanup.armed = attempt.may_hold;
+            let reason = match attempt.result {
+                TryResult::Obtained { valid_until } => {
                     cleanup.armed = false;
                     drop(cleanup);
                     return Ok(Lock::new(
-                        conn, renewer, keys, token, metadata, ttl_ms, sent_at,
+                        store,
+                        renewer,
+                        keys,
+                        token,
+                        metadata,
+                        ttl_ms,
+                        sent_at,
+                        valid_until,
                     ));
                 }
-                Ok(Obtain::Held(index)) => {
-                    // Nothing was written by this try; keys of an earlier, unseen success
-                    // may still exist, so stay armed if there was one.
-                    cleanup.armed = retrying_own;
+                TryResult::Held(index) => {
                     saw_held = true;
-                    Some(index)
+                    Reason::Held(index)
                 }
-                Err(e) if is_transient_redis(&e) => {
-                    // The request may or may not have been applied: stay armed.
+                TryResult::Failed(e) => {
                     last_error = Some(e);
-                    None
+                    Reason::Redis
                 }
-                Err(e) => {
-                    // Rejected outright (auth, permission, script error): nothing written.
-                    cleanup.armed = retrying_own;
-                    return Err(Error::Redis(e));
+                // Rejected outright (auth, permission, script error): nothing written.
+                TryResult::Rejected(e) => return Err(Error::Redis(e)),
+                TryResult::NoQuorum { failure, hopeless } => {
+                    saw_held |= failure.held() > 0;
+                    if hopeless {
+                        return Err(Error::NoQuorum(failure));
+                    }
+                    last_quorum = Some(failure);
+                    Reason::NoQuorum
                 }
             };
 
@@ -231,12 +240,13 @@ impl<'a, C: Connection> Acquire<'a, C> {
                 ),
             });
             if let Some(observer) = on_failed_try.as_mut() {
-                let reason = match (held_key, &last_error) {
-                    (Some(index), _) => TryFailure::Held {
+                let reason = match (reason, &last_error, &last_quorum) {
+                    (Reason::Held(index), _, _) => TryFailure::Held {
                         key: keys.get(index).unwrap_or_default(),
                     },
-                    (None, Some(e)) => TryFailure::Redis(e),
-                    (None, None) => unreachable!("a failed try is held or errored"),
+                    (Reason::Redis, Some(e), _) => TryFailure::Redis(e),
+                    (Reason::NoQuorum, _, Some(failure)) => TryFailure::NoQuorum(failure),
+                    _ => unreachable!("each reason keeps its details"),
                 };
                 observer(&FailedTry {
                     attempt: attempts,
@@ -253,22 +263,31 @@ impl<'a, C: Connection> Acquire<'a, C> {
                         // the cleanup guard sends the release again in the background. The
                         // request is sent whole (EVAL), so a frozen server runs it when it
                         // wakes even after we stopped waiting for the reply.
-                        let release = scripts::release_unattended(&mut conn, &keys, &token);
-                        let _ = tokio::time::timeout(CLEANUP_WAIT, release).await;
+                        store.release_unattended(&keys, &token, CLEANUP_WAIT).await;
                         cleanup.armed = false;
                     }
-                    return Err(match last_error {
-                        Some(e) if !saw_held => Error::Redis(e),
-                        last_error => Error::NotObtained(NotObtained {
+                    return Err(match (last_error, last_quorum) {
+                        (Some(e), _) if !saw_held => Error::Redis(e),
+                        (_, Some(failure)) if !saw_held => Error::NoQuorum(failure),
+                        (last_error, no_quorum) => Error::NotObtained(NotObtained {
                             attempts,
                             elapsed: started.elapsed(),
                             last_error,
+                            no_quorum,
                         }),
                     });
                 }
             }
         }
     }
+}
+
+/// Why a try failed; the details stay in the loop's variables.
+#[derive(Clone, Copy)]
+enum Reason {
+    Held(usize),
+    Redis,
+    NoQuorum,
 }
 
 impl<'a, C: Connection> IntoFuture for Acquire<'a, C> {
@@ -284,7 +303,7 @@ impl<'a, C: Connection> IntoFuture for Acquire<'a, C> {
 
 /// Undoes a try that may have set keys if the acquire is dropped before it knows.
 struct Cleanup<'k, C: Connection> {
-    conn: &'k C,
+    store: &'k Store<C>,
     keys: &'k Keys,
     token: Token,
     armed: bool,
@@ -293,18 +312,11 @@ struct Cleanup<'k, C: Connection> {
 impl<C: Connection> Drop for Cleanup<'_, C> {
     fn drop(&mut self) {
         if self.armed {
-            release_in_background(self.conn.clone(), self.keys.clone(), self.token);
+            self.store
+                .release_in_background(self.keys.clone(), self.token);
         }
     }
 }
 
 /// How long a giving-up acquire waits for its cleanup release before returning anyway.
 const CLEANUP_WAIT: Duration = Duration::from_secs(1);
-
-fn no_reply_error() -> redis::RedisError {
-    std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        "no reply to the acquire request within the lock's TTL or the deadline",
-    )
-    .into()
-}

@@ -42,9 +42,37 @@ pub const RESPONSE_TIMEOUT: Duration = Duration::from_millis(500);
 /// ```
 pub async fn connect(url: &str) -> Result<ConnectionManager, Error> {
     let client = redis::Client::open(url)?;
-    let config = ConnectionManagerConfig::new()
+    Ok(ConnectionManager::new_with_config(client, manager_config()).await?)
+}
+
+/// Like [`connect`], but without connecting now: the manager connects on its first
+/// request, and after a failure tries again on the next one. For Redlock nodes, where one
+/// node being down when the process starts must not stop it (the quorum covers for it);
+/// its requests fail until it is back.
+///
+/// # Errors
+/// [`Error::Redis`] for a malformed URL only.
+///
+/// # Panics
+/// Outside a tokio runtime (the manager starts a task on it).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// let conn = redmutex::connect_lazy("redis://127.0.0.1:6379")?; // nothing sent yet
+/// # Ok(()) }
+/// ```
+pub fn connect_lazy(url: &str) -> Result<ConnectionManager, Error> {
+    let client = redis::Client::open(url)?;
+    Ok(ConnectionManager::new_lazy_with_config(
+        client,
+        manager_config(),
+    )?)
+}
+
+fn manager_config() -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
         .set_connection_timeout(Some(CONNECT_TIMEOUT))
         .set_response_timeout(Some(RESPONSE_TIMEOUT))
-        .set_number_of_retries(0);
-    Ok(ConnectionManager::new_with_config(client, config).await?)
+        .set_number_of_retries(0)
 }

@@ -3,6 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::quorum::{NodeError, QuorumFailure};
+
 /// Everything that can go wrong, sorted by what the caller should do:
 ///
 /// | variant | meaning | what to do |
@@ -11,6 +13,7 @@ use std::time::Duration;
 /// | [`Error::NotHeld`] | the lock expired or was taken over | stop the guarded work now |
 /// | [`Error::InvalidArgument`] | bad input, caught before any Redis call | fix the call |
 /// | [`Error::Redis`] | connection, timeout, auth, permission… | see [`Error::is_transient`] |
+/// | [`Error::NoQuorum`] | Redlock: too few nodes agreed (down, slow, or lock lost on some) | see [`Error::is_transient`] |
 ///
 /// ```
 /// # async fn demo(locker: redmutex::Locker<redis::aio::MultiplexedConnection>) {
@@ -35,6 +38,12 @@ pub enum Error {
     InvalidArgument(InvalidArgument),
     /// Redis could not be reached or refused the command.
     Redis(redis::RedisError),
+    /// Redlock: too few nodes agreed, because they could not be reached, answered too
+    /// slowly, or refused the command. Which nodes and why is in the [`QuorumFailure`].
+    /// (When some node answered that another owner holds the lock, an acquire reports
+    /// [`Error::NotObtained`] instead; when too many nodes answered that this owner's lock
+    /// is gone, a refresh or release reports [`Error::NotHeld`].)
+    NoQuorum(Box<QuorumFailure>),
     /// The operating system could not provide random bytes for a token.
     Random(String),
 }
@@ -50,6 +59,8 @@ pub struct NotObtained {
     /// The last transient Redis error seen among the tries, if any: when some tries failed
     /// on the network rather than on a held lock, this says why.
     pub last_error: Option<redis::RedisError>,
+    /// Redlock: how the last try failed, node by node.
+    pub no_quorum: Option<Box<QuorumFailure>>,
 }
 
 /// Details of [`Error::InvalidArgument`].
@@ -80,6 +91,8 @@ pub enum Argument {
     Prefix,
     /// A keep-alive renewal interval.
     Interval,
+    /// The node list of a Redlock locker.
+    Nodes,
 }
 
 impl Error {
@@ -112,6 +125,16 @@ impl Error {
         match self {
             Error::NotObtained(_) => true,
             Error::Redis(e) => is_transient_redis(e),
+            Error::NoQuorum(failure) => {
+                // Refusals that will not change (auth, permission) on so many nodes that no
+                // quorum is possible: retrying cannot help.
+                let refusing = failure
+                    .failures
+                    .iter()
+                    .filter(|f| matches!(&f.error, NodeError::Redis(e) if !is_transient_redis(e)))
+                    .count();
+                refusing <= failure.nodes - failure.needed
+            }
             Error::NotHeld | Error::InvalidArgument(_) | Error::Random(_) => false,
         }
     }
@@ -162,11 +185,15 @@ impl fmt::Display for Error {
                 if let Some(e) = &n.last_error {
                     write!(f, "; last Redis error: {e}")?;
                 }
+                if let Some(failure) = &n.no_quorum {
+                    write!(f, "; last try: {failure}")?;
+                }
                 Ok(())
             }
             Error::NotHeld => f.write_str("lock not held: it expired or another owner took it"),
             Error::InvalidArgument(a) => write!(f, "invalid {}: {}", a.argument, a.reason),
             Error::Redis(e) => write!(f, "redis error: {e}"),
+            Error::NoQuorum(failure) => write!(f, "redlock: {failure}"),
             Error::Random(e) => write!(f, "no randomness for a lock token: {e}"),
         }
     }
@@ -182,6 +209,7 @@ impl fmt::Display for Argument {
             Argument::Token => "token",
             Argument::Prefix => "prefix",
             Argument::Interval => "interval",
+            Argument::Nodes => "nodes",
         })
     }
 }
@@ -190,6 +218,7 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::Redis(e) => Some(e),
+            Error::NoQuorum(failure) => Some(failure.as_ref()),
             Error::NotObtained(NotObtained {
                 last_error: Some(e),
                 ..

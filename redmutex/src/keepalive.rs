@@ -224,9 +224,10 @@ impl<C: Connection> Lease<C> {
         let acquired_at = lock.acquired_at();
         let ttl = lock.lease_ttl();
         let interval = settings.interval.unwrap_or(ttl / 3);
+        let drift = lock.store().drift(ttl);
         // A renewal must be able to land before the loss deadline, or the lease is lost
         // by construction.
-        if interval < Duration::from_millis(1) || interval + loss_margin(ttl) >= ttl {
+        if interval < Duration::from_millis(1) || interval + loss_margin(ttl) + drift >= ttl {
             let (argument, what) = match settings.interval {
                 Some(_) => (Argument::Interval, format!("interval {interval:?}")),
                 None => (Argument::Ttl, format!("ttl {ttl:?}")),
@@ -235,7 +236,8 @@ impl<C: Connection> Lease<C> {
                 argument,
                 format!(
                     "{what} cannot be kept alive: the interval must be at least 1ms and the \
-                     interval + ttl/100 + 2ms below the ttl ({ttl:?})"
+                     interval + ttl/100 + 2ms (+ the Redlock drift allowance, {drift:?}) \
+                     below the ttl ({ttl:?})"
                 ),
             ));
         }
@@ -244,6 +246,7 @@ impl<C: Connection> Lease<C> {
             keys: lock.keys_inner().clone(),
             token: lock.token(),
             ttl,
+            drift,
             interval,
             next_renewal: acquired_at + interval,
             valid_until: lock.valid_until(),
@@ -254,7 +257,7 @@ impl<C: Connection> Lease<C> {
             }),
             state: state.clone(),
         };
-        let registration = lock.renewer().register(lock.conn(), entry);
+        let registration = lock.renewer().register(lock.store(), entry);
         Ok(Lease {
             lock: Some(lock),
             state,

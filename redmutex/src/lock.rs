@@ -12,6 +12,7 @@ use crate::error::Error;
 use crate::keepalive::{KeepAlive, Lease};
 use crate::renewer::RenewerSlot;
 use crate::scripts::{self, Remaining};
+use crate::store::Store;
 use crate::token::Token;
 
 /// A lock held in Redis: one or more keys that hold this owner's [`Token`].
@@ -39,7 +40,7 @@ use crate::token::Token;
 /// ```
 #[must_use = "dropping a Lock releases it; keep it alive while the guarded work runs"]
 pub struct Lock<C: Connection> {
-    conn: C,
+    store: Store<C>,
     keys: Keys,
     token: Token,
     metadata: Option<String>,
@@ -51,24 +52,25 @@ pub struct Lock<C: Connection> {
 }
 
 impl<C: Connection> Lock<C> {
+    #[allow(clippy::too_many_arguments)] // one call site: the end of a successful acquire
     pub(crate) fn new(
-        conn: C,
+        store: Store<C>,
         renewer: Arc<RenewerSlot<C>>,
         keys: Keys,
         token: Token,
         metadata: Option<String>,
         ttl_ms: u64,
         sent_at: Instant,
+        valid_until: Instant,
     ) -> Lock<C> {
-        let lease_ttl = Duration::from_millis(ttl_ms);
         Lock {
-            conn,
+            store,
             keys,
             token,
             metadata,
-            lease_ttl,
+            lease_ttl: Duration::from_millis(ttl_ms),
             acquired_at: sent_at,
-            valid_until: sent_at + lease_ttl,
+            valid_until,
             release_on_drop: true,
             renewer,
         }
@@ -78,8 +80,8 @@ impl<C: Connection> Lock<C> {
         &self.keys
     }
 
-    pub(crate) fn conn(&self) -> &C {
-        &self.conn
+    pub(crate) fn store(&self) -> &Store<C> {
+        &self.store
     }
 
     pub(crate) fn acquired_at(&self) -> Instant {
@@ -143,7 +145,8 @@ impl<C: Connection> Lock<C> {
 
     /// The instant until which the lock is certainly held, as far as this client can know:
     /// the moment the acquire (or last refresh) request was *sent*, plus the TTL, on the
-    /// client's monotonic clock. Past it, assume the lock is gone.
+    /// client's monotonic clock (Redlock: minus the clock-drift allowance). Past it, assume
+    /// the lock is gone.
     pub fn valid_until(&self) -> Instant {
         self.valid_until
     }
@@ -156,13 +159,27 @@ impl<C: Connection> Lock<C> {
     /// Asks Redis how long the lock has left: the smallest remaining TTL over its keys.
     /// `Duration::MAX` if someone removed the expiry of every key.
     ///
+    /// Redlock: the remaining validity as this client knows it
+    /// ([`remaining_validity`](Lock::remaining_validity)); no node is asked, because no
+    /// single node's TTL says how long the quorum holds.
+    ///
     /// # Errors
-    /// [`Error::NotHeld`] if any key is no longer held by this owner; [`Error::Redis`].
+    /// [`Error::NotHeld`] if any key is no longer held by this owner (Redlock: once the
+    /// validity has run out); [`Error::Redis`].
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
     pub async fn ttl(&self) -> Result<Duration, Error> {
-        let mut conn = self.conn.clone();
+        let conn = match &self.store {
+            Store::One(conn) => conn,
+            Store::Quorum(_) => {
+                return match self.remaining_validity() {
+                    left if left.is_zero() => Err(Error::NotHeld),
+                    left => Ok(left),
+                }
+            }
+        };
+        let mut conn = conn.clone();
         match scripts::idempotent!(scripts::pttl(&mut conn, &self.keys, &self.token))? {
             Remaining::Millis(ms) => Ok(Duration::from_millis(ms)),
             Remaining::Forever => Ok(Duration::MAX),
@@ -172,11 +189,16 @@ impl<C: Connection> Lock<C> {
 
     /// Sets a new TTL on every key, counted from now, if this owner still holds all of them.
     ///
+    /// Redlock: succeeds only when a quorum of nodes extended the lock before its current
+    /// validity ran out, and the new lease leaves validity after the time taken and the
+    /// drift allowance.
+    ///
     /// # Errors
-    /// [`Error::NotHeld`] (nothing was changed: the lock is lost — stop the work);
+    /// [`Error::NotHeld`] (nothing was changed: the lock is lost — stop the work; Redlock:
+    /// too many nodes no longer had it, or the validity ran out first);
     /// [`Error::InvalidArgument`] for a TTL outside [`MIN_TTL`](crate::MIN_TTL)..=[`MAX_TTL`](crate::MAX_TTL);
-    /// [`Error::Redis`] (the lock may or may not have been extended; it is still valid
-    /// until [`valid_until`](Lock::valid_until)).
+    /// [`Error::Redis`] / [`Error::NoQuorum`] (the lock may or may not have been extended;
+    /// it is still valid until [`valid_until`](Lock::valid_until)).
     ///
     /// # Cancel safety
     /// If cancelled, the new TTL may or may not have been applied in Redis;
@@ -184,34 +206,38 @@ impl<C: Connection> Lock<C> {
     /// expiry, which is the safe assumption.
     pub async fn refresh(&mut self, ttl: Duration) -> Result<(), Error> {
         let ttl_ms = args::ttl_millis(ttl)?;
-        let mut conn = self.conn.clone();
-        let sent_at = Instant::now();
+        let ttl = Duration::from_millis(ttl_ms);
+        let current = self.valid_until;
         // A shorter TTL may take effect even if we never see the reply: assume it has.
-        self.valid_until = self
-            .valid_until
-            .min(sent_at + Duration::from_millis(ttl_ms));
-        refresh_owned(&mut conn, &self.keys, &self.token, ttl_ms).await?;
-        self.lease_ttl = Duration::from_millis(ttl_ms);
-        self.valid_until = sent_at + self.lease_ttl;
+        let sent_at = Instant::now();
+        self.valid_until = current.min(sent_at + ttl.saturating_sub(self.store.drift(ttl)));
+        let valid_until = (self.store)
+            .refresh(&self.keys, &self.token, ttl_ms, Some(current))
+            .await?;
+        self.lease_ttl = ttl;
+        self.valid_until = valid_until;
         Ok(())
     }
 
-    /// Deletes every key that still holds this owner's token.
+    /// Deletes every key that still holds this owner's token (Redlock: on every node; done
+    /// when a quorum confirmed).
     ///
     /// # Errors
     /// [`Error::NotHeld`] if some key had expired or was held by another owner (that key is
     /// left alone; keys still held by this owner are deleted all the same);
-    /// [`Error::Redis`] if Redis could not be reached — a background release is then tried
-    /// once more, and otherwise the keys expire by their TTL.
+    /// [`Error::Redis`] / [`Error::NoQuorum`] if Redis could not be reached — a background
+    /// release is then tried once more, and otherwise the keys expire by their TTL.
     ///
     /// # Cancel safety
     /// If cancelled, the release may or may not have reached Redis; the dropped lock then
     /// starts a background release, as on any drop.
     pub async fn release(mut self) -> Result<(), Error> {
-        let mut conn = self.conn.clone();
-        let result = release_owned(&mut conn, &self.keys, &self.token).await;
+        let result = (self.store)
+            .release(&self.keys, &self.token, Some(self.lease_ttl))
+            .await;
         // Redis answered (released, or not ours any more): nothing left for Drop to do.
-        // After a Redis error, Drop tries once more in the background.
+        // After a Redis error, Drop tries once more in the background. (A quorum store
+        // already retries the nodes that did not answer.)
         if !matches!(result, Err(Error::Redis(_))) {
             self.release_on_drop = false;
         }
@@ -241,48 +267,8 @@ impl<C: Connection> std::fmt::Debug for Lock<C> {
 impl<C: Connection> Drop for Lock<C> {
     fn drop(&mut self) {
         if self.release_on_drop {
-            release_in_background(self.conn.clone(), self.keys.clone(), self.token);
+            self.store
+                .release_in_background(self.keys.clone(), self.token);
         }
-    }
-}
-
-/// Owner-checked release of `keys`: [`Error::NotHeld`] unless every key held `token`
-/// (those that did are deleted all the same). Shared by [`Lock::release`] and
-/// [`Locker::release_with_token`](crate::Locker::release_with_token).
-pub(crate) async fn release_owned<C: Connection>(
-    conn: &mut C,
-    keys: &Keys,
-    token: &Token,
-) -> Result<(), Error> {
-    match scripts::idempotent!(scripts::release(conn, keys, token))? {
-        0 => Ok(()),
-        _ => Err(Error::NotHeld),
-    }
-}
-
-/// Owner-checked refresh of `keys` to `ttl_ms`, all or nothing: [`Error::NotHeld`] (and
-/// nothing changed) unless every key held `token`.
-pub(crate) async fn refresh_owned<C: Connection>(
-    conn: &mut C,
-    keys: &Keys,
-    token: &Token,
-    ttl_ms: u64,
-) -> Result<(), Error> {
-    if scripts::idempotent!(scripts::refresh(conn, keys, token, ttl_ms))? {
-        Ok(())
-    } else {
-        Err(Error::NotHeld)
-    }
-}
-
-/// Spawns an owner-checked release on the current tokio runtime, if there is one, and
-/// returns at once. Used where waiting is impossible: in `Drop`.
-pub(crate) fn release_in_background<C: Connection>(conn: C, keys: Keys, token: Token) {
-    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        runtime.spawn(async move {
-            let mut conn = conn;
-            // Best effort: if this fails, the keys expire by their TTL.
-            let _ = scripts::release_unattended(&mut conn, &keys, &token).await;
-        });
     }
 }

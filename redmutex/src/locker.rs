@@ -7,15 +7,18 @@ use std::time::Duration;
 use crate::acquire::Acquire;
 use crate::args::{self, Keys};
 use crate::connection::Connection;
-use crate::error::Error;
-use crate::lock::{refresh_owned, release_owned};
+use crate::error::{Argument, Error};
+use crate::quorum::{NodeError, QuorumSettings};
+use crate::redlock::Nodes;
 use crate::renewer::RenewerSlot;
-use crate::scripts;
+use crate::scripts::RawKey;
+use crate::store::Store;
 use crate::token::{parse_value, StoredValue, Token};
 
-/// Takes locks on one Redis server over a connection you already have.
+/// Takes locks on one Redis server over a connection you already have — or, built with
+/// [`Locker::redlock`], on a quorum of independent servers.
 ///
-/// Cloning a `Locker` is cheap (it clones the connection handle); every operation clones
+/// Cloning a `Locker` is cheap (it clones the connection handles); every operation clones
 /// the connection for itself, so one locker can be shared by any number of tasks.
 ///
 /// ```
@@ -32,7 +35,7 @@ use crate::token::{parse_value, StoredValue, Token};
 /// ```
 #[derive(Clone)]
 pub struct Locker<C: Connection> {
-    conn: C,
+    store: Store<C>,
     prefix: Arc<[u8]>,
     /// Renews the leases of this locker and its clones; started on the first keep-alive.
     renewer: Arc<RenewerSlot<C>>,
@@ -41,10 +44,81 @@ pub struct Locker<C: Connection> {
 impl<C: Connection> Locker<C> {
     /// A locker over `conn`, storing each lock under exactly its key.
     pub fn new(conn: C) -> Locker<C> {
+        Locker::over(Store::One(conn))
+    }
+
+    /// A Redlock locker over independent Redis masters (not replicas of each other, not
+    /// one cluster): a lock is held when a quorum of them — `n / 2 + 1` — holds it, so it
+    /// survives the loss of any minority of nodes. Use an odd number of nodes; five is
+    /// the usual choice. Judged with the default [`QuorumSettings`]; see
+    /// [`with_quorum_settings`](Locker::with_quorum_settings).
+    ///
+    /// Everything else works as on one node: [`acquire`](Locker::acquire) and
+    /// [`acquire_all`](Locker::acquire_all) (all keys on each node), retry strategies,
+    /// [`Lock::refresh`](crate::Lock::refresh), [`Lock::release`](crate::Lock::release),
+    /// keep-alive with the lost signal, and [`inspect`](Locker::inspect), which also shows
+    /// each node's view. How the quorum is counted, and what it cannot protect against
+    /// (nodes restarted without persistence), is in the [crate docs](crate#redlock).
+    ///
+    /// Connections that are down when the locker is built are fine as long as they
+    /// reconnect by themselves: see [`connect_lazy`](crate::connect_lazy).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty node list.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// let nodes = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"]
+    ///     .into_iter()
+    ///     .map(redmutex::connect_lazy)
+    ///     .collect::<Result<Vec<_>, _>>()?;
+    /// let locker = redmutex::Locker::redlock(nodes)?;
+    /// let lock = locker.acquire("billing-run", Duration::from_secs(30)).await?;
+    /// println!("valid for {:?}", lock.remaining_validity()); // TTL minus time taken and drift
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
+    #[doc(alias = "quorum")]
+    pub fn redlock(nodes: impl IntoIterator<Item = C>) -> Result<Locker<C>, Error> {
+        let conns: Vec<C> = nodes.into_iter().collect();
+        if conns.is_empty() {
+            return Err(Error::invalid(
+                Argument::Nodes,
+                "a Redlock locker needs at least one node",
+            ));
+        }
+        Ok(Locker::over(Store::Quorum(Arc::new(Nodes::new(
+            conns,
+            QuorumSettings::default(),
+        )))))
+    }
+
+    fn over(store: Store<C>) -> Locker<C> {
         Locker {
-            conn,
+            store,
             prefix: Arc::from(&b""[..]),
             renewer: Arc::new(RenewerSlot::new()),
+        }
+    }
+
+    /// Redlock: judge quorums with `settings` (node timeout, drift allowance, minimum
+    /// validity). No effect on a single-node locker.
+    pub fn with_quorum_settings(mut self, settings: QuorumSettings) -> Locker<C> {
+        if let Store::Quorum(nodes) = &self.store {
+            let conns = nodes.conns().to_vec();
+            self.store = Store::Quorum(Arc::new(Nodes::new(conns, settings)));
+            // Leases already kept alive stay with the renewer of the old settings.
+            self.renewer = Arc::new(RenewerSlot::new());
+        }
+        self
+    }
+
+    /// The quorum settings of a Redlock locker; `None` for a single node.
+    pub fn quorum_settings(&self) -> Option<&QuorumSettings> {
+        match &self.store {
+            Store::One(_) => None,
+            Store::Quorum(nodes) => Some(nodes.settings()),
         }
     }
 
@@ -59,9 +133,17 @@ impl<C: Connection> Locker<C> {
         &self.prefix
     }
 
-    /// The connection this locker uses.
+    /// The connection this locker uses (for Redlock, the first node's).
     pub fn connection(&self) -> &C {
-        &self.conn
+        &self.nodes()[0]
+    }
+
+    /// The connection of every node: one for a single-node locker, N for Redlock.
+    pub fn nodes(&self) -> &[C] {
+        match &self.store {
+            Store::One(conn) => std::slice::from_ref(conn),
+            Store::Quorum(nodes) => nodes.conns(),
+        }
     }
 
     /// Starts acquiring a lock on `key` for `ttl`; configure and `.await` the returned
@@ -81,7 +163,7 @@ impl<C: Connection> Locker<C> {
     /// See [`Acquire`].
     pub fn acquire<'a>(&self, key: impl AsRef<[u8]>, ttl: Duration) -> Acquire<'a, C> {
         Acquire::new(
-            self.conn.clone(),
+            self.store.clone(),
             self.renewer.clone(),
             Keys::new(&self.prefix, [key]),
             ttl,
@@ -105,41 +187,26 @@ impl<C: Connection> Locker<C> {
         ttl: Duration,
     ) -> Acquire<'a, C> {
         Acquire::new(
-            self.conn.clone(),
+            self.store.clone(),
             self.renewer.clone(),
             Keys::new(&self.prefix, keys),
             ttl,
         )
     }
 
-    /// Looks at `key` without owning it: held or free, remaining TTL, metadata.
+    /// Looks at `key` without owning it: held or free, remaining TTL, metadata. On a
+    /// Redlock locker, also each node's view ([`LockInfo::nodes`]); a node that cannot be
+    /// reached shows its error there rather than failing the call.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an empty or oversized key; [`Error::Redis`].
+    /// [`Error::InvalidArgument`] for an empty or oversized key; [`Error::Redis`] (single
+    /// node only).
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
     pub async fn inspect(&self, key: impl AsRef<[u8]>) -> Result<LockInfo, Error> {
         let keys = Keys::new(&self.prefix, [key])?;
-        let full_key = keys.get(0).expect("one key");
-        let mut conn = self.conn.clone();
-        let raw = scripts::idempotent!(scripts::inspect(&mut conn, full_key))?;
-        let ttl = u64::try_from(raw.pttl).ok().map(Duration::from_millis);
-        let (held, metadata, foreign) = match (raw.kind.as_str(), raw.value) {
-            ("none", _) => (false, None, false),
-            ("string", Some(value)) => match parse_value(&value) {
-                StoredValue::Redmutex { metadata, .. } => (true, metadata, false),
-                StoredValue::Foreign => (true, None, true),
-            },
-            _ => (true, None, true),
-        };
-        Ok(LockInfo {
-            key: full_key.to_vec(),
-            held,
-            ttl,
-            metadata,
-            foreign,
-        })
+        self.store.inspect(keys.get(0).expect("one key")).await
     }
 
     /// Releases the lock on `keys` held by `token`, for an owner that kept only the token
@@ -156,7 +223,7 @@ impl<C: Connection> Locker<C> {
         token: &Token,
     ) -> Result<(), Error> {
         let keys = Keys::new(&self.prefix, keys)?;
-        release_owned(&mut self.conn.clone(), &keys, token).await
+        self.store.release(&keys, token, None).await
     }
 
     /// Sets a new TTL on the lock on `keys` held by `token`, if every key still holds it.
@@ -174,7 +241,8 @@ impl<C: Connection> Locker<C> {
     ) -> Result<(), Error> {
         let keys = Keys::new(&self.prefix, keys)?;
         let ttl_ms = args::ttl_millis(ttl)?;
-        refresh_owned(&mut self.conn.clone(), &keys, token, ttl_ms).await
+        self.store.refresh(&keys, token, ttl_ms, None).await?;
+        Ok(())
     }
 }
 
@@ -187,20 +255,56 @@ impl<C: Connection> std::fmt::Debug for Locker<C> {
 }
 
 /// What [`Locker::inspect`] sees at a key.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct LockInfo {
     /// The key as stored in Redis (with the locker's prefix).
     pub key: Vec<u8>,
-    /// Whether the key exists, i.e. nobody can acquire it now.
+    /// Whether the key exists, i.e. nobody can acquire it now. Redlock: whether one
+    /// owner holds it on a quorum of nodes.
     pub held: bool,
-    /// Remaining time to live; `None` when the key is missing or has no expiry.
+    /// Remaining time to live; `None` when the key is missing or has no expiry. Redlock:
+    /// how long the holder's quorum stands (the quorum-th longest TTL among its nodes).
     pub ttl: Option<Duration>,
     /// The metadata stored by the holder, if it is a redmutex lock that has some.
     pub metadata: Option<String>,
     /// The key holds something redmutex did not write (another type, or a value without
-    /// a redmutex token). redmutex will not acquire it, and never modifies it.
+    /// a redmutex token). redmutex will not acquire it, and never modifies it. Redlock:
+    /// on any node.
     pub foreign: bool,
+    /// Redlock: each node's view, in node order (empty for a single-node locker).
+    pub nodes: Vec<NodeInfo>,
+}
+
+/// One node's view of a key, in [`LockInfo::nodes`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct NodeInfo {
+    /// The node's position in the list given to [`Locker::redlock`].
+    pub node: usize,
+    /// What the node holds, or why it could not be asked.
+    pub info: Result<LockInfo, NodeError>,
+}
+
+/// The [`LockInfo`] for what one node holds at `key`.
+pub(crate) fn lock_info(key: &[u8], raw: RawKey) -> LockInfo {
+    let ttl = u64::try_from(raw.pttl).ok().map(Duration::from_millis);
+    let (held, metadata, foreign) = match (raw.kind.as_str(), raw.value) {
+        ("none", _) => (false, None, false),
+        ("string", Some(value)) => match parse_value(&value) {
+            StoredValue::Redmutex { metadata, .. } => (true, metadata, false),
+            StoredValue::Foreign => (true, None, true),
+        },
+        _ => (true, None, true),
+    };
+    LockInfo {
+        key: key.to_vec(),
+        held,
+        ttl,
+        metadata,
+        foreign,
+        nodes: Vec::new(),
+    }
 }
 
 impl LockInfo {

@@ -12,6 +12,7 @@
 //! A lease is handed out only when a quorum (`n / 2 + 1`) agreed AND `validity` is
 //! positive (and at least the caller's minimum).
 
+use std::fmt;
 use std::time::Duration;
 
 /// How Redlock judges an attempt. See the module docs for the formulas.
@@ -103,12 +104,192 @@ pub fn default_node_timeout(ttl: Duration) -> Duration {
     (ttl / 20).clamp(Duration::from_millis(10), Duration::from_millis(500))
 }
 
+/// Why one node did not agree, in a [`QuorumFailure`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// Another owner holds the lock on this node (acquire).
+    Held,
+    /// This owner's lock is no longer on this node: it expired, was deleted or was taken
+    /// over (refresh, release).
+    NotHeld,
+    /// The node did not answer within its timeout (paused, overloaded, or a slow link).
+    TimedOut(Duration),
+    /// The node answered with an error or could not be reached.
+    Redis(redis::RedisError),
+}
+
+impl NodeError {
+    /// The node could not be asked (timeout or Redis error), as opposed to answering
+    /// "held" or "not held".
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, NodeError::TimedOut(_) | NodeError::Redis(_))
+    }
+}
+
+impl fmt::Display for NodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeError::Held => f.write_str("held by another owner"),
+            NodeError::NotHeld => f.write_str("not held by this owner"),
+            NodeError::TimedOut(t) => write!(f, "no answer within {t:?}"),
+            NodeError::Redis(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// One node that did not agree.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct NodeFailure {
+    /// The node's position in the list the locker was built from (0-based).
+    pub node: usize,
+    /// What went wrong there.
+    pub error: NodeError,
+}
+
+/// A quorum operation that did not get its quorum: how many nodes agreed, how many were
+/// needed, and why each other node did not agree.
+///
+/// [`held`](QuorumFailure::held) tells "someone else holds it" (wait and retry) from
+/// [`unreachable`](QuorumFailure::unreachable) "the nodes could not be asked" (an outage).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct QuorumFailure {
+    /// Nodes that agreed (acquired, refreshed or released).
+    pub agreed: usize,
+    /// Nodes needed: [`quorum`] of [`nodes`](QuorumFailure::nodes).
+    pub needed: usize,
+    /// Nodes in all.
+    pub nodes: usize,
+    /// A quorum agreed, but too late: the time it took left no validity (or less than the
+    /// minimum), so the result was not used.
+    pub too_late: bool,
+    /// Time the attempt took, on this client's monotonic clock.
+    pub elapsed: Duration,
+    /// Each node that did not agree, in node order.
+    pub failures: Vec<NodeFailure>,
+}
+
+impl QuorumFailure {
+    /// How many nodes answered that another owner holds the lock.
+    pub fn held(&self) -> usize {
+        self.count(|e| matches!(e, NodeError::Held))
+    }
+
+    /// How many nodes answered that this owner's lock is gone.
+    pub fn not_held(&self) -> usize {
+        self.count(|e| matches!(e, NodeError::NotHeld))
+    }
+
+    /// How many nodes timed out or failed with an error.
+    pub fn unreachable(&self) -> usize {
+        self.count(NodeError::is_unreachable)
+    }
+
+    /// So many nodes answered "not held" that no quorum can hold this owner's lock: the
+    /// lock is lost, not merely unreachable.
+    pub fn is_lost(&self) -> bool {
+        self.not_held() > self.nodes - self.needed
+    }
+
+    fn count(&self, what: impl Fn(&NodeError) -> bool) -> usize {
+        self.failures.iter().filter(|f| what(&f.error)).count()
+    }
+}
+
+impl fmt::Display for QuorumFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.too_late {
+            write!(
+                f,
+                "no quorum in time: {} of {} nodes agreed ({} needed) but only after {:?}, \
+                 which left no validity",
+                self.agreed, self.nodes, self.needed, self.elapsed
+            )?;
+        } else {
+            write!(
+                f,
+                "no quorum: {} of {} nodes agreed, {} needed",
+                self.agreed, self.nodes, self.needed
+            )?;
+        }
+        for (i, failure) in self.failures.iter().enumerate() {
+            let sep = if i == 0 { " (" } else { "; " };
+            write!(f, "{sep}node {}: {}", failure.node, failure.error)?;
+        }
+        if !self.failures.is_empty() {
+            f.write_str(")")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for QuorumFailure {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    fn failure(errors: &[NodeError], agreed: usize) -> QuorumFailure {
+        QuorumFailure {
+            agreed,
+            needed: quorum(5),
+            nodes: 5,
+            too_late: false,
+            elapsed: ms(3),
+            failures: errors
+                .iter()
+                .enumerate()
+                .map(|(node, error)| NodeFailure {
+                    node,
+                    error: error.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn failures_tell_held_from_unreachable_and_lost() {
+        let refused: redis::RedisError =
+            std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into();
+        let held = failure(
+            &[NodeError::Held, NodeError::Held, NodeError::TimedOut(ms(5))],
+            2,
+        );
+        assert_eq!(
+            (held.held(), held.unreachable(), held.not_held()),
+            (2, 1, 0)
+        );
+        assert!(!held.is_lost());
+        let down = failure(
+            &[
+                NodeError::Redis(refused.clone()),
+                NodeError::Redis(refused),
+                NodeError::TimedOut(ms(5)),
+            ],
+            2,
+        );
+        assert_eq!((down.held(), down.unreachable()), (0, 3));
+        assert!(!down.is_lost(), "unreachable is not lost");
+        // With 5 nodes and a quorum of 3, two "not held" answers leave a quorum possible;
+        // three do not.
+        assert!(!failure(&[NodeError::NotHeld, NodeError::NotHeld], 3).is_lost());
+        assert!(failure(
+            &[NodeError::NotHeld, NodeError::NotHeld, NodeError::NotHeld],
+            2
+        )
+        .is_lost());
+        let text = held.to_string();
+        assert!(
+            text.starts_with("no quorum: 2 of 5 nodes agreed, 3 needed (node 0: held"),
+            "{text}"
+        );
+        assert!(text.contains("node 2: no answer within 5ms"), "{text}");
     }
 
     #[test]

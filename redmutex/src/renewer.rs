@@ -21,8 +21,8 @@ use tokio::time::Instant;
 use crate::args::Keys;
 use crate::connection::Connection;
 use crate::keepalive::{loss_margin, LeaseState, LostReason};
-use crate::lock::release_in_background;
 use crate::scripts;
+use crate::store::{Renewal, Store};
 use crate::token::Token;
 
 /// At most this many leases share one renewal call, so that one call never blocks Redis
@@ -54,6 +54,8 @@ pub(crate) struct Entry {
     pub(crate) keys: Keys,
     pub(crate) token: Token,
     pub(crate) ttl: Duration,
+    /// The clock-drift allowance the store subtracts from a lease of `ttl`.
+    pub(crate) drift: Duration,
     pub(crate) interval: Duration,
     pub(crate) next_renewal: Instant,
     pub(crate) valid_until: Instant,
@@ -80,7 +82,7 @@ impl<C: Connection> RenewerSlot<C> {
     ///
     /// # Panics
     /// Outside a tokio runtime, like `tokio::spawn`.
-    pub(crate) fn register(&self, conn: &C, entry: Entry) -> Registration {
+    pub(crate) fn register(&self, store: &Store<C>, entry: Entry) -> Registration {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut slot = self.sender.lock().unwrap_or_else(|p| p.into_inner());
         let sender = match slot.as_ref() {
@@ -88,7 +90,7 @@ impl<C: Connection> RenewerSlot<C> {
             _ => {
                 let (sender, commands) = mpsc::unbounded_channel();
                 let renewer = Renewer {
-                    conn: conn.clone(),
+                    store: store.clone(),
                     leases: HashMap::new(),
                     commands,
                 };
@@ -148,15 +150,15 @@ struct Due {
 struct BatchDone {
     /// Each lease in the call.
     leases: Vec<Due>,
-    sent_at: Instant,
-    result: redis::RedisResult<Vec<i64>>,
+    /// What became of each lease, in the same order.
+    result: redis::RedisResult<Vec<Renewal>>,
 }
 
 /// The renewer task's state. It is built before the task is spawned so that, whenever
 /// the task is dropped — its runtime shut down, even before it first ran — `Drop` still
 /// sees every lease, in the table or still on the way to it.
 struct Renewer<C> {
-    conn: C,
+    store: Store<C>,
     leases: HashMap<u64, Tracked>,
     commands: UnboundedReceiver<Command>,
 }
@@ -180,7 +182,7 @@ impl<C> Drop for Renewer<C> {
 impl<C: Connection> Renewer<C> {
     async fn run(mut self) {
         let Renewer {
-            conn,
+            store,
             leases,
             commands,
         } = &mut self;
@@ -195,8 +197,8 @@ impl<C: Connection> Renewer<C> {
                 .min()
                 .is_some_and(|wake| wake <= now)
             {
-                expire(leases, now, conn);
-                send_due(leases, now, conn, &done_tx);
+                expire(leases, now, store);
+                send_due(leases, now, store, &done_tx);
             }
             let wake = leases.values().map(Tracked::next_event).min();
             tokio::select! {
@@ -214,9 +216,9 @@ impl<C: Connection> Renewer<C> {
                     }
                 }
                 Some(done) = done_rx.recv() => {
-                    apply(leases, done, conn);
+                    apply(leases, done, store);
                     while let Ok(done) = done_rx.try_recv() {
-                        apply(leases, done, conn);
+                        apply(leases, done, store);
                     }
                 }
             }
@@ -253,7 +255,7 @@ async fn sleep_until(wake: Option<Instant>) {
 }
 
 /// Declares lost every lease whose validity is (about to be) over.
-fn expire<C: Connection>(leases: &mut HashMap<u64, Tracked>, now: Instant, conn: &C) {
+fn expire<C: Connection>(leases: &mut HashMap<u64, Tracked>, now: Instant, store: &Store<C>) {
     let expired: Vec<u64> = leases
         .iter()
         .filter(|(_, t)| t.lost_at() <= now)
@@ -268,22 +270,22 @@ fn expire<C: Connection>(leases: &mut HashMap<u64, Tracked>, now: Instant, conn:
         } else {
             LostReason::HoldLimitReached
         };
-        lose(tracked.entry, reason, conn);
+        lose(tracked.entry, reason, store);
     }
 }
 
 /// Tells the lease's watchers, and removes whatever keys may still hold its token so that
 /// nobody waits for a lock its owner has already given up on.
-fn lose<C: Connection>(entry: Entry, reason: LostReason, conn: &C) {
+fn lose<C: Connection>(entry: Entry, reason: LostReason, store: &Store<C>) {
     entry.state.end(reason);
-    release_in_background(conn.clone(), entry.keys, entry.token);
+    store.release_in_background(entry.keys, entry.token);
 }
 
 /// Sends one renewal call per batch of leases that are due.
 fn send_due<C: Connection>(
     leases: &mut HashMap<u64, Tracked>,
     now: Instant,
-    conn: &C,
+    store: &Store<C>,
     done_tx: &UnboundedSender<BatchDone>,
 ) {
     let mut due: Vec<Due> = Vec::new();
@@ -309,7 +311,7 @@ fn send_due<C: Connection>(
         if last {
             // The shortened TTL may take effect even if the reply never comes.
             let entry = &mut tracked.entry;
-            entry.valid_until = entry.valid_until.min(now + ttl);
+            entry.valid_until = entry.valid_until.min(now + ttl.saturating_sub(entry.drift));
             entry.state.set_valid_until(entry.valid_until);
         }
         tracked.in_flight = true;
@@ -324,52 +326,47 @@ fn send_due<C: Connection>(
             let entry = &leases[&due.id].entry;
             (&entry.keys, &entry.token, due.ttl.as_millis() as u64)
         }));
-        let mut conn = conn.clone();
+        let store = store.clone();
         let done_tx = done_tx.clone();
         let leases = chunk.to_vec();
         tokio::spawn(async move {
-            let sent_at = Instant::now();
-            let result = call.invoke_async::<Vec<i64>>(&mut conn).await;
-            let _ = done_tx.send(BatchDone {
-                leases,
-                sent_at,
-                result,
-            });
+            let ttls: Vec<Duration> = leases.iter().map(|due| due.ttl).collect();
+            let result = store.renew(&call, &ttls).await;
+            let _ = done_tx.send(BatchDone { leases, result });
         });
     }
 }
 
 /// Takes in the answer to a renewal call.
-fn apply<C: Connection>(leases: &mut HashMap<u64, Tracked>, done: BatchDone, conn: &C) {
-    let answers = match done.result {
-        Ok(answers) if answers.len() == done.leases.len() => answers,
-        Ok(answers) => {
-            let e = redis::RedisError::from((
-                redis::ErrorKind::Parse,
-                "renewal reply of the wrong length",
-                format!("{} answers for {} leases", answers.len(), done.leases.len()),
-            ));
-            return retry_later(leases, &done.leases, e);
-        }
+fn apply<C: Connection>(leases: &mut HashMap<u64, Tracked>, done: BatchDone, store: &Store<C>) {
+    let renewals = match done.result {
+        Ok(renewals) => renewals,
         Err(e) => return retry_later(leases, &done.leases, e),
     };
-    for (due, answer) in done.leases.iter().zip(answers) {
+    for (due, renewal) in done.leases.iter().zip(renewals) {
         let id = due.id;
         // A lease released, stopped or lost meanwhile is no longer in the table.
         let Some(tracked) = leases.get_mut(&id) else {
             continue;
         };
         tracked.in_flight = false;
-        if answer == 1 {
-            tracked.renewing = !due.last;
-            let entry = &mut tracked.entry;
-            entry.valid_until = entry.valid_until.max(done.sent_at + due.ttl);
-            entry.next_renewal = done.sent_at + entry.interval;
-            tracked.last_error = None;
-            entry.state.renewed(entry.valid_until);
-        } else {
-            let tracked = leases.remove(&id).expect("found above");
-            lose(tracked.entry, LostReason::NotHeld, conn);
+        match renewal {
+            Renewal::Renewed {
+                sent_at,
+                valid_until,
+            } => {
+                tracked.renewing = !due.last;
+                let entry = &mut tracked.entry;
+                entry.valid_until = entry.valid_until.max(valid_until);
+                entry.next_renewal = sent_at + entry.interval;
+                tracked.last_error = None;
+                entry.state.renewed(entry.valid_until);
+            }
+            Renewal::NotHeld => {
+                let tracked = leases.remove(&id).expect("found above");
+                lose(tracked.entry, LostReason::NotHeld, store);
+            }
+            Renewal::Failed(e) => retry_later(leases, std::slice::from_ref(due), e),
         }
     }
 }

@@ -1,0 +1,381 @@
+//! Redlock: the quorum side of [`Store`](crate::store::Store).
+//!
+//! Every operation goes to all nodes at once, each request bounded by the node timeout,
+//! and counts the answers. Three rules make it the algorithm rather than an imitation:
+//!
+//! - **Parallel, bounded**: a dead or frozen node costs one node timeout, never the sum.
+//! - **Validity**: a lease counts only if a quorum agreed AND time is left once the time
+//!   taken and the clock-drift allowance are subtracted (see [`crate::quorum`]); it is
+//!   valid until `start + ttl − drift` on this client's monotonic clock.
+//! - **Undo**: a failed acquire deletes its keys on every node — also those that did not
+//!   answer, where the request may still land — before the next try.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use redis::{RedisError, RedisResult, ScriptInvocation};
+use tokio::time::Instant;
+
+use crate::args::Keys;
+use crate::connection::Connection;
+use crate::error::{is_transient_redis, Error};
+use crate::locker::{lock_info, LockInfo, NodeInfo};
+use crate::quorum::{quorum, NodeError, NodeFailure, QuorumFailure, QuorumSettings};
+use crate::scripts::{self, Obtain};
+use crate::store::{check_renewal_reply, Attempt, Renewal, TryResult};
+use crate::token::{parse_value, StoredValue, Token};
+
+/// The TTL that sizes node timeouts where no lease is known (inspect, release by token).
+const TTL_FOR_TIMEOUTS: Duration = Duration::from_secs(10);
+
+/// The independent masters of a Redlock locker, and how their answers are judged.
+pub(crate) struct Nodes<C> {
+    conns: Box<[C]>,
+    settings: QuorumSettings,
+}
+
+/// One node's answer: its value, or why there is none.
+type Reply<T> = Result<T, NodeError>;
+
+impl<C: Connection> Nodes<C> {
+    pub(crate) fn new(conns: Vec<C>, settings: QuorumSettings) -> Nodes<C> {
+        Nodes {
+            conns: conns.into_boxed_slice(),
+            settings,
+        }
+    }
+
+    pub(crate) fn conns(&self) -> &[C] {
+        &self.conns
+    }
+
+    pub(crate) fn settings(&self) -> &QuorumSettings {
+        &self.settings
+    }
+
+    fn needed(&self) -> usize {
+        quorum(self.conns.len())
+    }
+
+    /// Runs `op` on every node at once; each node's answer is bounded by `timeout`.
+    async fn fan_out<T, F, Fut>(&self, timeout: Duration, op: F) -> Vec<Reply<T>>
+    where
+        F: Fn(C) -> Fut,
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        join_all(self.conns.iter().map(|conn| {
+            let request = op(conn.clone());
+            async move {
+                match tokio::time::timeout(timeout, request).await {
+                    Ok(Ok(value)) => Ok(value),
+                    Ok(Err(e)) => Err(NodeError::Redis(e)),
+                    Err(_) => Err(NodeError::TimedOut(timeout)),
+                }
+            }
+        }))
+        .await
+    }
+
+    /// Counts the nodes that agreed (`judge` says `Ok(true)`), and lists the others.
+    fn tally<T>(
+        &self,
+        replies: Vec<Reply<T>>,
+        started: Instant,
+        judge: impl Fn(T) -> Result<(), NodeError>,
+    ) -> QuorumFailure {
+        let mut failure = QuorumFailure {
+            agreed: 0,
+            needed: self.needed(),
+            nodes: self.conns.len(),
+            too_late: false,
+            elapsed: started.elapsed(),
+            failures: Vec::new(),
+        };
+        for (node, reply) in replies.into_iter().enumerate() {
+            match reply.and_then(&judge) {
+                Ok(()) => failure.agreed += 1,
+                Err(error) => failure.failures.push(NodeFailure { node, error }),
+            }
+        }
+        failure
+    }
+
+    /// The end of a lease of `ttl` whose requests were sent at `started`, if it leaves a
+    /// valid lease (see [`QuorumSettings::validity`]).
+    fn valid_until(&self, ttl: Duration, started: Instant, elapsed: Duration) -> Option<Instant> {
+        self.settings.validity(ttl, elapsed)?;
+        Some(started + ttl - self.settings.drift(ttl))
+    }
+
+    pub(crate) async fn try_obtain(
+        &self,
+        keys: &Keys,
+        token: &Token,
+        value: &[u8],
+        ttl_ms: u64,
+        retrying_own: bool,
+        try_until: Option<Instant>,
+    ) -> Attempt {
+        let started = Instant::now();
+        let ttl = Duration::from_millis(ttl_ms);
+        let mut timeout = self.settings.timeout_for(ttl);
+        if let Some(until) = try_until {
+            timeout = timeout.min(until.saturating_duration_since(started));
+        }
+        let replies = self
+            .fan_out(timeout, |mut conn| async move {
+                scripts::obtain(&mut conn, keys, value, ttl_ms, retrying_own).await
+            })
+            .await;
+        let mut failure = self.tally(replies, started, |obtain| match obtain {
+            Obtain::Obtained => Ok(()),
+            Obtain::Held(_) => Err(NodeError::Held),
+        });
+        if failure.agreed >= failure.needed {
+            if let Some(valid_until) = self.valid_until(ttl, started, failure.elapsed) {
+                return Attempt {
+                    result: TryResult::Obtained { valid_until },
+                    may_hold: false,
+                };
+            }
+            failure.too_late = true;
+        }
+        // Undo on every node, including those that did not answer: the request may still
+        // reach them. On the same connection the release queues behind it, so once every
+        // node confirmed the release, nothing of this try is left anywhere.
+        let cleaned = self
+            .release_unattended(keys, token, self.settings.timeout_for(ttl))
+            .await;
+        let refusing = failure
+            .failures
+            .iter()
+            .filter(|f| matches!(&f.error, NodeError::Redis(e) if !is_transient_redis(e)))
+            .count();
+        let hopeless = refusing > failure.nodes - failure.needed;
+        Attempt {
+            result: TryResult::NoQuorum {
+                failure: Box::new(failure),
+                hopeless,
+            },
+            may_hold: !cleaned,
+        }
+    }
+
+    /// Deletes this owner's keys on every node, sending the whole script (see
+    /// [`scripts::release_unattended`]). Returns whether every node confirmed within `wait`.
+    pub(crate) async fn release_unattended(
+        &self,
+        keys: &Keys,
+        token: &Token,
+        wait: Duration,
+    ) -> bool {
+        self.fan_out(wait, |mut conn| async move {
+            scripts::release_unattended(&mut conn, keys, token).await
+        })
+        .await
+        .iter()
+        .all(Result::is_ok)
+    }
+
+    /// Release on every node: done when a quorum deleted this owner's keys; lost when so
+    /// many nodes no longer had them that no quorum did. Nodes that did not answer get the
+    /// release again in the background (otherwise their keys expire by TTL).
+    pub(crate) async fn release(
+        &self,
+        keys: &Keys,
+        token: &Token,
+        ttl: Option<Duration>,
+    ) -> Result<(), Error> {
+        let started = Instant::now();
+        let timeout = self.settings.timeout_for(ttl.unwrap_or(TTL_FOR_TIMEOUTS));
+        let replies = self
+            .fan_out(timeout, |mut conn| async move {
+                scripts::release(&mut conn, keys, token).await
+            })
+            .await;
+        let failure = self.tally(replies, started, |missing| match missing {
+            0 => Ok(()),
+            _ => Err(NodeError::NotHeld),
+        });
+        let unanswered: Vec<usize> = failure
+            .failures
+            .iter()
+            .filter(|f| f.error.is_unreachable())
+            .map(|f| f.node)
+            .collect();
+        if !unanswered.is_empty() {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let keys = Arc::new(keys.clone());
+                for node in unanswered {
+                    let mut conn = self.conns[node].clone();
+                    let (keys, token) = (keys.clone(), *token);
+                    runtime.spawn(async move {
+                        let _ = scripts::release_unattended(&mut conn, &keys, &token).await;
+                    });
+                }
+            }
+        }
+        if failure.agreed >= failure.needed {
+            Ok(())
+        } else if failure.is_lost() {
+            Err(Error::NotHeld)
+        } else {
+            Err(Error::NoQuorum(Box::new(failure)))
+        }
+    }
+
+    /// Refresh on every node: counts only when a quorum extended the lock before the
+    /// current validity (`valid_until`) ran out, and the new lease leaves validity.
+    pub(crate) async fn refresh(
+        &self,
+        keys: &Keys,
+        token: &Token,
+        ttl_ms: u64,
+        valid_until: Option<Instant>,
+    ) -> Result<Instant, Error> {
+        let started = Instant::now();
+        let ttl = Duration::from_millis(ttl_ms);
+        let mut timeout = self.settings.timeout_for(ttl);
+        if let Some(valid_until) = valid_until {
+            // An answer after the current validity is worthless: the lock may have expired
+            // and been taken by then.
+            timeout = timeout.min(valid_until.saturating_duration_since(started));
+        }
+        let replies = self
+            .fan_out(timeout, |mut conn| async move {
+                scripts::refresh(&mut conn, keys, token, ttl_ms).await
+            })
+            .await;
+        let mut failure = self.tally(replies, started, |extended| match extended {
+            true => Ok(()),
+            false => Err(NodeError::NotHeld),
+        });
+        let in_time = valid_until.is_none_or(|v| Instant::now() < v);
+        if failure.agreed >= failure.needed && in_time {
+            if let Some(valid_until) = self.valid_until(ttl, started, failure.elapsed) {
+                return Ok(valid_until);
+            }
+            failure.too_late = true;
+        }
+        if failure.is_lost() || !in_time {
+            Err(Error::NotHeld)
+        } else {
+            Err(Error::NoQuorum(Box::new(failure)))
+        }
+    }
+
+    /// One keep-alive call on every node; a lease is renewed when a quorum extended it in
+    /// time, lost when so many nodes no longer hold it that no quorum does.
+    pub(crate) async fn renew(
+        &self,
+        call: &ScriptInvocation<'static>,
+        ttls: &[Duration],
+    ) -> Vec<Renewal> {
+        let started = Instant::now();
+        let shortest = ttls.iter().min().copied().unwrap_or(TTL_FOR_TIMEOUTS);
+        let replies: Vec<Reply<Vec<i64>>> = self
+            .fan_out(self.settings.timeout_for(shortest), |mut conn| async move {
+                let answers = call.invoke_async::<Vec<i64>>(&mut conn).await?;
+                check_renewal_reply(&answers, ttls.len())?;
+                Ok(answers)
+            })
+            .await;
+        let elapsed = started.elapsed();
+        (0..ttls.len())
+            .map(|lease| {
+                let mut failure = self.tally(
+                    replies
+                        .iter()
+                        .map(|r| r.as_ref().map(|a| a[lease]).map_err(Clone::clone))
+                        .collect(),
+                    started,
+                    |answer| match answer {
+                        1 => Ok(()),
+                        _ => Err(NodeError::NotHeld),
+                    },
+                );
+                failure.elapsed = elapsed;
+                let ttl = ttls[lease];
+                if failure.agreed >= failure.needed {
+                    if let Some(valid_until) = self.valid_until(ttl, started, elapsed) {
+                        return Renewal::Renewed {
+                            sent_at: started,
+                            valid_until,
+                        };
+                    }
+                    failure.too_late = true;
+                }
+                if failure.is_lost() {
+                    Renewal::NotHeld
+                } else {
+                    Renewal::Failed(quorum_error(&failure))
+                }
+            })
+            .collect()
+    }
+
+    /// Every node's view of `key`, and who holds it by quorum.
+    pub(crate) async fn inspect(&self, key: &[u8]) -> LockInfo {
+        let replies = self
+            .fan_out(
+                self.settings.timeout_for(TTL_FOR_TIMEOUTS),
+                |mut conn| async move { scripts::inspect(&mut conn, key).await },
+            )
+            .await;
+        // Which owner's token is on a quorum of nodes, with each of those nodes' TTL.
+        let mut owners: Vec<(Token, Option<String>, Vec<i64>)> = Vec::new();
+        let mut nodes = Vec::with_capacity(replies.len());
+        for (node, reply) in replies.into_iter().enumerate() {
+            if let Ok(raw) = &reply {
+                if let Some(StoredValue::Redmutex { token, metadata }) =
+                    raw.value.as_deref().map(parse_value)
+                {
+                    match owners.iter_mut().find(|(t, _, _)| *t == token) {
+                        Some((_, _, ttls)) => ttls.push(raw.pttl),
+                        None => owners.push((token, metadata, vec![raw.pttl])),
+                    }
+                }
+            }
+            nodes.push(NodeInfo {
+                node,
+                info: reply.map(|raw| lock_info(key, raw)),
+            });
+        }
+        let needed = self.needed();
+        let holder = owners.into_iter().find(|(_, _, ttls)| ttls.len() >= needed);
+        let foreign = nodes
+            .iter()
+            .any(|n| n.info.as_ref().is_ok_and(|info| info.foreign));
+        let (held, metadata, ttl) = match holder {
+            Some((_, metadata, mut ttls)) => {
+                // The lock stands while a quorum of its nodes still has it: the
+                // quorum-th longest TTL. (-1, no expiry, sorts as the longest.)
+                ttls.sort_by_key(|t| std::cmp::Reverse(if *t < 0 { i64::MAX } else { *t }));
+                let ttl = u64::try_from(ttls[needed - 1])
+                    .ok()
+                    .map(Duration::from_millis);
+                (true, metadata, ttl)
+            }
+            None => (false, None, None),
+        };
+        LockInfo {
+            key: key.to_vec(),
+            held,
+            ttl,
+            metadata,
+            foreign,
+            nodes,
+        }
+    }
+}
+
+/// A renewal that missed its quorum, as the error a lost lease reports.
+fn quorum_error(failure: &QuorumFailure) -> RedisError {
+    RedisError::from((
+        redis::ErrorKind::Io,
+        "no quorum for the renewal",
+        failure.to_string(),
+    ))
+}

@@ -1,0 +1,288 @@
+//! Where a lock lives: one Redis node, or a quorum of independent nodes (Redlock).
+//!
+//! Everything above this layer — the acquire loop, [`Lock`](crate::Lock), keep-alive and
+//! its renewer, inspect — is written once against [`Store`]; only the calls below differ.
+//! A single node answers each request itself; a quorum store asks every node at once and
+//! counts (see [`crate::redlock`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{RedisError, ScriptInvocation};
+use tokio::time::Instant;
+
+use crate::args::Keys;
+use crate::connection::Connection;
+use crate::error::{is_transient_redis, Error};
+use crate::locker::{lock_info, LockInfo};
+use crate::quorum::QuorumFailure;
+use crate::redlock::Nodes;
+use crate::scripts::{self, Obtain};
+use crate::token::Token;
+
+/// The nodes behind a locker and everything it hands out. Cheap to clone.
+pub(crate) enum Store<C> {
+    /// One Redis server (or a cluster connection that routes each key).
+    One(C),
+    /// Independent masters; an operation counts when a quorum of them agrees.
+    Quorum(Arc<Nodes<C>>),
+}
+
+impl<C: Clone> Clone for Store<C> {
+    fn clone(&self) -> Self {
+        match self {
+            Store::One(conn) => Store::One(conn.clone()),
+            Store::Quorum(nodes) => Store::Quorum(nodes.clone()),
+        }
+    }
+}
+
+/// One acquire try, as the retry loop sees it.
+pub(crate) struct Attempt {
+    pub(crate) result: TryResult,
+    /// Keys with our token may still exist (a request whose fate is unknown): the next try
+    /// must accept them as ours, and giving up must delete them.
+    pub(crate) may_hold: bool,
+}
+
+pub(crate) enum TryResult {
+    /// Held until `valid_until` on this client's clock.
+    Obtained { valid_until: Instant },
+    /// Single node: this key is held by another owner.
+    Held(usize),
+    /// Single node: a transient error; the request may or may not have been applied.
+    Failed(RedisError),
+    /// Single node: refused outright (auth, permission, script error); retrying is futile.
+    Rejected(RedisError),
+    /// Quorum: too few nodes agreed, or too late. `hopeless` when so many nodes refused
+    /// for good (auth, permission) that no retry can reach a quorum.
+    NoQuorum {
+        failure: Box<QuorumFailure>,
+        hopeless: bool,
+    },
+}
+
+/// What one renewal call did for one lease.
+pub(crate) enum Renewal {
+    /// Extended by a call sent at `sent_at`; valid until `valid_until`.
+    Renewed {
+        sent_at: Instant,
+        valid_until: Instant,
+    },
+    /// The lock is gone (on so many nodes that no quorum holds it).
+    NotHeld,
+    /// Not known to be extended; try again until the lease runs out.
+    Failed(RedisError),
+}
+
+impl<C: Connection> Store<C> {
+    /// The clock-drift allowance subtracted from a lease of `ttl`: none on one node, whose
+    /// own clock both sets and expires the key; the Redlock allowance on a quorum.
+    pub(crate) fn drift(&self, ttl: Duration) -> Duration {
+        match self {
+            Store::One(_) => Duration::ZERO,
+            Store::Quorum(nodes) => nodes.settings().drift(ttl),
+        }
+    }
+
+    /// One try to take every key with `value`, answering by `try_until` at the latest.
+    /// `retrying_own`: an earlier try may have set keys we never heard of; accept them.
+    pub(crate) async fn try_obtain(
+        &self,
+        keys: &Keys,
+        token: &Token,
+        value: &[u8],
+        ttl_ms: u64,
+        retrying_own: bool,
+        try_until: Option<Instant>,
+    ) -> Attempt {
+        let conn = match self {
+            Store::Quorum(nodes) => {
+                return nodes
+                    .try_obtain(keys, token, value, ttl_ms, retrying_own, try_until)
+                    .await
+            }
+            Store::One(conn) => conn,
+        };
+        let sent_at = Instant::now();
+        let mut conn = conn.clone();
+        let request = scripts::obtain(&mut conn, keys, value, ttl_ms, retrying_own);
+        let outcome = match try_until {
+            Some(until) => tokio::time::timeout_at(until, request)
+                .await
+                .unwrap_or_else(|_| Err(no_reply_error())),
+            None => request.await,
+        };
+        match outcome {
+            Ok(Obtain::Obtained) => Attempt {
+                result: TryResult::Obtained {
+                    valid_until: sent_at + Duration::from_millis(ttl_ms),
+                },
+                may_hold: false,
+            },
+            // Nothing was written by this try; keys of an earlier, unseen success may
+            // still exist.
+            Ok(Obtain::Held(index)) => Attempt {
+                result: TryResult::Held(index),
+                may_hold: retrying_own,
+            },
+            // The request may or may not have been applied.
+            Err(e) if is_transient_redis(&e) => Attempt {
+                result: TryResult::Failed(e),
+                may_hold: true,
+            },
+            Err(e) => Attempt {
+                result: TryResult::Rejected(e),
+                may_hold: retrying_own,
+            },
+        }
+    }
+
+    /// Owner-checked release: [`Error::NotHeld`] if the lock was no longer held (keys still
+    /// ours are deleted all the same). `ttl` (when known) sizes the per-node timeout.
+    pub(crate) async fn release(
+        &self,
+        keys: &Keys,
+        token: &Token,
+        ttl: Option<Duration>,
+    ) -> Result<(), Error> {
+        match self {
+            Store::One(conn) => {
+                let mut conn = conn.clone();
+                match scripts::idempotent!(scripts::release(&mut conn, keys, token))? {
+                    0 => Ok(()),
+                    _ => Err(Error::NotHeld),
+                }
+            }
+            Store::Quorum(nodes) => nodes.release(keys, token, ttl).await,
+        }
+    }
+
+    /// A release nobody waits on the reply of (see [`scripts::release_unattended`]),
+    /// bounded by `wait`. Returns whether every node confirmed it.
+    pub(crate) async fn release_unattended(
+        &self,
+        keys: &Keys,
+        token: &Token,
+        wait: Duration,
+    ) -> bool {
+        match self {
+            Store::One(conn) => {
+                let mut conn = conn.clone();
+                let release = scripts::release_unattended(&mut conn, keys, token);
+                matches!(tokio::time::timeout(wait, release).await, Ok(Ok(_)))
+            }
+            Store::Quorum(nodes) => nodes.release_unattended(keys, token, wait).await,
+        }
+    }
+
+    /// Spawns an owner-checked release on every node on the current tokio runtime, if
+    /// there is one, and returns at once. Used where waiting is impossible: in `Drop`.
+    pub(crate) fn release_in_background(&self, keys: Keys, token: Token) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        match self {
+            Store::One(conn) => {
+                let mut conn = conn.clone();
+                runtime.spawn(async move {
+                    // Best effort: if this fails, the keys expire by their TTL.
+                    let _ = scripts::release_unattended(&mut conn, &keys, &token).await;
+                });
+            }
+            Store::Quorum(nodes) => {
+                let keys = Arc::new(keys);
+                for conn in nodes.conns() {
+                    let mut conn = conn.clone();
+                    let keys = keys.clone();
+                    runtime.spawn(async move {
+                        let _ = scripts::release_unattended(&mut conn, &keys, &token).await;
+                    });
+                }
+            }
+        }
+    }
+
+    /// Owner-checked refresh to `ttl_ms`, all or nothing per node. `valid_until` is the
+    /// current validity when known: a quorum store only counts a refresh confirmed before
+    /// it. Returns the new validity.
+    pub(crate) async fn refresh(
+        &self,
+        keys: &Keys,
+        token: &Token,
+        ttl_ms: u64,
+        valid_until: Option<Instant>,
+    ) -> Result<Instant, Error> {
+        match self {
+            Store::One(conn) => {
+                let mut conn = conn.clone();
+                let sent_at = Instant::now();
+                if scripts::idempotent!(scripts::refresh(&mut conn, keys, token, ttl_ms))? {
+                    Ok(sent_at + Duration::from_millis(ttl_ms))
+                } else {
+                    Err(Error::NotHeld)
+                }
+            }
+            Store::Quorum(nodes) => nodes.refresh(keys, token, ttl_ms, valid_until).await,
+        }
+    }
+
+    /// Sends one keep-alive call (built by [`scripts::renew_batch`] for leases of these
+    /// `ttls`) and says, lease by lease, what became of it.
+    pub(crate) async fn renew(
+        &self,
+        call: &ScriptInvocation<'static>,
+        ttls: &[Duration],
+    ) -> Result<Vec<Renewal>, RedisError> {
+        let conn = match self {
+            Store::Quorum(nodes) => return Ok(nodes.renew(call, ttls).await),
+            Store::One(conn) => conn,
+        };
+        let sent_at = Instant::now();
+        let answers = call.invoke_async::<Vec<i64>>(&mut conn.clone()).await?;
+        check_renewal_reply(&answers, ttls.len())?;
+        Ok(answers
+            .iter()
+            .zip(ttls)
+            .map(|(answer, ttl)| match answer {
+                1 => Renewal::Renewed {
+                    sent_at,
+                    valid_until: sent_at + *ttl,
+                },
+                _ => Renewal::NotHeld,
+            })
+            .collect())
+    }
+
+    /// What `key` (with the prefix) holds, as anyone sees it.
+    pub(crate) async fn inspect(&self, key: &[u8]) -> Result<LockInfo, Error> {
+        match self {
+            Store::One(conn) => {
+                let mut conn = conn.clone();
+                let raw = scripts::idempotent!(scripts::inspect(&mut conn, key))?;
+                Ok(lock_info(key, raw))
+            }
+            Store::Quorum(nodes) => Ok(nodes.inspect(key).await),
+        }
+    }
+}
+
+/// A renewal reply must answer every lease of the call.
+pub(crate) fn check_renewal_reply(answers: &[i64], leases: usize) -> Result<(), RedisError> {
+    if answers.len() == leases {
+        return Ok(());
+    }
+    Err(RedisError::from((
+        redis::ErrorKind::Parse,
+        "renewal reply of the wrong length",
+        format!("{} answers for {leases} leases", answers.len()),
+    )))
+}
+
+fn no_reply_error() -> RedisError {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "no reply to the acquire request within the lock's TTL or the deadline",
+    )
+    .into()
+}
