@@ -5,7 +5,6 @@ mod common;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use common::ms;
 use redis::aio::ConnectionManager;
