@@ -1,9 +1,9 @@
 //! The lock-management commands: acquire, release, refresh, inspect.
 
-use redmutex::{Connection, Error, Locker, Token};
+use redmutex::{Connection, Error, LockInfo, Locker, Token};
 
 use crate::exit::{self, Failure};
-use crate::{duration, AcquireArgs, InspectArgs, RefreshArgs, ReleaseArgs};
+use crate::{duration, target, AcquireArgs, InspectArgs, RefreshArgs, ReleaseArgs};
 
 /// Takes the lock, prints its token and leaves it in Redis.
 pub async fn acquire<C: Connection>(
@@ -56,34 +56,76 @@ pub async fn inspect<C: Connection>(
         .inspect(&args.key)
         .await
         .map_err(|e| Failure::from_lock_error(&e, urls))?;
-    let ttl_ms = info.ttl.map(|t| t.as_millis());
     if args.json {
-        println!(
-            "{{\"key\":{},\"held\":{},\"ttl_ms\":{},\"metadata\":{}}}",
-            json_string(&info.key_lossy()),
-            info.held,
-            ttl_ms.map_or("null".to_owned(), |ms| ms.to_string()),
-            info.metadata
-                .as_deref()
-                .map_or("null".to_owned(), json_string),
-        );
-    } else if !info.held {
-        println!("{}: free", info.key_lossy());
-    } else {
-        let mut line = format!("{}: held", info.key_lossy());
-        match info.ttl {
-            Some(ttl) => line.push_str(&format!(", ttl {}", duration::format(ttl))),
-            None => line.push_str(", no expiry"),
-        }
-        if info.foreign {
-            line.push_str(", not a redmutex lock");
-        }
-        if let Some(metadata) = &info.metadata {
-            line.push_str(&format!(", metadata: {metadata}"));
+        let mut line = json_view(&info);
+        if !info.nodes.is_empty() {
+            // Redlock: every node's own view, with its (redacted) address.
+            line.pop();
+            let nodes: Vec<String> = info
+                .nodes
+                .iter()
+                .map(|n| {
+                    let url = json_string(&target::node_name(urls, n.node));
+                    match &n.info {
+                        Ok(view) => {
+                            let mut obj = json_view(view);
+                            obj.insert_str(1, &format!("\"url\":{url},"));
+                            obj
+                        }
+                        Err(e) => format!(
+                            "{{\"url\":{url},\"error\":{}}}",
+                            json_string(&target::scrub(&e.to_string(), urls))
+                        ),
+                    }
+                })
+                .collect();
+            line.push_str(&format!(",\"nodes\":[{}]}}", nodes.join(",")));
         }
         println!("{line}");
+        return Ok(0);
+    }
+    println!("{}: {}", info.key_lossy(), text_view(&info));
+    for node in &info.nodes {
+        let view = match &node.info {
+            Ok(view) => text_view(view),
+            Err(e) => format!("error: {}", target::scrub(&e.to_string(), urls)),
+        };
+        println!("  {}: {view}", target::node_name(urls, node.node));
     }
     Ok(0)
+}
+
+/// `held, ttl 29.5s, metadata: host=a` or `free`.
+fn text_view(info: &LockInfo) -> String {
+    if !info.held {
+        return "free".to_owned();
+    }
+    let mut line = "held".to_owned();
+    match info.ttl {
+        Some(ttl) => line.push_str(&format!(", ttl {}", duration::format(ttl))),
+        None => line.push_str(", no expiry"),
+    }
+    if info.foreign {
+        line.push_str(", not a redmutex lock");
+    }
+    if let Some(metadata) = &info.metadata {
+        line.push_str(&format!(", metadata: {metadata}"));
+    }
+    line
+}
+
+/// `{"key":…,"held":…,"ttl_ms":…,"metadata":…}`.
+fn json_view(info: &LockInfo) -> String {
+    format!(
+        "{{\"key\":{},\"held\":{},\"ttl_ms\":{},\"metadata\":{}}}",
+        json_string(&info.key_lossy()),
+        info.held,
+        info.ttl
+            .map_or("null".to_owned(), |t| t.as_millis().to_string()),
+        info.metadata
+            .as_deref()
+            .map_or("null".to_owned(), json_string),
+    )
 }
 
 fn parse_token(text: &str) -> Result<Token, Failure> {

@@ -17,7 +17,6 @@ use tokio::time::Instant;
 
 use crate::duration::format;
 use crate::exit::{self, Failure};
-use crate::target;
 
 #[derive(Args, Debug)]
 pub struct DemoArgs {
@@ -37,7 +36,13 @@ pub async fn run(args: DemoArgs, redis_flags: &[String]) -> Result<u8, Failure> 
             println!("redmutex demo: started a private redis-server at {url}");
             (Some(server), url)
         }
-        urls => (None, target::single(urls)?.to_owned()),
+        [url] => (None, url.clone()),
+        urls => {
+            return Err(Failure::usage(format!(
+                "the demo runs against one Redis server; {} given",
+                urls.len()
+            )))
+        }
     };
     let conn = redmutex::connect(&url)
         .await

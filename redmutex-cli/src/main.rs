@@ -28,13 +28,16 @@ use crate::exit::Failure;
     about = "Distributed locks on Redis for shell scripts and cron jobs",
     long_about = "Distributed locks on Redis for shell scripts and cron jobs.\n\n\
         Redis: --redis URL, else $REDMUTEX_REDIS, else $REDIS_URL, else redis://127.0.0.1:6379.\n\
+        Several URLs (--redis repeated, or comma-separated in $REDMUTEX_REDIS) are independent\n\
+        nodes: every command then uses Redlock, and a lock needs a majority of them.\n\
         A lock on KEY is stored in Redis under exactly KEY (--prefix P prepends P).\n\
         Durations: 250ms, 30s, 1.5s, 2m, 1h30m.\n\n\
         Exit codes: 64 usage error, 69 Redis unreachable or auth failure, 70 lock lost while\n\
         the command ran, 75 lock not obtained; exec otherwise passes on the command's status."
 )]
 struct Cli {
-    /// Redis server URL (redis://[user:password@]host:port[/db]).
+    /// Redis server URL (redis://[user:password@]host:port[/db]); repeat it for Redlock over
+    /// several independent nodes.
     #[arg(long = "redis", value_name = "URL", global = true)]
     redis: Vec<String>,
 
@@ -189,11 +192,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
     if let Command::Demo(args) = cli.command {
         return demo::run(args, &cli.redis).await;
     }
-    let url = target::single(&urls)?;
-    let conn = redmutex::connect(url)
-        .await
-        .map_err(|e| connect_failure(&e, url, &urls))?;
-    let locker = Locker::new(conn).with_prefix(&cli.prefix);
+    let locker = target::locker(&urls).await?.with_prefix(&cli.prefix);
     match cli.command {
         Command::Exec(args) => exec::run(&locker, args, &urls).await,
         Command::Acquire(args) => commands::acquire(&locker, args, &urls).await,
@@ -202,16 +201,6 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Inspect(args) => commands::inspect(&locker, args, &urls).await,
         Command::Demo(_) => unreachable!("handled above"),
     }
-}
-
-fn connect_failure(e: &redmutex::Error, url: &str, urls: &[String]) -> Failure {
-    let mut failure = Failure::from_lock_error(e, urls);
-    failure.message = format!(
-        "cannot connect to {}: {}",
-        target::redact(url),
-        failure.message
-    );
-    failure
 }
 
 impl LockArgs {

@@ -1,6 +1,9 @@
 //! Which Redis to talk to: `--redis`, else `REDMUTEX_REDIS`, else `REDIS_URL`, else
 //! localhost — and how to show a URL without its password.
 
+use redis::aio::ConnectionManager;
+use redmutex::Locker;
+
 use crate::exit::Failure;
 
 /// The default when nothing is configured.
@@ -25,20 +28,33 @@ pub fn urls(flags: &[String], env: impl Fn(&str) -> Option<String>) -> Vec<Strin
     vec![DEFAULT_URL.to_owned()]
 }
 
-/// The one URL a single-node command uses; several are a clear usage error for now.
-pub fn single(urls: &[String]) -> Result<&str, Failure> {
-    match urls {
-        [url] => Ok(url),
-        _ => Err(Failure::usage(format!(
-            "{} Redis URLs given ({}); quorum locking over several nodes (Redlock) is not \
-             supported by this version — give exactly one",
-            urls.len(),
-            urls.iter()
-                .map(|u| redact(u))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))),
+/// A locker over the URLs: one URL is one server, connected now so that a wrong address
+/// or password is reported at once; several are independent Redlock nodes, connected
+/// lazily, because a node that is down is what the quorum is there for.
+pub async fn locker(urls: &[String]) -> Result<Locker<ConnectionManager>, Failure> {
+    if let [url] = urls {
+        let conn = redmutex::connect(url)
+            .await
+            .map_err(|e| connect_failure(&e, url, urls))?;
+        return Ok(Locker::new(conn));
     }
+    let mut conns = Vec::with_capacity(urls.len());
+    for url in urls {
+        conns.push(redmutex::connect_lazy(url).map_err(|e| connect_failure(&e, url, urls))?);
+    }
+    Locker::redlock(conns).map_err(|e| Failure::from_lock_error(&e, urls))
+}
+
+fn connect_failure(e: &redmutex::Error, url: &str, urls: &[String]) -> Failure {
+    let mut failure = Failure::from_lock_error(e, urls);
+    failure.message = format!("cannot connect to {}: {}", redact(url), failure.message);
+    failure
+}
+
+/// The node's URL, redacted, for messages about node `node` of a Redlock locker.
+pub fn node_name(urls: &[String], node: usize) -> String {
+    urls.get(node)
+        .map_or_else(|| format!("node {node}"), |url| redact(url))
 }
 
 /// The URL with any password replaced by `***`: `redis://user:***@host:6379/0`.
@@ -116,11 +132,11 @@ mod tests {
     }
 
     #[test]
-    fn several_urls_are_refused_for_now() {
+    fn nodes_are_named_by_their_redacted_url() {
         let two = vec!["redis://:pw@a:1".to_owned(), "redis://b:2".to_owned()];
-        let err = single(&two).unwrap_err();
-        assert!(!err.message.contains("pw"), "{}", err.message);
-        assert_eq!(single(&two[1..]).unwrap(), "redis://b:2");
+        assert_eq!(node_name(&two, 0), "redis://:***@a:1");
+        assert_eq!(node_name(&two, 1), "redis://b:2");
+        assert_eq!(node_name(&two, 7), "node 7");
     }
 
     #[test]

@@ -474,12 +474,17 @@ fn redis_url_sources_and_prefix() {
         "k",
     ]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    // Several URLs: a clear error until quorum locking exists.
+    // Several URLs in the environment: Redlock nodes, each shown by inspect.
     let out = run(Command::new(bin)
         .env("REDMUTEX_REDIS", format!("{},{dead}", server.url()))
         .args(["inspect", "k"]));
-    assert_eq!(code(&out), 64);
-    assert!(stderr(&out).contains("Redlock"), "{}", stderr(&out));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains(&format!("  {}: free", server.url())),
+        "{text}"
+    );
+    assert!(text.contains(&format!("  {dead}: error")), "{text}");
 }
 
 /// Under `nohup` (SIGHUP ignored), a hangup must not be forwarded to the command.
@@ -514,4 +519,119 @@ fn a_command_that_cannot_run_exits_127_and_releases() {
     let out = run(redmutex(&server).args(["exec", "k", "--", "/no/such/program"]));
     assert_eq!(code(&out), 127, "{}", stderr(&out));
     assert!(!exists(&server, "k"));
+}
+
+/// `--redis` repeated for each node of a five-node Redlock.
+fn redlock(servers: &[RedisServer]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_redmutex"));
+    for server in servers {
+        cmd.arg("--redis").arg(server.url());
+    }
+    cmd.env_remove("REDMUTEX_REDIS").env_remove("REDIS_URL");
+    cmd
+}
+
+#[test]
+fn several_urls_make_every_command_use_redlock() {
+    let servers = RedisServer::spawn_many(5);
+    servers[4].kill();
+
+    // exec with a node down: the command runs, and the lock is on the live nodes meanwhile.
+    let probe = format!(
+        "redis-cli -p {} EXISTS job; redis-cli -p {} EXISTS job",
+        servers[0].port(),
+        servers[3].port()
+    );
+    let out = run(redlock(&servers).args(["exec", "job", "--", "sh", "-c", &probe]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "1\n1\n");
+    assert!(
+        servers[..4].iter().all(|s| !exists(s, "job")),
+        "released on every node"
+    );
+
+    // acquire / inspect / refresh / release by token.
+    let out = run(redlock(&servers).args(["acquire", "--ttl", "30s", "--metadata", "me", "job"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let token = stdout(&out).trim().to_owned();
+    assert!(servers[..4].iter().all(|s| exists(s, "job")));
+    let out = run(redlock(&servers).args(["inspect", "job"]));
+    let text = stdout(&out);
+    assert!(text.starts_with("job: held, ttl "), "{text}");
+    assert!(text.contains("metadata: me"), "{text}");
+    assert_eq!(
+        text.lines().filter(|l| l.contains(": held, ttl")).count(),
+        5,
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("  {}: error", servers[4].url())),
+        "{text}"
+    );
+    let out = run(redlock(&servers).args(["inspect", "--json", "job"]));
+    let json = stdout(&out);
+    assert!(
+        json.starts_with("{\"key\":\"job\",\"held\":true,"),
+        "{json}"
+    );
+    assert_eq!(json.matches("\"url\":").count(), 5, "{json}");
+    assert_eq!(json.matches("\"error\":").count(), 1, "{json}");
+    let out = run(redlock(&servers).args(["refresh", "--token", &token, "--ttl", "60s", "job"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = run(redlock(&servers).args(["release", "--token", &token, "job"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(servers[..4].iter().all(|s| !exists(s, "job")));
+    let out = run(redlock(&servers).args(["release", "--token", &token, "job"]));
+    assert_eq!(code(&out), 1, "released twice: {}", stderr(&out));
+
+    // Held by someone else on a quorum: not obtained (75).
+    for server in &servers[..3] {
+        server.command(&["SET", "busy", "other", "PX", "60000"]);
+    }
+    let out = run(redlock(&servers).args(["acquire", "-n", "busy"]));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+
+    // No quorum reachable: unavailable (69), naming each failing node by address.
+    servers[3].kill();
+    servers[2].kill();
+    let started = Instant::now();
+    let out = run(redlock(&servers).args(["acquire", "--wait", "300ms", "job"]));
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    assert!(started.elapsed() < ms(3000));
+    let err = stderr(&out);
+    assert!(err.contains("2 of 5 nodes agreed, 3 needed"), "{err}");
+    assert!(err.contains(&servers[2].url()), "{err}");
+    assert!(
+        servers[..2].iter().all(|s| !exists(s, "job")),
+        "failed tries undone"
+    );
+}
+
+#[test]
+fn exec_on_redlock_stops_the_command_when_the_quorum_is_lost() {
+    let servers = RedisServer::spawn_many(3);
+    let dir = scratch("redlock-lost");
+    let started_file = dir.join("started");
+    let mut child = redlock(&servers)
+        .args([
+            "exec", "--ttl", "1s", "--grace", "1s", "job", "--", "sh", "-c",
+        ])
+        .arg(format!("echo up > {}; sleep 30", started_file.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_file(&started_file, ms(5000));
+    servers[1].kill();
+    thread::sleep(ms(1500));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "one node down is not a loss"
+    );
+    servers[2].kill();
+    let status = wait_child(&mut child, ms(5000));
+    assert_eq!(status.code(), Some(70));
+    let out = child.wait_with_output().unwrap();
+    assert!(stderr(&out).contains("lost"), "{}", stderr(&out));
 }
