@@ -15,6 +15,7 @@
 //!   [`Lease`] renewed in the background; [`Lease::lost`], [`Lease::is_lost`], a
 //!   cancellation token and [`Lease::run`] stop the work in time when the lock is lost.
 //!   All leases of a locker are renewed by one task, in batches.
+//! - **Redlock** over N independent masters: [`Locker::redlock`]; see [below](#redlock).
 //! - **One round trip per operation**; scripts go by SHA.
 //! - **Cancel safe**: an acquire dropped mid-flight (e.g. by `tokio::time::timeout`) cleans
 //!   up after itself; a dropped [`Lock`] is released in the background.
@@ -65,6 +66,57 @@
 //! client can acquire the same lock. [`Lock::valid_until`] tells how long this client may
 //! safely assume it holds the lock (measured from the moment the request was sent, on the
 //! monotonic clock); past it, stop the guarded work or [`refresh`](Lock::refresh).
+//!
+//! ## Redlock
+//! [`Locker::redlock`] takes locks on a quorum of N independent Redis masters, so that a
+//! lock survives the loss of any minority of them. Every operation goes to all nodes at
+//! once, each request bounded by the node timeout ([`QuorumSettings::node_timeout`];
+//! default a twentieth of the TTL, 10–500 ms):
+//!
+//! - an acquire succeeds when `N / 2 + 1` nodes agreed **and** the validity
+//!   `TTL − elapsed − (TTL × drift_factor + fixed_drift)` is positive (and at least
+//!   [`QuorumSettings::min_validity`]); the lock is then valid until *send time + TTL −
+//!   drift* on this client's monotonic clock ([`Lock::valid_until`]);
+//! - a failed acquire try deletes its keys on every node — including those that did not
+//!   answer in time, where the request may still land — before the next try;
+//! - a refresh counts only if a quorum extended the lock before its current validity ran
+//!   out; too many nodes without the lock is [`Error::NotHeld`], too few answers is
+//!   [`Error::NoQuorum`];
+//! - release deletes on every node; keep-alive and the lost signal work as on one node.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), redmutex::Error> {
+//! use std::time::Duration;
+//! use redmutex::{Locker, QuorumSettings};
+//!
+//! let nodes = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379",
+//!              "redis://10.0.0.4:6379", "redis://10.0.0.5:6379"]
+//!     .into_iter()
+//!     .map(redmutex::connect_lazy)
+//!     .collect::<Result<Vec<_>, _>>()?;
+//! let locker = Locker::redlock(nodes)?
+//!     .with_quorum_settings(QuorumSettings::new().min_validity(Duration::from_secs(5)));
+//! match locker.acquire("billing", Duration::from_secs(30)).await {
+//!     Ok(lock) => { /* work, within lock.remaining_validity() */ lock.release().await?; }
+//!     Err(redmutex::Error::NoQuorum(failure)) => {
+//!         eprintln!("{} of {} nodes agreed; {} unreachable", failure.agreed, failure.nodes,
+//!                   failure.unreachable());
+//!     }
+//!     Err(e) => return Err(e),
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! ### Hazard: a node restarted without persistence
+//! A node that crashes and comes back **empty** while a lock is held has forgotten its
+//! vote: another client can then collect a quorum — that node plus the ones the first
+//! holder never had — for a lock the first holder still holds. (The test suite shows this
+//! happening.) Mitigation: **keep a restarted node out for at least the longest TTL in
+//! use** (every lock it knew of has expired by then), or run the nodes with
+//! `appendonly yes` and `appendfsync always`. Clock jumps on a node (its key expiring
+//! early) have the same effect; run the nodes with a monotonic, slewed clock. A holder
+//! paused longer than its validity is not protected by any lock; stop work at
+//! [`Lock::valid_until`] and use fencing where that matters.
 
 mod acquire;
 mod args;
