@@ -1,8 +1,9 @@
 //! `redmutex demo`: redmutex at work, live, against a private redis-server.
 //!
-//! Three scenes: workers contending for one lock (and never overlapping), a kept-alive
-//! lease outliving its TTL many times over, and a lock lost mid-work — detected, and the
-//! work cancelled. Then a summary. About fifteen seconds.
+//! Four scenes: workers contending for one lock (and never overlapping), a kept-alive
+//! lease outliving its TTL many times over, a lock lost mid-work — detected, and the work
+//! cancelled — and a Redlock lease over five private nodes surviving two node deaths and
+//! reporting the loss of its quorum. Then a summary. About twelve seconds.
 
 mod server;
 
@@ -53,6 +54,11 @@ pub async fn run(args: DemoArgs, redis_flags: &[String]) -> Result<u8, Failure> 
     let contention = contention(&locker, &clock, args.workers).await?;
     let keepalive = keep_alive(&locker, &clock).await?;
     let lost = lost_lock(&locker, conn, &clock).await?;
+    // Redlock needs nodes of its own: only with private servers, never someone's Redis.
+    let redlock = match redis_flags {
+        [] => Some(redlock(&clock).await?),
+        _ => None,
+    };
 
     println!();
     println!("summary");
@@ -75,14 +81,128 @@ pub async fn run(args: DemoArgs, redis_flags: &[String]) -> Result<u8, Failure> 
         lost.steps_done,
         lost.steps_planned
     );
+    if let Some(r) = &redlock {
+        println!(
+            "  redlock:    5 nodes; the lease outlived 2 node deaths ({} renewals); a rival was \
+             refused; losing the quorum was signalled {} later, before the validity ended",
+            r.renewals,
+            format(r.detected_after)
+        );
+    }
     println!("  total time: {}", format(clock.0.elapsed()));
-    if contention.overlaps > 0 || !keepalive.never_lost || !lost.cancelled {
+    let redlock_ok = redlock
+        .as_ref()
+        .is_none_or(|r| r.survived && r.rival_refused && r.lost_in_time);
+    if contention.overlaps > 0 || !keepalive.never_lost || !lost.cancelled || !redlock_ok {
         return Err(Failure::new(
             exit::LOST,
             "the demo saw something it must never see",
         ));
     }
     Ok(0)
+}
+
+struct RedlockScene {
+    renewals: u64,
+    survived: bool,
+    rival_refused: bool,
+    lost_in_time: bool,
+    detected_after: Duration,
+}
+
+/// Five private nodes; a kept-alive Redlock lease while they die one by one.
+async fn redlock(clock: &Clock) -> Result<RedlockScene, Failure> {
+    println!();
+    println!(
+        "scene 4: Redlock over 5 private redis-servers; a lease with a 1 s TTL while nodes die"
+    );
+    let unavailable = |e: String| Failure::new(exit::UNAVAILABLE, e);
+    let mut nodes = Vec::new();
+    for _ in 0..5 {
+        nodes.push(Some(
+            server::PrivateServer::start().await.map_err(unavailable)?,
+        ));
+    }
+    let urls: Vec<String> = nodes.iter().flatten().map(|n| n.url.clone()).collect();
+    let redlock_locker = || -> Result<Locker<redis::aio::ConnectionManager>, Failure> {
+        let conns = urls
+            .iter()
+            .map(|url| redmutex::connect_lazy(url))
+            .collect::<Result<Vec<_>, _>>()
+            .and_then(Locker::redlock)
+            .map_err(|e| Failure::from_lock_error(&e, &urls))?;
+        Ok(conns.with_prefix("redmutex-demo:"))
+    };
+    let (locker, rival) = (redlock_locker()?, redlock_locker()?);
+    let fail = |e: redmutex::Error| Failure::from_lock_error(&e, &urls);
+    let lock = locker
+        .acquire("ledger", Duration::from_secs(1))
+        .await
+        .map_err(fail)?;
+    clock.say(format!(
+        "acquired on a quorum of 5 nodes; valid for {} (TTL − time taken − clock drift)",
+        format(lock.remaining_validity())
+    ));
+    let lease = lock.keep_alive().map_err(fail)?;
+    for node in [4, 3] {
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        nodes[node] = None; // stops that redis-server
+        clock.say(format!(
+            "node {node} killed — {} of 5 left, quorum is 3; renewals so far {}",
+            nodes.iter().flatten().count(),
+            lease.renewals()
+        ));
+    }
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let survived = !lease.is_lost();
+    let renewals = lease.renewals();
+    clock.say(format!(
+        "two nodes down for a while: lease {}, {renewals} renewals",
+        if survived { "still held" } else { "LOST" }
+    ));
+    let rival_refused = match rival.acquire("ledger", Duration::from_secs(1)).await {
+        Err(redmutex::Error::NotObtained(n)) => {
+            if let Some(f) = &n.no_quorum {
+                clock.say(format!(
+                    "a rival tries: refused — held on {} nodes, {} unreachable, {} needed",
+                    f.held(),
+                    f.unreachable(),
+                    f.needed
+                ));
+            }
+            true
+        }
+        other => {
+            clock.say(format!(
+                "a rival tries: {:?} — must never succeed",
+                other.map(|_| ())
+            ));
+            false
+        }
+    };
+    nodes[2] = None;
+    let killed = Instant::now();
+    clock.say("node 2 killed — 2 of 5 left: no quorum can renew the lease");
+    let reason = tokio::time::timeout(Duration::from_secs(3), lease.lost()).await;
+    let detected_after = killed.elapsed();
+    let lost_in_time = matches!(reason, Ok(LostReason::Unreachable { .. }))
+        && Instant::now() <= lease.valid_until();
+    match reason {
+        Ok(_) => clock.say(format!(
+            "LOST: no quorum for the renewal — signalled {} after the kill, before the \
+             lock's validity ended",
+            format(detected_after)
+        )),
+        Err(_) => clock.say("the loss was not signalled"),
+    }
+    drop(lease);
+    Ok(RedlockScene {
+        renewals,
+        survived,
+        rival_refused,
+        lost_in_time,
+        detected_after,
+    })
 }
 
 /// Seconds since the demo started, for the live log.

@@ -174,6 +174,25 @@ async fn three_of_five_down_is_a_typed_no_quorum_within_the_deadline_leaving_not
 }
 
 #[tokio::test]
+async fn a_minimum_validity_refuses_short_leases_and_leaves_nothing() {
+    let servers = RedisServer::spawn_many(NODES);
+    // TTL 1 s leaves at most 1000 − 12 (drift) = 988 ms: never 995.
+    let strict =
+        redlock(&servers).with_quorum_settings(QuorumSettings::new().min_validity(ms(995)));
+    let err = strict.acquire("job", ms(1000)).await.unwrap_err();
+    let Error::NoQuorum(failure) = &err else {
+        panic!("{err:?}")
+    };
+    assert!(failure.too_late, "{failure}");
+    assert_eq!(failure.agreed, NODES);
+    assert!(servers.iter().all(|s| dbsize(s) == 0));
+    // A longer TTL meets it.
+    let lock = strict.acquire("job", ms(2000)).await.unwrap();
+    assert!(lock.remaining_validity() >= ms(995) - ms(50));
+    lock.release().await.unwrap();
+}
+
+#[tokio::test]
 async fn held_on_a_quorum_elsewhere_is_not_obtained_and_the_minority_is_undone() {
     let servers = RedisServer::spawn_many(NODES);
     let locker = redlock(&servers);
@@ -286,6 +305,22 @@ async fn latency_on_two_nodes_is_tolerated_and_latency_past_the_ttl_never_yields
     }
     tokio::time::sleep(ms(300)).await;
     assert!(servers.iter().all(|s| dbsize(s) == 0));
+
+    // A black hole on one node and cut connections on another: the other three suffice,
+    // and the cut node is back (reconnected) for the next lock.
+    proxies[3].blackhole(true);
+    proxies[4].cut();
+    let lock = locker.acquire("job", ms(2000)).await.unwrap();
+    let on = holding(&servers, "job", &lock.token());
+    assert!(on.starts_with(&[0, 1, 2]) && !on.contains(&3), "{on:?}");
+    lock.release().await.unwrap();
+    proxies[3].blackhole(false);
+    let lock = locker.acquire("job2", ms(2000)).await.unwrap();
+    assert!(
+        holding(&servers, "job2", &lock.token()).contains(&4),
+        "reconnected"
+    );
+    lock.release().await.unwrap();
 
     // With latency below the TTL every lock handed out has positive validity, smaller by at
     // least the time taken.
