@@ -84,7 +84,18 @@ pub async fn inspect<C: Connection>(
         println!("{line}");
         return Ok(0);
     }
-    println!("{}: {}", info.key_lossy(), text_view(&info));
+    let answered = info.nodes.iter().filter(|n| n.info.is_ok()).count();
+    let needed = redmutex::quorum::quorum(info.nodes.len());
+    if !info.nodes.is_empty() && !info.held && answered < needed {
+        // Too few nodes answered to say that anyone could take it.
+        println!(
+            "{}: unknown, only {answered} of {} nodes answered ({needed} needed)",
+            info.key_lossy(),
+            info.nodes.len()
+        );
+    } else {
+        println!("{}: {}", info.key_lossy(), text_view(&info));
+    }
     for node in &info.nodes {
         let view = match &node.info {
             Ok(view) => text_view(view),

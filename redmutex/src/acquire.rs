@@ -219,7 +219,9 @@ impl<'a, C: Connection> Acquire<'a, C> {
                 // Rejected outright (auth, permission, script error): nothing written.
                 TryResult::Rejected(e) => return Err(Error::Redis(e)),
                 TryResult::NoQuorum { failure, hopeless } => {
-                    saw_held |= failure.held() > 0;
+                    // "Held by someone else" only when the other owners' nodes alone leave
+                    // no quorum; otherwise it is an outage (with a stale key somewhere).
+                    saw_held |= failure.held() > failure.nodes - failure.needed;
                     if hopeless {
                         return Err(Error::NoQuorum(failure));
                     }

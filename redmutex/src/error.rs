@@ -140,7 +140,8 @@ impl Error {
     }
 
     /// The Redis error behind this one, if any (for [`Error::NotObtained`], the last
-    /// transient error seen while retrying).
+    /// transient error seen while retrying). `None` for [`Error::NoQuorum`], whose
+    /// per-node errors are in its [`QuorumFailure::failures`].
     pub fn redis_error(&self) -> Option<&redis::RedisError> {
         match self {
             Error::Redis(e) => Some(e),

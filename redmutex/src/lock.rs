@@ -114,7 +114,8 @@ impl<C: Connection> Lock<C> {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an interval below 1 ms, or too long to renew before
-    /// the lease runs out (interval + TTL/100 + 2 ms must stay below the TTL); the lock is
+    /// the lease runs out (interval + TTL/100 + 2 ms, plus the drift allowance on Redlock,
+    /// must stay below the TTL); the lock is
     /// then dropped, which releases it.
     ///
     /// # Panics

@@ -154,6 +154,7 @@ impl<C: Connection> Locker<C> {
     ///
     /// # Errors (when awaited)
     /// [`Error::NotObtained`] when the lock stayed held by someone else;
+    /// [`Error::NoQuorum`] (Redlock) when too few nodes could be reached or agreed in time;
     /// [`Error::InvalidArgument`] for an empty or oversized key, a TTL outside
     /// [`MIN_TTL`](crate::MIN_TTL)..=[`MAX_TTL`](crate::MAX_TTL) or oversized metadata,
     /// before anything is sent; [`Error::Redis`] when every try failed on Redis errors, or
@@ -260,13 +261,17 @@ impl<C: Connection> std::fmt::Debug for Locker<C> {
 pub struct LockInfo {
     /// The key as stored in Redis (with the locker's prefix).
     pub key: Vec<u8>,
-    /// Whether the key exists, i.e. nobody can acquire it now. Redlock: whether one
-    /// owner holds it on a quorum of nodes.
+    /// Whether the key exists, i.e. nobody can acquire it now. Redlock: whether so many
+    /// nodes hold the key (one owner, several, or foreign data) that no quorum of free
+    /// nodes is left; nodes that could not be asked do not count as held (see
+    /// [`nodes`](LockInfo::nodes)).
     pub held: bool,
     /// Remaining time to live; `None` when the key is missing or has no expiry. Redlock:
-    /// how long the holder's quorum stands (the quorum-th longest TTL among its nodes).
+    /// how long the owner holding a quorum keeps it (the quorum-th longest TTL among its
+    /// nodes); `None` when no single owner holds a quorum.
     pub ttl: Option<Duration>,
     /// The metadata stored by the holder, if it is a redmutex lock that has some.
+    /// Redlock: that of the owner holding a quorum.
     pub metadata: Option<String>,
     /// The key holds something redmutex did not write (another type, or a value without
     /// a redmutex token). redmutex will not acquire it, and never modifies it. Redlock:

@@ -204,7 +204,7 @@ impl fmt::Display for QuorumFailure {
             write!(
                 f,
                 "no quorum in time: {} of {} nodes agreed ({} needed) but only after {:?}, \
-                 which left no validity",
+                 which left no validity (or less than the required minimum)",
                 self.agreed, self.nodes, self.needed, self.elapsed
             )?;
         } else {

@@ -236,6 +236,11 @@ impl<C: Connection> Nodes<C> {
         valid_until: Option<Instant>,
     ) -> Result<Instant, Error> {
         let started = Instant::now();
+        if valid_until.is_some_and(|v| v <= started) {
+            // Too late to extend: the lock may already be someone else's. Send nothing, so
+            // that "not held" also means "nothing was changed".
+            return Err(Error::NotHeld);
+        }
         let ttl = Duration::from_millis(ttl_ms);
         let mut timeout = self.settings.timeout_for(ttl);
         if let Some(valid_until) = valid_until {
@@ -274,9 +279,11 @@ impl<C: Connection> Nodes<C> {
         ttls: &[Duration],
     ) -> Vec<Renewal> {
         let started = Instant::now();
-        let shortest = ttls.iter().min().copied().unwrap_or(TTL_FOR_TIMEOUTS);
+        // Sized for the longest lease: a short one in the batch (e.g. a last renewal cut
+        // to a hold limit) must not starve the others; each is judged by its own validity.
+        let longest = ttls.iter().max().copied().unwrap_or(TTL_FOR_TIMEOUTS);
         let replies: Vec<Reply<Vec<i64>>> = self
-            .fan_out(self.settings.timeout_for(shortest), |mut conn| async move {
+            .fan_out(self.settings.timeout_for(longest), |mut conn| async move {
                 let answers = call.invoke_async::<Vec<i64>>(&mut conn).await?;
                 check_renewal_reply(&answers, ttls.len())?;
                 Ok(answers)
@@ -348,7 +355,14 @@ impl<C: Connection> Nodes<C> {
         let foreign = nodes
             .iter()
             .any(|n| n.info.as_ref().is_ok_and(|info| info.foreign));
-        let (held, metadata, ttl) = match holder {
+        // Nobody can acquire it now when the occupied nodes — by one owner, several, or
+        // foreign data — leave fewer free nodes than a quorum.
+        let occupied = nodes
+            .iter()
+            .filter(|n| n.info.as_ref().is_ok_and(|info| info.held))
+            .count();
+        let held = occupied > nodes.len() - needed;
+        let (metadata, ttl) = match holder {
             Some((_, metadata, mut ttls)) => {
                 // The lock stands while a quorum of its nodes still has it: the
                 // quorum-th longest TTL. (-1, no expiry, sorts as the longest.)
@@ -356,9 +370,9 @@ impl<C: Connection> Nodes<C> {
                 let ttl = u64::try_from(ttls[needed - 1])
                     .ok()
                     .map(Duration::from_millis);
-                (true, metadata, ttl)
+                (metadata, ttl)
             }
-            None => (false, None, None),
+            None => (None, None),
         };
         LockInfo {
             key: key.to_vec(),

@@ -351,6 +351,9 @@ fn apply<C: Connection>(leases: &mut HashMap<u64, Tracked>, done: BatchDone, sto
         };
         tracked.in_flight = false;
         match renewal {
+            // Confirmed after the loss deadline (the reply won a race with the timer): too
+            // late to count; the next pass declares the lease lost.
+            Renewal::Renewed { .. } if Instant::now() >= tracked.lost_at() => {}
             Renewal::Renewed {
                 sent_at,
                 valid_until,
