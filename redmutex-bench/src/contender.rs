@@ -1,0 +1,168 @@
+//! The three implementations a run compares, behind one small interface: the raw redis-rs
+//! baseline, redmutex, and the peer (rslock).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use redis::aio::MultiplexedConnection;
+use redis::Script;
+use redmutex::retry::{self, Jitter, RetryExt};
+use redmutex::Locker;
+
+/// The TTL of every lock in the throughput workloads: long enough never to expire.
+pub const TTL: Duration = Duration::from_secs(10);
+
+/// How waiters back off on a busy lock (redmutex and the baseline alike).
+pub fn waiting() -> impl Iterator<Item = Duration> + Send {
+    retry::exponential(Duration::from_millis(1), Duration::from_millis(50)).jitter(Jitter::full())
+}
+
+/// The same compare-and-delete every Redis lock uses, by SHA.
+const RELEASE: &str =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+
+pub enum Contender {
+    /// `SET key token NX PX ttl` then `EVALSHA` compare-and-delete, nothing else: what any
+    /// lock has to send. On N nodes, sent to all in parallel.
+    Baseline {
+        nodes: Vec<MultiplexedConnection>,
+        release: Script,
+        next_token: AtomicU64,
+    },
+    Redmutex(Locker<MultiplexedConnection>),
+    Rslock(rslock::LockManager),
+}
+
+/// A lock held by one of the contenders.
+pub enum Held {
+    Baseline(String),
+    Redmutex(redmutex::Lock<MultiplexedConnection>),
+    Rslock(rslock::Lock),
+}
+
+impl Contender {
+    pub fn baseline(nodes: Vec<MultiplexedConnection>) -> Contender {
+        Contender::Baseline {
+            nodes,
+            release: Script::new(RELEASE),
+            next_token: AtomicU64::new(0),
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Contender::Baseline { .. } => "baseline",
+            Contender::Redmutex(_) => "redmutex",
+            Contender::Rslock(_) => "rslock",
+        }
+    }
+
+    /// One try; `None` when the lock is busy.
+    pub async fn try_acquire(&self, key: &str) -> Result<Option<Held>, String> {
+        match self {
+            Contender::Baseline {
+                nodes, next_token, ..
+            } => {
+                let token = format!("t{}", next_token.fetch_add(1, Ordering::Relaxed));
+                let replies = join_all(nodes.iter().map(|conn| {
+                    let mut conn = conn.clone();
+                    let (key, token) = (key, &token);
+                    async move {
+                        redis::cmd("SET")
+                            .arg(key)
+                            .arg(token)
+                            .arg("NX")
+                            .arg("PX")
+                            .arg(TTL.as_millis() as u64)
+                            .query_async::<Option<String>>(&mut conn)
+                            .await
+                    }
+                }))
+                .await;
+                let mut agreed = 0;
+                for reply in replies {
+                    if reply.map_err(|e| e.to_string())?.is_some() {
+                        agreed += 1;
+                    }
+                }
+                if agreed > nodes.len() / 2 {
+                    Ok(Some(Held::Baseline(token)))
+                } else {
+                    if agreed > 0 {
+                        self.release(key, Held::Baseline(token)).await?;
+                    }
+                    Ok(None)
+                }
+            }
+            Contender::Redmutex(locker) => match locker.acquire(key, TTL).await {
+                Ok(lock) => Ok(Some(Held::Redmutex(lock))),
+                Err(e) if e.is_not_obtained() => Ok(None),
+                Err(e) => Err(e.to_string()),
+            },
+            Contender::Rslock(manager) => match manager.lock(key, TTL).await {
+                Ok(lock) => Ok(Some(Held::Rslock(lock))),
+                Err(rslock::LockError::Unavailable) => Ok(None),
+                Err(e) => Err(format!("{e:?}")),
+            },
+        }
+    }
+
+    /// Waits for a busy lock as each implementation does by default: redmutex and the
+    /// baseline back off per [`waiting`]; rslock retries with its own random delays.
+    pub async fn acquire_waiting(&self, key: &str) -> Result<Held, String> {
+        match self {
+            Contender::Redmutex(locker) => locker
+                .acquire(key, TTL)
+                .retry(waiting())
+                .await
+                .map(Held::Redmutex)
+                .map_err(|e| e.to_string()),
+            Contender::Rslock(manager) => manager
+                .acquire_no_guard(key, TTL)
+                .await
+                .map(Held::Rslock)
+                .map_err(|e| format!("{e:?}")),
+            Contender::Baseline { .. } => {
+                let mut pauses = waiting();
+                loop {
+                    if let Some(held) = self.try_acquire(key).await? {
+                        return Ok(held);
+                    }
+                    tokio::time::sleep(pauses.next().unwrap_or(Duration::from_millis(50))).await;
+                }
+            }
+        }
+    }
+
+    pub async fn release(&self, key: &str, held: Held) -> Result<(), String> {
+        match (self, held) {
+            (Contender::Baseline { nodes, release, .. }, Held::Baseline(token)) => {
+                let replies = join_all(nodes.iter().map(|conn| {
+                    let mut conn = conn.clone();
+                    let token = &token;
+                    async move {
+                        release
+                            .key(key)
+                            .arg(token)
+                            .invoke_async::<i64>(&mut conn)
+                            .await
+                    }
+                }))
+                .await;
+                for reply in replies {
+                    reply.map_err(|e| e.to_string())?;
+                }
+                Ok(())
+            }
+            (Contender::Redmutex(_), Held::Redmutex(lock)) => {
+                lock.release().await.map_err(|e| e.to_string())
+            }
+            (Contender::Rslock(manager), Held::Rslock(lock)) => {
+                manager.unlock(&lock).await;
+                Ok(())
+            }
+            _ => Err("a lock released through another implementation".into()),
+        }
+    }
+}

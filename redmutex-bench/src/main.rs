@@ -1,0 +1,202 @@
+//! `redmutex-bench`: redmutex next to the raw Redis limit and the peer, measured in one run.
+//!
+//! Every workload runs three times on the same servers and the same kind of connection (one
+//! multiplexed connection per node): the **baseline** (plain redis-rs sending exactly what a
+//! lock must: `SET NX PX`, then an `EVALSHA` compare-and-delete), **rslock** (the most used
+//! Rust Redlock crate) and **redmutex**. Each row reports its ratios to the other two.
+//!
+//! ```text
+//! cargo run --release -p redmutex-bench            # private redis-servers, ~2 minutes
+//! cargo run --release -p redmutex-bench -- --json  # one JSON object per row as well
+//! ```
+
+mod contender;
+mod stats;
+mod workload;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use redis::aio::MultiplexedConnection;
+use redmutex::Locker;
+
+use crate::contender::Contender;
+use crate::workload::Row;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "redmutex-bench",
+    about = "redmutex against the raw Redis baseline and rslock"
+)]
+struct Args {
+    /// Use this server for the single-node workloads instead of a private one; give it five
+    /// times (five independent masters) to run the Redlock workloads on them too. Only
+    /// keys under `bench:` are touched.
+    #[arg(long = "redis", value_name = "URL")]
+    redis: Vec<String>,
+
+    /// How long each row runs, in seconds.
+    #[arg(long, default_value_t = 2.0)]
+    seconds: f64,
+
+    /// How many leases the keep-alive workload holds.
+    #[arg(long, default_value_t = 10_000)]
+    leases: usize,
+
+    /// How long the keep-alive workload holds them, in seconds.
+    #[arg(long, default_value_t = 30.0)]
+    hold: f64,
+
+    /// Run only the workloads whose name contains this (uncontended, contended, redlock5,
+    /// keepalive).
+    #[arg(long, value_name = "NAME")]
+    only: Option<String>,
+
+    /// Print one JSON object per row after the table.
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    // One client thread: the other core is redis-server's.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("redmutex-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let duration = Duration::from_secs_f64(args.seconds);
+    let wanted = |name: &str| args.only.as_deref().is_none_or(|only| name.contains(only));
+    let mut private = Vec::new();
+    let single_url = match args.redis.first() {
+        Some(url) => url.clone(),
+        None => {
+            private.push(testkit::RedisServer::spawn());
+            private[0].url()
+        }
+    };
+    let redlock_urls: Vec<String> = match args.redis.len() {
+        0 => {
+            let nodes = testkit::RedisServer::spawn_many(5);
+            let urls = nodes.iter().map(testkit::RedisServer::url).collect();
+            private.extend(nodes);
+            urls
+        }
+        5 => args.redis.clone(),
+        _ => Vec::new(),
+    };
+    print_setup(&single_url, &redlock_urls).await?;
+
+    let mut rows: Vec<Row> = Vec::new();
+    let single = contenders(std::slice::from_ref(&single_url)).await?;
+    for tasks in [1, 64] {
+        let name = format!("uncontended C={tasks}");
+        if wanted(&name) {
+            for c in &single {
+                let row =
+                    workload::uncontended(&name, c.clone(), tasks, duration, &single_url).await?;
+                rows.push(row);
+            }
+        }
+    }
+    if wanted("contended 16") {
+        for c in &single {
+            rows.push(
+                workload::contended("contended 16", c.clone(), 16, duration, &single_url).await?,
+            );
+        }
+    }
+    if !redlock_urls.is_empty() {
+        let five = contenders(&redlock_urls).await?;
+        for tasks in [1, 64] {
+            let name = format!("redlock5 C={tasks}");
+            if wanted(&name) {
+                for c in &five {
+                    let row =
+                        workload::uncontended(&name, c.clone(), tasks, duration, &redlock_urls[0])
+                            .await?;
+                    rows.push(row);
+                }
+            }
+        }
+    }
+    if wanted("keepalive") {
+        let conn = connect(&single_url).await?;
+        let hold = Duration::from_secs_f64(args.hold);
+        rows.push(workload::keep_alive(Locker::new(conn), args.leases, hold, &single_url).await?);
+    }
+
+    workload::fill_ratios(&mut rows);
+    workload::print_table(&rows);
+    if args.json {
+        for row in &rows {
+            println!("{}", row.json());
+        }
+    }
+    drop(private);
+    Ok(())
+}
+
+async fn connect(url: &str) -> Result<MultiplexedConnection, String> {
+    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| format!("{url}: {e}"))
+}
+
+/// The three implementations over the same nodes, each with its own connections of the
+/// same kind (one multiplexed connection per node).
+async fn contenders(urls: &[String]) -> Result<Vec<Arc<Contender>>, String> {
+    let mut baseline = Vec::new();
+    let mut ours = Vec::new();
+    for url in urls {
+        baseline.push(connect(url).await?);
+        ours.push(connect(url).await?);
+    }
+    let redmutex = if ours.len() == 1 {
+        Locker::new(ours.remove(0))
+    } else {
+        Locker::redlock(ours).map_err(|e| e.to_string())?
+    };
+    let rslock = rslock::LockManager::new(urls.to_vec());
+    Ok(vec![
+        Arc::new(Contender::baseline(baseline)),
+        Arc::new(Contender::Rslock(rslock)),
+        Arc::new(Contender::Redmutex(redmutex.with_prefix(""))),
+    ])
+}
+
+async fn print_setup(single: &str, redlock: &[String]) -> Result<(), String> {
+    let mut conn = connect(single).await?;
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| e.to_string())?;
+    let version = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap_or("?");
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!(
+        "redmutex-bench: redis {version} at {single}{}; {cores} cores; client: one tokio thread",
+        if redlock.is_empty() {
+            String::from(" (no Redlock nodes: give --redis five times)")
+        } else {
+            format!(" + {} Redlock nodes", redlock.len())
+        }
+    );
+    Ok(())
+}

@@ -1,0 +1,332 @@
+//! The workloads, and the table they fill.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use redis::aio::MultiplexedConnection;
+use redmutex::{Lease, Locker};
+use tokio::time::Instant;
+
+use crate::connect;
+use crate::contender::Contender;
+use crate::stats::{self, Latencies};
+
+/// One line of the table.
+pub struct Row {
+    pub workload: String,
+    pub implementation: &'static str,
+    /// Cycles (uncontended), acquisitions (contended) or renewals (keep-alive).
+    pub ops: u64,
+    pub ops_per_s: f64,
+    pub p50: Duration,
+    pub p99: Duration,
+    /// Redis commands per op, script-internal commands included.
+    pub commands_per_op: Option<f64>,
+    pub notes: String,
+    pub vs_baseline: Option<Ratio>,
+    pub vs_rslock: Option<Ratio>,
+}
+
+/// This row against another: throughput ratio and p50 ratio.
+#[derive(Clone, Copy)]
+pub struct Ratio {
+    pub throughput: f64,
+    pub p50: f64,
+}
+
+/// `tasks` tasks, each on its own key, acquire and release as fast as they can.
+pub async fn uncontended(
+    workload: &str,
+    contender: Arc<Contender>,
+    tasks: usize,
+    duration: Duration,
+    stats_url: &str,
+) -> Result<Row, String> {
+    let key = |task: usize| format!("bench:{}:{}:{task}", slug(workload), contender.name());
+    // Warm up: connections, scripts loaded on the server.
+    for _ in 0..50 {
+        let held = contender
+            .try_acquire(&key(0))
+            .await?
+            .ok_or("busy while warming up")?;
+        contender.release(&key(0), held).await?;
+    }
+    let mut admin = connect(stats_url).await?;
+    let before = counts(&mut admin).await?;
+    let started = Instant::now();
+    let deadline = started + duration;
+    let runs = (0..tasks).map(|task| {
+        let contender = contender.clone();
+        let key = key(task);
+        tokio::spawn(async move {
+            let mut latencies = Latencies::default();
+            while Instant::now() < deadline {
+                let t0 = Instant::now();
+                let held = contender
+                    .try_acquire(&key)
+                    .await?
+                    .ok_or_else(|| format!("{key} busy in an uncontended run"))?;
+                contender.release(&key, held).await?;
+                latencies.record(t0.elapsed());
+            }
+            Ok::<_, String>(latencies)
+        })
+    });
+    let mut latencies = Latencies::default();
+    for run in join_all(runs).await {
+        latencies.merge(run.map_err(|e| e.to_string())??);
+    }
+    let elapsed = started.elapsed();
+    let commands = counts(&mut admin).await?.since(&before);
+    Ok(row(
+        workload,
+        &contender,
+        latencies,
+        elapsed,
+        commands,
+        String::new(),
+    ))
+}
+
+/// `tasks` tasks take turns on one key: each waits for it, then releases it at once.
+pub async fn contended(
+    workload: &str,
+    contender: Arc<Contender>,
+    tasks: usize,
+    duration: Duration,
+    stats_url: &str,
+) -> Result<Row, String> {
+    let key = format!("bench:{}:{}", slug(workload), contender.name());
+    let inside = Arc::new(AtomicBool::new(false));
+    let overlaps = Arc::new(AtomicU64::new(0));
+    let mut admin = connect(stats_url).await?;
+    let before = counts(&mut admin).await?;
+    let started = Instant::now();
+    let deadline = started + duration;
+    let runs = (0..tasks).map(|_| {
+        let (contender, key, inside, overlaps) = (
+            contender.clone(),
+            key.clone(),
+            inside.clone(),
+            overlaps.clone(),
+        );
+        tokio::spawn(async move {
+            let mut waits = Latencies::default();
+            while Instant::now() < deadline {
+                let t0 = Instant::now();
+                let held = contender.acquire_waiting(&key).await?;
+                waits.record(t0.elapsed());
+                if inside.swap(true, Ordering::SeqCst) {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                tokio::task::yield_now().await;
+                inside.store(false, Ordering::SeqCst);
+                contender.release(&key, held).await?;
+            }
+            Ok::<_, String>(waits)
+        })
+    });
+    let mut waits = Latencies::default();
+    for run in join_all(runs).await {
+        waits.merge(run.map_err(|e| e.to_string())??);
+    }
+    let elapsed = started.elapsed();
+    let commands = counts(&mut admin).await?.since(&before);
+    let overlaps = overlaps.load(Ordering::SeqCst);
+    let notes = format!("p50/p99 = wait for the lock; {overlaps} overlaps");
+    Ok(row(workload, &contender, waits, elapsed, commands, notes))
+}
+
+/// Many kept-alive leases held for a while: what renewing them costs.
+pub async fn keep_alive(
+    locker: Locker<MultiplexedConnection>,
+    leases: usize,
+    hold: Duration,
+    stats_url: &str,
+) -> Result<Row, String> {
+    let ttl = Duration::from_secs(3);
+    let workload = format!("keepalive {leases}");
+    let rss_before = stats::resident_bytes();
+    let mut held: Vec<Lease<MultiplexedConnection>> = Vec::with_capacity(leases);
+    for chunk in (0..leases).collect::<Vec<_>>().chunks(500) {
+        let acquired = join_all(chunk.iter().map(|i| {
+            let locker = &locker;
+            async move { locker.acquire(format!("bench:keepalive:{i}"), ttl).await }
+        }))
+        .await;
+        for lock in acquired {
+            let lease = lock
+                .and_then(redmutex::Lock::keep_alive)
+                .map_err(|e| e.to_string())?;
+            held.push(lease);
+        }
+    }
+    let memory_per_lease = stats::resident_bytes().saturating_sub(rss_before) / leases as u64;
+    let mut admin = connect(stats_url).await?;
+    let before = counts(&mut admin).await?;
+    let cpu_before = stats::cpu_time();
+    let started = Instant::now();
+    tokio::time::sleep(hold).await;
+    let elapsed = started.elapsed();
+    let cpu = stats::cpu_time().saturating_sub(cpu_before);
+    let after = counts(&mut admin).await?;
+    let lost = held.iter().filter(|l| l.is_lost()).count();
+    let renewals: u64 = held.iter().map(Lease::renewals).sum();
+    let calls = after.of_since("evalsha", &before) + after.of_since("eval", &before);
+    let commands = after.since(&before);
+    let rounds = (elapsed.as_secs_f64() / (ttl.as_secs_f64() / 3.0)).max(1.0);
+    let mut remaining = held;
+    while !remaining.is_empty() {
+        let batch: Vec<_> = remaining.drain(..remaining.len().min(500)).collect();
+        join_all(batch.into_iter().map(Lease::release)).await;
+    }
+    let notes = format!(
+        "{lost} lost; {:.1} renewal calls/round ({:.0} Redis cmds/round incl. script-internal); \
+         CPU {:.1} µs/renewal; {} B/lease",
+        calls as f64 / rounds,
+        commands as f64 / rounds,
+        cpu.as_secs_f64() * 1e6 / renewals.max(1) as f64,
+        memory_per_lease
+    );
+    Ok(Row {
+        workload,
+        implementation: "redmutex",
+        ops: renewals,
+        ops_per_s: renewals as f64 / elapsed.as_secs_f64(),
+        p50: Duration::ZERO,
+        p99: Duration::ZERO,
+        commands_per_op: Some(commands as f64 / renewals.max(1) as f64),
+        notes,
+        vs_baseline: None,
+        vs_rslock: None,
+    })
+}
+
+fn row(
+    workload: &str,
+    contender: &Contender,
+    mut latencies: Latencies,
+    elapsed: Duration,
+    commands: u64,
+    notes: String,
+) -> Row {
+    let ops = latencies.len() as u64;
+    Row {
+        workload: workload.to_owned(),
+        implementation: contender.name(),
+        ops,
+        ops_per_s: ops as f64 / elapsed.as_secs_f64(),
+        p50: latencies.percentile(50.0),
+        p99: latencies.percentile(99.0),
+        commands_per_op: Some(commands as f64 / ops.max(1) as f64),
+        notes,
+        vs_baseline: None,
+        vs_rslock: None,
+    }
+}
+
+async fn counts(admin: &mut MultiplexedConnection) -> Result<stats::Counts, String> {
+    stats::command_counts(admin)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+fn slug(workload: &str) -> String {
+    workload
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect()
+}
+
+/// Each row against the baseline and rslock rows of the same workload.
+pub fn fill_ratios(rows: &mut [Row]) {
+    let find = |rows: &[Row], workload: &str, implementation: &str| {
+        rows.iter()
+            .find(|r| r.workload == workload && r.implementation == implementation)
+            .map(|r| (r.ops_per_s, r.p50))
+    };
+    let ratios: Vec<(Option<Ratio>, Option<Ratio>)> = rows
+        .iter()
+        .map(|row| {
+            let against = |other: Option<(f64, Duration)>| {
+                other.map(|(ops, p50)| Ratio {
+                    throughput: row.ops_per_s / ops,
+                    p50: row.p50.as_secs_f64() / p50.as_secs_f64(),
+                })
+            };
+            (
+                against(find(rows, &row.workload, "baseline")),
+                against(find(rows, &row.workload, "rslock")),
+            )
+        })
+        .collect();
+    for (row, (vs_baseline, vs_rslock)) in rows.iter_mut().zip(ratios) {
+        row.vs_baseline = vs_baseline;
+        row.vs_rslock = vs_rslock;
+    }
+}
+
+pub fn print_table(rows: &[Row]) {
+    println!();
+    println!(
+        "{:<18} {:<9} {:>10} {:>9} {:>9} {:>7} {:>15} {:>15}  notes",
+        "workload", "impl", "ops/s", "p50", "p99", "cmds/op", "×base ops/p50", "×rslock ops/p50"
+    );
+    for row in rows {
+        let ratio = |r: Option<Ratio>| {
+            r.map_or("-".to_owned(), |r| {
+                format!("{:.2}/{:.2}", r.throughput, r.p50)
+            })
+        };
+        println!(
+            "{:<18} {:<9} {:>10.0} {:>9} {:>9} {:>7} {:>15} {:>15}  {}",
+            row.workload,
+            row.implementation,
+            row.ops_per_s,
+            micros(row.p50),
+            micros(row.p99),
+            row.commands_per_op
+                .map_or("-".into(), |c| format!("{c:.2}")),
+            ratio(row.vs_baseline),
+            ratio(row.vs_rslock),
+            row.notes
+        );
+    }
+}
+
+fn micros(d: Duration) -> String {
+    if d.is_zero() {
+        "-".into()
+    } else {
+        format!("{}µs", d.as_micros())
+    }
+}
+
+impl Row {
+    /// One JSON object (numbers in plain units: ops/s, microseconds).
+    pub fn json(&self) -> String {
+        let num = |v: Option<f64>| {
+            v.filter(|v| v.is_finite())
+                .map_or("null".into(), |v| format!("{v:.4}"))
+        };
+        format!(
+            "{{\"workload\":\"{}\",\"impl\":\"{}\",\"ops\":{},\"ops_per_s\":{:.1},\"p50_us\":{},\"p99_us\":{},\
+             \"commands_per_op\":{},\"throughput_vs_baseline\":{},\"p50_vs_baseline\":{},\
+             \"throughput_vs_rslock\":{},\"p50_vs_rslock\":{},\"notes\":\"{}\"}}",
+            self.workload,
+            self.implementation,
+            self.ops,
+            self.ops_per_s,
+            self.p50.as_micros(),
+            self.p99.as_micros(),
+            num(self.commands_per_op),
+            num(self.vs_baseline.map(|r| r.throughput)),
+            num(self.vs_baseline.map(|r| r.p50)),
+            num(self.vs_rslock.map(|r| r.throughput)),
+            num(self.vs_rslock.map(|r| r.p50)),
+            self.notes.replace('"', "'")
+        )
+    }
+}
