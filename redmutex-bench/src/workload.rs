@@ -74,10 +74,7 @@ pub async fn uncontended(
             Ok::<_, String>(latencies)
         })
     });
-    let mut latencies = Latencies::default();
-    for run in join_all(runs).await {
-        latencies.merge(run.map_err(|e| e.to_string())??);
-    }
+    let latencies = gather(runs).await?;
     let elapsed = started.elapsed();
     let commands = counts(&mut admin).await?.since(&before);
     Ok(row(
@@ -128,10 +125,7 @@ pub async fn contended(
             Ok::<_, String>(waits)
         })
     });
-    let mut waits = Latencies::default();
-    for run in join_all(runs).await {
-        waits.merge(run.map_err(|e| e.to_string())??);
-    }
+    let waits = gather(runs).await?;
     let elapsed = started.elapsed();
     let commands = counts(&mut admin).await?.since(&before);
     let overlaps = overlaps.load(Ordering::SeqCst);
@@ -202,6 +196,17 @@ pub async fn keep_alive(
         vs_baseline: None,
         vs_rslock: None,
     })
+}
+
+/// Waits for every task of a run and merges what they measured; the first error wins.
+async fn gather(
+    runs: impl Iterator<Item = tokio::task::JoinHandle<Result<Latencies, String>>>,
+) -> Result<Latencies, String> {
+    let mut all = Latencies::default();
+    for run in join_all(runs).await {
+        all.merge(run.map_err(|e| e.to_string())??);
+    }
+    Ok(all)
 }
 
 fn row(

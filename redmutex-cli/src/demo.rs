@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use crate::duration::format;
 use crate::exit::{self, Failure};
+use crate::target;
 
 #[derive(Args, Debug)]
 pub struct DemoArgs {
@@ -124,16 +125,9 @@ async fn redlock(clock: &Clock) -> Result<RedlockScene, Failure> {
         ));
     }
     let urls: Vec<String> = nodes.iter().flatten().map(|n| n.url.clone()).collect();
-    let redlock_locker = || -> Result<Locker<redis::aio::ConnectionManager>, Failure> {
-        let conns = urls
-            .iter()
-            .map(|url| redmutex::connect_lazy(url))
-            .collect::<Result<Vec<_>, _>>()
-            .and_then(Locker::redlock)
-            .map_err(|e| Failure::from_lock_error(&e, &urls))?;
-        Ok(conns.with_prefix("redmutex-demo:"))
-    };
-    let (locker, rival) = (redlock_locker()?, redlock_locker()?);
+    // Built as the commands build theirs from several --redis URLs.
+    let locker = target::locker(&urls).await?.with_prefix("redmutex-demo:");
+    let rival = target::locker(&urls).await?.with_prefix("redmutex-demo:");
     let fail = |e: redmutex::Error| Failure::from_lock_error(&e, &urls);
     let lock = locker
         .acquire("ledger", Duration::from_secs(1))

@@ -218,11 +218,13 @@ impl<'a, C: Connection> Acquire<'a, C> {
                 }
                 // Rejected outright (auth, permission, script error): nothing written.
                 TryResult::Rejected(e) => return Err(Error::Redis(e)),
-                TryResult::NoQuorum { failure, hopeless } => {
+                TryResult::NoQuorum(failure) => {
                     // "Held by someone else" only when the other owners' nodes alone leave
                     // no quorum; otherwise it is an outage (with a stale key somewhere).
                     saw_held |= failure.held() > failure.nodes - failure.needed;
-                    if hopeless {
+                    // Refused for good (auth, permission) on so many nodes that no retry
+                    // can reach a quorum.
+                    if failure.is_refused_for_good() {
                         return Err(Error::NoQuorum(failure));
                     }
                     last_quorum = Some(failure);

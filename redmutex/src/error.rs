@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::quorum::{NodeError, QuorumFailure};
+use crate::quorum::QuorumFailure;
 
 /// Everything that can go wrong, sorted by what the caller should do:
 ///
@@ -125,16 +125,7 @@ impl Error {
         match self {
             Error::NotObtained(_) => true,
             Error::Redis(e) => is_transient_redis(e),
-            Error::NoQuorum(failure) => {
-                // Refusals that will not change (auth, permission) on so many nodes that no
-                // quorum is possible: retrying cannot help.
-                let refusing = failure
-                    .failures
-                    .iter()
-                    .filter(|f| matches!(&f.error, NodeError::Redis(e) if !is_transient_redis(e)))
-                    .count();
-                refusing <= failure.nodes - failure.needed
-            }
+            Error::NoQuorum(failure) => !failure.is_refused_for_good(),
             Error::NotHeld | Error::InvalidArgument(_) | Error::Random(_) => false,
         }
     }

@@ -187,6 +187,14 @@ impl QuorumFailure {
         self.count(NodeError::is_unreachable)
     }
 
+    /// So many nodes refused for good (authentication, permission — errors that retrying
+    /// cannot change) that no quorum can ever agree: retrying is futile.
+    pub fn is_refused_for_good(&self) -> bool {
+        let refusing = self
+            .count(|e| matches!(e, NodeError::Redis(e) if !crate::error::is_transient_redis(e)));
+        refusing > self.nodes - self.needed
+    }
+
     /// So many nodes answered "not held" that no quorum can hold this owner's lock: the
     /// lock is lost, not merely unreachable.
     pub fn is_lost(&self) -> bool {

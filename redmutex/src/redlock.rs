@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use crate::args::Keys;
 use crate::connection::Connection;
-use crate::error::{is_transient_redis, Error};
+use crate::error::Error;
 use crate::locker::{lock_info, LockInfo, NodeInfo};
 use crate::quorum::{quorum, NodeError, NodeFailure, QuorumFailure, QuorumSettings};
 use crate::scripts::{self, Obtain};
@@ -82,7 +82,7 @@ impl<C: Connection> Nodes<C> {
     fn tally<T>(
         &self,
         replies: Vec<Reply<T>>,
-        started: Instant,
+        elapsed: Duration,
         judge: impl Fn(T) -> Result<(), NodeError>,
     ) -> QuorumFailure {
         let mut failure = QuorumFailure {
@@ -90,7 +90,7 @@ impl<C: Connection> Nodes<C> {
             needed: self.needed(),
             nodes: self.conns.len(),
             too_late: false,
-            elapsed: started.elapsed(),
+            elapsed,
             failures: Vec::new(),
         };
         for (node, reply) in replies.into_iter().enumerate() {
@@ -129,7 +129,7 @@ impl<C: Connection> Nodes<C> {
                 scripts::obtain(&mut conn, keys, value, ttl_ms, retrying_own).await
             })
             .await;
-        let mut failure = self.tally(replies, started, |obtain| match obtain {
+        let mut failure = self.tally(replies, started.elapsed(), |obtain| match obtain {
             Obtain::Obtained => Ok(()),
             Obtain::Held(_) => Err(NodeError::Held),
         });
@@ -148,17 +148,8 @@ impl<C: Connection> Nodes<C> {
         let cleaned = self
             .release_unattended(keys, token, self.settings.timeout_for(ttl))
             .await;
-        let refusing = failure
-            .failures
-            .iter()
-            .filter(|f| matches!(&f.error, NodeError::Redis(e) if !is_transient_redis(e)))
-            .count();
-        let hopeless = refusing > failure.nodes - failure.needed;
         Attempt {
-            result: TryResult::NoQuorum {
-                failure: Box::new(failure),
-                hopeless,
-            },
+            result: TryResult::NoQuorum(Box::new(failure)),
             may_hold: !cleaned,
         }
     }
@@ -179,6 +170,32 @@ impl<C: Connection> Nodes<C> {
         .all(Result::is_ok)
     }
 
+    /// Spawns an owner-checked release on each of `nodes` on the current tokio runtime, if
+    /// there is one, and returns at once. Best effort: where it fails, the keys expire by
+    /// their TTL.
+    pub(crate) fn release_in_background(
+        &self,
+        nodes: impl IntoIterator<Item = usize>,
+        keys: &Keys,
+        token: &Token,
+    ) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut nodes = nodes.into_iter().peekable();
+        if nodes.peek().is_none() {
+            return;
+        }
+        let keys = Arc::new(keys.clone());
+        for node in nodes {
+            let mut conn = self.conns[node].clone();
+            let (keys, token) = (keys.clone(), *token);
+            runtime.spawn(async move {
+                let _ = scripts::release_unattended(&mut conn, &keys, &token).await;
+            });
+        }
+    }
+
     /// Release on every node: done when a quorum deleted this owner's keys; lost when so
     /// many nodes no longer had them that no quorum did. Nodes that did not answer get the
     /// release again in the background (otherwise their keys expire by TTL).
@@ -195,28 +212,16 @@ impl<C: Connection> Nodes<C> {
                 scripts::release(&mut conn, keys, token).await
             })
             .await;
-        let failure = self.tally(replies, started, |missing| match missing {
+        let failure = self.tally(replies, started.elapsed(), |missing| match missing {
             0 => Ok(()),
             _ => Err(NodeError::NotHeld),
         });
-        let unanswered: Vec<usize> = failure
+        let unanswered = failure
             .failures
             .iter()
             .filter(|f| f.error.is_unreachable())
-            .map(|f| f.node)
-            .collect();
-        if !unanswered.is_empty() {
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                let keys = Arc::new(keys.clone());
-                for node in unanswered {
-                    let mut conn = self.conns[node].clone();
-                    let (keys, token) = (keys.clone(), *token);
-                    runtime.spawn(async move {
-                        let _ = scripts::release_unattended(&mut conn, &keys, &token).await;
-                    });
-                }
-            }
-        }
+            .map(|f| f.node);
+        self.release_in_background(unanswered, keys, token);
         if failure.agreed >= failure.needed {
             Ok(())
         } else if failure.is_lost() {
@@ -253,7 +258,7 @@ impl<C: Connection> Nodes<C> {
                 scripts::refresh(&mut conn, keys, token, ttl_ms).await
             })
             .await;
-        let mut failure = self.tally(replies, started, |extended| match extended {
+        let mut failure = self.tally(replies, started.elapsed(), |extended| match extended {
             true => Ok(()),
             false => Err(NodeError::NotHeld),
         });
@@ -297,13 +302,12 @@ impl<C: Connection> Nodes<C> {
                         .iter()
                         .map(|r| r.as_ref().map(|a| a[lease]).map_err(Clone::clone))
                         .collect(),
-                    started,
+                    elapsed,
                     |answer| match answer {
                         1 => Ok(()),
                         _ => Err(NodeError::NotHeld),
                     },
                 );
-                failure.elapsed = elapsed;
                 let ttl = ttls[lease];
                 if failure.agreed >= failure.needed {
                     if let Some(valid_until) = self.valid_until(ttl, started, elapsed) {

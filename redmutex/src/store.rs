@@ -54,12 +54,8 @@ pub(crate) enum TryResult {
     Failed(RedisError),
     /// Single node: refused outright (auth, permission, script error); retrying is futile.
     Rejected(RedisError),
-    /// Quorum: too few nodes agreed, or too late. `hopeless` when so many nodes refused
-    /// for good (auth, permission) that no retry can reach a quorum.
-    NoQuorum {
-        failure: Box<QuorumFailure>,
-        hopeless: bool,
-    },
+    /// Quorum: too few nodes agreed, or too late.
+    NoQuorum(Box<QuorumFailure>),
 }
 
 /// What one renewal call did for one lease.
@@ -191,14 +187,7 @@ impl<C: Connection> Store<C> {
                 });
             }
             Store::Quorum(nodes) => {
-                let keys = Arc::new(keys);
-                for conn in nodes.conns() {
-                    let mut conn = conn.clone();
-                    let keys = keys.clone();
-                    runtime.spawn(async move {
-                        let _ = scripts::release_unattended(&mut conn, &keys, &token).await;
-                    });
-                }
+                nodes.release_in_background(0..nodes.conns().len(), &keys, &token);
             }
         }
     }
