@@ -15,6 +15,7 @@ use crate::quorum::QuorumFailure;
 use crate::renewer::RenewerSlot;
 use crate::store::{Store, TryResult};
 use crate::token::{self, Token};
+use crate::wakeup::{Hub, Member, Outcome, Wake};
 
 /// A pending acquire: set options, then `.await` it.
 ///
@@ -48,6 +49,7 @@ use crate::token::{self, Token};
 pub struct Acquire<'a, C: Connection> {
     store: Store<C>,
     renewer: Arc<RenewerSlot<C>>,
+    hub: Option<Arc<Hub>>,
     keys: Result<Keys, Error>,
     ttl: Duration,
     metadata: Option<String>,
@@ -94,12 +96,14 @@ impl<'a, C: Connection> Acquire<'a, C> {
     pub(crate) fn new(
         store: Store<C>,
         renewer: Arc<RenewerSlot<C>>,
+        hub: Option<Arc<Hub>>,
         keys: Result<Keys, Error>,
         ttl: Duration,
     ) -> Acquire<'a, C> {
         Acquire {
             store,
             renewer,
+            hub,
             keys,
             ttl,
             metadata: None,
@@ -148,10 +152,11 @@ impl<'a, C: Connection> Acquire<'a, C> {
         let Acquire {
             store,
             renewer,
+            hub,
             keys,
             ttl,
             metadata,
-            mut retry,
+            retry,
             deadline,
             mut on_failed_try,
         } = self;
@@ -163,9 +168,11 @@ impl<'a, C: Connection> Acquire<'a, C> {
         }
         let ttl = Duration::from_millis(ttl_ms);
         let token = Token::generate()?;
-        let value = token::lock_value(&token, metadata.as_deref());
+        let mut value = token::lock_value(&token, metadata.as_deref());
         let started = Instant::now();
         let deadline = started.checked_add(deadline.unwrap_or(ttl));
+        // Peeking tells whether this acquire may wait at all before its first try.
+        let mut retry = retry.peekable();
 
         let mut cleanup = Cleanup {
             store: &store,
@@ -177,110 +184,168 @@ impl<'a, C: Connection> Acquire<'a, C> {
         let mut saw_held = false;
         let mut last_error: Option<redis::RedisError> = None;
         let mut last_quorum: Option<Box<QuorumFailure>> = None;
+        // Push wake-up (see `wakeup.rs`): our place among this locker's waiters for the key
+        // found held; once set, our tries mark the holder and our value says "awaited".
+        let mut member: Option<Member> = None;
+        // When the pause after the last counted try ends.
+        let mut wake: Option<Instant> = None;
+        // This try re-checks after subscribing; it belongs to the try before it, so it
+        // neither counts as an attempt nor takes a pause from the strategy.
+        let mut recheck = false;
         loop {
-            attempts += 1;
-            let sent_at = Instant::now();
-            // If an earlier try may have set keys, this one must accept them as ours.
-            let retrying_own = cleanup.armed;
-            cleanup.armed = true;
-            // A reply that comes after the TTL is worthless (the keys would be gone by the
-            // time we knew), so no try waits longer than that, nor past the deadline.
-            let mut try_until = sent_at.checked_add(ttl);
-            if let Some(deadline) = deadline.filter(|d| *d > sent_at) {
-                try_until = Some(try_until.map_or(deadline, |t| t.min(deadline)));
+            if !recheck {
+                attempts += 1;
             }
-            let attempt = store
-                .try_obtain(&keys, &token, &value, ttl_ms, retrying_own, try_until)
-                .await;
-            cleanup.armed = attempt.may_hold;
-            let reason = match attempt.result {
-                TryResult::Obtained { valid_until } => {
-                    cleanup.armed = false;
-                    drop(cleanup);
-                    return Ok(Lock::new(
-                        store,
-                        renewer,
-                        keys,
-                        token,
-                        metadata,
+            // A newcomer queues behind this locker's waiters for the key without a try:
+            // the holder is marked and its release will wake them in turn.
+            let queued = match &hub {
+                Some(hub) if attempts == 1 && member.is_none() && retry.peek().is_some() => keys
+                    .iter()
+                    .enumerate()
+                    .find_map(|(index, key)| Some((index, hub.join_queue(key)?))),
+                _ => None,
+            };
+            let (reason, held_key) = if let Some((index, joined)) = queued {
+                member = Some(joined);
+                token::mark_awaited(&mut value);
+                saw_held = true;
+                (Reason::Held(index), None)
+            } else {
+                let sent_at = Instant::now();
+                // If an earlier try may have set keys, this one must accept them as ours.
+                let retrying_own = cleanup.armed;
+                cleanup.armed = true;
+                // A reply that comes after the TTL is worthless (the keys would be gone by
+                // the time we knew), so no try waits longer than that, nor past the deadline.
+                let mut try_until = sent_at.checked_add(ttl);
+                if let Some(deadline) = deadline.filter(|d| *d > sent_at) {
+                    try_until = Some(try_until.map_or(deadline, |t| t.min(deadline)));
+                }
+                let attempt = store
+                    .try_obtain(
+                        &keys,
+                        &token,
+                        &value,
                         ttl_ms,
-                        sent_at,
-                        valid_until,
-                    ));
+                        retrying_own,
+                        member.is_some(),
+                        try_until,
+                    )
+                    .await;
+                cleanup.armed = attempt.may_hold;
+                if let Some(member) = member.as_mut() {
+                    member.tried(match (&attempt.result, attempt.held_key) {
+                        (TryResult::Obtained { .. }, _) => Outcome::Obtained,
+                        (_, Some(_)) => Outcome::Held,
+                        _ => Outcome::Failed,
+                    });
                 }
-                TryResult::Held(index) => {
-                    saw_held = true;
-                    Reason::Held(index)
-                }
-                TryResult::Failed(e) => {
-                    last_error = Some(e);
-                    Reason::Redis
-                }
-                // Rejected outright (auth, permission, script error): nothing written.
-                TryResult::Rejected(e) => return Err(Error::Redis(e)),
-                TryResult::NoQuorum(failure) => {
-                    // "Held by someone else" only when the other owners' nodes alone leave
-                    // no quorum; otherwise it is an outage (with a stale key somewhere).
-                    saw_held |= failure.held() > failure.nodes - failure.needed;
-                    // Refused for good (auth, permission) on so many nodes that no retry
-                    // can reach a quorum.
-                    if failure.is_refused_for_good() {
-                        return Err(Error::NoQuorum(failure));
+                let reason = match attempt.result {
+                    TryResult::Obtained { valid_until } => {
+                        cleanup.armed = false;
+                        drop(cleanup);
+                        return Ok(Lock::new(
+                            store,
+                            renewer,
+                            keys,
+                            token,
+                            metadata,
+                            ttl_ms,
+                            sent_at,
+                            valid_until,
+                        ));
                     }
-                    last_quorum = Some(failure);
-                    Reason::NoQuorum
-                }
+                    TryResult::Held(index) => {
+                        saw_held = true;
+                        Reason::Held(index)
+                    }
+                    TryResult::Failed(e) => {
+                        last_error = Some(e);
+                        Reason::Redis
+                    }
+                    // Rejected outright (auth, permission, script error): nothing written.
+                    TryResult::Rejected(e) => return Err(Error::Redis(e)),
+                    TryResult::NoQuorum(failure) => {
+                        // "Held by someone else" only when the other owners' nodes alone
+                        // leave no quorum; otherwise it is an outage (with a stale key
+                        // somewhere).
+                        saw_held |= failure.held() > failure.nodes - failure.needed;
+                        // Refused for good (auth, permission) on so many nodes that no
+                        // retry can reach a quorum.
+                        if failure.is_refused_for_good() {
+                            return Err(Error::NoQuorum(failure));
+                        }
+                        last_quorum = Some(failure);
+                        Reason::NoQuorum
+                    }
+                };
+                (reason, attempt.held_key)
             };
 
             let now = Instant::now();
-            let wake = retry.next().and_then(|delay| match deadline {
-                Some(deadline) if now >= deadline => None,
-                Some(deadline) => {
-                    Some(now.checked_add(delay).map_or(deadline, |t| t.min(deadline)))
-                }
-                None => Some(
-                    now.checked_add(delay)
-                        .unwrap_or(now + Duration::from_secs(86_400 * 365)),
-                ),
-            });
-            if let Some(observer) = on_failed_try.as_mut() {
-                let reason = match (reason, &last_error, &last_quorum) {
-                    (Reason::Held(index), _, _) => TryFailure::Held {
-                        key: keys.get(index).unwrap_or_default(),
-                    },
-                    (Reason::Redis, Some(e), _) => TryFailure::Redis(e),
-                    (Reason::NoQuorum, _, Some(failure)) => TryFailure::NoQuorum(failure),
-                    _ => unreachable!("each reason keeps its details"),
-                };
-                observer(&FailedTry {
-                    attempt: attempts,
-                    reason,
-                    elapsed: now - started,
-                    next_delay: wake.map(|w| w - now),
-                });
-            }
-            match wake {
-                Some(wake) => tokio::time::sleep_until(wake).await,
-                None => {
-                    if cleanup.armed {
-                        // Still armed while this runs: if the acquire is dropped meanwhile,
-                        // the cleanup guard sends the release again in the background. The
-                        // request is sent whole (EVAL), so a frozen server runs it when it
-                        // wakes even after we stopped waiting for the reply.
-                        store.release_unattended(&keys, &token, CLEANUP_WAIT).await;
-                        cleanup.armed = false;
+            if !recheck {
+                wake = retry.next().and_then(|delay| match deadline {
+                    Some(deadline) if now >= deadline => None,
+                    Some(deadline) => {
+                        Some(now.checked_add(delay).map_or(deadline, |t| t.min(deadline)))
                     }
-                    return Err(match (last_error, last_quorum) {
-                        (Some(e), _) if !saw_held => Error::Redis(e),
-                        (_, Some(failure)) if !saw_held => Error::NoQuorum(failure),
-                        (last_error, no_quorum) => Error::NotObtained(NotObtained {
-                            attempts,
-                            elapsed: started.elapsed(),
-                            last_error,
-                            no_quorum,
-                        }),
+                    None => Some(
+                        now.checked_add(delay)
+                            .unwrap_or(now + Duration::from_secs(86_400 * 365)),
+                    ),
+                });
+                if let Some(observer) = on_failed_try.as_mut() {
+                    let reason = match (reason, &last_error, &last_quorum) {
+                        (Reason::Held(index), _, _) => TryFailure::Held {
+                            key: keys.get(index).unwrap_or_default(),
+                        },
+                        (Reason::Redis, Some(e), _) => TryFailure::Redis(e),
+                        (Reason::NoQuorum, _, Some(failure)) => TryFailure::NoQuorum(failure),
+                        _ => unreachable!("each reason keeps its details"),
+                    };
+                    observer(&FailedTry {
+                        attempt: attempts,
+                        reason,
+                        elapsed: now - started,
+                        next_delay: wake.map(|w| w - now),
                     });
                 }
+            }
+            recheck = false;
+            let Some(wake) = wake else {
+                if cleanup.armed {
+                    // Still armed while this runs: if the acquire is dropped meanwhile,
+                    // the cleanup guard sends the release again in the background. The
+                    // request is sent whole (EVAL), so a frozen server runs it when it
+                    // wakes even after we stopped waiting for the reply.
+                    store.release_unattended(&keys, &token, CLEANUP_WAIT).await;
+                    cleanup.armed = false;
+                }
+                return Err(match (last_error, last_quorum) {
+                    (Some(e), _) if !saw_held => Error::Redis(e),
+                    (_, Some(failure)) if !saw_held => Error::NoQuorum(failure),
+                    (last_error, no_quorum) => Error::NotObtained(NotObtained {
+                        attempts,
+                        elapsed: started.elapsed(),
+                        last_error,
+                        no_quorum,
+                    }),
+                });
+            };
+            // Ask to be woken by the release of the key found held.
+            if let (Some(hub), Some(index)) = (&hub, held_key) {
+                let key = keys.get(index).unwrap_or_default();
+                if member.as_ref().is_none_or(|m| m.key() != key) {
+                    member = Some(hub.join(key));
+                    token::mark_awaited(&mut value);
+                }
+            }
+            match member.as_mut() {
+                Some(member) => tokio::select! {
+                    _ = tokio::time::sleep_until(wake) => {}
+                    why = member.woken() => recheck = why == Wake::Subscribed,
+                },
+                None => tokio::time::sleep_until(wake).await,
             }
         }
     }

@@ -132,6 +132,7 @@ pub mod retry;
 mod scripts;
 mod store;
 mod token;
+mod wakeup;
 
 pub use acquire::{Acquire, FailedTry, TryFailure};
 pub use args::{MAX_KEY_LEN, MAX_METADATA_LEN, MAX_TTL, MIN_TTL};

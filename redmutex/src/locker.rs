@@ -8,12 +8,13 @@ use crate::acquire::Acquire;
 use crate::args::{self, Keys};
 use crate::connection::Connection;
 use crate::error::{Argument, Error};
-use crate::quorum::{NodeError, QuorumSettings};
+use crate::quorum::{quorum, NodeError, QuorumSettings};
 use crate::redlock::Nodes;
 use crate::renewer::RenewerSlot;
 use crate::scripts::RawKey;
 use crate::store::Store;
 use crate::token::{parse_value, StoredValue, Token};
+use crate::wakeup::Hub;
 
 /// Takes locks on one Redis server over a connection you already have — or, built with
 /// [`Locker::redlock`], on a quorum of independent servers.
@@ -39,6 +40,8 @@ pub struct Locker<C: Connection> {
     prefix: Arc<[u8]>,
     /// Renews the leases of this locker and its clones; started on the first keep-alive.
     renewer: Arc<RenewerSlot<C>>,
+    /// Wakes waiting acquires on release, when enabled ([`Locker::with_wake_up`]).
+    hub: Option<Arc<Hub>>,
 }
 
 impl<C: Connection> Locker<C> {
@@ -99,7 +102,73 @@ impl<C: Connection> Locker<C> {
             store,
             prefix: Arc::from(&b""[..]),
             renewer: Arc::new(RenewerSlot::new()),
+            hub: None,
         }
+    }
+
+    /// Wakes acquires that wait for a held lock as soon as it is released, instead of
+    /// leaving them to poll: give one [`redis::Client`] per node (the same servers as the
+    /// locker's connections, in the same order), for the subscriber connection this locker
+    /// opens on each when an acquire first waits.
+    ///
+    /// How it works: an acquire that finds the key held and may wait (its
+    /// [retry strategy](Acquire::retry) has a next pause) subscribes to the channel named
+    /// like the key, re-checks once the subscription is confirmed, and marks the holder's
+    /// value as awaited; the holder's release then publishes on that channel. Releases
+    /// nobody waits for publish nothing, so the uncontended path costs the same as without
+    /// wake-up. Waiters of one locker queue in arrival order and are woken one at a time,
+    /// so a release costs one try per waiting process, however many tasks wait in it.
+    ///
+    /// The retry strategy stays in force as the fallback, for what no message announces: a
+    /// holder that died and let its key expire, a subscriber connection that dropped (it
+    /// reconnects by itself). With wake-up, long pauses (e.g.
+    /// [`retry::constant`](crate::retry::constant) of a second) cost nothing in latency.
+    /// The deadline bounds the wait as before.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the number of clients differs from the number of
+    /// nodes.
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use redmutex::retry;
+    /// let client = redis::Client::open("redis://127.0.0.1:6379")?;
+    /// let conn = client.get_multiplexed_async_connection().await?;
+    /// let locker = redmutex::Locker::new(conn).with_wake_up([client])?;
+    ///
+    /// // Woken by the holder's release; polls once a second only as a fallback.
+    /// let lock = locker
+    ///     .acquire("daily-export", Duration::from_secs(30))
+    ///     .retry(retry::constant(Duration::from_secs(1)))
+    ///     .deadline(Duration::from_secs(60))
+    ///     .await?;
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
+    #[doc(alias = "pubsub")]
+    pub fn with_wake_up(
+        mut self,
+        clients: impl IntoIterator<Item = redis::Client>,
+    ) -> Result<Locker<C>, Error> {
+        let clients: Vec<redis::Client> = clients.into_iter().collect();
+        let nodes = self.nodes().len();
+        if clients.len() != nodes {
+            return Err(Error::invalid(
+                Argument::Nodes,
+                format!(
+                    "wake-up needs one client per node: {} given for {nodes}",
+                    clients.len()
+                ),
+            ));
+        }
+        self.hub = Some(Arc::new(Hub::new(clients, quorum(nodes))));
+        Ok(self)
+    }
+
+    /// Whether [`with_wake_up`](Locker::with_wake_up) is on.
+    pub fn wakes_up(&self) -> bool {
+        self.hub.is_some()
     }
 
     /// Redlock: judge quorums with `settings` (node timeout, drift allowance, minimum
@@ -166,6 +235,7 @@ impl<C: Connection> Locker<C> {
         Acquire::new(
             self.store.clone(),
             self.renewer.clone(),
+            self.hub.clone(),
             Keys::new(&self.prefix, [key]),
             ttl,
         )
@@ -190,6 +260,7 @@ impl<C: Connection> Locker<C> {
         Acquire::new(
             self.store.clone(),
             self.renewer.clone(),
+            self.hub.clone(),
             Keys::new(&self.prefix, keys),
             ttl,
         )
@@ -277,6 +348,9 @@ pub struct LockInfo {
     /// a redmutex token). redmutex will not acquire it, and never modifies it. Redlock:
     /// on any node.
     pub foreign: bool,
+    /// Some acquire waits for this lock and asked to be woken when it is released (see
+    /// [`Locker::with_wake_up`]). Redlock: on any node.
+    pub awaited: bool,
     /// Redlock: each node's view, in node order (empty for a single-node locker).
     pub nodes: Vec<NodeInfo>,
 }
@@ -294,13 +368,15 @@ pub struct NodeInfo {
 /// The [`LockInfo`] for what one node holds at `key`.
 pub(crate) fn lock_info(key: &[u8], raw: RawKey) -> LockInfo {
     let ttl = u64::try_from(raw.pttl).ok().map(Duration::from_millis);
-    let (held, metadata, foreign) = match (raw.kind.as_str(), raw.value) {
-        ("none", _) => (false, None, false),
+    let (held, metadata, foreign, awaited) = match (raw.kind.as_str(), raw.value) {
+        ("none", _) => (false, None, false, false),
         ("string", Some(value)) => match parse_value(&value) {
-            StoredValue::Redmutex { metadata, .. } => (true, metadata, false),
-            StoredValue::Foreign => (true, None, true),
+            StoredValue::Redmutex {
+                metadata, awaited, ..
+            } => (true, metadata, false, awaited),
+            StoredValue::Foreign => (true, None, true, false),
         },
-        _ => (true, None, true),
+        _ => (true, None, true, false),
     };
     LockInfo {
         key: key.to_vec(),
@@ -308,6 +384,7 @@ pub(crate) fn lock_info(key: &[u8], raw: RawKey) -> LockInfo {
         ttl,
         metadata,
         foreign,
+        awaited,
         nodes: Vec::new(),
     }
 }

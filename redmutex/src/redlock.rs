@@ -109,6 +109,7 @@ impl<C: Connection> Nodes<C> {
         Some(started + ttl - self.settings.drift(ttl))
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn try_obtain(
         &self,
         keys: &Keys,
@@ -116,6 +117,7 @@ impl<C: Connection> Nodes<C> {
         value: &[u8],
         ttl_ms: u64,
         retrying_own: bool,
+        waiting: bool,
         try_until: Option<Instant>,
     ) -> Attempt {
         let started = Instant::now();
@@ -126,9 +128,16 @@ impl<C: Connection> Nodes<C> {
         }
         let replies = self
             .fan_out(timeout, |mut conn| async move {
-                scripts::obtain(&mut conn, keys, value, ttl_ms, retrying_own).await
+                scripts::obtain(&mut conn, keys, value, ttl_ms, retrying_own, waiting).await
             })
             .await;
+        let held_key = replies
+            .iter()
+            .filter_map(|reply| match reply {
+                Ok(Obtain::Held(index)) => Some(*index),
+                _ => None,
+            })
+            .min();
         let mut failure = self.tally(replies, started.elapsed(), |obtain| match obtain {
             Obtain::Obtained => Ok(()),
             Obtain::Held(_) => Err(NodeError::Held),
@@ -138,6 +147,7 @@ impl<C: Connection> Nodes<C> {
                 return Attempt {
                     result: TryResult::Obtained { valid_until },
                     may_hold: false,
+                    held_key: None,
                 };
             }
             failure.too_late = true;
@@ -151,6 +161,7 @@ impl<C: Connection> Nodes<C> {
         Attempt {
             result: TryResult::NoQuorum(Box::new(failure)),
             may_hold: !cleaned,
+            held_key,
         }
     }
 
@@ -340,8 +351,9 @@ impl<C: Connection> Nodes<C> {
         let mut nodes = Vec::with_capacity(replies.len());
         for (node, reply) in replies.into_iter().enumerate() {
             if let Ok(raw) = &reply {
-                if let Some(StoredValue::Redmutex { token, metadata }) =
-                    raw.value.as_deref().map(parse_value)
+                if let Some(StoredValue::Redmutex {
+                    token, metadata, ..
+                }) = raw.value.as_deref().map(parse_value)
                 {
                     match owners.iter_mut().find(|(t, _, _)| *t == token) {
                         Some((_, _, ttls)) => ttls.push(raw.pttl),
@@ -366,6 +378,9 @@ impl<C: Connection> Nodes<C> {
             .filter(|n| n.info.as_ref().is_ok_and(|info| info.held))
             .count();
         let held = occupied > nodes.len() - needed;
+        let awaited = nodes
+            .iter()
+            .any(|n| n.info.as_ref().is_ok_and(|info| info.awaited));
         let (metadata, ttl) = match holder {
             Some((_, metadata, mut ttls)) => {
                 // The lock stands while a quorum of its nodes still has it: the
@@ -384,6 +399,7 @@ impl<C: Connection> Nodes<C> {
             ttl,
             metadata,
             foreign,
+            awaited,
             nodes,
         }
     }

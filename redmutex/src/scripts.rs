@@ -59,12 +59,18 @@ pub(crate) enum Obtain {
 /// One try to take every key. `retrying_own` says that an earlier try may have set some
 /// keys without us seeing the reply: the script then treats keys holding our token as free.
 /// Otherwise a single key takes the cheapest path, a plain `SET NX PX`.
+///
+/// `waiting`: the caller waits for a release (see [`crate::wakeup`]). A key found held is
+/// then marked as awaited so that its release publishes a wake-up; on the plain path that
+/// takes a second request, sent only when the `SET` found the key held (the script may
+/// still obtain the key if it was released in between).
 pub(crate) async fn obtain<C: ConnectionLike>(
     conn: &mut C,
     keys: &Keys,
     value: &[u8],
     ttl_ms: u64,
     retrying_own: bool,
+    waiting: bool,
 ) -> RedisResult<Obtain> {
     if keys.len() == 1 && !retrying_own {
         let key = keys.get(0).expect("one key");
@@ -76,13 +82,18 @@ pub(crate) async fn obtain<C: ConnectionLike>(
             .arg(ttl_ms)
             .query_async(conn)
             .await?;
-        return Ok(match reply {
-            Value::Nil => Obtain::Held(0),
-            _ => Obtain::Obtained,
-        });
+        if reply != Value::Nil {
+            return Ok(Obtain::Obtained);
+        }
+        if !waiting {
+            return Ok(Obtain::Held(0));
+        }
     }
     let mut call = over_keys(&OBTAIN, keys);
-    call.arg(value).arg(ttl_ms).arg(TOKEN_LEN);
+    call.arg(value)
+        .arg(ttl_ms)
+        .arg(TOKEN_LEN)
+        .arg(if waiting { "1" } else { "0" });
     let held: usize = call.invoke_async(conn).await?;
     Ok(match held {
         0 => Obtain::Obtained,

@@ -43,6 +43,8 @@ pub(crate) struct Attempt {
     /// Keys with our token may still exist (a request whose fate is unknown): the next try
     /// must accept them as ours, and giving up must delete them.
     pub(crate) may_hold: bool,
+    /// The first key found held by another owner (on any node), to wait for its release.
+    pub(crate) held_key: Option<usize>,
 }
 
 pub(crate) enum TryResult {
@@ -83,6 +85,8 @@ impl<C: Connection> Store<C> {
 
     /// One try to take every key with `value`, answering by `try_until` at the latest.
     /// `retrying_own`: an earlier try may have set keys we never heard of; accept them.
+    /// `waiting`: mark a held key as awaited (see [`scripts::obtain`]).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn try_obtain(
         &self,
         keys: &Keys,
@@ -90,19 +94,20 @@ impl<C: Connection> Store<C> {
         value: &[u8],
         ttl_ms: u64,
         retrying_own: bool,
+        waiting: bool,
         try_until: Option<Instant>,
     ) -> Attempt {
         let conn = match self {
             Store::Quorum(nodes) => {
                 return nodes
-                    .try_obtain(keys, token, value, ttl_ms, retrying_own, try_until)
+                    .try_obtain(keys, token, value, ttl_ms, retrying_own, waiting, try_until)
                     .await
             }
             Store::One(conn) => conn,
         };
         let sent_at = Instant::now();
         let mut conn = conn.clone();
-        let request = scripts::obtain(&mut conn, keys, value, ttl_ms, retrying_own);
+        let request = scripts::obtain(&mut conn, keys, value, ttl_ms, retrying_own, waiting);
         let outcome = match try_until {
             Some(until) => tokio::time::timeout_at(until, request)
                 .await
@@ -115,21 +120,25 @@ impl<C: Connection> Store<C> {
                     valid_until: sent_at + Duration::from_millis(ttl_ms),
                 },
                 may_hold: false,
+                held_key: None,
             },
             // Nothing was written by this try; keys of an earlier, unseen success may
             // still exist.
             Ok(Obtain::Held(index)) => Attempt {
                 result: TryResult::Held(index),
                 may_hold: retrying_own,
+                held_key: Some(index),
             },
             // The request may or may not have been applied.
             Err(e) if is_transient_redis(&e) => Attempt {
                 result: TryResult::Failed(e),
                 may_hold: true,
+                held_key: None,
             },
             Err(e) => Attempt {
                 result: TryResult::Rejected(e),
                 may_hold: retrying_own,
+                held_key: None,
             },
         }
     }

@@ -1,9 +1,11 @@
 //! Lock tokens and the value stored at a lock key.
 //!
-//! A lock key holds `TOKEN` followed directly by the optional metadata. The token is 16
+//! A lock key holds `TOKEN`, one flag byte, then the optional metadata. The token is 16
 //! bytes from the operating system's CSPRNG, base64url-encoded without padding: always
 //! [`TOKEN_LEN`] characters from `[A-Za-z0-9_-]`, so the split needs no separator and a
-//! prefix comparison in Lua is an exact owner check.
+//! prefix comparison in Lua is an exact owner check. The flag byte says whether someone
+//! waits for the release (`w`) or not (`-`): waiters set it on the holder's value, and the
+//! release script publishes a wake-up only when it is set.
 
 use std::fmt;
 
@@ -87,13 +89,25 @@ impl fmt::Debug for Token {
     }
 }
 
-/// The bytes stored at a lock key: token, then metadata.
+/// The flag byte of a value whose release nobody waits for.
+const NOT_AWAITED: u8 = b'-';
+/// The flag byte of a value whose release someone waits for.
+const AWAITED: u8 = b'w';
+
+/// The bytes stored at a lock key: token, flag (not awaited), then metadata.
 pub(crate) fn lock_value(token: &Token, metadata: Option<&str>) -> Vec<u8> {
     let metadata = metadata.unwrap_or_default();
-    let mut value = Vec::with_capacity(TOKEN_LEN + metadata.len());
+    let mut value = Vec::with_capacity(TOKEN_LEN + 1 + metadata.len());
     value.extend_from_slice(token.as_bytes());
+    value.push(NOT_AWAITED);
     value.extend_from_slice(metadata.as_bytes());
     value
+}
+
+/// Marks a value from [`lock_value`] as awaited: an acquire that has waited for this key
+/// stores it so, because others probably wait too and must hear of its release.
+pub(crate) fn mark_awaited(value: &mut [u8]) {
+    value[TOKEN_LEN] = AWAITED;
 }
 
 /// What a stored value says, read by someone who does not own it.
@@ -102,6 +116,8 @@ pub(crate) enum StoredValue {
     /// A redmutex value; metadata is `None` when empty.
     Redmutex {
         token: Token,
+        /// Someone waits for the release.
+        awaited: bool,
         metadata: Option<String>,
     },
     /// Something redmutex did not write.
@@ -109,15 +125,17 @@ pub(crate) enum StoredValue {
 }
 
 pub(crate) fn parse_value(value: &[u8]) -> StoredValue {
-    match Token::from_prefix(value) {
-        Some(token) => {
-            let rest = &value[TOKEN_LEN..];
+    let flag = value.get(TOKEN_LEN).copied();
+    match (Token::from_prefix(value), flag) {
+        (Some(token), Some(flag @ (NOT_AWAITED | AWAITED))) => {
+            let rest = &value[TOKEN_LEN + 1..];
             StoredValue::Redmutex {
                 token,
+                awaited: flag == AWAITED,
                 metadata: (!rest.is_empty()).then(|| String::from_utf8_lossy(rest).into_owned()),
             }
         }
-        None => StoredValue::Foreign,
+        _ => StoredValue::Foreign,
     }
 }
 
@@ -187,11 +205,22 @@ mod tests {
     #[test]
     fn value_round_trip() {
         let token = Token::generate().unwrap();
-        let value = lock_value(&token, Some("host=web-3 pid=4121 ✓"));
+        let mut value = lock_value(&token, Some("host=web-3 pid=4121 ✓"));
+        assert_eq!(value[TOKEN_LEN], b'-');
         assert_eq!(
             parse_value(&value),
             StoredValue::Redmutex {
                 token,
+                awaited: false,
+                metadata: Some("host=web-3 pid=4121 ✓".into())
+            }
+        );
+        mark_awaited(&mut value);
+        assert_eq!(
+            parse_value(&value),
+            StoredValue::Redmutex {
+                token,
+                awaited: true,
                 metadata: Some("host=web-3 pid=4121 ✓".into())
             }
         );
@@ -199,9 +228,15 @@ mod tests {
             parse_value(&lock_value(&token, None)),
             StoredValue::Redmutex {
                 token,
+                awaited: false,
                 metadata: None
             }
         );
+        // A bare token, or a token followed by anything but a flag, is not ours.
+        assert_eq!(parse_value(token.as_bytes()), StoredValue::Foreign);
+        let mut other = token.as_bytes().to_vec();
+        other.push(b'x');
+        assert_eq!(parse_value(&other), StoredValue::Foreign);
         assert_eq!(parse_value(b"1700000000.123"), StoredValue::Foreign);
         assert_eq!(
             parse_value(b"a value with spaces in the first 22 bytes"),

@@ -17,8 +17,8 @@ async fn life_cycle<C: Connection>(locker: Locker<C>, raw: &mut Raw) {
     let stored = raw.get("job").await.expect("key set");
     assert_eq!(
         stored,
-        lock.token().as_str().as_bytes(),
-        "value is the token, no metadata"
+        common::stored(lock.token()),
+        "value is the token and the not-awaited flag, no metadata"
     );
     let pttl = raw.pttl("job").await;
     assert!((9_000..=10_000).contains(&pttl), "PX ttl set, got {pttl}");
@@ -103,7 +103,8 @@ async fn metadata_is_stored_and_readable_by_anyone() {
         .unwrap();
     assert_eq!(lock.metadata(), Some(meta));
     let stored = raw.get("report").await.unwrap();
-    assert_eq!(&stored[redmutex::TOKEN_LEN..], meta.as_bytes());
+    assert_eq!(stored[redmutex::TOKEN_LEN], b'-', "nobody waits");
+    assert_eq!(&stored[redmutex::TOKEN_LEN + 1..], meta.as_bytes());
 
     // Another locker (another process, in effect) reads it.
     let other = common::locker(&server).await;
@@ -170,17 +171,14 @@ async fn multi_key_lock_is_all_or_nothing() {
     );
     assert_eq!(
         raw.get("b").await.unwrap(),
-        b.token().as_str().as_bytes(),
+        common::stored(b.token()),
         "b untouched"
     );
     b.release().await.unwrap();
 
     let lock = locker.acquire_all(["a", "b", "c"], ms(5000)).await.unwrap();
     for key in ["a", "b", "c"] {
-        assert_eq!(
-            raw.get(key).await.unwrap(),
-            lock.token().as_str().as_bytes()
-        );
+        assert_eq!(raw.get(key).await.unwrap(), common::stored(lock.token()));
     }
     // Any overlap blocks another multi-key lock, and a disjoint one is fine.
     assert!(locker
@@ -251,7 +249,7 @@ async fn not_held_after_takeover_and_nothing_deleted() {
     assert!(lock.release().await.unwrap_err().is_not_held());
     assert_eq!(
         raw.get("k").await.unwrap(),
-        other.token().as_str().as_bytes(),
+        common::stored(other.token()),
         "the other owner's key survives"
     );
 
@@ -299,7 +297,7 @@ async fn dropping_a_lock_releases_it_in_the_background() {
     let lock = locker.acquire("kept", ms(30_000)).await.unwrap();
     let token = lock.detach();
     tokio::time::sleep(ms(100)).await;
-    assert_eq!(raw.get("kept").await.unwrap(), token.as_str().as_bytes());
+    assert_eq!(raw.get("kept").await.unwrap(), common::stored(token));
     locker
         .refresh_with_token(["kept"], &token, ms(60_000))
         .await

@@ -9,6 +9,15 @@ use redis::AsyncConnectionConfig;
 use redmutex::Locker;
 use testkit::RedisServer;
 
+/// The value redmutex stores for a lock without metadata that nobody waits for: the token,
+/// then the flag byte `-` (`w` once a waiter marked it).
+#[allow(dead_code)]
+pub fn stored(token: redmutex::Token) -> Vec<u8> {
+    let mut value = token.as_str().as_bytes().to_vec();
+    value.push(b'-');
+    value
+}
+
 pub fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }

@@ -1,0 +1,369 @@
+//! Push wake-up: waiters are woken by the release, not by their polling interval; no
+//! release is missed; deadlines still hold; a dropped subscriber connection falls back to
+//! polling and subscribes again. Real redis-servers from the test kit.
+
+mod common;
+
+use std::future::IntoFuture;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{ms, multiplexed, Raw};
+use redis::aio::MultiplexedConnection;
+use redmutex::retry;
+use redmutex::{Lock, Locker};
+use testkit::{Proxy, RedisServer};
+
+/// A poll interval far longer than any wake-up may take: a waiter that gets the lock
+/// sooner than this after the release was woken, not polling.
+const LONG_POLL: Duration = Duration::from_secs(10);
+/// How soon after a release a woken waiter must hold the lock. Generous for loaded
+/// machines; still a fraction of [`LONG_POLL`].
+const WOKEN_WITHIN: Duration = Duration::from_millis(1500);
+
+/// A locker with wake-up whose subscriber connects to `subscriber_url`.
+async fn waking_locker(
+    server: &RedisServer,
+    subscriber_url: &str,
+) -> Locker<MultiplexedConnection> {
+    Locker::new(multiplexed(server).await)
+        .with_wake_up([redis::Client::open(subscriber_url).unwrap()])
+        .unwrap()
+}
+
+/// Subscribers to `channel` on the server, as it counts them.
+fn subscribers(server: &RedisServer, channel: &str) -> u64 {
+    // `*2\r\n$len\r\nchannel\r\n:N\r\n`
+    let reply = server.command(&["PUBSUB", "NUMSUB", channel]);
+    let count = reply.rsplit(':').next().unwrap_or_default();
+    count
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("NUMSUB reply {reply:?}"))
+}
+
+/// Waits until `channel` has `n` subscribers, for at most `within`.
+async fn wait_for_subscribers(server: &RedisServer, channel: &str, n: u64, within: Duration) {
+    let until = Instant::now() + within;
+    while subscribers(server, channel) != n {
+        assert!(
+            Instant::now() < until,
+            "{channel} has {} subscribers, expected {n}",
+            subscribers(server, channel)
+        );
+        tokio::time::sleep(ms(20)).await;
+    }
+}
+
+/// Starts a waiting acquire of `key` (long poll, long deadline) and counts its failed tries.
+fn wait_for(
+    locker: &Locker<MultiplexedConnection>,
+    key: &str,
+    poll: Duration,
+    failed_tries: Arc<AtomicU32>,
+) -> tokio::task::JoinHandle<(
+    Result<Lock<MultiplexedConnection>, redmutex::Error>,
+    Instant,
+)> {
+    let acquire = locker
+        .acquire(key, Duration::from_secs(30))
+        .retry(retry::constant(poll))
+        .deadline(Duration::from_secs(30))
+        .on_failed_try(move |_| {
+            failed_tries.fetch_add(1, Ordering::SeqCst);
+        })
+        .into_future();
+    tokio::spawn(async move {
+        let result = acquire.await;
+        (result, Instant::now())
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_woken_by_the_release_not_by_its_poll_interval() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let holder_locker = common::locker(&server).await; // another process, no wake-up
+    let locker = waking_locker(&server, &server.url()).await;
+    assert!(locker.wakes_up() && !holder_locker.wakes_up());
+
+    let holder = holder_locker
+        .acquire("job", Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(!holder_locker.inspect("job").await.unwrap().awaited);
+    let tries = Arc::new(AtomicU32::new(0));
+    let waiter = wait_for(&locker, "job", LONG_POLL, tries.clone());
+    wait_for_subscribers(&server, "job", 1, ms(3000)).await;
+    // The waiter's re-check after subscribing marked the holder's value.
+    let until = Instant::now() + ms(3000);
+    while !holder_locker.inspect("job").await.unwrap().awaited {
+        assert!(
+            Instant::now() < until,
+            "the holder was never marked as awaited"
+        );
+        tokio::time::sleep(ms(10)).await;
+    }
+    let value = raw.get("job").await.unwrap();
+    assert_eq!(
+        &value[..redmutex::TOKEN_LEN],
+        holder.token().as_str().as_bytes()
+    );
+    assert_eq!(value[redmutex::TOKEN_LEN], b'w');
+
+    let released_at = Instant::now();
+    holder.release().await.unwrap();
+    let (lock, got_at) = waiter.await.unwrap();
+    let lock = lock.expect("the waiter gets the lock");
+    assert!(
+        got_at - released_at < WOKEN_WITHIN,
+        "woken {:?} after the release (poll interval {LONG_POLL:?})",
+        got_at - released_at
+    );
+    assert_eq!(
+        tries.load(Ordering::SeqCst),
+        1,
+        "one failed try, then woken"
+    );
+    // A waiter's own value says "awaited", so that the next waiter hears of its release.
+    assert_eq!(raw.get("job").await.unwrap()[redmutex::TOKEN_LEN], b'w');
+    lock.release().await.unwrap();
+    // The last waiter gone, the subscription goes too.
+    wait_for_subscribers(&server, "job", 0, ms(3000)).await;
+    assert_eq!(raw.dbsize().await, 0);
+}
+
+/// The release comes at every moment around the waiter's first try and its subscription:
+/// whatever the order, the waiter gets the lock long before its poll interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_release_is_missed_around_the_subscription() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let holder_locker = common::locker(&server).await;
+    let locker = waking_locker(&server, &server.url()).await;
+    for round in 0..40u64 {
+        let key = format!("race-{round}");
+        let holder = holder_locker
+            .acquire(&key, Duration::from_secs(30))
+            .await
+            .unwrap();
+        let waiter = wait_for(&locker, &key, LONG_POLL, Arc::new(AtomicU32::new(0)));
+        // 0 to ~2 ms: before the first try, between it and the subscription, after.
+        let delay = Duration::from_micros(round * 50);
+        let start = Instant::now();
+        while start.elapsed() < delay {
+            tokio::task::yield_now().await;
+        }
+        let released_at = Instant::now();
+        holder.release().await.unwrap();
+        let (lock, got_at) = waiter.await.unwrap();
+        let lock = lock.unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert!(
+            got_at - released_at < WOKEN_WITHIN,
+            "round {round} (release after {delay:?}): got the lock {:?} after the release",
+            got_at - released_at
+        );
+        lock.release().await.unwrap();
+    }
+    assert_eq!(raw.dbsize().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_still_give_up_at_their_deadline() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let locker = waking_locker(&server, &server.url()).await;
+    let holder = locker
+        .acquire("busy", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let error = locker
+        .acquire("busy", Duration::from_secs(30))
+        .retry(retry::constant(LONG_POLL))
+        .deadline(ms(400))
+        .await
+        .unwrap_err();
+    let waited = started.elapsed();
+    assert!(error.is_not_obtained(), "{error}");
+    assert!(
+        waited >= ms(400) && waited < ms(1500),
+        "gave up after {waited:?}"
+    );
+    // Nothing left behind: the holder's key only, and no subscription.
+    wait_for_subscribers(&server, "busy", 0, ms(3000)).await;
+    assert_eq!(raw.dbsize().await, 1);
+    holder.release().await.unwrap();
+}
+
+/// Waiters of one locker take turns: each release wakes one of them, which gets the lock —
+/// no herd of failed tries, and no polling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_release_wakes_one_waiter_and_they_take_turns() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let locker = waking_locker(&server, &server.url()).await;
+    let holder = locker
+        .acquire("turns", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let tries = Arc::new(AtomicU32::new(0));
+    let mut waiters = Vec::new();
+    for _ in 0..8 {
+        let tries = tries.clone();
+        let acquire = locker
+            .acquire("turns", Duration::from_secs(30))
+            .retry(retry::constant(LONG_POLL))
+            .deadline(Duration::from_secs(30))
+            .on_failed_try(move |_| {
+                tries.fetch_add(1, Ordering::SeqCst);
+            })
+            .into_future();
+        waiters.push(tokio::spawn(async move {
+            let lock = acquire.await.expect("each waiter gets its turn");
+            tokio::time::sleep(ms(20)).await;
+            lock.release().await.unwrap();
+        }));
+        tokio::time::sleep(ms(20)).await;
+    }
+    wait_for_subscribers(&server, "turns", 1, ms(3000)).await;
+    let released_at = Instant::now();
+    holder.release().await.unwrap();
+    for waiter in waiters {
+        waiter.await.unwrap();
+    }
+    let all_done = released_at.elapsed();
+    assert!(
+        all_done < ms(8 * 20) + WOKEN_WITHIN,
+        "8 turns of 20 ms took {all_done:?}"
+    );
+    assert_eq!(
+        tries.load(Ordering::SeqCst),
+        8,
+        "each waiter failed once (before it waited), never after being woken"
+    );
+    wait_for_subscribers(&server, "turns", 0, ms(3000)).await;
+    assert_eq!(raw.dbsize().await, 0);
+}
+
+/// The subscriber connection goes through a proxy that is cut: waiters fall back to their
+/// poll interval; when connections are possible again it subscribes again, and a waiter
+/// is woken by a release as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_subscriber_falls_back_to_polling_then_resubscribes() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let proxy = Proxy::start(server.addr());
+    let holder_locker = common::locker(&server).await;
+    let locker = waking_locker(&server, &proxy.url()).await;
+
+    // Fallback: the subscriber is gone when the release comes.
+    let holder = holder_locker
+        .acquire("a", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let waiter = wait_for(&locker, "a", ms(300), Arc::new(AtomicU32::new(0)));
+    wait_for_subscribers(&server, "a", 1, ms(3000)).await;
+    proxy.refuse(true);
+    proxy.cut();
+    wait_for_subscribers(&server, "a", 0, ms(3000)).await;
+    let released_at = Instant::now();
+    holder.release().await.unwrap();
+    let (lock, got_at) = waiter.await.unwrap();
+    let lock = lock.expect("the waiter polls when it cannot be woken");
+    assert!(
+        got_at - released_at < ms(300) + WOKEN_WITHIN,
+        "polled {:?} after the release",
+        got_at - released_at
+    );
+    lock.release().await.unwrap();
+
+    // Resubscription: a waiter that starts while the subscriber cannot connect is
+    // subscribed once it can, re-checks, and is woken by the release.
+    let holder = holder_locker
+        .acquire("b", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let waiter = wait_for(&locker, "b", LONG_POLL, Arc::new(AtomicU32::new(0)));
+    tokio::time::sleep(ms(300)).await;
+    assert_eq!(subscribers(&server, "b"), 0, "no connection yet");
+    proxy.refuse(false);
+    wait_for_subscribers(&server, "b", 1, ms(5000)).await;
+    let until = Instant::now() + ms(3000);
+    while !holder_locker.inspect("b").await.unwrap().awaited {
+        assert!(Instant::now() < until, "no re-check after resubscribing");
+        tokio::time::sleep(ms(10)).await;
+    }
+    let released_at = Instant::now();
+    holder.release().await.unwrap();
+    let (lock, got_at) = waiter.await.unwrap();
+    let lock = lock.expect("woken after resubscribing");
+    assert!(
+        got_at - released_at < WOKEN_WITHIN,
+        "woken {:?} after the release",
+        got_at - released_at
+    );
+    lock.release().await.unwrap();
+    assert_eq!(raw.dbsize().await, 0);
+}
+
+/// Redlock: the waiter subscribes on every node and is woken by the release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_waiters_are_woken_too() {
+    let servers = RedisServer::spawn_many(5);
+    let mut conns = Vec::new();
+    let mut clients = Vec::new();
+    for server in &servers {
+        conns.push(multiplexed(server).await);
+        clients.push(redis::Client::open(server.url()).unwrap());
+    }
+    let holder_locker = Locker::redlock(conns.clone()).unwrap();
+    let locker = Locker::redlock(conns)
+        .unwrap()
+        .with_wake_up(clients)
+        .unwrap();
+    let holder = holder_locker
+        .acquire("quorum-job", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let tries = Arc::new(AtomicU32::new(0));
+    let waiter = wait_for(&locker, "quorum-job", LONG_POLL, tries.clone());
+    for server in &servers {
+        wait_for_subscribers(server, "quorum-job", 1, ms(3000)).await;
+    }
+    let until = Instant::now() + ms(3000);
+    while !holder_locker.inspect("quorum-job").await.unwrap().awaited {
+        assert!(Instant::now() < until, "the holder was never marked");
+        tokio::time::sleep(ms(10)).await;
+    }
+    let released_at = Instant::now();
+    holder.release().await.unwrap();
+    let (lock, got_at) = waiter.await.unwrap();
+    let lock = lock.expect("woken by the release");
+    assert!(
+        got_at - released_at < WOKEN_WITHIN,
+        "woken {:?} after the release",
+        got_at - released_at
+    );
+    lock.release().await.unwrap();
+    for server in &servers {
+        assert_eq!(server.command(&["DBSIZE"]), ":0\r\n");
+    }
+}
+
+#[tokio::test]
+async fn wake_up_needs_one_client_per_node() {
+    let server = RedisServer::spawn();
+    let client = || redis::Client::open(server.url()).unwrap();
+    let error = common::locker(&server)
+        .await
+        .with_wake_up([client(), client()])
+        .unwrap_err();
+    assert!(error.is_invalid_argument(), "{error}");
+    let error = common::locker(&server)
+        .await
+        .with_wake_up(None)
+        .unwrap_err();
+    assert!(error.to_string().contains("0 given for 1"), "{error}");
+}
