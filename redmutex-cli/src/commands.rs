@@ -106,7 +106,7 @@ pub async fn inspect<C: Connection>(
     Ok(0)
 }
 
-/// `held, ttl 29.5s, metadata: host=a` or `free`.
+/// `held, ttl 29.5s, awaited, metadata: host=a` or `free`.
 fn text_view(info: &LockInfo) -> String {
     if !info.held {
         return "free".to_owned();
@@ -119,20 +119,24 @@ fn text_view(info: &LockInfo) -> String {
     if info.foreign {
         line.push_str(", not a redmutex lock");
     }
+    if info.awaited {
+        line.push_str(", awaited");
+    }
     if let Some(metadata) = &info.metadata {
         line.push_str(&format!(", metadata: {metadata}"));
     }
     line
 }
 
-/// `{"key":…,"held":…,"ttl_ms":…,"metadata":…}`.
+/// `{"key":…,"held":…,"ttl_ms":…,"awaited":…,"metadata":…}`.
 fn json_view(info: &LockInfo) -> String {
     format!(
-        "{{\"key\":{},\"held\":{},\"ttl_ms\":{},\"metadata\":{}}}",
+        "{{\"key\":{},\"held\":{},\"ttl_ms\":{},\"awaited\":{},\"metadata\":{}}}",
         json_string(&info.key_lossy()),
         info.held,
         info.ttl
             .map_or("null".to_owned(), |t| t.as_millis().to_string()),
+        info.awaited,
         info.metadata
             .as_deref()
             .map_or("null".to_owned(), json_string),

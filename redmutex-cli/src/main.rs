@@ -205,8 +205,10 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
 
 impl LockArgs {
     /// The acquire, with the waiting policy the flags ask for: one try (`-n`), up to
-    /// `--wait`, or forever. Waiters back off exponentially from 10 ms to 500 ms, with
-    /// jitter so that many waiting scripts do not retry in step.
+    /// `--wait`, or forever. Waiters are woken by the holder's release (the locker has
+    /// wake-up on); they also poll, for a holder that dies without releasing, backing off
+    /// exponentially from 10 ms to 1 s with jitter so that many waiting scripts do not
+    /// poll in step.
     fn acquire<'a, C: Connection>(
         &self,
         locker: &Locker<C>,
@@ -223,7 +225,7 @@ impl LockArgs {
         }
         acquire
             .retry(
-                retry::exponential(Duration::from_millis(10), Duration::from_millis(500))
+                retry::exponential(Duration::from_millis(10), Duration::from_secs(1))
                     .jitter(Jitter::equal()),
             )
             .deadline(self.wait.unwrap_or(Duration::MAX))

@@ -32,17 +32,30 @@ pub fn urls(flags: &[String], env: impl Fn(&str) -> Option<String>) -> Vec<Strin
 /// or password is reported at once; several are independent Redlock nodes, connected
 /// lazily, because a node that is down is what the quorum is there for.
 pub async fn locker(urls: &[String]) -> Result<Locker<ConnectionManager>, Failure> {
-    if let [url] = urls {
+    // A waiting `exec`/`acquire --wait` is woken by the holder's release rather than
+    // polling; the subscriber connection is only opened if it has to wait.
+    let mut clients = Vec::with_capacity(urls.len());
+    for url in urls {
+        clients.push(
+            redis::Client::open(url.as_str())
+                .map_err(|e| connect_failure(&redmutex::Error::Redis(e), url, urls))?,
+        );
+    }
+    let locker = if let [url] = urls {
         let conn = redmutex::connect(url)
             .await
             .map_err(|e| connect_failure(&e, url, urls))?;
-        return Ok(Locker::new(conn));
-    }
-    let mut conns = Vec::with_capacity(urls.len());
-    for url in urls {
-        conns.push(redmutex::connect_lazy(url).map_err(|e| connect_failure(&e, url, urls))?);
-    }
-    Locker::redlock(conns).map_err(|e| Failure::from_lock_error(&e, urls))
+        Locker::new(conn)
+    } else {
+        let mut conns = Vec::with_capacity(urls.len());
+        for url in urls {
+            conns.push(redmutex::connect_lazy(url).map_err(|e| connect_failure(&e, url, urls))?);
+        }
+        Locker::redlock(conns).map_err(|e| Failure::from_lock_error(&e, urls))?
+    };
+    locker
+        .with_wake_up(clients)
+        .map_err(|e| Failure::from_lock_error(&e, urls))
 }
 
 fn connect_failure(e: &redmutex::Error, url: &str, urls: &[String]) -> Failure {

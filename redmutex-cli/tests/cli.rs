@@ -140,6 +140,42 @@ fn exec_on_a_held_lock_nonblocking_and_with_wait() {
     assert!(waited >= ms(1000) && waited < ms(3000), "waited {waited:?}");
 }
 
+/// A waiting exec subscribes to the key's releases and marks the holder as awaited, so it
+/// starts right after the release instead of at its next poll.
+#[test]
+fn a_waiting_exec_is_woken_by_the_release() {
+    let server = RedisServer::spawn();
+    let out = run(redmutex(&server).args(["acquire", "--ttl", "1m", "busy"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let token = stdout(&out).trim().to_owned();
+    let mut waiter = redmutex(&server)
+        .args(["exec", "--wait", "30s", "busy", "--", "true"])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let out = run(redmutex(&server).args(["inspect", "busy", "--json"]));
+        if stdout(&out).contains("\"awaited\":true") {
+            break;
+        }
+        assert!(Instant::now() < until, "never marked: {}", stdout(&out));
+        thread::sleep(ms(20));
+    }
+    let out = run(redmutex(&server).args(["inspect", "busy"]));
+    assert!(stdout(&out).contains(", awaited"), "{}", stdout(&out));
+    let released = Instant::now();
+    let out = run(redmutex(&server).args(["release", "--token", &token, "busy"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(wait_child(&mut waiter, Duration::from_secs(5)).success());
+    assert!(
+        released.elapsed() < ms(1500),
+        "started {:?} after the release",
+        released.elapsed()
+    );
+    assert!(!exists(&server, "busy"));
+}
+
 #[test]
 fn two_execs_on_one_key_are_serialized() {
     let server = RedisServer::spawn();
@@ -429,7 +465,7 @@ fn acquire_refresh_release_inspect() {
     let out = run(redmutex(&server).args(["inspect", "db", "--json"]));
     assert_eq!(
         stdout(&out),
-        "{\"key\":\"db\",\"held\":false,\"ttl_ms\":null,\"metadata\":null}\n"
+        "{\"key\":\"db\",\"held\":false,\"ttl_ms\":null,\"awaited\":false,\"metadata\":null}\n"
     );
 
     // exec stores who holds the lock.

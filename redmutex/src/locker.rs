@@ -218,7 +218,7 @@ impl<C: Connection> Locker<C> {
     /// Starts acquiring a lock on `key` for `ttl`; configure and `.await` the returned
     /// [`Acquire`]. One try unless a retry strategy is given.
     ///
-    /// The key is stored as `SET key token[metadata] NX PX ttl`, with a fresh 128-bit
+    /// The key is stored as `SET key token-flag-metadata NX PX ttl`, with a fresh 128-bit
     /// token from the OS CSPRNG.
     ///
     /// # Errors (when awaited)
