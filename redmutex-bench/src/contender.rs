@@ -13,9 +13,16 @@ use redmutex::Locker;
 /// The TTL of every lock in the throughput workloads: long enough never to expire.
 pub const TTL: Duration = Duration::from_secs(10);
 
-/// How waiters back off on a busy lock (redmutex and the baseline alike).
-pub fn waiting() -> impl Iterator<Item = Duration> + Send {
+/// How the baseline's waiters poll a busy lock: exponential backoff with full jitter, what
+/// a careful hand-written lock does.
+pub fn polling() -> impl Iterator<Item = Duration> + Send {
     retry::exponential(Duration::from_millis(1), Duration::from_millis(50)).jitter(Jitter::full())
+}
+
+/// How redmutex's waiters wait: woken by the release (the locker has wake-up on), polling
+/// once a second only as the fallback for a release nobody announces.
+pub fn woken() -> impl Iterator<Item = Duration> + Send {
+    retry::constant(Duration::from_secs(1))
 }
 
 /// The same compare-and-delete every Redis lock uses, by SHA.
@@ -108,13 +115,14 @@ impl Contender {
         }
     }
 
-    /// Waits for a busy lock as each implementation does by default: redmutex and the
-    /// baseline back off per [`waiting`]; rslock retries with its own random delays.
+    /// Waits for a busy lock as each implementation does best: redmutex is woken by the
+    /// release ([`woken`]), the baseline backs off per [`polling`], rslock retries with its
+    /// own random delays.
     pub async fn acquire_waiting(&self, key: &str) -> Result<Held, String> {
         match self {
             Contender::Redmutex(locker) => locker
                 .acquire(key, TTL)
-                .retry(waiting())
+                .retry(woken())
                 .await
                 .map(Held::Redmutex)
                 .map_err(|e| e.to_string()),
@@ -124,7 +132,7 @@ impl Contender {
                 .map(Held::Rslock)
                 .map_err(|e| format!("{e:?}")),
             Contender::Baseline { .. } => {
-                let mut pauses = waiting();
+                let mut pauses = polling();
                 loop {
                     if let Some(held) = self.try_acquire(key).await? {
                         return Ok(held);

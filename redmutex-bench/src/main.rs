@@ -161,15 +161,20 @@ async fn connect(url: &str) -> Result<MultiplexedConnection, String> {
 async fn contenders(urls: &[String]) -> Result<Vec<Arc<Contender>>, String> {
     let mut baseline = Vec::new();
     let mut ours = Vec::new();
+    let mut subscribers = Vec::new();
     for url in urls {
         baseline.push(connect(url).await?);
         ours.push(connect(url).await?);
+        subscribers.push(redis::Client::open(url.as_str()).map_err(|e| e.to_string())?);
     }
     let redmutex = if ours.len() == 1 {
         Locker::new(ours.remove(0))
     } else {
         Locker::redlock(ours).map_err(|e| e.to_string())?
     };
+    let redmutex = redmutex
+        .with_wake_up(subscribers)
+        .map_err(|e| e.to_string())?;
     let rslock = rslock::LockManager::new(urls.to_vec());
     Ok(vec![
         Arc::new(Contender::baseline(baseline)),

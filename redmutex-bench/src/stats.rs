@@ -73,6 +73,27 @@ impl Counts {
             .sum()
     }
 
+    /// `set 1.00 evalsha 1.02 …`: each command's calls since `earlier` per op, most
+    /// frequent first, leaving out INFO and commands under 0.005 per op.
+    pub fn per_op_since(&self, earlier: &Counts, ops: u64) -> String {
+        let mut calls: Vec<(&str, f64)> = self
+            .0
+            .iter()
+            .filter(|(name, _)| name != "info")
+            .map(|(name, calls)| {
+                let n = calls.saturating_sub(earlier.get(name));
+                (name.as_str(), n as f64 / ops.max(1) as f64)
+            })
+            .filter(|(_, per_op)| *per_op >= 0.005)
+            .collect();
+        calls.sort_by(|a, b| b.1.total_cmp(&a.1));
+        calls
+            .iter()
+            .map(|(name, per_op)| format!("{name} {per_op:.2}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
     /// Calls of one command since `earlier`.
     pub fn of_since(&self, command: &str, earlier: &Counts) -> u64 {
         self.get(command).saturating_sub(earlier.get(command))

@@ -87,7 +87,13 @@ pub async fn uncontended(
     ))
 }
 
-/// `tasks` tasks take turns on one key: each waits for it, then releases it at once.
+/// How long a contended task waits between releasing the lock and wanting it again: the
+/// work it does outside. Without it, on one client thread, the task that just released
+/// would usually win again before any waiter had its turn, and the run would measure that.
+const OUTSIDE: Duration = Duration::from_millis(1);
+
+/// `tasks` tasks take turns on one key: each waits for it, holds it for a moment (one
+/// yield), releases it, and works outside for [`OUTSIDE`] before wanting it again.
 pub async fn contended(
     workload: &str,
     contender: Arc<Contender>,
@@ -121,15 +127,21 @@ pub async fn contended(
                 tokio::task::yield_now().await;
                 inside.store(false, Ordering::SeqCst);
                 contender.release(&key, held).await?;
+                tokio::time::sleep(OUTSIDE).await;
             }
             Ok::<_, String>(waits)
         })
     });
-    let waits = gather(runs).await?;
+    let mut waits = gather(runs).await?;
     let elapsed = started.elapsed();
-    let commands = counts(&mut admin).await?.since(&before);
+    let after = counts(&mut admin).await?;
+    let commands = after.since(&before);
     let overlaps = overlaps.load(Ordering::SeqCst);
-    let notes = format!("p50/p99 = wait for the lock; {overlaps} overlaps");
+    let notes = format!(
+        "p50/p99 = wait for the lock, longest {}; {overlaps} overlaps; per acquisition: {}",
+        micros(waits.percentile(100.0)),
+        after.per_op_since(&before, waits.len() as u64)
+    );
     Ok(row(workload, &contender, waits, elapsed, commands, notes))
 }
 

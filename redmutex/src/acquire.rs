@@ -196,18 +196,25 @@ impl<'a, C: Connection> Acquire<'a, C> {
             if !recheck {
                 attempts += 1;
             }
-            // A newcomer queues behind this locker's waiters for the key without a try:
-            // the holder is marked and its release will wake them in turn.
-            let queued = match &hub {
-                Some(hub) if attempts == 1 && member.is_none() && retry.peek().is_some() => keys
-                    .iter()
-                    .enumerate()
-                    .find_map(|(index, key)| Some((index, hub.join_queue(key)?))),
-                _ => None,
-            };
-            let (reason, held_key) = if let Some((index, joined)) = queued {
-                member = Some(joined);
-                token::mark_awaited(&mut value);
+            // On a key this locker's waiters are subscribed to, a newcomer that may wait
+            // joins them before its first try: it queues behind them without a try (the
+            // holder is marked; its release will wake them in turn), or, when nobody waits
+            // right now, makes its first try as a waiter.
+            let mut queued = None;
+            if let Some(hub) = hub.as_ref().filter(|_| attempts == 1 && member.is_none()) {
+                if retry.peek().is_some() {
+                    if let Some((index, (joined, queue))) = keys
+                        .iter()
+                        .enumerate()
+                        .find_map(|(index, key)| Some((index, hub.enter(key)?)))
+                    {
+                        member = Some(joined);
+                        token::mark_awaited(&mut value);
+                        queued = queue.then_some(index);
+                    }
+                }
+            }
+            let (reason, held_key) = if let Some(index) = queued {
                 saw_held = true;
                 (Reason::Held(index), None)
             } else {

@@ -14,9 +14,14 @@
 //!   finds the key held again; a holder that leaves without trying hands it on at once.
 //! - No release is missed: a waiter's first try only says the key was held. Once the
 //!   subscription is confirmed, one waiter tries again (a *re-check*) and marks the
-//!   holder; every later release of that holder is announced. While the locker's waiters
-//!   on a confirmed subscription exist, newcomers queue behind them without a try: the
-//!   holder is marked, so its release will be announced.
+//!   holder; every later release of that holder is announced.
+//! - A key stays subscribed for [`LINGER`] after its last waiter left, since contention
+//!   comes in bursts. On a subscribed key, a newcomer joins before its first try: behind
+//!   other waiters (or behind a holder that was itself a waiter, whose value says
+//!   "awaited") it queues without a try; otherwise its first try is a waiter's try, which
+//!   marks the holder or stores an "awaited" value, so the next newcomers can queue. In a
+//!   steady contended state an acquisition then costs one `SET` plus the release and its
+//!   `PUBLISH`: no failed tries, no polling.
 //! - Polling per the retry strategy stays the fallback for what no message announces: a
 //!   holder that dies (its key expires), an owner that is not a redmutex waiter taking the
 //!   key in between, or a subscriber connection that dropped (it reconnects with backoff
@@ -29,6 +34,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use redis::aio::PubSubSink;
 use tokio::sync::{mpsc, Notify};
+use tokio::time::Instant;
 
 use crate::connection::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
 
@@ -36,6 +42,10 @@ use crate::connection::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
 const RECONNECT_MIN: Duration = Duration::from_millis(50);
 /// Longest pause between reconnection attempts.
 const RECONNECT_MAX: Duration = Duration::from_secs(2);
+/// How long a key stays subscribed after its last waiter left. Contention comes in bursts:
+/// a key that had waiters a moment ago probably gets more, and keeping the subscription
+/// saves a SUBSCRIBE, an UNSUBSCRIBE and the race window of a new subscription each time.
+const LINGER: Duration = Duration::from_secs(1);
 /// How often an idle subscriber connection is checked with a PING: a connection that died
 /// silently (a frozen server, a dropped route) must not leave waiters without wake-ups for
 /// longer than this.
@@ -84,17 +94,21 @@ struct Channel {
 
 struct ChannelState {
     members: usize,
+    /// Since when the channel has had no members (it lingers for [`LINGER`]).
+    idle_since: Option<Instant>,
     /// Which nodes confirmed the subscription.
     confirmed: Vec<bool>,
     /// A waiter has been woken and not yet said what its try found.
     baton: Option<Wake>,
     /// Announcements that came while the baton was out.
     pending: bool,
+    /// A waiter of this locker got the key and no release was announced since: the holder
+    /// is marked, and newcomers can queue even when nobody else waits.
+    held_by_waiter: bool,
 }
 
 /// One waiting acquire's place at a key.
 pub(crate) struct Member {
-    hub: Arc<Hub>,
     key: Box<[u8]>,
     channel: Arc<Channel>,
     /// Woken, and its try not reported yet.
@@ -125,22 +139,29 @@ impl Hub {
         }
     }
 
-    /// Joins the waiters of `key` if they are already waiting on a confirmed subscription:
-    /// then the holder is marked, and a newcomer can queue behind them without a try.
-    pub(crate) fn join_queue(self: &Arc<Self>, key: &[u8]) -> Option<Member> {
+    /// Before a first try: joins the waiters of `key` if the key is subscribed (it has
+    /// waiters, or had some within [`LINGER`]). Returns the place and whether to queue:
+    /// - `true`: others already wait. The holder is marked (by them, or by a waiter's own
+    ///   value), so its release will be announced: wait for a turn without a try.
+    /// - `false`: nobody waits now, but the key was contended a moment ago. Make the first
+    ///   try as a waiter (mark the holder, or store an "awaited" value), so that newcomers
+    ///   can queue behind this one instead of all trying at once.
+    pub(crate) fn enter(self: &Arc<Self>, key: &[u8]) -> Option<(Member, bool)> {
         let channels = lock(&self.channels);
         let channel = channels.get(key)?;
         let mut state = lock(&channel.state);
-        if state.members == 0 || !self.subscribed(&state) {
+        if !self.subscribed(&state) {
             return None;
         }
+        let queued = state.members > 0 || state.held_by_waiter;
         state.members += 1;
-        Some(Member {
-            hub: self.clone(),
+        state.idle_since = None;
+        let member = Member {
             key: key.into(),
             channel: channel.clone(),
             turn: false,
-        })
+        };
+        Some((member, queued))
     }
 
     /// Joins (or starts) the waiters of `key`; the key is subscribed to if it was not.
@@ -155,20 +176,29 @@ impl Hub {
                     wake: Notify::new(),
                     state: Mutex::new(ChannelState {
                         members: 0,
+                        idle_since: None,
                         confirmed: vec![false; self.subscribers.len()],
                         baton: None,
                         pending: false,
+                        held_by_waiter: false,
                     }),
                 })
             })
             .clone();
-        lock(&channel.state).members += 1;
+        let mut state = lock(&channel.state);
+        state.members += 1;
+        state.idle_since = None;
+        // A lingering subscription has nobody who marked the holder since: the first new
+        // waiter re-checks, as after a new subscription.
+        if state.members == 1 && self.subscribed(&state) {
+            channel.announce(&mut state, Wake::Subscribed);
+        }
+        drop(state);
         drop(channels);
         if created {
             self.sync(key);
         }
         Member {
-            hub: self.clone(),
             key: key.into(),
             channel,
             turn: false,
@@ -223,6 +253,10 @@ impl Hub {
             let mut state = lock(&channel.state);
             let was = self.subscribed(&state);
             state.confirmed[node] = confirmed;
+            if !confirmed {
+                // Its release may go unheard now.
+                state.held_by_waiter = false;
+            }
             if !was && self.subscribed(&state) {
                 channel.announce(&mut state, Wake::Subscribed);
             }
@@ -234,19 +268,42 @@ impl Hub {
         let channel = lock(&self.channels).get(key).cloned();
         if let Some(channel) = channel {
             let mut state = lock(&channel.state);
+            state.held_by_waiter = false;
             channel.announce(&mut state, Wake::Released);
         }
     }
 
-    /// The keys that have waiters now.
+    /// The keys that have waiters now (or had them within [`LINGER`]).
     fn keys(&self) -> Vec<Box<[u8]>> {
         lock(&self.channels).keys().cloned().collect()
+    }
+
+    /// Drops the channels that have had no waiters for [`LINGER`], and unsubscribes them.
+    fn sweep(self: &Arc<Self>) {
+        let now = Instant::now();
+        let mut gone = Vec::new();
+        lock(&self.channels).retain(|key, channel| {
+            let idle = lock(&channel.state)
+                .idle_since
+                .is_some_and(|since| now.duration_since(since) >= LINGER);
+            if idle {
+                gone.push(key.clone());
+            }
+            !idle
+        });
+        for key in gone {
+            self.sync(&key);
+        }
     }
 }
 
 impl Channel {
     /// Wakes the longest waiter unless one is already trying; then remembers it.
     fn announce(&self, state: &mut ChannelState, why: Wake) {
+        if state.members == 0 {
+            // Nobody to wake; a newcomer finds out with its own first try.
+            return;
+        }
         if state.baton.is_some() {
             state.pending = true;
         } else {
@@ -268,18 +325,26 @@ impl Member {
     ///
     /// Cancel safe: a turn given to a dropped wait passes to the next waiter.
     pub(crate) async fn woken(&mut self) -> Wake {
-        self.channel.wake.notified().await;
-        self.turn = true;
-        lock(&self.channel.state).baton.unwrap_or(Wake::Released)
+        loop {
+            self.channel.wake.notified().await;
+            // A permit left from a turn that was settled or withdrawn since is no turn.
+            if let Some(why) = lock(&self.channel.state).baton {
+                self.turn = true;
+                return why;
+            }
+        }
     }
 
-    /// Reports what the try after a wake-up found; a no-op for a try made on the member's
-    /// own schedule (polling).
+    /// Reports what this member's try found. After a wake-up, that settles its turn.
     pub(crate) fn tried(&mut self, outcome: Outcome) {
+        let mut state = lock(&self.channel.state);
+        if outcome == Outcome::Obtained {
+            // Our value says "awaited": its release will be announced.
+            state.held_by_waiter = true;
+        }
         if !std::mem::take(&mut self.turn) {
             return;
         }
-        let mut state = lock(&self.channel.state);
         state.baton = None;
         let pending = std::mem::take(&mut state.pending);
         // Held: a release announced while we tried may be a newer one than ours; let the
@@ -292,25 +357,22 @@ impl Member {
 
 impl Drop for Member {
     fn drop(&mut self) {
-        let mut channels = lock(&self.hub.channels);
         let mut state = lock(&self.channel.state);
         state.members -= 1;
-        if state.members > 0 {
-            if self.turn {
+        if self.turn {
+            state.baton = None;
+            if state.members > 0 {
                 // Woken but gone without a try (given up, cancelled): pass the turn on.
-                state.baton = None;
                 self.channel.announce(&mut state, Wake::Released);
+            } else {
+                state.pending = false;
             }
-            return;
         }
-        drop(state);
-        if channels
-            .get(&self.key)
-            .is_some_and(|c| Arc::ptr_eq(c, &self.channel))
-        {
-            channels.remove(&self.key);
-            drop(channels);
-            self.hub.sync(&self.key);
+        if state.members == 0 {
+            // Lingers, subscribed, until swept (see `LINGER`); no turn is owed to anyone.
+            state.idle_since = Some(Instant::now());
+            state.baton = None;
+            state.pending = false;
         }
     }
 }
@@ -345,6 +407,8 @@ async fn serve(
             backoff = RECONNECT_MIN;
             let mut health = tokio::time::interval(HEALTH_CHECK);
             health.reset();
+            let mut sweep = tokio::time::interval(LINGER);
+            sweep.reset();
             loop {
                 tokio::select! {
                     message = stream.next() => {
@@ -364,6 +428,10 @@ async fn serve(
                             break;
                         }
                     }
+                    _ = sweep.tick() => match hub.upgrade() {
+                        Some(hub) => hub.sweep(),
+                        None => return,
+                    },
                     _ = health.tick() => {
                         let ping = tokio::time::timeout(RESPONSE_TIMEOUT, sink.ping::<redis::Value>());
                         if !matches!(ping.await, Ok(Ok(_))) {

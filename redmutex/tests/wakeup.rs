@@ -32,6 +32,15 @@ async fn waking_locker(
         .unwrap()
 }
 
+/// SET commands the server has run so far.
+async fn sets(raw: &mut Raw) -> u64 {
+    let info: String = raw.run(redis::cmd("INFO").arg("commandstats")).await;
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_set:calls="))
+        .and_then(|rest| rest.split(',').next()?.parse::<u64>().ok())
+        .unwrap_or(0)
+}
+
 /// Subscribers to `channel` on the server, as it counts them.
 fn subscribers(server: &RedisServer, channel: &str) -> u64 {
     // `*2\r\n$len\r\nchannel\r\n:N\r\n`
@@ -129,7 +138,7 @@ async fn a_waiter_is_woken_by_the_release_not_by_its_poll_interval() {
     // A waiter's own value says "awaited", so that the next waiter hears of its release.
     assert_eq!(raw.get("job").await.unwrap()[redmutex::TOKEN_LEN], b'w');
     lock.release().await.unwrap();
-    // The last waiter gone, the subscription goes too.
+    // The last waiter gone, the subscription goes too (after lingering a moment).
     wait_for_subscribers(&server, "job", 0, ms(3000)).await;
     assert_eq!(raw.dbsize().await, 0);
 }
@@ -350,6 +359,77 @@ async fn redlock_waiters_are_woken_too() {
     for server in &servers {
         assert_eq!(server.command(&["DBSIZE"]), ":0\r\n");
     }
+}
+
+/// After its last waiter left, a key stays subscribed for a moment. A newcomer then either
+/// queues behind a holder that was itself a waiter (its value says "awaited"), or, facing
+/// any other holder, makes its first try as a waiter and marks it. Both are woken by the
+/// release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn newcomers_on_a_lingering_subscription_are_woken_too() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let holder_locker = common::locker(&server).await;
+    let locker = waking_locker(&server, &server.url()).await;
+
+    // W1 waits for a foreign holder and gets the lock; its value says "awaited".
+    let holder = holder_locker
+        .acquire("linger", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let first = wait_for(&locker, "linger", LONG_POLL, Arc::new(AtomicU32::new(0)));
+    wait_for_subscribers(&server, "linger", 1, ms(3000)).await;
+    tokio::time::sleep(ms(100)).await;
+    holder.release().await.unwrap();
+    let w1 = first.await.unwrap().0.expect("W1 woken");
+    assert!(locker.inspect("linger").await.unwrap().awaited);
+
+    // W2 comes while nobody waits: it queues behind W1 without a single request.
+    let sets_before = sets(&mut raw).await;
+    let tries = Arc::new(AtomicU32::new(0));
+    let second = wait_for(&locker, "linger", LONG_POLL, tries.clone());
+    tokio::time::sleep(ms(100)).await;
+    assert_eq!(sets(&mut raw).await, sets_before, "W2 sent no try");
+    let released_at = Instant::now();
+    w1.release().await.unwrap();
+    let (w2, got_at) = second.await.unwrap();
+    let w2 = w2.expect("W2 woken");
+    assert!(
+        got_at - released_at < WOKEN_WITHIN,
+        "{:?}",
+        got_at - released_at
+    );
+    assert_eq!(
+        tries.load(Ordering::SeqCst),
+        1,
+        "one turn waited, no failed request"
+    );
+    w2.release().await.unwrap();
+
+    // A foreign holder while the subscription lingers: W3's first try marks it.
+    let holder = holder_locker
+        .acquire("linger", Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(!holder_locker.inspect("linger").await.unwrap().awaited);
+    let third = wait_for(&locker, "linger", LONG_POLL, Arc::new(AtomicU32::new(0)));
+    let until = Instant::now() + ms(3000);
+    while !holder_locker.inspect("linger").await.unwrap().awaited {
+        assert!(Instant::now() < until, "W3 never marked the holder");
+        tokio::time::sleep(ms(10)).await;
+    }
+    let released_at = Instant::now();
+    holder.release().await.unwrap();
+    let (w3, got_at) = third.await.unwrap();
+    let w3 = w3.expect("W3 woken");
+    assert!(
+        got_at - released_at < WOKEN_WITHIN,
+        "{:?}",
+        got_at - released_at
+    );
+    w3.release().await.unwrap();
+    wait_for_subscribers(&server, "linger", 0, ms(5000)).await;
+    assert_eq!(raw.dbsize().await, 0);
 }
 
 #[tokio::test]
