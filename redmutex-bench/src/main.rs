@@ -54,6 +54,10 @@ struct Args {
     #[arg(long, value_name = "NAME")]
     only: Option<String>,
 
+    /// Run only this implementation (baseline, rslock or redmutex), e.g. under a profiler.
+    #[arg(long = "impl", value_name = "NAME")]
+    implementation: Option<String>,
+
     /// Print one JSON object per row after the table.
     #[arg(long)]
     json: bool,
@@ -99,7 +103,16 @@ async fn run(args: Args) -> Result<(), String> {
     print_setup(&single_url, &redlock_urls).await?;
 
     let mut rows: Vec<Row> = Vec::new();
-    let single = contenders(std::slice::from_ref(&single_url)).await?;
+    let chosen = |all: Vec<Arc<Contender>>| -> Vec<Arc<Contender>> {
+        all.into_iter()
+            .filter(|c| {
+                args.implementation
+                    .as_deref()
+                    .is_none_or(|name| c.name() == name)
+            })
+            .collect()
+    };
+    let single = chosen(contenders(std::slice::from_ref(&single_url)).await?);
     for tasks in [1, 64] {
         let name = format!("uncontended C={tasks}");
         if wanted(&name) {
@@ -118,7 +131,7 @@ async fn run(args: Args) -> Result<(), String> {
         }
     }
     if !redlock_urls.is_empty() {
-        let five = contenders(&redlock_urls).await?;
+        let five = chosen(contenders(&redlock_urls).await?);
         for tasks in [1, 64] {
             let name = format!("redlock5 C={tasks}");
             if wanted(&name) {

@@ -55,6 +55,7 @@ pub async fn uncontended(
     }
     let mut admin = connect(stats_url).await?;
     let before = counts(&mut admin).await?;
+    let cpu_before = stats::cpu_time();
     let started = Instant::now();
     let deadline = started + duration;
     let runs = (0..tasks).map(|task| {
@@ -76,14 +77,16 @@ pub async fn uncontended(
     });
     let latencies = gather(runs).await?;
     let elapsed = started.elapsed();
+    let cpu = stats::cpu_time().saturating_sub(cpu_before);
     let commands = counts(&mut admin).await?.since(&before);
+    // The client's CPU per cycle: what the library itself costs (the servers run in
+    // processes of their own).
+    let notes = format!(
+        "client CPU {:.2} µs/cycle",
+        cpu.as_secs_f64() * 1e6 / latencies.len().max(1) as f64
+    );
     Ok(row(
-        workload,
-        &contender,
-        latencies,
-        elapsed,
-        commands,
-        String::new(),
+        workload, &contender, latencies, elapsed, commands, notes,
     ))
 }
 

@@ -136,6 +136,10 @@ impl<'a, C: Connection> Acquire<'a, C> {
     /// Bounds the total time spent trying, from the first try on: no try starts after it.
     /// When a pause would end past the deadline, the acquire instead makes one last try at
     /// the deadline. Defaults to the lock's TTL. `Duration::MAX` waits without limit.
+    ///
+    /// A try still in flight at the deadline (or after the TTL) is cut short when that
+    /// moment is at most 5 s after the try was sent, and otherwise by the connection's
+    /// response timeout; a success that comes too late is refused and undone either way.
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = Some(deadline);
         self

@@ -108,11 +108,23 @@ impl<C: Connection> Store<C> {
         let sent_at = Instant::now();
         let mut conn = conn.clone();
         let request = scripts::obtain(&mut conn, keys, value, ttl_ms, retrying_own, waiting);
+        // Our own timer only where it can end the wait sooner than the connection's
+        // response timeout would (the connection bounds every request; 500 ms by default).
+        // A timer per request is a measurable part of an acquire's client CPU, and past this
+        // a reply that arrives too late is still caught below.
         let outcome = match try_until {
-            Some(until) => tokio::time::timeout_at(until, request)
-                .await
-                .unwrap_or_else(|_| Err(no_reply_error())),
-            None => request.await,
+            Some(until) if until.saturating_duration_since(sent_at) <= OWN_TIMER_WITHIN => {
+                tokio::time::timeout_at(until, request)
+                    .await
+                    .unwrap_or_else(|_| Err(no_reply_error()))
+            }
+            _ => match request.await {
+                // Too late to be of use: the keys would be gone, or the deadline passed.
+                Ok(Obtain::Obtained) if try_until.is_some_and(|until| Instant::now() > until) => {
+                    Err(no_reply_error())
+                }
+                outcome => outcome,
+            },
         };
         match outcome {
             Ok(Obtain::Obtained) => Attempt {
@@ -276,6 +288,10 @@ pub(crate) fn check_renewal_reply(answers: &[i64], leases: usize) -> Result<(), 
         format!("{} answers for {leases} leases", answers.len()),
     )))
 }
+
+/// The longest wait for an acquire reply that gets a timer of its own (see
+/// [`Store::try_obtain`]).
+const OWN_TIMER_WITHIN: Duration = Duration::from_secs(5);
 
 fn no_reply_error() -> RedisError {
     std::io::Error::new(

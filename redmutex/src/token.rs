@@ -36,9 +36,7 @@ impl Token {
     /// # Errors
     /// [`Error::Random`] in the practically impossible case that the OS has no randomness.
     pub fn generate() -> Result<Token, Error> {
-        let mut bytes = [0u8; 16];
-        getrandom::fill(&mut bytes).map_err(|e| Error::Random(e.to_string()))?;
-        Ok(Token(encode_base64url(&bytes)))
+        Ok(Token(encode_base64url(&pool::draw()?)))
     }
 
     /// The token as text.
@@ -86,6 +84,80 @@ impl fmt::Display for Token {
 impl fmt::Debug for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Token({}…)", &self.as_str()[..4])
+    }
+}
+
+/// Random bytes for tokens, drawn from the OS CSPRNG in batches: one `getrandom` call per
+/// [`BATCH`](pool::BATCH) tokens instead of one per token, which is a good part of an
+/// acquire's client CPU otherwise (a system call and the kernel's key schedule each time).
+mod pool {
+    use std::cell::RefCell;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Once;
+
+    use crate::error::Error;
+
+    /// Tokens per `getrandom` call.
+    pub(super) const BATCH: usize = 16;
+
+    /// Bumped in the child after every `fork`: a forked child inherits its parent's
+    /// unused random bytes and must never hand out the same tokens, so it draws afresh.
+    static FORKS: AtomicU64 = AtomicU64::new(0);
+    static WATCH_FORKS: Once = Once::new();
+
+    extern "C" fn after_fork_in_child() {
+        FORKS.fetch_add(1, Ordering::SeqCst);
+    }
+
+    struct Pool {
+        bytes: [u8; 16 * BATCH],
+        /// The next unused token; `BATCH` when empty.
+        next: usize,
+        /// [`FORKS`] when the bytes were drawn.
+        forks: u64,
+    }
+
+    thread_local! {
+        static POOL: RefCell<Pool> = const {
+            RefCell::new(Pool { bytes: [0; 16 * BATCH], next: BATCH, forks: 0 })
+        };
+    }
+
+    /// 16 bytes no other call (in this process or a forked one) returns.
+    pub(super) fn draw() -> Result<[u8; 16], Error> {
+        WATCH_FORKS.call_once(|| {
+            // SAFETY: registers a handler that only increments an atomic, which is
+            // async-signal-safe as a fork child handler must be. Registration failure
+            // (ENOMEM) is checked for: then every token is drawn from the OS directly.
+            if unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) } != 0 {
+                FORKS.store(u64::MAX, Ordering::SeqCst);
+            }
+        });
+        let forks = FORKS.load(Ordering::SeqCst);
+        if forks == u64::MAX {
+            let mut bytes = [0u8; 16];
+            getrandom::fill(&mut bytes).map_err(random_error)?;
+            return Ok(bytes);
+        }
+        POOL.with(|pool| {
+            let mut pool = pool.borrow_mut();
+            if pool.next == BATCH || pool.forks != forks {
+                getrandom::fill(&mut pool.bytes).map_err(random_error)?;
+                pool.next = 0;
+                pool.forks = forks;
+            }
+            let range = pool.next * 16..pool.next * 16 + 16;
+            let mut out = [0u8; 16];
+            out.copy_from_slice(&pool.bytes[range.clone()]);
+            // A token handed out is not kept around in the pool.
+            pool.bytes[range].fill(0);
+            pool.next += 1;
+            Ok(out)
+        })
+    }
+
+    fn random_error(e: getrandom::Error) -> Error {
+        Error::Random(e.to_string())
     }
 }
 
@@ -186,6 +258,59 @@ mod tests {
             !format!("{a:?}").contains(a.as_str()),
             "Debug must not leak the token"
         );
+    }
+
+    #[test]
+    fn pooled_tokens_never_repeat_across_batches() {
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..pool::BATCH * 8 {
+            assert!(seen.insert(Token::generate().unwrap()), "a token repeated");
+        }
+    }
+
+    /// A forked child must not hand out the tokens its parent still has in its pool.
+    #[test]
+    fn a_forked_child_draws_fresh_tokens() {
+        // Leave most of a batch unused in this thread's pool, then fork.
+        let _ = Token::generate().unwrap();
+        let mut pipe = [0i32; 2];
+        // SAFETY: plain pipe/fork/write/_exit; the child only generates tokens, writes
+        // them and exits without running destructors or returning into the test harness.
+        unsafe {
+            assert_eq!(libc::pipe(pipe.as_mut_ptr()), 0);
+            let pid = libc::fork();
+            assert!(pid >= 0);
+            if pid == 0 {
+                let mut out = Vec::new();
+                for _ in 0..4 {
+                    out.extend_from_slice(Token::generate().unwrap().as_bytes());
+                }
+                libc::write(pipe[1], out.as_ptr().cast(), out.len());
+                libc::_exit(0);
+            }
+            libc::close(pipe[1]);
+            let mut child = [0u8; 4 * TOKEN_LEN];
+            let mut read = 0;
+            while read < child.len() {
+                let n = libc::read(
+                    pipe[0],
+                    child[read..].as_mut_ptr().cast(),
+                    child.len() - read,
+                );
+                assert!(n > 0, "child wrote too little");
+                read += n as usize;
+            }
+            libc::close(pipe[0]);
+            let mut status = 0;
+            libc::waitpid(pid, &mut status, 0);
+            let parent: Vec<Token> = (0..4).map(|_| Token::generate().unwrap()).collect();
+            for chunk in child.chunks(TOKEN_LEN) {
+                assert!(
+                    parent.iter().all(|t| t.as_bytes() != chunk),
+                    "the child handed out one of the parent's tokens"
+                );
+            }
+        }
     }
 
     #[test]

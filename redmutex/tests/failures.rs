@@ -296,3 +296,34 @@ async fn foreign_data_is_never_touched() {
     assert_eq!(raw.get("string").await.unwrap(), b"not a lock");
     assert_eq!(raw.pttl("string").await, -1);
 }
+
+/// A reply that arrives after the lock's TTL is worthless: the key has expired by then. With
+/// a TTL longer than the client's own per-try timer covers, the connection's (here long)
+/// response timeout lets the late reply in, and the acquire must still refuse it rather
+/// than hand out a lock that has already run out — and leave nothing behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_after_the_ttl_never_yields_a_lock() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let proxy = testkit::Proxy::start(server.addr());
+    let client = redis::Client::open(proxy.url()).unwrap();
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(Some(ms(20_000)));
+    let conn = client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap();
+    let locker = Locker::new(conn);
+    proxy.set_latency(ms(3_000)); // each way
+    let started = Instant::now();
+    let error = locker
+        .acquire("late", ms(5_500))
+        .await
+        .expect_err("a lock whose reply came after its TTL");
+    assert!(started.elapsed() >= ms(5_500), "{:?}", started.elapsed());
+    assert!(error.is_transient(), "{error}");
+    proxy.set_latency(Duration::ZERO);
+    assert!(
+        raw.wait_until_gone("late", ms(8_000)).await,
+        "key left behind"
+    );
+}
