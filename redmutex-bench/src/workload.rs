@@ -53,11 +53,8 @@ pub async fn uncontended(
             .ok_or("busy while warming up")?;
         contender.release(&key(0), held).await?;
     }
-    let mut admin = connect(stats_url).await?;
-    let before = counts(&mut admin).await?;
-    let cpu_before = stats::cpu_time();
-    let started = Instant::now();
-    let deadline = started + duration;
+    let window = Window::open(stats_url).await?;
+    let deadline = window.started + duration;
     let runs = (0..tasks).map(|task| {
         let contender = contender.clone();
         let key = key(task);
@@ -76,18 +73,14 @@ pub async fn uncontended(
         })
     });
     let latencies = gather(runs).await?;
-    let elapsed = started.elapsed();
-    let cpu = stats::cpu_time().saturating_sub(cpu_before);
-    let commands = counts(&mut admin).await?.since(&before);
+    let spent = window.close().await?;
     // The client's CPU per cycle: what the library itself costs (the servers run in
     // processes of their own).
     let notes = format!(
         "client CPU {:.2} µs/cycle",
-        cpu.as_secs_f64() * 1e6 / latencies.len().max(1) as f64
+        spent.cpu.as_secs_f64() * 1e6 / latencies.len().max(1) as f64
     );
-    Ok(row(
-        workload, &contender, latencies, elapsed, commands, notes,
-    ))
+    Ok(row(workload, &contender, latencies, &spent, notes))
 }
 
 /// How long a contended task waits between releasing the lock and wanting it again: the
@@ -107,10 +100,8 @@ pub async fn contended(
     let key = format!("bench:{}:{}", slug(workload), contender.name());
     let inside = Arc::new(AtomicBool::new(false));
     let overlaps = Arc::new(AtomicU64::new(0));
-    let mut admin = connect(stats_url).await?;
-    let before = counts(&mut admin).await?;
-    let started = Instant::now();
-    let deadline = started + duration;
+    let window = Window::open(stats_url).await?;
+    let deadline = window.started + duration;
     let runs = (0..tasks).map(|_| {
         let (contender, key, inside, overlaps) = (
             contender.clone(),
@@ -136,16 +127,14 @@ pub async fn contended(
         })
     });
     let mut waits = gather(runs).await?;
-    let elapsed = started.elapsed();
-    let after = counts(&mut admin).await?;
-    let commands = after.since(&before);
+    let spent = window.close().await?;
     let overlaps = overlaps.load(Ordering::SeqCst);
     let notes = format!(
         "p50/p99 = wait for the lock, longest {}; {overlaps} overlaps; per acquisition: {}",
         micros(waits.percentile(100.0)),
-        after.per_op_since(&before, waits.len() as u64)
+        spent.after.per_op_since(&spent.before, waits.len() as u64)
     );
-    Ok(row(workload, &contender, waits, elapsed, commands, notes))
+    Ok(row(workload, &contender, waits, &spent, notes))
 }
 
 /// Many kept-alive leases held for a while: what renewing them costs.
@@ -173,14 +162,14 @@ pub async fn keep_alive(
         }
     }
     let memory_per_lease = stats::resident_bytes().saturating_sub(rss_before) / leases as u64;
-    let mut admin = connect(stats_url).await?;
-    let before = counts(&mut admin).await?;
-    let cpu_before = stats::cpu_time();
-    let started = Instant::now();
+    let window = Window::open(stats_url).await?;
     tokio::time::sleep(hold).await;
-    let elapsed = started.elapsed();
-    let cpu = stats::cpu_time().saturating_sub(cpu_before);
-    let after = counts(&mut admin).await?;
+    let Spent {
+        elapsed,
+        cpu,
+        before,
+        after,
+    } = window.close().await?;
     let lost = held.iter().filter(|l| l.is_lost()).count();
     let renewals: u64 = held.iter().map(Lease::renewals).sum();
     let calls = after.of_since("evalsha", &before) + after.of_since("eval", &before);
@@ -228,8 +217,7 @@ fn row(
     workload: &str,
     contender: &Contender,
     mut latencies: Latencies,
-    elapsed: Duration,
-    commands: u64,
+    spent: &Spent,
     notes: String,
 ) -> Row {
     let ops = latencies.len() as u64;
@@ -237,13 +225,55 @@ fn row(
         workload: workload.to_owned(),
         implementation: contender.name(),
         ops,
-        ops_per_s: ops as f64 / elapsed.as_secs_f64(),
+        ops_per_s: ops as f64 / spent.elapsed.as_secs_f64(),
         p50: latencies.percentile(50.0),
         p99: latencies.percentile(99.0),
-        commands_per_op: Some(commands as f64 / ops.max(1) as f64),
+        commands_per_op: Some(spent.after.since(&spent.before) as f64 / ops.max(1) as f64),
         notes,
         vs_baseline: None,
         vs_rslock: None,
+    }
+}
+
+/// The measured stretch of a workload: from [`Window::open`] to [`Window::close`].
+struct Window {
+    admin: MultiplexedConnection,
+    before: stats::Counts,
+    cpu_before: Duration,
+    started: Instant,
+}
+
+/// What a [`Window`] cost: wall time, this process's CPU, and the server's command counts
+/// at both ends.
+struct Spent {
+    elapsed: Duration,
+    cpu: Duration,
+    before: stats::Counts,
+    after: stats::Counts,
+}
+
+impl Window {
+    async fn open(stats_url: &str) -> Result<Window, String> {
+        let mut admin = connect(stats_url).await?;
+        let before = counts(&mut admin).await?;
+        Ok(Window {
+            admin,
+            before,
+            cpu_before: stats::cpu_time(),
+            started: Instant::now(),
+        })
+    }
+
+    async fn close(mut self) -> Result<Spent, String> {
+        let elapsed = self.started.elapsed();
+        let cpu = stats::cpu_time().saturating_sub(self.cpu_before);
+        let after = counts(&mut self.admin).await?;
+        Ok(Spent {
+            elapsed,
+            cpu,
+            before: self.before,
+            after,
+        })
     }
 }
 

@@ -13,6 +13,7 @@ use crate::error::{Error, NotObtained};
 use crate::lock::Lock;
 use crate::quorum::QuorumFailure;
 use crate::renewer::RenewerSlot;
+use crate::scripts::ObtainTry;
 use crate::store::{Store, TryResult};
 use crate::token::{self, Token};
 use crate::wakeup::{Hub, Member, Outcome, Wake};
@@ -205,17 +206,15 @@ impl<'a, C: Connection> Acquire<'a, C> {
             // holder is marked; its release will wake them in turn), or, when nobody waits
             // right now, makes its first try as a waiter.
             let mut queued = None;
-            if let Some(hub) = hub.as_ref().filter(|_| attempts == 1 && member.is_none()) {
-                if retry.peek().is_some() {
-                    if let Some((index, (joined, queue))) = keys
-                        .iter()
-                        .enumerate()
-                        .find_map(|(index, key)| Some((index, hub.enter(key)?)))
-                    {
-                        member = Some(joined);
-                        token::mark_awaited(&mut value);
-                        queued = queue.then_some(index);
-                    }
+            let may_enter = attempts == 1 && member.is_none();
+            if let Some(hub) = hub.as_ref().filter(|_| may_enter && retry.peek().is_some()) {
+                let entered = keys
+                    .iter()
+                    .enumerate()
+                    .find_map(|(index, key)| Some((index, hub.enter(key)?)));
+                if let Some((index, (joined, queue))) = entered {
+                    member = Some(joined);
+                    queued = queue.then_some(index);
                 }
             }
             let (reason, held_key) = if let Some(index) = queued {
@@ -232,17 +231,20 @@ impl<'a, C: Connection> Acquire<'a, C> {
                 if let Some(deadline) = deadline.filter(|d| *d > sent_at) {
                     try_until = Some(try_until.map_or(deadline, |t| t.min(deadline)));
                 }
-                let attempt = store
-                    .try_obtain(
-                        &keys,
-                        &token,
-                        &value,
-                        ttl_ms,
-                        retrying_own,
-                        member.is_some(),
-                        try_until,
-                    )
-                    .await;
+                // A waiter's value says "awaited": others probably wait too and must hear
+                // of its release.
+                let waiting = member.is_some();
+                if waiting {
+                    token::mark_awaited(&mut value);
+                }
+                let request = ObtainTry {
+                    keys: &keys,
+                    value: &value,
+                    ttl_ms,
+                    retrying_own,
+                    waiting,
+                };
+                let attempt = store.try_obtain(request, &token, try_until).await;
                 cleanup.armed = attempt.may_hold;
                 if let Some(member) = member.as_mut() {
                     member.tried(match (&attempt.result, attempt.held_key) {
@@ -348,7 +350,6 @@ impl<'a, C: Connection> Acquire<'a, C> {
                 let key = keys.get(index).unwrap_or_default();
                 if member.as_ref().is_none_or(|m| m.key() != key) {
                     member = Some(hub.join(key));
-                    token::mark_awaited(&mut value);
                 }
             }
             match member.as_mut() {

@@ -23,7 +23,7 @@ use crate::connection::Connection;
 use crate::error::Error;
 use crate::locker::{lock_info, LockInfo, NodeInfo};
 use crate::quorum::{quorum, NodeError, NodeFailure, QuorumFailure, QuorumSettings};
-use crate::scripts::{self, Obtain};
+use crate::scripts::{self, Obtain, ObtainTry};
 use crate::store::{check_renewal_reply, Attempt, Renewal, TryResult};
 use crate::token::{parse_value, StoredValue, Token};
 
@@ -109,26 +109,21 @@ impl<C: Connection> Nodes<C> {
         Some(started + ttl - self.settings.drift(ttl))
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn try_obtain(
         &self,
-        keys: &Keys,
+        request: ObtainTry<'_>,
         token: &Token,
-        value: &[u8],
-        ttl_ms: u64,
-        retrying_own: bool,
-        waiting: bool,
         try_until: Option<Instant>,
     ) -> Attempt {
         let started = Instant::now();
-        let ttl = Duration::from_millis(ttl_ms);
+        let ttl = Duration::from_millis(request.ttl_ms);
         let mut timeout = self.settings.timeout_for(ttl);
         if let Some(until) = try_until {
             timeout = timeout.min(until.saturating_duration_since(started));
         }
         let replies = self
             .fan_out(timeout, |mut conn| async move {
-                scripts::obtain(&mut conn, keys, value, ttl_ms, retrying_own, waiting).await
+                scripts::obtain(&mut conn, request).await
             })
             .await;
         let held_key = replies
@@ -156,7 +151,7 @@ impl<C: Connection> Nodes<C> {
         // reach them. On the same connection the release queues behind it, so once every
         // node confirmed the release, nothing of this try is left anywhere.
         let cleaned = self
-            .release_unattended(keys, token, self.settings.timeout_for(ttl))
+            .release_unattended(request.keys, token, self.settings.timeout_for(ttl))
             .await;
         Attempt {
             result: TryResult::NoQuorum(Box::new(failure)),

@@ -56,22 +56,36 @@ pub(crate) enum Obtain {
     Held(usize),
 }
 
-/// One try to take every key. `retrying_own` says that an earlier try may have set some
-/// keys without us seeing the reply: the script then treats keys holding our token as free.
-/// Otherwise a single key takes the cheapest path, a plain `SET NX PX`.
-///
-/// `waiting`: the caller waits for a release (see [`crate::wakeup`]). A key found held is
-/// then marked as awaited so that its release publishes a wake-up; on the plain path that
-/// takes a second request, sent only when the `SET` found the key held (the script may
-/// still obtain the key if it was released in between).
+/// What one acquire try sends: the same for every node.
+#[derive(Clone, Copy)]
+pub(crate) struct ObtainTry<'a> {
+    pub(crate) keys: &'a Keys,
+    /// Token, awaited flag, metadata.
+    pub(crate) value: &'a [u8],
+    pub(crate) ttl_ms: u64,
+    /// An earlier try may have set some keys without us seeing the reply: the script then
+    /// treats keys holding our token as free.
+    pub(crate) retrying_own: bool,
+    /// The caller waits for a release (see [`crate::wakeup`]): a key found held is marked
+    /// as awaited so that its release publishes a wake-up.
+    pub(crate) waiting: bool,
+}
+
+/// One try to take every key. A single key takes the cheapest path, a plain `SET NX PX`,
+/// unless the try is `retrying_own`. When `waiting`, marking a held key takes a second
+/// request on that path, sent only when the `SET` found the key held (the script may still
+/// obtain the key if it was released in between).
 pub(crate) async fn obtain<C: ConnectionLike>(
     conn: &mut C,
-    keys: &Keys,
-    value: &[u8],
-    ttl_ms: u64,
-    retrying_own: bool,
-    waiting: bool,
+    request: ObtainTry<'_>,
 ) -> RedisResult<Obtain> {
+    let ObtainTry {
+        keys,
+        value,
+        ttl_ms,
+        retrying_own,
+        waiting,
+    } = request;
     if keys.len() == 1 && !retrying_own {
         let key = keys.get(0).expect("one key");
         let reply: Value = redis::cmd("SET")

@@ -17,7 +17,7 @@ use crate::error::{is_transient_redis, Error};
 use crate::locker::{lock_info, LockInfo};
 use crate::quorum::QuorumFailure;
 use crate::redlock::Nodes;
-use crate::scripts::{self, Obtain};
+use crate::scripts::{self, Obtain, ObtainTry};
 use crate::token::Token;
 
 /// The nodes behind a locker and everything it hands out. Cheap to clone.
@@ -83,42 +83,31 @@ impl<C: Connection> Store<C> {
         }
     }
 
-    /// One try to take every key with `value`, answering by `try_until` at the latest.
-    /// `retrying_own`: an earlier try may have set keys we never heard of; accept them.
-    /// `waiting`: mark a held key as awaited (see [`scripts::obtain`]).
-    #[allow(clippy::too_many_arguments)]
+    /// One try, answering by `try_until` at the latest.
     pub(crate) async fn try_obtain(
         &self,
-        keys: &Keys,
+        request: ObtainTry<'_>,
         token: &Token,
-        value: &[u8],
-        ttl_ms: u64,
-        retrying_own: bool,
-        waiting: bool,
         try_until: Option<Instant>,
     ) -> Attempt {
         let conn = match self {
-            Store::Quorum(nodes) => {
-                return nodes
-                    .try_obtain(keys, token, value, ttl_ms, retrying_own, waiting, try_until)
-                    .await
-            }
+            Store::Quorum(nodes) => return nodes.try_obtain(request, token, try_until).await,
             Store::One(conn) => conn,
         };
         let sent_at = Instant::now();
         let mut conn = conn.clone();
-        let request = scripts::obtain(&mut conn, keys, value, ttl_ms, retrying_own, waiting);
+        let reply = scripts::obtain(&mut conn, request);
         // Our own timer only where it can end the wait sooner than the connection's
         // response timeout would (the connection bounds every request; 500 ms by default).
         // A timer per request is a measurable part of an acquire's client CPU, and past this
         // a reply that arrives too late is still caught below.
         let outcome = match try_until {
             Some(until) if until.saturating_duration_since(sent_at) <= OWN_TIMER_WITHIN => {
-                tokio::time::timeout_at(until, request)
+                tokio::time::timeout_at(until, reply)
                     .await
                     .unwrap_or_else(|_| Err(no_reply_error()))
             }
-            _ => match request.await {
+            _ => match reply.await {
                 // Too late to be of use: the keys would be gone, or the deadline passed.
                 Ok(Obtain::Obtained) if try_until.is_some_and(|until| Instant::now() > until) => {
                     Err(no_reply_error())
@@ -129,7 +118,7 @@ impl<C: Connection> Store<C> {
         match outcome {
             Ok(Obtain::Obtained) => Attempt {
                 result: TryResult::Obtained {
-                    valid_until: sent_at + Duration::from_millis(ttl_ms),
+                    valid_until: sent_at + Duration::from_millis(request.ttl_ms),
                 },
                 may_hold: false,
                 held_key: None,
@@ -138,7 +127,7 @@ impl<C: Connection> Store<C> {
             // still exist.
             Ok(Obtain::Held(index)) => Attempt {
                 result: TryResult::Held(index),
-                may_hold: retrying_own,
+                may_hold: request.retrying_own,
                 held_key: Some(index),
             },
             // The request may or may not have been applied.
@@ -149,7 +138,7 @@ impl<C: Connection> Store<C> {
             },
             Err(e) => Attempt {
                 result: TryResult::Rejected(e),
-                may_hold: retrying_own,
+                may_hold: request.retrying_own,
                 held_key: None,
             },
         }

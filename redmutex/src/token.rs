@@ -176,8 +176,7 @@ pub(crate) fn lock_value(token: &Token, metadata: Option<&str>) -> Vec<u8> {
     value
 }
 
-/// Marks a value from [`lock_value`] as awaited: an acquire that has waited for this key
-/// stores it so, because others probably wait too and must hear of its release.
+/// Marks a value from [`lock_value`] as awaited (what a waiting acquire stores).
 pub(crate) fn mark_awaited(value: &mut [u8]) {
     value[TOKEN_LEN] = AWAITED;
 }

@@ -146,7 +146,7 @@ impl Hub {
     /// - `false`: nobody waits now, but the key was contended a moment ago. Make the first
     ///   try as a waiter (mark the holder, or store an "awaited" value), so that newcomers
     ///   can queue behind this one instead of all trying at once.
-    pub(crate) fn enter(self: &Arc<Self>, key: &[u8]) -> Option<(Member, bool)> {
+    pub(crate) fn enter(&self, key: &[u8]) -> Option<(Member, bool)> {
         let channels = lock(&self.channels);
         let channel = channels.get(key)?;
         let mut state = lock(&channel.state);
@@ -154,14 +154,7 @@ impl Hub {
             return None;
         }
         let queued = state.members > 0 || state.held_by_waiter;
-        state.members += 1;
-        state.idle_since = None;
-        let member = Member {
-            key: key.into(),
-            channel: channel.clone(),
-            turn: false,
-        };
-        Some((member, queued))
+        Some((Member::admit(key, channel, &mut state), queued))
     }
 
     /// Joins (or starts) the waiters of `key`; the key is subscribed to if it was not.
@@ -186,8 +179,7 @@ impl Hub {
             })
             .clone();
         let mut state = lock(&channel.state);
-        state.members += 1;
-        state.idle_since = None;
+        let member = Member::admit(key, &channel, &mut state);
         // A lingering subscription has nobody who marked the holder since: the first new
         // waiter re-checks, as after a new subscription.
         if state.members == 1 && self.subscribed(&state) {
@@ -198,11 +190,7 @@ impl Hub {
         if created {
             self.sync(key);
         }
-        Member {
-            key: key.into(),
-            channel,
-            turn: false,
-        }
+        member
     }
 
     fn subscribed(&self, state: &ChannelState) -> bool {
@@ -316,6 +304,17 @@ impl Channel {
 }
 
 impl Member {
+    /// A new waiter at `channel`, whose state the caller has locked.
+    fn admit(key: &[u8], channel: &Arc<Channel>, state: &mut ChannelState) -> Member {
+        state.members += 1;
+        state.idle_since = None;
+        Member {
+            key: key.into(),
+            channel: channel.clone(),
+            turn: false,
+        }
+    }
+
     /// The key this member waits for.
     pub(crate) fn key(&self) -> &[u8] {
         &self.key
