@@ -41,6 +41,12 @@ struct Args {
     #[arg(long, default_value_t = 2.0)]
     seconds: f64,
 
+    /// How many times each throughput row is measured. The three implementations take turns
+    /// (baseline, rslock, redmutex, baseline, …) so that drift of the machine hits them alike;
+    /// the table shows each one's median round.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=50))]
+    rounds: u32,
+
     /// How many leases the keep-alive workload holds.
     #[arg(long, default_value_t = 10_000)]
     leases: usize,
@@ -116,31 +122,33 @@ async fn run(args: Args) -> Result<(), String> {
     for tasks in [1, 64] {
         let name = format!("uncontended C={tasks}");
         if wanted(&name) {
-            for c in &single {
-                let row =
-                    workload::uncontended(&name, c.clone(), tasks, duration, &single_url).await?;
-                rows.push(row);
-            }
+            rows.extend(
+                medians(args.rounds, &single, |c| {
+                    workload::uncontended(&name, c, tasks, duration, &single_url)
+                })
+                .await?,
+            );
         }
     }
     if wanted("contended 16") {
-        for c in &single {
-            rows.push(
-                workload::contended("contended 16", c.clone(), 16, duration, &single_url).await?,
-            );
-        }
+        rows.extend(
+            medians(args.rounds, &single, |c| {
+                workload::contended("contended 16", c, 16, duration, &single_url)
+            })
+            .await?,
+        );
     }
     if !redlock_urls.is_empty() {
         let five = chosen(contenders(&redlock_urls).await?);
         for tasks in [1, 64] {
             let name = format!("redlock5 C={tasks}");
             if wanted(&name) {
-                for c in &five {
-                    let row =
-                        workload::uncontended(&name, c.clone(), tasks, duration, &redlock_urls[0])
-                            .await?;
-                    rows.push(row);
-                }
+                rows.extend(
+                    medians(args.rounds, &five, |c| {
+                        workload::uncontended(&name, c, tasks, duration, &redlock_urls[0])
+                    })
+                    .await?,
+                );
             }
         }
     }
@@ -159,6 +167,26 @@ async fn run(args: Args) -> Result<(), String> {
     }
     drop(private);
     Ok(())
+}
+
+/// Measures one workload `rounds` times with the contenders taking turns, and keeps each
+/// contender's median round by throughput (its notes say how far the rounds spread).
+async fn medians<F, Fut>(
+    rounds: u32,
+    contenders: &[Arc<Contender>],
+    mut measure: F,
+) -> Result<Vec<Row>, String>
+where
+    F: FnMut(Arc<Contender>) -> Fut,
+    Fut: std::future::Future<Output = Result<Row, String>>,
+{
+    let mut measured: Vec<Vec<Row>> = contenders.iter().map(|_| Vec::new()).collect();
+    for _ in 0..rounds {
+        for (c, rows) in contenders.iter().zip(&mut measured) {
+            rows.push(measure(c.clone()).await?);
+        }
+    }
+    Ok(measured.into_iter().map(workload::median).collect())
 }
 
 async fn connect(url: &str) -> Result<MultiplexedConnection, String> {

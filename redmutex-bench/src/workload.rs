@@ -283,6 +283,24 @@ async fn counts(admin: &mut MultiplexedConnection) -> Result<stats::Counts, Stri
         .map_err(|e| e.to_string())
 }
 
+/// The median of one contender's rounds by throughput; with more than one round, its notes
+/// gain the spread of throughput over all rounds.
+pub fn median(mut rounds: Vec<Row>) -> Row {
+    rounds.sort_by(|a, b| a.ops_per_s.total_cmp(&b.ops_per_s));
+    let (low, high) = (rounds[0].ops_per_s, rounds[rounds.len() - 1].ops_per_s);
+    let count = rounds.len();
+    let mut middle = rounds.swap_remove(count / 2);
+    if count > 1 {
+        let spread = format!("median of {count} rounds ({low:.0}–{high:.0} ops/s)");
+        middle.notes = if middle.notes.is_empty() {
+            spread
+        } else {
+            format!("{}; {spread}", middle.notes)
+        };
+    }
+    middle
+}
+
 fn slug(workload: &str) -> String {
     workload
         .chars()

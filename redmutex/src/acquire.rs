@@ -221,7 +221,12 @@ impl<'a, C: Connection> Acquire<'a, C> {
                 saw_held = true;
                 (Reason::Held(index), None)
             } else {
-                let sent_at = Instant::now();
+                // The first try goes out right after the start (one clock read saved).
+                let sent_at = if attempts == 1 && !recheck {
+                    started
+                } else {
+                    Instant::now()
+                };
                 // If an earlier try may have set keys, this one must accept them as ours.
                 let retrying_own = cleanup.armed;
                 cleanup.armed = true;
@@ -244,7 +249,7 @@ impl<'a, C: Connection> Acquire<'a, C> {
                     retrying_own,
                     waiting,
                 };
-                let attempt = store.try_obtain(request, &token, try_until).await;
+                let attempt = store.try_obtain(request, &token, sent_at, try_until).await;
                 cleanup.armed = attempt.may_hold;
                 if let Some(member) = member.as_mut() {
                     member.tried(match (&attempt.result, attempt.held_key) {

@@ -113,9 +113,9 @@ impl<C: Connection> Nodes<C> {
         &self,
         request: ObtainTry<'_>,
         token: &Token,
+        started: Instant,
         try_until: Option<Instant>,
     ) -> Attempt {
-        let started = Instant::now();
         let ttl = Duration::from_millis(request.ttl_ms);
         let mut timeout = self.settings.timeout_for(ttl);
         if let Some(until) = try_until {

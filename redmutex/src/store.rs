@@ -83,18 +83,21 @@ impl<C: Connection> Store<C> {
         }
     }
 
-    /// One try, answering by `try_until` at the latest.
+    /// One try, sent now (`sent_at`, read by the caller, which needs it too), answering by
+    /// `try_until` at the latest.
     pub(crate) async fn try_obtain(
         &self,
         request: ObtainTry<'_>,
         token: &Token,
+        sent_at: Instant,
         try_until: Option<Instant>,
     ) -> Attempt {
         let conn = match self {
-            Store::Quorum(nodes) => return nodes.try_obtain(request, token, try_until).await,
+            Store::Quorum(nodes) => {
+                return nodes.try_obtain(request, token, sent_at, try_until).await
+            }
             Store::One(conn) => conn,
         };
-        let sent_at = Instant::now();
         let mut conn = conn.clone();
         let reply = scripts::obtain(&mut conn, request);
         // Our own timer only where it can end the wait sooner than the connection's
