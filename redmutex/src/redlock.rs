@@ -65,17 +65,20 @@ impl<C: Connection> Nodes<C> {
         F: Fn(C) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
     {
-        join_all(self.conns.iter().map(|conn| {
+        // One timer for the whole fan-out rather than one per node (timers are a measurable
+        // part of a Redlock try's client CPU): each node's reply lands in its slot, and the
+        // slots still empty when the timer fires are the nodes that timed out.
+        let mut slots: Vec<Option<Reply<T>>> = self.conns.iter().map(|_| None).collect();
+        let requests = self.conns.iter().zip(slots.iter_mut()).map(|(conn, slot)| {
             let request = op(conn.clone());
-            async move {
-                match tokio::time::timeout(timeout, request).await {
-                    Ok(Ok(value)) => Ok(value),
-                    Ok(Err(e)) => Err(NodeError::Redis(e)),
-                    Err(_) => Err(NodeError::TimedOut(timeout)),
-                }
-            }
-        }))
-        .await
+            async move { *slot = Some(request.await.map_err(NodeError::Redis)) }
+        });
+        // A timeout only means some slots stay empty.
+        let _ = tokio::time::timeout(timeout, join_all(requests)).await;
+        slots
+            .into_iter()
+            .map(|slot| slot.unwrap_or(Err(NodeError::TimedOut(timeout))))
+            .collect()
     }
 
     /// Counts the nodes that agreed (`judge` says `Ok(true)`), and lists the others.
