@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use crate::args::{self, Keys};
 use crate::connection::Connection;
 use crate::error::{Error, NotObtained};
+use crate::fence;
 use crate::lock::Lock;
 use crate::quorum::QuorumFailure;
 use crate::renewer::RenewerSlot;
@@ -53,6 +54,7 @@ pub struct Acquire<'a, C: Connection> {
     hub: Option<Arc<Hub>>,
     keys: Result<Keys, Error>,
     ttl: Duration,
+    fences: bool,
     metadata: Option<String>,
     retry: Box<dyn Iterator<Item = Duration> + Send + 'a>,
     deadline: Option<Duration>,
@@ -100,6 +102,7 @@ impl<'a, C: Connection> Acquire<'a, C> {
         hub: Option<Arc<Hub>>,
         keys: Result<Keys, Error>,
         ttl: Duration,
+        fences: bool,
     ) -> Acquire<'a, C> {
         Acquire {
             store,
@@ -107,6 +110,7 @@ impl<'a, C: Connection> Acquire<'a, C> {
             hub,
             keys,
             ttl,
+            fences,
             metadata: None,
             retry: Box::new(crate::retry::none()),
             deadline: None,
@@ -160,6 +164,7 @@ impl<'a, C: Connection> Acquire<'a, C> {
             hub,
             keys,
             ttl,
+            fences,
             metadata,
             retry,
             deadline,
@@ -172,6 +177,10 @@ impl<'a, C: Connection> Acquire<'a, C> {
             args::check_metadata(metadata)?;
         }
         let ttl = Duration::from_millis(ttl_ms);
+        let counters: Vec<Vec<u8>> = match fences {
+            true => keys.iter().map(fence::counter_key).collect(),
+            false => Vec::new(),
+        };
         let token = Token::generate()?;
         let mut value = token::lock_value(&token, metadata.as_deref());
         let started = Instant::now();
@@ -244,6 +253,7 @@ impl<'a, C: Connection> Acquire<'a, C> {
                 }
                 let request = ObtainTry {
                     keys: &keys,
+                    counters: &counters,
                     value: &value,
                     ttl_ms,
                     retrying_own,
@@ -259,7 +269,7 @@ impl<'a, C: Connection> Acquire<'a, C> {
                     });
                 }
                 let reason = match attempt.result {
-                    TryResult::Obtained { valid_until } => {
+                    TryResult::Obtained { valid_until, fence } => {
                         cleanup.armed = false;
                         drop(cleanup);
                         return Ok(Lock::new(
@@ -271,6 +281,7 @@ impl<'a, C: Connection> Acquire<'a, C> {
                             ttl_ms,
                             sent_at,
                             valid_until,
+                            fence,
                         ));
                     }
                     TryResult::Held(index) => {

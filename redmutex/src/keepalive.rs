@@ -284,6 +284,11 @@ impl<C: Connection> Lease<C> {
         self.lock().metadata()
     }
 
+    /// The acquisition's fencing token (see [`Lock::fence`]); renewals keep it.
+    pub fn fence(&self) -> Option<u64> {
+        self.lock().fence()
+    }
+
     /// Until when the lock is certainly held, as of the last successful renewal.
     pub fn valid_until(&self) -> Instant {
         self.state.valid_until()

@@ -47,6 +47,7 @@ pub struct Lock<C: Connection> {
     lease_ttl: Duration,
     acquired_at: Instant,
     valid_until: Instant,
+    fence: Option<u64>,
     release_on_drop: bool,
     renewer: Arc<RenewerSlot<C>>,
 }
@@ -62,6 +63,7 @@ impl<C: Connection> Lock<C> {
         ttl_ms: u64,
         sent_at: Instant,
         valid_until: Instant,
+        fence: Option<u64>,
     ) -> Lock<C> {
         Lock {
             store,
@@ -71,6 +73,7 @@ impl<C: Connection> Lock<C> {
             lease_ttl: Duration::from_millis(ttl_ms),
             acquired_at: sent_at,
             valid_until,
+            fence,
             release_on_drop: true,
             renewer,
         }
@@ -137,6 +140,28 @@ impl<C: Connection> Lock<C> {
     /// The metadata stored with the token, if any.
     pub fn metadata(&self) -> Option<&str> {
         self.metadata.as_deref()
+    }
+
+    /// This acquisition's fencing token: greater than the fence of every earlier
+    /// acquisition of any of its keys (see [Fencing tokens](crate#fencing-tokens)). Pass
+    /// it with every write to the resource the lock guards, and have the resource refuse
+    /// writes with a fence lower than the highest it has seen: a holder that was paused
+    /// past its TTL then cannot overwrite the work of the holder after it. `None` only on a
+    /// locker built [`without_fences`](crate::Locker::without_fences).
+    ///
+    /// ```
+    /// # async fn demo(locker: redmutex::Locker<redis::aio::MultiplexedConnection>) -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// let first = locker.acquire("report", Duration::from_secs(10)).await?;
+    /// let a = first.fence().expect("fences are on by default");
+    /// first.release().await?;
+    /// let second = locker.acquire("report", Duration::from_secs(10)).await?;
+    /// assert!(second.fence() > Some(a));
+    /// # second.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fence(&self) -> Option<u64> {
+        self.fence
     }
 
     /// The TTL set by the acquire or the last successful refresh (in whole milliseconds).
@@ -259,6 +284,7 @@ impl<C: Connection> std::fmt::Debug for Lock<C> {
             .field("keys", &self.keys)
             .field("token", &self.token)
             .field("metadata", &self.metadata)
+            .field("fence", &self.fence)
             .field("lease_ttl", &self.lease_ttl)
             .field("valid_until", &self.valid_until)
             .finish_non_exhaustive()

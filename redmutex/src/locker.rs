@@ -42,6 +42,8 @@ pub struct Locker<C: Connection> {
     renewer: Arc<RenewerSlot<C>>,
     /// Wakes waiting acquires on release, when enabled ([`Locker::with_wake_up`]).
     hub: Option<Arc<Hub>>,
+    /// Whether acquisitions hand out fences (on unless [`Locker::without_fences`]).
+    fences: bool,
 }
 
 impl<C: Connection> Locker<C> {
@@ -103,7 +105,36 @@ impl<C: Connection> Locker<C> {
             prefix: Arc::from(&b""[..]),
             renewer: Arc::new(RenewerSlot::new()),
             hub: None,
+            fences: true,
         }
+    }
+
+    /// Turns fencing tokens off: acquisitions no longer keep a counter beside each key
+    /// (and [`Lock::fence`](crate::Lock::fence) is `None`).
+    ///
+    /// Fence counters are never deleted — a counter that disappeared would start again
+    /// at 1 — so each distinct key ever locked leaves one small key behind (`{key}:fence`,
+    /// see [Fencing tokens](crate#fencing-tokens)). For lockers over an unbounded key space
+    /// (a lock per row or per request id) whose holders do not pass fences on to storage,
+    /// turn them off. A single-key acquire is then one plain `SET NX PX`.
+    ///
+    /// ```
+    /// # async fn demo(conn: redis::aio::MultiplexedConnection) -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// let locker = redmutex::Locker::new(conn).without_fences();
+    /// let lock = locker.acquire("session:9f2c", Duration::from_secs(5)).await?;
+    /// assert_eq!(lock.fence(), None);
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn without_fences(mut self) -> Locker<C> {
+        self.fences = false;
+        self
+    }
+
+    /// Whether acquisitions hand out fences (see [`without_fences`](Locker::without_fences)).
+    pub fn fences(&self) -> bool {
+        self.fences
     }
 
     /// Wakes acquires that wait for a held lock as soon as it is released, instead of
@@ -238,6 +269,7 @@ impl<C: Connection> Locker<C> {
             self.hub.clone(),
             Keys::new(&self.prefix, [key]),
             ttl,
+            self.fences,
         )
     }
 
@@ -263,6 +295,7 @@ impl<C: Connection> Locker<C> {
             self.hub.clone(),
             Keys::new(&self.prefix, keys),
             ttl,
+            self.fences,
         )
     }
 
@@ -351,6 +384,11 @@ pub struct LockInfo {
     /// Some acquire waits for this lock and asked to be woken when it is released (see
     /// [`Locker::with_wake_up`]). Redlock: on any node.
     pub awaited: bool,
+    /// The latest fence handed out for this key ([`Lock::fence`](crate::Lock::fence)),
+    /// whether or not the lock is held now; `None` when no fenced acquisition took it yet.
+    /// Redlock: the highest over the nodes that answered (a failed try may have raised a
+    /// minority of nodes past the last fence actually handed out).
+    pub fence: Option<u64>,
     /// Redlock: each node's view, in node order (empty for a single-node locker).
     pub nodes: Vec<NodeInfo>,
 }
@@ -385,6 +423,7 @@ pub(crate) fn lock_info(key: &[u8], raw: RawKey) -> LockInfo {
         metadata,
         foreign,
         awaited,
+        fence: raw.fence,
         nodes: Vec::new(),
     }
 }

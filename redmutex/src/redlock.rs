@@ -136,19 +136,47 @@ impl<C: Connection> Nodes<C> {
                 _ => None,
             })
             .min();
+        // With fences, each node that took the keys answered its own next fence.
+        let fences: Vec<Option<u64>> = replies
+            .iter()
+            .map(|reply| match reply {
+                Ok(Obtain::Obtained { fence }) => *fence,
+                _ => None,
+            })
+            .collect();
         let mut failure = self.tally(replies, started.elapsed(), |obtain| match obtain {
-            Obtain::Obtained => Ok(()),
+            Obtain::Obtained { .. } => Ok(()),
             Obtain::Held(_) => Err(NodeError::Held),
         });
         if failure.agreed >= failure.needed {
-            if let Some(valid_until) = self.valid_until(ttl, started, failure.elapsed) {
-                return Attempt {
-                    result: TryResult::Obtained { valid_until },
-                    may_hold: false,
-                    held_key: None,
-                };
+            let fence = match request.counters.is_empty() {
+                true => Ok(None),
+                false => self
+                    .durable_fence(&request, token, &fences, started, timeout)
+                    .await
+                    .map(Some),
+            };
+            match fence {
+                Ok(fence) => {
+                    if let Some(valid_until) = self.valid_until(ttl, started, started.elapsed()) {
+                        return Attempt {
+                            result: TryResult::Obtained { valid_until, fence },
+                            may_hold: false,
+                            held_key: None,
+                        };
+                    }
+                    failure.elapsed = started.elapsed();
+                    failure.too_late = true;
+                }
+                Err(unfenced) => {
+                    // The keys were taken, but the fence could not be made durable on a
+                    // quorum: only the nodes that took both agreed.
+                    failure.elapsed = started.elapsed();
+                    failure.agreed -= unfenced.len();
+                    failure.failures.extend(unfenced);
+                    failure.failures.sort_by_key(|f| f.node);
+                }
             }
-            failure.too_late = true;
         }
         // Undo on every node, including those that did not answer: the request may still
         // reach them. On the same connection the release queues behind it, so once every
@@ -161,6 +189,75 @@ impl<C: Connection> Nodes<C> {
             may_hold: !cleaned,
             held_key,
         }
+    }
+
+    /// The fence for an acquisition that took its keys on a quorum: one more than every
+    /// fence handed out before, made durable on a quorum before it is handed out.
+    ///
+    /// Each node that took the keys answered its own next fence (its counter, raised in the
+    /// same script). Their maximum is the candidate. Handing it out as it is would not be
+    /// enough: counters on a minority may have been raised by tries that failed, so a later
+    /// holder whose quorum misses those nodes could be handed a smaller fence. The candidate
+    /// is therefore handed out only once a quorum of nodes stores it (or more) while this
+    /// owner still holds the keys there — then every later quorum includes one of those
+    /// nodes, and a later acquisition there counts past it. Usually the nodes agree and no
+    /// second request is needed; otherwise the lower nodes are raised (`fence.lua`).
+    ///
+    /// Returns the fence, or, when too few nodes store it, why each node that took the keys
+    /// but not the fence failed.
+    async fn durable_fence(
+        &self,
+        request: &ObtainTry<'_>,
+        token: &Token,
+        fences: &[Option<u64>],
+        started: Instant,
+        timeout: Duration,
+    ) -> Result<u64, Vec<NodeFailure>> {
+        let fence = fences.iter().flatten().copied().max().unwrap_or(0);
+        let settled = fences.iter().filter(|f| **f == Some(fence)).count();
+        if settled >= self.needed() {
+            return Ok(fence);
+        }
+        // Raise the nodes that took the keys with a lower fence; the others did not take
+        // the keys and cannot count.
+        let timeout = timeout.saturating_sub(started.elapsed());
+        let raises = self.conns.iter().zip(fences).map(|(conn, seen)| {
+            let mut conn = conn.clone();
+            async move {
+                match seen {
+                    Some(seen) if *seen < fence => {
+                        let raise = scripts::raise_fence(
+                            &mut conn,
+                            request.keys,
+                            request.counters,
+                            token,
+                            fence,
+                        );
+                        match tokio::time::timeout(timeout, raise).await {
+                            Ok(Ok(true)) => Some(Ok(())),
+                            Ok(Ok(false)) => Some(Err(NodeError::NotHeld)),
+                            Ok(Err(e)) => Some(Err(NodeError::Redis(e))),
+                            Err(_) => Some(Err(NodeError::TimedOut(timeout))),
+                        }
+                    }
+                    Some(_) => Some(Ok(())),
+                    None => None,
+                }
+            }
+        });
+        let raised = join_all(raises).await;
+        let stored = raised.iter().filter(|r| matches!(r, Some(Ok(())))).count();
+        if stored >= self.needed() {
+            return Ok(fence);
+        }
+        Err(raised
+            .into_iter()
+            .enumerate()
+            .filter_map(|(node, raised)| match raised {
+                Some(Err(error)) => Some(NodeFailure { node, error }),
+                _ => None,
+            })
+            .collect())
     }
 
     /// Deletes this owner's keys on every node, sending the whole script (see
@@ -379,6 +476,10 @@ impl<C: Connection> Nodes<C> {
         let awaited = nodes
             .iter()
             .any(|n| n.info.as_ref().is_ok_and(|info| info.awaited));
+        let fence = nodes
+            .iter()
+            .filter_map(|n| n.info.as_ref().ok()?.fence)
+            .max();
         let (metadata, ttl) = match holder {
             Some((_, metadata, mut ttls)) => {
                 // The lock stands while a quorum of its nodes still has it: the
@@ -398,6 +499,7 @@ impl<C: Connection> Nodes<C> {
             metadata,
             foreign,
             awaited,
+            fence,
             nodes,
         }
     }

@@ -37,6 +37,7 @@ static PTTL: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scrip
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
 static INSPECT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/inspect.lua")));
+static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/fence.lua")));
 
 /// An invocation of `script` with the lock's keys as `KEYS`.
 fn over_keys<'s>(script: &'s Script, keys: &Keys) -> redis::ScriptInvocation<'s> {
@@ -50,8 +51,8 @@ fn over_keys<'s>(script: &'s Script, keys: &Keys) -> redis::ScriptInvocation<'s>
 /// The answer to one acquire try.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Obtain {
-    /// Every key now holds our value.
-    Obtained,
+    /// Every key now holds our value; with fences, this node's next fence.
+    Obtained { fence: Option<u64> },
     /// The key at this index is held by another owner; nothing was written.
     Held(usize),
 }
@@ -60,6 +61,8 @@ pub(crate) enum Obtain {
 #[derive(Clone, Copy)]
 pub(crate) struct ObtainTry<'a> {
     pub(crate) keys: &'a Keys,
+    /// The fence counter of each key, in order; empty when the locker has no fences.
+    pub(crate) counters: &'a [Vec<u8>],
     /// Token, awaited flag, metadata.
     pub(crate) value: &'a [u8],
     pub(crate) ttl_ms: u64,
@@ -71,22 +74,23 @@ pub(crate) struct ObtainTry<'a> {
     pub(crate) waiting: bool,
 }
 
-/// One try to take every key. A single key takes the cheapest path, a plain `SET NX PX`,
-/// unless the try is `retrying_own`. When `waiting`, marking a held key takes a second
-/// request on that path, sent only when the `SET` found the key held (the script may still
-/// obtain the key if it was released in between).
+/// One try to take every key. A single key without fences takes the cheapest path, a
+/// plain `SET NX PX`, unless the try is `retrying_own`. When `waiting`, marking a held key
+/// takes a second request on that path, sent only when the `SET` found the key held (the
+/// script may still obtain the key if it was released in between).
 pub(crate) async fn obtain<C: ConnectionLike>(
     conn: &mut C,
     request: ObtainTry<'_>,
 ) -> RedisResult<Obtain> {
     let ObtainTry {
         keys,
+        counters,
         value,
         ttl_ms,
         retrying_own,
         waiting,
     } = request;
-    if keys.len() == 1 && !retrying_own {
+    if keys.len() == 1 && counters.is_empty() && !retrying_own {
         let key = keys.get(0).expect("one key");
         let reply: Value = redis::cmd("SET")
             .arg(key)
@@ -97,22 +101,46 @@ pub(crate) async fn obtain<C: ConnectionLike>(
             .query_async(conn)
             .await?;
         if reply != Value::Nil {
-            return Ok(Obtain::Obtained);
+            return Ok(Obtain::Obtained { fence: None });
         }
         if !waiting {
             return Ok(Obtain::Held(0));
         }
     }
     let mut call = over_keys(&OBTAIN, keys);
+    for counter in counters {
+        call.key(counter);
+    }
     call.arg(value)
         .arg(ttl_ms)
         .arg(TOKEN_LEN)
-        .arg(if waiting { "1" } else { "0" });
-    let held: usize = call.invoke_async(conn).await?;
+        .arg(if waiting { "1" } else { "0" })
+        .arg(keys.len());
+    let (held, fence): (usize, u64) = call.invoke_async(conn).await?;
     Ok(match held {
-        0 => Obtain::Obtained,
+        0 => Obtain::Obtained {
+            fence: (!counters.is_empty()).then_some(fence),
+        },
         i => Obtain::Held(i - 1),
     })
+}
+
+/// Redlock's second step for fences: raises the counters to `fence` where lower, if this
+/// owner still holds every key on the node. Returns whether it did.
+pub(crate) async fn raise_fence<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &Keys,
+    counters: &[Vec<u8>],
+    token: &Token,
+    fence: u64,
+) -> RedisResult<bool> {
+    let mut call = over_keys(&FENCE, keys);
+    for counter in counters {
+        call.key(counter);
+    }
+    call.arg(token.as_bytes()).arg(fence);
+    let raised: i64 = call.invoke_async(conn).await?;
+    Ok(raised == 1)
 }
 
 /// Deletes the keys that still hold `token`. Returns how many keys did not.
@@ -207,19 +235,28 @@ pub(crate) struct RawKey {
     pub(crate) pttl: i64,
     /// Redis type name (`none`, `string`, `hash`, …).
     pub(crate) kind: String,
+    /// The key's fence counter: the latest fence handed out, if any (and a number).
+    pub(crate) fence: Option<u64>,
     /// The value, when the key is a string.
     pub(crate) value: Option<Vec<u8>>,
 }
 
 pub(crate) async fn inspect<C: ConnectionLike>(conn: &mut C, key: &[u8]) -> RedisResult<RawKey> {
-    // A two- or three-element array: parse by position rather than as a fixed tuple.
+    // A three- or four-element array: parse by position rather than as a fixed tuple.
     let mut reply: std::vec::IntoIter<Value> = INSPECT
         .key(key)
+        .key(crate::fence::counter_key(key))
         .invoke_async::<Vec<Value>>(conn)
         .await?
         .into_iter();
     let pttl: i64 = redis::from_redis_value(reply.next().unwrap_or(Value::Nil))?;
     let kind: String = redis::from_redis_value(reply.next().unwrap_or(Value::Nil))?;
+    let fence: Option<String> = redis::from_redis_value(reply.next().unwrap_or(Value::Nil))?;
     let value: Option<Vec<u8>> = redis::from_redis_value(reply.next().unwrap_or(Value::Nil))?;
-    Ok(RawKey { pttl, kind, value })
+    Ok(RawKey {
+        pttl,
+        kind,
+        fence: fence.and_then(|f| f.parse().ok()),
+        value,
+    })
 }

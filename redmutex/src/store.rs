@@ -48,8 +48,12 @@ pub(crate) struct Attempt {
 }
 
 pub(crate) enum TryResult {
-    /// Held until `valid_until` on this client's clock.
-    Obtained { valid_until: Instant },
+    /// Held until `valid_until` on this client's clock, with this fence (when the locker
+    /// has fences).
+    Obtained {
+        valid_until: Instant,
+        fence: Option<u64>,
+    },
     /// Single node: this key is held by another owner.
     Held(usize),
     /// Single node: a transient error; the request may or may not have been applied.
@@ -112,16 +116,19 @@ impl<C: Connection> Store<C> {
             }
             _ => match reply.await {
                 // Too late to be of use: the keys would be gone, or the deadline passed.
-                Ok(Obtain::Obtained) if try_until.is_some_and(|until| Instant::now() > until) => {
+                Ok(Obtain::Obtained { .. })
+                    if try_until.is_some_and(|until| Instant::now() > until) =>
+                {
                     Err(no_reply_error())
                 }
                 outcome => outcome,
             },
         };
         match outcome {
-            Ok(Obtain::Obtained) => Attempt {
+            Ok(Obtain::Obtained { fence }) => Attempt {
                 result: TryResult::Obtained {
                     valid_until: sent_at + Duration::from_millis(request.ttl_ms),
+                    fence,
                 },
                 may_hold: false,
                 held_key: None,

@@ -313,6 +313,10 @@ async fn a_reply_after_the_ttl_never_yields_a_lock() {
         .await
         .unwrap();
     let locker = Locker::new(conn);
+    // Load the scripts first, so that the slow try is one round trip (not NOSCRIPT, LOAD,
+    // and the call again).
+    let warm = locker.acquire("warm", ms(5_000)).await.unwrap();
+    warm.release().await.unwrap();
     proxy.set_latency(ms(3_000)); // each way
     let started = Instant::now();
     let error = locker

@@ -1,30 +1,51 @@
--- obtain.lua: take every key, or none of them.
--- KEYS:    the lock keys.
+-- obtain.lua: take every key, or none of them; with fences, hand out the next fence.
+-- KEYS:    the lock keys, then (with fences) the fence counter of each, in the same order.
 -- ARGV[1]: the value to store: token, waiting flag, then metadata.
 -- ARGV[2]: the TTL in milliseconds.
 -- ARGV[3]: the token's length; the owner check compares that many leading bytes.
 -- ARGV[4]: '1' when the caller waits for a release: a held key is then marked as awaited
 --          (its flag byte, right after the token, becomes 'w'), so that its owner's
 --          release announces itself on the key's channel.
--- Returns: 0 when every key now holds ARGV[1] with the TTL; otherwise the 1-based index of
---          the first key held by another owner, and nothing was written but that mark.
+-- ARGV[5]: the number of lock keys; when KEYS holds more, the rest are fence counters.
+-- Returns: { 0, fence } when every key now holds ARGV[1] with the TTL: fence is one more
+--          than the highest of the counters, now stored in all of them (0 without fences);
+--          otherwise { i, 0 } with i the 1-based index of the first key held by another
+--          owner, and nothing was written but that mark.
 -- A key that already holds our own token counts as free: an earlier try whose reply was
 -- lost may have set it, and the retry must be able to finish what that try started.
 -- A key of another type (pcall turns its WRONGTYPE error into a table) counts as held, and
 -- only values in redmutex's own format are ever marked; anything else is left as it is.
+-- A counter that is not a whole number stops the script before anything is written.
 local length = tonumber(ARGV[3])
+local count = tonumber(ARGV[5])
 local token = string.sub(ARGV[1], 1, length)
-for i, key in ipairs(KEYS) do
-  local value = redis.pcall('get', key)
+for i = 1, count do
+  local value = redis.pcall('get', KEYS[i])
   if value ~= false and not (type(value) == 'string' and string.sub(value, 1, length) == token) then
     if ARGV[4] == '1' and type(value) == 'string' and string.sub(value, length + 1, length + 1) == '-'
         and string.find(string.sub(value, 1, length), '^[%w_%-]+$') then
-      redis.call('setrange', key, length, 'w')
+      redis.call('setrange', KEYS[i], length, 'w')
     end
-    return i
+    return { i, 0 }
   end
 end
-for _, key in ipairs(KEYS) do
-  redis.call('set', key, ARGV[1], 'px', ARGV[2])
+local fence = 0
+if #KEYS > count then
+  for i = count + 1, #KEYS do
+    local seen = tonumber(redis.call('get', KEYS[i]) or '0')
+    if seen == nil or seen < 0 or seen ~= math.floor(seen) then
+      return redis.error_reply('redmutex: the fence counter ' .. KEYS[i] .. ' does not hold a whole number')
+    end
+    if seen > fence then
+      fence = seen
+    end
+  end
+  fence = fence + 1
 end
-return 0
+for i = 1, count do
+  redis.call('set', KEYS[i], ARGV[1], 'px', ARGV[2])
+end
+for i = count + 1, #KEYS do
+  redis.call('set', KEYS[i], fence)
+end
+return { 0, fence }

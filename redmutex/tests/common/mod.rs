@@ -105,7 +105,43 @@ impl Raw {
         !self.exists(key).await
     }
 
+    /// How many keys are left that are not fence counters (those stay by design).
     pub async fn dbsize(&mut self) -> i64 {
-        redis::cmd("DBSIZE").query_async(&mut self.0).await.unwrap()
+        self.lock_keys().await.len() as i64
     }
+
+    /// Every key that is not a fence counter, sorted.
+    pub async fn lock_keys(&mut self) -> Vec<Vec<u8>> {
+        let all: Vec<Vec<u8>> = redis::cmd("KEYS")
+            .arg("*")
+            .query_async(&mut self.0)
+            .await
+            .unwrap();
+        let mut keys: Vec<Vec<u8>> = all.into_iter().filter(|k| !is_fence_counter(k)).collect();
+        keys.sort();
+        keys
+    }
+
+    /// The fence counter of `key`, if one was written.
+    pub async fn fence_counter(&mut self, key: &str) -> Option<u64> {
+        redis::cmd("GET")
+            .arg(format!("{{{key}}}:fence"))
+            .query_async(&mut self.0)
+            .await
+            .unwrap()
+    }
+}
+
+/// Whether `key` is named like a fence counter (`{…}:fence` or `{…}:fence:…`).
+pub fn is_fence_counter(key: &[u8]) -> bool {
+    key.first() == Some(&b'{') && key.windows(b"}:fence".len()).any(|w| w == b"}:fence")
+}
+
+/// How many keys on `server` are not fence counters, read without the code under test.
+pub fn lock_key_count(server: &RedisServer) -> u64 {
+    let script = "local n = 0 for _, k in ipairs(redis.call('keys', '*')) do \
+                  if not (string.sub(k, 1, 1) == '{' and string.find(k, '}:fence', 1, true)) \
+                  then n = n + 1 end end return n";
+    let reply = server.command(&["EVAL", script, "0"]);
+    reply.trim_start_matches(':').trim_end().parse().unwrap()
 }

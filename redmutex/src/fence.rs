@@ -1,0 +1,201 @@
+//! Fencing tokens: where each key's counter lives, and the Redis Cluster hash-slot maths
+//! that decides it.
+//!
+//! Every acquisition increments a counter kept beside each lock key, in the same script
+//! that takes the keys, and hands the new value to the holder. The counter must live in the
+//! key's hash slot, so that one script may touch both on Redis Cluster; its name is derived
+//! from the key:
+//!
+//! - a key `K` without a hash tag and without `}` gets `{K}:fence`: its tag is the whole
+//!   key, so it hashes like the key;
+//! - a key with a hash tag `{t}` gets `{t}:fence:K` — same tag;
+//! - a key with no hash tag that contains `}` (so it cannot be wrapped in braces) gets
+//!   `{T}:fence:K`, where `T` is a short tag chosen to hash to the key's slot.
+//!
+//! A tag never contains `}`, so these names cannot collide with each other, and they all
+//! start with `{`: under a key prefix that does not, they cannot collide with lock keys.
+//!
+//! Counters are never deleted: a counter that disappeared would restart at 1. That costs
+//! one small key per distinct lock key, ever; lockers over unbounded key spaces that do not
+//! use fences can turn them off ([`Locker::without_fences`](crate::Locker::without_fences)).
+
+use std::sync::LazyLock;
+
+/// Redis Cluster's number of hash slots.
+pub(crate) const SLOTS: u16 = 16384;
+
+/// The name of the fence counter of `key` (see the module docs).
+pub(crate) fn counter_key(key: &[u8]) -> Vec<u8> {
+    let mut counter = Vec::with_capacity(key.len() + 16);
+    counter.push(b'{');
+    if let Some(tag) = hash_tag(key) {
+        counter.extend_from_slice(tag);
+        counter.extend_from_slice(b"}:fence:");
+        counter.extend_from_slice(key);
+    } else if !key.contains(&b'}') {
+        counter.extend_from_slice(key);
+        counter.extend_from_slice(b"}:fence");
+    } else {
+        counter.extend_from_slice(&SLOT_TAGS[usize::from(hash_slot(key))]);
+        counter.extend_from_slice(b"}:fence:");
+        counter.extend_from_slice(key);
+    }
+    counter
+}
+
+/// The part of `key` that Redis Cluster hashes, if it is not the whole key: the bytes
+/// between the first `{` and the first `}` after it, when there are any.
+pub(crate) fn hash_tag(key: &[u8]) -> Option<&[u8]> {
+    let open = key.iter().position(|&b| b == b'{')?;
+    let len = key[open + 1..].iter().position(|&b| b == b'}')?;
+    (len > 0).then(|| &key[open + 1..open + 1 + len])
+}
+
+/// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag (the bytes between
+/// the first `{` and the next `}`, if not empty), or of the whole key, modulo 16384. The
+/// keys of one multi-key lock on a cluster must share it.
+///
+/// ```
+/// use redmutex::hash_slot;
+/// assert_eq!(hash_slot(b"foo"), 12182);
+/// assert_eq!(hash_slot(b"job:{42}:input"), hash_slot(b"job:{42}:output"));
+/// ```
+pub fn hash_slot(key: &[u8]) -> u16 {
+    crc16(hash_tag(key).unwrap_or(key)) % SLOTS
+}
+
+/// CRC-16/XMODEM (polynomial 0x1021, initial value 0), as Redis Cluster uses it.
+fn crc16(bytes: &[u8]) -> u16 {
+    bytes.iter().fold(0u16, |crc, &byte| {
+        let crc = crc ^ (u16::from(byte) << 8);
+        (0..8).fold(crc, |crc, _| {
+            if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            }
+        })
+    })
+}
+
+/// For every slot, a short tag that hashes to it: found once, by trying the tags `0`,
+/// `1`, … in base 36 until every slot has one (about 150,000 CRCs, under a millisecond
+/// or two). Only keys without a hash tag that contain `}` need it.
+static SLOT_TAGS: LazyLock<Vec<Vec<u8>>> = LazyLock::new(|| {
+    let mut tags: Vec<Vec<u8>> = vec![Vec::new(); usize::from(SLOTS)];
+    let mut missing = usize::from(SLOTS);
+    let mut n: u64 = 0;
+    while missing > 0 {
+        let tag = base36(n);
+        let slot = usize::from(crc16(&tag) % SLOTS);
+        if tags[slot].is_empty() {
+            tags[slot] = tag;
+            missing -= 1;
+        }
+        n += 1;
+    }
+    tags
+});
+
+fn base36(mut n: u64) -> Vec<u8> {
+    const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut out = Vec::new();
+    loop {
+        out.push(DIGITS[(n % 36) as usize]);
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    out.reverse();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crc16_matches_the_reference_check_value() {
+        // The CRC-16/XMODEM check value, and the example in the Redis Cluster spec.
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+    }
+
+    #[test]
+    fn slots_match_redis_cluster() {
+        // Values from `CLUSTER KEYSLOT` on a real cluster (also checked live in the
+        // cluster tests).
+        assert_eq!(hash_slot(b"foo"), 12182);
+        assert_eq!(hash_slot(b"bar"), 5061);
+        assert_eq!(hash_slot(b"{user1000}.following"), hash_slot(b"user1000"));
+        assert_eq!(hash_slot(b"foo{}{bar}"), crc16(b"foo{}{bar}") % SLOTS);
+        assert_eq!(hash_slot(b"foo{{bar}}zap"), hash_slot(b"{bar"));
+        assert_eq!(hash_slot(b"foo{bar}{zap}"), hash_slot(b"bar"));
+    }
+
+    #[test]
+    fn hash_tags_are_the_first_non_empty_braces() {
+        assert_eq!(hash_tag(b"a{b}c"), Some(&b"b"[..]));
+        assert_eq!(hash_tag(b"a{}c{d}"), None);
+        assert_eq!(hash_tag(b"a}b{c"), None);
+        assert_eq!(hash_tag(b"{"), None);
+        assert_eq!(hash_tag(b"plain"), None);
+    }
+
+    #[test]
+    fn counters_share_the_slot_of_their_key() {
+        let keys: [&[u8]; 8] = [
+            b"lock:{order-7}",
+            b"plain",
+            b"a{b",
+            b"a}b",
+            b"}",
+            b"x{}y}",
+            b"{a}",
+            b"k\xc3\xa9y:\xff",
+        ];
+        for key in keys {
+            let counter = counter_key(key);
+            assert_eq!(
+                hash_slot(&counter),
+                hash_slot(key),
+                "{:?} → {:?}",
+                String::from_utf8_lossy(key),
+                String::from_utf8_lossy(&counter)
+            );
+            assert_ne!(counter, key);
+        }
+        assert_eq!(
+            counter_key(b"lock:{order-7}"),
+            b"{order-7}:fence:lock:{order-7}"
+        );
+        assert_eq!(counter_key(b"plain"), b"{plain}:fence");
+        assert!(counter_key(b"a}b").ends_with(b"}:fence:a}b"));
+    }
+
+    #[test]
+    fn every_slot_has_a_tag() {
+        for (slot, tag) in SLOT_TAGS.iter().enumerate() {
+            assert!(!tag.is_empty() && !tag.contains(&b'}'));
+            assert_eq!(usize::from(crc16(tag) % SLOTS), slot);
+        }
+    }
+
+    #[test]
+    fn distinct_keys_get_distinct_counters() {
+        let keys: [&[u8]; 8] = [
+            b"a",
+            b"{a}",
+            b"a}",
+            b"}a",
+            b"{a}:fence",
+            b"b{a}",
+            b"{a}:fence:{a}",
+            b"a}:fence",
+        ];
+        let mut counters: Vec<Vec<u8>> = keys.iter().map(|k| counter_key(k)).collect();
+        counters.sort();
+        counters.dedup();
+        assert_eq!(counters.len(), keys.len());
+    }
+}
