@@ -106,15 +106,22 @@ pub async fn inspect<C: Connection>(
     Ok(0)
 }
 
-/// `held, ttl 29.5s, awaited, metadata: host=a` or `free`.
+/// `held, ttl 29.5s, fence 42, awaited, metadata: host=a`, `free, last fence 42` or
+/// `free`.
 fn text_view(info: &LockInfo) -> String {
     if !info.held {
-        return "free".to_owned();
+        return match info.fence {
+            Some(fence) => format!("free, last fence {fence}"),
+            None => "free".to_owned(),
+        };
     }
     let mut line = "held".to_owned();
     match info.ttl {
         Some(ttl) => line.push_str(&format!(", ttl {}", duration::format(ttl))),
         None => line.push_str(", no expiry"),
+    }
+    if let Some(fence) = info.fence {
+        line.push_str(&format!(", fence {fence}"));
     }
     if info.foreign {
         line.push_str(", not a redmutex lock");
@@ -128,15 +135,17 @@ fn text_view(info: &LockInfo) -> String {
     line
 }
 
-/// `{"key":…,"held":…,"ttl_ms":…,"awaited":…,"metadata":…}`.
+/// `{"key":…,"held":…,"ttl_ms":…,"awaited":…,"fence":…,"metadata":…}`; `fence` is the
+/// latest one handed out, held or not.
 fn json_view(info: &LockInfo) -> String {
     format!(
-        "{{\"key\":{},\"held\":{},\"ttl_ms\":{},\"awaited\":{},\"metadata\":{}}}",
+        "{{\"key\":{},\"held\":{},\"ttl_ms\":{},\"awaited\":{},\"fence\":{},\"metadata\":{}}}",
         json_string(&info.key_lossy()),
         info.held,
         info.ttl
             .map_or("null".to_owned(), |t| t.as_millis().to_string()),
         info.awaited,
+        info.fence.map_or("null".to_owned(), |f| f.to_string()),
         info.metadata
             .as_deref()
             .map_or("null".to_owned(), json_string),

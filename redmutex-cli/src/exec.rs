@@ -60,6 +60,10 @@ pub async fn run<C: Connection>(
         .env("REDMUTEX_KEYS", args.keys.join(","))
         .env("REDMUTEX_TOKEN", token.as_str())
         .env("REDMUTEX_TTL_MS", &ttl_ms);
+    // The fence to pass on with every write the command makes to fenced storage.
+    if let Some(fence) = lease.fence() {
+        command.env("REDMUTEX_FENCE", fence.to_string());
+    }
     // SAFETY: the closure only makes async-signal-safe calls (setpgid, signal, tcsetpgrp,
     // getpgrp), as required between fork and exec.
     unsafe {

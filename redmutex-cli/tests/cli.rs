@@ -94,18 +94,52 @@ fn exec_passes_env_and_exit_status_and_releases() {
         "--",
         "sh",
         "-c",
-        "echo \"$REDMUTEX_KEYS|$REDMUTEX_TTL_MS|${#REDMUTEX_TOKEN}\"; redis-cli -p \"$PORT\" exists k1; exit 3",
+        "echo \"$REDMUTEX_KEYS|$REDMUTEX_TTL_MS|${#REDMUTEX_TOKEN}|$REDMUTEX_FENCE\"; redis-cli -p \"$PORT\" exists k1; exit 3",
     ]).env("PORT", server.port().to_string()));
     assert_eq!(code(&out), 3, "{}", stderr(&out));
     assert_eq!(
         stdout(&out),
-        "k1,k2|30000|22\n1\n",
+        "k1,k2|30000|22|1\n1\n",
         "held while the command ran"
     );
     assert!(
         !exists(&server, "k1") && !exists(&server, "k2"),
         "released after"
     );
+}
+
+/// Each exec gets a greater fence in `REDMUTEX_FENCE`; inspect shows the latest, held or
+/// not.
+#[test]
+fn exec_passes_increasing_fences_and_inspect_shows_the_latest() {
+    let server = RedisServer::spawn();
+    let print_fence = ["sh", "-c", "echo \"$REDMUTEX_FENCE\""];
+    let mut fences = Vec::new();
+    for _ in 0..3 {
+        let out = run(redmutex(&server)
+            .args(["exec", "orders"])
+            .arg("--")
+            .args(print_fence));
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        fences.push(stdout(&out).trim().parse::<u64>().unwrap());
+    }
+    assert_eq!(fences, [1, 2, 3]);
+    let out = run(redmutex(&server).args(["inspect", "orders"]));
+    assert_eq!(stdout(&out), "orders: free, last fence 3\n");
+    let out = run(redmutex(&server).args([
+        "exec",
+        "orders",
+        "--",
+        "sh",
+        "-c",
+        "\"$0\" --redis \"$1\" inspect orders; \"$0\" --redis \"$1\" inspect --json orders",
+        env!("CARGO_BIN_EXE_redmutex"),
+        &server.url(),
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains(", fence 4,"), "{text}");
+    assert!(text.contains("\"fence\":4,"), "{text}");
 }
 
 #[test]
@@ -465,7 +499,7 @@ fn acquire_refresh_release_inspect() {
     let out = run(redmutex(&server).args(["inspect", "db", "--json"]));
     assert_eq!(
         stdout(&out),
-        "{\"key\":\"db\",\"held\":false,\"ttl_ms\":null,\"awaited\":false,\"metadata\":null}\n"
+        "{\"key\":\"db\",\"held\":false,\"ttl_ms\":null,\"awaited\":false,\"fence\":1,\"metadata\":null}\n"
     );
 
     // exec stores who holds the lock.

@@ -18,6 +18,9 @@
 //!   [`Lease`] renewed in the background; [`Lease::lost`], [`Lease::is_lost`], a
 //!   cancellation token and [`Lease::run`] stop the work in time when the lock is lost.
 //!   All leases of a locker are renewed by one task, in batches.
+//! - **Fencing tokens**: every acquisition gets a number greater than every earlier
+//!   acquisition's of the same key ([`Lock::fence`]), for storage to refuse writes from
+//!   a holder that was paused past its TTL; see [below](#fencing-tokens).
 //! - **Redlock** over N independent masters: [`Locker::redlock`]; see [below](#redlock).
 //! - **One round trip per operation**; scripts go by SHA.
 //! - **Cancel safe**: an acquire dropped mid-flight (e.g. by `tokio::time::timeout`) cleans
@@ -70,6 +73,67 @@
 //! safely assume it holds the lock (measured from the moment the request was sent, on the
 //! monotonic clock); past it, stop the guarded work or [`refresh`](Lock::refresh).
 //!
+//! ## Fencing tokens
+//! No lock can stop a holder that was paused (GC, swap, SIGSTOP, a slow network) past its
+//! TTL from carrying on as if it still held the lock, while the next holder works too.
+//! Fences let the guarded resource tell them apart: every acquisition gets a fence
+//! ([`Lock::fence`]), the holder sends it with each write, and the resource refuses a write
+//! whose fence is lower than the highest it has accepted.
+//!
+//! **The guarantee.** On one node: the fence handed to an acquisition is greater than the
+//! fence of every earlier acquisition that shared a key with it, as long as the node keeps
+//! its data (the same condition under which the lock itself is safe). It is one more than
+//! the highest counter of its keys, taken in the same script that takes the keys, and
+//! stored in all of them. Multi-key locks get one fence. With Redlock: the fence handed to
+//! a holder is greater than every fence handed to an earlier holder of a key it shares, as
+//! long as a quorum of nodes keeps its data. The candidate (one above the highest counter
+//! among the nodes that took the keys) is handed out only once a quorum of nodes stores it
+//! while the keys are still held there; usually the nodes agree and this costs nothing,
+//! otherwise one more round trip raises the lower ones. (Taking the maximum over the
+//! acquiring quorum alone is not enough: failed tries raise counters on minorities, and a
+//! later quorum without those nodes would count from lower.) Fences may skip numbers;
+//! they are below 2⁵³.
+//!
+//! **Where they live.** Each key's counter is a key in the same Redis Cluster hash slot —
+//! `{KEY}:fence` (or `{TAG}:fence:KEY` for keys with a hash tag or a `}`) — and is never
+//! deleted, so that it never starts again. [`Locker::inspect`] shows the latest fence
+//! ([`LockInfo::fence`]). Lockers over unbounded key spaces that do not need fences can
+//! turn them off ([`Locker::without_fences`]).
+//!
+//! **Checking them** is the storage's job, atomically with the write. For example, in SQL
+//! (a row holds the highest fence that wrote it):
+//!
+//! ```text
+//! UPDATE accounts SET balance = $1, fence = $2 WHERE id = $3 AND fence <= $2
+//! -- 0 rows updated: a holder with a greater fence wrote since; this holder has lost the lock
+//! ```
+//!
+//! and with Redis as the storage (`examples/fenced_storage.rs` runs this):
+//!
+//! ```no_run
+//! # async fn demo(locker: redmutex::Locker<redis::aio::MultiplexedConnection>,
+//! #               mut storage: redis::aio::MultiplexedConnection) -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! // KEYS[1]: the data, KEYS[2]: the highest fence seen; ARGV: the value, the writer's fence.
+//! let fenced_write = redis::Script::new(r"
+//!     local highest = tonumber(redis.call('get', KEYS[2]) or '0')
+//!     if tonumber(ARGV[2]) < highest then return 0 end
+//!     redis.call('set', KEYS[2], ARGV[2])
+//!     redis.call('set', KEYS[1], ARGV[1])
+//!     return 1");
+//! let lock = locker.acquire("report", Duration::from_secs(10)).await?;
+//! let fence = lock.fence().expect("fences are on by default");
+//! let accepted: bool = fenced_write
+//!     .key("report:data").key("report:fence")
+//!     .arg("new contents").arg(fence)
+//!     .invoke_async(&mut storage).await?;
+//! if !accepted {
+//!     // A later holder wrote first: this one lost the lock (e.g. it was paused).
+//! }
+//! lock.release().await?;
+//! # Ok(()) }
+//! ```
+//!
 //! ## Redlock
 //! [`Locker::redlock`] takes locks on a quorum of N independent Redis masters, so that a
 //! lock survives the loss of any minority of them. Every operation goes to all nodes at
@@ -119,7 +183,7 @@
 //! `appendonly yes` and `appendfsync always`. Clock jumps on a node (its key expiring
 //! early) have the same effect; run the nodes with a monotonic, slewed clock. A holder
 //! paused longer than its validity is not protected by any lock; stop work at
-//! [`Lock::valid_until`] and use fencing where that matters.
+//! [`Lock::valid_until`] and use [fencing tokens](#fencing-tokens) where that matters.
 
 mod acquire;
 mod args;

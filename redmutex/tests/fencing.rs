@@ -48,7 +48,12 @@ async fn contended_fences(
 
 fn assert_strictly_increasing(fences: &[u64]) {
     for pair in fences.windows(2) {
-        assert!(pair[0] < pair[1], "fence {} came after {}", pair[1], pair[0]);
+        assert!(
+            pair[0] < pair[1],
+            "fence {} came after {}",
+            pair[1],
+            pair[0]
+        );
     }
 }
 
@@ -69,7 +74,10 @@ async fn fences_strictly_increase_across_thousands_of_contended_acquisitions() {
     let info = lockers[0].inspect("fenced").await.unwrap();
     assert!(!info.held);
     assert_eq!(info.fence, Some(2000));
-    assert_eq!(Raw::new(&server).await.fence_counter("fenced").await, Some(2000));
+    assert_eq!(
+        Raw::new(&server).await.fence_counter("fenced").await,
+        Some(2000)
+    );
 }
 
 /// A holder that outlives its TTL loses the lock to the next one, whose fence is greater:
@@ -84,7 +92,10 @@ async fn expiry_and_takeover_hand_out_a_greater_fence() {
     let mut stale = paused.acquire("report", ms(200)).await.unwrap();
     let stale_fence = stale.fence().unwrap();
     tokio::time::sleep(ms(300)).await; // "paused" past its TTL
-    let mut current = next.acquire("report", Duration::from_secs(10)).await.unwrap();
+    let mut current = next
+        .acquire("report", Duration::from_secs(10))
+        .await
+        .unwrap();
     assert!(current.fence().unwrap() > stale_fence);
     assert!(matches!(
         stale.refresh(Duration::from_secs(10)).await,
@@ -98,7 +109,10 @@ async fn expiry_and_takeover_hand_out_a_greater_fence() {
     let lease = current.keep_alive().unwrap();
     assert_eq!(lease.fence(), fence);
     lease.release().await.unwrap();
-    let again = next.acquire("report", Duration::from_secs(10)).await.unwrap();
+    let again = next
+        .acquire("report", Duration::from_secs(10))
+        .await
+        .unwrap();
     assert_eq!(again.fence(), fence.map(|f| f + 1));
     again.release().await.unwrap();
 }
@@ -127,7 +141,11 @@ async fn a_multi_key_lock_gets_one_fence_above_all_its_keys() {
     assert_eq!(ac.fence(), Some(5));
     ac.release().await.unwrap();
     assert_eq!(raw.fence_counter("c").await, Some(5));
-    assert_eq!(raw.fence_counter("b").await, Some(3), "b was not part of it");
+    assert_eq!(
+        raw.fence_counter("b").await,
+        Some(3),
+        "b was not part of it"
+    );
 }
 
 /// A held key, or a try that fails, hands out nothing and moves no counter; `inspect`
@@ -262,7 +280,10 @@ async fn redlock_fences_stay_increasing_when_a_raised_minority_is_lost() {
         .map(|s| s.command(&["GET", "{job}:fence"]))
         .collect();
     let at_least = stored.iter().filter(|r| r.ends_with("51\r\n")).count();
-    assert_eq!(at_least, 5, "every node that took the keys stores 51: {stored:?}");
+    assert_eq!(
+        at_least, 5,
+        "every node that took the keys stores 51: {stored:?}"
+    );
     second.release().await.unwrap();
 
     // Nodes 0 and 1 lose their data (killed; restarted empty).
@@ -276,6 +297,10 @@ async fn redlock_fences_stay_increasing_when_a_raised_minority_is_lost() {
         .deadline(Duration::from_secs(5))
         .await
         .unwrap();
-    assert_eq!(third.fence(), Some(52), "above every fence handed out before");
+    assert_eq!(
+        third.fence(),
+        Some(52),
+        "above every fence handed out before"
+    );
     third.release().await.unwrap();
 }
