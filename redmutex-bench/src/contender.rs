@@ -37,7 +37,12 @@ pub enum Contender {
         release: Script,
         next_token: AtomicU64,
     },
-    Redmutex(Locker<MultiplexedConnection>),
+    /// redmutex; `name` tells its variant apart: `redmutex` without fences (the same work
+    /// as the baseline), `fenced` as a locker comes by default, with fencing tokens.
+    Redmutex {
+        locker: Locker<MultiplexedConnection>,
+        name: &'static str,
+    },
     Rslock(rslock::LockManager),
 }
 
@@ -60,7 +65,7 @@ impl Contender {
     pub fn name(&self) -> &'static str {
         match self {
             Contender::Baseline { .. } => "baseline",
-            Contender::Redmutex(_) => "redmutex",
+            Contender::Redmutex { name, .. } => name,
             Contender::Rslock(_) => "rslock",
         }
     }
@@ -102,7 +107,7 @@ impl Contender {
                     Ok(None)
                 }
             }
-            Contender::Redmutex(locker) => match locker.acquire(key, TTL).await {
+            Contender::Redmutex { locker, .. } => match locker.acquire(key, TTL).await {
                 Ok(lock) => Ok(Some(Held::Redmutex(lock))),
                 Err(e) if e.is_not_obtained() => Ok(None),
                 Err(e) => Err(e.to_string()),
@@ -120,7 +125,7 @@ impl Contender {
     /// own random delays.
     pub async fn acquire_waiting(&self, key: &str) -> Result<Held, String> {
         match self {
-            Contender::Redmutex(locker) => locker
+            Contender::Redmutex { locker, .. } => locker
                 .acquire(key, TTL)
                 .retry(woken())
                 .await
@@ -163,7 +168,7 @@ impl Contender {
                 }
                 Ok(())
             }
-            (Contender::Redmutex(_), Held::Redmutex(lock)) => {
+            (Contender::Redmutex { .. }, Held::Redmutex(lock)) => {
                 lock.release().await.map_err(|e| e.to_string())
             }
             (Contender::Rslock(manager), Held::Rslock(lock)) => {

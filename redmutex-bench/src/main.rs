@@ -60,7 +60,8 @@ struct Args {
     #[arg(long, value_name = "NAME")]
     only: Option<String>,
 
-    /// Run only this implementation (baseline, rslock or redmutex), e.g. under a profiler.
+    /// Run only this implementation (baseline, rslock, redmutex or fenced), e.g. under a
+    /// profiler.
     #[arg(long = "impl", value_name = "NAME")]
     implementation: Option<String>,
 
@@ -197,30 +198,42 @@ async fn connect(url: &str) -> Result<MultiplexedConnection, String> {
         .map_err(|e| format!("{url}: {e}"))
 }
 
-/// The three implementations over the same nodes, each with its own connections of the
-/// same kind (one multiplexed connection per node).
+/// The implementations over the same nodes, each with its own connections of the same
+/// kind (one multiplexed connection per node): the baseline, rslock, redmutex without
+/// fences (the same work as the other two) and redmutex as it comes, with fences.
 async fn contenders(urls: &[String]) -> Result<Vec<Arc<Contender>>, String> {
     let mut baseline = Vec::new();
     let mut ours = Vec::new();
+    let mut fenced = Vec::new();
     let mut subscribers = Vec::new();
     for url in urls {
         baseline.push(connect(url).await?);
         ours.push(connect(url).await?);
+        fenced.push(connect(url).await?);
         subscribers.push(redis::Client::open(url.as_str()).map_err(|e| e.to_string())?);
     }
-    let redmutex = if ours.len() == 1 {
-        Locker::new(ours.remove(0))
-    } else {
-        Locker::redlock(ours).map_err(|e| e.to_string())?
+    let locker = |conns: Vec<MultiplexedConnection>| -> Result<Locker<_>, String> {
+        let locker = match <[_; 1]>::try_from(conns) {
+            Ok([one]) => Locker::new(one),
+            Err(many) => Locker::redlock(many).map_err(|e| e.to_string())?,
+        };
+        let locker = locker
+            .with_wake_up(subscribers.clone())
+            .map_err(|e| e.to_string())?;
+        Ok(locker.with_prefix(""))
     };
-    let redmutex = redmutex
-        .with_wake_up(subscribers)
-        .map_err(|e| e.to_string())?;
     let rslock = rslock::LockManager::new(urls.to_vec());
     Ok(vec![
         Arc::new(Contender::baseline(baseline)),
         Arc::new(Contender::Rslock(rslock)),
-        Arc::new(Contender::Redmutex(redmutex.with_prefix(""))),
+        Arc::new(Contender::Redmutex {
+            locker: locker(ours)?.without_fences(),
+            name: "redmutex",
+        }),
+        Arc::new(Contender::Redmutex {
+            locker: locker(fenced)?,
+            name: "fenced",
+        }),
     ])
 }
 

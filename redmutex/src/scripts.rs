@@ -29,6 +29,8 @@ macro_rules! idempotent {
 pub(crate) use idempotent;
 
 static OBTAIN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/obtain.lua")));
+static OBTAIN_ONE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/obtain_one.lua")));
 const RELEASE_SOURCE: &str = include_str!("scripts/release.lua");
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SOURCE));
 static REFRESH: LazyLock<Script> =
@@ -74,10 +76,12 @@ pub(crate) struct ObtainTry<'a> {
     pub(crate) waiting: bool,
 }
 
-/// One try to take every key. A single key without fences takes the cheapest path, a
-/// plain `SET NX PX`, unless the try is `retrying_own`. When `waiting`, marking a held key
-/// takes a second request on that path, sent only when the `SET` found the key held (the
-/// script may still obtain the key if it was released in between).
+/// One try to take every key. The common case — a single key, a first try that does not
+/// wait — takes the cheapest path: without fences a plain `SET NX PX`, with fences a lean
+/// script (`SET NX PX`, then `INCR` of the counter). When `waiting`, marking a held key
+/// takes a second request on the plain path, sent only when the `SET` found the key held
+/// (the script may still obtain the key if it was released in between). Everything else
+/// goes through `obtain.lua`.
 pub(crate) async fn obtain<C: ConnectionLike>(
     conn: &mut C,
     request: ObtainTry<'_>,
@@ -90,21 +94,37 @@ pub(crate) async fn obtain<C: ConnectionLike>(
         retrying_own,
         waiting,
     } = request;
-    if keys.len() == 1 && counters.is_empty() && !retrying_own {
+    if keys.len() == 1 && !retrying_own {
         let key = keys.get(0).expect("one key");
-        let reply: Value = redis::cmd("SET")
-            .arg(key)
-            .arg(value)
-            .arg("NX")
-            .arg("PX")
-            .arg(ttl_ms)
-            .query_async(conn)
-            .await?;
-        if reply != Value::Nil {
-            return Ok(Obtain::Obtained { fence: None });
-        }
-        if !waiting {
-            return Ok(Obtain::Held(0));
+        if let [counter] = counters {
+            if !waiting {
+                let (held, fence): (usize, u64) = OBTAIN_ONE
+                    .key(key)
+                    .key(counter)
+                    .arg(value)
+                    .arg(ttl_ms)
+                    .invoke_async(conn)
+                    .await?;
+                return Ok(match held {
+                    0 => Obtain::Obtained { fence: Some(fence) },
+                    _ => Obtain::Held(0),
+                });
+            }
+        } else {
+            let reply: Value = redis::cmd("SET")
+                .arg(key)
+                .arg(value)
+                .arg("NX")
+                .arg("PX")
+                .arg(ttl_ms)
+                .query_async(conn)
+                .await?;
+            if reply != Value::Nil {
+                return Ok(Obtain::Obtained { fence: None });
+            }
+            if !waiting {
+                return Ok(Obtain::Held(0));
+            }
         }
     }
     let mut call = over_keys(&OBTAIN, keys);
