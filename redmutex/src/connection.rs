@@ -41,7 +41,21 @@ pub const RESPONSE_TIMEOUT: Duration = Duration::from_millis(500);
 /// # Ok(()) }
 /// ```
 pub async fn connect(url: &str) -> Result<ConnectionManager, Error> {
-    let client = redis::Client::open(url)?;
+    connect_client(redis::Client::open(url)?).await
+}
+
+/// [`connect`] for a [`redis::Client`] you built: one with a TLS configuration of your own
+/// (see [`tls_client`]), or the same client you give [`Locker::with_wake_up`] so that
+/// both connections go to the same server the same way.
+///
+/// [`Locker::with_wake_up`]: crate::Locker::with_wake_up
+///
+/// # Errors
+/// [`Error::Redis`]: connection refused, timeout, TLS handshake or authentication failure.
+///
+/// # Cancel safety
+/// Cancel safe: a dropped connect leaves nothing behind.
+pub async fn connect_client(client: redis::Client) -> Result<ConnectionManager, Error> {
     Ok(ConnectionManager::new_with_config(client, manager_config()).await?)
 }
 
@@ -63,10 +77,51 @@ pub async fn connect(url: &str) -> Result<ConnectionManager, Error> {
 /// # Ok(()) }
 /// ```
 pub fn connect_lazy(url: &str) -> Result<ConnectionManager, Error> {
-    let client = redis::Client::open(url)?;
+    connect_lazy_client(redis::Client::open(url)?)
+}
+
+/// [`connect_lazy`] for a [`redis::Client`] you built (see [`connect_client`]).
+///
+/// # Errors
+/// None in practice; [`Error::Redis`] is kept for future connection settings.
+///
+/// # Panics
+/// Outside a tokio runtime (the manager starts a task on it).
+pub fn connect_lazy_client(client: redis::Client) -> Result<ConnectionManager, Error> {
     Ok(ConnectionManager::new_lazy_with_config(
         client,
         manager_config(),
+    )?)
+}
+
+/// A client for a `rediss://` URL that trusts the certificate authority in `ca_pem` (PEM,
+/// one or more certificates) instead of the system's roots — for servers whose
+/// certificates your own CA signed. Give it to [`connect_client`] and
+/// [`Locker::with_wake_up`](crate::Locker::with_wake_up). (For servers with publicly
+/// trusted certificates, [`connect`] with a `rediss://` URL is enough.)
+///
+/// A server whose certificate the CA did not sign fails the connect with
+/// [`Error::Redis`], saying `invalid peer certificate`; that is not transient.
+///
+/// # Errors
+/// [`Error::Redis`] for a malformed URL or unreadable PEM.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), redmutex::Error> {
+/// let ca = std::fs::read("/etc/redis/ca.crt").expect("the CA file");
+/// let client = redmutex::tls_client("rediss://redis.internal:6380", &ca)?;
+/// let locker = redmutex::Locker::new(redmutex::connect_client(client.clone()).await?)
+///     .with_wake_up([client])?;
+/// # Ok(()) }
+/// ```
+#[cfg(feature = "tls")]
+pub fn tls_client(url: &str, ca_pem: &[u8]) -> Result<redis::Client, Error> {
+    Ok(redis::Client::build_with_tls(
+        url,
+        redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(ca_pem.to_vec()),
+        },
     )?)
 }
 

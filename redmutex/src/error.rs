@@ -130,6 +130,27 @@ impl Error {
         }
     }
 
+    /// Redis refused for lack of permission: the ACL user may not run a command redmutex
+    /// needs, or not on this key or channel (`NOPERM`). Not transient: the user needs the
+    /// rule printed in the README (commands, `~PREFIX*`, `~{PREFIX*` and `&PREFIX*`).
+    /// Redlock: so many nodes refused that no quorum can agree.
+    pub fn is_permission_denied(&self) -> bool {
+        match self {
+            Error::Redis(e) => is_no_permission(e),
+            Error::NoQuorum(failure) => {
+                let refusing = failure
+                    .failures
+                    .iter()
+                    .filter(
+                        |f| matches!(&f.error, crate::NodeError::Redis(e) if is_no_permission(e)),
+                    )
+                    .count();
+                refusing > failure.nodes - failure.needed
+            }
+            _ => false,
+        }
+    }
+
     /// The Redis error behind this one, if any (for [`Error::NotObtained`], the last
     /// transient error seen while retrying). `None` for [`Error::NoQuorum`], whose
     /// per-node errors are in its [`QuorumFailure::failures`].
@@ -142,10 +163,27 @@ impl Error {
     }
 }
 
+/// `NOPERM`, sent directly or by a command inside a script.
+pub(crate) fn is_no_permission(e: &redis::RedisError) -> bool {
+    matches!(
+        e.kind(),
+        redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm)
+    ) || e.code() == Some("NOPERM")
+        || e.to_string().contains("NOPERM")
+}
+
+/// A TLS handshake that failed on the certificate: retrying cannot help.
+fn is_certificate_error(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Io && e.to_string().contains("certificate")
+}
+
 /// A Redis error after which the same request may succeed: network trouble, timeouts,
 /// a server loading its data set, cluster redirections and failovers.
 pub(crate) fn is_transient_redis(e: &redis::RedisError) -> bool {
     use redis::{ErrorKind, ServerErrorKind as S};
+    if is_no_permission(e) || is_certificate_error(e) {
+        return false;
+    }
     match e.kind() {
         ErrorKind::Io | ErrorKind::ClusterConnectionNotFound => true,
         ErrorKind::MasterNameNotFoundBySentinel | ErrorKind::NoValidReplicasFoundBySentinel => true,
@@ -184,6 +222,11 @@ impl fmt::Display for Error {
             }
             Error::NotHeld => f.write_str("lock not held: it expired or another owner took it"),
             Error::InvalidArgument(a) => write!(f, "invalid {}: {}", a.argument, a.reason),
+            Error::Redis(e) if is_no_permission(e) => write!(
+                f,
+                "no permission: {e} (the Redis ACL user needs the commands, keys and \
+                 channels of redmutex's minimal ACL rule)"
+            ),
             Error::Redis(e) => write!(f, "redis error: {e}"),
             Error::NoQuorum(failure) => write!(f, "redlock: {failure}"),
             Error::Random(e) => write!(f, "no randomness for a lock token: {e}"),

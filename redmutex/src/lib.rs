@@ -204,7 +204,12 @@ mod wakeup;
 
 pub use acquire::{Acquire, FailedTry, TryFailure};
 pub use args::{MAX_KEY_LEN, MAX_METADATA_LEN, MAX_TTL, MIN_TTL};
-pub use connection::{connect, connect_lazy, Connection, CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
+#[cfg(feature = "tls")]
+pub use connection::tls_client;
+pub use connection::{
+    connect, connect_client, connect_lazy, connect_lazy_client, Connection, CONNECT_TIMEOUT,
+    RESPONSE_TIMEOUT,
+};
 pub use error::{Argument, Error, InvalidArgument, NotObtained};
 pub use fence::hash_slot;
 pub use keepalive::{KeepAlive, Lease, LostReason, LostSignal};

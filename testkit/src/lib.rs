@@ -20,8 +20,10 @@
 //! problem and prints the tail of the server's log: tests fail, they never skip.
 
 mod proxy;
+mod tls;
 
 pub use proxy::Proxy;
+pub use tls::TestCa;
 
 use std::fs;
 use std::io::{Read, Write};
@@ -43,14 +45,21 @@ const PORT_ATTEMPTS: u32 = 5;
 pub struct ServerOptions {
     /// `--requirepass`: clients must authenticate with this password.
     pub password: Option<String>,
-    /// Further raw arguments, e.g. `["--maxmemory", "10mb"]`.
+    /// Further raw arguments, e.g. `["--maxmemory", "10mb"]`, or ACL users:
+    /// `["--user", "locker on >secret ~app:* +get"]`.
     pub extra_args: Vec<String>,
+    /// Also listen for TLS (on [`RedisServer::tls_url`]) with a certificate from a CA made
+    /// for this server ([`RedisServer::tls_ca`]); the plain port stays open for the test's
+    /// own look at the data.
+    pub tls: bool,
 }
 
 /// One `redis-server` process on `127.0.0.1`, killed on drop.
 #[derive(Debug)]
 pub struct RedisServer {
     port: u16,
+    /// The TLS port, for a server started with [`ServerOptions::tls`].
+    tls_port: Option<u16>,
     dir: PathBuf,
     options: ServerOptions,
     state: Mutex<ProcessState>,
@@ -82,6 +91,7 @@ impl RedisServer {
             let dir = scratch_dir(port);
             let mut server = RedisServer {
                 port,
+                tls_port: options.tls.then(free_port),
                 dir,
                 options: options.clone(),
                 state: Mutex::new(ProcessState {
@@ -122,6 +132,33 @@ impl RedisServer {
             Some(password) => format!("redis://:{password}@127.0.0.1:{}", self.port),
             None => format!("redis://127.0.0.1:{}", self.port),
         }
+    }
+
+    /// `rediss://127.0.0.1:TLS_PORT` (with the password, if any) for a server started with
+    /// [`ServerOptions::tls`].
+    ///
+    /// # Panics
+    /// For a server without TLS.
+    pub fn tls_url(&self) -> String {
+        let port = self
+            .tls_port
+            .expect("a server started with ServerOptions::tls");
+        match &self.options.password {
+            Some(password) => format!("rediss://:{password}@127.0.0.1:{port}"),
+            None => format!("rediss://127.0.0.1:{port}"),
+        }
+    }
+
+    /// The PEM file of the CA that signed this TLS server's certificate.
+    ///
+    /// # Panics
+    /// For a server without TLS.
+    pub fn tls_ca(&self) -> PathBuf {
+        assert!(
+            self.tls_port.is_some(),
+            "a server started with ServerOptions::tls"
+        );
+        self.dir.join("tls").join("ca.crt")
     }
 
     /// The OS process id of the running server, if it runs.
@@ -229,6 +266,23 @@ impl RedisServer {
             .arg(&log);
         if let Some(password) = &self.options.password {
             command.args(["--requirepass", password]);
+        }
+        if let Some(tls_port) = self.tls_port {
+            let dir = self.dir.join("tls");
+            let (cert, key) = (dir.join("server.crt"), dir.join("server.key"));
+            if !cert.exists() {
+                TestCa::generate(&dir, "ca").issue_server(&dir);
+            }
+            command
+                .arg("--tls-port")
+                .arg(tls_port.to_string())
+                .arg("--tls-cert-file")
+                .arg(&cert)
+                .arg("--tls-key-file")
+                .arg(&key)
+                .arg("--tls-ca-cert-file")
+                .arg(dir.join("ca.crt"))
+                .args(["--tls-auth-clients", "no"]);
         }
         command.args(&self.options.extra_args);
         command

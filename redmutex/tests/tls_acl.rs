@@ -1,0 +1,178 @@
+//! TLS (`rediss://` with a CA made for the test; a client that does not trust it) and ACL
+//! users (the minimal rule from the README works for everything; a user without it gets a
+//! clear "no permission" error and nothing is written).
+#![cfg(feature = "tls")]
+
+mod common;
+
+use std::future::IntoFuture;
+use std::time::Duration;
+
+use common::ms;
+use redmutex::{retry, Locker};
+use testkit::{RedisServer, ServerOptions, TestCa};
+
+/// `redis-server` arguments that define an ACL user (each word its own argument).
+fn user(rule: &str) -> Vec<String> {
+    std::iter::once("--user".to_owned())
+        .chain(rule.split_whitespace().map(str::to_owned))
+        .collect()
+}
+
+/// The ACL rule the README prints for the key prefix `app:` (keys, fence counters and
+/// wake-up channels).
+fn minimal_rule(user: &str, password: &str) -> String {
+    format!(
+        "{user} on >{password} resetkeys ~app:* ~{{app:* resetchannels &app:* -@all \
+         +evalsha +eval +script|load +set +get +del +incr +pexpire +pttl +type +setrange \
+         +publish +subscribe +unsubscribe +ping"
+    )
+}
+
+fn tls_server() -> RedisServer {
+    RedisServer::spawn_with(ServerOptions {
+        tls: true,
+        ..ServerOptions::default()
+    })
+}
+
+/// Everything works over TLS: acquire with wake-up, keep-alive, fences, inspect, release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_work_over_tls_with_the_tests_own_ca() {
+    let server = tls_server();
+    let ca = std::fs::read(server.tls_ca()).unwrap();
+    let client = redmutex::tls_client(&server.tls_url(), &ca).unwrap();
+    let conn = redmutex::connect_client(client.clone()).await.unwrap();
+    let locker = Locker::new(conn).with_wake_up([client]).unwrap();
+
+    let holder = locker.acquire("tls-job", ms(10_000)).await.unwrap();
+    assert_eq!(holder.fence(), Some(1));
+    let waiter = tokio::spawn(
+        locker
+            .acquire("tls-job", ms(10_000))
+            .retry(retry::constant(Duration::from_secs(30)))
+            .deadline(Duration::from_secs(20))
+            .into_future(),
+    );
+    // The waiter marks the holder once subscribed (over TLS too).
+    let until = tokio::time::Instant::now() + ms(3_000);
+    while !locker.inspect("tls-job").await.unwrap().awaited {
+        assert!(tokio::time::Instant::now() < until, "never marked");
+        tokio::time::sleep(ms(10)).await;
+    }
+    let released = tokio::time::Instant::now();
+    holder.release().await.unwrap();
+    let next = waiter.await.unwrap().unwrap();
+    assert!(released.elapsed() < ms(2_000), "woken, not polled");
+    assert_eq!(next.fence(), Some(2));
+    let lease = next.keep_alive().unwrap();
+    tokio::time::sleep(ms(50)).await;
+    assert!(!lease.is_lost());
+    lease.release().await.unwrap();
+    assert!(!locker.inspect("tls-job").await.unwrap().held);
+    // The data went through the TLS port to the same server.
+    assert_eq!(server.command(&["EXISTS", "{tls-job}:fence"]), ":1\r\n");
+}
+
+/// A client that trusts another CA (or only the system's roots) fails at connect with an
+/// error that names the certificate problem, promptly, and is not called transient.
+#[tokio::test]
+async fn a_client_that_does_not_trust_the_ca_fails_clearly() {
+    let server = tls_server();
+    let elsewhere = std::env::temp_dir().join(format!("redmutex-other-ca-{}", std::process::id()));
+    let other = TestCa::generate(&elsewhere, "other-ca");
+    let other_pem = std::fs::read(&other.cert).unwrap();
+    let _ = std::fs::remove_dir_all(&elsewhere);
+
+    let client = redmutex::tls_client(&server.tls_url(), &other_pem).unwrap();
+    let started = std::time::Instant::now();
+    let error = redmutex::connect_client(client).await.unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(3));
+    let text = error.to_string();
+    assert!(text.contains("certificate"), "{text}");
+    assert!(!error.is_transient(), "{text}");
+
+    let error = redmutex::connect(&server.tls_url()).await.unwrap_err();
+    assert!(error.to_string().contains("certificate"), "{error}");
+    assert!(!error.is_transient(), "{error}");
+    // A plain-text client on the TLS port gets no lock either (and no hang).
+    let plain = server.tls_url().replacen("rediss://", "redis://", 1);
+    assert!(redmutex::connect(&plain).await.is_err());
+}
+
+/// The README's minimal ACL rule is enough for every operation: acquire (single and
+/// multi-key, fenced), wake-up, refresh, keep-alive, inspect, release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_minimal_acl_rule_is_enough() {
+    let server = RedisServer::spawn_with(ServerOptions {
+        extra_args: user(&minimal_rule("locker", "s3cret")),
+        ..ServerOptions::default()
+    });
+    let url = format!("redis://locker:s3cret@127.0.0.1:{}", server.port());
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let locker = Locker::new(redmutex::connect(&url).await.unwrap())
+        .with_prefix("app:")
+        .with_wake_up([client])
+        .unwrap();
+
+    let mut lock = locker.acquire("job", ms(10_000)).await.unwrap();
+    assert_eq!(lock.fence(), Some(1));
+    lock.refresh(ms(20_000)).await.unwrap();
+    assert!(lock.ttl().await.unwrap() > ms(15_000));
+    let waiter = tokio::spawn(
+        locker
+            .acquire("job", ms(10_000))
+            .retry(retry::constant(Duration::from_secs(30)))
+            .deadline(Duration::from_secs(20))
+            .into_future(),
+    );
+    let until = tokio::time::Instant::now() + ms(3_000);
+    while !locker.inspect("job").await.unwrap().awaited {
+        assert!(tokio::time::Instant::now() < until, "never marked");
+        tokio::time::sleep(ms(10)).await;
+    }
+    lock.release().await.unwrap();
+    let next = waiter.await.unwrap().unwrap();
+    let lease = next.keep_alive().unwrap();
+    lease.release().await.unwrap();
+
+    let both = locker.acquire_all(["a", "b"], ms(5_000)).await.unwrap();
+    assert_eq!(both.fence(), Some(1));
+    both.release().await.unwrap();
+    let info = locker.inspect("job").await.unwrap();
+    assert_eq!(info.fence, Some(2));
+}
+
+/// A user without the rule's commands gets an error that says "no permission", not
+/// transient, and nothing is written; a key outside the user's pattern likewise.
+#[tokio::test]
+async fn a_user_without_permission_gets_a_clear_error_and_nothing_is_written() {
+    let server = RedisServer::spawn_with(ServerOptions {
+        extra_args: [
+            user("reader on >pw ~* +@read +ping"),
+            user(&minimal_rule("locker", "pw")),
+        ]
+        .concat(),
+        ..ServerOptions::default()
+    });
+    let reader = format!("redis://reader:pw@127.0.0.1:{}", server.port());
+    let locker = Locker::new(redmutex::connect(&reader).await.unwrap()).with_prefix("app:");
+    for fenced in [true, false] {
+        let locker = match fenced {
+            true => locker.clone(),
+            false => locker.clone().without_fences(),
+        };
+        let error = locker.acquire("job", ms(5_000)).await.unwrap_err();
+        let text = error.to_string();
+        assert!(error.is_permission_denied(), "{text}");
+        assert!(text.contains("no permission"), "{text}");
+        assert!(!error.is_transient(), "{text}");
+    }
+
+    // The right commands, but a key outside the user's pattern.
+    let url = format!("redis://locker:pw@127.0.0.1:{}", server.port());
+    let locker = Locker::new(redmutex::connect(&url).await.unwrap()).with_prefix("other:");
+    let error = locker.acquire("job", ms(5_000)).await.unwrap_err();
+    assert!(error.is_permission_denied(), "{error}");
+    assert_eq!(server.command(&["DBSIZE"]), ":0\r\n", "nothing written");
+}
