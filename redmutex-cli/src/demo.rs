@@ -126,8 +126,13 @@ async fn redlock(clock: &Clock) -> Result<RedlockScene, Failure> {
     }
     let urls: Vec<String> = nodes.iter().flatten().map(|n| n.url.clone()).collect();
     // Built as the commands build theirs from several --redis URLs.
-    let locker = target::locker(&urls).await?.with_prefix("redmutex-demo:");
-    let rival = target::locker(&urls).await?.with_prefix("redmutex-demo:");
+    let access = target::Access::default();
+    let locker = target::locker(&urls, &access)
+        .await?
+        .with_prefix("redmutex-demo:");
+    let rival = target::locker(&urls, &access)
+        .await?
+        .with_prefix("redmutex-demo:");
     let fail = |e: redmutex::Error| Failure::from_lock_error(&e, &urls);
     let lock = locker
         .acquire("ledger", Duration::from_secs(1))

@@ -45,6 +45,20 @@ struct Cli {
     #[arg(long, value_name = "P", global = true, default_value = "")]
     prefix: String,
 
+    /// Trust this CA certificate (PEM file) for rediss:// URLs instead of the system's
+    /// roots [env: REDMUTEX_TLS_CA].
+    #[arg(long = "tls-ca", value_name = "FILE", global = true)]
+    tls_ca: Option<std::path::PathBuf>,
+
+    /// Log in as this ACL user (overrides the URLs') [env: REDMUTEX_USER].
+    #[arg(long, value_name = "NAME", global = true)]
+    user: Option<String>,
+
+    /// The password (overrides the URLs'). Prefer $REDMUTEX_PASSWORD: a flag is visible
+    /// to other users in the process list. Never printed [env: REDMUTEX_PASSWORD].
+    #[arg(long, value_name = "PW", global = true)]
+    password: Option<String>,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -192,15 +206,47 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
     if let Command::Demo(args) = cli.command {
         return demo::run(args, &cli.redis).await;
     }
-    let locker = target::locker(&urls).await?.with_prefix(&cli.prefix);
+    let access = access(&cli)?;
+    let result = run_command(cli, &urls, &access).await;
+    // A password given by flag or environment is never echoed either.
+    result.map_err(|mut failure| {
+        if let Some(password) = access.password.as_deref().filter(|p| !p.is_empty()) {
+            failure.message = failure.message.replace(password, "***");
+        }
+        failure
+    })
+}
+
+async fn run_command(cli: Cli, urls: &[String], access: &target::Access) -> Result<u8, Failure> {
+    let locker = target::locker(urls, access).await?.with_prefix(&cli.prefix);
     match cli.command {
-        Command::Exec(args) => exec::run(&locker, args, &urls).await,
-        Command::Acquire(args) => commands::acquire(&locker, args, &urls).await,
-        Command::Release(args) => commands::release(&locker, args, &urls).await,
-        Command::Refresh(args) => commands::refresh(&locker, args, &urls).await,
-        Command::Inspect(args) => commands::inspect(&locker, args, &urls).await,
+        Command::Exec(args) => exec::run(&locker, args, urls).await,
+        Command::Acquire(args) => commands::acquire(&locker, args, urls).await,
+        Command::Release(args) => commands::release(&locker, args, urls).await,
+        Command::Refresh(args) => commands::refresh(&locker, args, urls).await,
+        Command::Inspect(args) => commands::inspect(&locker, args, urls).await,
         Command::Demo(_) => unreachable!("handled above"),
     }
+}
+
+/// `--tls-ca`, `--user`, `--password`, each falling back to its environment variable.
+fn access(cli: &Cli) -> Result<target::Access, Failure> {
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let tls_ca = match cli
+        .tls_ca
+        .clone()
+        .or_else(|| env("REDMUTEX_TLS_CA").map(Into::into))
+    {
+        Some(path) => Some(std::fs::read(&path).map_err(|e| {
+            Failure::usage(format!("cannot read the CA file {}: {e}", path.display()))
+        })?),
+        None => None,
+    };
+    Ok(target::Access {
+        tls_ca,
+        user: cli.user.clone().or_else(|| env("REDMUTEX_USER")),
+        password: cli.password.clone().or_else(|| env("REDMUTEX_PASSWORD")),
+    })
 }
 
 impl LockArgs {

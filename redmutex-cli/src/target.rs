@@ -28,28 +28,78 @@ pub fn urls(flags: &[String], env: impl Fn(&str) -> Option<String>) -> Vec<Strin
     vec![DEFAULT_URL.to_owned()]
 }
 
+/// How to log in to every server, besides the URLs: `--tls-ca`, `--user`, `--password`.
+#[derive(Debug, Default, Clone)]
+pub struct Access {
+    /// A CA (PEM) to trust for `rediss://` URLs instead of the system's roots.
+    pub tls_ca: Option<Vec<u8>>,
+    /// The ACL user, overriding any in the URLs.
+    pub user: Option<String>,
+    /// The password, overriding any in the URLs. Never printed.
+    pub password: Option<String>,
+}
+
+impl Access {
+    /// The client for one URL, with these credentials and this CA.
+    fn client(&self, url: &str) -> Result<redis::Client, Failure> {
+        use redis::IntoConnectionInfo;
+        let invalid = |e: redis::RedisError| {
+            Failure::usage(format!("invalid Redis URL {}: {e}", redact(url)))
+        };
+        let mut info = url.into_connection_info().map_err(invalid)?;
+        if self.user.is_some() || self.password.is_some() {
+            let mut settings = info.redis_settings().clone();
+            if let Some(user) = &self.user {
+                settings = settings.set_username(user);
+            }
+            if let Some(password) = &self.password {
+                settings = settings.set_password(password);
+            }
+            info = info.set_redis_settings(settings);
+        }
+        match &self.tls_ca {
+            None => redis::Client::open(info).map_err(invalid),
+            Some(_) if !url.starts_with("rediss://") => Err(Failure::usage(format!(
+                "--tls-ca is for rediss:// URLs, not {}",
+                redact(url)
+            ))),
+            Some(ca) => redis::Client::build_with_tls(
+                info,
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(ca.clone()),
+                },
+            )
+            .map_err(invalid),
+        }
+    }
+}
+
 /// A locker over the URLs: one URL is one server, connected now so that a wrong address
 /// or password is reported at once; several are independent Redlock nodes, connected
 /// lazily, because a node that is down is what the quorum is there for.
-pub async fn locker(urls: &[String]) -> Result<Locker<ConnectionManager>, Failure> {
+pub async fn locker(
+    urls: &[String],
+    access: &Access,
+) -> Result<Locker<ConnectionManager>, Failure> {
     // A waiting `exec`/`acquire --wait` is woken by the holder's release rather than
     // polling; the subscriber connection is only opened if it has to wait.
-    let mut clients = Vec::with_capacity(urls.len());
-    for url in urls {
-        clients.push(
-            redis::Client::open(url.as_str())
-                .map_err(|e| connect_failure(&redmutex::Error::Redis(e), url, urls))?,
-        );
-    }
-    let locker = if let [url] = urls {
-        let conn = redmutex::connect(url)
+    let clients = urls
+        .iter()
+        .map(|url| access.client(url))
+        .collect::<Result<Vec<_>, _>>()?;
+    let locker = if let ([url], [client]) = (urls, clients.as_slice()) {
+        let conn = redmutex::connect_client(client.clone())
             .await
             .map_err(|e| connect_failure(&e, url, urls))?;
         Locker::new(conn)
     } else {
         let mut conns = Vec::with_capacity(urls.len());
-        for url in urls {
-            conns.push(redmutex::connect_lazy(url).map_err(|e| connect_failure(&e, url, urls))?);
+        for (url, client) in urls.iter().zip(&clients) {
+            conns.push(
+                redmutex::connect_lazy_client(client.clone())
+                    .map_err(|e| connect_failure(&e, url, urls))?,
+            );
         }
         Locker::redlock(conns).map_err(|e| Failure::from_lock_error(&e, urls))?
     };

@@ -705,3 +705,119 @@ fn exec_on_redlock_stops_the_command_when_the_quorum_is_lost() {
     let out = child.wait_with_output().unwrap();
     assert!(stderr(&out).contains("lost"), "{}", stderr(&out));
 }
+
+/// `rediss://` with `--tls-ca` (or `REDMUTEX_TLS_CA`) works; without the CA the
+/// certificate is refused, clearly, with exit 69; `--tls-ca` with a plain URL is a usage
+/// error.
+#[test]
+fn tls_with_the_ca_flag() {
+    let server = RedisServer::spawn_with(ServerOptions {
+        tls: true,
+        ..ServerOptions::default()
+    });
+    let bin = env!("CARGO_BIN_EXE_redmutex");
+    let ca = server.tls_ca();
+    let out = run(Command::new(bin)
+        .args(["--redis", &server.tls_url(), "--tls-ca"])
+        .arg(&ca)
+        .args([
+            "exec",
+            "tls-key",
+            "--",
+            "sh",
+            "-c",
+            "echo fence=$REDMUTEX_FENCE",
+        ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "fence=1\n");
+    let out = run(Command::new(bin).env("REDMUTEX_TLS_CA", &ca).args([
+        "--redis",
+        &server.tls_url(),
+        "inspect",
+        "tls-key",
+    ]));
+    assert_eq!(
+        stdout(&out),
+        "tls-key: free, last fence 1\n",
+        "{}",
+        stderr(&out)
+    );
+
+    let out = run(Command::new(bin).env_remove("REDMUTEX_TLS_CA").args([
+        "--redis",
+        &server.tls_url(),
+        "inspect",
+        "tls-key",
+    ]));
+    assert_eq!(code(&out), 69);
+    assert!(stderr(&out).contains("certificate"), "{}", stderr(&out));
+
+    let out = run(Command::new(bin)
+        .args(["--redis", &server.url(), "--tls-ca"])
+        .arg(&ca)
+        .args(["inspect", "k"]));
+    assert_eq!(code(&out), 64);
+    assert!(stderr(&out).contains("rediss://"), "{}", stderr(&out));
+}
+
+/// `--user`/`--password` (or `REDMUTEX_USER`/`REDMUTEX_PASSWORD`) log in as an ACL user;
+/// a wrong password is exit 69 and is never echoed.
+#[test]
+fn acl_user_and_password_flags() {
+    let server = RedisServer::spawn_with(ServerOptions {
+        extra_args: "--user locker on >right-pw resetkeys ~app:* ~{app:* resetchannels &app:* \
+                     -@all +evalsha +eval +script|load +set +get +del +incr +pexpire +pttl \
+                     +type +setrange +publish +subscribe +unsubscribe +ping"
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect(),
+        ..ServerOptions::default()
+    });
+    let bin = env!("CARGO_BIN_EXE_redmutex");
+    let url = server.url();
+    let out = run(Command::new(bin).env_remove("REDMUTEX_PASSWORD").args([
+        "--redis",
+        &url,
+        "--user",
+        "locker",
+        "--password",
+        "right-pw",
+        "--prefix",
+        "app:",
+        "exec",
+        "job",
+        "--",
+        "true",
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = run(Command::new(bin)
+        .env("REDMUTEX_USER", "locker")
+        .env("REDMUTEX_PASSWORD", "right-pw")
+        .args(["--redis", &url, "--prefix", "app:", "inspect", "job"]));
+    assert_eq!(
+        stdout(&out),
+        "app:job: free, last fence 1\n",
+        "{}",
+        stderr(&out)
+    );
+
+    let out = run(Command::new(bin).args([
+        "--redis",
+        &url,
+        "--user",
+        "locker",
+        "--password",
+        "wrong-pw-7f3a",
+        "inspect",
+        "job",
+    ]));
+    assert_eq!(code(&out), 69);
+    assert!(!stderr(&out).contains("wrong-pw-7f3a"), "{}", stderr(&out));
+    // Allowed to log in, but not on keys outside its pattern: a clear "no permission".
+    let out = run(Command::new(bin)
+        .env("REDMUTEX_USER", "locker")
+        .env("REDMUTEX_PASSWORD", "right-pw")
+        .args(["--redis", &url, "exec", "elsewhere", "--", "true"]));
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    assert!(stderr(&out).contains("no permission"), "{}", stderr(&out));
+}
