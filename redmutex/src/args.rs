@@ -84,6 +84,27 @@ impl Keys {
     }
 }
 
+/// Redis Cluster: every key of one lock in one hash slot, or a typed error that says how
+/// to get there — before anything is sent (the server would answer `CROSSSLOT`).
+pub(crate) fn check_one_slot(keys: &Keys) -> Result<(), Error> {
+    let first = keys.get(0).expect("at least one key");
+    let slot = crate::fence::hash_slot(first);
+    match keys.iter().find(|key| crate::fence::hash_slot(key) != slot) {
+        None => Ok(()),
+        Some(other) => Err(Error::invalid(
+            Argument::Keys,
+            format!(
+                "{:?} (hash slot {slot}) and {:?} (hash slot {}) are in different hash slots; \
+                 on Redis Cluster the keys of one lock must share a slot: give them a common \
+                 {{hash tag}}, e.g. {{order-7}}:payment and {{order-7}}:stock",
+                String::from_utf8_lossy(first),
+                String::from_utf8_lossy(other),
+                crate::fence::hash_slot(other)
+            ),
+        )),
+    }
+}
+
 fn check_key(key: &[u8]) -> Result<(), Error> {
     if key.is_empty() {
         return Err(Error::invalid(Argument::Key, "a key must not be empty"));

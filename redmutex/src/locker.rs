@@ -44,6 +44,8 @@ pub struct Locker<C: Connection> {
     hub: Option<Arc<Hub>>,
     /// Whether acquisitions hand out fences (on unless [`Locker::without_fences`]).
     fences: bool,
+    /// Over Redis Cluster ([`Locker::cluster`]): multi-key locks must share a hash slot.
+    cluster: bool,
 }
 
 impl<C: Connection> Locker<C> {
@@ -99,13 +101,59 @@ impl<C: Connection> Locker<C> {
         )))))
     }
 
+    /// A locker over a Redis Cluster connection (`redis::cluster_async::ClusterConnection`,
+    /// feature `cluster`): each lock lives on the master of its key's hash slot, and the
+    /// connection follows `MOVED`/`ASK` redirections and failovers.
+    ///
+    /// Everything works as on one node, with what the cluster requires: the keys of a
+    /// multi-key lock must share a hash slot — give them a common `{hash tag}`, e.g.
+    /// `{order-7}:payment` and `{order-7}:stock` — and keys that do not are refused with
+    /// [`Error::InvalidArgument`] *before* anything is sent; fence counters live in their
+    /// key's slot; keep-alive batches renewals per slot. For
+    /// [`with_wake_up`](Locker::with_wake_up), give one client to any node: releases
+    /// publish on the cluster bus, which carries every message to every node.
+    ///
+    /// A lock is as safe as its master: when the master fails and a replica that had not
+    /// yet received the lock is promoted, another client can take the lock. Keep-alive
+    /// notices — a renewal finds the lock gone and the lease is reported lost — but not
+    /// before that renewal. Use Redlock over independent masters where that matters.
+    ///
+    /// ```no_run
+    /// # #[cfg(feature = "cluster")]
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// let nodes = ["redis://10.0.0.1:7000", "redis://10.0.0.2:7000", "redis://10.0.0.3:7000"];
+    /// let conn = redis::cluster::ClusterClient::new(nodes.to_vec())?
+    ///     .get_async_connection()
+    ///     .await?;
+    /// let locker = redmutex::Locker::cluster(conn);
+    /// let lock = locker
+    ///     .acquire_all(["{order-7}:payment", "{order-7}:stock"], Duration::from_secs(10))
+    ///     .await?;
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn cluster(conn: C) -> Locker<C> {
+        Locker {
+            renewer: Arc::new(RenewerSlot::new(true)),
+            cluster: true,
+            ..Locker::over(Store::One(conn))
+        }
+    }
+
+    /// Whether this locker was built with [`Locker::cluster`].
+    pub fn is_cluster(&self) -> bool {
+        self.cluster
+    }
+
     fn over(store: Store<C>) -> Locker<C> {
         Locker {
             store,
             prefix: Arc::from(&b""[..]),
-            renewer: Arc::new(RenewerSlot::new()),
+            renewer: Arc::new(RenewerSlot::new(false)),
             hub: None,
             fences: true,
+            cluster: false,
         }
     }
 
@@ -130,6 +178,15 @@ impl<C: Connection> Locker<C> {
     pub fn without_fences(mut self) -> Locker<C> {
         self.fences = false;
         self
+    }
+
+    /// The keys of one lock, with the prefix; on a cluster, checked to share a hash slot.
+    fn keys<K: AsRef<[u8]>>(&self, keys: impl IntoIterator<Item = K>) -> Result<Keys, Error> {
+        let keys = Keys::new(&self.prefix, keys)?;
+        if self.cluster {
+            args::check_one_slot(&keys)?;
+        }
+        Ok(keys)
     }
 
     /// Whether acquisitions hand out fences (see [`without_fences`](Locker::without_fences)).
@@ -209,7 +266,7 @@ impl<C: Connection> Locker<C> {
             let conns = nodes.conns().to_vec();
             self.store = Store::Quorum(Arc::new(Nodes::new(conns, settings)));
             // Leases already kept alive stay with the renewer of the old settings.
-            self.renewer = Arc::new(RenewerSlot::new());
+            self.renewer = Arc::new(RenewerSlot::new(false));
         }
         self
     }
@@ -267,7 +324,7 @@ impl<C: Connection> Locker<C> {
             self.store.clone(),
             self.renewer.clone(),
             self.hub.clone(),
-            Keys::new(&self.prefix, [key]),
+            self.keys([key]),
             ttl,
             self.fences,
         )
@@ -293,7 +350,7 @@ impl<C: Connection> Locker<C> {
             self.store.clone(),
             self.renewer.clone(),
             self.hub.clone(),
-            Keys::new(&self.prefix, keys),
+            self.keys(keys),
             ttl,
             self.fences,
         )
@@ -327,7 +384,7 @@ impl<C: Connection> Locker<C> {
         keys: impl IntoIterator<Item = K>,
         token: &Token,
     ) -> Result<(), Error> {
-        let keys = Keys::new(&self.prefix, keys)?;
+        let keys = self.keys(keys)?;
         self.store.release(&keys, token, None).await
     }
 
@@ -344,7 +401,7 @@ impl<C: Connection> Locker<C> {
         token: &Token,
         ttl: Duration,
     ) -> Result<(), Error> {
-        let keys = Keys::new(&self.prefix, keys)?;
+        let keys = self.keys(keys)?;
         let ttl_ms = args::ttl_millis(ttl)?;
         self.store.refresh(&keys, token, ttl_ms, None).await?;
         Ok(())

@@ -31,6 +31,9 @@ const MAX_BATCH_LEASES: usize = 1000;
 
 /// Where a locker's renewer task is reached; the task is started on first use.
 pub(crate) struct RenewerSlot<C> {
+    /// Redis Cluster: a renewal call may only touch keys of one hash slot, so batches are
+    /// formed per slot.
+    per_slot: bool,
     sender: Mutex<Option<UnboundedSender<Command>>>,
     next_id: AtomicU64,
     connection: PhantomData<fn() -> C>,
@@ -69,8 +72,9 @@ pub(crate) enum Command {
 }
 
 impl<C: Connection> RenewerSlot<C> {
-    pub(crate) fn new() -> RenewerSlot<C> {
+    pub(crate) fn new(per_slot: bool) -> RenewerSlot<C> {
         RenewerSlot {
+            per_slot,
             sender: Mutex::new(None),
             next_id: AtomicU64::new(0),
             connection: PhantomData,
@@ -91,6 +95,7 @@ impl<C: Connection> RenewerSlot<C> {
                 let (sender, commands) = mpsc::unbounded_channel();
                 let renewer = Renewer {
                     store: store.clone(),
+                    per_slot: self.per_slot,
                     leases: HashMap::new(),
                     commands,
                 };
@@ -159,6 +164,7 @@ struct BatchDone {
 /// sees every lease, in the table or still on the way to it.
 struct Renewer<C> {
     store: Store<C>,
+    per_slot: bool,
     leases: HashMap<u64, Tracked>,
     commands: UnboundedReceiver<Command>,
 }
@@ -183,9 +189,11 @@ impl<C: Connection> Renewer<C> {
     async fn run(mut self) {
         let Renewer {
             store,
+            per_slot,
             leases,
             commands,
         } = &mut self;
+        let per_slot = *per_slot;
         let (done_tx, mut done_rx) = mpsc::unbounded_channel::<BatchDone>();
         loop {
             // Deadlines first, on every pass: a flood of commands or replies must never
@@ -198,7 +206,7 @@ impl<C: Connection> Renewer<C> {
                 .is_some_and(|wake| wake <= now)
             {
                 expire(leases, now, store);
-                send_due(leases, now, store, &done_tx);
+                send_due(leases, now, store, &done_tx, per_slot);
             }
             let wake = leases.values().map(Tracked::next_event).min();
             tokio::select! {
@@ -281,12 +289,13 @@ fn lose<C: Connection>(entry: Entry, reason: LostReason, store: &Store<C>) {
     store.release_in_background(entry.keys, entry.token);
 }
 
-/// Sends one renewal call per batch of leases that are due.
+/// Sends one renewal call per batch of leases that are due (per hash slot on a cluster).
 fn send_due<C: Connection>(
     leases: &mut HashMap<u64, Tracked>,
     now: Instant,
     store: &Store<C>,
     done_tx: &UnboundedSender<BatchDone>,
+    per_slot: bool,
 ) {
     let mut due: Vec<Due> = Vec::new();
     for (id, tracked) in leases.iter_mut() {
@@ -321,7 +330,19 @@ fn send_due<C: Connection>(
             last,
         });
     }
-    for chunk in due.chunks(MAX_BATCH_LEASES) {
+    let slot_of = |due: &Due| {
+        let keys = &leases[&due.id].entry.keys;
+        crate::fence::hash_slot(keys.get(0).expect("a lease has keys"))
+    };
+    let batches: Vec<&[Due]> = if per_slot {
+        due.sort_by_key(slot_of);
+        due.chunk_by(|a, b| slot_of(a) == slot_of(b))
+            .flat_map(|same_slot| same_slot.chunks(MAX_BATCH_LEASES))
+            .collect()
+    } else {
+        due.chunks(MAX_BATCH_LEASES).collect()
+    };
+    for chunk in batches {
         let call = scripts::renew_batch(chunk.iter().map(|due| {
             let entry = &leases[&due.id].entry;
             (&entry.keys, &entry.token, due.ttl.as_millis() as u64)

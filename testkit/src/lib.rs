@@ -19,9 +19,11 @@
 //! A missing binary or a server that does not start is a loud panic that names the
 //! problem and prints the tail of the server's log: tests fail, they never skip.
 
+mod cluster;
 mod proxy;
 mod tls;
 
+pub use cluster::{ClusterNode, RedisCluster};
 pub use proxy::Proxy;
 pub use tls::TestCa;
 
@@ -219,23 +221,32 @@ impl RedisServer {
     /// # Panics
     /// When the server cannot be reached.
     pub fn command(&self, args: &[&str]) -> String {
+        self.commands(&[args]).pop().expect("one reply")
+    }
+
+    /// Sends several commands, in order, over one fresh connection (e.g. `ASKING` before a
+    /// read on a cluster node importing a slot) and returns their raw replies.
+    ///
+    /// # Panics
+    /// When the server cannot be reached.
+    pub fn commands(&self, commands: &[&[&str]]) -> Vec<String> {
         let mut stream = TcpStream::connect(self.addr()).expect("connect to test redis-server");
         stream
             .set_read_timeout(Some(Duration::from_secs(5)))
             .expect("set read timeout");
         let mut request = Vec::new();
+        let authenticated = usize::from(self.options.password.is_some());
         if let Some(password) = &self.options.password {
             request.extend_from_slice(&encode_command(&["AUTH", password]));
         }
-        request.extend_from_slice(&encode_command(args));
+        for args in commands {
+            request.extend_from_slice(&encode_command(args));
+        }
         stream
             .write_all(&request)
             .expect("write to test redis-server");
-        let mut replies = read_replies(
-            &mut stream,
-            1 + usize::from(self.options.password.is_some()),
-        );
-        replies.pop().expect("one reply")
+        let mut replies = read_replies(&mut stream, authenticated + commands.len());
+        replies.split_off(authenticated)
     }
 
     /// The last lines of the server's log file.

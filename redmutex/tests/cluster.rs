@@ -1,0 +1,304 @@
+//! Redis Cluster: a real six-node cluster (three masters, three replicas) from the test
+//! kit. Locks spread over every master with their fences in the same slot; multi-key locks
+//! need one hash slot (checked before sending); keep-alive batches per slot and wake-up
+//! work; ASK and MOVED during a slot migration are followed; a master killed while a lease
+//! is kept alive leaves the lease held or reported lost, never silently lost.
+#![cfg(feature = "cluster")]
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::future::IntoFuture;
+use std::time::Duration;
+
+use common::ms;
+use redis::cluster_async::ClusterConnection;
+use redmutex::{retry, Argument, Error, Locker};
+use testkit::RedisCluster;
+
+async fn connect(cluster: &RedisCluster) -> ClusterConnection {
+    redis::cluster::ClusterClient::builder(cluster.urls())
+        .connection_timeout(ms(1_000))
+        .response_timeout(ms(1_000))
+        .build()
+        .unwrap()
+        .get_async_connection()
+        .await
+        .unwrap()
+}
+
+/// The value at `key` on node `node`, read directly (`None` when missing or not there);
+/// `ASKING` first, so that a node importing the key's slot answers too.
+fn get(cluster: &RedisCluster, node: usize, key: &str) -> Option<String> {
+    let reply = cluster.nodes()[node]
+        .commands(&[&["ASKING"], &["GET", key]])
+        .pop()
+        .unwrap();
+    let (header, body) = reply.split_once("\r\n")?;
+    header
+        .starts_with('$')
+        .then(|| body.trim_end().to_owned())
+        .filter(|_| header != "$-1")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_spread_over_every_master_with_their_fences_beside_them() {
+    let cluster = RedisCluster::spawn();
+    let locker = Locker::cluster(connect(&cluster).await);
+    assert!(locker.is_cluster());
+    let mut masters = BTreeSet::new();
+    for i in 0..30 {
+        let key = format!("job-{i}");
+        let lock = locker.acquire(&key, ms(10_000)).await.unwrap();
+        assert_eq!(lock.fence(), Some(1));
+        let master = cluster.master_of(&key);
+        masters.insert(master);
+        let stored = get(&cluster, master, &key).expect("on the slot's master");
+        assert!(stored.starts_with(lock.token().as_str()));
+        assert_eq!(
+            get(&cluster, master, &format!("{{{key}}}:fence")).as_deref(),
+            Some("1")
+        );
+        let info = locker.inspect(&key).await.unwrap();
+        assert!(info.held);
+        assert_eq!(info.fence, Some(1));
+        lock.release().await.unwrap();
+        assert_eq!(get(&cluster, master, &key), None);
+    }
+    assert_eq!(masters.len(), 3, "every master holds some locks");
+}
+
+#[tokio::test]
+async fn multi_key_locks_need_one_hash_slot_checked_before_sending() {
+    let cluster = RedisCluster::spawn();
+    let locker = Locker::cluster(connect(&cluster).await).with_prefix("shop:");
+    let calls_before = total_calls(&cluster);
+    let error = locker
+        .acquire_all(["payment", "stock"], ms(5_000))
+        .await
+        .unwrap_err();
+    match &error {
+        Error::InvalidArgument(invalid) => assert_eq!(invalid.argument, Argument::Keys),
+        other => panic!("{other:?}"),
+    }
+    let text = error.to_string();
+    assert!(
+        text.contains("hash tag") && text.contains("shop:payment"),
+        "{text}"
+    );
+    assert_eq!(total_calls(&cluster), calls_before, "nothing was sent");
+
+    let lock = locker
+        .acquire_all(["{order-7}:payment", "{order-7}:stock"], ms(5_000))
+        .await
+        .unwrap();
+    assert_eq!(lock.fence(), Some(1));
+    let master = cluster.master_of("shop:{order-7}:payment");
+    assert!(get(&cluster, master, "shop:{order-7}:stock").is_some());
+    assert_eq!(
+        get(&cluster, master, "{order-7}:fence:shop:{order-7}:payment").as_deref(),
+        Some("1")
+    );
+    // The token-based calls check the slot as well.
+    let token = lock.token();
+    let error = locker
+        .release_with_token(["{order-7}:payment", "other"], &token)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::InvalidArgument(_)), "{error:?}");
+    lock.release().await.unwrap();
+}
+
+/// Lock commands (`SET`, `EVAL`, `EVALSHA`) run by the whole cluster so far.
+fn total_calls(cluster: &RedisCluster) -> u64 {
+    let mut calls = 0;
+    for node in cluster.nodes() {
+        let info = node.command(&["INFO", "commandstats"]);
+        for line in info.lines() {
+            let Some((name, stats)) = line.split_once(':') else {
+                continue;
+            };
+            if ["cmdstat_set", "cmdstat_eval", "cmdstat_evalsha"].contains(&name) {
+                calls += stats
+                    .split(',')
+                    .find_map(|f| f.strip_prefix("calls="))
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+        }
+    }
+    calls
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_and_wake_up_work_on_the_cluster() {
+    let cluster = RedisCluster::spawn();
+    let client = redis::Client::open(cluster.urls()[3].as_str()).unwrap();
+    let locker = Locker::cluster(connect(&cluster).await)
+        .with_wake_up([client])
+        .unwrap();
+    // Leases on keys in many slots on all masters: renewed in per-slot batches.
+    let mut leases = Vec::new();
+    for i in 0..24 {
+        let lock = locker.acquire(format!("lease-{i}"), ms(600)).await.unwrap();
+        leases.push(lock.keep_alive().unwrap());
+    }
+    tokio::time::sleep(ms(2_000)).await;
+    for lease in &leases {
+        assert!(!lease.is_lost(), "{:?}", lease.signal().reason());
+        assert!(lease.renewals() >= 3, "{}", lease.renewals());
+    }
+    for lease in leases {
+        lease.release().await.unwrap();
+    }
+
+    // A waiter polling only every 30 s is woken by the release.
+    let holder = locker.acquire("woken", ms(10_000)).await.unwrap();
+    let waiter = tokio::spawn(
+        locker
+            .acquire("woken", ms(10_000))
+            .retry(retry::constant(Duration::from_secs(30)))
+            .deadline(Duration::from_secs(20))
+            .into_future(),
+    );
+    let until = tokio::time::Instant::now() + ms(5_000);
+    while !locker.inspect("woken").await.unwrap().awaited {
+        assert!(tokio::time::Instant::now() < until, "never marked");
+        tokio::time::sleep(ms(10)).await;
+    }
+    let released = tokio::time::Instant::now();
+    holder.release().await.unwrap();
+    let lock = waiter.await.unwrap().unwrap();
+    assert!(released.elapsed() < ms(3_000), "woken, not polled");
+    assert_eq!(lock.fence(), Some(2));
+    lock.release().await.unwrap();
+}
+
+/// A slot migrates while the connection's slot map still says the old master: the
+/// acquire of a new key is redirected with ASK during the migration and with MOVED after
+/// it, and the lock lands on the new master. During the migration Redis refuses
+/// multi-key requests on keys it does not have yet (`TRYAGAIN`), so a fenced acquire (key
+/// and counter) gets a transient error then, and works once the slot has moved.
+#[tokio::test]
+async fn ask_and_moved_during_a_slot_migration_are_followed() {
+    let cluster = RedisCluster::spawn();
+    let locker = Locker::cluster(connect(&cluster).await);
+    // Load the scripts (and the slot map) first.
+    locker
+        .acquire("warm", ms(5_000))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    let key = "migrating";
+    let source = cluster.master_of(key);
+    let target = (0..3).find(|m| *m != source).unwrap();
+    let id = |node: usize| {
+        let reply = cluster.nodes()[node].command(&["CLUSTER", "MYID"]);
+        reply.split("\r\n").nth(1).unwrap().to_owned()
+    };
+    let slot = cluster.nodes()[source].command(&["CLUSTER", "KEYSLOT", key])[1..]
+        .trim()
+        .to_owned();
+    let (source_id, target_id) = (id(source), id(target));
+    let ok = "+OK\r\n";
+    assert_eq!(
+        cluster.nodes()[target].command(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &source_id]),
+        ok
+    );
+    assert_eq!(
+        cluster.nodes()[source].command(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target_id]),
+        ok
+    );
+    // The key does not exist on the source: ASK sends the SET to the target.
+    let unfenced = locker.clone().without_fences();
+    let lock = unfenced.acquire(key, ms(10_000)).await.unwrap();
+    assert!(get(&cluster, target, key).is_some(), "taken on the target");
+    assert!(get(&cluster, source, key).is_none());
+    lock.release().await.unwrap();
+    let error = locker.acquire(key, ms(10_000)).await.unwrap_err();
+    assert!(error.is_transient(), "{error}");
+    assert!(
+        get(&cluster, target, key).is_none(),
+        "nothing left by the refused try"
+    );
+
+    for node in 0..3 {
+        let reply =
+            cluster.nodes()[node].command(&["CLUSTER", "SETSLOT", &slot, "NODE", &target_id]);
+        assert_eq!(reply, ok);
+    }
+    // Now the source answers MOVED for the slot.
+    let lock = locker.acquire(key, ms(10_000)).await.unwrap();
+    assert!(get(&cluster, target, key).is_some());
+    assert_eq!(lock.fence(), Some(1), "the counter lives on the new master");
+    lock.release().await.unwrap();
+}
+
+/// The master of a kept-alive lease is killed; its replica takes over. Afterwards the lease
+/// is either still held — and then nobody else can take the lock — or reported lost; and
+/// new locks work on the promoted master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_killed_under_a_kept_alive_lease_never_leaves_it_silently_lost() {
+    let cluster = RedisCluster::spawn();
+    let locker = Locker::cluster(connect(&cluster).await);
+    let rival = Locker::cluster(connect(&cluster).await);
+    let key = "failover-job";
+    let lease = locker
+        .acquire(key, ms(6_000))
+        .await
+        .unwrap()
+        .keep_alive()
+        .unwrap();
+    // Let the lock reach the replica, then kill the master.
+    tokio::time::sleep(ms(300)).await;
+    let master = cluster.master_of(key);
+    let renewals_before = lease.renewals();
+    cluster.nodes()[master].kill();
+    // For 12 s — the failover (node timeout 1 s) and then two TTLs — a rival tries every
+    // 250 ms. Whenever it gets the lock, the lease must have been told, or be told by its
+    // next renewal.
+    let until = tokio::time::Instant::now() + Duration::from_secs(12);
+    let mut taken_over = false;
+    while tokio::time::Instant::now() < until && !taken_over {
+        tokio::time::sleep(ms(250)).await;
+        if let Ok(taken) = rival.acquire(key, ms(2_000)).await {
+            let until_known = tokio::time::Instant::now() + ms(6_000);
+            while !lease.is_lost() {
+                assert!(
+                    tokio::time::Instant::now() < until_known,
+                    "another client holds the lock while the lease still says held"
+                );
+                tokio::time::sleep(ms(50)).await;
+            }
+            taken.release().await.unwrap();
+            taken_over = true;
+        }
+    }
+    if !lease.is_lost() {
+        // Kept through the failover: then it is really held, on the promoted master.
+        assert!(!taken_over);
+        let error = rival.acquire(key, ms(2_000)).await.unwrap_err();
+        assert!(error.is_not_obtained(), "{error}");
+        assert!(
+            lease.renewals() > renewals_before,
+            "renewed after the failover"
+        );
+        let now_master = cluster.master_of(key);
+        assert_ne!(now_master, master, "the replica took over");
+        let stored = get(&cluster, now_master, key).expect("held on the new master");
+        assert!(stored.starts_with(lease.token().as_str()));
+        lease.release().await.unwrap();
+    }
+    // New acquisitions work on the promoted master.
+    let lock = rival
+        .acquire(key, ms(5_000))
+        .retry(retry::constant(ms(200)))
+        .deadline(Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(cluster.master_of(key) == master, false);
+    lock.release().await.unwrap();
+}
