@@ -198,6 +198,8 @@ mod redlock;
 mod renewer;
 pub mod retry;
 mod scripts;
+#[cfg(feature = "sentinel")]
+mod sentinel;
 mod store;
 mod token;
 mod wakeup;
@@ -216,4 +218,6 @@ pub use keepalive::{KeepAlive, Lease, LostReason, LostSignal};
 pub use lock::Lock;
 pub use locker::{LockInfo, Locker, NodeInfo};
 pub use quorum::{NodeError, NodeFailure, QuorumFailure, QuorumSettings};
+#[cfg(feature = "sentinel")]
+pub use sentinel::{connect_sentinel, SentinelConnection};
 pub use token::{Token, TOKEN_LEN};

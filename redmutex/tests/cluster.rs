@@ -299,6 +299,10 @@ async fn a_master_killed_under_a_kept_alive_lease_never_leaves_it_silently_lost(
         .deadline(Duration::from_secs(20))
         .await
         .unwrap();
-    assert_ne!(cluster.master_of(key), master, "served by the promoted replica");
+    assert_ne!(
+        cluster.master_of(key),
+        master,
+        "served by the promoted replica"
+    );
     lock.release().await.unwrap();
 }

@@ -21,10 +21,12 @@
 
 mod cluster;
 mod proxy;
+mod sentinel;
 mod tls;
 
 pub use cluster::{ClusterNode, RedisCluster};
 pub use proxy::Proxy;
+pub use sentinel::SentinelGroup;
 pub use tls::TestCa;
 
 use std::fs;
@@ -54,6 +56,9 @@ pub struct ServerOptions {
     /// for this server ([`RedisServer::tls_ca`]); the plain port stays open for the test's
     /// own look at the data.
     pub tls: bool,
+    /// A configuration file's contents, written to the server's directory and given as its
+    /// first argument (e.g. a sentinel's `sentinel monitor …`; a sentinel rewrites it).
+    pub config: Option<String>,
 }
 
 /// One `redis-server` process on `127.0.0.1`, killed on drop.
@@ -266,6 +271,13 @@ impl RedisServer {
             std::env::var_os("REDMUTEX_REDIS_SERVER").unwrap_or_else(|| "redis-server".into());
         let log = self.dir.join("redis.log");
         let mut command = Command::new(&binary);
+        if let Some(config) = &self.options.config {
+            let path = self.dir.join("redis.conf");
+            if !path.exists() {
+                fs::write(&path, config).map_err(|e| format!("cannot write {path:?}: {e}"))?;
+            }
+            command.arg(path);
+        }
         command
             .arg("--port")
             .arg(self.port.to_string())
