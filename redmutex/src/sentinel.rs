@@ -71,6 +71,9 @@ pub async fn connect_sentinel(
     master_name: &str,
 ) -> Result<SentinelConnection, Error> {
     let urls: Vec<&str> = sentinel_urls.iter().map(AsRef::as_ref).collect();
+    // redis-rs takes the name as `String` without its TLS feature and as `impl AsRef<str>`
+    // with it: an owned `String` suits both.
+    #[allow(clippy::unnecessary_to_owned)]
     let client = SentinelClient::build(
         urls,
         master_name.to_owned(),
