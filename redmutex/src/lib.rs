@@ -22,6 +22,9 @@
 //!   acquisition's of the same key ([`Lock::fence`]), for storage to refuse writes from
 //!   a holder that was paused past its TTL; see [below](#fencing-tokens).
 //! - **Redlock** over N independent masters: [`Locker::redlock`]; see [below](#redlock).
+//! - **Redis Cluster** ([`Locker::cluster`], feature `cluster`), **Sentinel**
+//!   (`connect_sentinel`, feature `sentinel`), **TLS** (`tls_client`, feature `tls`) and
+//!   ACL users with a minimal rule ([`Error::is_permission_denied`] when it is missing).
 //! - **One round trip per operation**; scripts go by SHA.
 //! - **Cancel safe**: an acquire dropped mid-flight (e.g. by `tokio::time::timeout`) cleans
 //!   up after itself; a dropped [`Lock`] is released in the background.
