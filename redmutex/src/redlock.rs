@@ -59,18 +59,20 @@ impl<C: Connection> Nodes<C> {
         quorum(self.conns.len())
     }
 
-    /// Runs `op` on every node at once; each node's answer is bounded by `timeout`.
+    /// Runs `op` on every node at once (given the node's index and connection); each
+    /// node's answer is bounded by `timeout`.
     async fn fan_out<T, F, Fut>(&self, timeout: Duration, op: F) -> Vec<Reply<T>>
     where
-        F: Fn(C) -> Fut,
+        F: Fn(usize, C) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
     {
         // One timer for the whole fan-out rather than one per node (timers are a measurable
         // part of a Redlock try's client CPU): each node's reply lands in its slot, and the
         // slots still empty when the timer fires are the nodes that timed out.
         let mut slots: Vec<Option<Reply<T>>> = self.conns.iter().map(|_| None).collect();
-        let requests = self.conns.iter().zip(slots.iter_mut()).map(|(conn, slot)| {
-            let request = op(conn.clone());
+        let requests = self.conns.iter().zip(slots.iter_mut()).enumerate();
+        let requests = requests.map(|(node, (conn, slot))| {
+            let request = op(node, conn.clone());
             async move { *slot = Some(request.await.map_err(NodeError::Redis)) }
         });
         // A timeout only means some slots stay empty.
@@ -125,7 +127,7 @@ impl<C: Connection> Nodes<C> {
             timeout = timeout.min(until.saturating_duration_since(started));
         }
         let replies = self
-            .fan_out(timeout, |mut conn| async move {
+            .fan_out(timeout, |_, mut conn| async move {
                 scripts::obtain(&mut conn, request).await
             })
             .await;
@@ -218,46 +220,41 @@ impl<C: Connection> Nodes<C> {
         if settled >= self.needed() {
             return Ok(fence);
         }
-        // Raise the nodes that took the keys with a lower fence; the others did not take
-        // the keys and cannot count.
+        // Raise the nodes that took the keys with a lower fence. Those that took them with
+        // this fence stored it already; those that did not take them cannot count (their
+        // failure is listed by the acquire).
         let timeout = timeout.saturating_sub(started.elapsed());
-        let raises = self.conns.iter().zip(fences).map(|(conn, seen)| {
-            let mut conn = conn.clone();
-            async move {
-                match seen {
-                    Some(seen) if *seen < fence => {
-                        let raise = scripts::raise_fence(
-                            &mut conn,
-                            request.keys,
-                            request.counters,
-                            token,
-                            fence,
-                        );
-                        match tokio::time::timeout(timeout, raise).await {
-                            Ok(Ok(true)) => Some(Ok(())),
-                            Ok(Ok(false)) => Some(Err(NodeError::NotHeld)),
-                            Ok(Err(e)) => Some(Err(NodeError::Redis(e))),
-                            Err(_) => Some(Err(NodeError::TimedOut(timeout))),
-                        }
+        let replies = self
+            .fan_out(timeout, |node, mut conn| async move {
+                match fences[node] {
+                    Some(seen) if seen < fence => {
+                        let (keys, counters) = (request.keys, request.counters);
+                        scripts::raise_fence(&mut conn, keys, counters, token, fence).await
                     }
-                    Some(_) => Some(Ok(())),
-                    None => None,
+                    _ => Ok(true),
                 }
-            }
-        });
-        let raised = join_all(raises).await;
-        let stored = raised.iter().filter(|r| matches!(r, Some(Ok(())))).count();
-        if stored >= self.needed() {
-            return Ok(fence);
-        }
-        Err(raised
-            .into_iter()
-            .enumerate()
-            .filter_map(|(node, raised)| match raised {
-                Some(Err(error)) => Some(NodeFailure { node, error }),
-                _ => None,
             })
-            .collect())
+            .await;
+        let mut stored = 0;
+        let mut failures = Vec::new();
+        for (node, reply) in replies.into_iter().enumerate() {
+            if fences[node].is_none() {
+                continue;
+            }
+            match reply {
+                Ok(true) => stored += 1,
+                Ok(false) => failures.push(NodeFailure {
+                    node,
+                    error: NodeError::NotHeld,
+                }),
+                Err(error) => failures.push(NodeFailure { node, error }),
+            }
+        }
+        if stored >= self.needed() {
+            Ok(fence)
+        } else {
+            Err(failures)
+        }
     }
 
     /// Deletes this owner's keys on every node, sending the whole script (see
@@ -268,7 +265,7 @@ impl<C: Connection> Nodes<C> {
         token: &Token,
         wait: Duration,
     ) -> bool {
-        self.fan_out(wait, |mut conn| async move {
+        self.fan_out(wait, |_, mut conn| async move {
             scripts::release_unattended(&mut conn, keys, token).await
         })
         .await
@@ -314,7 +311,7 @@ impl<C: Connection> Nodes<C> {
         let started = Instant::now();
         let timeout = self.settings.timeout_for(ttl.unwrap_or(TTL_FOR_TIMEOUTS));
         let replies = self
-            .fan_out(timeout, |mut conn| async move {
+            .fan_out(timeout, |_, mut conn| async move {
                 scripts::release(&mut conn, keys, token).await
             })
             .await;
@@ -360,7 +357,7 @@ impl<C: Connection> Nodes<C> {
             timeout = timeout.min(valid_until.saturating_duration_since(started));
         }
         let replies = self
-            .fan_out(timeout, |mut conn| async move {
+            .fan_out(timeout, |_, mut conn| async move {
                 scripts::refresh(&mut conn, keys, token, ttl_ms).await
             })
             .await;
@@ -394,11 +391,14 @@ impl<C: Connection> Nodes<C> {
         // to a hold limit) must not starve the others; each is judged by its own validity.
         let longest = ttls.iter().max().copied().unwrap_or(TTL_FOR_TIMEOUTS);
         let replies: Vec<Reply<Vec<i64>>> = self
-            .fan_out(self.settings.timeout_for(longest), |mut conn| async move {
-                let answers = call.invoke_async::<Vec<i64>>(&mut conn).await?;
-                check_renewal_reply(&answers, ttls.len())?;
-                Ok(answers)
-            })
+            .fan_out(
+                self.settings.timeout_for(longest),
+                |_, mut conn| async move {
+                    let answers = call.invoke_async::<Vec<i64>>(&mut conn).await?;
+                    check_renewal_reply(&answers, ttls.len())?;
+                    Ok(answers)
+                },
+            )
             .await;
         let elapsed = started.elapsed();
         (0..ttls.len())
@@ -438,7 +438,7 @@ impl<C: Connection> Nodes<C> {
         let replies = self
             .fan_out(
                 self.settings.timeout_for(TTL_FOR_TIMEOUTS),
-                |mut conn| async move { scripts::inspect(&mut conn, key).await },
+                |_, mut conn| async move { scripts::inspect(&mut conn, key).await },
             )
             .await;
         // Which owner's token is on a quorum of nodes, with each of those nodes' TTL.
