@@ -330,30 +330,39 @@ fn send_due<C: Connection>(
             last,
         });
     }
-    let slot_of = |due: &Due| {
-        let keys = &leases[&due.id].entry.keys;
-        crate::fence::hash_slot(keys.get(0).expect("a lease has keys"))
-    };
-    let batches: Vec<&[Due]> = if per_slot {
-        due.sort_by_key(slot_of);
-        due.chunk_by(|a, b| slot_of(a) == slot_of(b))
+    let batches: Vec<Vec<Due>> = if per_slot {
+        // One hash-slot computation (a CRC of the key) per lease, not one per comparison.
+        let mut by_slot: Vec<(u16, Due)> = due
+            .into_iter()
+            .map(|due| {
+                let keys = &leases[&due.id].entry.keys;
+                let slot = crate::fence::hash_slot(keys.get(0).expect("a lease has keys"));
+                (slot, due)
+            })
+            .collect();
+        by_slot.sort_by_key(|(slot, _)| *slot);
+        by_slot
+            .chunk_by(|a, b| a.0 == b.0)
             .flat_map(|same_slot| same_slot.chunks(MAX_BATCH_LEASES))
+            .map(|chunk| chunk.iter().map(|(_, due)| *due).collect())
             .collect()
     } else {
-        due.chunks(MAX_BATCH_LEASES).collect()
+        due.chunks(MAX_BATCH_LEASES).map(<[Due]>::to_vec).collect()
     };
-    for chunk in batches {
-        let call = scripts::renew_batch(chunk.iter().map(|due| {
+    for batch in batches {
+        let call = scripts::renew_batch(batch.iter().map(|due| {
             let entry = &leases[&due.id].entry;
             (&entry.keys, &entry.token, due.ttl.as_millis() as u64)
         }));
         let store = store.clone();
         let done_tx = done_tx.clone();
-        let leases = chunk.to_vec();
         tokio::spawn(async move {
-            let ttls: Vec<Duration> = leases.iter().map(|due| due.ttl).collect();
+            let ttls: Vec<Duration> = batch.iter().map(|due| due.ttl).collect();
             let result = store.renew(&call, &ttls).await;
-            let _ = done_tx.send(BatchDone { leases, result });
+            let _ = done_tx.send(BatchDone {
+                leases: batch,
+                result,
+            });
         });
     }
 }
