@@ -765,9 +765,7 @@ fn tls_with_the_ca_flag() {
 #[test]
 fn acl_user_and_password_flags() {
     let server = RedisServer::spawn_with(ServerOptions {
-        extra_args: "--user locker on >right-pw resetkeys ~app:* ~{app:* resetchannels &app:* \
-                     -@all +evalsha +eval +script|load +set +get +del +incr +pexpire +pttl \
-                     +type +setrange +publish +subscribe +unsubscribe +ping"
+        extra_args: format!("--user locker on >right-pw {}", redmutex::acl_rule("app:"))
             .split_whitespace()
             .map(str::to_owned)
             .collect(),

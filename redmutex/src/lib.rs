@@ -24,7 +24,8 @@
 //! - **Redlock** over N independent masters: [`Locker::redlock`]; see [below](#redlock).
 //! - **Redis Cluster** ([`Locker::cluster`], feature `cluster`), **Sentinel**
 //!   (`connect_sentinel`, feature `sentinel`), **TLS** (`tls_client`, feature `tls`) and
-//!   ACL users with a minimal rule ([`Error::is_permission_denied`] when it is missing).
+//!   ACL users with a minimal rule ([`acl_rule`]; [`Error::is_permission_denied`] when it is
+//!   missing).
 //! - **One round trip per operation**; scripts go by SHA.
 //! - **Cancel safe**: an acquire dropped mid-flight (e.g. by `tokio::time::timeout`) cleans
 //!   up after itself; a dropped [`Lock`] is released in the background.
@@ -188,6 +189,7 @@
 //! paused longer than its validity is not protected by any lock; stop work at
 //! [`Lock::valid_until`] and use [fencing tokens](#fencing-tokens) where that matters.
 
+mod acl;
 mod acquire;
 mod args;
 mod connection;
@@ -207,6 +209,7 @@ mod store;
 mod token;
 mod wakeup;
 
+pub use acl::acl_rule;
 pub use acquire::{Acquire, FailedTry, TryFailure};
 pub use args::{MAX_KEY_LEN, MAX_METADATA_LEN, MAX_TTL, MIN_TTL};
 #[cfg(feature = "tls")]

@@ -19,14 +19,19 @@ fn user(rule: &str) -> Vec<String> {
         .collect()
 }
 
-/// The ACL rule the README prints for the key prefix `app:` (keys, fence counters and
-/// wake-up channels).
+/// A user with the rule the README prints ([`redmutex::acl_rule`]) for the prefix `app:`.
 fn minimal_rule(user: &str, password: &str) -> String {
-    format!(
-        "{user} on >{password} resetkeys ~app:* ~{{app:* resetchannels &app:* -@all \
-         +evalsha +eval +script|load +set +get +del +incr +pexpire +pttl +type +setrange \
-         +publish +subscribe +unsubscribe +ping"
-    )
+    format!("{user} on >{password} {}", redmutex::acl_rule("app:"))
+}
+
+#[test]
+fn the_readme_prints_the_rule() {
+    let readme = include_str!("../../README.md");
+    let line = format!(
+        "ACL SETUSER locker on >PASSWORD {}",
+        redmutex::acl_rule("app:")
+    );
+    assert!(readme.contains(&line), "README lacks: {line}");
 }
 
 fn tls_server() -> RedisServer {
@@ -141,6 +146,13 @@ async fn the_minimal_acl_rule_is_enough() {
     both.release().await.unwrap();
     let info = locker.inspect("job").await.unwrap();
     assert_eq!(info.fence, Some(2));
+    // Keys whose fence counter is named by a hash tag (or a chosen tag, for a `}`).
+    for key in ["{order-7}:payment", "a}b"] {
+        let lock = locker.acquire(key, ms(5_000)).await.unwrap();
+        assert_eq!(lock.fence(), Some(1), "{key}");
+        assert_eq!(locker.inspect(key).await.unwrap().fence, Some(1), "{key}");
+        lock.release().await.unwrap();
+    }
 }
 
 /// A user without the rule's commands gets an error that says "no permission", not

@@ -1,0 +1,56 @@
+//! The Redis ACL rule that lets a user do everything redmutex does, and nothing else.
+
+/// The commands redmutex sends, or that its scripts run: `EVALSHA` (every script call),
+/// `EVAL` and `SCRIPT LOAD` (a script's first use, and clean-up that cannot wait for a
+/// reply), `SET` (a plain acquire) and the commands inside the scripts, `SUBSCRIBE`,
+/// `UNSUBSCRIBE` and `PING` for the wake-up subscriber.
+const COMMANDS: &str = "+evalsha +eval +script|load +set +get +del +incr +pexpire +pttl \
+                        +type +setrange +publish +subscribe +unsubscribe +ping";
+
+/// The ACL rule for a user that locks keys under `prefix`: the commands redmutex needs,
+/// the lock keys (`~PREFIX*`), their fence counters (`~{PREFIX*}:fence`, and
+/// `~{*}:fence:PREFIX*` for keys with a hash tag or a `}`) and the wake-up channels
+/// (`&PREFIX*`); nothing else. Glob characters in the prefix are escaped. Append it to
+/// `ACL SETUSER NAME on >PASSWORD` (or an ACL file's `user NAME on >PASSWORD` line).
+///
+/// A user without it gets errors for which
+/// [`Error::is_permission_denied`](crate::Error::is_permission_denied) is true.
+///
+/// ```
+/// assert_eq!(
+///     redmutex::acl_rule("app:"),
+///     "resetkeys ~app:* ~{app:*}:fence ~{*}:fence:app:* resetchannels &app:* -@all \
+///      +evalsha +eval +script|load +set +get +del +incr +pexpire +pttl +type +setrange \
+///      +publish +subscribe +unsubscribe +ping"
+/// );
+/// ```
+pub fn acl_rule(prefix: &str) -> String {
+    let prefix = escape_glob(prefix);
+    format!(
+        "resetkeys ~{prefix}* ~{{{prefix}*}}:fence ~{{*}}:fence:{prefix}* \
+         resetchannels &{prefix}* -@all {COMMANDS}"
+    )
+}
+
+/// `prefix` as a literal inside a Redis glob pattern.
+fn escape_glob(prefix: &str) -> String {
+    let mut escaped = String::with_capacity(prefix.len());
+    for c in prefix.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glob_characters_in_the_prefix_are_escaped() {
+        assert_eq!(escape_glob("a*b?[c]\\:"), "a\\*b\\?\\[c\\]\\\\:");
+        assert!(acl_rule("x*:").starts_with("resetkeys ~x\\*:* "));
+    }
+}
