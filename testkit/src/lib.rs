@@ -49,8 +49,9 @@ const PORT_ATTEMPTS: u32 = 5;
 pub struct ServerOptions {
     /// `--requirepass`: clients must authenticate with this password.
     pub password: Option<String>,
-    /// Further raw arguments, e.g. `["--maxmemory", "10mb"]`, or ACL users:
-    /// `["--user", "locker on >secret ~app:* +get"]`.
+    /// Further raw arguments, e.g. `["--maxmemory", "10mb"]`, or an ACL user, one word per
+    /// argument: `["--user", "locker", "on", ">secret", "~app:*", "+get"]` (a single
+    /// `"locker on >secret …"` argument would be read as one word).
     pub extra_args: Vec<String>,
     /// Also listen for TLS (on [`RedisServer::tls_url`]) with a certificate from a CA made
     /// for this server ([`RedisServer::tls_ca`]); the plain port stays open for the test's
