@@ -134,8 +134,8 @@ struct AcquireArgs {
 
 #[derive(Args, Debug)]
 struct ReleaseArgs {
-    /// The token printed by `acquire`.
-    #[arg(long, value_name = "T")]
+    /// The token printed by `acquire`. (Tokens are base64url and may start with `-`.)
+    #[arg(long, value_name = "T", allow_hyphen_values = true)]
     token: String,
 
     /// The keys of the lock.
@@ -145,8 +145,8 @@ struct ReleaseArgs {
 
 #[derive(Args, Debug)]
 struct RefreshArgs {
-    /// The token printed by `acquire`.
-    #[arg(long, value_name = "T")]
+    /// The token printed by `acquire`. (Tokens are base64url and may start with `-`.)
+    #[arg(long, value_name = "T", allow_hyphen_values = true)]
     token: String,
 
     /// The new time to live, counted from now.

@@ -477,6 +477,18 @@ fn acquire_refresh_release_inspect() {
     let pttl: i64 = server.command(&["PTTL", "db"])[1..].trim().parse().unwrap();
     assert!(pttl > 110_000, "{pttl}");
 
+    // A token may start with `-` (base64url): it is a value, not an option.
+    for command in ["release", "refresh"] {
+        let out = run(redmutex(&server)
+            .args([command, "--token", "-AAAAAAAAAAAAAAAAAAAAA"])
+            .args(if command == "refresh" {
+                &["--ttl", "1s", "db"][..]
+            } else {
+                &["db"][..]
+            }));
+        assert_eq!(code(&out), 1, "{command}: {}", stderr(&out));
+        assert!(stderr(&out).contains("not held"), "{}", stderr(&out));
+    }
     let other = "AAAAAAAAAAAAAAAAAAAAAA";
     let out = run(redmutex(&server).args(["release", "--token", other, "db"]));
     assert_eq!(code(&out), 1);
