@@ -38,6 +38,16 @@ impl RedisCluster {
     /// When a node does not start or the cluster does not form in time (with the output of
     /// `redis-cli`).
     pub fn spawn() -> RedisCluster {
+        Self::spawn_with(&[])
+    }
+
+    /// As [`spawn`](RedisCluster::spawn), with further `redis-server` arguments for every
+    /// node, e.g. `["--appendonly", "yes", "--appendfsync", "always"]` so that a node
+    /// killed and restarted comes back with its data.
+    ///
+    /// # Panics
+    /// As [`spawn`](RedisCluster::spawn).
+    pub fn spawn_with(extra_args: &[&str]) -> RedisCluster {
         let options = ServerOptions {
             extra_args: [
                 "--cluster-enabled",
@@ -50,8 +60,10 @@ impl RedisCluster {
                 "--repl-diskless-sync-delay",
                 "0",
             ]
-            .map(String::from)
-            .to_vec(),
+            .iter()
+            .chain(extra_args)
+            .map(|arg| arg.to_string())
+            .collect(),
             ..ServerOptions::default()
         };
         let nodes: Vec<RedisServer> = (0..6)

@@ -1,0 +1,371 @@
+//! The independent checker: reads the critical sections every worker recorded and finds
+//! what went wrong. It trusts nothing the library says about other holders — only each
+//! section's own times, fence and validity, and the guarded resource's answers.
+
+use std::collections::BTreeMap;
+
+use crate::record::{Holder, Outcome, Section, Write};
+
+/// What the checker found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Verdict {
+    /// Critical sections recorded.
+    pub sections: usize,
+    /// Sections by holder kind: careful, lease, naive.
+    pub by_holder: [usize; 3],
+    /// Sections whose holder learnt it had lost the lock before acting: a careful holder
+    /// past its validity, or a lease told "lost".
+    pub told_lost: usize,
+    /// Naive holders that acted after their validity had ended (they were paused).
+    pub overran: usize,
+    /// Pairs where a holder acquired while another's lock was still vouched for (within
+    /// its validity, not told lost). Mutual exclusion is broken if this is not zero.
+    pub unsafe_overlaps: usize,
+    /// Pairs where a holder acquired after another's validity had ended but while that
+    /// (naive, paused) holder still believed it held the lock: what fences are for.
+    pub overrun_overlaps: usize,
+    /// Of those, the pairs whose fences were in order (earlier holder, lower fence).
+    pub overrun_fenced: usize,
+    /// Of those, the pairs whose overrunning holder's write the resource refused.
+    pub overrun_refused: usize,
+    /// Two sections of one key with the same fence, or a section that began acquiring
+    /// after another had its lock, yet got a lower fence.
+    pub fence_violations: usize,
+    /// Writes the resource accepted while a higher fence had been accepted before (or
+    /// refused without one): the resource's own fence check misbehaved.
+    pub store_violations: usize,
+    /// Writes the resource refused because a higher fence had written first.
+    pub stale_writes_refused: usize,
+    /// Writes accepted.
+    pub writes_accepted: usize,
+    /// A few of the violations, described.
+    pub examples: Vec<String>,
+}
+
+impl Verdict {
+    /// Whether the run upheld the guarantee: no overlap among holders that were not told
+    /// "lost" and acted within their validity, every overlap an overrunning holder caused
+    /// caught by fence order, fences unique and ordered, and the resource consistent.
+    pub fn upheld(&self) -> bool {
+        self.unsafe_overlaps == 0
+            && self.overrun_fenced == self.overrun_overlaps
+            && self.fence_violations == 0
+            && self.store_violations == 0
+    }
+
+    fn example(&mut self, text: String) {
+        if self.examples.len() < 8 {
+            self.examples.push(text);
+        }
+    }
+}
+
+/// Checks `sections` (any order, any keys).
+pub fn check(sections: &[Section]) -> Verdict {
+    let mut verdict = Verdict {
+        sections: sections.len(),
+        ..Verdict::default()
+    };
+    let mut by_key: BTreeMap<u32, Vec<&Section>> = BTreeMap::new();
+    for s in sections {
+        verdict.by_holder[match s.holder {
+            Holder::Careful => 0,
+            Holder::Lease => 1,
+            Holder::Naive => 2,
+        }] += 1;
+        if s.outcome != Outcome::Kept {
+            verdict.told_lost += 1;
+        }
+        if s.outcome == Outcome::Kept && s.end > s.valid {
+            verdict.overran += 1;
+        }
+        by_key.entry(s.key).or_default().push(s);
+    }
+    for (key, sections) in by_key {
+        overlaps(key, &sections, &mut verdict);
+        fence_order(key, &sections, &mut verdict);
+        resource(key, &sections, &mut verdict);
+    }
+    verdict
+}
+
+fn describe(s: &Section) -> String {
+    format!(
+        "{:?} w{}t{} fence {} [{:.3}s, {:.3}s] valid to {:.3}s {:?}",
+        s.holder,
+        s.worker,
+        s.task,
+        s.fence,
+        secs(s.start),
+        secs(s.end),
+        secs(s.valid),
+        s.outcome
+    )
+}
+
+fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+/// Every pair of sections of one key whose belief intervals overlap, classified by
+/// whether the earlier one was still vouched for when the later one began.
+fn overlaps(key: u32, sections: &[&Section], verdict: &mut Verdict) {
+    let mut by_start = sections.to_vec();
+    by_start.sort_by_key(|s| (s.start, s.fence));
+    // Sections whose belief has not ended by the current start; overlaps are rare, so
+    // this stays short.
+    let mut open: Vec<&Section> = Vec::new();
+    for later in by_start {
+        open.retain(|earlier| earlier.end > later.start);
+        for earlier in &open {
+            if later.start < earlier.vouched_end() {
+                verdict.unsafe_overlaps += 1;
+                let text = format!(
+                    "key {key}: {} acquired while {} still held it",
+                    describe(later),
+                    describe(earlier)
+                );
+                verdict.example(text);
+            } else if earlier.outcome == Outcome::Kept {
+                // The earlier holder acted after its validity: only fences protect here.
+                verdict.overrun_overlaps += 1;
+                if earlier.fence < later.fence {
+                    verdict.overrun_fenced += 1;
+                } else {
+                    let text = format!(
+                        "key {key}: overrunning {} has a fence not below {}",
+                        describe(earlier),
+                        describe(later)
+                    );
+                    verdict.example(text);
+                }
+                if matches!(earlier.write, Write::Refused(_)) {
+                    verdict.overrun_refused += 1;
+                }
+            }
+        }
+        open.push(later);
+    }
+}
+
+/// Fences of one key are unique, and an acquisition that began after another had its lock
+/// got a higher fence. (`asked` is read before any request is sent and `start` after the
+/// lock is known, so `x.start < y.asked` proves x's acquisition came first.)
+fn fence_order(key: u32, sections: &[&Section], verdict: &mut Verdict) {
+    let mut by_fence = sections.to_vec();
+    by_fence.sort_by_key(|s| (s.fence, s.asked));
+    for pair in by_fence.windows(2) {
+        if pair[0].fence == pair[1].fence {
+            verdict.fence_violations += 1;
+            let text = format!(
+                "key {key}: fence {} handed out twice: {} and {}",
+                pair[0].fence,
+                describe(pair[0]),
+                describe(pair[1])
+            );
+            verdict.example(text);
+        }
+    }
+    // The latest `asked` among sections with a lower fence than the current one.
+    let mut latest_lower: Option<&Section> = None;
+    let mut i = 0;
+    while i < by_fence.len() {
+        let fence = by_fence[i].fence;
+        let group_end = by_fence[i..]
+            .iter()
+            .position(|s| s.fence != fence)
+            .map_or(by_fence.len(), |n| i + n);
+        for s in &by_fence[i..group_end] {
+            if let Some(lower) = latest_lower.filter(|lower| lower.asked > s.start) {
+                verdict.fence_violations += 1;
+                let text = format!(
+                    "key {key}: {} began acquiring after {} had its lock, yet got a lower fence",
+                    describe(lower),
+                    describe(s)
+                );
+                verdict.example(text);
+            }
+        }
+        for s in &by_fence[i..group_end] {
+            if latest_lower.is_none_or(|l| s.asked > l.asked) {
+                latest_lower = Some(s);
+            }
+        }
+        i = group_end;
+    }
+}
+
+/// Replays the resource's writes of one key in the order it saw them: a write is accepted
+/// exactly when its fence is at least the highest accepted before it.
+fn resource(key: u32, sections: &[&Section], verdict: &mut Verdict) {
+    let mut writes: Vec<(u64, bool, &Section)> = sections
+        .iter()
+        .filter_map(|s| match s.write {
+            Write::Accepted(seq) => Some((seq, true, *s)),
+            Write::Refused(seq) => Some((seq, false, *s)),
+            Write::Skipped | Write::Failed => None,
+        })
+        .collect();
+    writes.sort_by_key(|w| w.0);
+    let mut highest = 0;
+    for (_, accepted, s) in writes {
+        let expected = s.fence >= highest;
+        if accepted != expected {
+            verdict.store_violations += 1;
+            let text = format!(
+                "key {key}: the resource {} fence {} with {highest} accepted before",
+                if accepted { "accepted" } else { "refused" },
+                s.fence
+            );
+            verdict.example(text);
+        }
+        if accepted {
+            verdict.writes_accepted += 1;
+            highest = highest.max(s.fence);
+        } else {
+            verdict.stale_writes_refused += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Release;
+
+    /// A kept section of key 0 from `start` to `end` (ms), valid to `valid`, with `fence`,
+    /// asked 1 ms before it started; its write accepted as number `fence`.
+    fn section(holder: Holder, fence: u64, start: u64, end: u64, valid: u64) -> Section {
+        let ms = 1_000_000;
+        Section {
+            worker: fence as u32,
+            task: 0,
+            holder,
+            key: 0,
+            fence,
+            asked: start * ms - ms,
+            start: start * ms,
+            end: end * ms,
+            valid: valid * ms,
+            outcome: Outcome::Kept,
+            write: Write::Accepted(fence),
+            release: Release::Released,
+        }
+    }
+
+    #[test]
+    fn back_to_back_sections_are_clean() {
+        let sections = [
+            section(Holder::Careful, 1, 10, 50, 60),
+            section(Holder::Lease, 2, 60, 300, 310),
+            section(Holder::Naive, 3, 300, 320, 400),
+        ];
+        let v = check(&sections);
+        assert!(v.upheld(), "{v:?}");
+        assert_eq!(v.sections, 3);
+        assert_eq!(v.by_holder, [1, 1, 1]);
+        assert_eq!(
+            (v.unsafe_overlaps, v.overrun_overlaps, v.overran),
+            (0, 0, 0)
+        );
+        assert_eq!((v.writes_accepted, v.stale_writes_refused), (3, 0));
+    }
+
+    #[test]
+    fn an_acquisition_within_anothers_validity_is_unsafe() {
+        // Fence 2 starts at 40 while fence 1 holds until 50 (valid to 60).
+        let sections = [
+            section(Holder::Careful, 1, 10, 50, 60),
+            section(Holder::Careful, 2, 40, 70, 100),
+        ];
+        let v = check(&sections);
+        assert_eq!(v.unsafe_overlaps, 1);
+        assert!(!v.upheld());
+        assert!(v.examples[0].contains("acquired while"), "{:?}", v.examples);
+        // Same on another key: no overlap.
+        let mut other = sections.clone();
+        other[1].key = 1;
+        assert!(check(&other).upheld());
+    }
+
+    #[test]
+    fn a_lease_told_lost_late_is_unsafe_and_one_told_in_time_is_not() {
+        let mut lost = section(Holder::Lease, 1, 10, 80, 90);
+        lost.outcome = Outcome::Lost;
+        lost.write = Write::Skipped;
+        // The rival acquired at 50: the lease was told only at 80.
+        let rival = section(Holder::Careful, 2, 50, 70, 100);
+        assert_eq!(check(&[lost.clone(), rival.clone()]).unsafe_overlaps, 1);
+        // Told at 45, before the rival acquired: no overlap.
+        lost.end = 45_000_000;
+        let v = check(&[lost, rival]);
+        assert!(v.upheld(), "{v:?}");
+        assert_eq!(v.told_lost, 1);
+    }
+
+    #[test]
+    fn an_overrun_caught_by_fences_upholds_the_guarantee() {
+        // A naive holder valid to 60 acts at 200; fence 2 acquired at 100 and wrote first,
+        // so the stale write (sequence 5) is refused.
+        let mut naive = section(Holder::Naive, 1, 10, 200, 60);
+        naive.write = Write::Refused(5);
+        let next = section(Holder::Careful, 2, 100, 150, 160);
+        let v = check(&[naive, next]);
+        assert!(v.upheld(), "{v:?}");
+        assert_eq!(v.overran, 1);
+        assert_eq!((v.unsafe_overlaps, v.overrun_overlaps), (0, 1));
+        assert_eq!((v.overrun_fenced, v.overrun_refused), (1, 1));
+        assert_eq!((v.writes_accepted, v.stale_writes_refused), (1, 1));
+    }
+
+    #[test]
+    fn an_overrun_with_fences_out_of_order_is_a_violation() {
+        let naive = section(Holder::Naive, 5, 10, 200, 60);
+        let mut next = section(Holder::Careful, 4, 100, 150, 160);
+        next.write = Write::Accepted(1);
+        let v = check(&[naive, next]);
+        assert_eq!(v.overrun_overlaps, 1);
+        assert_eq!(v.overrun_fenced, 0);
+        assert!(v.fence_violations >= 1, "{v:?}");
+        assert!(!v.upheld());
+    }
+
+    #[test]
+    fn duplicate_and_backward_fences_are_violations() {
+        let dup = [
+            section(Holder::Careful, 3, 10, 20, 30),
+            section(Holder::Careful, 3, 40, 50, 60),
+        ];
+        let v = check(&dup);
+        assert_eq!(v.fence_violations, 1);
+        assert!(v.examples[0].contains("twice"), "{:?}", v.examples);
+        // Fence 7 was in hand at 10; fence 6 began acquiring at 39.
+        let backward = [
+            section(Holder::Careful, 7, 10, 20, 30),
+            section(Holder::Careful, 6, 40, 50, 60),
+        ];
+        let v = check(&backward);
+        assert_eq!(v.fence_violations, 1, "{v:?}");
+        assert!(v.examples[0].contains("lower fence"), "{:?}", v.examples);
+        // Concurrent askers may get fences in either order: fence 9 asked at 9 ms and
+        // started at 30; fence 8 asked at 19 and started at 20 — no proof of order.
+        let mut a = section(Holder::Careful, 9, 30, 40, 50);
+        a.asked = 9_000_000;
+        let b = section(Holder::Careful, 8, 20, 25, 50);
+        let v = check(&[a, b]);
+        assert_eq!(v.fence_violations, 0, "{v:?}");
+    }
+
+    #[test]
+    fn the_resource_replay_catches_a_store_that_ignores_fences() {
+        let mut first = section(Holder::Careful, 2, 10, 20, 30);
+        first.write = Write::Accepted(1);
+        let mut stale = section(Holder::Naive, 1, 1, 40, 5);
+        stale.asked = 0;
+        stale.write = Write::Accepted(2);
+        let v = check(&[first.clone(), stale.clone()]);
+        assert_eq!(v.store_violations, 1, "{v:?}");
+        stale.write = Write::Refused(2);
+        assert_eq!(check(&[first, stale]).store_violations, 0);
+    }
+}

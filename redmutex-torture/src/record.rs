@@ -1,0 +1,226 @@
+//! What a worker reports about each critical section, as one line of text on its stdout,
+//! and the parsing of those lines in the coordinator.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// How a holder behaves, which decides what it may believe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Holder {
+    /// A plain lock; before acting, checks `Lock::valid_until` and acts only within it.
+    Careful,
+    /// A kept-alive lease; before acting, checks it was not told "lost" and is within
+    /// `Lease::valid_until`.
+    Lease,
+    /// A plain lock; acts after its work without looking at the clock, as much code in the
+    /// wild does. Only fences protect the resource from it once it overruns its validity.
+    Naive,
+}
+
+/// How the holder's section ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The holder still believed it held the lock when it acted.
+    Kept,
+    /// A careful holder found its validity over (it had been paused or slowed) and did
+    /// not act.
+    Expired,
+    /// A lease holder was told "lost" (or found its validity over) and did not act.
+    Lost,
+}
+
+/// The holder's fenced write to the guarded resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Write {
+    /// Accepted; the resource's write sequence number.
+    Accepted(u64),
+    /// Refused by the fence check; the resource's write sequence number.
+    Refused(u64),
+    /// Not attempted (the holder knew it had lost the lock).
+    Skipped,
+    /// The resource could not be reached.
+    Failed,
+}
+
+/// What the release call answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Release {
+    /// Released.
+    Released,
+    /// `NotHeld`: the lock had expired or been taken.
+    NotHeld,
+    /// Any other error (connection cut, timeout, no quorum).
+    Failed,
+}
+
+/// One critical section: from the moment the acquire returned a lock to the last moment
+/// its holder believed it held the lock. Times are [`crate::clock::now_ns`] values.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Section {
+    /// Worker process index.
+    pub worker: u32,
+    /// Task index within the worker.
+    pub task: u32,
+    /// The holder's behaviour.
+    pub holder: Holder,
+    /// Key index.
+    pub key: u32,
+    /// The fence the acquisition got.
+    pub fence: u64,
+    /// When the holder began the acquire call (before any request was sent).
+    pub asked: u64,
+    /// When the acquire returned the lock.
+    pub start: u64,
+    /// The last moment the holder believed it held the lock: when it acted (or gave up).
+    pub end: u64,
+    /// The lock's validity end as the library computed it (latest, for a lease).
+    pub valid: u64,
+    /// How the section ended.
+    pub outcome: Outcome,
+    /// The fenced write.
+    pub write: Write,
+    /// The release.
+    pub release: Release,
+}
+
+impl Section {
+    /// The end of the part of the section the library vouches for: up to its validity,
+    /// and no longer than the holder believed.
+    pub fn vouched_end(&self) -> u64 {
+        self.end.min(self.valid)
+    }
+}
+
+impl fmt::Display for Section {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let holder = match self.holder {
+            Holder::Careful => "careful",
+            Holder::Lease => "lease",
+            Holder::Naive => "naive",
+        };
+        let outcome = match self.outcome {
+            Outcome::Kept => "kept",
+            Outcome::Expired => "expired",
+            Outcome::Lost => "lost",
+        };
+        let write = match self.write {
+            Write::Accepted(seq) => format!("accepted:{seq}"),
+            Write::Refused(seq) => format!("refused:{seq}"),
+            Write::Skipped => "skipped".into(),
+            Write::Failed => "failed".into(),
+        };
+        let release = match self.release {
+            Release::Released => "released",
+            Release::NotHeld => "notheld",
+            Release::Failed => "failed",
+        };
+        write!(
+            f,
+            "section {} {} {holder} {} {} {} {} {} {} {outcome} {write} {release}",
+            self.worker,
+            self.task,
+            self.key,
+            self.fence,
+            self.asked,
+            self.start,
+            self.end,
+            self.valid
+        )
+    }
+}
+
+impl FromStr for Section {
+    type Err = String;
+
+    fn from_str(line: &str) -> Result<Section, String> {
+        let bad = || format!("not a section line: {line:?}");
+        let fields: Vec<&str> = line.split(' ').collect();
+        let [tag, worker, task, holder, key, fence, asked, start, end, valid, outcome, write, release] =
+            fields[..]
+        else {
+            return Err(bad());
+        };
+        if tag != "section" {
+            return Err(bad());
+        }
+        let num = |s: &str| s.parse::<u64>().map_err(|_| bad());
+        let write = match write.split_once(':') {
+            Some(("accepted", seq)) => Write::Accepted(num(seq)?),
+            Some(("refused", seq)) => Write::Refused(num(seq)?),
+            None if write == "skipped" => Write::Skipped,
+            None if write == "failed" => Write::Failed,
+            _ => return Err(bad()),
+        };
+        Ok(Section {
+            worker: worker.parse().map_err(|_| bad())?,
+            task: task.parse().map_err(|_| bad())?,
+            holder: match holder {
+                "careful" => Holder::Careful,
+                "lease" => Holder::Lease,
+                "naive" => Holder::Naive,
+                _ => return Err(bad()),
+            },
+            key: key.parse().map_err(|_| bad())?,
+            fence: num(fence)?,
+            asked: num(asked)?,
+            start: num(start)?,
+            end: num(end)?,
+            valid: num(valid)?,
+            outcome: match outcome {
+                "kept" => Outcome::Kept,
+                "expired" => Outcome::Expired,
+                "lost" => Outcome::Lost,
+                _ => return Err(bad()),
+            },
+            write,
+            release: match release {
+                "released" => Release::Released,
+                "notheld" => Release::NotHeld,
+                "failed" => Release::Failed,
+                _ => return Err(bad()),
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sections_round_trip_through_their_line() {
+        let mut section = Section {
+            worker: 2,
+            task: 7,
+            holder: Holder::Lease,
+            key: 3,
+            fence: 41,
+            asked: 1,
+            start: 2,
+            end: 30,
+            valid: 25,
+            outcome: Outcome::Lost,
+            write: Write::Skipped,
+            release: Release::NotHeld,
+        };
+        for write in [
+            Write::Accepted(9),
+            Write::Refused(10),
+            Write::Skipped,
+            Write::Failed,
+        ] {
+            section.write = write;
+            let line = section.to_string();
+            assert_eq!(line.parse::<Section>().unwrap(), section, "{line}");
+        }
+        assert_eq!(section.vouched_end(), 25);
+        for bad in [
+            "",
+            "section 1 2",
+            "stats x",
+            &section.to_string().replace("lease", "x"),
+        ] {
+            assert!(bad.parse::<Section>().is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! The report of a mode's run: a text table for people, one JSON object for scripts.
+
+use std::fmt::Write as _;
+
+use crate::run::Report;
+use crate::schedule::{FaultKind, Mode};
+
+fn topology(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Single => "one node (append-only file, fsync always) behind a TCP proxy",
+        Mode::Redlock => "Redlock over five nodes (no persistence), each behind a TCP proxy",
+        Mode::Cluster => "a six-node Redis Cluster (append-only files)",
+    }
+}
+
+fn json_key(kind: FaultKind) -> &'static str {
+    match kind {
+        FaultKind::Cut => "cut",
+        FaultKind::Latency => "latency",
+        FaultKind::NodePause => "node_pause",
+        FaultKind::NodeRestart => "node_restart",
+        FaultKind::HolderPause => "holder_pause",
+        FaultKind::ClientKill => "client_kill",
+    }
+}
+
+/// The text report.
+pub fn text(r: &Report) -> String {
+    let v = &r.verdict;
+    let a = &r.args;
+    let per_second = v.sections as f64 / a.seconds.max(1) as f64;
+    let total_faults: usize = r.faults.iter().map(|f| f.1).sum();
+    let faults = r
+        .faults
+        .iter()
+        .map(|(kind, n)| format!("{} {n}", kind.name()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut out = String::new();
+    let mut row = |name: &str, value: String| {
+        let _ = writeln!(out, "  {name:<34} {value}");
+    };
+    row("topology", topology(r.mode).to_string());
+    row(
+        "settings",
+        format!(
+            "seed {}, {} s, {} processes x {} tasks, {} keys, TTL {} ms",
+            r.seed, a.seconds, a.processes, a.tasks, a.keys, a.ttl_ms
+        ),
+    );
+    row(
+        "acquisitions",
+        format!(
+            "{} ({per_second:.0}/s): careful {}, lease {}, naive {}",
+            v.sections, v.by_holder[0], v.by_holder[1], v.by_holder[2]
+        ),
+    );
+    row("faults injected", format!("{total_faults}: {faults}"));
+    row(
+        "told \"lost\"",
+        format!(
+            "{} leases, {} careful holders past their validity",
+            r.lost_signals, r.expired
+        ),
+    );
+    row("naive holders acting too late", v.overran.to_string());
+    row(
+        "overlaps, holder not told \"lost\"",
+        format!("{} (must be 0)", v.unsafe_overlaps),
+    );
+    row(
+        "pairs overlapping a late naive holder",
+        format!(
+            "{}; fence in order in {}, late write refused in {}",
+            v.overrun_overlaps, v.overrun_fenced, v.overrun_refused
+        ),
+    );
+    row(
+        "fence-order violations",
+        format!("{} (must be 0)", v.fence_violations),
+    );
+    row(
+        "resource writes",
+        format!(
+            "{} accepted, {} stale refused, {} inconsistent",
+            v.writes_accepted, v.stale_writes_refused, v.store_violations
+        ),
+    );
+    row(
+        "failed acquires",
+        format!(
+            "not obtained {}, transient {}, other {}",
+            r.not_obtained, r.transient_errors, r.other_errors
+        ),
+    );
+    row(
+        "releases",
+        format!(
+            "lock already gone {}, failed {}",
+            r.releases_not_held, r.releases_failed
+        ),
+    );
+    row(
+        "leftover lock keys",
+        format!(
+            "{} at exit, {} after TTL + 1 s, {} without TTL",
+            r.leftover_at_exit, r.leftover_after_ttl, r.keys_without_ttl
+        ),
+    );
+    for failure in &r.worker_failures {
+        row("worker failure", failure.clone());
+    }
+    for message in &r.error_messages {
+        row("error seen", message.clone());
+    }
+    for example in &v.examples {
+        row("violation", example.clone());
+    }
+    row(
+        "verdict",
+        if r.passed() { "UPHELD" } else { "VIOLATED" }.to_string(),
+    );
+    out
+}
+
+/// One JSON object on one line.
+pub fn json(r: &Report) -> String {
+    let v = &r.verdict;
+    let faults = r
+        .faults
+        .iter()
+        .map(|(kind, n)| format!("\"{}\":{n}", json_key(*kind)))
+        .collect::<Vec<_>>()
+        .join(",");
+    let strings = |items: &[String]| {
+        items
+            .iter()
+            .map(|s| format!("\"{}\"", escape(s)))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    format!(
+        concat!(
+            "{{\"mode\":\"{}\",\"seed\":{},\"seconds\":{},\"processes\":{},\"tasks\":{},",
+            "\"keys\":{},\"ttl_ms\":{},\"acquisitions\":{},\"careful\":{},\"lease\":{},",
+            "\"naive\":{},\"faults\":{{{}}},\"faults_total\":{},\"lost_signals\":{},",
+            "\"expired\":{},\"overran\":{},\"unsafe_overlaps\":{},\"overrun_overlaps\":{},",
+            "\"overrun_fenced\":{},\"overrun_refused\":{},\"fence_violations\":{},",
+            "\"store_violations\":{},\"writes_accepted\":{},\"stale_writes_refused\":{},",
+            "\"not_obtained\":{},\"transient_errors\":{},\"other_errors\":{},",
+            "\"releases_not_held\":{},\"releases_failed\":{},\"leftover_at_exit\":{},",
+            "\"leftover_after_ttl\":{},\"keys_without_ttl\":{},\"worker_failures\":[{}],",
+            "\"errors\":[{}],\"violations\":[{}],\"passed\":{}}}"
+        ),
+        r.mode.name(),
+        r.seed,
+        r.args.seconds,
+        r.args.processes,
+        r.args.tasks,
+        r.args.keys,
+        r.args.ttl_ms,
+        v.sections,
+        v.by_holder[0],
+        v.by_holder[1],
+        v.by_holder[2],
+        faults,
+        r.faults.iter().map(|f| f.1).sum::<usize>(),
+        r.lost_signals,
+        r.expired,
+        v.overran,
+        v.unsafe_overlaps,
+        v.overrun_overlaps,
+        v.overrun_fenced,
+        v.overrun_refused,
+        v.fence_violations,
+        v.store_violations,
+        v.writes_accepted,
+        v.stale_writes_refused,
+        r.not_obtained,
+        r.transient_errors,
+        r.other_errors,
+        r.releases_not_held,
+        r.releases_failed,
+        r.leftover_at_exit,
+        r.leftover_after_ttl,
+        r.keys_without_ttl,
+        strings(&r.worker_failures),
+        strings(&r.error_messages),
+        strings(&v.examples),
+        r.passed()
+    )
+}
+
+fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape;
+
+    #[test]
+    fn json_strings_are_escaped() {
+        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\u000ad");
+    }
+}

@@ -1,0 +1,400 @@
+//! The coordinator: starts private servers for one mode, the worker processes and the
+//! guarded resource's server, injects the fault schedule, then hands what the workers
+//! recorded to the checker and counts the keys left behind.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::Duration;
+
+use testkit::{Proxy, RedisCluster, RedisServer, ServerOptions};
+
+use crate::checker::{check, Verdict};
+use crate::clock::now_ns;
+use crate::record::{Holder, Outcome, Release, Section};
+use crate::schedule::{schedule, Fault, FaultKind, Mode, Plan};
+use crate::worker::PREFIX;
+
+/// The coordinator's command line.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Modes to run, one after the other (repeat the flag; default: all three).
+    #[arg(long = "mode", value_enum)]
+    pub modes: Vec<Mode>,
+    /// How long the workers run, per mode, in seconds.
+    #[arg(long, default_value_t = 60)]
+    pub seconds: u64,
+    /// The seed of the fault schedule and of every worker's choices (default: drawn, and
+    /// printed so that the run can be repeated).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Worker processes.
+    #[arg(long, default_value_t = 3)]
+    pub processes: u32,
+    /// Tasks per worker process.
+    #[arg(long, default_value_t = 8)]
+    pub tasks: u32,
+    /// Keys to contend for.
+    #[arg(long, default_value_t = 4)]
+    pub keys: u32,
+    /// Lock TTL in milliseconds.
+    #[arg(long, default_value_t = 500)]
+    pub ttl_ms: u64,
+    /// Inject no faults (a baseline).
+    #[arg(long)]
+    pub no_faults: bool,
+    /// One JSON object per mode instead of the text report.
+    #[arg(long)]
+    pub json: bool,
+    /// For the checker's own test: see the worker's flag of the same name.
+    #[arg(long, hide = true)]
+    pub sabotage_validity: bool,
+}
+
+/// One mode's results.
+#[derive(Debug)]
+pub struct Report {
+    /// The topology.
+    pub mode: Mode,
+    /// The seed.
+    pub seed: u64,
+    /// The run's settings.
+    pub args: RunArgs,
+    /// Faults injected, by kind, in kind order.
+    pub faults: Vec<(FaultKind, usize)>,
+    /// The checker's findings.
+    pub verdict: Verdict,
+    /// Leases told "lost".
+    pub lost_signals: usize,
+    /// Careful holders that found their validity over.
+    pub expired: usize,
+    /// Failed acquires: not obtained in time, transient errors, other errors.
+    pub not_obtained: u64,
+    /// See `not_obtained`.
+    pub transient_errors: u64,
+    /// See `not_obtained`.
+    pub other_errors: u64,
+    /// Releases that found the lock gone, and that failed.
+    pub releases_not_held: usize,
+    /// See `releases_not_held`.
+    pub releases_failed: usize,
+    /// Lock keys in Redis right after the workers exited, and after a further TTL + 1 s.
+    pub leftover_at_exit: usize,
+    /// See `leftover_at_exit`.
+    pub leftover_after_ttl: usize,
+    /// Lock keys without an expiry (never acceptable).
+    pub keys_without_ttl: usize,
+    /// Workers that crashed or reported a fatal error, with what they said.
+    pub worker_failures: Vec<String>,
+    /// Other errors the workers saw, verbatim (a few).
+    pub error_messages: Vec<String>,
+}
+
+impl Report {
+    /// Whether the guarantee held and nothing was lost or left behind.
+    pub fn passed(&self) -> bool {
+        self.verdict.upheld()
+            && self.verdict.sections > 0
+            && self.other_errors == 0
+            && self.leftover_after_ttl == 0
+            && self.keys_without_ttl == 0
+            && self.worker_failures.is_empty()
+    }
+}
+
+/// The servers of one mode and how to reach and hurt them.
+enum Topology {
+    Nodes {
+        nodes: Vec<RedisServer>,
+        proxies: Vec<Proxy>,
+    },
+    Cluster(RedisCluster),
+}
+
+impl Topology {
+    fn start(mode: Mode) -> Topology {
+        match mode {
+            Mode::Single => {
+                // Kill/restart is only survivable with the data on disk before each reply.
+                let node = RedisServer::spawn_with(ServerOptions {
+                    extra_args: ["--appendonly", "yes", "--appendfsync", "always"]
+                        .map(String::from)
+                        .to_vec(),
+                    ..ServerOptions::default()
+                });
+                let proxies = vec![Proxy::start(node.addr())];
+                Topology::Nodes {
+                    nodes: vec![node],
+                    proxies,
+                }
+            }
+            Mode::Redlock => {
+                let nodes = RedisServer::spawn_many(5);
+                let proxies = nodes.iter().map(|n| Proxy::start(n.addr())).collect();
+                Topology::Nodes { nodes, proxies }
+            }
+            Mode::Cluster => Topology::Cluster(RedisCluster::spawn_with(&[
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+            ])),
+        }
+    }
+
+    fn nodes(&self) -> &[RedisServer] {
+        match self {
+            Topology::Nodes { nodes, .. } => nodes,
+            Topology::Cluster(cluster) => cluster.nodes(),
+        }
+    }
+
+    /// What workers connect to: the proxies, or the cluster's nodes.
+    fn urls(&self) -> Vec<String> {
+        match self {
+            Topology::Nodes { proxies, .. } => proxies.iter().map(Proxy::url).collect(),
+            Topology::Cluster(cluster) => cluster.urls(),
+        }
+    }
+
+    fn inject(&self, fault: &Fault, workers: &[Child]) {
+        let node = || &self.nodes()[fault.target];
+        let proxy = || match self {
+            Topology::Nodes { proxies, .. } => &proxies[fault.target],
+            Topology::Cluster(_) => unreachable!("the schedule has no proxy faults on a cluster"),
+        };
+        match fault.kind {
+            FaultKind::Cut => proxy().cut(),
+            FaultKind::Latency => {
+                proxy().set_latency(fault.latency);
+                thread::sleep(fault.lasts);
+                proxy().set_latency(Duration::ZERO);
+            }
+            FaultKind::NodePause => {
+                node().pause();
+                thread::sleep(fault.lasts);
+                node().resume();
+            }
+            FaultKind::NodeRestart => {
+                node().kill();
+                thread::sleep(fault.lasts);
+                node().restart();
+            }
+            FaultKind::HolderPause => {
+                let pid = workers[fault.target].id() as libc::pid_t;
+                // SAFETY: plain signals to a child process we started and still own.
+                unsafe { libc::kill(pid, libc::SIGSTOP) };
+                thread::sleep(fault.lasts);
+                // SAFETY: as above.
+                unsafe { libc::kill(pid, libc::SIGCONT) };
+            }
+            FaultKind::ClientKill => {
+                node().command(&["CLIENT", "KILL", "TYPE", "normal"]);
+                node().command(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+            }
+        }
+    }
+
+    /// Lock keys on the servers now (names, deduplicated: replicas hold copies), and how
+    /// many have no expiry.
+    fn lock_keys(&self) -> (usize, usize) {
+        let mut names = BTreeSet::new();
+        let mut without_ttl = BTreeSet::new();
+        for node in self.nodes() {
+            if node.pid().is_none() {
+                continue;
+            }
+            for key in bulk_strings(&node.command(&["KEYS", &format!("{PREFIX}*")])) {
+                if node.command(&["PTTL", &key]).trim() == ":-1" {
+                    without_ttl.insert(key.clone());
+                }
+                names.insert(key);
+            }
+        }
+        (names.len(), without_ttl.len())
+    }
+}
+
+/// The elements of a RESP array of bulk strings (as `RedisServer::command` returns it).
+fn bulk_strings(resp: &str) -> Vec<String> {
+    let mut lines = resp.split("\r\n");
+    let mut out = Vec::new();
+    while let Some(line) = lines.next() {
+        if line.starts_with('$') && line != "$-1" {
+            if let Some(value) = lines.next() {
+                out.push(value.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// Runs one mode and reports.
+pub fn run_mode(mode: Mode, seed: u64, args: &RunArgs) -> Report {
+    let topology = Topology::start(mode);
+    let storage = RedisServer::spawn();
+    let ttl = Duration::from_millis(args.ttl_ms);
+    let run = Duration::from_secs(args.seconds);
+    let plan = Plan {
+        mode,
+        nodes: topology.nodes().len(),
+        workers: args.processes as usize,
+        ttl,
+        run,
+    };
+    let faults = if args.no_faults {
+        Vec::new()
+    } else {
+        schedule(seed, &plan)
+    };
+    // Time for every worker to start and connect before the clock starts.
+    let start_at = now_ns() + 2_000_000_000;
+    let stop_at = start_at + run.as_nanos() as u64;
+    let exe = std::env::current_exe().expect("the torture binary's own path");
+    let mut workers: Vec<Child> = Vec::new();
+    let mut readers = Vec::new();
+    for id in 0..args.processes {
+        let mut command = Command::new(&exe);
+        command
+            .arg("worker")
+            .args(["--id", &id.to_string(), "--mode", mode.name()])
+            .args(["--storage", &storage.url()])
+            .args(["--keys", &args.keys.to_string()])
+            .args(["--tasks", &args.tasks.to_string()])
+            .args(["--ttl-ms", &args.ttl_ms.to_string()])
+            .args(["--start-at", &start_at.to_string()])
+            .args(["--stop-at", &stop_at.to_string()])
+            .args(["--seed", &seed.to_string()]);
+        for url in topology.urls() {
+            command.args(["--url", &url]);
+        }
+        if id % 2 == 0 {
+            command.arg("--wake-up");
+        }
+        if args.sabotage_validity {
+            command.arg("--sabotage-validity");
+        }
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start a worker process");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let stderr = child.stderr.take().expect("piped stderr");
+        // Read while it runs: a full pipe would stall the worker.
+        readers.push(thread::spawn(move || {
+            let lines: Vec<String> = BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+                .collect();
+            let mut err = String::new();
+            let _ = std::io::Read::read_to_string(&mut BufReader::new(stderr), &mut err);
+            (lines, err)
+        }));
+        workers.push(child);
+    }
+    let mut injected: Vec<FaultKind> = Vec::new();
+    for fault in &faults {
+        let due = start_at + fault.at.as_nanos() as u64;
+        thread::sleep(Duration::from_nanos(due.saturating_sub(now_ns())));
+        topology.inject(fault, &workers);
+        injected.push(fault.kind);
+    }
+    // Workers finish the section in hand after the stop time: allow a few TTLs.
+    let give_up = stop_at + 30_000_000_000;
+    let mut worker_failures = Vec::new();
+    for (id, child) in workers.iter_mut().enumerate() {
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) if status.success() => break,
+                Ok(Some(status)) => {
+                    worker_failures.push(format!("worker {id} exited with {status}"));
+                    break;
+                }
+                Ok(None) if now_ns() > give_up => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    worker_failures.push(format!("worker {id} did not stop; killed"));
+                    break;
+                }
+                Ok(None) => thread::sleep(Duration::from_millis(50)),
+                Err(e) => {
+                    worker_failures.push(format!("worker {id}: {e}"));
+                    break;
+                }
+            }
+        }
+    }
+    let (leftover_at_exit, _) = topology.lock_keys();
+    let mut sections = Vec::new();
+    let mut report_tally = [0u64; 3];
+    let mut error_messages = Vec::new();
+    for (id, reader) in readers.into_iter().enumerate() {
+        let (lines, stderr) = reader.join().expect("reader thread");
+        for line in lines {
+            if line.starts_with("section ") {
+                match line.parse::<Section>() {
+                    Ok(section) => sections.push(section),
+                    Err(e) => worker_failures.push(format!("worker {id}: {e}")),
+                }
+            } else if let Some(counts) = line.strip_prefix("tally ") {
+                for (i, field) in counts.split(' ').enumerate().take(3) {
+                    let n = field.split_once('=').and_then(|(_, n)| n.parse().ok());
+                    report_tally[i] += n.unwrap_or(0);
+                }
+            } else if let Some(message) = line.strip_prefix("error ") {
+                error_messages.push(format!("worker {id}: {message}"));
+            } else {
+                worker_failures.push(format!("worker {id}: {line}"));
+            }
+        }
+        if !stderr.trim().is_empty() {
+            worker_failures.push(format!("worker {id} stderr: {}", stderr.trim()));
+        }
+    }
+    thread::sleep(ttl + Duration::from_secs(1));
+    let (leftover_after_ttl, keys_without_ttl) = topology.lock_keys();
+    let verdict = check(&sections);
+    let mut faults_by_kind: Vec<(FaultKind, usize)> = mode
+        .fault_kinds()
+        .iter()
+        .map(|kind| (*kind, injected.iter().filter(|k| *k == kind).count()))
+        .collect();
+    faults_by_kind.sort();
+    let count = |f: &dyn Fn(&Section) -> bool| sections.iter().filter(|s| f(s)).count();
+    Report {
+        mode,
+        seed,
+        args: args.clone(),
+        faults: faults_by_kind,
+        lost_signals: count(&|s| s.holder == Holder::Lease && s.outcome == Outcome::Lost),
+        expired: count(&|s| s.outcome == Outcome::Expired),
+        releases_not_held: count(&|s| s.release == Release::NotHeld),
+        releases_failed: count(&|s| s.release == Release::Failed),
+        verdict,
+        not_obtained: report_tally[0],
+        transient_errors: report_tally[1],
+        other_errors: report_tally[2],
+        leftover_at_exit,
+        leftover_after_ttl,
+        keys_without_ttl,
+        worker_failures,
+        error_messages,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_arrays_of_bulk_strings() {
+        assert_eq!(
+            bulk_strings("*2\r\n$10\r\ntorture:k1\r\n$10\r\ntorture:k2\r\n"),
+            ["torture:k1", "torture:k2"]
+        );
+        assert!(bulk_strings("*0\r\n").is_empty());
+    }
+}

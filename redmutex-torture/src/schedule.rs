@@ -1,0 +1,265 @@
+//! The fault schedule: a timeline of faults drawn from the run's seed, one at a time, each
+//! over before the next begins and all over before the workers stop.
+
+use std::time::Duration;
+
+use crate::rng::Rng;
+
+/// What the workers lock against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// One Redis node (append-only file, fsync always) behind a TCP proxy.
+    Single,
+    /// Redlock over five independent nodes (no persistence), each behind a TCP proxy.
+    Redlock,
+    /// A six-node Redis Cluster (three masters, three replicas; append-only files).
+    Cluster,
+}
+
+impl Mode {
+    /// The mode's name as the command line spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Single => "single",
+            Mode::Redlock => "redlock",
+            Mode::Cluster => "cluster",
+        }
+    }
+
+    /// The kinds of fault this mode's topology allows. Cluster clients talk to each node at
+    /// the address it announces, so no proxy can stand between them: no cuts or latency.
+    pub fn fault_kinds(self) -> &'static [FaultKind] {
+        use FaultKind::*;
+        match self {
+            Mode::Single | Mode::Redlock => &[
+                Cut,
+                Latency,
+                NodePause,
+                NodeRestart,
+                HolderPause,
+                ClientKill,
+            ],
+            Mode::Cluster => &[NodePause, NodeRestart, HolderPause, ClientKill],
+        }
+    }
+}
+
+/// A kind of fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FaultKind {
+    /// Every connection through a node's proxy is closed.
+    Cut,
+    /// A node's proxy delays every byte, each way.
+    Latency,
+    /// A node is frozen (SIGSTOP), then thawed (SIGCONT).
+    NodePause,
+    /// A node is killed (SIGKILL) and started again.
+    NodeRestart,
+    /// A whole worker process is frozen past its locks' TTL, then thawed.
+    HolderPause,
+    /// `CLIENT KILL` on a node: every client connection (normal or pub/sub) is dropped.
+    ClientKill,
+}
+
+impl FaultKind {
+    /// The fault's name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::Cut => "connection cut",
+            FaultKind::Latency => "latency",
+            FaultKind::NodePause => "node pause",
+            FaultKind::NodeRestart => "node kill/restart",
+            FaultKind::HolderPause => "holder pause",
+            FaultKind::ClientKill => "CLIENT KILL",
+        }
+    }
+}
+
+/// One scheduled fault.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fault {
+    /// When it starts, from the start of the run.
+    pub at: Duration,
+    /// What it is.
+    pub kind: FaultKind,
+    /// The node (or, for [`FaultKind::HolderPause`], the worker) it hits.
+    pub target: usize,
+    /// How long it lasts (a node's downtime for a restart; zero for instant faults).
+    pub lasts: Duration,
+    /// The added delay each way, for [`FaultKind::Latency`].
+    pub latency: Duration,
+}
+
+/// What a schedule is drawn for.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The topology.
+    pub mode: Mode,
+    /// Nodes that can be hit.
+    pub nodes: usize,
+    /// Worker processes that can be paused.
+    pub workers: usize,
+    /// The locks' TTL.
+    pub ttl: Duration,
+    /// How long the workers run; every fault is over half a second before that.
+    pub run: Duration,
+}
+
+/// Draws the schedule for `plan` from `seed`. The first faults go through every kind the
+/// mode allows, in a seeded order, so that even a short run injects each kind once; the
+/// rest are drawn at random.
+pub fn schedule(seed: u64, plan: &Plan) -> Vec<Fault> {
+    let mut rng = Rng::new(seed, 0x5c4e_d01e);
+    let kinds = plan.mode.fault_kinds();
+    let mut first_round: Vec<FaultKind> = kinds.to_vec();
+    for i in (1..first_round.len()).rev() {
+        first_round.swap(i, rng.below(i + 1));
+    }
+    let ttl = plan.ttl.as_millis() as u64;
+    let ms = Duration::from_millis;
+    let end = plan.run.saturating_sub(ms(500));
+    let mut at = ms(rng.between(200, 600));
+    let mut faults = Vec::new();
+    loop {
+        let kind = match faults.len() {
+            n if n < first_round.len() => first_round[n],
+            _ => kinds[rng.below(kinds.len())],
+        };
+        let (target, lasts, latency) = match kind {
+            FaultKind::Cut | FaultKind::ClientKill => (rng.below(plan.nodes), ms(0), ms(0)),
+            FaultKind::Latency => (
+                rng.below(plan.nodes),
+                ms(rng.between(500, 2_000)),
+                ms(rng.between(20, 150)),
+            ),
+            // Cluster: shorter than the node timeout (1 s), so that no failover starts.
+            FaultKind::NodePause if plan.mode == Mode::Cluster => {
+                (rng.below(plan.nodes), ms(rng.between(100, 600)), ms(0))
+            }
+            FaultKind::NodePause => (
+                rng.below(plan.nodes),
+                ms(rng.between(ttl / 10, ttl * 2)),
+                ms(0),
+            ),
+            // Redlock nodes keep no data: a restarted node stays out for longer than the
+            // TTL, so every lock it knew of has expired (the rule the crate documents).
+            // The others reload their append-only file and come straight back.
+            FaultKind::NodeRestart if plan.mode == Mode::Redlock => (
+                rng.below(plan.nodes),
+                ms(ttl + rng.between(100, 500)),
+                ms(0),
+            ),
+            FaultKind::NodeRestart => (rng.below(plan.nodes), ms(rng.between(0, 300)), ms(0)),
+            FaultKind::HolderPause => (
+                rng.below(plan.workers),
+                ms(rng.between(ttl * 3 / 2, ttl * 3)),
+                ms(0),
+            ),
+        };
+        if at + lasts > end {
+            break;
+        }
+        faults.push(Fault {
+            at,
+            kind,
+            target,
+            lasts,
+            latency,
+        });
+        at += lasts + ms(rng.between(200, 800));
+    }
+    faults
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(mode: Mode, seconds: u64) -> Plan {
+        Plan {
+            mode,
+            nodes: match mode {
+                Mode::Single => 1,
+                Mode::Redlock => 5,
+                Mode::Cluster => 6,
+            },
+            workers: 3,
+            ttl: Duration::from_millis(500),
+            run: Duration::from_secs(seconds),
+        }
+    }
+
+    #[test]
+    fn a_seed_gives_one_schedule() {
+        let p = plan(Mode::Redlock, 60);
+        assert_eq!(schedule(42, &p), schedule(42, &p));
+        assert_ne!(schedule(42, &p), schedule(43, &p));
+    }
+
+    #[test]
+    fn faults_come_one_at_a_time_and_end_before_the_workers() {
+        for mode in [Mode::Single, Mode::Redlock, Mode::Cluster] {
+            for seed in 0..50 {
+                let p = plan(mode, 20);
+                let faults = schedule(seed, &p);
+                assert!(faults.len() >= 10, "{mode:?} seed {seed}: {}", faults.len());
+                for pair in faults.windows(2) {
+                    assert!(pair[0].at + pair[0].lasts < pair[1].at, "{pair:?}");
+                }
+                let last = faults.last().unwrap();
+                assert!(last.at + last.lasts <= p.run - Duration::from_millis(500));
+                for f in &faults {
+                    let bound = match f.kind {
+                        FaultKind::HolderPause => p.workers,
+                        _ => p.nodes,
+                    };
+                    assert!(f.target < bound, "{f:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_short_run_injects_every_kind_its_mode_allows() {
+        for mode in [Mode::Single, Mode::Redlock, Mode::Cluster] {
+            for seed in 0..50 {
+                let mut kinds: Vec<FaultKind> = schedule(seed, &plan(mode, 15))
+                    .iter()
+                    .map(|f| f.kind)
+                    .collect();
+                kinds.sort();
+                kinds.dedup();
+                let mut allowed = mode.fault_kinds().to_vec();
+                allowed.sort();
+                assert_eq!(kinds, allowed, "{mode:?} seed {seed}");
+            }
+        }
+    }
+
+    #[test]
+    fn durations_follow_the_safety_rules_of_each_mode() {
+        let ttl = Duration::from_millis(500);
+        for seed in 0..50 {
+            for f in schedule(seed, &plan(Mode::Redlock, 60)) {
+                if f.kind == FaultKind::NodeRestart {
+                    assert!(
+                        f.lasts > ttl,
+                        "a Redlock node stays out past the TTL: {f:?}"
+                    );
+                }
+                if f.kind == FaultKind::HolderPause {
+                    assert!(
+                        f.lasts >= ttl * 3 / 2,
+                        "holders are paused past the TTL: {f:?}"
+                    );
+                }
+            }
+            for f in schedule(seed, &plan(Mode::Cluster, 60)) {
+                assert!(!matches!(f.kind, FaultKind::Cut | FaultKind::Latency));
+                if f.kind == FaultKind::NodePause {
+                    assert!(f.lasts <= Duration::from_millis(600), "no failover: {f:?}");
+                }
+            }
+        }
+    }
+}

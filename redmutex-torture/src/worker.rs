@@ -1,0 +1,366 @@
+//! One worker process: many tasks that acquire, hold and release a few keys until the
+//! stop time, each reporting its critical sections as lines on stdout (see
+//! [`crate::record`]). Tasks take turns being careful, lease and naive holders.
+
+use std::io::Write as _;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redmutex::retry::{self, Jitter, RetryExt};
+use redmutex::{Connection, Error, Locker};
+use tokio::time::Instant;
+
+use crate::clock::{instant_ns, now_ns};
+use crate::record::{Holder, Outcome, Release, Section, Write};
+use crate::rng::Rng;
+use crate::schedule::Mode;
+
+/// Lock keys are `torture:k0`, `torture:k1`, …
+pub const PREFIX: &str = "torture:";
+
+/// The guarded resource, on a server no fault touches: it keeps the highest fence that
+/// wrote each key and refuses writes with a lower one — the check the crate docs ask of
+/// storage. It numbers every write so the checker can replay them in order.
+const FENCED_WRITE: &str = r"
+-- KEYS[1]: the resource's highest accepted fence; KEYS[2]: the write counter.
+-- ARGV[1]: the writer's fence. Returns {accepted (1/0), write number}.
+local seq = redis.call('incr', KEYS[2])
+local highest = tonumber(redis.call('get', KEYS[1]) or '0')
+if tonumber(ARGV[1]) < highest then return {0, seq} end
+redis.call('set', KEYS[1], ARGV[1])
+return {1, seq}
+";
+
+/// The worker's command line (given by the coordinator).
+#[derive(clap::Args, Debug, Clone)]
+pub struct WorkerArgs {
+    /// This worker's index.
+    #[arg(long)]
+    pub id: u32,
+    /// The topology.
+    #[arg(long, value_enum)]
+    pub mode: Mode,
+    /// Where to lock: one URL (single), five (redlock), or the cluster's nodes.
+    #[arg(long = "url", required = true)]
+    pub urls: Vec<String>,
+    /// The guarded resource's server.
+    #[arg(long)]
+    pub storage: String,
+    /// How many keys to contend for.
+    #[arg(long)]
+    pub keys: u32,
+    /// Tasks in this process.
+    #[arg(long)]
+    pub tasks: u32,
+    /// Lock TTL in milliseconds.
+    #[arg(long)]
+    pub ttl_ms: u64,
+    /// Start and stop, on the shared monotonic clock (ns).
+    #[arg(long)]
+    pub start_at: u64,
+    /// See `start_at`.
+    #[arg(long)]
+    pub stop_at: u64,
+    /// The run's seed.
+    #[arg(long)]
+    pub seed: u64,
+    /// Wait with push wake-up instead of polling alone.
+    #[arg(long)]
+    pub wake_up: bool,
+    /// For the checker's own test: careful holders trust a validity twice the TTL from
+    /// when the lock arrived (a library that forgot the time the request took and the
+    /// expiry) and hold that long, so the checker must find overlaps.
+    #[arg(long, hide = true)]
+    pub sabotage_validity: bool,
+}
+
+/// Runs the worker; exit code 0 when it ran to the stop time.
+pub fn main(args: WorkerArgs) -> ExitCode {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            println!("fatal {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run(args: WorkerArgs) -> Result<(), String> {
+    let storage = redis::Client::open(args.storage.as_str())
+        .map_err(|e| e.to_string())?
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| format!("storage: {e}"))?;
+    let clients = args
+        .urls
+        .iter()
+        .map(|url| redis::Client::open(url.as_str()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    match args.mode {
+        Mode::Single => {
+            let conn = redmutex::connect(&args.urls[0])
+                .await
+                .map_err(|e| e.to_string())?;
+            let locker = Locker::new(conn);
+            drive(locker, clients, storage, args).await
+        }
+        Mode::Redlock => {
+            let nodes = args
+                .urls
+                .iter()
+                .map(|url| redmutex::connect_lazy(url))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| e.to_string())?;
+            let locker = Locker::redlock(nodes).map_err(|e| e.to_string())?;
+            drive(locker, clients, storage, args).await
+        }
+        Mode::Cluster => {
+            let conn = redis::cluster::ClusterClient::builder(args.urls.clone())
+                .connection_timeout(Duration::from_secs(1))
+                .response_timeout(redmutex::RESPONSE_TIMEOUT)
+                .build()
+                .map_err(|e| e.to_string())?
+                .get_async_connection()
+                .await
+                .map_err(|e| format!("cluster: {e}"))?;
+            let locker = Locker::cluster(conn);
+            // One subscriber is enough: the cluster bus carries releases to every node.
+            drive(locker, clients[..1].to_vec(), storage, args).await
+        }
+    }
+}
+
+/// What a worker saw besides its sections.
+#[derive(Default)]
+struct Tally {
+    not_obtained: u64,
+    transient: u64,
+    other: u64,
+    messages: Vec<String>,
+}
+
+impl Tally {
+    fn failed(&mut self, e: &Error) {
+        if e.is_not_obtained() {
+            self.not_obtained += 1;
+        } else if e.is_transient() {
+            self.transient += 1;
+        } else {
+            self.other += 1;
+            let message = e.to_string();
+            if self.messages.len() < 5 && !self.messages.contains(&message) {
+                self.messages.push(message);
+            }
+        }
+    }
+}
+
+struct Shared {
+    out: Mutex<std::io::BufWriter<std::io::Stdout>>,
+    tally: Mutex<Tally>,
+}
+
+impl Shared {
+    fn line(&self, line: &str) {
+        let mut out = self.out.lock().unwrap();
+        let _ = writeln!(out, "{line}");
+    }
+}
+
+async fn drive<C: Connection>(
+    locker: Locker<C>,
+    clients: Vec<redis::Client>,
+    storage: redis::aio::MultiplexedConnection,
+    args: WorkerArgs,
+) -> Result<(), String> {
+    let locker = if args.wake_up {
+        locker.with_wake_up(clients).map_err(|e| e.to_string())?
+    } else {
+        locker
+    };
+    let locker = locker.with_prefix(PREFIX);
+    let shared = Arc::new(Shared {
+        out: Mutex::new(std::io::BufWriter::new(std::io::stdout())),
+        tally: Mutex::new(Tally::default()),
+    });
+    let wait = args.start_at.saturating_sub(now_ns());
+    tokio::time::sleep(Duration::from_nanos(wait)).await;
+    let tasks: Vec<_> = (0..args.tasks)
+        .map(|task| {
+            let holder = match (args.id + task) % 3 {
+                0 => Holder::Careful,
+                1 => Holder::Lease,
+                _ => Holder::Naive,
+            };
+            tokio::spawn(holder_task(
+                locker.clone(),
+                storage.clone(),
+                shared.clone(),
+                args.clone(),
+                task,
+                holder,
+            ))
+        })
+        .collect();
+    for task in tasks {
+        task.await.map_err(|e| format!("task panicked: {e}"))?;
+    }
+    let tally = std::mem::take(&mut *shared.tally.lock().unwrap());
+    shared.line(&format!(
+        "tally not_obtained={} transient={} other={}",
+        tally.not_obtained, tally.transient, tally.other
+    ));
+    for message in &tally.messages {
+        shared.line(&format!("error {message}"));
+    }
+    let flushed = shared.out.lock().unwrap().flush();
+    flushed.map_err(|e| e.to_string())
+}
+
+async fn holder_task<C: Connection>(
+    locker: Locker<C>,
+    mut storage: redis::aio::MultiplexedConnection,
+    shared: Arc<Shared>,
+    args: WorkerArgs,
+    task: u32,
+    holder: Holder,
+) {
+    let mut rng = Rng::new(args.seed, (u64::from(args.id) << 32) | u64::from(task));
+    let ttl = Duration::from_millis(args.ttl_ms);
+    let fenced_write = redis::Script::new(FENCED_WRITE);
+    let ms = |n: u64| Duration::from_millis(n);
+    while now_ns() < args.stop_at {
+        let key = rng.below(args.keys as usize) as u32;
+        let asked = now_ns();
+        let acquired = locker
+            .acquire(format!("k{key}"), ttl)
+            .retry(retry::exponential(ms(2), ms(40)).jitter(Jitter::full()))
+            .await;
+        let lock = match acquired {
+            Ok(lock) => lock,
+            Err(e) => {
+                shared.tally.lock().unwrap().failed(&e);
+                // Not obtained within the TTL, or a fault: take a breath and go on.
+                tokio::time::sleep(ms(rng.between(1, 10))).await;
+                continue;
+            }
+        };
+        let start = now_ns();
+        let Some(fence) = lock.fence() else {
+            shared.line("fatal an acquisition without a fence");
+            return;
+        };
+        let ttl_ms = args.ttl_ms;
+        let (end, valid, outcome, held) = match holder {
+            Holder::Careful if args.sabotage_validity => {
+                tokio::time::sleep(ms(rng.between(ttl_ms / 2, ttl_ms * 2))).await;
+                let believed = start + 2 * ttl_ms * 1_000_000;
+                (now_ns(), believed, Outcome::Kept, Held::Lock(lock))
+            }
+            Holder::Careful => {
+                tokio::time::sleep(ms(rng.between(0, ttl_ms / 10))).await;
+                let valid_until = lock.valid_until();
+                let (end, outcome) = if Instant::now() < valid_until {
+                    (now_ns(), Outcome::Kept)
+                } else {
+                    (instant_ns(valid_until.into_std()), Outcome::Expired)
+                };
+                (
+                    end,
+                    instant_ns(valid_until.into_std()),
+                    outcome,
+                    Held::Lock(lock),
+                )
+            }
+            Holder::Naive => {
+                tokio::time::sleep(ms(rng.between(0, ttl_ms / 10))).await;
+                let valid = instant_ns(lock.valid_until().into_std());
+                (now_ns(), valid, Outcome::Kept, Held::Lock(lock))
+            }
+            Holder::Lease => {
+                let lease = match lock.keep_alive() {
+                    Ok(lease) => lease,
+                    Err(e) => {
+                        shared.tally.lock().unwrap().failed(&e);
+                        continue;
+                    }
+                };
+                // Mostly short, one in eight long enough to need several renewals.
+                let work = match rng.below(8) {
+                    0 => ms(rng.between(ttl_ms, ttl_ms * 2)),
+                    _ => ms(rng.between(0, ttl_ms / 10)),
+                };
+                let lost_at = tokio::select! {
+                    _ = tokio::time::sleep(work) => None,
+                    _ = lease.lost() => Some(now_ns()),
+                };
+                let valid_until = lease.valid_until();
+                let valid = instant_ns(valid_until.into_std());
+                let (end, outcome) = match lost_at {
+                    Some(at) => (at, Outcome::Lost),
+                    None if lease.is_lost() || Instant::now() >= valid_until => {
+                        (now_ns(), Outcome::Lost)
+                    }
+                    None => (now_ns(), Outcome::Kept),
+                };
+                (end, valid, outcome, Held::Lease(lease))
+            }
+        };
+        // The write comes after the decision, as in real code: a pause here is what only
+        // the fence can catch.
+        let write = if outcome == Outcome::Kept {
+            let reply: Result<(u8, u64), _> = fenced_write
+                .key(format!("resource:{{k{key}}}:fence"))
+                .key("resource:writes")
+                .arg(fence)
+                .invoke_async(&mut storage)
+                .await;
+            match reply {
+                Ok((1, seq)) => Write::Accepted(seq),
+                Ok((_, seq)) => Write::Refused(seq),
+                Err(_) => Write::Failed,
+            }
+        } else {
+            Write::Skipped
+        };
+        let release = match held {
+            Held::Lock(lock) => released(lock.release().await),
+            Held::Lease(lease) => released(lease.release().await),
+        };
+        let section = Section {
+            worker: args.id,
+            task,
+            holder,
+            key,
+            fence,
+            asked,
+            start,
+            end,
+            valid,
+            outcome,
+            write,
+            release,
+        };
+        shared.line(&section.to_string());
+    }
+}
+
+/// What a holder releases once it has written.
+enum Held<C: Connection> {
+    Lock(redmutex::Lock<C>),
+    Lease(redmutex::Lease<C>),
+}
+
+fn released(result: Result<(), Error>) -> Release {
+    match result {
+        Ok(()) => Release::Released,
+        Err(e) if e.is_not_held() => Release::NotHeld,
+        Err(_) => Release::Failed,
+    }
+}

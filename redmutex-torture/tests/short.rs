@@ -1,0 +1,99 @@
+//! The short torture run CI makes (the README names the long one): every mode, every
+//! fault kind, the real binary, real servers and worker processes.
+
+use std::process::Command;
+
+fn torture(args: &[&str]) -> (Option<i32>, Vec<String>, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_redmutex-torture"))
+        .args(args)
+        .arg("--json")
+        .output()
+        .expect("run redmutex-torture");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let lines = stdout
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(String::from)
+        .collect();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    (output.status.code(), lines, stderr)
+}
+
+/// The number after `"name":` in a report line.
+fn field(line: &str, name: &str) -> u64 {
+    let tag = format!("\"{name}\":");
+    let at = line
+        .find(&tag)
+        .unwrap_or_else(|| panic!("no {name} in {line}"))
+        + tag.len();
+    let digits: String = line[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits
+        .parse()
+        .unwrap_or_else(|_| panic!("{name} is not a number in {line}"))
+}
+
+#[test]
+fn mutual_exclusion_holds_in_every_mode_under_every_fault() {
+    let seed = std::env::var("REDMUTEX_TORTURE_SEED").unwrap_or_else(|_| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        nanos.to_string()
+    });
+    let (code, lines, stderr) = torture(&["--seconds", "15", "--seed", &seed]);
+    let context = format!("seed {seed} (REDMUTEX_TORTURE_SEED repeats it)\n{lines:#?}\n{stderr}");
+    assert_eq!(lines.len(), 3, "{context}");
+    for (line, mode) in lines.iter().zip(["single", "redlock", "cluster"]) {
+        assert!(line.contains(&format!("\"mode\":\"{mode}\"")), "{context}");
+        assert!(line.ends_with("\"passed\":true}"), "{mode}: {context}");
+        assert!(field(line, "acquisitions") >= 100, "{mode}: {context}");
+        for name in [
+            "unsafe_overlaps",
+            "fence_violations",
+            "store_violations",
+            "other_errors",
+            "leftover_after_ttl",
+            "keys_without_ttl",
+        ] {
+            assert_eq!(field(line, name), 0, "{mode} {name}: {context}");
+        }
+        assert_eq!(
+            field(line, "overrun_overlaps"),
+            field(line, "overrun_fenced"),
+            "{mode}: every overlap a late holder caused is in fence order: {context}"
+        );
+        let mut kinds = vec!["node_pause", "node_restart", "holder_pause", "client_kill"];
+        if mode != "cluster" {
+            kinds.extend(["cut", "latency"]);
+        }
+        for kind in kinds {
+            assert!(
+                field(line, kind) >= 1,
+                "{mode}: no {kind} injected: {context}"
+            );
+        }
+    }
+    assert_eq!(code, Some(0), "{context}");
+}
+
+/// The checker is not a formality: workers that trust a validity of twice the TTL (as a
+/// library that ignored the time the request took and the expiry would) get caught.
+#[test]
+fn the_checker_catches_a_broken_validity() {
+    let (code, lines, stderr) = torture(&[
+        "--mode",
+        "single",
+        "--seconds",
+        "5",
+        "--no-faults",
+        "--sabotage-validity",
+    ]);
+    assert_eq!(lines.len(), 1, "{lines:?} {stderr}");
+    assert!(field(&lines[0], "unsafe_overlaps") > 0, "{}", lines[0]);
+    assert!(lines[0].ends_with("\"passed\":false}"), "{}", lines[0]);
+    assert_eq!(code, Some(1), "{}", lines[0]);
+}
