@@ -26,29 +26,47 @@ pub fn parse(text: &str) -> Result<Duration, String> {
                 "{text:?}: not a duration; use e.g. 250ms, 30s, 2m, 1h30m"
             ));
         }
-        let scale = match unit {
-            "ms" => 0.001,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            "d" => 86_400.0,
+        let unit_nanos: u128 = match unit {
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            "d" => 86_400_000_000_000,
             _ => {
                 return Err(format!(
                     "{text:?}: unknown unit {unit:?}; use ms, s, m, h or d"
                 ))
             }
         };
-        let value: f64 = number
-            .parse()
-            .map_err(|_| format!("{text:?}: not a duration; use e.g. 250ms, 30s, 2m"))?;
-        let part = Duration::try_from_secs_f64(value * scale)
-            .map_err(|_| format!("{text:?}: too long"))?;
-        total = total
-            .checked_add(part)
-            .ok_or_else(|| format!("{text:?}: too long"))?;
+        // Decimal arithmetic, not floating point: `1.001s` is exactly 1001 ms, and what
+        // `format` prints reads back to the same duration at any size. Digits below a
+        // nanosecond are dropped.
+        let too_long = || format!("{text:?}: too long");
+        let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+        let mut nanos = parse_digits(whole)
+            .and_then(|w| w.checked_mul(unit_nanos))
+            .ok_or_else(too_long)?;
+        let mut scale = unit_nanos;
+        for digit in fraction.bytes() {
+            scale /= 10;
+            nanos = nanos
+                .checked_add(u128::from(digit - b'0') * scale)
+                .ok_or_else(too_long)?;
+        }
+        let part = u64::try_from(nanos / 1_000_000_000)
+            .map(|secs| Duration::new(secs, (nanos % 1_000_000_000) as u32))
+            .map_err(|_| too_long())?;
+        total = total.checked_add(part).ok_or_else(too_long)?;
         rest = next;
     }
     Ok(total)
+}
+
+/// The value of a run of ASCII digits (`""` is 0), or `None` past `u128`.
+fn parse_digits(digits: &str) -> Option<u128> {
+    digits.bytes().try_fold(0u128, |n, d| {
+        n.checked_mul(10)?.checked_add(u128::from(d - b'0'))
+    })
 }
 
 /// Formats a duration the way [`parse`] reads it, e.g. `1.5s`, `250ms`.
@@ -56,8 +74,8 @@ pub fn format(d: Duration) -> String {
     if d < Duration::from_secs(1) {
         format!("{}ms", d.as_millis())
     } else {
-        let secs = d.as_secs_f64();
-        let text = format!("{secs:.3}");
+        // Whole milliseconds, in integers: exact at any size.
+        let text = format!("{}.{:03}", d.as_secs(), d.subsec_millis());
         format!("{}s", text.trim_end_matches('0').trim_end_matches('.'))
     }
 }
@@ -107,6 +125,44 @@ mod tests {
     fn formats_round_trip() {
         for d in [ms(0), ms(250), ms(1000), ms(1500), ms(30_000), ms(123_456)] {
             assert_eq!(parse(&format(d)).unwrap(), d);
+        }
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn any_text_is_read_or_refused_without_panic(
+                text in prop_oneof![
+                    r"\PC{0,24}",
+                    r"[0-9.]{0,8}(ms|s|m|h|d|x|)([0-9.]{0,6}(ms|s|m|h|d))?",
+                    r"[0-9]{20,45}(ms|s|d)",
+                ]
+            ) {
+                if let Ok(d) = parse(&text) {
+                    // Whatever is accepted has a digit and a unit.
+                    prop_assert!(text.bytes().any(|b| b.is_ascii_digit()), "{text:?} → {d:?}");
+                }
+            }
+
+            #[test]
+            fn what_format_prints_reads_back_exactly(millis in 0u64..u64::MAX / 1_000_000) {
+                let d = Duration::from_millis(millis);
+                prop_assert_eq!(parse(&format(d)), Ok(d), "{}", format(d));
+            }
+
+            #[test]
+            fn parts_add_up_exactly(
+                d in 0u64..1000, h in 0u64..1000, m in 0u64..1000, s in 0u64..1000,
+                ms in 0u64..1000, frac in 0u32..1000,
+            ) {
+                let text = format!("{d}d{h}h{m}m{s}.{frac:03}s{ms}ms");
+                let expected = Duration::from_secs(d * 86_400 + h * 3600 + m * 60 + s)
+                    + Duration::from_millis(u64::from(frac) + ms);
+                prop_assert_eq!(parse(&text), Ok(expected), "{}", text);
+            }
         }
     }
 }

@@ -221,4 +221,58 @@ mod tests {
             "failed on redis://u:***@h:1: refused"
         );
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn password() -> impl Strategy<Value = String> {
+            // Upper case marks it (users and hosts here are lower case); ':' and '@' are
+            // allowed inside a password and make the split harder.
+            r"PW[A-Za-z0-9!$&'()*+,;=._~%@:-]{0,12}"
+        }
+
+        proptest! {
+            #[test]
+            fn any_text_is_a_client_or_a_usage_error(
+                text in prop_oneof![
+                    r"\PC{0,40}",
+                    r"(redis|rediss|unix|redis\+unix|http)://[!-~]{0,30}",
+                ],
+                tls in any::<bool>(),
+            ) {
+                let access = Access {
+                    tls_ca: tls.then(|| b"not a certificate".to_vec()),
+                    ..Access::default()
+                };
+                if let Err(failure) = access.client(&text) {
+                    prop_assert_eq!(failure.code, Failure::usage("").code, "{}", failure.message);
+                }
+                let _ = redact(&text);
+                let _ = scrub(&text, std::slice::from_ref(&text));
+                prop_assert!(!urls(&[], |_| Some(text.clone())).iter().any(String::is_empty));
+            }
+
+            #[test]
+            fn a_password_is_never_shown(
+                scheme in "redis|rediss",
+                user in "[a-z]{0,8}",
+                password in password(),
+                host in "[a-z]{1,10}|127\\.0\\.0\\.1",
+                port in proptest::option::of(1u16..),
+                path in "(/[0-9]{1,2})?",
+            ) {
+                let port = port.map(|p| format!(":{p}")).unwrap_or_default();
+                let url = format!("{scheme}://{user}:{password}@{host}{port}{path}");
+                let shown = redact(&url);
+                prop_assert!(!shown.contains(&password), "{url} → {shown}");
+                prop_assert!(shown.starts_with(&format!("{scheme}://{user}:***@")), "{shown}");
+                let message = format!("connection to {url} failed: {password} rejected");
+                prop_assert!(!scrub(&message, std::slice::from_ref(&url)).contains(&password));
+                if let Err(failure) = Access::default().client(&url) {
+                    prop_assert!(!failure.message.contains(&password), "{}", failure.message);
+                }
+            }
+        }
+    }
 }

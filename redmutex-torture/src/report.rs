@@ -38,7 +38,7 @@ pub fn text(r: &Report) -> String {
         .join(", ");
     let mut out = String::new();
     let mut row = |name: &str, value: String| {
-        let _ = writeln!(out, "  {name:<34} {value}");
+        let _ = writeln!(out, "  {name:<37} {value}");
     };
     row("topology", topology(r.mode).to_string());
     row(

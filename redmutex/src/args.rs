@@ -184,4 +184,50 @@ mod tests {
         assert!(check_metadata(&"m".repeat(MAX_METADATA_LEN)).is_ok());
         assert!(check_metadata(&"m".repeat(MAX_METADATA_LEN + 1)).is_err());
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// Small alphabets, so that empty and duplicate keys come up often.
+            #[test]
+            fn keys_are_accepted_exactly_when_valid_and_kept_byte_for_byte(
+                prefix in proptest::collection::vec(any::<u8>(), 0..4),
+                keys in proptest::collection::vec(
+                    proptest::collection::vec(proptest::sample::select(vec![0u8, b'a', 0xff]), 0..3),
+                    0..5,
+                ),
+            ) {
+                let mut distinct = keys.clone();
+                distinct.sort();
+                distinct.dedup();
+                let valid = !keys.is_empty()
+                    && keys.iter().all(|k| !k.is_empty())
+                    && distinct.len() == keys.len();
+                match Keys::new(&prefix, &keys) {
+                    Ok(checked) => {
+                        prop_assert!(valid, "{keys:?} accepted");
+                        let expected: Vec<Vec<u8>> =
+                            keys.iter().map(|k| [&prefix[..], k].concat()).collect();
+                        let got: Vec<Vec<u8>> = checked.iter().map(<[u8]>::to_vec).collect();
+                        prop_assert_eq!(got, expected);
+                    }
+                    Err(e) => {
+                        prop_assert!(!valid, "{keys:?} refused: {e}");
+                        prop_assert!(e.is_invalid_argument() && !e.is_transient());
+                    }
+                }
+            }
+
+            #[test]
+            fn sizes_are_checked_at_the_documented_limits(extra in 0usize..3, under in 0usize..3) {
+                let long = vec![b'k'; MAX_KEY_LEN + 1 + extra];
+                prop_assert!(Keys::new(b"", [&long]).is_err());
+                prop_assert!(Keys::new(b"", [vec![b'k'; MAX_KEY_LEN - under]]).is_ok());
+                prop_assert!(check_metadata(&"m".repeat(MAX_METADATA_LEN + 1 + extra)).is_err());
+                prop_assert!(check_metadata(&"m".repeat(MAX_METADATA_LEN - under)).is_ok());
+            }
+        }
+    }
 }

@@ -198,4 +198,39 @@ mod tests {
         counters.dedup();
         assert_eq!(counters.len(), keys.len());
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Keys of any bytes, and keys made mostly of braces, which exercise every naming
+        /// rule (hash tags, empty tags, a `}` without a `{`).
+        fn key() -> impl Strategy<Value = Vec<u8>> {
+            prop_oneof![
+                proptest::collection::vec(any::<u8>(), 1..24),
+                proptest::collection::vec(proptest::sample::select(b"{}{}a:b*".to_vec()), 1..12),
+            ]
+        }
+
+        proptest! {
+            #[test]
+            fn counters_share_their_keys_slot_and_never_collide(a in key(), b in key()) {
+                let (ca, cb) = (counter_key(&a), counter_key(&b));
+                prop_assert_eq!(hash_slot(&ca), hash_slot(&a));
+                prop_assert_eq!(hash_slot(&cb), hash_slot(&b));
+                prop_assert_eq!(ca == cb, a == b);
+            }
+
+            #[test]
+            fn under_a_prefix_a_counter_never_names_a_lock_key(
+                prefix in "[a-z0-9:]{1,8}",
+                a in key(),
+                b in key(),
+            ) {
+                let lock_key = [prefix.as_bytes(), &b].concat();
+                let counter = counter_key(&[prefix.as_bytes(), &a].concat());
+                prop_assert_ne!(counter, lock_key);
+            }
+        }
+    }
 }

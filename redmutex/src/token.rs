@@ -367,4 +367,114 @@ mod tests {
             StoredValue::Foreign
         );
     }
+
+    /// Properties over generated input: exact round trips, and no input that panics.
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// A reference base64url decoder, written independently of the encoder.
+        fn decode(text: &[u8]) -> Option<Vec<u8>> {
+            let mut bits: u32 = 0;
+            let mut held = 0;
+            let mut out = Vec::new();
+            for &c in text {
+                let v = ALPHABET.iter().position(|&a| a == c)? as u32;
+                bits = bits << 6 | v;
+                held += 6;
+                if held >= 8 {
+                    held -= 8;
+                    out.push((bits >> held) as u8);
+                    bits &= (1 << held) - 1;
+                }
+            }
+            // Unpadded base64 leaves the unused low bits zero.
+            (bits == 0).then_some(out)
+        }
+
+        fn flag() -> impl Strategy<Value = u8> {
+            prop_oneof![Just(b'-'), Just(b'w'), any::<u8>()]
+        }
+
+        proptest! {
+            #[test]
+            fn the_encoding_is_exact_and_reversible(bytes in any::<[u8; 16]>()) {
+                let encoded = encode_base64url(&bytes);
+                prop_assert!(encoded.iter().all(|b| ALPHABET.contains(b)));
+                prop_assert_eq!(decode(&encoded), Some(bytes.to_vec()));
+                let text = std::str::from_utf8(&encoded).unwrap();
+                let token: Token = text.parse().unwrap();
+                prop_assert_eq!(token.as_bytes(), &encoded[..]);
+                prop_assert_eq!(token.to_string(), text);
+            }
+
+            #[test]
+            fn text_parses_as_a_token_exactly_when_it_is_one(
+                text in prop_oneof![r"[A-Za-z0-9_-]{20,24}", r"\PC{0,30}", r"[A-Za-z0-9_+/=-]{22}"]
+            ) {
+                let valid = text.len() == TOKEN_LEN && text.bytes().all(|b| ALPHABET.contains(&b));
+                match text.parse::<Token>() {
+                    Ok(token) => {
+                        prop_assert!(valid, "{text:?} accepted");
+                        prop_assert_eq!(token.as_str(), text.as_str());
+                    }
+                    Err(e) => {
+                        prop_assert!(!valid, "{text:?} refused");
+                        prop_assert!(e.is_invalid_argument());
+                    }
+                }
+            }
+
+            #[test]
+            fn stored_values_read_back_exactly(
+                bytes in any::<[u8; 16]>(),
+                awaited in any::<bool>(),
+                metadata in proptest::option::of(r"\PC{0,40}|[\x00-\x7f]{0,40}"),
+            ) {
+                let token = Token(encode_base64url(&bytes));
+                let mut value = lock_value(&token, metadata.as_deref());
+                if awaited {
+                    mark_awaited(&mut value);
+                }
+                // Empty metadata is no metadata.
+                let metadata = metadata.filter(|m| !m.is_empty());
+                prop_assert_eq!(
+                    parse_value(&value),
+                    StoredValue::Redmutex { token, awaited, metadata }
+                );
+            }
+
+            #[test]
+            fn any_stored_bytes_are_read_without_panic(
+                bytes in any::<[u8; 16]>(),
+                flag in flag(),
+                tail in proptest::collection::vec(any::<u8>(), 0..48),
+                cut in 0usize..30,
+            ) {
+                // Values that start like ours, with any flag byte and any (even invalid
+                // UTF-8) tail, and the same bytes cut short anywhere.
+                let mut value = encode_base64url(&bytes).to_vec();
+                value.push(flag);
+                value.extend_from_slice(&tail);
+                for value in [&value[..], &value[..cut.min(value.len())], &tail[..]] {
+                    let ours = value.len() > TOKEN_LEN
+                        && value[..TOKEN_LEN].iter().all(|b| ALPHABET.contains(b))
+                        && matches!(value[TOKEN_LEN], b'-' | b'w');
+                    match parse_value(value) {
+                        StoredValue::Redmutex { token, awaited, metadata } => {
+                            prop_assert!(ours);
+                            prop_assert_eq!(token.as_bytes(), &value[..TOKEN_LEN]);
+                            prop_assert_eq!(awaited, value[TOKEN_LEN] == b'w');
+                            let rest = &value[TOKEN_LEN + 1..];
+                            prop_assert_eq!(
+                                metadata,
+                                (!rest.is_empty()).then(|| String::from_utf8_lossy(rest).into_owned())
+                            );
+                        }
+                        StoredValue::Foreign => prop_assert!(!ours),
+                    }
+                }
+            }
+        }
+    }
 }

@@ -15,7 +15,8 @@
 -- lost may have set it, and the retry must be able to finish what that try started.
 -- A key of another type (pcall turns its WRONGTYPE error into a table) counts as held, and
 -- only values in redmutex's own format are ever marked; anything else is left as it is.
--- A counter that is not a whole number stops the script before anything is written.
+-- A counter that is not a whole number (or another type, or at 2^53 - 1 or above) stops
+-- the script before anything is written.
 local length = tonumber(ARGV[3])
 local count = tonumber(ARGV[5])
 local token = string.sub(ARGV[1], 1, length)
@@ -32,9 +33,18 @@ end
 local fence = 0
 if #KEYS > count then
   for i = count + 1, #KEYS do
-    local seen = tonumber(redis.call('get', KEYS[i]) or '0')
-    if seen == nil or seen < 0 or seen ~= math.floor(seen) then
-      return redis.error_reply('redmutex: the fence counter ' .. KEYS[i] .. ' does not hold a whole number')
+    local stored = redis.pcall('get', KEYS[i])
+    local seen = 0
+    if stored ~= false then
+      -- Digits only (no sign, no exponent, no hex, which tonumber would take), and below
+      -- 2^53 - 1 so that the next fence is still exact as a Lua number and in JSON.
+      if type(stored) ~= 'string' or not string.find(stored, '^%d+$') then
+        return redis.error_reply('redmutex: the fence counter ' .. KEYS[i] .. ' does not hold a whole number')
+      end
+      seen = tonumber(stored)
+      if seen >= 9007199254740991 then
+        return redis.error_reply('redmutex: the fence counter ' .. KEYS[i] .. ' is at 2^53 - 1 or above')
+      end
     end
     if seen > fence then
       fence = seen
