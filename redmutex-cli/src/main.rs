@@ -218,6 +218,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
 }
 
 async fn run_command(cli: Cli, urls: &[String], access: &target::Access) -> Result<u8, Failure> {
+    check_sizes(&cli.command)?;
     let locker = target::locker(urls, access).await?.with_prefix(&cli.prefix);
     match cli.command {
         Command::Exec(args) => exec::run(&locker, args, urls).await,
@@ -226,6 +227,39 @@ async fn run_command(cli: Cli, urls: &[String], access: &target::Access) -> Resu
         Command::Refresh(args) => commands::refresh(&locker, args, urls).await,
         Command::Inspect(args) => commands::inspect(&locker, args, urls).await,
         Command::Demo(_) => unreachable!("handled above"),
+    }
+}
+
+/// Empty or oversized keys and oversized metadata are usage errors before any connection
+/// is made (the library refuses them too, but only once the server has been reached).
+fn check_sizes(command: &Command) -> Result<(), Failure> {
+    let (keys, metadata): (&[String], Option<&String>) = match command {
+        Command::Exec(a) => (&a.keys, a.lock.metadata.as_ref()),
+        Command::Acquire(a) => (&a.keys, a.lock.metadata.as_ref()),
+        Command::Release(a) => (&a.keys, None),
+        Command::Refresh(a) => (&a.keys, None),
+        Command::Inspect(a) => (std::slice::from_ref(&a.key), None),
+        Command::Demo(_) => (&[], None),
+    };
+    for key in keys {
+        if key.is_empty() {
+            return Err(Failure::usage("invalid key: a key must not be empty"));
+        }
+        if key.len() > redmutex::MAX_KEY_LEN {
+            return Err(Failure::usage(format!(
+                "invalid key: {} bytes is above the maximum of {}",
+                key.len(),
+                redmutex::MAX_KEY_LEN
+            )));
+        }
+    }
+    match metadata {
+        Some(m) if m.len() > redmutex::MAX_METADATA_LEN => Err(Failure::usage(format!(
+            "invalid metadata: {} bytes is above the maximum of {}",
+            m.len(),
+            redmutex::MAX_METADATA_LEN
+        ))),
+        _ => Ok(()),
     }
 }
 

@@ -401,6 +401,35 @@ fn usage_errors_exit_64_with_a_message() {
     assert_eq!(code(&run(redmutex(&server).arg("--help"))), 0);
 }
 
+/// Sizes past the documented limits are usage errors before any connection: the server
+/// here does not exist, and the answer is still 64, not 69.
+#[test]
+fn oversized_input_is_refused_before_connecting() {
+    let nowhere = format!("redis://127.0.0.1:{}", testkit::free_port());
+    let long_key = "k".repeat(redmutex::MAX_KEY_LEN + 1);
+    let long_metadata = "m".repeat(redmutex::MAX_METADATA_LEN + 1);
+    let token = "A".repeat(redmutex::TOKEN_LEN);
+    for (args, says) in [
+        (vec!["acquire", &long_key], "key"),
+        (vec!["exec", "ok", &long_key, "--", "true"], "key"),
+        (vec!["inspect", &long_key], "key"),
+        (vec!["release", "--token", &token, &long_key], "key"),
+        (vec!["acquire", ""], "empty"),
+        (
+            vec!["acquire", "--metadata", &long_metadata, "k"],
+            "metadata",
+        ),
+    ] {
+        let out = run(Command::new(env!("CARGO_BIN_EXE_redmutex"))
+            .args(["--redis", &nowhere])
+            .args(&args));
+        let shown: Vec<&str> = args.iter().map(|a| &a[..a.len().min(12)]).collect();
+        assert_eq!(code(&out), 64, "{shown:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(says), "{shown:?}: {}", stderr(&out));
+        assert!(stderr(&out).len() < 400, "the input is not echoed back");
+    }
+}
+
 #[test]
 fn unreachable_and_unauthorised_exit_69_quickly_without_echoing_passwords() {
     let port = testkit::free_port();
