@@ -77,6 +77,12 @@
 //! safely assume it holds the lock (measured from the moment the request was sent, on the
 //! monotonic clock); past it, stop the guarded work or [`refresh`](Lock::refresh).
 //!
+//! Input is checked before any Redis call: keys up to [`MAX_KEY_LEN`] bytes (before the
+//! prefix), metadata up to [`MAX_METADATA_LEN`], TTLs within [`MIN_TTL`]..=[`MAX_TTL`]. The
+//! repository's `docs/SAFETY.md` goes through single nodes, failovers, Redlock restarts,
+//! clock jumps and process pauses, and which deployment fits which need; `docs/RELIABILITY.md`
+//! has the figures of the torture run behind it.
+//!
 //! ## Fencing tokens
 //! No lock can stop a holder that was paused (GC, swap, SIGSTOP, a slow network) past its
 //! TTL from carrying on as if it still held the lock, while the next holder works too.
