@@ -16,13 +16,14 @@ pub struct Verdict {
     /// Sections whose holder learnt it had lost the lock before acting: a careful holder
     /// past its validity, or a lease told "lost".
     pub told_lost: usize,
-    /// Naive holders that acted after their validity had ended (they were paused).
+    /// Holders that acted (and released) after their validity had ended: paused naive
+    /// holders, or any holder paused between its check and its release.
     pub overran: usize,
     /// Pairs where a holder acquired while another's lock was still vouched for (within
     /// its validity, not told lost). Mutual exclusion is broken if this is not zero.
     pub unsafe_overlaps: usize,
     /// Pairs where a holder acquired after another's validity had ended but while that
-    /// (naive, paused) holder still believed it held the lock: what fences are for.
+    /// (paused) holder still believed it held the lock: what fences are for.
     pub overrun_overlaps: usize,
     /// Of those, the pairs whose fences were in order (earlier holder, lower fence).
     pub overrun_fenced: usize,
@@ -118,28 +119,37 @@ fn overlaps(key: u32, sections: &[&Section], verdict: &mut Verdict) {
     for later in by_start {
         open.retain(|earlier| earlier.end > later.start);
         for earlier in &open {
-            if later.start < earlier.vouched_end() {
+            // Start times are read after the acquire returns. A holder frozen in between
+            // records its start late — after its own validity — and can look like the
+            // second of two holders when it acquired first; its lower fence tells.
+            let swapped = later.fence < earlier.fence && later.start >= later.valid;
+            let (first, second) = if swapped {
+                (later, *earlier)
+            } else {
+                (*earlier, later)
+            };
+            if second.start < first.vouched_end() {
                 verdict.unsafe_overlaps += 1;
                 let text = format!(
                     "key {key}: {} acquired while {} still held it",
-                    describe(later),
-                    describe(earlier)
+                    describe(second),
+                    describe(first)
                 );
                 verdict.example(text);
-            } else if earlier.outcome == Outcome::Kept {
-                // The earlier holder acted after its validity: only fences protect here.
+            } else if first.outcome == Outcome::Kept && second.start < first.end {
+                // The first holder acted after its validity: only fences protect here.
                 verdict.overrun_overlaps += 1;
-                if earlier.fence < later.fence {
+                if first.fence < second.fence {
                     verdict.overrun_fenced += 1;
                 } else {
                     let text = format!(
                         "key {key}: overrunning {} has a fence not below {}",
-                        describe(earlier),
-                        describe(later)
+                        describe(first),
+                        describe(second)
                     );
                     verdict.example(text);
                 }
-                if matches!(earlier.write, Write::Refused(_)) {
+                if matches!(first.write, Write::Refused(_)) {
                     verdict.overrun_refused += 1;
                 }
             }
@@ -328,6 +338,24 @@ mod tests {
         assert_eq!(v.overrun_fenced, 0);
         assert!(v.fence_violations >= 1, "{v:?}");
         assert!(!v.upheld());
+    }
+
+    #[test]
+    fn a_holder_frozen_before_recording_its_start_is_not_taken_for_the_second() {
+        // Fence 1 got its lock at about 10 ms (valid to 60) but was frozen before reading
+        // the clock: it records 100. Fence 2 acquired at 70, after fence 1's validity.
+        let mut frozen = section(Holder::Careful, 1, 100, 110, 60);
+        frozen.asked = 9_000_000;
+        frozen.outcome = Outcome::Expired;
+        frozen.write = Write::Skipped;
+        let next = section(Holder::Careful, 2, 70, 120, 170);
+        let v = check(&[frozen.clone(), next.clone()]);
+        assert_eq!(v.unsafe_overlaps, 0, "{v:?}");
+        // Had fence 2 acquired at 50, within fence 1's validity, it is a violation still.
+        let mut early = next;
+        early.asked = 49_000_000;
+        early.start = 50_000_000;
+        assert_eq!(check(&[frozen, early]).unsafe_overlaps, 1);
     }
 
     #[test]

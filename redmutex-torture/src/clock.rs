@@ -19,13 +19,30 @@ pub fn now_ns() -> u64 {
 /// An `Instant` (also `CLOCK_MONOTONIC` on Linux, but opaque) on the same scale as
 /// [`now_ns`]: the lock's `valid_until` becomes comparable with other processes' times.
 pub fn instant_ns(instant: Instant) -> u64 {
-    let (now, now_ns) = (Instant::now(), now_ns());
-    if instant >= now {
-        now_ns + nanos(instant - now)
+    let (base, base_ns) = *OFFSET;
+    if instant >= base {
+        base_ns + nanos(instant - base)
     } else {
-        now_ns.saturating_sub(nanos(now - instant))
+        base_ns.saturating_sub(nanos(base - instant))
     }
 }
+
+/// One `Instant` and its [`now_ns`] value, read once per process: both clocks are
+/// `CLOCK_MONOTONIC`, so one pair maps every instant. Of a few tries, the one whose two
+/// `now_ns` reads are closest around the `Instant` (the least chance of a preemption
+/// between the reads) is kept.
+static OFFSET: std::sync::LazyLock<(Instant, u64)> = std::sync::LazyLock::new(|| {
+    (0..16)
+        .map(|_| {
+            let before = now_ns();
+            let instant = Instant::now();
+            let after = now_ns();
+            (after - before, instant, before + (after - before) / 2)
+        })
+        .min_by_key(|(gap, _, _)| *gap)
+        .map(|(_, instant, ns)| (instant, ns))
+        .expect("sixteen tries")
+});
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)

@@ -63,13 +63,13 @@ pub fn text(r: &Report) -> String {
             r.lost_signals, r.expired
         ),
     );
-    row("naive holders acting too late", v.overran.to_string());
+    row("holders acting after their validity", v.overran.to_string());
     row(
         "overlaps, holder not told \"lost\"",
         format!("{} (must be 0)", v.unsafe_overlaps),
     );
     row(
-        "pairs overlapping a late naive holder",
+        "pairs overlapping a late holder",
         format!(
             "{}; fence in order in {}, late write refused in {}",
             v.overrun_overlaps, v.overrun_fenced, v.overrun_refused

@@ -257,7 +257,7 @@ async fn holder_task<C: Connection>(
             return;
         };
         let ttl_ms = args.ttl_ms;
-        let (end, valid, outcome, held) = match holder {
+        let (decided, mut valid, outcome, held) = match holder {
             Holder::Careful if args.sabotage_validity => {
                 tokio::time::sleep(ms(rng.between(ttl_ms / 2, ttl_ms * 2))).await;
                 let believed = start + 2 * ttl_ms * 1_000_000;
@@ -284,10 +284,27 @@ async fn holder_task<C: Connection>(
                 (now_ns(), valid, Outcome::Kept, Held::Lock(lock))
             }
             Holder::Lease => {
+                let valid_before = instant_ns(lock.valid_until().into_std());
                 let lease = match lock.keep_alive() {
                     Ok(lease) => lease,
                     Err(e) => {
+                        // The lock was dropped (and released): still a section with a fence.
                         shared.tally.lock().unwrap().failed(&e);
+                        let section = Section {
+                            worker: args.id,
+                            task,
+                            holder,
+                            key,
+                            fence,
+                            asked,
+                            start,
+                            end: now_ns(),
+                            valid: valid_before,
+                            outcome: Outcome::Lost,
+                            write: Write::Skipped,
+                            release: Release::Failed,
+                        };
+                        shared.line(&section.to_string());
                         continue;
                     }
                 };
@@ -328,6 +345,16 @@ async fn holder_task<C: Connection>(
             }
         } else {
             Write::Skipped
+        };
+        // A holder that acted believes it holds the lock until it sends the release: its
+        // write happened inside that. (Told "lost", it stopped believing when it decided.)
+        let end = if outcome == Outcome::Kept {
+            if let Held::Lease(lease) = &held {
+                valid = instant_ns(lease.valid_until().into_std());
+            }
+            now_ns()
+        } else {
+            decided
         };
         let release = match held {
             Held::Lock(lock) => released(lock.release().await),

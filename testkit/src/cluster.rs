@@ -226,8 +226,10 @@ fn parse_nodes(text: &str) -> Vec<ClusterNode> {
                 .collect();
             Some(ClusterNode {
                 port,
-                master: flags.contains("master"),
-                failed: flags.contains("fail") && !flags.contains("fail?"),
+                // Flags are comma-separated words; `nofailover` is not `fail`, and `fail?`
+                // is only one node's suspicion.
+                master: flags.split(',').any(|f| f == "master"),
+                failed: flags.split(',').any(|f| f == "fail"),
                 slots,
             })
         })
@@ -241,14 +243,14 @@ mod tests {
     #[test]
     fn parses_cluster_nodes() {
         let text = "a1 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460\n\
-                    b2 127.0.0.1:7001@17001 slave a1 0 1 1 connected\n\
+                    b2 127.0.0.1:7001@17001 slave,nofailover a1 0 1 1 connected\n\
                     c3 127.0.0.1:7002@17002 master,fail - 0 1 2 disconnected 5461 5463-5470 [5462->-x]\n";
         let nodes = parse_nodes(text);
         assert_eq!(nodes.len(), 3);
         assert_eq!(nodes[0].port, 7000);
         assert!(nodes[0].master && !nodes[0].failed);
         assert_eq!(nodes[0].slots, [(0, 5460)]);
-        assert!(!nodes[1].master && nodes[1].slots.is_empty());
+        assert!(!nodes[1].master && !nodes[1].failed && nodes[1].slots.is_empty());
         assert!(nodes[2].failed);
         assert_eq!(nodes[2].slots, [(5461, 5461), (5463, 5470)]);
     }
