@@ -98,8 +98,8 @@
 //! a holder is greater than every fence handed to an earlier holder of a key it shares, as
 //! long as the nodes that stored the latest fence keep their data. The candidate (one
 //! above the highest counter among the nodes that took the keys) is handed out only once a
-//! quorum of nodes stores it while the keys are still held there; usually the nodes agree and this costs nothing,
-//! otherwise one more round trip raises the lower ones. (Taking the maximum over the
+//! quorum of nodes stores it while the keys are still held there; usually the nodes agree
+//! and this costs nothing, otherwise one more round trip raises the lower ones. (Taking the maximum over the
 //! acquiring quorum alone is not enough: failed tries raise counters on minorities, and a
 //! later quorum without those nodes would count from lower.) Fences may skip numbers;
 //! they are below 2⁵³.
