@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::record::{Holder, Outcome, Section, Write};
+use crate::record::{Holder, Outcome, Release, Section, Write};
 
 /// What the checker found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -13,9 +13,14 @@ pub struct Verdict {
     pub sections: usize,
     /// Sections by holder kind: careful, lease, naive.
     pub by_holder: [usize; 3],
-    /// Sections whose holder learnt it had lost the lock before acting: a careful holder
-    /// past its validity, or a lease told "lost".
-    pub told_lost: usize,
+    /// Leases told "lost" (or found past their validity) before their holder acted.
+    pub lost: usize,
+    /// Careful holders that found their validity over before acting.
+    pub expired: usize,
+    /// Releases that found the lock already gone (`NotHeld`).
+    pub releases_not_held: usize,
+    /// Releases that failed otherwise (a faulted node; the lock expires by its TTL).
+    pub releases_failed: usize,
     /// Holders that acted (and released) after their validity had ended: paused naive
     /// holders, or any holder paused between its check and its release.
     pub overran: usize,
@@ -74,8 +79,15 @@ pub fn check(sections: &[Section]) -> Verdict {
             Holder::Lease => 1,
             Holder::Naive => 2,
         }] += 1;
-        if s.outcome != Outcome::Kept {
-            verdict.told_lost += 1;
+        match s.outcome {
+            Outcome::Lost => verdict.lost += 1,
+            Outcome::Expired => verdict.expired += 1,
+            Outcome::Kept => {}
+        }
+        match s.release {
+            Release::NotHeld => verdict.releases_not_held += 1,
+            Release::Failed => verdict.releases_failed += 1,
+            Release::Released => {}
         }
         if s.outcome == Outcome::Kept && s.end > s.valid {
             verdict.overran += 1;
@@ -241,7 +253,6 @@ fn resource(key: u32, sections: &[&Section], verdict: &mut Verdict) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::Release;
 
     /// A kept section of key 0 from `start` to `end` (ms), valid to `valid`, with `fence`,
     /// asked 1 ms before it started; its write accepted as number `fence`.
@@ -310,7 +321,7 @@ mod tests {
         lost.end = 45_000_000;
         let v = check(&[lost, rival]);
         assert!(v.upheld(), "{v:?}");
-        assert_eq!(v.told_lost, 1);
+        assert_eq!((v.lost, v.expired), (1, 0));
     }
 
     #[test]

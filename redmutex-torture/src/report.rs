@@ -60,7 +60,7 @@ pub fn text(r: &Report) -> String {
         "told \"lost\"",
         format!(
             "{} leases, {} careful holders past their validity",
-            r.lost_signals, r.expired
+            v.lost, v.expired
         ),
     );
     row("holders acting after their validity", v.overran.to_string());
@@ -97,7 +97,7 @@ pub fn text(r: &Report) -> String {
         "releases",
         format!(
             "lock already gone {}, failed {}",
-            r.releases_not_held, r.releases_failed
+            v.releases_not_held, v.releases_failed
         ),
     );
     row(
@@ -165,8 +165,8 @@ pub fn json(r: &Report) -> String {
         v.by_holder[2],
         faults,
         r.faults.iter().map(|f| f.1).sum::<usize>(),
-        r.lost_signals,
-        r.expired,
+        v.lost,
+        v.expired,
         v.overran,
         v.unsafe_overlaps,
         v.overrun_overlaps,
@@ -179,8 +179,8 @@ pub fn json(r: &Report) -> String {
         r.not_obtained,
         r.transient_errors,
         r.other_errors,
-        r.releases_not_held,
-        r.releases_failed,
+        v.releases_not_held,
+        v.releases_failed,
         r.leftover_at_exit,
         r.leftover_after_ttl,
         r.keys_without_ttl,

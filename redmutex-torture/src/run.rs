@@ -12,7 +12,7 @@ use testkit::{Proxy, RedisCluster, RedisServer, ServerOptions};
 
 use crate::checker::{check, Verdict};
 use crate::clock::now_ns;
-use crate::record::{Holder, Outcome, Release, Section};
+use crate::record::Section;
 use crate::schedule::{schedule, Fault, FaultKind, Mode, Plan};
 use crate::worker::PREFIX;
 
@@ -65,20 +65,12 @@ pub struct Report {
     pub faults: Vec<(FaultKind, usize)>,
     /// The checker's findings.
     pub verdict: Verdict,
-    /// Leases told "lost".
-    pub lost_signals: usize,
-    /// Careful holders that found their validity over.
-    pub expired: usize,
     /// Failed acquires: not obtained in time, transient errors, other errors.
     pub not_obtained: u64,
     /// See `not_obtained`.
     pub transient_errors: u64,
     /// See `not_obtained`.
     pub other_errors: u64,
-    /// Releases that found the lock gone, and that failed.
-    pub releases_not_held: usize,
-    /// See `releases_not_held`.
-    pub releases_failed: usize,
     /// Lock keys in Redis right after the workers exited, and after a further TTL + 1 s.
     pub leftover_at_exit: usize,
     /// See `leftover_at_exit`.
@@ -369,16 +361,11 @@ pub fn run_mode(mode: Mode, seed: u64, args: &RunArgs) -> Report {
         .map(|kind| (*kind, injected.iter().filter(|k| *k == kind).count()))
         .collect();
     faults_by_kind.sort();
-    let count = |f: &dyn Fn(&Section) -> bool| sections.iter().filter(|s| f(s)).count();
     Report {
         mode,
         seed,
         args: args.clone(),
         faults: faults_by_kind,
-        lost_signals: count(&|s| s.holder == Holder::Lease && s.outcome == Outcome::Lost),
-        expired: count(&|s| s.outcome == Outcome::Expired),
-        releases_not_held: count(&|s| s.release == Release::NotHeld),
-        releases_failed: count(&|s| s.release == Release::Failed),
         verdict,
         not_obtained: report_tally[0],
         transient_errors: report_tally[1],

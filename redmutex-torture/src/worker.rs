@@ -266,17 +266,13 @@ async fn holder_task<C: Connection>(
             Holder::Careful => {
                 tokio::time::sleep(ms(rng.between(0, ttl_ms / 10))).await;
                 let valid_until = lock.valid_until();
-                let (end, outcome) = if Instant::now() < valid_until {
-                    (now_ns(), Outcome::Kept)
+                let valid = instant_ns(valid_until.into_std());
+                if Instant::now() < valid_until {
+                    (now_ns(), valid, Outcome::Kept, Held::Lock(lock))
                 } else {
-                    (instant_ns(valid_until.into_std()), Outcome::Expired)
-                };
-                (
-                    end,
-                    instant_ns(valid_until.into_std()),
-                    outcome,
-                    Held::Lock(lock),
-                )
+                    // It stopped believing when its validity ran out.
+                    (valid, valid, Outcome::Expired, Held::Lock(lock))
+                }
             }
             Holder::Naive => {
                 tokio::time::sleep(ms(rng.between(0, ttl_ms / 10))).await;
@@ -285,48 +281,15 @@ async fn holder_task<C: Connection>(
             }
             Holder::Lease => {
                 let valid_before = instant_ns(lock.valid_until().into_std());
-                let lease = match lock.keep_alive() {
-                    Ok(lease) => lease,
+                match lock.keep_alive() {
+                    Ok(lease) => hold_lease(lease, &mut rng, ttl_ms).await,
                     Err(e) => {
-                        // The lock was dropped (and released): still a section with a fence.
+                        // The lock was dropped (which releases it); still a section with a
+                        // fence, ended before its holder acted.
                         shared.tally.lock().unwrap().failed(&e);
-                        let section = Section {
-                            worker: args.id,
-                            task,
-                            holder,
-                            key,
-                            fence,
-                            asked,
-                            start,
-                            end: now_ns(),
-                            valid: valid_before,
-                            outcome: Outcome::Lost,
-                            write: Write::Skipped,
-                            release: Release::Failed,
-                        };
-                        shared.line(&section.to_string());
-                        continue;
+                        (now_ns(), valid_before, Outcome::Lost, Held::Dropped)
                     }
-                };
-                // Mostly short, one in eight long enough to need several renewals.
-                let work = match rng.below(8) {
-                    0 => ms(rng.between(ttl_ms, ttl_ms * 2)),
-                    _ => ms(rng.between(0, ttl_ms / 10)),
-                };
-                let lost_at = tokio::select! {
-                    _ = tokio::time::sleep(work) => None,
-                    _ = lease.lost() => Some(now_ns()),
-                };
-                let valid_until = lease.valid_until();
-                let valid = instant_ns(valid_until.into_std());
-                let (end, outcome) = match lost_at {
-                    Some(at) => (at, Outcome::Lost),
-                    None if lease.is_lost() || Instant::now() >= valid_until => {
-                        (now_ns(), Outcome::Lost)
-                    }
-                    None => (now_ns(), Outcome::Kept),
-                };
-                (end, valid, outcome, Held::Lease(lease))
+                }
             }
         };
         // The write comes after the decision, as in real code: a pause here is what only
@@ -359,6 +322,7 @@ async fn holder_task<C: Connection>(
         let release = match held {
             Held::Lock(lock) => released(lock.release().await),
             Held::Lease(lease) => released(lease.release().await),
+            Held::Dropped => Release::Failed,
         };
         let section = Section {
             worker: args.id,
@@ -378,10 +342,39 @@ async fn holder_task<C: Connection>(
     }
 }
 
+/// Works under a kept-alive lease: mostly briefly, one time in eight long enough to need
+/// several renewals, stopping early when told "lost". Returns when the holder stopped
+/// believing (or decided to act), the lease's validity, and the outcome.
+async fn hold_lease<C: Connection>(
+    lease: redmutex::Lease<C>,
+    rng: &mut Rng,
+    ttl_ms: u64,
+) -> (u64, u64, Outcome, Held<C>) {
+    let ms = Duration::from_millis;
+    let work = match rng.below(8) {
+        0 => ms(rng.between(ttl_ms, ttl_ms * 2)),
+        _ => ms(rng.between(0, ttl_ms / 10)),
+    };
+    let lost_at = tokio::select! {
+        _ = tokio::time::sleep(work) => None,
+        _ = lease.lost() => Some(now_ns()),
+    };
+    let valid_until = lease.valid_until();
+    let valid = instant_ns(valid_until.into_std());
+    let (end, outcome) = match lost_at {
+        Some(at) => (at, Outcome::Lost),
+        None if lease.is_lost() || Instant::now() >= valid_until => (now_ns(), Outcome::Lost),
+        None => (now_ns(), Outcome::Kept),
+    };
+    (end, valid, outcome, Held::Lease(lease))
+}
+
 /// What a holder releases once it has written.
 enum Held<C: Connection> {
     Lock(redmutex::Lock<C>),
     Lease(redmutex::Lease<C>),
+    /// Dropped already (its keep-alive was refused): nothing to release.
+    Dropped,
 }
 
 fn released(result: Result<(), Error>) -> Release {
