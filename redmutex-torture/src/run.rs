@@ -250,6 +250,7 @@ pub fn run_mode(mode: Mode, seed: u64, args: &RunArgs) -> Report {
     let start_at = now_ns() + 2_000_000_000;
     let stop_at = start_at + run.as_nanos() as u64;
     let exe = std::env::current_exe().expect("the torture binary's own path");
+    let urls = topology.urls();
     let mut workers: Vec<Child> = Vec::new();
     let mut readers = Vec::new();
     for id in 0..args.processes {
@@ -264,8 +265,8 @@ pub fn run_mode(mode: Mode, seed: u64, args: &RunArgs) -> Report {
             .args(["--start-at", &start_at.to_string()])
             .args(["--stop-at", &stop_at.to_string()])
             .args(["--seed", &seed.to_string()]);
-        for url in topology.urls() {
-            command.args(["--url", &url]);
+        for url in &urls {
+            command.args(["--url", url]);
         }
         if id % 2 == 0 {
             command.arg("--wake-up");
