@@ -37,11 +37,13 @@ pub enum Contender {
         release: Script,
         next_token: AtomicU64,
     },
-    /// redmutex; `name` tells its variant apart: `redmutex` without fences (the same work
-    /// as the baseline), `fenced` as a locker comes by default, with fencing tokens.
+    /// redmutex; `name` tells its variant apart: `redmutex` as a locker comes, no fence
+    /// read (the same work as the baseline), `fenced` taking each lock's fence with its
+    /// keys ([`redmutex::Acquire::with_fence`]).
     Redmutex {
         locker: Locker<MultiplexedConnection>,
         name: &'static str,
+        fenced: bool,
     },
     Rslock(rslock::LockManager),
 }
@@ -107,7 +109,7 @@ impl Contender {
                     Ok(None)
                 }
             }
-            Contender::Redmutex { locker, .. } => match locker.acquire(key, TTL).await {
+            Contender::Redmutex { .. } => match self.redmutex_acquire(key).await {
                 Ok(lock) => Ok(Some(Held::Redmutex(lock))),
                 Err(e) if e.is_not_obtained() => Ok(None),
                 Err(e) => Err(e.to_string()),
@@ -125,8 +127,8 @@ impl Contender {
     /// own random delays.
     pub async fn acquire_waiting(&self, key: &str) -> Result<Held, String> {
         match self {
-            Contender::Redmutex { locker, .. } => locker
-                .acquire(key, TTL)
+            Contender::Redmutex { .. } => self
+                .redmutex_acquire(key)
                 .retry(woken())
                 .await
                 .map(Held::Redmutex)
@@ -145,6 +147,17 @@ impl Contender {
                     tokio::time::sleep(pauses.next().unwrap_or(Duration::from_millis(50))).await;
                 }
             }
+        }
+    }
+
+    /// redmutex's acquire of `key`, fenced for the `fenced` variant.
+    fn redmutex_acquire<'a>(&self, key: &str) -> redmutex::Acquire<'a, MultiplexedConnection> {
+        let Contender::Redmutex { locker, fenced, .. } = self else {
+            unreachable!("only called for redmutex");
+        };
+        match fenced {
+            true => locker.acquire(key, TTL).with_fence(),
+            false => locker.acquire(key, TTL),
         }
     }
 

@@ -199,8 +199,9 @@ async fn connect(url: &str) -> Result<MultiplexedConnection, String> {
 }
 
 /// The implementations over the same nodes, each with its own connections of the same
-/// kind (one multiplexed connection per node): the baseline, rslock, redmutex without
-/// fences (the same work as the other two) and redmutex as it comes, with fences.
+/// kind (one multiplexed connection per node): the baseline, rslock, redmutex as it comes
+/// with no fence read (the same work as the other two) and redmutex taking every lock's
+/// fence with its keys.
 async fn contenders(urls: &[String]) -> Result<Vec<Arc<Contender>>, String> {
     let mut baseline = Vec::new();
     let mut ours = Vec::new();
@@ -227,12 +228,14 @@ async fn contenders(urls: &[String]) -> Result<Vec<Arc<Contender>>, String> {
         Arc::new(Contender::baseline(baseline)),
         Arc::new(Contender::Rslock(rslock)),
         Arc::new(Contender::Redmutex {
-            locker: locker(ours)?.without_fences(),
+            locker: locker(ours)?,
             name: "redmutex",
+            fenced: false,
         }),
         Arc::new(Contender::Redmutex {
             locker: locker(fenced)?,
             name: "fenced",
+            fenced: true,
         }),
     ])
 }

@@ -13,7 +13,7 @@ pub async fn acquire<C: Connection>(
 ) -> Result<u8, Failure> {
     let lock = args
         .lock
-        .acquire(locker, &args.keys, "redmutex-acquire")
+        .acquire(locker, &args.keys, "redmutex-acquire", false)
         .await
         .map_err(|e| Failure::from_lock_error(&e, urls))?;
     println!("{}", lock.detach());
@@ -90,11 +90,11 @@ pub async fn inspect<C: Connection>(
         // Too few nodes answered to say that anyone could take it.
         println!(
             "{}: unknown, only {answered} of {} nodes answered ({needed} needed)",
-            info.key_lossy(),
+            printable(&info.key_lossy()),
             info.nodes.len()
         );
     } else {
-        println!("{}: {}", info.key_lossy(), text_view(&info));
+        println!("{}: {}", printable(&info.key_lossy()), text_view(&info));
     }
     for node in &info.nodes {
         let view = match &node.info {
@@ -130,7 +130,7 @@ fn text_view(info: &LockInfo) -> String {
         line.push_str(", awaited");
     }
     if let Some(metadata) = &info.metadata {
-        line.push_str(&format!(", metadata: {metadata}"));
+        line.push_str(&format!(", metadata: {}", printable(metadata)));
     }
     line
 }
@@ -165,6 +165,24 @@ fn not_held_or(e: &Error, urls: &[String]) -> Failure {
     }
 }
 
+/// `text` safe for a terminal and for line-based readers: control characters (a newline
+/// that would fake a line of its own, escape sequences) are written `\n`, `\r`, `\t` or
+/// `\u{1b}`, and `\` as `\\`, so every escaped text reads back unambiguously.
+fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// A JSON string literal.
 fn json_string(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 2);
@@ -186,7 +204,15 @@ fn json_string(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::json_string;
+    use super::{json_string, printable};
+
+    #[test]
+    fn text_output_escapes_control_characters() {
+        assert_eq!(printable("plain key:é"), "plain key:é");
+        assert_eq!(printable("a\nb: held"), "a\\nb: held");
+        assert_eq!(printable("\u{1b}[2J\r\t\\"), "\\u{1b}[2J\\r\\t\\\\");
+        assert_eq!(printable("\u{7f}\u{85}"), "\\u{7f}\\u{85}");
+    }
 
     #[test]
     fn json_strings_are_escaped() {

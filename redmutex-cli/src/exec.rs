@@ -28,7 +28,13 @@ pub async fn run<C: Connection>(
     urls: &[String],
 ) -> Result<u8, Failure> {
     let program = args.command[0].to_string_lossy().into_owned();
-    let lock = match args.lock.acquire(locker, &args.keys, &program).await {
+    // The fence is taken with the keys, for REDMUTEX_FENCE, unless fences are off.
+    let fenced = locker.fences();
+    let lock = match args
+        .lock
+        .acquire(locker, &args.keys, &program, fenced)
+        .await
+    {
         Ok(lock) => lock,
         Err(e) if e.is_not_obtained() => {
             return Err(Failure::new(args.conflict_exit_code, e.to_string()))
@@ -57,11 +63,11 @@ pub async fn run<C: Connection>(
     let mut command = tokio::process::Command::new(&args.command[0]);
     command
         .args(&args.command[1..])
-        .env("REDMUTEX_KEYS", args.keys.join(","))
+        .env("REDMUTEX_KEYS", encode_keys(&args.keys))
         .env("REDMUTEX_TOKEN", token.as_str())
         .env("REDMUTEX_TTL_MS", &ttl_ms);
     // The fence to pass on with every write the command makes to fenced storage.
-    if let Some(fence) = lease.fence() {
+    if let Some(fence) = lease.fence_if_taken() {
         command.env("REDMUTEX_FENCE", fence.to_string());
     }
     // SAFETY: the closure only makes async-signal-safe calls (setpgid, signal, tcsetpgrp,
@@ -131,6 +137,17 @@ pub async fn run<C: Connection>(
             ))
         }
     }
+}
+
+/// `REDMUTEX_KEYS`: the keys joined with `,`, each with `%` written `%25` and `,` written
+/// `%2C`, so that splitting on `,` and decoding gives back exactly the keys (`a,b` + `c` and
+/// `a` + `b` + `c` read differently), and keys without either read as they are.
+pub fn encode_keys(keys: &[String]) -> String {
+    let encoded: Vec<String> = keys
+        .iter()
+        .map(|key| key.replace('%', "%25").replace(',', "%2C"))
+        .collect();
+    encoded.join(",")
 }
 
 /// SIGTERM to the whole group, then SIGKILL to whatever is left after `grace`. Signals
@@ -309,6 +326,28 @@ fn is_ignored(sig: libc::c_int) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_are_joined_unambiguously() {
+        let keys = |list: &[&str]| list.iter().map(|k| k.to_string()).collect::<Vec<_>>();
+        assert_eq!(encode_keys(&keys(&["a", "b"])), "a,b");
+        assert_eq!(encode_keys(&keys(&["a,b", "c"])), "a%2Cb,c");
+        assert_eq!(encode_keys(&keys(&["a", "b", "c"])), "a,b,c");
+        assert_eq!(encode_keys(&keys(&["100%", "x%2Cy"])), "100%25,x%252Cy");
+        // Decoding (split on ',', then %2C → ',' and %25 → '%') gives the keys back.
+        for list in [
+            &["a,b", "c"][..],
+            &["a", "b", "c"],
+            &["%2C", ",", "%"],
+            &["é,ü"],
+        ] {
+            let decoded: Vec<String> = encode_keys(&keys(list))
+                .split(',')
+                .map(|k| k.replace("%2C", ",").replace("%25", "%"))
+                .collect();
+            assert_eq!(decoded, keys(list));
+        }
+    }
 
     #[test]
     fn exit_codes_pass_through() {

@@ -59,6 +59,11 @@ struct Cli {
     #[arg(long, value_name = "PW", global = true)]
     password: Option<String>,
 
+    /// Take no fencing tokens: exec sets no REDMUTEX_FENCE and no fence counter is
+    /// written [env: REDMUTEX_NO_FENCES=1].
+    #[arg(long = "no-fences", global = true)]
+    no_fences: bool,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -219,7 +224,11 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
 
 async fn run_command(cli: Cli, urls: &[String], access: &target::Access) -> Result<u8, Failure> {
     check_sizes(&cli.command)?;
-    let locker = target::locker(urls, access).await?.with_prefix(&cli.prefix);
+    let no_fences = cli.no_fences || env_flag("REDMUTEX_NO_FENCES")?;
+    let mut locker = target::locker(urls, access).await?.with_prefix(&cli.prefix);
+    if no_fences {
+        locker = locker.without_fences();
+    }
     match cli.command {
         Command::Exec(args) => exec::run(&locker, args, urls).await,
         Command::Acquire(args) => commands::acquire(&locker, args, urls).await,
@@ -263,6 +272,19 @@ fn check_sizes(command: &Command) -> Result<(), Failure> {
     }
 }
 
+/// A yes/no environment variable: unset, empty, `0`, `false` or `no` is no; `1`, `true` or
+/// `yes` is yes; anything else is a usage error rather than a guess.
+fn env_flag(name: &str) -> Result<bool, Failure> {
+    let value = std::env::var(name).unwrap_or_default();
+    match value.trim().to_ascii_lowercase().as_str() {
+        "" | "0" | "false" | "no" => Ok(false),
+        "1" | "true" | "yes" => Ok(true),
+        _ => Err(Failure::usage(format!(
+            "{name}={value:?}: expected 1, true, yes, 0, false or no"
+        ))),
+    }
+}
+
 /// `--tls-ca`, `--user`, `--password`, each falling back to its environment variable.
 fn access(cli: &Cli) -> Result<target::Access, Failure> {
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
@@ -288,18 +310,22 @@ impl LockArgs {
     /// `--wait`, or forever. Waiters are woken by the holder's release (the locker has
     /// wake-up on); they also poll, for a holder that dies without releasing, backing off
     /// exponentially from 10 ms to 1 s with jitter so that many waiting scripts do not
-    /// poll in step.
+    /// poll in step. `fenced`: take the lock's fence with its keys.
     fn acquire<'a, C: Connection>(
         &self,
         locker: &Locker<C>,
         keys: &[String],
         what: &str,
+        fenced: bool,
     ) -> Acquire<'a, C> {
         let metadata = self
             .metadata
             .clone()
             .unwrap_or_else(|| default_metadata(what));
-        let acquire = locker.acquire_all(keys, self.ttl).metadata(metadata);
+        let mut acquire = locker.acquire_all(keys, self.ttl).metadata(metadata);
+        if fenced {
+            acquire = acquire.with_fence();
+        }
         if self.nonblock {
             return acquire;
         }

@@ -94,13 +94,13 @@ fn exec_passes_env_and_exit_status_and_releases() {
         "--",
         "sh",
         "-c",
-        "echo \"$REDMUTEX_KEYS|$REDMUTEX_TTL_MS|${#REDMUTEX_TOKEN}|$REDMUTEX_FENCE\"; redis-cli -p \"$PORT\" exists k1; exit 3",
+        "echo \"$REDMUTEX_KEYS|$REDMUTEX_TTL_MS|${#REDMUTEX_TOKEN}|${#REDMUTEX_FENCE}\"; redis-cli -p \"$PORT\" exists k1; exit 3",
     ]).env("PORT", server.port().to_string()));
     assert_eq!(code(&out), 3, "{}", stderr(&out));
     assert_eq!(
         stdout(&out),
-        "k1,k2|30000|22|1\n1\n",
-        "held while the command ran"
+        "k1,k2|30000|22|16\n1\n",
+        "held while the command ran; a new key's fence is the server's clock in µs"
     );
     assert!(
         !exists(&server, "k1") && !exists(&server, "k2"),
@@ -123,9 +123,12 @@ fn exec_passes_increasing_fences_and_inspect_shows_the_latest() {
         assert_eq!(code(&out), 0, "{}", stderr(&out));
         fences.push(stdout(&out).trim().parse::<u64>().unwrap());
     }
-    assert_eq!(fences, [1, 2, 3]);
+    assert_eq!(fences, [fences[0], fences[0] + 1, fences[0] + 2]);
     let out = run(redmutex(&server).args(["inspect", "orders"]));
-    assert_eq!(stdout(&out), "orders: free, last fence 3\n");
+    assert_eq!(
+        stdout(&out),
+        format!("orders: free, last fence {}\n", fences[2])
+    );
     let out = run(redmutex(&server).args([
         "exec",
         "orders",
@@ -138,8 +141,9 @@ fn exec_passes_increasing_fences_and_inspect_shows_the_latest() {
     ]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let text = stdout(&out);
-    assert!(text.contains(", fence 4,"), "{text}");
-    assert!(text.contains("\"fence\":4,"), "{text}");
+    let fourth = fences[0] + 3;
+    assert!(text.contains(&format!(", fence {fourth},")), "{text}");
+    assert!(text.contains(&format!("\"fence\":{fourth},")), "{text}");
 }
 
 #[test]
@@ -540,7 +544,8 @@ fn acquire_refresh_release_inspect() {
     let out = run(redmutex(&server).args(["inspect", "db", "--json"]));
     assert_eq!(
         stdout(&out),
-        "{\"key\":\"db\",\"held\":false,\"ttl_ms\":null,\"awaited\":false,\"fence\":1,\"metadata\":null}\n"
+        "{\"key\":\"db\",\"held\":false,\"ttl_ms\":null,\"awaited\":false,\"fence\":null,\"metadata\":null}\n",
+        "acquire takes no fence"
     );
 
     // exec stores who holds the lock.
@@ -761,16 +766,9 @@ fn tls_with_the_ca_flag() {
     let out = run(Command::new(bin)
         .args(["--redis", &server.tls_url(), "--tls-ca"])
         .arg(&ca)
-        .args([
-            "exec",
-            "tls-key",
-            "--",
-            "sh",
-            "-c",
-            "echo fence=$REDMUTEX_FENCE",
-        ]));
+        .args(["exec", "tls-key", "--", "sh", "-c", "echo $REDMUTEX_FENCE"]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    assert_eq!(stdout(&out), "fence=1\n");
+    let fence: u64 = stdout(&out).trim().parse().unwrap();
     let out = run(Command::new(bin).env("REDMUTEX_TLS_CA", &ca).args([
         "--redis",
         &server.tls_url(),
@@ -779,7 +777,7 @@ fn tls_with_the_ca_flag() {
     ]));
     assert_eq!(
         stdout(&out),
-        "tls-key: free, last fence 1\n",
+        format!("tls-key: free, last fence {fence}\n"),
         "{}",
         stderr(&out)
     );
@@ -826,16 +824,19 @@ fn acl_user_and_password_flags() {
         "exec",
         "job",
         "--",
-        "true",
+        "sh",
+        "-c",
+        "echo $REDMUTEX_FENCE",
     ]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let fence: u64 = stdout(&out).trim().parse().unwrap();
     let out = run(Command::new(bin)
         .env("REDMUTEX_USER", "locker")
         .env("REDMUTEX_PASSWORD", "right-pw")
         .args(["--redis", &url, "--prefix", "app:", "inspect", "job"]));
     assert_eq!(
         stdout(&out),
-        "app:job: free, last fence 1\n",
+        format!("app:job: free, last fence {fence}\n"),
         "{}",
         stderr(&out)
     );
@@ -859,4 +860,90 @@ fn acl_user_and_password_flags() {
         .args(["--redis", &url, "exec", "elsewhere", "--", "true"]));
     assert_eq!(code(&out), 69, "{}", stderr(&out));
     assert!(stderr(&out).contains("no permission"), "{}", stderr(&out));
+}
+
+/// `--no-fences` (or `REDMUTEX_NO_FENCES=1`): exec sets no `REDMUTEX_FENCE` and no counter
+/// is written; a value that is neither yes nor no is a usage error.
+#[test]
+fn no_fences_flag_and_environment() {
+    let server = RedisServer::spawn();
+    let print = [
+        "exec",
+        "plain",
+        "--",
+        "sh",
+        "-c",
+        "echo \"[${REDMUTEX_FENCE-unset}]\"",
+    ];
+    let out = run(redmutex(&server).arg("--no-fences").args(print));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "[unset]\n");
+    let out = run(redmutex(&server).env("REDMUTEX_NO_FENCES", "1").args(print));
+    assert_eq!(stdout(&out), "[unset]\n", "{}", stderr(&out));
+    assert_eq!(server.command(&["DBSIZE"]), ":0\r\n", "no counter written");
+    let out = run(redmutex(&server).env("REDMUTEX_NO_FENCES", "0").args(print));
+    assert!(stdout(&out)
+        .trim()
+        .trim_matches(['[', ']'])
+        .parse::<u64>()
+        .is_ok());
+    let out = run(redmutex(&server)
+        .env("REDMUTEX_NO_FENCES", "maybe")
+        .args(print));
+    assert_eq!(code(&out), 64);
+    assert!(
+        stderr(&out).contains("REDMUTEX_NO_FENCES"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// `REDMUTEX_KEYS` tells `a,b` + `c` from `a` + `b` + `c`: `%` and `,` inside a key are
+/// percent-encoded.
+#[test]
+fn exec_keys_in_the_environment_are_unambiguous() {
+    let server = RedisServer::spawn();
+    let keys_of = |keys: &[&str]| {
+        let out = run(redmutex(&server).arg("exec").args(keys).args([
+            "--",
+            "sh",
+            "-c",
+            "printf %s \"$REDMUTEX_KEYS\"",
+        ]));
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        stdout(&out)
+    };
+    assert_eq!(keys_of(&["a,b", "c"]), "a%2Cb,c");
+    assert_eq!(keys_of(&["a", "b", "c"]), "a,b,c");
+    assert_eq!(keys_of(&["50%"]), "50%25");
+}
+
+/// A key (or metadata) with a newline or an escape sequence cannot fake a line of
+/// `inspect`'s text output: control characters are escaped.
+#[test]
+fn inspect_escapes_control_characters() {
+    let server = RedisServer::spawn();
+    let key = "job\nother: held, ttl 1h\u{1b}[2J";
+    let out = run(redmutex(&server).args([
+        "acquire",
+        "--ttl",
+        "1m",
+        "--metadata",
+        "line one\nline two",
+        key,
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = run(redmutex(&server).args(["inspect", key]));
+    let text = stdout(&out);
+    assert_eq!(text.lines().count(), 1, "{text:?}");
+    assert!(
+        text.starts_with("job\\nother: held, ttl 1h\\u{1b}[2J: held, ttl "),
+        "{text:?}"
+    );
+    assert!(
+        text.ends_with("metadata: line one\\nline two\n"),
+        "{text:?}"
+    );
+    let out = run(redmutex(&server).args(["inspect", "--json", key]));
+    assert!(stdout(&out).contains("\"job\\nother: held, ttl 1h\\u001b[2J\""));
 }

@@ -94,6 +94,10 @@ pub fn text(r: &Report) -> String {
         ),
     );
     row(
+        "lost before asking for the fence",
+        format!("{} (no fence handed out)", r.no_fence),
+    );
+    row(
         "releases",
         format!(
             "lock already gone {}, failed {}",
@@ -147,7 +151,7 @@ pub fn json(r: &Report) -> String {
             "\"expired\":{},\"overran\":{},\"unsafe_overlaps\":{},\"overrun_overlaps\":{},",
             "\"overrun_fenced\":{},\"overrun_refused\":{},\"fence_violations\":{},",
             "\"store_violations\":{},\"writes_accepted\":{},\"stale_writes_refused\":{},",
-            "\"not_obtained\":{},\"transient_errors\":{},\"other_errors\":{},",
+            "\"not_obtained\":{},\"transient_errors\":{},\"other_errors\":{},\"no_fence\":{},",
             "\"releases_not_held\":{},\"releases_failed\":{},\"leftover_at_exit\":{},",
             "\"leftover_after_ttl\":{},\"keys_without_ttl\":{},\"worker_failures\":[{}],",
             "\"errors\":[{}],\"violations\":[{}],\"passed\":{}}}"
@@ -179,6 +183,7 @@ pub fn json(r: &Report) -> String {
         r.not_obtained,
         r.transient_errors,
         r.other_errors,
+        r.no_fence,
         v.releases_not_held,
         v.releases_failed,
         r.leftover_at_exit,

@@ -71,11 +71,13 @@ pub struct Report {
     pub transient_errors: u64,
     /// See `not_obtained`.
     pub other_errors: u64,
+    /// Holders that lost their lock before they asked for its fence (none handed out).
+    pub no_fence: u64,
     /// Lock keys in Redis right after the workers exited, and after a further TTL + 1 s.
     pub leftover_at_exit: usize,
     /// See `leftover_at_exit`.
     pub leftover_after_ttl: usize,
-    /// Lock keys without an expiry (never acceptable).
+    /// Keys without an expiry, lock keys or fence counters (never acceptable).
     pub keys_without_ttl: usize,
     /// Workers that crashed or reported a fatal error, with what they said.
     pub worker_failures: Vec<String>,
@@ -195,7 +197,7 @@ impl Topology {
     }
 
     /// Lock keys on the servers now (names, deduplicated: replicas hold copies), and how
-    /// many have no expiry.
+    /// many keys of any kind (lock keys, fence counters) have no expiry.
     fn lock_keys(&self) -> (usize, usize) {
         let mut names = BTreeSet::new();
         let mut without_ttl = BTreeSet::new();
@@ -203,11 +205,14 @@ impl Topology {
             if node.pid().is_none() {
                 continue;
             }
-            for key in bulk_strings(&node.command(&["KEYS", &format!("{PREFIX}*")])) {
+            // Every key the library wrote — lock keys and fence counters — has a TTL.
+            for key in bulk_strings(&node.command(&["KEYS", "*"])) {
                 if node.command(&["PTTL", &key]).trim() == ":-1" {
                     without_ttl.insert(key.clone());
                 }
-                names.insert(key);
+                if key.starts_with(PREFIX) {
+                    names.insert(key);
+                }
             }
         }
         (names.len(), without_ttl.len())
@@ -328,7 +333,7 @@ pub fn run_mode(mode: Mode, seed: u64, args: &RunArgs) -> Report {
     }
     let (leftover_at_exit, _) = topology.lock_keys();
     let mut sections = Vec::new();
-    let mut report_tally = [0u64; 3];
+    let mut report_tally = [0u64; 4];
     let mut error_messages = Vec::new();
     for (id, reader) in readers.into_iter().enumerate() {
         let (lines, stderr) = reader.join().expect("reader thread");
@@ -339,7 +344,7 @@ pub fn run_mode(mode: Mode, seed: u64, args: &RunArgs) -> Report {
                     Err(e) => worker_failures.push(format!("worker {id}: {e}")),
                 }
             } else if let Some(counts) = line.strip_prefix("tally ") {
-                for (i, field) in counts.split(' ').enumerate().take(3) {
+                for (i, field) in counts.split(' ').enumerate().take(4) {
                     let n = field.split_once('=').and_then(|(_, n)| n.parse().ok());
                     report_tally[i] += n.unwrap_or(0);
                 }
@@ -371,6 +376,7 @@ pub fn run_mode(mode: Mode, seed: u64, args: &RunArgs) -> Report {
         not_obtained: report_tally[0],
         transient_errors: report_tally[1],
         other_errors: report_tally[2],
+        no_fence: report_tally[3],
         leftover_at_exit,
         leftover_after_ttl,
         keys_without_ttl,

@@ -142,6 +142,8 @@ struct Tally {
     not_obtained: u64,
     transient: u64,
     other: u64,
+    /// Acquisitions lost before their holder asked for the fence: none was handed out.
+    no_fence: u64,
     messages: Vec<String>,
 }
 
@@ -213,8 +215,8 @@ async fn drive<C: Connection>(
     }
     let tally = std::mem::take(&mut *shared.tally.lock().unwrap());
     shared.line(&format!(
-        "tally not_obtained={} transient={} other={}",
-        tally.not_obtained, tally.transient, tally.other
+        "tally not_obtained={} transient={} other={} no_fence={}",
+        tally.not_obtained, tally.transient, tally.other, tally.no_fence
     ));
     for message in &tally.messages {
         shared.line(&format!("error {message}"));
@@ -238,10 +240,15 @@ async fn holder_task<C: Connection>(
     while now_ns() < args.stop_at {
         let key = rng.below(args.keys as usize) as u32;
         let asked = now_ns();
-        let acquired = locker
+        // Half the acquisitions take their fence with the keys, half ask for it after.
+        let eager = rng.below(2) == 0;
+        let acquire = locker
             .acquire(format!("k{key}"), ttl)
-            .retry(retry::exponential(ms(2), ms(40)).jitter(Jitter::full()))
-            .await;
+            .retry(retry::exponential(ms(2), ms(40)).jitter(Jitter::full()));
+        let acquired = match eager {
+            true => acquire.with_fence().await,
+            false => acquire.await,
+        };
         let lock = match acquired {
             Ok(lock) => lock,
             Err(e) => {
@@ -252,9 +259,22 @@ async fn holder_task<C: Connection>(
             }
         };
         let start = now_ns();
-        let Some(fence) = lock.fence() else {
-            shared.line("fatal an acquisition without a fence");
+        if eager && lock.fence_if_taken().is_none() {
+            shared.line("fatal an acquisition with_fence without a fence");
             return;
+        }
+        let fence = match lock.fence().await {
+            Ok(fence) => fence,
+            Err(e) => {
+                // Lost before its fence could be taken (a fault, a frozen process): no fence
+                // is handed out, so this holder cannot act; the lock is dropped (released).
+                let mut tally = shared.tally.lock().unwrap();
+                match e.is_not_held() {
+                    true => tally.no_fence += 1,
+                    false => tally.failed(&e),
+                }
+                continue;
+            }
         };
         let ttl_ms = args.ttl_ms;
         let (decided, mut valid, outcome, held) = match holder {

@@ -44,13 +44,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let locker = Locker::new(redmutex::connect(&url).await?).with_prefix("example:");
     let mut store = redmutex::connect(&url).await?;
 
-    let a = locker.acquire("report", Duration::from_millis(300)).await?;
-    let fence_a = a.fence().expect("fences are on by default");
+    // A takes its fence with the lock (one round trip for both) ...
+    let a = locker
+        .acquire("report", Duration::from_millis(300))
+        .with_fence()
+        .await?;
+    let fence_a = a.fence().await?;
     println!("A holds the lock with fence {fence_a}, then pauses past its TTL");
     tokio::time::sleep(Duration::from_millis(400)).await;
 
+    // ... B asks for it after acquiring, while it holds the lock.
     let b = locker.acquire("report", Duration::from_secs(10)).await?;
-    let fence_b = b.fence().expect("fences are on by default");
+    let fence_b = b.fence().await?;
     println!("B takes it over with fence {fence_b}");
     assert!(write(&mut store, "written by B", fence_b).await?);
     println!("B's write accepted");

@@ -2,10 +2,11 @@
 
 /// The commands redmutex sends, or that its scripts run: `EVALSHA` (every script call),
 /// `EVAL` and `SCRIPT LOAD` (a script's first use, and clean-up that cannot wait for a
-/// reply), `SET` (a plain acquire) and the commands inside the scripts, `SUBSCRIBE`,
-/// `UNSUBSCRIBE` and `PING` for the wake-up subscriber.
-const COMMANDS: &str = "+evalsha +eval +script|load +set +get +del +incr +pexpire +pttl \
-                        +type +setrange +publish +subscribe +unsubscribe +ping";
+/// reply), `SET` (a plain acquire) and the commands inside the scripts (`TIME` starts a
+/// fence counter from the server's clock), `SUBSCRIBE`, `UNSUBSCRIBE` and `PING` for the
+/// wake-up subscriber.
+const COMMANDS: &str = "+evalsha +eval +script|load +set +get +del +pexpire +pttl +type \
+                        +setrange +time +publish +subscribe +unsubscribe +ping";
 
 /// The ACL rule for a user that locks keys under `prefix`: the commands redmutex needs,
 /// the lock keys (`~PREFIX*`), their fence counters (`~{PREFIX*}:fence`, and
@@ -20,7 +21,7 @@ const COMMANDS: &str = "+evalsha +eval +script|load +set +get +del +incr +pexpir
 /// assert_eq!(
 ///     redmutex::acl_rule("app:"),
 ///     "resetkeys ~app:* ~{app:*}:fence ~{*}:fence:app:* resetchannels &app:* -@all \
-///      +evalsha +eval +script|load +set +get +del +incr +pexpire +pttl +type +setrange \
+///      +evalsha +eval +script|load +set +get +del +pexpire +pttl +type +setrange +time \
 ///      +publish +subscribe +unsubscribe +ping"
 /// );
 /// ```

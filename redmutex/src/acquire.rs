@@ -9,15 +9,16 @@ use tokio::time::Instant;
 
 use crate::args::{self, Keys};
 use crate::connection::Connection;
+use crate::error::Argument;
 use crate::error::{Error, NotObtained};
-use crate::fence;
-use crate::lock::Lock;
+use crate::fence::{self, Fences};
+use crate::lock::{Grant, Lock};
 use crate::quorum::QuorumFailure;
 use crate::renewer::RenewerSlot;
 use crate::scripts::ObtainTry;
 use crate::store::{Store, TryResult};
 use crate::token::{self, Token};
-use crate::wakeup::{Hub, Member, Outcome, Wake};
+use crate::wakeup::{Entry, Hub, Member, Outcome, Wake};
 
 /// A pending acquire: set options, then `.await` it.
 ///
@@ -54,7 +55,9 @@ pub struct Acquire<'a, C: Connection> {
     hub: Option<Arc<Hub>>,
     keys: Result<Keys, Error>,
     ttl: Duration,
-    fences: bool,
+    fences: Fences,
+    /// Take the fence with the keys ([`Acquire::with_fence`]).
+    with_fence: bool,
     metadata: Option<String>,
     retry: Box<dyn Iterator<Item = Duration> + Send + 'a>,
     deadline: Option<Duration>,
@@ -102,7 +105,7 @@ impl<'a, C: Connection> Acquire<'a, C> {
         hub: Option<Arc<Hub>>,
         keys: Result<Keys, Error>,
         ttl: Duration,
-        fences: bool,
+        fences: Fences,
     ) -> Acquire<'a, C> {
         Acquire {
             store,
@@ -111,6 +114,7 @@ impl<'a, C: Connection> Acquire<'a, C> {
             keys,
             ttl,
             fences,
+            with_fence: false,
             metadata: None,
             retry: Box::new(crate::retry::none()),
             deadline: None,
@@ -123,6 +127,18 @@ impl<'a, C: Connection> Acquire<'a, C> {
     /// At most [`MAX_METADATA_LEN`](crate::MAX_METADATA_LEN) bytes.
     pub fn metadata(mut self, metadata: impl Into<String>) -> Self {
         self.metadata = Some(metadata.into());
+        self
+    }
+
+    /// Takes the lock's [fence](Lock::fence) with its keys, in the same round trip (Redlock:
+    /// one more only when the nodes' counters disagree), for holders that always pass it on
+    /// to storage; [`Lock::fence`] then answers at once. Without it, the fence is taken on
+    /// the first call to [`Lock::fence`], and locks whose fence is never read cost nothing.
+    ///
+    /// A locker built [`without_fences`](crate::Locker::without_fences) refuses it with
+    /// [`Error::InvalidArgument`] before anything is sent.
+    pub fn with_fence(mut self) -> Self {
+        self.with_fence = true;
         self
     }
 
@@ -165,6 +181,7 @@ impl<'a, C: Connection> Acquire<'a, C> {
             keys,
             ttl,
             fences,
+            with_fence,
             metadata,
             retry,
             deadline,
@@ -177,7 +194,13 @@ impl<'a, C: Connection> Acquire<'a, C> {
             args::check_metadata(metadata)?;
         }
         let ttl = Duration::from_millis(ttl_ms);
-        let counters: Vec<Vec<u8>> = match fences {
+        if with_fence && !fences.enabled {
+            return Err(Error::invalid(
+                Argument::Fences,
+                "with_fence on a locker built without fences (Locker::without_fences)",
+            ));
+        }
+        let counters: Vec<Vec<u8>> = match with_fence {
             true => keys.iter().map(fence::counter_key).collect(),
             false => Vec::new(),
         };
@@ -215,15 +238,21 @@ impl<'a, C: Connection> Acquire<'a, C> {
             // holder is marked; its release will wake them in turn), or, when nobody waits
             // right now, makes its first try as a waiter.
             let mut queued = None;
+            // When the key found held expires at the latest, if known: its holder may let
+            // it expire without a release to announce, and no wait needs to last longer.
+            let mut expires: Option<Instant> = None;
             let may_enter = attempts == 1 && member.is_none();
             if let Some(hub) = hub.as_ref().filter(|_| may_enter && retry.peek().is_some()) {
                 let entered = keys
                     .iter()
                     .enumerate()
                     .find_map(|(index, key)| Some((index, hub.enter(key)?)));
-                if let Some((index, (joined, queue))) = entered {
+                if let Some((index, (joined, entry))) = entered {
                     member = Some(joined);
-                    queued = queue.then_some(index);
+                    if let Entry::Queue { expires: until } = entry {
+                        queued = Some(index);
+                        expires = until;
+                    }
                 }
             }
             let (reason, held_key) = if let Some(index) = queued {
@@ -254,6 +283,7 @@ impl<'a, C: Connection> Acquire<'a, C> {
                 let request = ObtainTry {
                     keys: &keys,
                     counters: &counters,
+                    retention_ms: fences.retention_ms,
                     value: &value,
                     ttl_ms,
                     retrying_own,
@@ -261,9 +291,15 @@ impl<'a, C: Connection> Acquire<'a, C> {
                 };
                 let attempt = store.try_obtain(request, &token, sent_at, try_until).await;
                 cleanup.armed = attempt.may_hold;
+                // One millisecond more: the key is certainly gone by then.
+                expires = attempt
+                    .held_ttl
+                    .and_then(|ttl| Instant::now().checked_add(ttl + Duration::from_millis(1)));
                 if let Some(member) = member.as_mut() {
                     member.tried(match (&attempt.result, attempt.held_key) {
-                        (TryResult::Obtained { .. }, _) => Outcome::Obtained,
+                        (TryResult::Obtained { valid_until, .. }, _) => Outcome::Obtained {
+                            until: *valid_until,
+                        },
                         (_, Some(_)) => Outcome::Held,
                         _ => Outcome::Failed,
                     });
@@ -272,9 +308,7 @@ impl<'a, C: Connection> Acquire<'a, C> {
                     TryResult::Obtained { valid_until, fence } => {
                         cleanup.armed = false;
                         drop(cleanup);
-                        return Ok(Lock::new(
-                            store,
-                            renewer,
+                        let grant = Grant {
                             keys,
                             token,
                             metadata,
@@ -282,7 +316,8 @@ impl<'a, C: Connection> Acquire<'a, C> {
                             sent_at,
                             valid_until,
                             fence,
-                        ));
+                        };
+                        return Ok(Lock::new(store, renewer, fences, grant));
                     }
                     TryResult::Held(index) => {
                         saw_held = true;
@@ -368,6 +403,8 @@ impl<'a, C: Connection> Acquire<'a, C> {
                     member = Some(hub.join(key));
                 }
             }
+            // A held key that expires before the next try is due is tried when it expires.
+            let wake = expires.map_or(wake, |expires| expires.min(wake));
             match member.as_mut() {
                 Some(member) => tokio::select! {
                     _ = tokio::time::sleep_until(wake) => {}

@@ -54,6 +54,16 @@ impl Keys {
             let mut full = Vec::with_capacity(prefix.len() + key.len());
             full.extend_from_slice(prefix);
             full.extend_from_slice(key);
+            if crate::fence::is_counter_name(&full) {
+                return Err(Error::invalid(
+                    Argument::Key,
+                    format!(
+                        "{:?} is reserved: keys of the form {{…}}:fence and {{…}}:fence:… \
+                         (prefix included) are fence counters; choose another name or a prefix",
+                        String::from_utf8_lossy(&full)
+                    ),
+                ));
+            }
             if out.iter().any(|k| **k == *full) {
                 return Err(Error::invalid(
                     Argument::Keys,
@@ -181,6 +191,16 @@ mod tests {
             Argument::Key
         );
         assert!(Keys::new(b"", [vec![b'x'; MAX_KEY_LEN]]).is_ok());
+        assert_eq!(invalid(Keys::new(b"", ["{job}:fence"])), Argument::Key);
+        assert_eq!(
+            invalid(Keys::new(b"{app}:", ["fence:{app}:k"])),
+            Argument::Key,
+            "the prefix counts: {{app}}:fence:{{app}}:k is the counter of {{app}}:k"
+        );
+        assert!(
+            Keys::new(b"app:", ["{job}:fence"]).is_ok(),
+            "app:{{job}}:fence is no counter"
+        );
         assert!(check_metadata(&"m".repeat(MAX_METADATA_LEN)).is_ok());
         assert!(check_metadata(&"m".repeat(MAX_METADATA_LEN + 1)).is_err());
     }

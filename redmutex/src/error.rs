@@ -93,6 +93,9 @@ pub enum Argument {
     Interval,
     /// The node list of a Redlock locker.
     Nodes,
+    /// Fencing tokens: asked for on a locker without them, or a retention period out of
+    /// range.
+    Fences,
 }
 
 impl Error {
@@ -165,11 +168,24 @@ impl Error {
 
 /// `NOPERM`, sent directly or by a command inside a script.
 pub(crate) fn is_no_permission(e: &redis::RedisError) -> bool {
-    matches!(
+    if matches!(
         e.kind(),
         redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm)
     ) || e.code() == Some("NOPERM")
-        || e.to_string().contains("NOPERM")
+    {
+        return true;
+    }
+    // Inside a script the refusal is a plain ERR, worded by each server: Redis 6.2/7
+    // ("The user executing the script can't run this command…", "…can't access at least
+    // one of the keys…"), Valkey ("ACL failure in script: …").
+    let text = e.to_string();
+    [
+        "NOPERM",
+        "The user executing the script can't",
+        "ACL failure in script",
+    ]
+    .iter()
+    .any(|pattern| text.contains(pattern))
 }
 
 /// A TLS handshake that failed on the certificate: retrying cannot help.
@@ -245,6 +261,7 @@ impl fmt::Display for Argument {
             Argument::Prefix => "prefix",
             Argument::Interval => "interval",
             Argument::Nodes => "nodes",
+            Argument::Fences => "fences",
         })
     }
 }

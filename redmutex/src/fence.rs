@@ -1,10 +1,14 @@
-//! Fencing tokens: where each key's counter lives, and the Redis Cluster hash-slot maths
-//! that decides it.
+//! Fencing tokens: where each key's counter lives, how long it is kept, and the Redis
+//! Cluster hash-slot maths that decides where.
 //!
-//! Every acquisition increments a counter kept beside each lock key, in the same script
-//! that takes the keys, and hands the new value to the holder. The counter must live in the
-//! key's hash slot, so that one script may touch both on Redis Cluster; its name is derived
-//! from the key:
+//! A fence is taken only when it is asked for: [`Lock::fence`](crate::Lock::fence) runs an
+//! owner-checked script that moves the counters of the lock's keys to the next fence while
+//! this owner still holds every key (or the acquire takes it with the keys, see
+//! [`Acquire::with_fence`](crate::Acquire::with_fence)). Locks whose fence nobody reads
+//! cost nothing and leave no counter.
+//!
+//! The counter must live in the key's hash slot, so that one script may touch both on Redis
+//! Cluster; its name is derived from the key:
 //!
 //! - a key `K` without a hash tag and without `}` gets `{K}:fence`: its tag is the whole
 //!   key, so it hashes like the key;
@@ -12,14 +16,43 @@
 //! - a key with no hash tag that contains `}` (so it cannot be wrapped in braces) gets
 //!   `{T}:fence:K`, where `T` is a short tag chosen to hash to the key's slot.
 //!
-//! A tag never contains `}`, so these names cannot collide with each other, and they all
-//! start with `{`: under a key prefix that does not, they cannot collide with lock keys.
+//! A tag never contains `}`, so these names cannot collide with each other. Lock keys
+//! (prefix included) of the forms `{…}:fence` and `{…}:fence:…` are refused
+//! ([`is_counter_name`]), so no lock key can ever be a counter.
 //!
-//! Counters are never deleted: a counter that disappeared would restart at 1. That costs
-//! one small key per distinct lock key, ever; lockers over unbounded key spaces that do not
-//! use fences can turn them off ([`Locker::without_fences`](crate::Locker::without_fences)).
+//! Counters expire [`DEFAULT_RETENTION`] (configurable) after their last use, so that keys
+//! locked once do not leave a key behind forever. A missing counter counts on from the
+//! server's clock in microseconds (in the scripts' `next_fence`), which has passed every
+//! fence the expired counter handed out — one fence per microsecond being far beyond what a
+//! Redis node serves — as long as the server's clock was not set back by the retention
+//! period or more meanwhile.
 
 use std::sync::LazyLock;
+
+/// How long a fence counter is kept after its last use, unless the locker says otherwise
+/// ([`Locker::with_fence_retention`](crate::Locker::with_fence_retention)): one day.
+pub const DEFAULT_FENCE_RETENTION: std::time::Duration = std::time::Duration::from_secs(86_400);
+
+/// A locker's fence settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Fences {
+    /// Fences may be taken (not [`Locker::without_fences`](crate::Locker::without_fences)).
+    pub(crate) enabled: bool,
+    /// How long a counter is kept after its last use.
+    pub(crate) retention_ms: u64,
+}
+
+impl Default for Fences {
+    fn default() -> Fences {
+        Fences {
+            enabled: true,
+            retention_ms: DEFAULT_FENCE_RETENTION.as_millis() as u64,
+        }
+    }
+}
+
+/// The shortest fence retention accepted: a second.
+pub(crate) const MIN_FENCE_RETENTION: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Redis Cluster's number of hash slots.
 pub(crate) const SLOTS: u16 = 16384;
@@ -41,6 +74,22 @@ pub(crate) fn counter_key(key: &[u8]) -> Vec<u8> {
         counter.extend_from_slice(key);
     }
     counter
+}
+
+/// Whether `key` (with the prefix) has the form of a fence counter — `{…}:fence` or
+/// `{…}:fence:…` with no `}` inside the braces — and so may not be a lock key. This is the
+/// set of every name [`counter_key`] can produce, and a little more, stated simply.
+pub(crate) fn is_counter_name(key: &[u8]) -> bool {
+    let Some(rest) = key.strip_prefix(b"{") else {
+        return false;
+    };
+    let Some(close) = rest.iter().position(|&b| b == b'}') else {
+        return false;
+    };
+    match rest[close..].strip_prefix(b"}:fence") {
+        Some(tail) => close > 0 && (tail.is_empty() || tail[0] == b':'),
+        None => false,
+    }
 }
 
 /// The part of `key` that Redis Cluster hashes, if it is not the whole key: the bytes
@@ -174,6 +223,34 @@ mod tests {
     }
 
     #[test]
+    fn counter_names_are_recognised() {
+        for name in [
+            &b"{job}:fence"[..],
+            b"{order-7}:fence:lock:{order-7}",
+            b"{a}:fence:",
+            b"{x y}:fence:anything at all",
+        ] {
+            assert!(is_counter_name(name), "{:?}", String::from_utf8_lossy(name));
+        }
+        for name in [
+            &b"job"[..],
+            b"{job}:fences",
+            b"{}:fence",
+            b"job:{x}:fence",
+            b"{job}:fence2",
+            b"{job:fence",
+            b"{a}b}:fence",
+            b"{job} :fence",
+        ] {
+            assert!(
+                !is_counter_name(name),
+                "{:?}",
+                String::from_utf8_lossy(name)
+            );
+        }
+    }
+
+    #[test]
     fn every_slot_has_a_tag() {
         for (slot, tag) in SLOT_TAGS.iter().enumerate() {
             assert!(!tag.is_empty() && !tag.contains(&b'}'));
@@ -219,6 +296,11 @@ mod tests {
                 prop_assert_eq!(hash_slot(&ca), hash_slot(&a));
                 prop_assert_eq!(hash_slot(&cb), hash_slot(&b));
                 prop_assert_eq!(ca == cb, a == b);
+            }
+
+            #[test]
+            fn every_counter_has_a_counter_name(key in key()) {
+                prop_assert!(is_counter_name(&counter_key(&key)));
             }
 
             #[test]

@@ -284,9 +284,27 @@ impl<C: Connection> Lease<C> {
         self.lock().metadata()
     }
 
-    /// The acquisition's fencing token (see [`Lock::fence`]); renewals keep it.
-    pub fn fence(&self) -> Option<u64> {
-        self.lock().fence()
+    /// The acquisition's fencing token, taken on the first call if the acquire did not
+    /// take it (see [`Lock::fence`]); renewals keep it.
+    ///
+    /// # Errors
+    /// As [`Lock::fence`]; [`Error::NotHeld`] once the lease is lost.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Lock::fence`].
+    pub async fn fence(&self) -> Result<u64, Error> {
+        if let Some(fence) = self.lock().fence_if_taken() {
+            return Ok(fence);
+        }
+        if self.is_lost() {
+            return Err(Error::NotHeld);
+        }
+        self.lock().fence_within(self.valid_until()).await
+    }
+
+    /// The fence, if it was taken already (see [`Lock::fence_if_taken`]).
+    pub fn fence_if_taken(&self) -> Option<u64> {
+        self.lock().fence_if_taken()
     }
 
     /// Until when the lock is certainly held, as of the last successful renewal.

@@ -18,9 +18,10 @@
 //!   [`Lease`] renewed in the background; [`Lease::lost`], [`Lease::is_lost`], a
 //!   cancellation token and [`Lease::run`] stop the work in time when the lock is lost.
 //!   All leases of a locker are renewed by one task, in batches.
-//! - **Fencing tokens**: every acquisition gets a number greater than every earlier
-//!   acquisition's of the same key ([`Lock::fence`]), for storage to refuse writes from
-//!   a holder that was paused past its TTL; see [below](#fencing-tokens).
+//! - **Fencing tokens**: a holder that asks ([`Lock::fence`]) gets a number greater than
+//!   every earlier holder's of the same key, for storage to refuse writes from a holder
+//!   that was paused past its TTL; locks whose fence nobody reads cost nothing; see
+//!   [below](#fencing-tokens).
 //! - **Redlock** over N independent masters: [`Locker::redlock`]; see [below](#redlock).
 //! - **Redis Cluster** ([`Locker::cluster`], feature `cluster`), **Sentinel**
 //!   (`connect_sentinel`, feature `sentinel`), **TLS** (`tls_client`, feature `tls`) and
@@ -90,25 +91,37 @@
 //! ([`Lock::fence`]), the holder sends it with each write, and the resource refuses a write
 //! whose fence is lower than the highest it has accepted.
 //!
-//! **The guarantee.** On one node: the fence handed to an acquisition is greater than the
-//! fence of every earlier acquisition that shared a key with it, as long as the node keeps
-//! its data (the same condition under which the lock itself is safe). It is one more than
-//! the highest counter of its keys, taken in the same script that takes the keys, and
-//! stored in all of them. Multi-key locks get one fence. With Redlock: the fence handed to
-//! a holder is greater than every fence handed to an earlier holder of a key it shares, as
-//! long as the nodes that stored the latest fence keep their data. The candidate (one
-//! above the highest counter among the nodes that took the keys) is handed out only once a
-//! quorum of nodes stores it while the keys are still held there; usually the nodes agree
-//! and this costs nothing, otherwise one more round trip raises the lower ones. (Taking the maximum over the
-//! acquiring quorum alone is not enough: failed tries raise counters on minorities, and a
-//! later quorum without those nodes would count from lower.) Fences may skip numbers;
-//! they are below 2⁵³.
+//! **Taken when asked for.** [`Lock::fence`] takes the fence in one owner-checked round
+//! trip while this owner still holds every key (later calls answer at once); an acquire
+//! [`with_fence`](Acquire::with_fence) takes it with the keys, in the same round trip. A
+//! lock whose fence is never read costs what a plain lock costs (`SET NX PX`, then the
+//! release script) and writes no counter. A holder that lost its lock gets
+//! [`Error::NotHeld`], never a fence.
+//!
+//! **The guarantee.** On one node: the fence handed to a holder is greater than the fence
+//! of every earlier holder that shared a key with it, as long as the node keeps its data
+//! (the same condition under which the lock itself is safe) and its clock is not set back
+//! by the fence retention period or more. It is one more than the highest counter of its
+//! keys — a missing counter counting from the server's clock in microseconds — taken while
+//! the keys are held and stored in all of them. Multi-key locks get one fence. With
+//! Redlock: the fence handed to a holder is greater than every fence handed to an earlier
+//! holder of a key it shares, as long as the nodes that stored the latest fence keep their
+//! data. The candidate (the highest next fence among the nodes that hold the keys) is
+//! handed out only once a quorum of nodes stores it while the keys are still held there;
+//! usually the nodes agree and this costs nothing, otherwise one more round trip raises
+//! the lower ones. (Taking the maximum over the answering quorum alone is not enough:
+//! failed tries raise counters on minorities, and a later quorum without those nodes would
+//! count from lower.) Fences may skip numbers; they are below 2⁵³.
 //!
 //! **Where they live.** Each key's counter is a key in the same Redis Cluster hash slot —
-//! `{KEY}:fence` (or `{TAG}:fence:KEY` for keys with a hash tag or a `}`) — and is never
-//! deleted, so that it never starts again. [`Locker::inspect`] shows the latest fence
-//! ([`LockInfo::fence`]). Lockers over unbounded key spaces that do not need fences can
-//! turn them off ([`Locker::without_fences`]).
+//! `{KEY}:fence` (or `{TAG}:fence:KEY` for keys with a hash tag or a `}`) — kept for
+//! [`DEFAULT_FENCE_RETENTION`] (a day) after its last use
+//! ([`Locker::with_fence_retention`]). A counter that expired counts on from the server's
+//! clock in microseconds, which has passed every fence it handed out: a key would need
+//! more than one fence per microsecond, far beyond what a Redis node serves. Lock keys of
+//! those two forms are refused ([`Error::InvalidArgument`]), so no lock key can be a
+//! counter. [`Locker::inspect`] shows the latest fence ([`LockInfo::fence`]);
+//! [`Locker::without_fences`] forbids fences on a locker.
 //!
 //! **Checking them** is the storage's job, atomically with the write. For example, in SQL
 //! (a row holds the highest fence that wrote it):
@@ -132,7 +145,7 @@
 //!     redis.call('set', KEYS[1], ARGV[1])
 //!     return 1");
 //! let lock = locker.acquire("report", Duration::from_secs(10)).await?;
-//! let fence = lock.fence().expect("fences are on by default");
+//! let fence = lock.fence().await?;
 //! let accepted: bool = fenced_write
 //!     .key("report:data").key("report:fence")
 //!     .arg("new contents").arg(fence)
@@ -225,7 +238,7 @@ pub use connection::{
     RESPONSE_TIMEOUT,
 };
 pub use error::{Argument, Error, InvalidArgument, NotObtained};
-pub use fence::hash_slot;
+pub use fence::{hash_slot, DEFAULT_FENCE_RETENTION};
 pub use keepalive::{KeepAlive, Lease, LostReason, LostSignal};
 pub use lock::Lock;
 pub use locker::{LockInfo, Locker, NodeInfo};
@@ -233,3 +246,4 @@ pub use quorum::{NodeError, NodeFailure, QuorumFailure, QuorumSettings};
 #[cfg(feature = "sentinel")]
 pub use sentinel::{connect_sentinel, SentinelConnection};
 pub use token::{Token, TOKEN_LEN};
+pub use wakeup::WakeUpState;

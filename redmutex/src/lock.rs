@@ -8,7 +8,8 @@ use tokio::time::Instant;
 
 use crate::args::{self, Keys};
 use crate::connection::Connection;
-use crate::error::Error;
+use crate::error::{Argument, Error};
+use crate::fence::{self, Fences};
 use crate::keepalive::{KeepAlive, Lease};
 use crate::renewer::RenewerSlot;
 use crate::scripts::{self, Remaining};
@@ -47,33 +48,42 @@ pub struct Lock<C: Connection> {
     lease_ttl: Duration,
     acquired_at: Instant,
     valid_until: Instant,
-    fence: Option<u64>,
+    /// Taken with the keys, or on the first [`Lock::fence`]; kept from then on.
+    fence: tokio::sync::OnceCell<u64>,
+    fences: Fences,
     release_on_drop: bool,
     renewer: Arc<RenewerSlot<C>>,
 }
 
+/// What a successful acquire hands to the [`Lock`] it creates.
+pub(crate) struct Grant {
+    pub(crate) keys: Keys,
+    pub(crate) token: Token,
+    pub(crate) metadata: Option<String>,
+    pub(crate) ttl_ms: u64,
+    pub(crate) sent_at: Instant,
+    pub(crate) valid_until: Instant,
+    /// The fence, when the acquire took it with the keys.
+    pub(crate) fence: Option<u64>,
+}
+
 impl<C: Connection> Lock<C> {
-    #[allow(clippy::too_many_arguments)] // one call site: the end of a successful acquire
     pub(crate) fn new(
         store: Store<C>,
         renewer: Arc<RenewerSlot<C>>,
-        keys: Keys,
-        token: Token,
-        metadata: Option<String>,
-        ttl_ms: u64,
-        sent_at: Instant,
-        valid_until: Instant,
-        fence: Option<u64>,
+        fences: Fences,
+        grant: Grant,
     ) -> Lock<C> {
         Lock {
             store,
-            keys,
-            token,
-            metadata,
-            lease_ttl: Duration::from_millis(ttl_ms),
-            acquired_at: sent_at,
-            valid_until,
-            fence,
+            keys: grant.keys,
+            token: grant.token,
+            metadata: grant.metadata,
+            lease_ttl: Duration::from_millis(grant.ttl_ms),
+            acquired_at: grant.sent_at,
+            valid_until: grant.valid_until,
+            fence: tokio::sync::OnceCell::new_with(grant.fence),
+            fences,
             release_on_drop: true,
             renewer,
         }
@@ -142,26 +152,66 @@ impl<C: Connection> Lock<C> {
         self.metadata.as_deref()
     }
 
-    /// This acquisition's fencing token: greater than the fence of every earlier
-    /// acquisition of any of its keys (see [Fencing tokens](crate#fencing-tokens)). Pass
-    /// it with every write to the resource the lock guards, and have the resource refuse
-    /// writes with a fence lower than the highest it has seen: a holder that was paused
-    /// past its TTL then cannot overwrite the work of the holder after it. `None` only on a
-    /// locker built [`without_fences`](crate::Locker::without_fences).
+    /// This acquisition's fencing token: greater than the fence of every earlier holder of
+    /// any of its keys (see [Fencing tokens](crate#fencing-tokens)). Pass it with every
+    /// write to the resource the lock guards, and have the resource refuse writes with a
+    /// fence lower than the highest it has seen: a holder that was paused past its TTL then
+    /// cannot overwrite the work of the holder after it.
+    ///
+    /// The first call takes the fence, in one owner-checked round trip that succeeds only
+    /// while this owner still holds every key (Redlock: on a quorum, two round trips); later
+    /// calls answer at once with the same fence. Locks whose fence is never asked for cost
+    /// nothing and leave no counter. To take it with the keys instead (one round trip for
+    /// both), acquire [`with_fence`](crate::Acquire::with_fence).
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when the lock is no longer held (no fence is handed out: the work
+    /// must stop); [`Error::Redis`] / [`Error::NoQuorum`] when Redis could not be reached
+    /// (try again); [`Error::Redis`], not transient, when a counter holds someone else's
+    /// data; [`Error::InvalidArgument`] on a locker built
+    /// [`without_fences`](crate::Locker::without_fences).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a fence taken by a cancelled call is never handed out, and the next call
+    /// takes a greater one.
     ///
     /// ```
     /// # async fn demo(locker: redmutex::Locker<redis::aio::MultiplexedConnection>) -> Result<(), redmutex::Error> {
     /// use std::time::Duration;
     /// let first = locker.acquire("report", Duration::from_secs(10)).await?;
-    /// let a = first.fence().expect("fences are on by default");
+    /// let a = first.fence().await?;
     /// first.release().await?;
-    /// let second = locker.acquire("report", Duration::from_secs(10)).await?;
-    /// assert!(second.fence() > Some(a));
+    /// let second = locker.acquire("report", Duration::from_secs(10)).with_fence().await?;
+    /// assert!(second.fence().await? > a);
     /// # second.release().await?;
     /// # Ok(()) }
     /// ```
-    pub fn fence(&self) -> Option<u64> {
-        self.fence
+    pub async fn fence(&self) -> Result<u64, Error> {
+        self.fence_within(self.valid_until).await
+    }
+
+    /// [`fence`](Lock::fence) for a lock valid until `valid_until` (a lease knows a later
+    /// instant than the lock it wraps).
+    pub(crate) async fn fence_within(&self, valid_until: Instant) -> Result<u64, Error> {
+        if !self.fences.enabled {
+            return Err(Error::invalid(
+                Argument::Fences,
+                "this locker was built without fences (Locker::without_fences)",
+            ));
+        }
+        let take = || async {
+            let counters: Vec<Vec<u8>> = self.keys.iter().map(fence::counter_key).collect();
+            let (token, ttl) = (&self.token, self.lease_ttl);
+            (self.store)
+                .take_fence(&self.keys, &counters, token, ttl, self.fences, valid_until)
+                .await
+        };
+        self.fence.get_or_try_init(take).await.copied()
+    }
+
+    /// The fence, if it was taken already (by the acquire or by [`fence`](Lock::fence)).
+    pub fn fence_if_taken(&self) -> Option<u64> {
+        self.fence.get().copied()
     }
 
     /// The TTL set by the acquire or the last successful refresh (in whole milliseconds).
@@ -284,7 +334,7 @@ impl<C: Connection> std::fmt::Debug for Lock<C> {
             .field("keys", &self.keys)
             .field("token", &self.token)
             .field("metadata", &self.metadata)
-            .field("fence", &self.fence)
+            .field("fence", &self.fence.get())
             .field("lease_ttl", &self.lease_ttl)
             .field("valid_until", &self.valid_until)
             .finish_non_exhaustive()

@@ -8,13 +8,14 @@ use crate::acquire::Acquire;
 use crate::args::{self, Keys};
 use crate::connection::Connection;
 use crate::error::{Argument, Error};
+use crate::fence::{Fences, MIN_FENCE_RETENTION};
 use crate::quorum::{quorum, NodeError, QuorumSettings};
 use crate::redlock::Nodes;
 use crate::renewer::RenewerSlot;
 use crate::scripts::RawKey;
 use crate::store::Store;
 use crate::token::{parse_value, StoredValue, Token};
-use crate::wakeup::Hub;
+use crate::wakeup::{Hub, WakeUpState};
 
 /// Takes locks on one Redis server over a connection you already have — or, built with
 /// [`Locker::redlock`], on a quorum of independent servers.
@@ -42,8 +43,8 @@ pub struct Locker<C: Connection> {
     renewer: Arc<RenewerSlot<C>>,
     /// Wakes waiting acquires on release, when enabled ([`Locker::with_wake_up`]).
     hub: Option<Arc<Hub>>,
-    /// Whether acquisitions hand out fences (on unless [`Locker::without_fences`]).
-    fences: bool,
+    /// Whether fences may be taken, and how long counters are kept.
+    fences: Fences,
     /// Over Redis Cluster ([`Locker::cluster`]): multi-key locks must share a hash slot.
     cluster: bool,
 }
@@ -152,32 +153,59 @@ impl<C: Connection> Locker<C> {
             prefix: Arc::from(&b""[..]),
             renewer: Arc::new(RenewerSlot::new(false)),
             hub: None,
-            fences: true,
+            fences: Fences::default(),
             cluster: false,
         }
     }
 
-    /// Turns fencing tokens off: acquisitions no longer keep a counter beside each key
-    /// (and [`Lock::fence`](crate::Lock::fence) is `None`).
+    /// Forbids fencing tokens on this locker: [`Lock::fence`](crate::Lock::fence) and
+    /// [`Acquire::with_fence`] answer [`Error::InvalidArgument`], so no counter is ever
+    /// written through it (e.g. for an ACL user without the counters' key pattern).
     ///
-    /// Fence counters are never deleted — a counter that disappeared would start again
-    /// at 1 — so each distinct key ever locked leaves one small key behind (`{key}:fence`,
-    /// see [Fencing tokens](crate#fencing-tokens)). For lockers over an unbounded key space
-    /// (a lock per row or per request id) whose holders do not pass fences on to storage,
-    /// turn them off. A single-key acquire is then one plain `SET NX PX`.
+    /// Fences are taken only when asked for, so a locker whose holders never read them
+    /// costs the same with or without this.
     ///
     /// ```
     /// # async fn demo(conn: redis::aio::MultiplexedConnection) -> Result<(), redmutex::Error> {
     /// use std::time::Duration;
     /// let locker = redmutex::Locker::new(conn).without_fences();
     /// let lock = locker.acquire("session:9f2c", Duration::from_secs(5)).await?;
-    /// assert_eq!(lock.fence(), None);
+    /// assert!(lock.fence().await.unwrap_err().is_invalid_argument());
     /// lock.release().await?;
     /// # Ok(()) }
     /// ```
     pub fn without_fences(mut self) -> Locker<C> {
-        self.fences = false;
+        self.fences.enabled = false;
         self
+    }
+
+    /// Keeps each fence counter for `retention` after its last use (default
+    /// [`DEFAULT_FENCE_RETENTION`](crate::DEFAULT_FENCE_RETENTION), a day), so that keys
+    /// locked once do not leave a counter forever. A counter that expired counts on from the
+    /// server's clock in microseconds, so fences stay strictly increasing across its expiry
+    /// as long as the server's clock is not set back by `retention` or more (the exact
+    /// condition is in [Fencing tokens](crate#fencing-tokens)).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a retention below a second or above
+    /// [`MAX_TTL`](crate::MAX_TTL).
+    pub fn with_fence_retention(mut self, retention: Duration) -> Result<Locker<C>, Error> {
+        if retention < MIN_FENCE_RETENTION || retention > crate::MAX_TTL {
+            return Err(Error::invalid(
+                Argument::Fences,
+                format!(
+                    "a fence retention of {retention:?} is outside 1s..={}ms",
+                    crate::MAX_TTL.as_millis()
+                ),
+            ));
+        }
+        self.fences.retention_ms = retention.as_millis() as u64;
+        Ok(self)
+    }
+
+    /// How long fence counters are kept after their last use.
+    pub fn fence_retention(&self) -> Duration {
+        Duration::from_millis(self.fences.retention_ms)
     }
 
     /// The keys of one lock, with the prefix; on a cluster, checked to share a hash slot.
@@ -189,9 +217,9 @@ impl<C: Connection> Locker<C> {
         Ok(keys)
     }
 
-    /// Whether acquisitions hand out fences (see [`without_fences`](Locker::without_fences)).
+    /// Whether fences may be taken (see [`without_fences`](Locker::without_fences)).
     pub fn fences(&self) -> bool {
-        self.fences
+        self.fences.enabled
     }
 
     /// Wakes acquires that wait for a held lock as soon as it is released, instead of
@@ -257,6 +285,24 @@ impl<C: Connection> Locker<C> {
     /// Whether [`with_wake_up`](Locker::with_wake_up) is on.
     pub fn wakes_up(&self) -> bool {
         self.hub.is_some()
+    }
+
+    /// Whether wake-up works right now: off, idle (nobody waited yet), connecting, working,
+    /// or failing with the error of the node that fails — e.g. an ACL user that may not
+    /// `SUBSCRIBE`. A failure is also logged once per change through `tracing`
+    /// (`warn!`). Waiters poll per their retry strategy meanwhile.
+    ///
+    /// ```
+    /// # fn demo(locker: redmutex::Locker<redis::aio::MultiplexedConnection>) {
+    /// if let redmutex::WakeUpState::Failing { node, error } = locker.wake_up_state() {
+    ///     eprintln!("wake-up is not working on node {node}: {error}");
+    /// }
+    /// # }
+    /// ```
+    pub fn wake_up_state(&self) -> WakeUpState {
+        self.hub
+            .as_ref()
+            .map_or(WakeUpState::Off, |hub| hub.state())
     }
 
     /// Redlock: judge quorums with `settings` (node timeout, drift allowance, minimum

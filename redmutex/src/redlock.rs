@@ -21,11 +21,21 @@ use tokio::time::Instant;
 use crate::args::Keys;
 use crate::connection::Connection;
 use crate::error::Error;
+use crate::fence::Fences;
 use crate::locker::{lock_info, LockInfo, NodeInfo};
 use crate::quorum::{quorum, NodeError, NodeFailure, QuorumFailure, QuorumSettings};
 use crate::scripts::{self, Obtain, ObtainTry};
 use crate::store::{check_renewal_reply, Attempt, Renewal, TryResult};
 use crate::token::{parse_value, StoredValue, Token};
+
+/// The lock and counters a fence is made durable for (see [`Nodes::durable_fence`]).
+#[derive(Clone, Copy)]
+struct Fenced<'a> {
+    keys: &'a Keys,
+    counters: &'a [Vec<u8>],
+    token: &'a Token,
+    retention_ms: u64,
+}
 
 /// The TTL that sizes node timeouts where no lease is known (inspect, release by token).
 const TTL_FOR_TIMEOUTS: Duration = Duration::from_secs(10);
@@ -134,7 +144,14 @@ impl<C: Connection> Nodes<C> {
         let held_key = replies
             .iter()
             .filter_map(|reply| match reply {
-                Ok(Obtain::Held(index)) => Some(*index),
+                Ok(Obtain::Held { index, .. }) => Some(*index),
+                _ => None,
+            })
+            .min();
+        let held_ttl = replies
+            .iter()
+            .filter_map(|reply| match reply {
+                Ok(Obtain::Held { index, ttl }) if Some(*index) == held_key => *ttl,
                 _ => None,
             })
             .min();
@@ -148,15 +165,21 @@ impl<C: Connection> Nodes<C> {
             .collect();
         let mut failure = self.tally(replies, started.elapsed(), |obtain| match obtain {
             Obtain::Obtained { .. } => Ok(()),
-            Obtain::Held(_) => Err(NodeError::Held),
+            Obtain::Held { .. } => Err(NodeError::Held),
         });
         if failure.agreed >= failure.needed {
             let fence = match request.counters.is_empty() {
                 true => Ok(None),
-                false => self
-                    .durable_fence(&request, token, &fences, started, timeout)
-                    .await
-                    .map(Some),
+                false => {
+                    let fenced = Fenced {
+                        keys: request.keys,
+                        counters: request.counters,
+                        token,
+                        retention_ms: request.retention_ms,
+                    };
+                    let timeout = timeout.saturating_sub(started.elapsed());
+                    self.durable_fence(fenced, &fences, timeout).await.map(Some)
+                }
             };
             match fence {
                 Ok(fence) => {
@@ -165,6 +188,7 @@ impl<C: Connection> Nodes<C> {
                             result: TryResult::Obtained { valid_until, fence },
                             may_hold: false,
                             held_key: None,
+                            held_ttl: None,
                         };
                     }
                     failure.elapsed = started.elapsed();
@@ -190,6 +214,65 @@ impl<C: Connection> Nodes<C> {
             result: TryResult::NoQuorum(Box::new(failure)),
             may_hold: !cleaned,
             held_key,
+            held_ttl,
+        }
+    }
+
+    /// The fence of a lock taken without one: every node that still holds the keys moves
+    /// its counters to its next fence (`fence.lua`), and the highest is made durable on a
+    /// quorum (see [`durable_fence`](Nodes::durable_fence)) before it is handed out.
+    pub(crate) async fn take_fence(
+        &self,
+        keys: &Keys,
+        counters: &[Vec<u8>],
+        token: &Token,
+        ttl: Duration,
+        fences: Fences,
+        valid_until: Instant,
+    ) -> Result<u64, Error> {
+        let started = Instant::now();
+        if valid_until <= started {
+            // The quorum may be someone else's by now: hand out nothing.
+            return Err(Error::NotHeld);
+        }
+        let timeout = (self.settings.timeout_for(ttl)).min(valid_until - started);
+        let retention_ms = fences.retention_ms;
+        let replies = self
+            .fan_out(timeout, |_, mut conn| async move {
+                scripts::take_fence(&mut conn, keys, counters, token, retention_ms).await
+            })
+            .await;
+        let taken: Vec<Option<u64>> = replies
+            .iter()
+            .map(|reply| reply.as_ref().ok().copied().flatten())
+            .collect();
+        let mut failure = self.tally(replies, started.elapsed(), |fence| match fence {
+            Some(_) => Ok(()),
+            None => Err(NodeError::NotHeld),
+        });
+        if failure.agreed >= failure.needed {
+            let fenced = Fenced {
+                keys,
+                counters,
+                token,
+                retention_ms,
+            };
+            let timeout = timeout.saturating_sub(started.elapsed());
+            match self.durable_fence(fenced, &taken, timeout).await {
+                Ok(fence) if Instant::now() < valid_until => return Ok(fence),
+                Ok(_) => return Err(Error::NotHeld),
+                Err(unfenced) => {
+                    failure.agreed -= unfenced.len();
+                    failure.failures.extend(unfenced);
+                    failure.failures.sort_by_key(|f| f.node);
+                }
+            }
+        }
+        failure.elapsed = started.elapsed();
+        if failure.is_lost() {
+            Err(Error::NotHeld)
+        } else {
+            Err(Error::NoQuorum(Box::new(failure)))
         }
     }
 
@@ -209,10 +292,8 @@ impl<C: Connection> Nodes<C> {
     /// but not the fence failed.
     async fn durable_fence(
         &self,
-        request: &ObtainTry<'_>,
-        token: &Token,
+        fenced: Fenced<'_>,
         fences: &[Option<u64>],
-        started: Instant,
         timeout: Duration,
     ) -> Result<u64, Vec<NodeFailure>> {
         let fence = fences.iter().flatten().copied().max().unwrap_or(0);
@@ -222,14 +303,26 @@ impl<C: Connection> Nodes<C> {
         }
         // Raise the nodes that took the keys with a lower fence. Those that took them with
         // this fence stored it already; those that did not take them cannot count (their
-        // failure is listed by the acquire).
-        let timeout = timeout.saturating_sub(started.elapsed());
+        // failure is listed by the caller).
+        let Fenced {
+            keys,
+            counters,
+            token,
+            retention_ms,
+        } = fenced;
         let replies = self
             .fan_out(timeout, |node, mut conn| async move {
                 match fences[node] {
                     Some(seen) if seen < fence => {
-                        let (keys, counters) = (request.keys, request.counters);
-                        scripts::raise_fence(&mut conn, keys, counters, token, fence).await
+                        let raise = scripts::raise_fence(
+                            &mut conn,
+                            keys,
+                            counters,
+                            token,
+                            fence,
+                            retention_ms,
+                        );
+                        raise.await
                     }
                     _ => Ok(true),
                 }

@@ -5,6 +5,7 @@
 //! quorum locking) builds on them.
 
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::{RedisResult, Script, Value};
@@ -28,18 +29,26 @@ macro_rules! idempotent {
 }
 pub(crate) use idempotent;
 
-static OBTAIN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/obtain.lua")));
-static OBTAIN_ONE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/obtain_one.lua")));
-const RELEASE_SOURCE: &str = include_str!("scripts/release.lua");
+/// A script's source: the shared helpers (owner check, fence counters), then its own.
+macro_rules! source {
+    ($file:literal) => {
+        concat!(
+            include_str!("scripts/helpers.lua"),
+            include_str!(concat!("scripts/", $file))
+        )
+    };
+}
+
+static OBTAIN: LazyLock<Script> = LazyLock::new(|| Script::new(source!("obtain.lua")));
+static OBTAIN_ONE: LazyLock<Script> = LazyLock::new(|| Script::new(source!("obtain_one.lua")));
+const RELEASE_SOURCE: &str = source!("release.lua");
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SOURCE));
-static REFRESH: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/refresh.lua")));
-static PTTL: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/pttl.lua")));
-static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
-static INSPECT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/inspect.lua")));
-static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/fence.lua")));
+static REFRESH: LazyLock<Script> = LazyLock::new(|| Script::new(source!("refresh.lua")));
+static PTTL: LazyLock<Script> = LazyLock::new(|| Script::new(source!("pttl.lua")));
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(source!("renew.lua")));
+static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(source!("inspect.lua")));
+static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(source!("fence.lua")));
+static RAISE_FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(source!("raise_fence.lua")));
 
 /// An invocation of `script` with the lock's keys as `KEYS`.
 fn over_keys<'s>(script: &'s Script, keys: &Keys) -> redis::ScriptInvocation<'s> {
@@ -50,21 +59,53 @@ fn over_keys<'s>(script: &'s Script, keys: &Keys) -> redis::ScriptInvocation<'s>
     call
 }
 
+/// An invocation of `script` with the lock's keys, then their fence counters, as `KEYS`.
+fn over_keys_and_counters<'s>(
+    script: &'s Script,
+    keys: &Keys,
+    counters: &[Vec<u8>],
+) -> redis::ScriptInvocation<'s> {
+    let mut call = over_keys(script, keys);
+    for counter in counters {
+        call.key(counter);
+    }
+    call
+}
+
 /// The answer to one acquire try.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Obtain {
-    /// Every key now holds our value; with fences, this node's next fence.
+    /// Every key now holds our value; for a fenced acquire, this node's next fence.
     Obtained { fence: Option<u64> },
-    /// The key at this index is held by another owner; nothing was written.
-    Held(usize),
+    /// The key at `index` is held by another owner, for `ttl` more when the reply says
+    /// (`None`: unknown, or no expiry); nothing was written.
+    Held { index: usize, ttl: Option<Duration> },
+}
+
+impl Obtain {
+    /// The reply `{ held, fence_or_pttl }` of the acquire scripts.
+    fn from_reply((held, detail): (usize, i64), fenced: bool) -> Obtain {
+        match held {
+            0 => Obtain::Obtained {
+                fence: fenced.then_some(detail as u64),
+            },
+            i => Obtain::Held {
+                index: i - 1,
+                ttl: u64::try_from(detail).ok().map(Duration::from_millis),
+            },
+        }
+    }
 }
 
 /// What one acquire try sends: the same for every node.
 #[derive(Clone, Copy)]
 pub(crate) struct ObtainTry<'a> {
     pub(crate) keys: &'a Keys,
-    /// The fence counter of each key, in order; empty when the locker has no fences.
+    /// The fence counter of each key, in order, for an acquire that takes its fence with
+    /// the keys; empty otherwise.
     pub(crate) counters: &'a [Vec<u8>],
+    /// How long counters are kept after this use.
+    pub(crate) retention_ms: u64,
     /// Token, awaited flag, metadata.
     pub(crate) value: &'a [u8],
     pub(crate) ttl_ms: u64,
@@ -72,16 +113,16 @@ pub(crate) struct ObtainTry<'a> {
     /// treats keys holding our token as free.
     pub(crate) retrying_own: bool,
     /// The caller waits for a release (see [`crate::wakeup`]): a key found held is marked
-    /// as awaited so that its release publishes a wake-up.
+    /// as awaited so that its release publishes a wake-up, and its TTL is read.
     pub(crate) waiting: bool,
 }
 
 /// One try to take every key. The common case — a single key, a first try that does not
-/// wait — takes the cheapest path: without fences a plain `SET NX PX`, with fences a lean
-/// script (`SET NX PX`, then `INCR` of the counter). When `waiting`, marking a held key
-/// takes a second request on the plain path, sent only when the `SET` found the key held
-/// (the script may still obtain the key if it was released in between). Everything else
-/// goes through `obtain.lua`.
+/// wait — takes the cheapest path: unfenced a plain `SET NX PX`, fenced a lean script
+/// (`SET NX PX`, then the counter). When `waiting`, marking a held key takes a second
+/// request on the plain path, sent only when the `SET` found the key held (the script may
+/// still obtain the key if it was released in between). Everything else goes through
+/// `obtain.lua`.
 pub(crate) async fn obtain<C: ConnectionLike>(
     conn: &mut C,
     request: ObtainTry<'_>,
@@ -89,25 +130,32 @@ pub(crate) async fn obtain<C: ConnectionLike>(
     let ObtainTry {
         keys,
         counters,
+        retention_ms,
         value,
         ttl_ms,
         retrying_own,
         waiting,
     } = request;
+    let fenced = !counters.is_empty();
+    let unknown_ttl = Obtain::Held {
+        index: 0,
+        ttl: None,
+    };
     if keys.len() == 1 && !retrying_own {
         let key = keys.get(0).expect("one key");
         if let [counter] = counters {
             if !waiting {
-                let (held, fence): (usize, u64) = OBTAIN_ONE
+                let reply: (usize, i64) = OBTAIN_ONE
                     .key(key)
                     .key(counter)
                     .arg(value)
                     .arg(ttl_ms)
+                    .arg(retention_ms)
                     .invoke_async(conn)
                     .await?;
-                return Ok(match held {
-                    0 => Obtain::Obtained { fence: Some(fence) },
-                    _ => Obtain::Held(0),
+                return Ok(match Obtain::from_reply(reply, true) {
+                    Obtain::Held { .. } => unknown_ttl,
+                    obtained => obtained,
                 });
             }
         } else {
@@ -123,26 +171,33 @@ pub(crate) async fn obtain<C: ConnectionLike>(
                 return Ok(Obtain::Obtained { fence: None });
             }
             if !waiting {
-                return Ok(Obtain::Held(0));
+                return Ok(unknown_ttl);
             }
         }
     }
-    let mut call = over_keys(&OBTAIN, keys);
-    for counter in counters {
-        call.key(counter);
-    }
+    let mut call = over_keys_and_counters(&OBTAIN, keys, counters);
     call.arg(value)
         .arg(ttl_ms)
         .arg(TOKEN_LEN)
         .arg(if waiting { "1" } else { "0" })
-        .arg(keys.len());
-    let (held, fence): (usize, u64) = call.invoke_async(conn).await?;
-    Ok(match held {
-        0 => Obtain::Obtained {
-            fence: (!counters.is_empty()).then_some(fence),
-        },
-        i => Obtain::Held(i - 1),
-    })
+        .arg(keys.len())
+        .arg(retention_ms);
+    Ok(Obtain::from_reply(call.invoke_async(conn).await?, fenced))
+}
+
+/// The fence of a lock that was taken without one: the next fence, stored in every
+/// counter, if this owner still holds every key; `None` when it does not (nothing changed).
+pub(crate) async fn take_fence<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &Keys,
+    counters: &[Vec<u8>],
+    token: &Token,
+    retention_ms: u64,
+) -> RedisResult<Option<u64>> {
+    let mut call = over_keys_and_counters(&FENCE, keys, counters);
+    call.arg(token.as_bytes()).arg(retention_ms);
+    let fence: u64 = call.invoke_async(conn).await?;
+    Ok((fence > 0).then_some(fence))
 }
 
 /// Redlock's second step for fences: raises the counters to `fence` where lower, if this
@@ -153,12 +208,10 @@ pub(crate) async fn raise_fence<C: ConnectionLike>(
     counters: &[Vec<u8>],
     token: &Token,
     fence: u64,
+    retention_ms: u64,
 ) -> RedisResult<bool> {
-    let mut call = over_keys(&FENCE, keys);
-    for counter in counters {
-        call.key(counter);
-    }
-    call.arg(token.as_bytes()).arg(fence);
+    let mut call = over_keys_and_counters(&RAISE_FENCE, keys, counters);
+    call.arg(token.as_bytes()).arg(fence).arg(retention_ms);
     let raised: i64 = call.invoke_async(conn).await?;
     Ok(raised == 1)
 }

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use crate::args::Keys;
 use crate::connection::Connection;
 use crate::error::{is_transient_redis, Error};
+use crate::fence::Fences;
 use crate::locker::{lock_info, LockInfo};
 use crate::quorum::QuorumFailure;
 use crate::redlock::Nodes;
@@ -45,6 +46,9 @@ pub(crate) struct Attempt {
     pub(crate) may_hold: bool,
     /// The first key found held by another owner (on any node), to wait for its release.
     pub(crate) held_key: Option<usize>,
+    /// How long that key stays held at most, when the reply said (Redlock: the shortest
+    /// over the nodes that hold it): no wait for its release needs to last longer.
+    pub(crate) held_ttl: Option<Duration>,
 }
 
 pub(crate) enum TryResult {
@@ -132,24 +136,28 @@ impl<C: Connection> Store<C> {
                 },
                 may_hold: false,
                 held_key: None,
+                held_ttl: None,
             },
             // Nothing was written by this try; keys of an earlier, unseen success may
             // still exist.
-            Ok(Obtain::Held(index)) => Attempt {
+            Ok(Obtain::Held { index, ttl }) => Attempt {
                 result: TryResult::Held(index),
                 may_hold: request.retrying_own,
                 held_key: Some(index),
+                held_ttl: ttl,
             },
             // The request may or may not have been applied.
             Err(e) if is_transient_redis(&e) => Attempt {
                 result: TryResult::Failed(e),
                 may_hold: true,
                 held_key: None,
+                held_ttl: None,
             },
             Err(e) => Attempt {
                 result: TryResult::Rejected(e),
                 may_hold: request.retrying_own,
                 held_key: None,
+                held_ttl: None,
             },
         }
     }
@@ -261,6 +269,35 @@ impl<C: Connection> Store<C> {
                 _ => Renewal::NotHeld,
             })
             .collect())
+    }
+
+    /// The fence of a lock taken without one (see [`scripts::take_fence`]): handed out only
+    /// while this owner holds every key (Redlock: on a quorum, before `valid_until`).
+    pub(crate) async fn take_fence(
+        &self,
+        keys: &Keys,
+        counters: &[Vec<u8>],
+        token: &Token,
+        ttl: Duration,
+        fences: Fences,
+        valid_until: Instant,
+    ) -> Result<u64, Error> {
+        let conn = match self {
+            Store::Quorum(nodes) => {
+                return (nodes.take_fence(keys, counters, token, ttl, fences, valid_until)).await
+            }
+            Store::One(conn) => conn,
+        };
+        let mut conn = conn.clone();
+        let retention = fences.retention_ms;
+        // Safe to repeat: a fence taken by a request whose reply was lost is never handed
+        // out, and the repeat takes a greater one.
+        match scripts::idempotent!(scripts::take_fence(
+            &mut conn, keys, counters, token, retention
+        ))? {
+            Some(fence) => Ok(fence),
+            None => Err(Error::NotHeld),
+        }
     }
 
     /// What `key` (with the prefix) holds, as anyone sees it.

@@ -64,7 +64,10 @@ pub(crate) enum Wake {
 /// What the try that followed a wake-up found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Outcome {
-    Obtained,
+    /// Obtained, for a lease that lasts until `until` unless renewed.
+    Obtained {
+        until: Instant,
+    },
     Held,
     /// An error: the key's state is unknown. The turn is not handed on, so an outage does
     /// not make every waiter try in turn; they poll.
@@ -84,6 +87,57 @@ struct Subscriber {
     client: redis::Client,
     /// Keys whose subscription the task must bring in line with the channel map.
     keys: Mutex<Option<mpsc::UnboundedSender<Box<[u8]>>>>,
+    /// How the connection fares, for [`Hub::state`].
+    status: Mutex<NodeStatus>,
+}
+
+/// One subscriber connection's state.
+#[derive(Debug, Clone)]
+enum NodeStatus {
+    /// No acquire has waited on this node yet.
+    Idle,
+    /// Connecting, or subscribing after a connection was lost.
+    Connecting,
+    /// Connected and subscribed to every key that has waiters.
+    Up,
+    /// The last connection or subscription failed with this error (retried with backoff).
+    Failed(redis::RedisError),
+}
+
+/// Whether push wake-up works, as far as a locker can tell ([`Locker::wake_up_state`]).
+///
+/// While it does not, waiting acquires are not stuck: they poll per their retry strategy,
+/// as they always do for what no release announces.
+///
+/// [`Locker::wake_up_state`]: crate::Locker::wake_up_state
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum WakeUpState {
+    /// Not configured ([`Locker::with_wake_up`](crate::Locker::with_wake_up) not called).
+    Off,
+    /// Configured, and no acquire has had to wait yet: no subscriber connection is open.
+    Idle,
+    /// A subscriber connection is being (re)established.
+    Connecting,
+    /// Every node's subscriber connection is up and subscribed to the keys waited for.
+    Working,
+    /// A node's subscriber connection or subscription fails (retried with backoff): a
+    /// server that is down, or an ACL user without permission for `SUBSCRIBE` or the key's
+    /// channel ([`redmutex::acl_rule`](crate::acl_rule) has both).
+    Failing {
+        /// The node's position (0 for a single node).
+        node: usize,
+        /// The last error.
+        error: redis::RedisError,
+    },
+}
+
+impl WakeUpState {
+    /// Failing because the ACL user may not subscribe (to the keys' channels): no retry
+    /// helps until the user gets the permission.
+    pub fn is_permission_denied(&self) -> bool {
+        matches!(self, WakeUpState::Failing { error, .. } if crate::error::is_no_permission(error))
+    }
 }
 
 /// The waiters of one key.
@@ -103,8 +157,19 @@ struct ChannelState {
     /// Announcements that came while the baton was out.
     pending: bool,
     /// A waiter of this locker got the key and no release was announced since: the holder
-    /// is marked, and newcomers can queue even when nobody else waits.
-    held_by_waiter: bool,
+    /// is marked, and newcomers can queue even when nobody else waits — until this instant,
+    /// when its lease runs out unless renewed: a holder that lets it expire announces
+    /// nothing, so no newcomer waits for it longer than that.
+    held_by_waiter: Option<Instant>,
+}
+
+/// How a newcomer joins the waiters of a key (see [`Hub::enter`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Entry {
+    /// Make the first try, as a waiter.
+    Try,
+    /// Queue without a try, at most until `expires` (when known).
+    Queue { expires: Option<Instant> },
 }
 
 /// One waiting acquire's place at a key.
@@ -133,6 +198,7 @@ impl Hub {
                 .map(|client| Subscriber {
                     client,
                     keys: Mutex::new(None),
+                    status: Mutex::new(NodeStatus::Idle),
                 })
                 .collect(),
             needed,
@@ -140,21 +206,28 @@ impl Hub {
     }
 
     /// Before a first try: joins the waiters of `key` if the key is subscribed (it has
-    /// waiters, or had some within [`LINGER`]). Returns the place and whether to queue:
-    /// - `true`: others already wait. The holder is marked (by them, or by a waiter's own
-    ///   value), so its release will be announced: wait for a turn without a try.
-    /// - `false`: nobody waits now, but the key was contended a moment ago. Make the first
-    ///   try as a waiter (mark the holder, or store an "awaited" value), so that newcomers
-    ///   can queue behind this one instead of all trying at once.
-    pub(crate) fn enter(&self, key: &[u8]) -> Option<(Member, bool)> {
+    /// waiters, or had some within [`LINGER`]). Returns the place and how to go on:
+    /// - [`Entry::Queue`]: others already wait. The holder is marked (by them, or by a
+    ///   waiter's own value), so its release will be announced: wait for a turn without a
+    ///   try — at most until `expires`, when a waiter's lease held now runs out unless
+    ///   renewed.
+    /// - [`Entry::Try`]: nobody waits now, but the key was contended a moment ago. Make the
+    ///   first try as a waiter (mark the holder, or store an "awaited" value), so that
+    ///   newcomers can queue behind this one instead of all trying at once.
+    pub(crate) fn enter(&self, key: &[u8]) -> Option<(Member, Entry)> {
         let channels = lock(&self.channels);
         let channel = channels.get(key)?;
         let mut state = lock(&channel.state);
         if !self.subscribed(&state) {
             return None;
         }
-        let queued = state.members > 0 || state.held_by_waiter;
-        Some((Member::admit(key, channel, &mut state), queued))
+        let now = Instant::now();
+        let held_by_waiter = state.held_by_waiter.filter(|until| *until > now);
+        let entry = match (state.members, held_by_waiter) {
+            (0, None) => Entry::Try,
+            (_, expires) => Entry::Queue { expires },
+        };
+        Some((Member::admit(key, channel, &mut state), entry))
     }
 
     /// Joins (or starts) the waiters of `key`; the key is subscribed to if it was not.
@@ -173,7 +246,7 @@ impl Hub {
                         confirmed: vec![false; self.subscribers.len()],
                         baton: None,
                         pending: false,
-                        held_by_waiter: false,
+                        held_by_waiter: None,
                     }),
                 })
             })
@@ -243,7 +316,7 @@ impl Hub {
             state.confirmed[node] = confirmed;
             if !confirmed {
                 // Its release may go unheard now.
-                state.held_by_waiter = false;
+                state.held_by_waiter = None;
             }
             if !was && self.subscribed(&state) {
                 channel.announce(&mut state, Wake::Subscribed);
@@ -256,9 +329,50 @@ impl Hub {
         let channel = lock(&self.channels).get(key).cloned();
         if let Some(channel) = channel {
             let mut state = lock(&channel.state);
-            state.held_by_waiter = false;
+            state.held_by_waiter = None;
             channel.announce(&mut state, Wake::Released);
         }
+    }
+
+    /// How the subscriber connections fare: failing if any node fails.
+    pub(crate) fn state(&self) -> WakeUpState {
+        let statuses: Vec<NodeStatus> = (self.subscribers.iter())
+            .map(|s| lock(&s.status).clone())
+            .collect();
+        if let Some((node, error)) = statuses.iter().enumerate().find_map(|(n, s)| match s {
+            NodeStatus::Failed(e) => Some((n, e.clone())),
+            _ => None,
+        }) {
+            return WakeUpState::Failing { node, error };
+        }
+        if statuses.iter().all(|s| matches!(s, NodeStatus::Up)) {
+            WakeUpState::Working
+        } else if statuses.iter().all(|s| matches!(s, NodeStatus::Idle)) {
+            WakeUpState::Idle
+        } else {
+            WakeUpState::Connecting
+        }
+    }
+
+    /// Records how `node`'s connection fares; a new kind of failure is logged (once per
+    /// change, not per retry), so that a refused subscription does not go unnoticed.
+    fn set_status(&self, node: usize, status: NodeStatus) {
+        let mut current = lock(&self.subscribers[node].status);
+        if let NodeStatus::Failed(error) = &status {
+            let same =
+                matches!(&*current, NodeStatus::Failed(e) if e.to_string() == error.to_string());
+            if !same {
+                let hint = match crate::error::is_no_permission(error) {
+                    true => "; the ACL user needs +subscribe and the keys' channels (see redmutex::acl_rule)",
+                    false => "",
+                };
+                tracing::warn!(
+                    node,
+                    "redmutex: wake-up subscriber failing, waiters poll instead: {error}{hint}"
+                );
+            }
+        }
+        *current = status;
     }
 
     /// The keys that have waiters now (or had them within [`LINGER`]).
@@ -268,6 +382,13 @@ impl Hub {
 
     /// Drops the channels that have had no waiters for [`LINGER`], and unsubscribes them.
     fn sweep(self: &Arc<Self>) {
+        for key in self.sweep_channels() {
+            self.sync(&key);
+        }
+    }
+
+    /// Drops the channels that have had no waiters for [`LINGER`]; returns their keys.
+    fn sweep_channels(&self) -> Vec<Box<[u8]>> {
         let now = Instant::now();
         let mut gone = Vec::new();
         lock(&self.channels).retain(|key, channel| {
@@ -279,9 +400,7 @@ impl Hub {
             }
             !idle
         });
-        for key in gone {
-            self.sync(&key);
-        }
+        gone
     }
 }
 
@@ -337,9 +456,9 @@ impl Member {
     /// Reports what this member's try found. After a wake-up, that settles its turn.
     pub(crate) fn tried(&mut self, outcome: Outcome) {
         let mut state = lock(&self.channel.state);
-        if outcome == Outcome::Obtained {
+        if let Outcome::Obtained { until } = outcome {
             // Our value says "awaited": its release will be announced.
-            state.held_by_waiter = true;
+            state.held_by_waiter = Some(until);
         }
         if !std::mem::take(&mut self.turn) {
             return;
@@ -387,14 +506,32 @@ async fn serve(
 ) {
     let mut backoff = RECONNECT_MIN;
     loop {
-        let connected = tokio::time::timeout(CONNECT_TIMEOUT, client.get_async_pubsub()).await;
-        let Ok(Ok(pubsub)) = connected else {
-            if hub.strong_count() == 0 {
-                return;
+        match hub.upgrade() {
+            Some(hub) => {
+                hub.set_status(node, NodeStatus::Connecting);
+                // Channels whose waiters left are dropped even while no connection is up,
+                // so that a subscriber that keeps failing holds only the keys waited for
+                // now (and asks for no more than those on its next try).
+                hub.sweep_channels();
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(RECONNECT_MAX);
-            continue;
+            None => return,
+        }
+        let connected = tokio::time::timeout(CONNECT_TIMEOUT, client.get_async_pubsub()).await;
+        let pubsub = match connected {
+            Ok(Ok(pubsub)) => pubsub,
+            failed => {
+                let error = match failed {
+                    Ok(Err(e)) => e,
+                    _ => timed_out("connecting the wake-up subscriber"),
+                };
+                match hub.upgrade() {
+                    Some(hub) => hub.set_status(node, NodeStatus::Failed(error)),
+                    None => return,
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(RECONNECT_MAX);
+                continue;
+            }
         };
         let (mut sink, mut stream) = pubsub.split();
         // Whatever was queued is covered by subscribing to every key the hub has now.
@@ -404,6 +541,9 @@ async fn serve(
         };
         if reconcile(&hub, node, &mut sink, all).await {
             backoff = RECONNECT_MIN;
+            if let Some(hub) = hub.upgrade() {
+                hub.set_status(node, NodeStatus::Up);
+            }
             let mut health = tokio::time::interval(HEALTH_CHECK);
             health.reset();
             let mut sweep = tokio::time::interval(LINGER);
@@ -469,24 +609,90 @@ async fn reconcile(
     };
     drop(strong);
     let names = |keys: &[Box<[u8]>]| keys.iter().map(|k| k.to_vec()).collect::<Vec<Vec<u8>>>();
-    if !unwanted.is_empty() && !answered(sink.unsubscribe(names(&unwanted))).await {
-        return false;
+    let mut outcome = Ok(());
+    if !unwanted.is_empty() {
+        outcome = answered(sink.unsubscribe(names(&unwanted))).await;
     }
-    if !wanted.is_empty() {
-        if !answered(sink.subscribe(names(&wanted))).await {
-            return false;
-        }
-        if let Some(hub) = hub.upgrade() {
-            hub.confirm(node, Some(&wanted), true);
+    if outcome.is_ok() && !wanted.is_empty() {
+        outcome = answered(sink.subscribe(names(&wanted))).await;
+        if outcome.is_ok() {
+            if let Some(hub) = hub.upgrade() {
+                hub.confirm(node, Some(&wanted), true);
+            }
         }
     }
-    true
+    match (outcome, hub.upgrade()) {
+        (Ok(()), _) => true,
+        (Err(error), Some(hub)) => {
+            hub.set_status(node, NodeStatus::Failed(error));
+            false
+        }
+        (Err(_), None) => false,
+    }
 }
 
-/// Whether a subscriber request was confirmed within [`RESPONSE_TIMEOUT`].
-async fn answered(request: impl std::future::Future<Output = redis::RedisResult<()>>) -> bool {
-    matches!(
-        tokio::time::timeout(RESPONSE_TIMEOUT, request).await,
-        Ok(Ok(()))
+/// A subscriber request's answer within [`RESPONSE_TIMEOUT`].
+async fn answered(
+    request: impl std::future::Future<Output = redis::RedisResult<()>>,
+) -> redis::RedisResult<()> {
+    tokio::time::timeout(RESPONSE_TIMEOUT, request)
+        .await
+        .unwrap_or_else(|_| Err(timed_out("a wake-up subscription")))
+}
+
+fn timed_out(what: &str) -> redis::RedisError {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("no answer to {what} within {RESPONSE_TIMEOUT:?}"),
     )
+    .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use testkit::{RedisServer, ServerOptions};
+
+    /// A subscriber that keeps being refused (the user may not subscribe) still drops the
+    /// channels of keys nobody waits for any more: memory holds the keys waited for now,
+    /// not every key ever waited for.
+    #[tokio::test]
+    async fn a_refused_subscriber_keeps_only_the_channels_waited_for_now() {
+        let server = RedisServer::spawn_with(ServerOptions {
+            extra_args: [
+                "--user",
+                "nosub",
+                "on",
+                ">pw",
+                "~*",
+                "resetchannels",
+                "+@all",
+            ]
+            .map(String::from)
+            .to_vec(),
+            ..ServerOptions::default()
+        });
+        let url = format!("redis://nosub:pw@127.0.0.1:{}", server.port());
+        let hub = Arc::new(Hub::new(vec![redis::Client::open(url).unwrap()], 1));
+        for i in 0..2_000 {
+            drop(hub.join(format!("key-{i}").as_bytes()));
+        }
+        let still_waiting = hub.join(b"still-waiting");
+        let until = Instant::now() + Duration::from_secs(10);
+        while !hub.state().is_permission_denied() {
+            assert!(Instant::now() < until, "{:?}", hub.state());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let until = Instant::now() + LINGER + 3 * RECONNECT_MAX;
+        while lock(&hub.channels).len() > 1 {
+            assert!(
+                Instant::now() < until,
+                "{} channels kept",
+                lock(&hub.channels).len()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(hub.keys(), [b"still-waiting".to_vec().into_boxed_slice()]);
+        drop(still_waiting);
+    }
 }

@@ -49,19 +49,23 @@ async fn locks_spread_over_every_master_with_their_fences_beside_them() {
     let mut masters = BTreeSet::new();
     for i in 0..30 {
         let key = format!("job-{i}");
-        let lock = locker.acquire(&key, ms(10_000)).await.unwrap();
-        assert_eq!(lock.fence(), Some(1));
+        // Every other lock takes its fence with its keys, the others when asked.
+        let lock = match i % 2 {
+            0 => locker.acquire(&key, ms(10_000)).with_fence().await.unwrap(),
+            _ => locker.acquire(&key, ms(10_000)).await.unwrap(),
+        };
+        let fence = lock.fence().await.unwrap();
         let master = cluster.master_of(&key);
         masters.insert(master);
         let stored = get(&cluster, master, &key).expect("on the slot's master");
         assert!(stored.starts_with(lock.token().as_str()));
         assert_eq!(
-            get(&cluster, master, &format!("{{{key}}}:fence")).as_deref(),
-            Some("1")
+            get(&cluster, master, &format!("{{{key}}}:fence")),
+            Some(fence.to_string())
         );
         let info = locker.inspect(&key).await.unwrap();
         assert!(info.held);
-        assert_eq!(info.fence, Some(1));
+        assert_eq!(info.fence, Some(fence));
         lock.release().await.unwrap();
         assert_eq!(get(&cluster, master, &key), None);
     }
@@ -90,14 +94,15 @@ async fn multi_key_locks_need_one_hash_slot_checked_before_sending() {
 
     let lock = locker
         .acquire_all(["{order-7}:payment", "{order-7}:stock"], ms(5_000))
+        .with_fence()
         .await
         .unwrap();
-    assert_eq!(lock.fence(), Some(1));
+    let fence = lock.fence_if_taken().expect("taken with the keys");
     let master = cluster.master_of("shop:{order-7}:payment");
     assert!(get(&cluster, master, "shop:{order-7}:stock").is_some());
     assert_eq!(
-        get(&cluster, master, "{order-7}:fence:shop:{order-7}:payment").as_deref(),
-        Some("1")
+        get(&cluster, master, "{order-7}:fence:shop:{order-7}:payment"),
+        Some(fence.to_string())
     );
     // The token-based calls check the slot as well.
     let token = lock.token();
@@ -154,6 +159,7 @@ async fn keep_alive_and_wake_up_work_on_the_cluster() {
 
     // A waiter polling only every 30 s is woken by the release.
     let holder = locker.acquire("woken", ms(10_000)).await.unwrap();
+    let first = holder.fence().await.unwrap();
     let waiter = tokio::spawn(
         locker
             .acquire("woken", ms(10_000))
@@ -170,7 +176,7 @@ async fn keep_alive_and_wake_up_work_on_the_cluster() {
     holder.release().await.unwrap();
     let lock = waiter.await.unwrap().unwrap();
     assert!(released.elapsed() < ms(3_000), "woken, not polled");
-    assert_eq!(lock.fence(), Some(2));
+    assert!(lock.fence().await.unwrap() > first);
     lock.release().await.unwrap();
 }
 
@@ -213,12 +219,15 @@ async fn ask_and_moved_during_a_slot_migration_are_followed() {
         ok
     );
     // The key does not exist on the source: ASK sends the SET to the target.
-    let unfenced = locker.clone().without_fences();
-    let lock = unfenced.acquire(key, ms(10_000)).await.unwrap();
+    let lock = locker.acquire(key, ms(10_000)).await.unwrap();
     assert!(get(&cluster, target, key).is_some(), "taken on the target");
     assert!(get(&cluster, source, key).is_none());
     lock.release().await.unwrap();
-    let error = locker.acquire(key, ms(10_000)).await.unwrap_err();
+    let error = locker
+        .acquire(key, ms(10_000))
+        .with_fence()
+        .await
+        .unwrap_err();
     assert!(error.is_transient(), "{error}");
     assert!(
         get(&cluster, target, key).is_none(),
@@ -231,9 +240,15 @@ async fn ask_and_moved_during_a_slot_migration_are_followed() {
         assert_eq!(reply, ok);
     }
     // Now the source answers MOVED for the slot.
-    let lock = locker.acquire(key, ms(10_000)).await.unwrap();
+    let lock = locker.acquire(key, ms(10_000)).with_fence().await.unwrap();
     assert!(get(&cluster, target, key).is_some());
-    assert_eq!(lock.fence(), Some(1), "the counter lives on the new master");
+    let fence = lock.fence_if_taken().unwrap().to_string();
+    let counter = format!("{{{key}}}:fence");
+    assert_eq!(
+        get(&cluster, target, &counter),
+        Some(fence),
+        "the counter lives on the new master"
+    );
     lock.release().await.unwrap();
 }
 

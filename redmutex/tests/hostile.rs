@@ -112,7 +112,13 @@ async fn one_key(
     expected.push(b'-');
     expected.extend_from_slice(metadata.as_bytes());
     assert_eq!(value, expected, "{shown:?}: the value stored");
-    // Exactly two new keys: the lock key and its fence counter.
+    // Exactly one new key, the lock key; asked for, its fence adds the counter.
+    let added: Vec<Vec<u8>> = all_keys(raw).await.difference(&decoys).cloned().collect();
+    assert_eq!(added, [key.to_vec()], "{shown:?}");
+    let fence = lock
+        .fence()
+        .await
+        .unwrap_or_else(|e| panic!("{shown:?}: {e}"));
     let added: Vec<Vec<u8>> = all_keys(raw).await.difference(&decoys).cloned().collect();
     assert_eq!(added.len(), 2, "{shown:?}: {added:?}");
     assert!(added.iter().any(|k| k == key), "{shown:?}");
@@ -121,7 +127,7 @@ async fn one_key(
     let info = locker.inspect(key).await.unwrap();
     assert!(info.held && !info.foreign, "{shown:?}: {info:?}");
     assert_eq!(info.key, key);
-    assert_eq!(info.fence, Some(1));
+    assert_eq!(info.fence, Some(fence));
     assert_eq!(
         info.metadata.as_deref(),
         Some(metadata).filter(|m| !m.is_empty())
@@ -138,6 +144,12 @@ async fn one_key(
     lock.refresh(ms(20_000)).await.unwrap();
     lock.release().await.unwrap();
     let left = all_keys(raw).await;
+    let counter_ttl: i64 = cmd(raw, redis::cmd("PTTL").arg(&counter)).await;
+    let day = redmutex::DEFAULT_FENCE_RETENTION.as_millis() as i64;
+    assert!(
+        counter_ttl > day - 60_000 && counter_ttl <= day,
+        "{shown:?}: the counter is kept for the retention period, not forever: {counter_ttl}"
+    );
     let expected: BTreeSet<Vec<u8>> = decoys.iter().cloned().chain([counter]).collect();
     assert_eq!(
         left, expected,
@@ -271,12 +283,10 @@ async fn hostile_fence_counters_leave_nothing_behind() {
         let before: Vec<u8> = cmd(&mut raw, redis::cmd("DUMP").arg(counter)).await;
         for multi in [false, true] {
             let keys: &[&str] = if multi { &["c", "d"] } else { &["c"] };
-            let result = locker
-                .acquire_all(keys, ms(1000))
-                .retry(retry::none())
-                .await;
+            // Taken with the keys: the acquire fails and writes nothing.
+            let result = locker.acquire_all(keys, ms(1000)).with_fence().await;
             match result {
-                Ok(lock) => panic!("{name}: handed out fence {:?}", lock.fence()),
+                Ok(lock) => panic!("{name}: handed out fence {:?}", lock.fence_if_taken()),
                 Err(e) => {
                     assert!(!e.is_not_obtained() && !e.is_transient(), "{name}: {e}");
                     assert!(e.to_string().contains("fence"), "{name}: {e}");
@@ -284,10 +294,23 @@ async fn hostile_fence_counters_leave_nothing_behind() {
             }
             let after: Vec<u8> = cmd(&mut raw, redis::cmd("DUMP").arg(counter)).await;
             assert!(before == after, "{name}: the counter changed");
-            let keys = all_keys(&mut raw).await;
+            let only_counter = BTreeSet::from([counter.as_bytes().to_vec()]);
             assert_eq!(
-                keys,
-                BTreeSet::from([counter.as_bytes().to_vec()]),
+                all_keys(&mut raw).await,
+                only_counter,
+                "{name} (multi {multi})"
+            );
+            // Asked for after the acquire: the lock is held, its fence a typed error.
+            let lock = locker.acquire_all(keys, ms(1000)).await.unwrap();
+            let e = lock.fence().await.unwrap_err();
+            assert!(!e.is_not_held() && !e.is_transient(), "{name}: {e}");
+            assert!(e.to_string().contains("fence"), "{name}: {e}");
+            let after: Vec<u8> = cmd(&mut raw, redis::cmd("DUMP").arg(counter)).await;
+            assert!(before == after, "{name}: the counter changed");
+            lock.release().await.unwrap();
+            assert_eq!(
+                all_keys(&mut raw).await,
+                only_counter,
                 "{name} (multi {multi})"
             );
         }
@@ -343,8 +366,9 @@ async fn redlock_outvotes_a_node_with_a_hostile_counter_and_leaves_it_alone() {
     )
     .await;
     cmd::<()>(&mut nodes[1], redis::cmd("SET").arg(counter).arg("-3")).await;
-    let lock = locker.acquire("r", ms(5_000)).await.unwrap();
-    assert_eq!(lock.fence(), Some(1));
+    let lock = locker.acquire("r", ms(5_000)).with_fence().await.unwrap();
+    let fence = lock.fence_if_taken().expect("taken with the keys");
+    assert_eq!(lock.fence().await.unwrap(), fence);
     let list: Vec<String> = cmd(
         &mut nodes[0],
         redis::cmd("LRANGE").arg(counter).arg(0).arg(-1),

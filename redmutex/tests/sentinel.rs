@@ -31,7 +31,7 @@ async fn a_failover_under_a_kept_alive_lease_keeps_it_or_reports_it_lost() {
         .unwrap()
         .keep_alive()
         .unwrap();
-    let fence = lease.fence().unwrap();
+    let fence = lease.fence().await.unwrap();
     let old_master = group.master();
     let old_port = group.servers()[old_master].port();
     let replica = 1 - old_master;
@@ -63,7 +63,7 @@ async fn a_failover_under_a_kept_alive_lease_keeps_it_or_reports_it_lost() {
                 );
                 tokio::time::sleep(ms(50)).await;
             }
-            assert!(taken.fence().unwrap() > fence);
+            assert!(taken.fence().await.unwrap() > fence);
             taken.release().await.unwrap();
             taken_over = true;
         }
@@ -103,7 +103,7 @@ async fn a_failover_under_a_kept_alive_lease_keeps_it_or_reports_it_lost() {
         .deadline(Duration::from_secs(10))
         .await
         .unwrap();
-    assert!(next.fence().unwrap() > fence);
+    assert!(next.fence().await.unwrap() > fence);
     next.release().await.unwrap();
     assert_eq!(
         group.servers()[new_master].command(&["EXISTS", "nightly"]),

@@ -51,10 +51,11 @@ async fn locks_work_over_tls_with_the_tests_own_ca() {
     let locker = Locker::new(conn).with_wake_up([client]).unwrap();
 
     let holder = locker.acquire("tls-job", ms(10_000)).await.unwrap();
-    assert_eq!(holder.fence(), Some(1));
+    let first = holder.fence().await.unwrap();
     let waiter = tokio::spawn(
         locker
             .acquire("tls-job", ms(10_000))
+            .with_fence()
             .retry(retry::constant(Duration::from_secs(30)))
             .deadline(Duration::from_secs(20))
             .into_future(),
@@ -69,7 +70,7 @@ async fn locks_work_over_tls_with_the_tests_own_ca() {
     holder.release().await.unwrap();
     let next = waiter.await.unwrap().unwrap();
     assert!(released.elapsed() < ms(2_000), "woken, not polled");
-    assert_eq!(next.fence(), Some(2));
+    assert!(next.fence_if_taken().unwrap() > first);
     let lease = next.keep_alive().unwrap();
     tokio::time::sleep(ms(50)).await;
     assert!(!lease.is_lost());
@@ -121,12 +122,13 @@ async fn the_minimal_acl_rule_is_enough() {
         .unwrap();
 
     let mut lock = locker.acquire("job", ms(10_000)).await.unwrap();
-    assert_eq!(lock.fence(), Some(1));
+    let first = lock.fence().await.unwrap();
     lock.refresh(ms(20_000)).await.unwrap();
     assert!(lock.ttl().await.unwrap() > ms(15_000));
     let waiter = tokio::spawn(
         locker
             .acquire("job", ms(10_000))
+            .with_fence()
             .retry(retry::constant(Duration::from_secs(30)))
             .deadline(Duration::from_secs(20))
             .into_future(),
@@ -138,19 +140,30 @@ async fn the_minimal_acl_rule_is_enough() {
     }
     lock.release().await.unwrap();
     let next = waiter.await.unwrap().unwrap();
+    let second = next.fence_if_taken().expect("taken with the keys");
+    assert!(second > first);
     let lease = next.keep_alive().unwrap();
     lease.release().await.unwrap();
 
-    let both = locker.acquire_all(["a", "b"], ms(5_000)).await.unwrap();
-    assert_eq!(both.fence(), Some(1));
+    let both = locker
+        .acquire_all(["a", "b"], ms(5_000))
+        .with_fence()
+        .await
+        .unwrap();
+    let fence = both.fence().await.unwrap();
     both.release().await.unwrap();
+    assert_eq!(locker.inspect("a").await.unwrap().fence, Some(fence));
     let info = locker.inspect("job").await.unwrap();
-    assert_eq!(info.fence, Some(2));
+    assert_eq!(info.fence, Some(second));
     // Keys whose fence counter is named by a hash tag (or a chosen tag, for a `}`).
     for key in ["{order-7}:payment", "a}b"] {
         let lock = locker.acquire(key, ms(5_000)).await.unwrap();
-        assert_eq!(lock.fence(), Some(1), "{key}");
-        assert_eq!(locker.inspect(key).await.unwrap().fence, Some(1), "{key}");
+        let fence = lock.fence().await.unwrap();
+        assert_eq!(
+            locker.inspect(key).await.unwrap().fence,
+            Some(fence),
+            "{key}"
+        );
         lock.release().await.unwrap();
     }
 }
@@ -170,11 +183,11 @@ async fn a_user_without_permission_gets_a_clear_error_and_nothing_is_written() {
     let reader = format!("redis://reader:pw@127.0.0.1:{}", server.port());
     let locker = Locker::new(redmutex::connect(&reader).await.unwrap()).with_prefix("app:");
     for fenced in [true, false] {
-        let locker = match fenced {
-            true => locker.clone(),
-            false => locker.clone().without_fences(),
-        };
-        let error = locker.acquire("job", ms(5_000)).await.unwrap_err();
+        let error = match fenced {
+            true => locker.acquire("job", ms(5_000)).with_fence().await,
+            false => locker.acquire("job", ms(5_000)).await,
+        }
+        .unwrap_err();
         let text = error.to_string();
         assert!(error.is_permission_denied(), "{text}");
         assert!(text.contains("no permission"), "{text}");

@@ -447,3 +447,117 @@ async fn wake_up_needs_one_client_per_node() {
         .unwrap_err();
     assert!(error.to_string().contains("0 given for 1"), "{error}");
 }
+
+/// A waiter that got the key through wake-up and then let it expire (nothing to announce)
+/// does not hold up a newcomer of its locker for a whole poll interval: the newcomer
+/// queues behind it only until its lease would have run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_lets_its_key_expire_holds_nobody_up_past_its_ttl() {
+    let server = RedisServer::spawn();
+    let locker = waking_locker(&server, &server.url()).await;
+    let holder = locker.acquire("expiring", ms(10_000)).await.unwrap();
+    let waiter = tokio::spawn(
+        locker
+            .acquire("expiring", ms(300))
+            .retry(retry::constant(LONG_POLL))
+            .deadline(Duration::from_secs(30))
+            .into_future(),
+    );
+    wait_for_subscribers(&server, "expiring", 1, ms(3000)).await;
+    let until = Instant::now() + ms(3000);
+    while !locker.inspect("expiring").await.unwrap().awaited {
+        assert!(Instant::now() < until, "never marked");
+        tokio::time::sleep(ms(10)).await;
+    }
+    holder.release().await.unwrap();
+    let taken = waiter.await.unwrap().unwrap();
+    let taken_at = Instant::now();
+    // It keeps the token and lets the key expire: no release, no announcement.
+    let _token = taken.detach();
+    let newcomer = locker
+        .acquire("expiring", ms(10_000))
+        .retry(retry::constant(LONG_POLL))
+        .deadline(Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(
+        taken_at.elapsed() < WOKEN_WITHIN,
+        "got the key {:?} after the waiter took it for 300 ms (poll interval {LONG_POLL:?})",
+        taken_at.elapsed()
+    );
+    newcomer.release().await.unwrap();
+}
+
+/// A holder in another process that dies (its key expires, nobody announces it): a waiter
+/// with wake-up tries when the key expires, not after its poll interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_tries_when_a_dead_holders_key_expires() {
+    let server = RedisServer::spawn();
+    let dead = common::locker(&server).await;
+    let locker = waking_locker(&server, &server.url()).await;
+    let _token = dead.acquire("abandoned", ms(400)).await.unwrap().detach();
+    let started = Instant::now();
+    let tries = Arc::new(AtomicU32::new(0));
+    let (lock, got_at) = wait_for(&locker, "abandoned", LONG_POLL, tries.clone())
+        .await
+        .unwrap();
+    lock.expect("obtained once the key expired")
+        .release()
+        .await
+        .unwrap();
+    assert!(
+        got_at - started < WOKEN_WITHIN,
+        "obtained {:?} after a 400 ms key was left to expire (poll interval {LONG_POLL:?})",
+        got_at - started
+    );
+    assert!(tries.load(Ordering::SeqCst) <= 2, "no polling in between");
+}
+
+/// A wake-up client whose ACL user may not subscribe to the key's channel: the locker says
+/// wake-up is failing (a permission error), waiters still get the lock by polling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_without_permission_is_reported_and_waiters_poll() {
+    let server = RedisServer::spawn_with(testkit::ServerOptions {
+        extra_args: [
+            "--user",
+            "nosub",
+            "on",
+            ">pw",
+            "~*",
+            "resetchannels",
+            "+@all",
+        ]
+        .map(String::from)
+        .to_vec(),
+        ..testkit::ServerOptions::default()
+    });
+    let url = format!("redis://nosub:pw@127.0.0.1:{}", server.port());
+    let locker = Locker::new(redmutex::connect(&url).await.unwrap())
+        .with_wake_up([redis::Client::open(url.as_str()).unwrap()])
+        .unwrap();
+    assert!(matches!(
+        locker.wake_up_state(),
+        redmutex::WakeUpState::Idle
+    ));
+    let holder = locker.acquire("refused", ms(600)).await.unwrap();
+    let waiter = locker
+        .acquire("refused", ms(10_000))
+        .retry(retry::constant(ms(100)))
+        .deadline(Duration::from_secs(10));
+    let waiter = tokio::spawn(waiter.into_future());
+    let until = Instant::now() + ms(5_000);
+    loop {
+        match locker.wake_up_state() {
+            redmutex::WakeUpState::Failing { node, error } => {
+                assert_eq!(node, 0);
+                assert!(locker.wake_up_state().is_permission_denied(), "{error}");
+                break;
+            }
+            state => assert!(Instant::now() < until, "{state:?}"),
+        }
+        tokio::time::sleep(ms(20)).await;
+    }
+    drop(holder);
+    let lock = waiter.await.unwrap().expect("obtained by polling");
+    lock.release().await.unwrap();
+}

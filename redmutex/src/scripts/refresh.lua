@@ -3,12 +3,8 @@
 -- ARGV[1]: the owner's token.
 -- ARGV[2]: the new TTL in milliseconds.
 -- Returns: 1 when every key was extended; 0 when some key is not held (nothing changed).
-local token = ARGV[1]
-for _, key in ipairs(KEYS) do
-  local value = redis.pcall('get', key)
-  if not (type(value) == 'string' and string.sub(value, 1, #token) == token) then
-    return 0
-  end
+if not holds(1, #KEYS, ARGV[1]) then
+  return 0
 end
 for _, key in ipairs(KEYS) do
   redis.call('pexpire', key, ARGV[2])

@@ -8,17 +8,11 @@ local results = {}
 local k = 1
 for a = 1, #ARGV, 3 do
   local count = tonumber(ARGV[a])
-  local token = ARGV[a + 1]
-  local held = 1
-  for i = k, k + count - 1 do
-    local value = redis.pcall('get', KEYS[i])
-    if not (type(value) == 'string' and string.sub(value, 1, #token) == token) then
-      held = 0
-      break
-    end
-  end
-  if held == 1 then
-    for i = k, k + count - 1 do
+  local last = k + count - 1
+  local held = 0
+  if holds(k, last, ARGV[a + 1]) then
+    held = 1
+    for i = k, last do
       redis.call('pexpire', KEYS[i], ARGV[a + 2])
     end
   end

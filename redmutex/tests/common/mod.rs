@@ -145,3 +145,42 @@ pub fn lock_key_count(server: &RedisServer) -> u64 {
     let reply = server.command(&["EVAL", script, "0"]);
     reply.trim_start_matches(':').trim_end().parse().unwrap()
 }
+
+/// The commands a server has run, by name, from `INFO commandstats` (commands run inside
+/// scripts count too), read without the code under test.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandCalls(std::collections::BTreeMap<String, u64>);
+
+/// What `server` has run so far.
+pub fn command_calls(server: &RedisServer) -> CommandCalls {
+    let info = server.command(&["INFO", "commandstats"]);
+    let calls = info
+        .lines()
+        .filter_map(|line| {
+            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = stats.split(',').find_map(|f| f.strip_prefix("calls="))?;
+            Some((name.to_owned(), calls.parse().ok()?))
+        })
+        .collect();
+    CommandCalls(calls)
+}
+
+impl CommandCalls {
+    /// The commands run since `before`, leaving out the `INFO` that reads them.
+    pub fn since(&self, before: &CommandCalls) -> CommandCalls {
+        let calls = self
+            .0
+            .iter()
+            .filter(|(name, _)| name.as_str() != "info")
+            .map(|(name, n)| (name.clone(), n - before.0.get(name).copied().unwrap_or(0)))
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        CommandCalls(calls)
+    }
+
+    /// `del=1 evalsha=1 get=1 set=1`: name=count, by name.
+    pub fn summary(&self) -> String {
+        let parts: Vec<String> = self.0.iter().map(|(n, c)| format!("{n}={c}")).collect();
+        parts.join(" ")
+    }
+}

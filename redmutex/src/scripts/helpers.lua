@@ -1,0 +1,78 @@
+-- helpers.lua: the rules every script shares. Redis cannot include one script in another,
+-- so this file is prepended to each script's own source (see scripts.rs): each rule is
+-- written once.
+
+-- Whether `value`, a GET reply taken through pcall, belongs to the owner of `token`: a
+-- string that starts with the token. A missing key (false) or a key of another type (an
+-- error table) is nobody's lock of ours.
+local function owned(value, token)
+  return type(value) == 'string' and string.sub(value, 1, #token) == token
+end
+
+-- Whether every key in KEYS[first..last] holds the owner's token.
+local function holds(first, last, token)
+  for i = first, last do
+    if not owned(redis.pcall('get', KEYS[i]), token) then
+      return false
+    end
+  end
+  return true
+end
+
+-- Fences stay below 2^53 - 1: beyond it they are no longer exact as Lua numbers or in JSON.
+local FENCE_LIMIT = 9007199254740991
+
+-- The fence counter at `key`: false when there is none (never used, or expired after its
+-- retention period); its number when it holds digits only (no sign, exponent or hex, which
+-- tonumber would take) below the limit; otherwise nil and an error message: the value is
+-- someone else's, and is never overwritten.
+local function read_counter(key)
+  local stored = redis.pcall('get', key)
+  if stored == false then
+    return false
+  end
+  if type(stored) ~= 'string' or not string.find(stored, '^%d+$') then
+    return nil, 'redmutex: the fence counter ' .. key .. ' does not hold a whole number'
+  end
+  local value = tonumber(stored)
+  if value >= FENCE_LIMIT then
+    return nil, 'redmutex: the fence counter ' .. key .. ' is at 2^53 - 1 or above'
+  end
+  return value
+end
+
+-- The next fence for the counters KEYS[first..last]: above every one of them. A counter
+-- counts on from its value; a missing one from the server's clock in microseconds, which
+-- has passed every fence the counter handed out before it expired (as long as the clock
+-- was not set back by the retention period or more: docs/SAFETY.md). Nil and an error
+-- message for a counter that is someone else's value.
+local function next_fence(first, last)
+  local fence = 0
+  for i = first, last do
+    local value, err = read_counter(KEYS[i])
+    if value == nil then
+      return nil, err
+    end
+    local candidate
+    if value == false then
+      local now = redis.call('time')
+      candidate = tonumber(now[1]) * 1000000 + tonumber(now[2])
+    else
+      candidate = value + 1
+    end
+    if candidate > fence then
+      fence = candidate
+    end
+  end
+  return fence
+end
+
+-- Stores `fence` in the counters KEYS[first..last], each kept for `retention` ms after this
+-- use. Written as digits: a Lua number would be formatted by Redis, possibly as a float.
+local function store_fence(first, last, fence, retention)
+  local digits = string.format('%.0f', fence)
+  for i = first, last do
+    redis.call('set', KEYS[i], digits, 'px', retention)
+  end
+end
+
