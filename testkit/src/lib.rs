@@ -268,8 +268,7 @@ impl RedisServer {
 
     fn start(&self) -> Result<(), String> {
         fs::create_dir_all(&self.dir).map_err(|e| format!("cannot create {:?}: {e}", self.dir))?;
-        let binary =
-            std::env::var_os("REDMUTEX_REDIS_SERVER").unwrap_or_else(|| "redis-server".into());
+        let binary = server_binary();
         let log = self.dir.join("redis.log");
         let mut command = Command::new(&binary);
         if let Some(config) = &self.options.config {
@@ -362,6 +361,36 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The server binary the test kit starts: `$REDMUTEX_REDIS_SERVER` (e.g. a `valkey-server`
+/// or an older `redis-server`), else `redis-server` from `PATH`.
+pub fn server_binary() -> std::ffi::OsString {
+    std::env::var_os("REDMUTEX_REDIS_SERVER").unwrap_or_else(|| "redis-server".into())
+}
+
+/// Whether [`server_binary`] was built with TLS: `Err` with the reason when not (tests of
+/// TLS print it and skip). Found by asking the binary for a TLS port without a certificate:
+/// a build with TLS complains about the certificate, one without about TLS itself.
+pub fn tls_support() -> Result<(), String> {
+    static SUPPORT: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    SUPPORT
+        .get_or_init(|| {
+            let binary = server_binary();
+            let output = Command::new(&binary)
+                .args(["--port", "0", "--tls-port", "1", "--save", ""])
+                .stdin(Stdio::null())
+                .output()
+                .map_err(|e| format!("cannot run {binary:?}: {e}"))?;
+            let text = String::from_utf8_lossy(&output.stdout).into_owned()
+                + &String::from_utf8_lossy(&output.stderr);
+            if text.contains("Bad directive") || text.contains("TLS support") {
+                Err(format!("{binary:?} was built without TLS"))
+            } else {
+                Ok(())
+            }
+        })
+        .clone()
 }
 
 /// Asks the OS for a free loopback port. Another process may take it before the server
