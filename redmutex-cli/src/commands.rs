@@ -3,9 +3,23 @@
 use redmutex::{Connection, Error, LockInfo, Locker, Token};
 
 use crate::exit::{self, Failure};
+use crate::output::{outln, stdout_was_closed};
 use crate::{duration, target, AcquireArgs, InspectArgs, RefreshArgs, ReleaseArgs};
 
-/// Takes the lock, prints its token and leaves it in Redis.
+/// Refuses `acquire` with a closed stdout before anything is taken: its token, the only
+/// way to release the lock, would be lost.
+pub fn check_token_can_be_handed_over() -> Result<(), Failure> {
+    match stdout_was_closed() {
+        true => Err(Failure::new(
+            exit::IO_ERROR,
+            "stdout is closed: the token would be lost, so no lock was taken",
+        )),
+        false => Ok(()),
+    }
+}
+
+/// Takes the lock, prints its token and leaves it in Redis. If the token cannot be
+/// written (a closed pipe), the lock is released again: nobody could release it otherwise.
 pub async fn acquire<C: Connection>(
     locker: &Locker<C>,
     args: AcquireArgs,
@@ -16,7 +30,20 @@ pub async fn acquire<C: Connection>(
         .acquire(locker, &args.keys, "redmutex-acquire", false)
         .await
         .map_err(|e| Failure::from_lock_error(&e, urls))?;
-    println!("{}", lock.detach());
+    let token = lock.token();
+    if let Err(mut failure) = outln!("{token}") {
+        let released = match lock.release().await {
+            Ok(()) => "the lock was released",
+            Err(e) if e.is_not_held() => "the lock is gone already",
+            Err(_) => "the lock could not be released and expires by its TTL",
+        };
+        failure.message = format!(
+            "cannot hand over the token ({}); {released}",
+            failure.message
+        );
+        return Err(failure);
+    }
+    let _ = lock.detach();
     Ok(0)
 }
 
@@ -81,27 +108,27 @@ pub async fn inspect<C: Connection>(
                 .collect();
             line.push_str(&format!(",\"nodes\":[{}]}}", nodes.join(",")));
         }
-        println!("{line}");
+        outln!("{line}")?;
         return Ok(0);
     }
     let answered = info.nodes.iter().filter(|n| n.info.is_ok()).count();
     let needed = redmutex::quorum::quorum(info.nodes.len());
     if !info.nodes.is_empty() && !info.held && answered < needed {
         // Too few nodes answered to say that anyone could take it.
-        println!(
+        outln!(
             "{}: unknown, only {answered} of {} nodes answered ({needed} needed)",
             printable(&info.key_lossy()),
             info.nodes.len()
-        );
+        )?;
     } else {
-        println!("{}: {}", printable(&info.key_lossy()), text_view(&info));
+        outln!("{}: {}", printable(&info.key_lossy()), text_view(&info))?;
     }
     for node in &info.nodes {
         let view = match &node.info {
             Ok(view) => text_view(view),
             Err(e) => format!("error: {}", target::scrub(&e.to_string(), urls)),
         };
-        println!("  {}: {view}", target::node_name(urls, node.node));
+        outln!("  {}: {view}", target::node_name(urls, node.node))?;
     }
     Ok(0)
 }

@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use crate::duration::format;
 use crate::exit::{self, Failure};
+use crate::output::outln;
 use crate::target;
 
 #[derive(Args, Debug)]
@@ -35,7 +36,7 @@ pub async fn run(args: DemoArgs, redis_flags: &[String]) -> Result<u8, Failure> 
                 .await
                 .map_err(|e| Failure::new(exit::UNAVAILABLE, e))?;
             let url = server.url.clone();
-            println!("redmutex demo: started a private redis-server at {url}");
+            outln!("redmutex demo: started a private redis-server at {url}")?;
             (Some(server), url)
         }
         [url] => (None, url.clone()),
@@ -61,36 +62,36 @@ pub async fn run(args: DemoArgs, redis_flags: &[String]) -> Result<u8, Failure> 
         _ => None,
     };
 
-    println!();
-    println!("summary");
-    println!(
+    outln!()?;
+    outln!("summary")?;
+    outln!(
         "  contention: {} workers, {} acquisitions, {} overlaps, longest wait {}",
         args.workers,
         contention.acquisitions,
         contention.overlaps,
         format(contention.longest_wait)
-    );
-    println!(
+    )?;
+    outln!(
         "  keep-alive: a {} lease held for {} with {} renewals, never lost",
         format(keepalive.ttl),
         format(keepalive.held),
         keepalive.renewals
-    );
-    println!(
+    )?;
+    outln!(
         "  lost lock:  detected {} after the key vanished; work cancelled after {} of {} steps",
         format(lost.detected_after),
         lost.steps_done,
         lost.steps_planned
-    );
+    )?;
     if let Some(r) = &redlock {
-        println!(
+        outln!(
             "  redlock:    5 nodes; the lease outlived 2 node deaths ({} renewals); a rival was \
              refused; losing the quorum was signalled {} later, before the validity ended",
             r.renewals,
             format(r.detected_after)
-        );
+        )?;
     }
-    println!("  total time: {}", format(clock.0.elapsed()));
+    outln!("  total time: {}", format(clock.0.elapsed()))?;
     let redlock_ok = redlock
         .as_ref()
         .is_none_or(|r| r.survived && r.rival_refused && r.lost_in_time);
@@ -113,10 +114,10 @@ struct RedlockScene {
 
 /// Five private nodes; a kept-alive Redlock lease while they die one by one.
 async fn redlock(clock: &Clock) -> Result<RedlockScene, Failure> {
-    println!();
-    println!(
+    outln!()?;
+    outln!(
         "scene 4: Redlock over 5 private redis-servers; a lease with a 1 s TTL while nodes die"
-    );
+    )?;
     let unavailable = |e: String| Failure::new(exit::UNAVAILABLE, e);
     let mut nodes = Vec::new();
     for _ in 0..5 {
@@ -208,8 +209,12 @@ async fn redlock(clock: &Clock) -> Result<RedlockScene, Failure> {
 struct Clock(Instant);
 
 impl Clock {
+    /// A timed line; a broken stdout is ignored here (the scenes go on, and the summary's
+    /// write reports it).
     fn say(&self, line: impl AsRef<str>) {
-        println!(
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stdout(),
             "[{:>6.2}s] {}",
             self.0.elapsed().as_secs_f64(),
             line.as_ref()
@@ -229,10 +234,10 @@ async fn contention<C: Connection>(
     workers: u32,
 ) -> Result<Contention, Failure> {
     const ROUNDS: u32 = 3;
-    println!();
-    println!(
+    outln!()?;
+    outln!(
         "scene 1: {workers} workers take turns on one lock (each holds it 120 ms, {ROUNDS} times)"
-    );
+    )?;
     let inside = Arc::new(AtomicBool::new(false));
     let overlaps = Arc::new(AtomicU32::new(0));
     let longest_wait = Arc::new(Mutex::new(Duration::ZERO));
@@ -310,8 +315,8 @@ async fn keep_alive<C: Connection>(
     clock: &Clock,
 ) -> Result<KeptAlive, Failure> {
     let ttl = Duration::from_secs(1);
-    println!();
-    println!("scene 2: a job that runs 4 s under a lock with a 1 s TTL, kept alive every ~333 ms");
+    outln!()?;
+    outln!("scene 2: a job that runs 4 s under a lock with a 1 s TTL, kept alive every ~333 ms")?;
     let started = Instant::now();
     let lease = locker
         .acquire("nightly", ttl)
@@ -364,8 +369,8 @@ async fn lost_lock<C: Connection>(
     clock: &Clock,
 ) -> Result<Lost, Failure> {
     const STEPS: u32 = 20;
-    println!();
-    println!("scene 3: a job under a kept-alive lock; 1.2 s in, someone deletes the lock key");
+    outln!()?;
+    outln!("scene 3: a job under a kept-alive lock; 1.2 s in, someone deletes the lock key")?;
     let lease = locker
         .acquire("migration", Duration::from_secs(1))
         .await

@@ -9,6 +9,9 @@ pub const USAGE: u8 = 64;
 pub const UNAVAILABLE: u8 = 69;
 /// The lock was lost while the command ran (EX_SOFTWARE).
 pub const LOST: u8 = 70;
+/// Output could not be written: `acquire` could not hand over the token (the lock was
+/// released), or stdout is closed or broken (EX_IOERR).
+pub const IO_ERROR: u8 = 74;
 /// The lock was not obtained (EX_TEMPFAIL); `exec -E` chooses another code.
 pub const NOT_OBTAINED: u8 = 75;
 /// `release` / `refresh`: the lock is not held by that token.

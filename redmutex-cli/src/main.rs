@@ -1,14 +1,16 @@
 //! `redmutex`: run commands under a Redis lock, and manage locks from shell scripts.
 //!
 //! Exit codes follow sysexits.h: 64 usage, 69 Redis unavailable, 70 lock lost while the
-//! command ran, 75 lock not obtained; `exec` otherwise exits with the command's status
-//! (128 + N when it died of signal N).
+//! command ran, 74 output could not be written (`acquire`: the token could not be handed
+//! over, so the lock was released), 75 lock not obtained; `exec` otherwise exits with the
+//! command's status (128 + N when it died of signal N).
 
 mod commands;
 mod demo;
 mod duration;
 mod exec;
 mod exit;
+mod output;
 mod target;
 
 use std::ffi::OsString;
@@ -17,7 +19,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use redmutex::retry::{self, Jitter, RetryExt};
-use redmutex::{Acquire, Connection, Locker};
+use redmutex::{Acquire, Connection, KeepAlive, Locker, QuorumSettings};
 
 use crate::exit::Failure;
 
@@ -33,7 +35,8 @@ use crate::exit::Failure;
         A lock on KEY is stored in Redis under exactly KEY (--prefix P prepends P).\n\
         Durations: 250ms, 30s, 1.5s, 2m, 1h30m.\n\n\
         Exit codes: 64 usage error, 69 Redis unreachable or auth failure, 70 lock lost while\n\
-        the command ran, 75 lock not obtained; exec otherwise passes on the command's status."
+        the command ran, 74 output failed (acquire: token not handed over, lock released),\n\
+        75 lock not obtained; exec otherwise passes on the command's status."
 )]
 struct Cli {
     /// Redis server URL (redis://[user:password@]host:port[/db]); repeat it for Redlock over
@@ -223,7 +226,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
 }
 
 async fn run_command(cli: Cli, urls: &[String], access: &target::Access) -> Result<u8, Failure> {
-    check_sizes(&cli.command)?;
+    check_arguments(&cli.command, urls)?;
     let no_fences = cli.no_fences || env_flag("REDMUTEX_NO_FENCES")?;
     let mut locker = target::locker(urls, access).await?.with_prefix(&cli.prefix);
     if no_fences {
@@ -237,6 +240,23 @@ async fn run_command(cli: Cli, urls: &[String], access: &target::Access) -> Resu
         Command::Inspect(args) => commands::inspect(&locker, args, urls).await,
         Command::Demo(_) => unreachable!("handled above"),
     }
+}
+
+/// What can be refused before connecting is: a TTL `exec` could not keep alive, and
+/// `acquire` with nowhere to put its token; then the keys and metadata.
+fn check_arguments(command: &Command, urls: &[String]) -> Result<(), Failure> {
+    match command {
+        Command::Exec(args) => {
+            // Several URLs are Redlock nodes, whose drift allowance shortens the lease.
+            let redlock = (urls.len() > 1).then(QuorumSettings::default);
+            KeepAlive::new()
+                .check(args.lock.ttl, redlock.as_ref())
+                .map_err(|e| Failure::usage(e.to_string()))?;
+        }
+        Command::Acquire(_) => commands::check_token_can_be_handed_over()?,
+        _ => {}
+    }
+    check_sizes(command)
 }
 
 /// Empty or oversized keys and oversized metadata are usage errors before any connection

@@ -947,3 +947,106 @@ fn inspect_escapes_control_characters() {
     let out = run(redmutex(&server).args(["inspect", "--json", key]));
     assert!(stdout(&out).contains("\"job\\nother: held, ttl 1h\\u001b[2J\""));
 }
+
+/// `acquire` whose token cannot be handed over — a pipe nobody reads, a closed stdout —
+/// leaves no lock behind and says so with exit 74; a deliberate `>/dev/null` is honoured.
+#[test]
+fn acquire_releases_the_lock_when_the_token_cannot_be_handed_over() {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::process::CommandExt;
+    let server = RedisServer::spawn();
+    // A pipe whose reading end is closed before redmutex writes: EPIPE.
+    let mut fds = [0; 2];
+    // SAFETY: pipe(2) fills in two new descriptors, owned from here on.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(reader);
+    let out = redmutex(&server)
+        .args(["acquire", "--ttl", "1m", "piped"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 74, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("the lock was released"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!exists(&server, "piped"), "no lock left behind");
+
+    // stdout closed altogether: refused before anything is taken.
+    let mut closed = redmutex(&server);
+    closed.args(["acquire", "--ttl", "1m", "closed"]);
+    // SAFETY: close(2) only, between fork and exec.
+    unsafe {
+        closed.pre_exec(|| {
+            libc::close(1);
+            Ok(())
+        });
+    }
+    let out = run(closed.stderr(Stdio::piped()));
+    assert_eq!(code(&out), 74, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("stdout is closed"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(server.command(&["DBSIZE"]), ":0\r\n", "nothing taken");
+
+    // Discarding the token on purpose is the caller's choice.
+    let out = run(redmutex(&server)
+        .args(["acquire", "--ttl", "1m", "discarded"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped()));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(exists(&server, "discarded"));
+}
+
+/// `inspect` into a pipe nobody reads: exit 74, no panic.
+#[test]
+fn inspect_into_a_closed_pipe_is_exit_74() {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let server = RedisServer::spawn();
+    let mut fds = [0; 2];
+    // SAFETY: pipe(2) fills in two new descriptors, owned from here on.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(reader);
+    let out = redmutex(&server)
+        .args(["inspect", "k"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(writer))
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 74, "{}", stderr(&out));
+    assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+}
+
+/// A TTL that cannot be kept alive is a usage error before connecting (nothing listens at
+/// the address), on one node and with Redlock's drift allowance (6 ms would do on one
+/// node, not with the 2.06 ms drift allowance).
+#[test]
+fn exec_refuses_a_ttl_it_cannot_keep_alive_before_connecting() {
+    let nowhere = format!("redis://127.0.0.1:{}", testkit::free_port());
+    let bin = env!("CARGO_BIN_EXE_redmutex");
+    let out = run(Command::new(bin)
+        .args([
+            "--redis", &nowhere, "exec", "--ttl", "1ms", "k", "--", "true",
+        ])
+        .stderr(Stdio::piped()));
+    assert_eq!(code(&out), 64, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("cannot be kept alive"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run(Command::new(bin)
+        .args([
+            "--redis", &nowhere, "--redis", &nowhere, "--redis", &nowhere,
+        ])
+        .args(["exec", "--ttl", "6ms", "k", "--", "true"])
+        .stderr(Stdio::piped()));
+    assert_eq!(code(&out), 64, "{}", stderr(&out));
+}

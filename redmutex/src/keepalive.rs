@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::connection::Connection;
 use crate::error::{Argument, Error};
 use crate::lock::Lock;
+use crate::quorum::QuorumSettings;
 use crate::renewer::{Entry, Registration};
 use crate::token::Token;
 
@@ -49,6 +50,51 @@ impl KeepAlive {
     pub fn max_hold(mut self, max_hold: Duration) -> KeepAlive {
         self.max_hold = Some(max_hold);
         self
+    }
+
+    /// Whether a lock of `ttl` can be kept alive with these settings — on a Redlock locker
+    /// judged with `redlock` (its drift allowance shortens the lease) — checked without
+    /// Redis, so that a caller can refuse before it acquires anything.
+    /// [`Lock::keep_alive_with`] makes the same check.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the interval is below 1 ms, or the interval plus the
+    /// loss margin (TTL/100 + 2 ms) plus the drift allowance is not below the TTL.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redmutex::{KeepAlive, QuorumSettings};
+    /// assert!(KeepAlive::new().check(Duration::from_secs(30), None).is_ok());
+    /// assert!(KeepAlive::new().check(Duration::from_millis(1), None).is_err());
+    /// let redlock = QuorumSettings::new();
+    /// assert!(KeepAlive::new().check(Duration::from_millis(9), Some(&redlock)).is_err());
+    /// ```
+    pub fn check(&self, ttl: Duration, redlock: Option<&QuorumSettings>) -> Result<(), Error> {
+        let drift = redlock.map_or(Duration::ZERO, |settings| settings.drift(ttl));
+        self.check_with_drift(ttl, drift).map(|_| ())
+    }
+
+    /// The renewal interval for a lease of `ttl` whose validity is shortened by `drift`,
+    /// if it can be kept alive (see [`check`](KeepAlive::check)).
+    fn check_with_drift(&self, ttl: Duration, drift: Duration) -> Result<Duration, Error> {
+        let interval = self.interval.unwrap_or(ttl / 3);
+        // A renewal must be able to land before the loss deadline, or the lease is lost
+        // by construction.
+        if interval >= Duration::from_millis(1) && interval + loss_margin(ttl) + drift < ttl {
+            return Ok(interval);
+        }
+        let (argument, what) = match self.interval {
+            Some(_) => (Argument::Interval, format!("interval {interval:?}")),
+            None => (Argument::Ttl, format!("ttl {ttl:?}")),
+        };
+        Err(Error::invalid(
+            argument,
+            format!(
+                "{what} cannot be kept alive: the interval must be at least 1ms and the \
+                 interval + ttl/100 + 2ms (+ the Redlock drift allowance, {drift:?}) \
+                 below the ttl ({ttl:?})"
+            ),
+        ))
     }
 }
 
@@ -223,24 +269,8 @@ impl<C: Connection> Lease<C> {
     pub(crate) fn start(lock: Lock<C>, settings: KeepAlive) -> Result<Lease<C>, Error> {
         let acquired_at = lock.acquired_at();
         let ttl = lock.lease_ttl();
-        let interval = settings.interval.unwrap_or(ttl / 3);
         let drift = lock.store().drift(ttl);
-        // A renewal must be able to land before the loss deadline, or the lease is lost
-        // by construction.
-        if interval < Duration::from_millis(1) || interval + loss_margin(ttl) + drift >= ttl {
-            let (argument, what) = match settings.interval {
-                Some(_) => (Argument::Interval, format!("interval {interval:?}")),
-                None => (Argument::Ttl, format!("ttl {ttl:?}")),
-            };
-            return Err(Error::invalid(
-                argument,
-                format!(
-                    "{what} cannot be kept alive: the interval must be at least 1ms and the \
-                     interval + ttl/100 + 2ms (+ the Redlock drift allowance, {drift:?}) \
-                     below the ttl ({ttl:?})"
-                ),
-            ));
-        }
+        let interval = settings.check_with_drift(ttl, drift)?;
         let state = Arc::new(LeaseState::new(lock.valid_until()));
         let entry = Entry {
             keys: lock.keys_inner().clone(),
