@@ -210,7 +210,8 @@ impl LeaseState {
 ///
 /// # Dropping
 /// Dropping a lease stops its renewal and releases the lock in the background, like
-/// dropping a [`Lock`]; watchers see [`LostReason::Released`].
+/// dropping a [`Lock`] (also as the program ends: see [`Lock`]'s "Dropping"); watchers
+/// see [`LostReason::Released`].
 ///
 /// ```
 /// # async fn demo(locker: redmutex::Locker<redis::aio::ConnectionManager>) -> Result<(), redmutex::Error> {

@@ -29,7 +29,8 @@
 //!   missing).
 //! - **One round trip per operation**; scripts go by SHA.
 //! - **Cancel safe**: an acquire dropped mid-flight (e.g. by `tokio::time::timeout`) cleans
-//!   up after itself; a dropped [`Lock`] is released in the background.
+//!   up after itself; a dropped [`Lock`] is released in the background, also when it is
+//!   dropped as the program ends (see [`Lock`]).
 //!
 //! ## Quick tour
 //!
@@ -211,6 +212,7 @@
 mod acl;
 mod acquire;
 mod args;
+mod background;
 mod connection;
 mod error;
 mod fence;

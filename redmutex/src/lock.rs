@@ -23,11 +23,19 @@ use crate::token::Token;
 /// lock expired or was taken over, and never touch a key another owner holds.
 ///
 /// # Dropping
-/// Dropping a `Lock` that was not released starts a best-effort, owner-checked release in
-/// the background on the current tokio runtime; `Drop` itself never blocks or waits. With
-/// no runtime (or if Redis is unreachable) the keys expire by their TTL. To leave the lock
-/// in Redis on purpose, e.g. to hand the token to another process, call
-/// [`detach`](Lock::detach).
+/// Dropping a `Lock` that was not released starts an owner-checked release in the
+/// background, on the current tokio runtime; `Drop` itself never blocks or waits. A lock
+/// dropped as the program ends — `main` returning, a `?` early return, the runtime shutting
+/// down with the release unfinished — or outside any runtime is released all the same: a
+/// thread of redmutex's own finishes the release (a few tries within 2 s), and a process
+/// that exits meanwhile waits for it at exit, at most 2 s. This needs a connection that can
+/// reconnect on another runtime — a [`ConnectionManager`](redis::aio::ConnectionManager),
+/// as [`connect`](crate::connect) gives — or one whose own runtime is still running. Over a
+/// bare `MultiplexedConnection` or a cluster connection whose runtime is gone, and in a
+/// process killed outright, the keys expire by their TTL: release explicitly
+/// ([`release`](Lock::release), [`Lease::run`](crate::Lease::run)) where that matters. See
+/// `docs/SAFETY.md`. To leave the lock in Redis on purpose, e.g. to hand the token to
+/// another process, call [`detach`](Lock::detach).
 ///
 /// ```
 /// # async fn demo(locker: redmutex::Locker<redis::aio::MultiplexedConnection>) -> Result<(), redmutex::Error> {

@@ -11,7 +11,6 @@
 //!   answer, where the request may still land — before the next try.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -19,13 +18,14 @@ use redis::{RedisError, RedisResult, ScriptInvocation};
 use tokio::time::Instant;
 
 use crate::args::Keys;
+use crate::background;
 use crate::connection::Connection;
 use crate::error::Error;
 use crate::fence::Fences;
 use crate::locker::{lock_info, LockInfo, NodeInfo};
 use crate::quorum::{quorum, NodeError, NodeFailure, QuorumFailure, QuorumSettings};
 use crate::scripts::{self, Obtain, ObtainTry};
-use crate::store::{check_renewal_reply, Attempt, Renewal, TryResult};
+use crate::store::{check_renewal_reply, release_try, Attempt, Renewal, TryResult};
 use crate::token::{parse_value, StoredValue, Token};
 
 /// The lock and counters a fence is made durable for (see [`Nodes::durable_fence`]).
@@ -366,29 +366,17 @@ impl<C: Connection> Nodes<C> {
         .all(Result::is_ok)
     }
 
-    /// Spawns an owner-checked release on each of `nodes` on the current tokio runtime, if
-    /// there is one, and returns at once. Best effort: where it fails, the keys expire by
-    /// their TTL.
+    /// Starts an owner-checked release on each of `nodes` and returns at once (see
+    /// [`background`]). Best effort: where it fails, the keys expire by their TTL.
     pub(crate) fn release_in_background(
         &self,
         nodes: impl IntoIterator<Item = usize>,
         keys: &Keys,
         token: &Token,
     ) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let mut nodes = nodes.into_iter().peekable();
-        if nodes.peek().is_none() {
-            return;
-        }
-        let keys = Arc::new(keys.clone());
         for node in nodes {
-            let mut conn = self.conns[node].clone();
-            let (keys, token) = (keys.clone(), *token);
-            runtime.spawn(async move {
-                let _ = scripts::release_unattended(&mut conn, &keys, &token).await;
-            });
+            let conn = self.conns[node].clone();
+            background::release(release_try(conn, keys.clone(), *token));
         }
     }
 

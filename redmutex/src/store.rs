@@ -12,6 +12,7 @@ use redis::{RedisError, ScriptInvocation};
 use tokio::time::Instant;
 
 use crate::args::Keys;
+use crate::background;
 use crate::connection::Connection;
 use crate::error::{is_transient_redis, Error};
 use crate::fence::Fences;
@@ -200,20 +201,12 @@ impl<C: Connection> Store<C> {
         }
     }
 
-    /// Spawns an owner-checked release on every node on the current tokio runtime, if
-    /// there is one, and returns at once. Used where waiting is impossible: in `Drop`.
+    /// Starts an owner-checked release on every node and returns at once (see
+    /// [`background`]: it is finished even if the runtime shuts down first, or there is
+    /// none). Used where waiting is impossible: in `Drop`.
     pub(crate) fn release_in_background(&self, keys: Keys, token: Token) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         match self {
-            Store::One(conn) => {
-                let mut conn = conn.clone();
-                runtime.spawn(async move {
-                    // Best effort: if this fails, the keys expire by their TTL.
-                    let _ = scripts::release_unattended(&mut conn, &keys, &token).await;
-                });
-            }
+            Store::One(conn) => background::release(release_try(conn.clone(), keys, token)),
             Store::Quorum(nodes) => {
                 nodes.release_in_background(0..nodes.conns().len(), &keys, &token);
             }
@@ -311,6 +304,19 @@ impl<C: Connection> Store<C> {
             Store::Quorum(nodes) => Ok(nodes.inspect(key).await),
         }
     }
+}
+
+/// One try of an owner-checked release of `keys` on `conn`, for [`background::release`].
+pub(crate) fn release_try<C: Connection>(conn: C, keys: Keys, token: Token) -> background::Try {
+    let keys = std::sync::Arc::new(keys);
+    Box::new(move || {
+        let (mut conn, keys) = (conn.clone(), keys.clone());
+        Box::pin(async move {
+            scripts::release_unattended(&mut conn, &keys, &token)
+                .await
+                .is_ok()
+        })
+    })
 }
 
 /// A renewal reply must answer every lease of the call.
