@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::args::{self, Keys};
+use crate::check::{self, EvictionWatch};
 use crate::connection::Connection;
 use crate::error::Argument;
 use crate::error::{Error, NotObtained};
@@ -53,6 +54,8 @@ pub struct Acquire<'a, C: Connection> {
     store: Store<C>,
     renewer: Arc<RenewerSlot<C>>,
     hub: Option<Arc<Hub>>,
+    /// The locker's one look at the eviction policy, taken with its first try.
+    eviction: Arc<EvictionWatch>,
     keys: Result<Keys, Error>,
     ttl: Duration,
     fences: Fences,
@@ -103,6 +106,7 @@ impl<'a, C: Connection> Acquire<'a, C> {
         store: Store<C>,
         renewer: Arc<RenewerSlot<C>>,
         hub: Option<Arc<Hub>>,
+        eviction: Arc<EvictionWatch>,
         keys: Result<Keys, Error>,
         ttl: Duration,
         fences: Fences,
@@ -111,6 +115,7 @@ impl<'a, C: Connection> Acquire<'a, C> {
             store,
             renewer,
             hub,
+            eviction,
             keys,
             ttl,
             fences,
@@ -178,6 +183,7 @@ impl<'a, C: Connection> Acquire<'a, C> {
             store,
             renewer,
             hub,
+            eviction,
             keys,
             ttl,
             fences,
@@ -289,7 +295,15 @@ impl<'a, C: Connection> Acquire<'a, C> {
                     retrying_own,
                     waiting,
                 };
-                let attempt = store.try_obtain(request, &token, sent_at, try_until).await;
+                let attempt = store.try_obtain(request, &token, sent_at, try_until);
+                let attempt = match eviction.first() {
+                    // Side by side with the locker's first try: no acquire waits for it.
+                    true => {
+                        let look = check::warn_if_evicting(store.nodes().to_vec());
+                        futures_util::future::join(attempt, look).await.0
+                    }
+                    false => attempt.await,
+                };
                 cleanup.armed = attempt.may_hold;
                 // One millisecond more: the key is certainly gone by then.
                 expires = attempt

@@ -83,6 +83,14 @@ pub(crate) enum Renewal {
 }
 
 impl<C: Connection> Store<C> {
+    /// The connection of every node: one, or each of a quorum's.
+    pub(crate) fn nodes(&self) -> &[C] {
+        match self {
+            Store::One(conn) => std::slice::from_ref(conn),
+            Store::Quorum(nodes) => nodes.conns(),
+        }
+    }
+
     /// The clock-drift allowance subtracted from a lease of `ttl`: none on one node, whose
     /// own clock both sets and expires the key; the Redlock allowance on a quorum.
     pub(crate) fn drift(&self, ttl: Duration) -> Duration {

@@ -334,6 +334,20 @@ impl Hub {
         }
     }
 
+    /// Whether each node's subscriber client may subscribe to `channel`: a connection of
+    /// its own, one SUBSCRIBE, then closed ([`crate::Locker::check_server`]).
+    pub(crate) async fn probe(&self, channel: &[u8]) -> Vec<redis::RedisResult<()>> {
+        let probes = self.subscribers.iter().map(|subscriber| async move {
+            let connect = subscriber.client.get_async_pubsub();
+            let mut pubsub = tokio::time::timeout(CONNECT_TIMEOUT, connect)
+                .await
+                .unwrap_or_else(|_| Err(timed_out("connecting a probe subscriber")))?;
+            answered(pubsub.subscribe(channel)).await?;
+            answered(pubsub.unsubscribe(channel)).await
+        });
+        futures_util::future::join_all(probes).await
+    }
+
     /// How the subscriber connections fare: failing if any node fails.
     pub(crate) fn state(&self) -> WakeUpState {
         let statuses: Vec<NodeStatus> = (self.subscribers.iter())

@@ -1,0 +1,580 @@
+//! Is a server fit to hold locks? What [`Locker::check_server`](crate::Locker::check_server)
+//! and `redmutex doctor` look at, and the one look every locker takes by itself: a server
+//! that evicts keys under memory pressure deletes locks and fence counters while they are
+//! held, so the first acquire of a locker reads the eviction policy (in parallel with its
+//! first try: no acquire waits for it, no later one repeats it) and warns through `tracing`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use redis::Value;
+
+use crate::connection::Connection;
+
+/// How long one request of a check may take.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What [`Locker::check_server`](crate::Locker::check_server) found: one finding per
+/// check and node, fine ones included.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServerCheck {
+    /// Every finding, node by node.
+    pub findings: Vec<Finding>,
+}
+
+impl ServerCheck {
+    /// No finding makes locks unsafe (warnings and checks that could not be made aside).
+    pub fn is_fit(&self) -> bool {
+        !self.findings.iter().any(|f| f.level == Level::Unsafe)
+    }
+
+    /// Some node answered at all.
+    pub fn reached_any(&self) -> bool {
+        let nodes: std::collections::BTreeSet<usize> =
+            self.findings.iter().map(|f| f.node).collect();
+        nodes.iter().any(|node| {
+            !self
+                .findings
+                .iter()
+                .any(|f| f.node == *node && f.check == Check::Reachable)
+        })
+    }
+
+    /// The findings at `level`.
+    pub fn at(&self, level: Level) -> impl Iterator<Item = &Finding> {
+        self.findings.iter().filter(move |f| f.level == level)
+    }
+}
+
+/// One thing [`ServerCheck`] looked at, on one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Finding {
+    /// The node's position among the locker's nodes (0 for a single node or a cluster;
+    /// a cluster member's address is in the detail).
+    pub node: usize,
+    /// What was checked.
+    pub check: Check,
+    /// How it affects locks.
+    pub level: Level,
+    /// What was found and, when it is not fine, what to do.
+    pub detail: String,
+}
+
+/// What a [`Finding`] is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Check {
+    /// The node answers at all (only reported when it does not).
+    Reachable,
+    /// The server's name and version (redmutex is tested on Redis 6.2, 7.0 and Valkey 8.1).
+    Version,
+    /// `maxmemory-policy`: anything but `noeviction` may delete held locks.
+    Eviction,
+    /// AOF or RDB: without either, a restart forgets every lock.
+    Persistence,
+    /// `appendfsync`: short of `always`, a crash can forget the last second of locks.
+    Fsync,
+    /// Master or replica: locks belong on a master.
+    Role,
+    /// `cluster_state` of a cluster node.
+    Cluster,
+    /// The ACL user may do what redmutex does (a probe lock, see
+    /// [`Locker::check_server`](crate::Locker::check_server)).
+    Permissions,
+    /// The wake-up subscriber may subscribe (when wake-up is on).
+    WakeUp,
+}
+
+impl Check {
+    /// A short name: `maxmemory-policy`, `appendfsync`, … (as `redmutex doctor --json`
+    /// prints it).
+    pub fn name(self) -> &'static str {
+        match self {
+            Check::Reachable => "reachable",
+            Check::Version => "version",
+            Check::Eviction => "maxmemory-policy",
+            Check::Persistence => "persistence",
+            Check::Fsync => "appendfsync",
+            Check::Role => "role",
+            Check::Cluster => "cluster",
+            Check::Permissions => "permissions",
+            Check::WakeUp => "wake-up",
+        }
+    }
+}
+
+/// How a [`Finding`] affects locks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Level {
+    /// Nothing to do.
+    Fine,
+    /// Could not be checked (e.g. the ACL user may not read the setting); not a failure.
+    Unknown,
+    /// Weakens a guarantee under some condition (see the detail and `docs/SAFETY.md`).
+    Warning,
+    /// Locks are not safe on this server as it is configured.
+    Unsafe,
+}
+
+impl Level {
+    /// `ok`, `unknown`, `warning` or `unsafe`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::Fine => "ok",
+            Level::Unknown => "unknown",
+            Level::Warning => "warning",
+            Level::Unsafe => "unsafe",
+        }
+    }
+}
+
+pub(crate) fn finding(node: usize, check: Check, level: Level, detail: String) -> Finding {
+    Finding {
+        node,
+        check,
+        level,
+        detail,
+    }
+}
+
+/// Runs `command` on `conn`, bounded by [`CHECK_TIMEOUT`].
+async fn ask<C: Connection>(conn: &C, command: &redis::Cmd) -> Result<Value, String> {
+    let mut conn = conn.clone();
+    match tokio::time::timeout(CHECK_TIMEOUT, command.query_async::<Value>(&mut conn)).await {
+        Ok(Ok(Value::ServerError(e))) => Err(e.to_string()),
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no answer within {CHECK_TIMEOUT:?}")),
+    }
+}
+
+/// The texts of an `INFO` reply: one, or (from a cluster connection) one per node, with
+/// its address.
+fn info_texts(value: Value) -> Vec<(Option<String>, String)> {
+    match value {
+        Value::Map(members) => members
+            .into_iter()
+            .filter_map(|(addr, info)| {
+                let addr = redis::from_redis_value::<String>(addr).ok();
+                Some((addr, redis::from_redis_value::<String>(info).ok()?))
+            })
+            .collect(),
+        other => redis::from_redis_value::<String>(other)
+            .map(|text| vec![(None, text)])
+            .unwrap_or_default(),
+    }
+}
+
+/// The value of `field` in an `INFO` text (`field:value` lines).
+fn info_field<'t>(text: &'t str, field: &str) -> Option<&'t str> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .map(str::trim)
+}
+
+/// The value of one `CONFIG GET` parameter (a two-element array, or a map in RESP3).
+async fn config<C: Connection>(conn: &C, name: &str) -> Result<String, String> {
+    let reply = ask(conn, redis::cmd("CONFIG").arg("GET").arg(name)).await?;
+    let pairs: Vec<(String, String)> = match reply {
+        Value::Map(_) => {
+            redis::from_redis_value::<std::collections::HashMap<String, String>>(reply)
+                .map(|map| map.into_iter().collect())
+                .map_err(|e| e.to_string())?
+        }
+        other => {
+            let flat: Vec<String> = redis::from_redis_value(other).map_err(|e| e.to_string())?;
+            flat.chunks(2)
+                .filter_map(|pair| Some((pair.first()?.clone(), pair.get(1)?.clone())))
+                .collect()
+        }
+    };
+    pairs
+        .into_iter()
+        .find(|(key, _)| key.eq_ignore_ascii_case(name))
+        .map(|(_, value)| value)
+        .ok_or_else(|| format!("{name} is not a configuration parameter here"))
+}
+
+/// The eviction policy a node reports in `INFO memory` (one per member of a cluster).
+async fn eviction_policies<C: Connection>(
+    conn: &C,
+) -> Result<Vec<(Option<String>, String)>, String> {
+    let info = ask(conn, redis::cmd("INFO").arg("memory")).await?;
+    Ok(info_texts(info)
+        .into_iter()
+        .filter_map(|(addr, text)| Some((addr, info_field(&text, "maxmemory_policy")?.to_owned())))
+        .collect())
+}
+
+/// Warns (once per locker) about each node that evicts keys. What cannot be read (an ACL
+/// user without `INFO`) is passed over in silence: `redmutex doctor` says more.
+pub(crate) async fn warn_if_evicting<C: Connection>(nodes: Vec<C>) {
+    let checks = nodes.iter().map(eviction_policies);
+    for (node, policies) in futures_util::future::join_all(checks)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        for (addr, policy) in policies.unwrap_or_default() {
+            if policy != "noeviction" {
+                let at = addr.map(|a| format!(" ({a})")).unwrap_or_default();
+                tracing::warn!(
+                    node,
+                    policy,
+                    "redmutex: node {node}{at} has maxmemory-policy {policy}: under memory \
+                     pressure it evicts keys, lock keys and fence counters included, and a \
+                     lock can pass to a rival while its holder still believes it holds it; \
+                     set maxmemory-policy noeviction (docs/SAFETY.md, `redmutex doctor`)"
+                );
+            }
+        }
+    }
+}
+
+/// Whether a locker has had its one look at the eviction policy yet; shared by its clones.
+#[derive(Debug, Default)]
+pub(crate) struct EvictionWatch(AtomicBool);
+
+impl EvictionWatch {
+    /// True the first time only: the caller takes the look.
+    pub(crate) fn first(&self) -> bool {
+        !self.0.swap(true, Ordering::Relaxed)
+    }
+}
+
+/// Everything one node answers about itself.
+struct NodeFacts {
+    /// `INFO` texts, one per server (several behind a cluster connection), or why not.
+    info: Result<Vec<(Option<String>, String)>, String>,
+    /// `CONFIG GET` of the settings INFO does not show (single servers only).
+    config: Vec<(&'static str, Result<String, String>)>,
+}
+
+/// The findings for one node of a locker (`redlock`: one of several independent nodes).
+pub(crate) async fn node_findings<C: Connection>(
+    node: usize,
+    conn: C,
+    redlock: bool,
+) -> Vec<Finding> {
+    if let Err(e) = ask(&conn, &redis::cmd("PING")).await {
+        return vec![finding(
+            node,
+            Check::Reachable,
+            Level::Unknown,
+            format!("could not reach it: {e}"),
+        )];
+    }
+    let info = ask(&conn, &redis::cmd("INFO")).await.map(info_texts);
+    let single = info.as_ref().is_ok_and(|texts| texts.len() == 1) || info.is_err();
+    let mut settings = Vec::new();
+    if single {
+        for name in ["maxmemory-policy", "appendonly", "appendfsync", "save"] {
+            settings.push((name, config(&conn, name).await));
+        }
+    }
+    let facts = NodeFacts {
+        info,
+        config: settings,
+    };
+    let mut findings = Vec::new();
+    match &facts.info {
+        Ok(texts) => {
+            for (addr, text) in texts {
+                findings.extend(server_findings(
+                    node,
+                    addr.as_deref(),
+                    text,
+                    &facts,
+                    redlock,
+                ));
+            }
+            if texts
+                .iter()
+                .any(|(_, text)| info_field(text, "cluster_enabled") == Some("1"))
+            {
+                findings.push(cluster_finding(node, &conn).await);
+            }
+        }
+        Err(e) => findings.extend(without_info(node, e, &facts, redlock)),
+    }
+    findings
+}
+
+/// A setting from `CONFIG GET`, if it could be read.
+fn configured<'f>(facts: &'f NodeFacts, name: &str) -> Option<&'f str> {
+    facts
+        .config
+        .iter()
+        .find(|(n, _)| *n == name)
+        .and_then(|(_, value)| value.as_deref().ok())
+}
+
+/// Findings from one server's `INFO` text (and, for a single server, its configuration).
+fn server_findings(
+    node: usize,
+    addr: Option<&str>,
+    info: &str,
+    facts: &NodeFacts,
+    redlock: bool,
+) -> Vec<Finding> {
+    let at = addr.map(|a| format!(" at {a}")).unwrap_or_default();
+    let policy = configured(facts, "maxmemory-policy").or(info_field(info, "maxmemory_policy"));
+    let aof = configured(facts, "appendonly")
+        .map(|v| v == "yes")
+        .or(info_field(info, "aof_enabled").map(|v| v == "1"));
+    vec![
+        version_finding(node, &at, info),
+        eviction_finding(node, &at, policy),
+        role_finding(node, &at, info_field(info, "role")),
+        persistence_finding(node, &at, aof, configured(facts, "save"), redlock),
+        fsync_finding(node, &at, aof, configured(facts, "appendfsync")),
+    ]
+}
+
+/// What can be said of a node whose `INFO` was refused: the configuration, if readable.
+fn without_info(node: usize, error: &str, facts: &NodeFacts, redlock: bool) -> Vec<Finding> {
+    let aof = configured(facts, "appendonly").map(|v| v == "yes");
+    vec![
+        finding(
+            node,
+            Check::Version,
+            Level::Unknown,
+            format!("could not read INFO: {error}"),
+        ),
+        eviction_finding(node, "", configured(facts, "maxmemory-policy")),
+        finding(
+            node,
+            Check::Role,
+            Level::Unknown,
+            format!("could not read INFO: {error}"),
+        ),
+        persistence_finding(node, "", aof, configured(facts, "save"), redlock),
+        fsync_finding(node, "", aof, configured(facts, "appendfsync")),
+    ]
+}
+
+fn version_finding(node: usize, at: &str, info: &str) -> Finding {
+    let (name, version) = match info_field(info, "valkey_version") {
+        Some(version) => ("Valkey", version),
+        None => ("Redis", info_field(info, "redis_version").unwrap_or("?")),
+    };
+    let numbers: Vec<u32> = version.split('.').filter_map(|n| n.parse().ok()).collect();
+    let old = name == "Redis" && numbers.len() >= 2 && (numbers[0], numbers[1]) < (6, 2);
+    match old {
+        true => finding(
+            node,
+            Check::Version,
+            Level::Warning,
+            format!("{name} {version}{at}: older than 6.2, which redmutex needs and is tested on"),
+        ),
+        false => finding(
+            node,
+            Check::Version,
+            Level::Fine,
+            format!("{name} {version}{at}"),
+        ),
+    }
+}
+
+fn eviction_finding(node: usize, at: &str, policy: Option<&str>) -> Finding {
+    match policy {
+        Some("noeviction") => finding(
+            node,
+            Check::Eviction,
+            Level::Fine,
+            format!("noeviction{at}"),
+        ),
+        Some(policy) => finding(
+            node,
+            Check::Eviction,
+            Level::Unsafe,
+            format!(
+                "{policy}{at}: under memory pressure the server evicts keys — held locks and \
+                 fence counters included — and a rival can take a lock its holder still \
+                 believes it holds; set maxmemory-policy noeviction (writes then fail with \
+                 OOM instead, which redmutex reports as an error)"
+            ),
+        ),
+        None => finding(
+            node,
+            Check::Eviction,
+            Level::Unknown,
+            format!("could not check maxmemory-policy{at}: neither CONFIG GET nor INFO is allowed"),
+        ),
+    }
+}
+
+fn role_finding(node: usize, at: &str, role: Option<&str>) -> Finding {
+    match role {
+        Some("master") => finding(node, Check::Role, Level::Fine, format!("master{at}")),
+        Some(role) => finding(
+            node,
+            Check::Role,
+            Level::Warning,
+            format!(
+                "{role}{at}: a replica — acquires fail with READONLY, or (replica-read-only no) \
+                 take locks the master never sees; connect to the master"
+            ),
+        ),
+        None => finding(
+            node,
+            Check::Role,
+            Level::Unknown,
+            format!("no role in INFO{at}"),
+        ),
+    }
+}
+
+fn persistence_finding(
+    node: usize,
+    at: &str,
+    aof: Option<bool>,
+    save: Option<&str>,
+    redlock: bool,
+) -> Finding {
+    let rdb = save.map(|s| !s.trim().is_empty());
+    let consequence = match redlock {
+        true => {
+            "a node that restarts comes back empty, and its vote with it: keep it out for \
+                 at least the longest TTL before it rejoins, or turn on appendonly with \
+                 appendfsync always"
+        }
+        false => {
+            "a restart forgets every lock (and fence counter): another client can then \
+                  take a lock that is still held"
+        }
+    };
+    match (aof, rdb) {
+        (Some(true), _) => finding(node, Check::Persistence, Level::Fine, format!("AOF{at}")),
+        (_, Some(true)) => finding(
+            node,
+            Check::Persistence,
+            Level::Warning,
+            format!("RDB snapshots only{at}: a restart loses the locks since the last one; {consequence}"),
+        ),
+        (Some(false), Some(false)) => finding(
+            node,
+            Check::Persistence,
+            Level::Warning,
+            format!("no persistence{at}: {consequence}"),
+        ),
+        _ => finding(
+            node,
+            Check::Persistence,
+            Level::Unknown,
+            format!("could not check persistence{at}: CONFIG GET is not allowed"),
+        ),
+    }
+}
+
+fn fsync_finding(node: usize, at: &str, aof: Option<bool>, fsync: Option<&str>) -> Finding {
+    match (aof, fsync) {
+        (Some(false), _) => finding(node, Check::Fsync, Level::Fine, format!("no AOF{at}")),
+        (_, Some("always")) => finding(node, Check::Fsync, Level::Fine, format!("always{at}")),
+        (Some(true), Some(fsync)) => finding(
+            node,
+            Check::Fsync,
+            Level::Warning,
+            format!(
+                "{fsync}{at}: a crash (not a clean restart) can forget the locks of the last \
+                 second; appendfsync always where that matters (Redlock nodes, docs/SAFETY.md)"
+            ),
+        ),
+        _ => finding(
+            node,
+            Check::Fsync,
+            Level::Unknown,
+            format!("could not check appendfsync{at}: CONFIG GET is not allowed"),
+        ),
+    }
+}
+
+/// A cluster node's `cluster_state`.
+async fn cluster_finding<C: Connection>(node: usize, conn: &C) -> Finding {
+    match ask(conn, redis::cmd("CLUSTER").arg("INFO"))
+        .await
+        .map(info_texts)
+    {
+        Ok(texts) => {
+            let states: Vec<&str> = texts
+                .iter()
+                .filter_map(|(_, text)| info_field(text, "cluster_state"))
+                .collect();
+            match states.iter().all(|s| *s == "ok") && !states.is_empty() {
+                true => finding(node, Check::Cluster, Level::Fine, "cluster_state ok".into()),
+                false => finding(
+                    node,
+                    Check::Cluster,
+                    Level::Warning,
+                    format!(
+                        "cluster_state {}: some slots are not served; locks on them fail",
+                        states.join(", ")
+                    ),
+                ),
+            }
+        }
+        Err(e) => finding(
+            node,
+            Check::Cluster,
+            Level::Unknown,
+            format!("could not read CLUSTER INFO: {e}"),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn info_fields_are_read_by_name() {
+        let info = "# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\n# Memory\r\nmaxmemory_policy:allkeys-lru\r\n";
+        assert_eq!(info_field(info, "redis_version"), Some("7.0.15"));
+        assert_eq!(info_field(info, "maxmemory_policy"), Some("allkeys-lru"));
+        assert_eq!(info_field(info, "redis"), None, "whole names only");
+    }
+
+    #[test]
+    fn versions_and_levels() {
+        let old = version_finding(0, "", "redis_version:6.0.9\r\n");
+        assert_eq!(old.level, Level::Warning);
+        let valkey = version_finding(0, "", "redis_version:7.2.4\r\nvalkey_version:8.1.8\r\n");
+        assert_eq!(
+            (valkey.level, valkey.detail.as_str()),
+            (Level::Fine, "Valkey 8.1.8")
+        );
+        assert_eq!(
+            eviction_finding(0, "", Some("volatile-lru")).level,
+            Level::Unsafe
+        );
+        assert_eq!(
+            eviction_finding(0, "", Some("noeviction")).level,
+            Level::Fine
+        );
+        assert_eq!(eviction_finding(0, "", None).level, Level::Unknown);
+        assert_eq!(
+            persistence_finding(0, "", Some(false), Some(""), true).level,
+            Level::Warning
+        );
+        assert_eq!(
+            persistence_finding(0, "", None, None, false).level,
+            Level::Unknown
+        );
+        assert_eq!(
+            fsync_finding(0, "", Some(true), Some("everysec")).level,
+            Level::Warning
+        );
+        assert_eq!(fsync_finding(0, "", Some(false), None).level, Level::Fine);
+        let check = ServerCheck {
+            findings: vec![
+                finding(0, Check::Reachable, Level::Unknown, String::new()),
+                finding(1, Check::Eviction, Level::Unsafe, String::new()),
+            ],
+        };
+        assert!(!check.is_fit());
+        assert!(check.reached_any(), "node 1 answered");
+    }
+}
