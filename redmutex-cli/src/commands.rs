@@ -1,10 +1,10 @@
 //! The lock-management commands: acquire, release, refresh, inspect.
 
-use redmutex::{Connection, Error, LockInfo, Locker, Token};
+use redmutex::{Check, Connection, Error, Finding, Level, LockInfo, Locker, Token};
 
 use crate::exit::{self, Failure};
 use crate::output::{outln, stdout_was_closed};
-use crate::{duration, target, AcquireArgs, InspectArgs, RefreshArgs, ReleaseArgs};
+use crate::{duration, target, AcquireArgs, DoctorArgs, InspectArgs, RefreshArgs, ReleaseArgs};
 
 /// Refuses `acquire` with a closed stdout before anything is taken: its token, the only
 /// way to release the lock, would be lost.
@@ -131,6 +131,85 @@ pub async fn inspect<C: Connection>(
         outln!("  {}: {view}", target::node_name(urls, node.node))?;
     }
     Ok(0)
+}
+
+/// Checks the servers and prints what it found: exit 1 when they are unfit for locks (an
+/// evicting policy), 69 when no node could be reached, 0 otherwise (warnings and checks
+/// that could not be made do not fail it).
+pub async fn doctor<C: Connection>(
+    locker: &Locker<C>,
+    args: DoctorArgs,
+    urls: &[String],
+) -> Result<u8, Failure> {
+    let mut report = locker.check_server().await;
+    // Node by node; on Redlock the probe lock is about all nodes at once, and comes last.
+    let redlock = urls.len() > 1;
+    report.findings.sort_by_key(|f| match (redlock, f.check) {
+        (true, Check::Permissions) => usize::MAX,
+        _ => f.node,
+    });
+    let scope = |f: &Finding| match (redlock, f.check) {
+        (true, Check::Permissions) => "all nodes".to_owned(),
+        _ => target::node_name(urls, f.node),
+    };
+    if args.json {
+        let findings: Vec<String> = report
+            .findings
+            .iter()
+            .map(|f| {
+                format!(
+                    "{{\"node\":{},\"check\":\"{}\",\"level\":\"{}\",\"detail\":{}}}",
+                    json_string(&scope(f)),
+                    f.check.name(),
+                    f.level.name(),
+                    json_string(&target::name_nodes(&f.detail, urls))
+                )
+            })
+            .collect();
+        outln!(
+            "{{\"fit\":{},\"findings\":[{}]}}",
+            report.is_fit(),
+            findings.join(",")
+        )?;
+    } else {
+        let mut last_scope = String::new();
+        for finding in &report.findings {
+            if scope(finding) != last_scope {
+                last_scope = scope(finding);
+                outln!("{last_scope}")?;
+            }
+            outln!("  {}", finding_line(finding, urls))?;
+        }
+        outln!("{}", verdict(&report))?;
+    }
+    Ok(match (report.is_fit(), report.reached_any()) {
+        (false, _) => 1,
+        (true, false) => exit::UNAVAILABLE,
+        (true, true) => 0,
+    })
+}
+
+/// `warning  appendfsync       everysec: …`: one finding of `doctor`, escaped.
+pub fn finding_line(finding: &Finding, urls: &[String]) -> String {
+    let detail = printable(&target::name_nodes(&finding.detail, urls));
+    let (level, check) = (finding.level.name(), finding.check.name());
+    format!("{level:<8} {check:<17} {detail}")
+}
+
+/// The last line of `doctor`'s text output.
+pub fn verdict(report: &redmutex::ServerCheck) -> String {
+    let count = |level| report.at(level).count();
+    let (unsafe_, warnings, unknown) = (
+        count(Level::Unsafe),
+        count(Level::Warning),
+        count(Level::Unknown),
+    );
+    let head = match (unsafe_, report.reached_any()) {
+        (0, false) => "not checked: no node could be reached".to_owned(),
+        (0, true) => "fit for locks".to_owned(),
+        (n, _) => format!("NOT fit for locks: {n} unsafe finding(s)"),
+    };
+    format!("{head}; {warnings} warning(s), {unknown} could not be checked")
 }
 
 /// `held, ttl 29.5s, fence 42, awaited, metadata: host=a`, `free, last fence 42` or

@@ -1,9 +1,10 @@
 //! `redmutex demo`: redmutex at work, live, against a private redis-server.
 //!
-//! Four scenes: workers contending for one lock (and never overlapping), a kept-alive
-//! lease outliving its TTL many times over, a lock lost mid-work — detected, and the work
-//! cancelled — and a Redlock lease over five private nodes surviving two node deaths and
-//! reporting the loss of its quorum. Then a summary. About twelve seconds.
+//! First what `redmutex doctor` says of the server; then four scenes: workers contending
+//! for one lock (and never overlapping), a kept-alive lease outliving its TTL many times
+//! over, a lock lost mid-work — detected, and the work cancelled — and a Redlock lease over
+//! five private nodes surviving two node deaths and reporting the loss of its quorum. Then
+//! a summary. About twelve seconds.
 
 mod server;
 
@@ -53,6 +54,7 @@ pub async fn run(args: DemoArgs, redis_flags: &[String]) -> Result<u8, Failure> 
     let locker = Locker::new(conn.clone()).with_prefix("redmutex-demo:");
     let clock = Clock(Instant::now());
 
+    server_check(&locker, &url).await?;
     let contention = contention(&locker, &clock, args.workers).await?;
     let keepalive = keep_alive(&locker, &clock).await?;
     let lost = lost_lock(&locker, conn, &clock).await?;
@@ -113,6 +115,18 @@ struct RedlockScene {
 }
 
 /// Five private nodes; a kept-alive Redlock lease while they die one by one.
+/// What `redmutex doctor` says of the server, before anything is locked there.
+async fn server_check<C: Connection>(locker: &Locker<C>, url: &str) -> Result<(), Failure> {
+    outln!()?;
+    outln!("is the server fit for locks? (what `redmutex doctor` checks)")?;
+    let report = locker.check_server().await;
+    let urls = [url.to_owned()];
+    for finding in &report.findings {
+        outln!("  {}", crate::commands::finding_line(finding, &urls))?;
+    }
+    outln!("  {}", crate::commands::verdict(&report))
+}
+
 async fn redlock(clock: &Clock) -> Result<RedlockScene, Failure> {
     outln!()?;
     outln!(

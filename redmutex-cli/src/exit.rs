@@ -38,15 +38,7 @@ impl Failure {
 
     /// Sorts a library error: not obtained, not held, bad argument, Redis trouble.
     pub fn from_lock_error(e: &redmutex::Error, urls: &[String]) -> Failure {
-        let mut message = e.to_string();
-        if urls.len() > 1 {
-            // Redlock errors name nodes by position; name them by address instead.
-            for node in 0..urls.len() {
-                let name = crate::target::node_name(urls, node);
-                message = message.replace(&format!("node {node}:"), &format!("{name}:"));
-            }
-        }
-        let message = crate::target::scrub(&message, urls);
+        let message = crate::target::name_nodes(&e.to_string(), urls);
         match e {
             redmutex::Error::NotObtained(_) => Failure::new(NOT_OBTAINED, message),
             redmutex::Error::NotHeld => Failure::new(NOT_HELD, message),

@@ -34,7 +34,8 @@ use crate::exit::Failure;
         nodes: every command then uses Redlock, and a lock needs a majority of them.\n\
         A lock on KEY is stored in Redis under exactly KEY (--prefix P prepends P).\n\
         Durations: 250ms, 30s, 1.5s, 2m, 1h30m.\n\n\
-        Exit codes: 64 usage error, 69 Redis unreachable or auth failure, 70 lock lost while\n\
+        Exit codes: 1 doctor found the server unfit for locks, 64 usage error, 69 Redis\n\
+        unreachable or auth failure, 70 lock lost while\n\
         the command ran, 74 output failed (acquire: token not handed over, lock released),\n\
         75 lock not obtained; exec otherwise passes on the command's status."
 )]
@@ -84,6 +85,9 @@ enum Command {
     Refresh(RefreshArgs),
     /// Show whether a key is locked, for how long, and by whom.
     Inspect(InspectArgs),
+    /// Check that the server(s) can hold locks safely: eviction policy (exit 1 unless
+    /// noeviction), persistence, appendfsync, role, version, cluster state, permissions.
+    Doctor(DoctorArgs),
     /// Show redmutex at work against a private redis-server (no Redis needed).
     Demo(demo::DemoArgs),
 }
@@ -177,6 +181,13 @@ struct InspectArgs {
     json: bool,
 }
 
+#[derive(Args, Debug)]
+struct DoctorArgs {
+    /// Print one JSON object: fit, and every finding (node, check, level, detail).
+    #[arg(long)]
+    json: bool,
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -238,6 +249,7 @@ async fn run_command(cli: Cli, urls: &[String], access: &target::Access) -> Resu
         Command::Release(args) => commands::release(&locker, args, urls).await,
         Command::Refresh(args) => commands::refresh(&locker, args, urls).await,
         Command::Inspect(args) => commands::inspect(&locker, args, urls).await,
+        Command::Doctor(args) => commands::doctor(&locker, args, urls).await,
         Command::Demo(_) => unreachable!("handled above"),
     }
 }
@@ -268,7 +280,7 @@ fn check_sizes(command: &Command) -> Result<(), Failure> {
         Command::Release(a) => (&a.keys, None),
         Command::Refresh(a) => (&a.keys, None),
         Command::Inspect(a) => (std::slice::from_ref(&a.key), None),
-        Command::Demo(_) => (&[], None),
+        Command::Demo(_) | Command::Doctor(_) => (&[], None),
     };
     for key in keys {
         if key.is_empty() {

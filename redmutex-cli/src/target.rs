@@ -120,6 +120,19 @@ pub fn node_name(urls: &[String], node: usize) -> String {
         .map_or_else(|| format!("node {node}"), |url| redact(url))
 }
 
+/// `text` (a library message) as the CLI shows it: Redlock nodes, which the library names
+/// by position (`node 2:`), named by their redacted address, and no password anywhere.
+pub fn name_nodes(text: &str, urls: &[String]) -> String {
+    let mut text = text.to_owned();
+    if urls.len() > 1 {
+        for node in 0..urls.len() {
+            let name = node_name(urls, node);
+            text = text.replace(&format!("node {node}:"), &format!("{name}:"));
+        }
+    }
+    scrub(&text, urls)
+}
+
 /// The URL with any password replaced by `***`: `redis://user:***@host:6379/0`.
 pub fn redact(url: &str) -> String {
     let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
