@@ -15,11 +15,12 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use redmutex::{Connection, Locker, LostReason};
+use redmutex::{Connection, Lease, Locker, LostReason};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::time::Instant;
 
 use crate::exit::{self, Failure};
+use crate::guard::Guard;
 use crate::{duration, ExecArgs};
 
 pub async fn run<C: Connection>(
@@ -28,24 +29,7 @@ pub async fn run<C: Connection>(
     urls: &[String],
 ) -> Result<u8, Failure> {
     let program = args.command[0].to_string_lossy().into_owned();
-    // The fence is taken with the keys, for REDMUTEX_FENCE, unless fences are off.
-    let fenced = locker.fences();
-    let lock = match args
-        .lock
-        .acquire(locker, &args.keys, &program, fenced)
-        .await
-    {
-        Ok(lock) => lock,
-        Err(e) if e.is_not_obtained() => {
-            return Err(Failure::new(args.conflict_exit_code, e.to_string()))
-        }
-        Err(e) => return Err(Failure::from_lock_error(&e, urls)),
-    };
-    let ttl_ms = lock.lease_ttl().as_millis().to_string();
-    let token = lock.token();
-    let lease = lock
-        .keep_alive()
-        .map_err(|e| Failure::from_lock_error(&e, urls))?;
+    let lease = take_lease(locker, &args, &program, urls).await?;
 
     // From here on, these signals are forwarded to the command instead of ending redmutex.
     let mut signals = Forwarded::new()
@@ -58,24 +42,15 @@ pub async fn run<C: Connection>(
         libc::signal(libc::SIGTTOU, libc::SIG_IGN);
     }
     let terminal = Terminal::foreground();
-    let tty_fd = terminal.as_ref().map(Terminal::fd);
+    // Should redmutex die, the guard stops the command's group before the lock, no longer
+    // renewed, can expire: at most a third of the TTL after its last renewal.
+    let kill_after = args.grace.min(lease.lease_ttl() / 3);
+    let mut guard = Guard::start(kill_after)
+        .map_err(|e| say(&format!("warning: no guard for the command: {e}")))
+        .ok();
+    become_subreaper();
 
-    let mut command = tokio::process::Command::new(&args.command[0]);
-    command
-        .args(&args.command[1..])
-        .env("REDMUTEX_KEYS", encode_keys(&args.keys))
-        .env("REDMUTEX_TOKEN", token.as_str())
-        .env("REDMUTEX_TTL_MS", &ttl_ms);
-    // The fence to pass on with every write the command makes to fenced storage.
-    if let Some(fence) = lease.fence_if_taken() {
-        command.env("REDMUTEX_FENCE", fence.to_string());
-    }
-    // SAFETY: the closure only makes async-signal-safe calls (setpgid, signal, tcsetpgrp,
-    // getpgrp), as required between fork and exec.
-    unsafe {
-        command.pre_exec(move || join_own_group(tty_fd));
-    }
-    let mut child = match command.spawn() {
+    let mut child = match spawn_command(&args, &lease, terminal.as_ref()) {
         Ok(child) => child,
         Err(e) => {
             // The child may have taken the terminal before exec failed.
@@ -83,6 +58,7 @@ pub async fn run<C: Connection>(
                 terminal.take_back();
             }
             let _ = lease.release().await;
+            guard.map(Guard::done);
             let code = if e.kind() == io::ErrorKind::PermissionDenied {
                 126
             } else {
@@ -104,38 +80,126 @@ pub async fn run<C: Connection>(
         if let Some(terminal) = &terminal {
             terminal.give_to(pgid);
         }
+        if let Some(Err(e)) = guard.as_mut().map(|g| g.watch(pgid)) {
+            say(&format!(
+                "warning: the guard is not watching the command: {e}"
+            ));
+        }
     }
 
-    let outcome = loop {
-        tokio::select! {
-            biased;
-            status = child.wait() => break Ok(status),
-            reason = lease.lost() => break Err(reason),
-            sig = signals.recv() => signal_group(pgid, sig),
-        }
-    };
-    match outcome {
+    let outcome = supervise(&mut child, pgid, &lease, &mut signals).await;
+    let result = match outcome {
         Ok(status) => {
-            if let Some(terminal) = &terminal {
-                terminal.take_back();
-            }
             if let Err(e) = lease.release().await {
                 if e.is_not_held() {
-                    say("warning: the lock was already gone when the command exited");
+                    say("warning: the lock was already gone when the command's group exited");
                 }
             }
             Ok(status.map_or(1, |s| exit_code(&s)))
         }
         Err(reason) => {
             stop_after_loss(&mut child, pgid, &reason, args.grace, &mut signals).await;
-            if let Some(terminal) = &terminal {
-                terminal.take_back();
-            }
             Err(Failure::new(
                 exit::LOST,
                 format!("command stopped: {reason}"),
             ))
         }
+    };
+    if let Some(terminal) = &terminal {
+        terminal.take_back();
+    }
+    guard.map(Guard::done);
+    result
+}
+
+/// Takes the lock (with its fence for REDMUTEX_FENCE, unless fences are off) and keeps it
+/// alive.
+async fn take_lease<C: Connection>(
+    locker: &Locker<C>,
+    args: &ExecArgs,
+    program: &str,
+    urls: &[String],
+) -> Result<Lease<C>, Failure> {
+    let fenced = locker.fences();
+    let lock = match args.lock.acquire(locker, &args.keys, program, fenced).await {
+        Ok(lock) => lock,
+        Err(e) if e.is_not_obtained() => {
+            return Err(Failure::new(args.conflict_exit_code, e.to_string()))
+        }
+        Err(e) => return Err(Failure::from_lock_error(&e, urls)),
+    };
+    lock.keep_alive()
+        .map_err(|e| Failure::from_lock_error(&e, urls))
+}
+
+/// Starts the command in a process group of its own (the terminal's foreground group if
+/// redmutex has the terminal), with the lock's details in its environment.
+fn spawn_command<C: Connection>(
+    args: &ExecArgs,
+    lease: &Lease<C>,
+    terminal: Option<&Terminal>,
+) -> io::Result<tokio::process::Child> {
+    let mut command = tokio::process::Command::new(&args.command[0]);
+    command
+        .args(&args.command[1..])
+        .env("REDMUTEX_KEYS", encode_keys(&args.keys))
+        .env("REDMUTEX_TOKEN", lease.token().as_str())
+        .env("REDMUTEX_TTL_MS", lease.lease_ttl().as_millis().to_string());
+    // The fence to pass on with every write the command makes to fenced storage.
+    if let Some(fence) = lease.fence_if_taken() {
+        command.env("REDMUTEX_FENCE", fence.to_string());
+    }
+    let tty_fd = terminal.map(Terminal::fd);
+    // SAFETY: getpid only reads.
+    let supervisor = unsafe { libc::getpid() };
+    // SAFETY: the closure only makes async-signal-safe calls (setpgid, signal, tcsetpgrp,
+    // getpgrp, prctl, getppid), as required between fork and exec.
+    unsafe {
+        command.pre_exec(move || join_own_group(tty_fd, supervisor));
+    }
+    command.spawn()
+}
+
+/// Waits for the command to exit, then for the rest of its process group: processes it
+/// left running (`sh -c 'job & exit'`) still count as the command, as with `flock(1)`, so
+/// the lock is held and renewed until the group is empty. Returns the command's own exit
+/// status, or why the lease was lost first.
+async fn supervise<C: Connection>(
+    child: &mut tokio::process::Child,
+    pgid: libc::pid_t,
+    lease: &Lease<C>,
+    signals: &mut Forwarded,
+) -> Result<Option<ExitStatus>, LostReason> {
+    let status = loop {
+        tokio::select! {
+            biased;
+            status = child.wait() => break status.ok(),
+            reason = lease.lost() => return Err(reason),
+            sig = signals.recv() => signal_group(pgid, sig),
+        }
+    };
+    while group_alive(pgid) {
+        tokio::select! {
+            biased;
+            reason = lease.lost() => return Err(reason),
+            sig = signals.recv() => signal_group(pgid, sig),
+            () = tokio::time::sleep(GROUP_POLL) => {}
+        }
+    }
+    Ok(status)
+}
+
+/// How often the rest of the command's group is looked for once the command has exited.
+const GROUP_POLL: Duration = Duration::from_millis(50);
+
+/// Makes redmutex the reaper of the command's orphaned descendants (Linux), so that a
+/// group member that exits is reaped here ([`group_alive`]) even where the system's own
+/// reaper (PID 1 in a container) does not reap.
+fn become_subreaper() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: sets a flag on this process.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     }
 }
 
@@ -208,18 +272,38 @@ fn signal_group(pgid: libc::pid_t, sig: libc::c_int) {
     }
 }
 
+/// Whether any process of the group is left, after reaping those of its members that are
+/// redmutex's children and have exited (a zombie still counts as a member).
 fn group_alive(pgid: libc::pid_t) -> bool {
-    // SAFETY: signal 0 only checks for existence.
-    pgid > 0 && unsafe { libc::kill(-pgid, 0) } == 0
+    if pgid <= 0 {
+        return false;
+    }
+    // SAFETY: waitpid on members of the command's group only (the command itself has been
+    // reaped by then, or is reaped here once it has exited: both are fine for callers that
+    // check the group after the command), then signal 0, which only checks for existence.
+    unsafe {
+        while libc::waitpid(-pgid, std::ptr::null_mut(), libc::WNOHANG) > 0 {}
+        libc::kill(-pgid, 0) == 0
+    }
 }
 
-/// Runs in the child between fork and exec: its own process group, and the terminal's
-/// foreground if redmutex had it.
-fn join_own_group(tty: Option<RawFd>) -> io::Result<()> {
+/// Runs in the child between fork and exec: its own process group, the terminal's
+/// foreground if redmutex had it, and (Linux) SIGTERM should `supervisor` die.
+fn join_own_group(tty: Option<RawFd>, supervisor: libc::pid_t) -> io::Result<()> {
     // SAFETY: async-signal-safe calls only.
     unsafe {
         if libc::setpgid(0, 0) != 0 {
             return Err(io::Error::last_os_error());
+        }
+        #[cfg(target_os = "linux")]
+        {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0);
+            // Gone before the request took effect: nobody would renew the lock.
+            if libc::getppid() != supervisor {
+                return Err(io::Error::other(
+                    "redmutex exited before the command started",
+                ));
+            }
         }
         if let Some(fd) = tty {
             // SIGTTOU is ignored (inherited from redmutex), which a background group

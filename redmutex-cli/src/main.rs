@@ -10,6 +10,7 @@ mod demo;
 mod duration;
 mod exec;
 mod exit;
+mod guard;
 mod output;
 mod target;
 
@@ -189,6 +190,11 @@ struct DoctorArgs {
 }
 
 fn main() -> ExitCode {
+    // `exec`'s guard process (see guard.rs): not a user command.
+    let args: Vec<OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == guard::SUBCOMMAND) {
+        return guard::run(&args[2..]);
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

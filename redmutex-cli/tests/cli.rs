@@ -1171,3 +1171,143 @@ fn doctor_over_tls_and_as_an_acl_user() {
     );
     assert!(!text.contains("pw-9d2b") && !stderr(&out).contains("pw-9d2b"));
 }
+
+/// Waits until none of `pids` runs (zombies do not count), for at most `within`.
+fn all_gone(pids: &[String], within: Duration) -> bool {
+    let until = Instant::now() + within;
+    while Instant::now() < until {
+        if !pids.iter().any(|p| process_alive(p)) {
+            return true;
+        }
+        thread::sleep(ms(20));
+    }
+    false
+}
+
+/// Like `flock(1)`, the lock lasts while the command's process group does: a command that
+/// leaves a job running (`sh -c 'job & exit 3'`) keeps the lock until the job ends, and
+/// redmutex still exits with the command's own status.
+#[test]
+fn exec_holds_the_lock_until_the_commands_group_is_empty() {
+    let server = RedisServer::spawn();
+    let started = Instant::now();
+    let mut exec = redmutex(&server)
+        .args(["exec", "grouped", "--", "sh", "-c", "sleep 1.5 & exit 3"])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    thread::sleep(ms(700));
+    assert!(exists(&server, "grouped"), "held while the job runs");
+    let status = wait_child(&mut exec, Duration::from_secs(10));
+    assert_eq!(status.code(), Some(3), "the command's own status");
+    assert!(started.elapsed() >= ms(1400), "waited for the job");
+    assert!(
+        !exists(&server, "grouped"),
+        "released once the group is empty"
+    );
+}
+
+/// A process that leaves the group (`setsid`) is outside the guarantee: exec does not
+/// wait for it.
+#[test]
+fn exec_does_not_wait_for_a_process_that_left_the_group() {
+    let server = RedisServer::spawn();
+    let dir = scratch("setsid");
+    let pid_file = dir.join("pid");
+    // Its own output elsewhere, or the test's pipes would wait for it.
+    let script = format!(
+        "setsid sh -c 'echo $$ > {}; exec sleep 20' >/dev/null 2>&1 & exit 0",
+        pid_file.display()
+    );
+    let started = Instant::now();
+    let out = run(redmutex(&server).args(["exec", "left", "--", "sh", "-c", &script]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let pid = wait_for_file(&pid_file, Duration::from_secs(5));
+    assert!(process_alive(&pid), "it runs on, outside the group");
+    // SAFETY: kills the sleep this test started.
+    unsafe {
+        libc::kill(pid.trim().parse().unwrap(), libc::SIGKILL);
+    }
+}
+
+/// redmutex killed outright (SIGKILL, as the OOM killer does) while its command runs: the
+/// command and the job it left in its group are stopped within a second, long before the
+/// lock — no longer renewed — expires, so a second exec cannot run beside them.
+#[test]
+fn a_killed_supervisor_takes_its_command_group_with_it() {
+    let server = RedisServer::spawn();
+    let dir = scratch("supervisor");
+    let (job, command) = (dir.join("job"), dir.join("command"));
+    let script = format!(
+        "sleep 60 & echo $! > {}; echo $$ > {}; sleep 60",
+        job.display(),
+        command.display()
+    );
+    let mut exec = redmutex(&server)
+        .args([
+            "exec",
+            "--ttl",
+            "3s",
+            "supervised",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pids = [
+        wait_for_file(&job, Duration::from_secs(5)),
+        wait_for_file(&command, Duration::from_secs(5)),
+    ];
+    assert!(pids.iter().all(|p| process_alive(p)));
+    exec.kill().unwrap(); // SIGKILL
+    let killed = Instant::now();
+    exec.wait().unwrap();
+    assert!(
+        all_gone(&pids, Duration::from_secs(1)),
+        "the group outlived its supervisor"
+    );
+    assert!(killed.elapsed() < Duration::from_secs(2));
+    assert!(
+        exists(&server, "supervised"),
+        "nobody released it: it expires by its TTL"
+    );
+}
+
+/// The lock is lost while only a job the command left behind runs: the group is stopped
+/// and redmutex exits with 70.
+#[test]
+fn a_lock_lost_while_the_group_lingers_stops_the_group() {
+    let server = RedisServer::spawn();
+    let dir = scratch("lingering");
+    let job = dir.join("job");
+    let script = format!("sleep 60 & echo $! > {}; exit 0", job.display());
+    let mut exec = redmutex(&server)
+        .args([
+            "exec",
+            "--ttl",
+            "900ms",
+            "lingering",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = wait_for_file(&job, Duration::from_secs(5));
+    thread::sleep(ms(300));
+    assert_eq!(server.command(&["DEL", "lingering"]), ":1\r\n");
+    let status = wait_child(&mut exec, Duration::from_secs(10));
+    assert_eq!(status.code(), Some(70));
+    assert!(
+        all_gone(&[pid], Duration::from_secs(2)),
+        "the job was stopped"
+    );
+}

@@ -338,6 +338,11 @@ impl<C: Connection> Lease<C> {
         self.lock().fence_if_taken()
     }
 
+    /// The TTL each renewal sets (see [`Lock::lease_ttl`]).
+    pub fn lease_ttl(&self) -> Duration {
+        self.lock().lease_ttl()
+    }
+
     /// Until when the lock is certainly held, as of the last successful renewal.
     pub fn valid_until(&self) -> Instant {
         self.state.valid_until()
