@@ -58,7 +58,9 @@ pub async fn run<C: Connection>(
                 terminal.take_back();
             }
             let _ = lease.release().await;
-            guard.map(Guard::done);
+            if let Some(guard) = guard {
+                guard.done();
+            }
             let code = if e.kind() == io::ErrorKind::PermissionDenied {
                 126
             } else {
@@ -108,7 +110,9 @@ pub async fn run<C: Connection>(
     if let Some(terminal) = &terminal {
         terminal.take_back();
     }
-    guard.map(Guard::done);
+    if let Some(guard) = guard {
+        guard.done();
+    }
     result
 }
 
