@@ -34,13 +34,6 @@ pub async fn run<C: Connection>(
     // From here on, these signals are forwarded to the command instead of ending redmutex.
     let mut signals = Forwarded::new()
         .map_err(|e| Failure::new(exit::UNAVAILABLE, format!("cannot handle signals: {e}")))?;
-    // Once the command has the terminal, redmutex is a background process there: with
-    // `stty tostop`, its own messages would stop it. Ignoring SIGTTOU lets them through
-    // (and lets it take the terminal back). The child restores the default before exec.
-    // SAFETY: changes one signal disposition.
-    unsafe {
-        libc::signal(libc::SIGTTOU, libc::SIG_IGN);
-    }
     let terminal = Terminal::foreground();
     // Should redmutex die, the guard stops the command's group before the lock, no longer
     // renewed, can expire: at most a third of the TTL after its last renewal.
@@ -61,11 +54,8 @@ pub async fn run<C: Connection>(
             if let Some(guard) = guard {
                 guard.done();
             }
-            let code = if e.kind() == io::ErrorKind::PermissionDenied {
-                126
-            } else {
-                127
-            };
+            // 126: found but not runnable, 127: not found (as shells say).
+            let code = 126 + u8::from(e.kind() != io::ErrorKind::PermissionDenied);
             return Err(Failure::new(code, format!("cannot run {program:?}: {e}")));
         }
     };
@@ -89,8 +79,7 @@ pub async fn run<C: Connection>(
         }
     }
 
-    let outcome = supervise(&mut child, pgid, &lease, &mut signals).await;
-    let result = match outcome {
+    let result = match supervise(&mut child, pgid, &lease, &mut signals).await {
         Ok(status) => {
             if let Err(e) = lease.release().await {
                 if e.is_not_held() {
@@ -101,10 +90,8 @@ pub async fn run<C: Connection>(
         }
         Err(reason) => {
             stop_after_loss(&mut child, pgid, &reason, args.grace, &mut signals).await;
-            Err(Failure::new(
-                exit::LOST,
-                format!("command stopped: {reason}"),
-            ))
+            let message = format!("command stopped: {reason}");
+            Err(Failure::new(exit::LOST, message))
         }
     };
     if let Some(terminal) = &terminal {
@@ -326,7 +313,15 @@ fn join_own_group(tty: Option<RawFd>, supervisor: libc::pid_t) -> io::Result<()>
 struct Terminal(File);
 
 impl Terminal {
+    /// The terminal, when redmutex runs in its foreground. From then on, SIGTTOU is
+    /// ignored: once the command has the terminal, redmutex is a background process there,
+    /// and with `stty tostop` its own messages would stop it; ignoring SIGTTOU lets them
+    /// through (and lets it take the terminal back). The child restores the default.
     fn foreground() -> Option<Terminal> {
+        // SAFETY: changes one signal disposition.
+        unsafe {
+            libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+        }
         let tty = File::options()
             .read(true)
             .write(true)

@@ -520,87 +520,117 @@ async fn serve(
 ) {
     let mut backoff = RECONNECT_MIN;
     loop {
-        match hub.upgrade() {
-            Some(hub) => {
-                hub.set_status(node, NodeStatus::Connecting);
-                // Channels whose waiters left are dropped even while no connection is up,
-                // so that a subscriber that keeps failing holds only the keys waited for
-                // now (and asks for no more than those on its next try).
-                hub.sweep_channels();
-            }
-            None => return,
-        }
-        let connected = tokio::time::timeout(CONNECT_TIMEOUT, client.get_async_pubsub()).await;
-        let pubsub = match connected {
-            Ok(Ok(pubsub)) => pubsub,
-            failed => {
-                let error = match failed {
-                    Ok(Err(e)) => e,
-                    _ => timed_out("connecting the wake-up subscriber"),
+        let ended = match connect(&hub, node, &client).await {
+            Err(ended) => ended,
+            Ok(pubsub) => {
+                let (mut sink, stream) = pubsub.split();
+                // Whatever was queued is covered by subscribing to every key the hub has.
+                while keys.try_recv().is_ok() {}
+                let Some(all) = hub.upgrade().map(|hub| hub.keys()) else {
+                    return;
                 };
-                match hub.upgrade() {
-                    Some(hub) => hub.set_status(node, NodeStatus::Failed(error)),
-                    None => return,
-                }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(RECONNECT_MAX);
-                continue;
-            }
-        };
-        let (mut sink, mut stream) = pubsub.split();
-        // Whatever was queued is covered by subscribing to every key the hub has now.
-        while keys.try_recv().is_ok() {}
-        let Some(all) = hub.upgrade().map(|hub| hub.keys()) else {
-            return;
-        };
-        if reconcile(&hub, node, &mut sink, all).await {
-            backoff = RECONNECT_MIN;
-            if let Some(hub) = hub.upgrade() {
-                hub.set_status(node, NodeStatus::Up);
-            }
-            let mut health = tokio::time::interval(HEALTH_CHECK);
-            health.reset();
-            let mut sweep = tokio::time::interval(LINGER);
-            sweep.reset();
-            loop {
-                tokio::select! {
-                    message = stream.next() => {
-                        let Some(message) = message else { break };
-                        let Some(hub) = hub.upgrade() else { return };
-                        if let Ok(key) = message.get_channel::<Vec<u8>>() {
-                            hub.released(&key);
+                match reconcile(&hub, node, &mut sink, all).await {
+                    true => {
+                        backoff = RECONNECT_MIN;
+                        if let Some(hub) = hub.upgrade() {
+                            hub.set_status(node, NodeStatus::Up);
                         }
+                        relay(&hub, node, &mut sink, stream, &mut keys).await
                     }
-                    key = keys.recv() => {
-                        let Some(key) = key else { return };
-                        let mut batch = vec![key];
-                        while let Ok(key) = keys.try_recv() {
-                            batch.push(key);
-                        }
-                        if !reconcile(&hub, node, &mut sink, batch).await {
-                            break;
-                        }
-                    }
-                    _ = sweep.tick() => match hub.upgrade() {
-                        Some(hub) => hub.sweep(),
-                        None => return,
-                    },
-                    _ = health.tick() => {
-                        let ping = tokio::time::timeout(RESPONSE_TIMEOUT, sink.ping::<redis::Value>());
-                        if !matches!(ping.await, Ok(Ok(_))) {
-                            break;
-                        }
-                    }
+                    false => Ended::ConnectionLost,
                 }
             }
-        }
+        };
         // Connection lost: no wake-up can be trusted until subscribed again.
-        match hub.upgrade() {
-            Some(hub) => hub.confirm(node, None, false),
-            None => return,
+        match (ended, hub.upgrade()) {
+            (Ended::ConnectionLost, Some(hub)) => hub.confirm(node, None, false),
+            _ => return,
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(RECONNECT_MAX);
+    }
+}
+
+/// What ended a subscriber connection's work.
+enum Ended {
+    /// Every locker of the hub is gone: the task ends.
+    HubGone,
+    /// The connection failed or was refused: connect again after a pause.
+    ConnectionLost,
+}
+
+/// Opens `node`'s subscriber connection, recording how it fares.
+async fn connect(
+    hub: &Weak<Hub>,
+    node: usize,
+    client: &redis::Client,
+) -> Result<redis::aio::PubSub, Ended> {
+    let Some(strong) = hub.upgrade() else {
+        return Err(Ended::HubGone);
+    };
+    strong.set_status(node, NodeStatus::Connecting);
+    // Channels whose waiters left are dropped even while no connection is up, so that a
+    // subscriber that keeps failing holds only the keys waited for now (and asks for no
+    // more than those on its next try).
+    strong.sweep_channels();
+    drop(strong);
+    let connected = tokio::time::timeout(CONNECT_TIMEOUT, client.get_async_pubsub()).await;
+    let error = match connected {
+        Ok(Ok(pubsub)) => return Ok(pubsub),
+        Ok(Err(e)) => e,
+        Err(_) => timed_out("connecting the wake-up subscriber"),
+    };
+    match hub.upgrade() {
+        Some(hub) => hub.set_status(node, NodeStatus::Failed(error)),
+        None => return Err(Ended::HubGone),
+    }
+    Err(Ended::ConnectionLost)
+}
+
+/// Serves a subscribed connection: delivers announcements, brings subscriptions in line
+/// with the waiters, sweeps lingering channels and checks the connection's health, until
+/// the connection fails or the hub is gone.
+async fn relay(
+    hub: &Weak<Hub>,
+    node: usize,
+    sink: &mut PubSubSink,
+    mut stream: redis::aio::PubSubStream,
+    keys: &mut mpsc::UnboundedReceiver<Box<[u8]>>,
+) -> Ended {
+    let mut health = tokio::time::interval(HEALTH_CHECK);
+    health.reset();
+    let mut sweep = tokio::time::interval(LINGER);
+    sweep.reset();
+    loop {
+        tokio::select! {
+            message = stream.next() => {
+                let Some(message) = message else { return Ended::ConnectionLost };
+                let Some(hub) = hub.upgrade() else { return Ended::HubGone };
+                if let Ok(key) = message.get_channel::<Vec<u8>>() {
+                    hub.released(&key);
+                }
+            }
+            key = keys.recv() => {
+                let Some(key) = key else { return Ended::HubGone };
+                let mut batch = vec![key];
+                while let Ok(key) = keys.try_recv() {
+                    batch.push(key);
+                }
+                if !reconcile(hub, node, sink, batch).await {
+                    return Ended::ConnectionLost;
+                }
+            }
+            _ = sweep.tick() => match hub.upgrade() {
+                Some(hub) => hub.sweep(),
+                None => return Ended::HubGone,
+            },
+            _ = health.tick() => {
+                let ping = tokio::time::timeout(RESPONSE_TIMEOUT, sink.ping::<redis::Value>());
+                if !matches!(ping.await, Ok(Ok(_))) {
+                    return Ended::ConnectionLost;
+                }
+            }
+        }
     }
 }
 
