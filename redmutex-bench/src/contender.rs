@@ -19,6 +19,9 @@ pub fn polling() -> impl Iterator<Item = Duration> + Send {
     retry::exponential(Duration::from_millis(1), Duration::from_millis(50)).jitter(Jitter::full())
 }
 
+/// The polling workload's pause between tries: uniform in [0, 10 ms), as rslock draws it.
+pub const POLL: Duration = Duration::from_millis(10);
+
 /// How redmutex's waiters wait: woken by the release (the locker has wake-up on), polling
 /// once a second only as the fallback for a release nobody announces.
 pub fn woken() -> impl Iterator<Item = Duration> + Send {
@@ -158,6 +161,37 @@ impl Contender {
         match fenced {
             true => locker.acquire(key, TTL).with_fence(),
             false => locker.acquire(key, TTL),
+        }
+    }
+
+    /// Waits for a busy lock by polling alone, every pause drawn uniformly from
+    /// [0, [`POLL`]): redmutex with `constant(POLL).jitter(Jitter::full())` (the locker
+    /// must have no wake-up), rslock with its own retry loop (built with
+    /// `set_retry(u32::MAX, POLL)`), the baseline with the same pauses between plain tries.
+    pub async fn acquire_polling(&self, key: &str) -> Result<Held, String> {
+        let pauses = || retry::constant(POLL).jitter(Jitter::full());
+        match self {
+            Contender::Redmutex { .. } => self
+                .redmutex_acquire(key)
+                .retry(pauses())
+                .deadline(Duration::MAX)
+                .await
+                .map(Held::Redmutex)
+                .map_err(|e| e.to_string()),
+            Contender::Rslock(manager) => manager
+                .lock(key, TTL)
+                .await
+                .map(Held::Rslock)
+                .map_err(|e| format!("{e:?}")),
+            Contender::Baseline { .. } => {
+                let mut pauses = pauses();
+                loop {
+                    if let Some(held) = self.try_acquire(key).await? {
+                        return Ok(held);
+                    }
+                    tokio::time::sleep(pauses.next().unwrap_or(POLL)).await;
+                }
+            }
         }
     }
 

@@ -55,8 +55,8 @@ struct Args {
     #[arg(long, default_value_t = 30.0)]
     hold: f64,
 
-    /// Run only the workloads whose name contains this (uncontended, contended, redlock5,
-    /// keepalive).
+    /// Run only the workloads whose name contains this (uncontended, contended, polling,
+    /// redlock5, keepalive).
     #[arg(long, value_name = "NAME")]
     only: Option<String>,
 
@@ -134,10 +134,16 @@ async fn run(args: Args) -> Result<(), String> {
     if wanted("contended 16") {
         rows.extend(
             medians(args.rounds, &single, |c| {
-                workload::contended("contended 16", c, 16, duration, &single_url)
+                let waiting = workload::Waiting::Best;
+                workload::contended("contended 16", c, 16, waiting, duration, &single_url)
             })
             .await?,
         );
+    }
+    if wanted("polling 16") {
+        let url = single_url.clone();
+        let (rounds, implementation) = (args.rounds, args.implementation.clone());
+        rows.extend(polling(url, rounds, duration, implementation)?);
     }
     if !redlock_urls.is_empty() {
         let five = chosen(contenders(&redlock_urls).await?);
@@ -168,6 +174,59 @@ async fn run(args: Args) -> Result<(), String> {
     }
     drop(private);
     Ok(())
+}
+
+/// The polling workload: 16 tasks on a multi-thread runtime of its own (2 workers, as an
+/// application's), one key, each waiting by polling with pauses drawn from [0, 10 ms) —
+/// redmutex without wake-up, rslock with `set_retry(u32::MAX, 10ms)`, the baseline with the
+/// same pauses — each over connections of its own made on that runtime.
+fn polling(
+    url: String,
+    rounds: u32,
+    duration: Duration,
+    implementation: Option<String>,
+) -> Result<Vec<Row>, String> {
+    let run = move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        runtime.block_on(async {
+            let all = polling_contenders(&url).await?;
+            let contenders: Vec<Arc<Contender>> = all
+                .into_iter()
+                .filter(|c| {
+                    implementation
+                        .as_deref()
+                        .is_none_or(|name| c.name() == name)
+                })
+                .collect();
+            medians(rounds, &contenders, |c| {
+                let waiting = workload::Waiting::Polling;
+                workload::contended("polling 16", c, 16, waiting, duration, &url)
+            })
+            .await
+        })
+    };
+    std::thread::spawn(run)
+        .join()
+        .map_err(|_| "the polling workload's thread panicked".to_owned())?
+}
+
+/// The baseline, rslock retrying every [0, 10 ms) forever, and redmutex without wake-up.
+async fn polling_contenders(url: &str) -> Result<Vec<Arc<Contender>>, String> {
+    let mut rslock = rslock::LockManager::new(vec![url.to_owned()]);
+    rslock.set_retry(u32::MAX, contender::POLL);
+    Ok(vec![
+        Arc::new(Contender::baseline(vec![connect(url).await?])),
+        Arc::new(Contender::Rslock(rslock)),
+        Arc::new(Contender::Redmutex {
+            locker: Locker::new(connect(url).await?),
+            name: "redmutex",
+            fenced: false,
+        }),
+    ])
 }
 
 /// Measures one workload `rounds` times with the contenders taking turns, and keeps each

@@ -88,12 +88,22 @@ pub async fn uncontended(
 /// would usually win again before any waiter had its turn, and the run would measure that.
 const OUTSIDE: Duration = Duration::from_millis(1);
 
+/// How the contended tasks wait for the lock.
+#[derive(Clone, Copy)]
+pub enum Waiting {
+    /// Each implementation as it does best ([`Contender::acquire_waiting`]).
+    Best,
+    /// By polling with random pauses alone ([`Contender::acquire_polling`]).
+    Polling,
+}
+
 /// `tasks` tasks take turns on one key: each waits for it, holds it for a moment (one
 /// yield), releases it, and works outside for [`OUTSIDE`] before wanting it again.
 pub async fn contended(
     workload: &str,
     contender: Arc<Contender>,
     tasks: usize,
+    waiting: Waiting,
     duration: Duration,
     stats_url: &str,
 ) -> Result<Row, String> {
@@ -113,7 +123,10 @@ pub async fn contended(
             let mut waits = Latencies::default();
             while Instant::now() < deadline {
                 let t0 = Instant::now();
-                let held = contender.acquire_waiting(&key).await?;
+                let held = match waiting {
+                    Waiting::Best => contender.acquire_waiting(&key).await?,
+                    Waiting::Polling => contender.acquire_polling(&key).await?,
+                };
                 waits.record(t0.elapsed());
                 if inside.swap(true, Ordering::SeqCst) {
                     overlaps.fetch_add(1, Ordering::SeqCst);
@@ -130,8 +143,10 @@ pub async fn contended(
     let spent = window.close().await?;
     let overlaps = overlaps.load(Ordering::SeqCst);
     let notes = format!(
-        "p50/p99 = wait for the lock, longest {}; {overlaps} overlaps; per acquisition: {}",
+        "p50/p99 = wait for the lock, longest {}; {overlaps} overlaps; client CPU {:.1} µs per \
+         acquisition; per acquisition: {}",
         micros(waits.percentile(100.0)),
+        spent.cpu.as_secs_f64() * 1e6 / waits.len().max(1) as f64,
         spent.after.per_op_since(&spent.before, waits.len() as u64)
     );
     Ok(row(workload, &contender, waits, &spent, notes))

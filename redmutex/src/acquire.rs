@@ -421,12 +421,31 @@ impl<'a, C: Connection> Acquire<'a, C> {
             let wake = expires.map_or(wake, |expires| expires.min(wake));
             match member.as_mut() {
                 Some(member) => tokio::select! {
-                    _ = tokio::time::sleep_until(wake) => {}
+                    _ = pause_until(wake) => {}
                     why = member.woken() => recheck = why == Wake::Subscribed,
                 },
-                None => tokio::time::sleep_until(wake).await,
+                None => pause_until(wake).await,
             }
         }
+    }
+}
+
+/// Pauses shorter than this wait on a timer of their own (see [`pause_until`]).
+const PRECISE_BELOW: Duration = Duration::from_millis(100);
+
+/// Waits until `wake`. tokio's timer wakes sleepers only on whole-millisecond ticks, all
+/// that are due at once: waiters that drew pauses spread over a few milliseconds would all
+/// try together at the next tick, the first would win, the rest find the lock held — and
+/// the lock, released a fraction of a millisecond later, would lie free until the tick
+/// after. (Measured: 16 tasks polling one key every [0, 10 ms) reached less than half the
+/// acquisitions per second of a lock with a precise timer.) Short pauses therefore wait on
+/// the `futures-timer` thread, which wakes each at its own instant; long ones, where a
+/// millisecond does not matter, on tokio's timer.
+async fn pause_until(wake: Instant) {
+    let left = wake.saturating_duration_since(Instant::now());
+    match left < PRECISE_BELOW {
+        true => futures_timer::Delay::new(left).await,
+        false => tokio::time::sleep_until(wake).await,
     }
 }
 
