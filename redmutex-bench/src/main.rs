@@ -47,6 +47,10 @@ struct Args {
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=50))]
     rounds: u32,
 
+    /// How many distinct keys the keyspace workload locks once each.
+    #[arg(long, default_value_t = 100_000)]
+    keys: usize,
+
     /// How many leases the keep-alive workload holds.
     #[arg(long, default_value_t = 10_000)]
     leases: usize,
@@ -56,7 +60,7 @@ struct Args {
     hold: f64,
 
     /// Run only the workloads whose name contains this (uncontended, contended, polling,
-    /// redlock5, keepalive).
+    /// keyspace, redlock5, keepalive).
     #[arg(long, value_name = "NAME")]
     only: Option<String>,
 
@@ -139,6 +143,11 @@ async fn run(args: Args) -> Result<(), String> {
             })
             .await?,
         );
+    }
+    if wanted("keyspace") {
+        for contender in &single {
+            rows.push(workload::keyspace(contender.clone(), args.keys, &single_url).await?);
+        }
     }
     if wanted("polling 16") {
         let url = single_url.clone();

@@ -152,6 +152,66 @@ pub async fn contended(
     Ok(row(workload, &contender, waits, &spent, notes))
 }
 
+/// `keys` distinct keys, each locked once and released, one after another (redmutex's
+/// `fenced` variant takes each lock's fence): what the run leaves in Redis — keys, keys
+/// without an expiry, memory.
+pub async fn keyspace(
+    contender: Arc<Contender>,
+    keys: usize,
+    stats_url: &str,
+) -> Result<Row, String> {
+    let workload = format!("keyspace {keys}");
+    let mut admin = connect(stats_url).await?;
+    let used = |info: &str| -> u64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let mut memory = redis::cmd("INFO");
+    memory.arg("memory");
+    let info: String = memory
+        .query_async(&mut admin)
+        .await
+        .map_err(|e| e.to_string())?;
+    let (memory_before, window) = (used(&info), Window::open(stats_url).await?);
+    let mut latencies = Latencies::default();
+    let prefix = format!("bench:keyspace:{}", contender.name());
+    for i in 0..keys {
+        let key = format!("{prefix}:{i}");
+        let t0 = Instant::now();
+        let held = contender.try_acquire(&key).await?.ok_or("busy")?;
+        contender.release(&key, held).await?;
+        latencies.record(t0.elapsed());
+    }
+    let spent = window.close().await?;
+    let info: String = memory
+        .query_async(&mut admin)
+        .await
+        .map_err(|e| e.to_string())?;
+    let left: Vec<Vec<u8>> = redis::cmd("KEYS")
+        .arg(format!("*{prefix}*"))
+        .query_async(&mut admin)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut forever = 0;
+    for key in &left {
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(key)
+            .query_async(&mut admin)
+            .await
+            .map_err(|e| e.to_string())?;
+        forever += u64::from(ttl == -1);
+    }
+    let grown = used(&info).saturating_sub(memory_before);
+    let notes = format!(
+        "left in Redis: {} keys ({forever} without an expiry), used_memory +{:.1} MB",
+        left.len(),
+        grown as f64 / 1e6
+    );
+    Ok(row(&workload, &contender, latencies, &spent, notes))
+}
+
 /// Many kept-alive leases held for a while: what renewing them costs.
 pub async fn keep_alive(
     locker: Locker<MultiplexedConnection>,
