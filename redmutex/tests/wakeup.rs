@@ -480,10 +480,11 @@ async fn a_waiter_that_lets_its_key_expire_holds_nobody_up_past_its_ttl() {
         .deadline(Duration::from_secs(30))
         .await
         .unwrap();
+    let took = taken_at.elapsed();
+    eprintln!("the newcomer got the key {took:?} after the waiter took it for 300 ms");
     assert!(
-        taken_at.elapsed() < WOKEN_WITHIN,
-        "got the key {:?} after the waiter took it for 300 ms (poll interval {LONG_POLL:?})",
-        taken_at.elapsed()
+        took < WOKEN_WITHIN,
+        "got the key {took:?} after the waiter took it for 300 ms (poll interval {LONG_POLL:?})"
     );
     newcomer.release().await.unwrap();
 }
@@ -505,10 +506,11 @@ async fn a_waiter_tries_when_a_dead_holders_key_expires() {
         .release()
         .await
         .unwrap();
+    let took = got_at - started;
+    eprintln!("obtained {took:?} after a 400 ms key was left to expire");
     assert!(
-        got_at - started < WOKEN_WITHIN,
-        "obtained {:?} after a 400 ms key was left to expire (poll interval {LONG_POLL:?})",
-        got_at - started
+        took < WOKEN_WITHIN,
+        "obtained {took:?} after a 400 ms key was left to expire (poll interval {LONG_POLL:?})"
     );
     assert!(tries.load(Ordering::SeqCst) <= 2, "no polling in between");
 }
