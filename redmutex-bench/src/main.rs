@@ -144,16 +144,7 @@ async fn run(args: Args) -> Result<(), String> {
             .await?,
         );
     }
-    if wanted("keyspace") {
-        for contender in &single {
-            rows.push(workload::keyspace(contender.clone(), args.keys, &single_url).await?);
-        }
-    }
-    if wanted("polling 16") {
-        let url = single_url.clone();
-        let (rounds, implementation) = (args.rounds, args.implementation.clone());
-        rows.extend(polling(url, rounds, duration, implementation)?);
-    }
+    rows.extend(single_node_extras(&args, &single, &single_url, duration).await?);
     if !redlock_urls.is_empty() {
         let five = chosen(contenders(&redlock_urls).await?);
         for tasks in [1, 64] {
@@ -183,6 +174,32 @@ async fn run(args: Args) -> Result<(), String> {
     }
     drop(private);
     Ok(())
+}
+
+/// The single-node rows beside the throughput ones: the keyspace a run leaves, and polling.
+async fn single_node_extras(
+    args: &Args,
+    single: &[Arc<Contender>],
+    url: &str,
+    duration: Duration,
+) -> Result<Vec<Row>, String> {
+    let wanted = |name: &str| args.only.as_deref().is_none_or(|only| name.contains(only));
+    let mut rows = Vec::new();
+    if wanted("keyspace") {
+        for contender in single {
+            rows.push(workload::keyspace(contender.clone(), args.keys, url).await?);
+        }
+    }
+    if wanted("polling 16") {
+        let implementation = args.implementation.clone();
+        rows.extend(polling(
+            url.to_owned(),
+            args.rounds,
+            duration,
+            implementation,
+        )?);
+    }
+    Ok(rows)
 }
 
 /// The polling workload: 16 tasks on a multi-thread runtime of its own (2 workers, as an

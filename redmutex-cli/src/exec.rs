@@ -81,6 +81,10 @@ pub async fn run<C: Connection>(
 
     let result = match supervise(&mut child, pgid, &lease, &mut signals).await {
         Ok(status) => {
+            // The group is gone: nothing for the guard to stop (its number may be reused).
+            if let Some(guard) = guard.take() {
+                guard.done();
+            }
             if let Err(e) = lease.release().await {
                 if e.is_not_held() {
                     say("warning: the lock was already gone when the command's group exited");
@@ -272,10 +276,16 @@ fn group_alive(pgid: libc::pid_t) -> bool {
     // SAFETY: waitpid on members of the command's group only (the command itself has been
     // reaped by then, or is reaped here once it has exited: both are fine for callers that
     // check the group after the command), then signal 0, which only checks for existence.
-    unsafe {
-        while libc::waitpid(-pgid, std::ptr::null_mut(), libc::WNOHANG) > 0 {}
-        libc::kill(-pgid, 0) == 0
-    }
+    unsafe { while libc::waitpid(-pgid, std::ptr::null_mut(), libc::WNOHANG) > 0 {} }
+    group_exists(pgid)
+}
+
+/// Whether any process is in group `pgid`: one that redmutex may not signal (another
+/// user's, after `sudo`) still counts — only "no such process" means gone.
+pub fn group_exists(pgid: libc::pid_t) -> bool {
+    // SAFETY: signal 0 only checks for existence.
+    let signalled = unsafe { libc::kill(-pgid, 0) } == 0;
+    signalled || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 /// Runs in the child between fork and exec: its own process group, the terminal's
@@ -289,11 +299,10 @@ fn join_own_group(tty: Option<RawFd>, supervisor: libc::pid_t) -> io::Result<()>
         #[cfg(target_os = "linux")]
         {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0);
-            // Gone before the request took effect: nobody would renew the lock.
+            // Gone before the request took effect: nobody would renew the lock. (No
+            // allocation between fork and exec: a bare OS error.)
             if libc::getppid() != supervisor {
-                return Err(io::Error::other(
-                    "redmutex exited before the command started",
-                ));
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
             }
         }
         if let Some(fd) = tty {

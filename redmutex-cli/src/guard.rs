@@ -124,7 +124,7 @@ pub fn run(args: &[OsString]) -> ExitCode {
 /// SIGTERM to the group (SIGCONT too, should it be stopped), SIGKILL to what is left
 /// after `kill_after`.
 fn stop_group(pgid: libc::pid_t, kill_after: Duration) {
-    let alive = || unsafe { libc::kill(-pgid, 0) } == 0;
+    let alive = || crate::exec::group_exists(pgid);
     if !alive() {
         return;
     }

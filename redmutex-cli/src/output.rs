@@ -4,7 +4,6 @@
 
 use std::fmt;
 use std::io::Write;
-use std::os::fd::AsRawFd;
 
 use crate::exit::{self, Failure};
 
@@ -28,22 +27,27 @@ pub fn line(text: fmt::Arguments<'_>) -> Result<(), Failure> {
 }
 
 /// Whether redmutex was started with stdout closed (`>&-`). Rust's runtime reopens a
-/// closed standard descriptor on `/dev/null`, read-write, before `main` — so that no
-/// socket can take its number — after which writes vanish without an error. A stdout that
-/// is `/dev/null` opened read-write is that: a shell's `>/dev/null` opens it write-only,
-/// and is a choice to discard the output that is honoured.
+/// closed standard descriptor on `/dev/null` before `main` — so that no socket can take
+/// its number — after which writes vanish without an error. So the descriptor is looked at
+/// earlier still, by a function the loader runs before the runtime's set-up (an ELF
+/// `.init_array` entry, Linux). A stdout on `/dev/null` that the caller opened (`>/dev/null`,
+/// Python's `DEVNULL`, systemd's `StandardOutput=null`) is a choice to discard the output,
+/// and is honoured. Elsewhere than Linux, a closed stdout is not told apart.
 pub fn stdout_was_closed() -> bool {
-    let fd = std::io::stdout().as_raw_fd();
-    // SAFETY: fstat and fcntl only read the descriptor's state into local storage.
-    unsafe {
-        let mut stat: libc::stat = std::mem::zeroed();
-        if libc::fstat(fd, &mut stat) != 0 {
-            return true;
-        }
-        let dev_null = (stat.st_mode & libc::S_IFMT) == libc::S_IFCHR
-            && libc::major(stat.st_rdev) == 1
-            && libc::minor(stat.st_rdev) == 3;
-        let flags = libc::fcntl(fd, libc::F_GETFL);
-        dev_null && flags >= 0 && (flags & libc::O_ACCMODE) == libc::O_RDWR
-    }
+    STDOUT_CLOSED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+static STDOUT_CLOSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Runs before Rust's runtime starts (see [`stdout_was_closed`]).
+#[cfg(target_os = "linux")]
+#[used]
+#[link_section = ".init_array"]
+static LOOK_AT_STDOUT: extern "C" fn() = look_at_stdout;
+
+#[cfg(target_os = "linux")]
+extern "C" fn look_at_stdout() {
+    // SAFETY: fcntl(F_GETFD) only asks whether descriptor 1 is open.
+    let closed = unsafe { libc::fcntl(libc::STDOUT_FILENO, libc::F_GETFD) } == -1;
+    STDOUT_CLOSED.store(closed, std::sync::atomic::Ordering::Relaxed);
 }

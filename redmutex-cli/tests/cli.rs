@@ -1002,6 +1002,18 @@ fn acquire_releases_the_lock_when_the_token_cannot_be_handed_over() {
         .stderr(Stdio::piped()));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert!(exists(&server, "discarded"));
+    // Also when /dev/null is opened read-write (Python's DEVNULL, systemd's null).
+    let devnull = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .unwrap();
+    let out = run(redmutex(&server)
+        .args(["acquire", "--ttl", "1m", "discarded-rw"])
+        .stdout(Stdio::from(devnull))
+        .stderr(Stdio::piped()));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(exists(&server, "discarded-rw"));
 }
 
 /// `inspect` into a pipe nobody reads: exit 74, no panic.
@@ -1100,7 +1112,7 @@ fn doctor_on_a_fit_server() {
 /// three, each node named by its address; nothing reachable is 69.
 #[test]
 fn doctor_fails_on_an_evicting_server() {
-    let evicting = server_with(&["--maxmemory-policy", "volatile-lru"]);
+    let evicting = server_with(&["--maxmemory-policy", "volatile-lru", "--maxmemory", "1gb"]);
     let out = run(redmutex(&evicting).arg("doctor"));
     assert_eq!(code(&out), 1, "{}", stderr(&out));
     let text = stdout(&out);
@@ -1192,15 +1204,27 @@ fn exec_holds_the_lock_until_the_commands_group_is_empty() {
     let server = RedisServer::spawn();
     let started = Instant::now();
     let mut exec = redmutex(&server)
-        .args(["exec", "grouped", "--", "sh", "-c", "sleep 1.5 & exit 3"])
+        .args(["exec", "grouped", "--", "sh", "-c", "sleep 3 & exit 3"])
         .stdin(Stdio::null())
         .spawn()
         .unwrap();
-    thread::sleep(ms(700));
+    let until = Instant::now() + Duration::from_secs(5);
+    while !exists(&server, "grouped") {
+        assert!(Instant::now() < until, "never acquired");
+        thread::sleep(ms(20));
+    }
+    thread::sleep(ms(500));
+    assert!(
+        exec.try_wait().unwrap().is_none(),
+        "still waiting for the job"
+    );
     assert!(exists(&server, "grouped"), "held while the job runs");
     let status = wait_child(&mut exec, Duration::from_secs(10));
     assert_eq!(status.code(), Some(3), "the command's own status");
-    assert!(started.elapsed() >= ms(1400), "waited for the job");
+    assert!(
+        started.elapsed() >= Duration::from_secs(3),
+        "waited for the job"
+    );
     assert!(
         !exists(&server, "grouped"),
         "released once the group is empty"

@@ -225,6 +225,104 @@ async fn drive<C: Connection>(
     flushed.map_err(|e| e.to_string())
 }
 
+/// One acquisition of key `key` and its fence — half take it with the keys, half ask for
+/// it after — with the instant it was held from. `Ok(None)`: nothing to hold (not
+/// obtained, a fault, lost before its fence), tallied and paused after; `Err`: a fatal
+/// finding, reported.
+async fn acquire_fenced<C: Connection>(
+    locker: &Locker<C>,
+    key: u32,
+    ttl: Duration,
+    rng: &mut Rng,
+    shared: &Shared,
+) -> Result<Option<(redmutex::Lock<C>, u64, u64)>, ()> {
+    let ms = |n: u64| Duration::from_millis(n);
+    let eager = rng.below(2) == 0;
+    let acquire = locker
+        .acquire(format!("k{key}"), ttl)
+        .retry(retry::exponential(ms(2), ms(40)).jitter(Jitter::full()));
+    let acquired = match eager {
+        true => acquire.with_fence().await,
+        false => acquire.await,
+    };
+    let lock = match acquired {
+        Ok(lock) => lock,
+        Err(e) => {
+            shared.tally.lock().unwrap().failed(&e);
+            // Not obtained within the TTL, or a fault: take a breath and go on.
+            tokio::time::sleep(ms(rng.between(1, 10))).await;
+            return Ok(None);
+        }
+    };
+    let start = now_ns();
+    if eager && lock.fence_if_taken().is_none() {
+        shared.line("fatal an acquisition with_fence without a fence");
+        return Err(());
+    }
+    match lock.fence().await {
+        Ok(fence) => Ok(Some((lock, start, fence))),
+        Err(e) => {
+            // Lost before its fence could be taken (a fault, a frozen process): no fence is
+            // handed out, so this holder cannot act; the lock is dropped (released).
+            let mut tally = shared.tally.lock().unwrap();
+            match e.is_not_held() {
+                true => tally.no_fence += 1,
+                false => tally.failed(&e),
+            }
+            Ok(None)
+        }
+    }
+}
+
+/// What a holder of `holder`'s kind does with its lock before the write: when it decided,
+/// until when it believed the lock valid, whether it acts, and what it still holds.
+async fn decide<C: Connection>(
+    holder: Holder,
+    lock: redmutex::Lock<C>,
+    start: u64,
+    args: &WorkerArgs,
+    rng: &mut Rng,
+    shared: &Shared,
+) -> (u64, u64, Outcome, Held<C>) {
+    let ttl_ms = args.ttl_ms;
+    let ms = |n: u64| Duration::from_millis(n);
+    match holder {
+        Holder::Careful if args.sabotage_validity => {
+            tokio::time::sleep(ms(rng.between(ttl_ms / 2, ttl_ms * 2))).await;
+            let believed = start + 2 * ttl_ms * 1_000_000;
+            (now_ns(), believed, Outcome::Kept, Held::Lock(lock))
+        }
+        Holder::Careful => {
+            tokio::time::sleep(ms(rng.between(0, ttl_ms / 10))).await;
+            let valid_until = lock.valid_until();
+            let valid = instant_ns(valid_until.into_std());
+            if Instant::now() < valid_until {
+                (now_ns(), valid, Outcome::Kept, Held::Lock(lock))
+            } else {
+                // It stopped believing when its validity ran out.
+                (valid, valid, Outcome::Expired, Held::Lock(lock))
+            }
+        }
+        Holder::Naive => {
+            tokio::time::sleep(ms(rng.between(0, ttl_ms / 10))).await;
+            let valid = instant_ns(lock.valid_until().into_std());
+            (now_ns(), valid, Outcome::Kept, Held::Lock(lock))
+        }
+        Holder::Lease => {
+            let valid_before = instant_ns(lock.valid_until().into_std());
+            match lock.keep_alive() {
+                Ok(lease) => hold_lease(lease, rng, ttl_ms).await,
+                Err(e) => {
+                    // The lock was dropped (which releases it); still a section with a
+                    // fence, ended before its holder acted.
+                    shared.tally.lock().unwrap().failed(&e);
+                    (now_ns(), valid_before, Outcome::Lost, Held::Dropped)
+                }
+            }
+        }
+    }
+}
+
 async fn holder_task<C: Connection>(
     locker: Locker<C>,
     mut storage: redis::aio::MultiplexedConnection,
@@ -236,82 +334,17 @@ async fn holder_task<C: Connection>(
     let mut rng = Rng::new(args.seed, (u64::from(args.id) << 32) | u64::from(task));
     let ttl = Duration::from_millis(args.ttl_ms);
     let fenced_write = redis::Script::new(FENCED_WRITE);
-    let ms = |n: u64| Duration::from_millis(n);
     while now_ns() < args.stop_at {
         let key = rng.below(args.keys as usize) as u32;
         let asked = now_ns();
-        // Half the acquisitions take their fence with the keys, half ask for it after.
-        let eager = rng.below(2) == 0;
-        let acquire = locker
-            .acquire(format!("k{key}"), ttl)
-            .retry(retry::exponential(ms(2), ms(40)).jitter(Jitter::full()));
-        let acquired = match eager {
-            true => acquire.with_fence().await,
-            false => acquire.await,
+        let (lock, start, fence) = match acquire_fenced(&locker, key, ttl, &mut rng, &shared).await
+        {
+            Ok(Some(acquired)) => acquired,
+            Ok(None) => continue,
+            Err(()) => return,
         };
-        let lock = match acquired {
-            Ok(lock) => lock,
-            Err(e) => {
-                shared.tally.lock().unwrap().failed(&e);
-                // Not obtained within the TTL, or a fault: take a breath and go on.
-                tokio::time::sleep(ms(rng.between(1, 10))).await;
-                continue;
-            }
-        };
-        let start = now_ns();
-        if eager && lock.fence_if_taken().is_none() {
-            shared.line("fatal an acquisition with_fence without a fence");
-            return;
-        }
-        let fence = match lock.fence().await {
-            Ok(fence) => fence,
-            Err(e) => {
-                // Lost before its fence could be taken (a fault, a frozen process): no fence
-                // is handed out, so this holder cannot act; the lock is dropped (released).
-                let mut tally = shared.tally.lock().unwrap();
-                match e.is_not_held() {
-                    true => tally.no_fence += 1,
-                    false => tally.failed(&e),
-                }
-                continue;
-            }
-        };
-        let ttl_ms = args.ttl_ms;
-        let (decided, mut valid, outcome, held) = match holder {
-            Holder::Careful if args.sabotage_validity => {
-                tokio::time::sleep(ms(rng.between(ttl_ms / 2, ttl_ms * 2))).await;
-                let believed = start + 2 * ttl_ms * 1_000_000;
-                (now_ns(), believed, Outcome::Kept, Held::Lock(lock))
-            }
-            Holder::Careful => {
-                tokio::time::sleep(ms(rng.between(0, ttl_ms / 10))).await;
-                let valid_until = lock.valid_until();
-                let valid = instant_ns(valid_until.into_std());
-                if Instant::now() < valid_until {
-                    (now_ns(), valid, Outcome::Kept, Held::Lock(lock))
-                } else {
-                    // It stopped believing when its validity ran out.
-                    (valid, valid, Outcome::Expired, Held::Lock(lock))
-                }
-            }
-            Holder::Naive => {
-                tokio::time::sleep(ms(rng.between(0, ttl_ms / 10))).await;
-                let valid = instant_ns(lock.valid_until().into_std());
-                (now_ns(), valid, Outcome::Kept, Held::Lock(lock))
-            }
-            Holder::Lease => {
-                let valid_before = instant_ns(lock.valid_until().into_std());
-                match lock.keep_alive() {
-                    Ok(lease) => hold_lease(lease, &mut rng, ttl_ms).await,
-                    Err(e) => {
-                        // The lock was dropped (which releases it); still a section with a
-                        // fence, ended before its holder acted.
-                        shared.tally.lock().unwrap().failed(&e);
-                        (now_ns(), valid_before, Outcome::Lost, Held::Dropped)
-                    }
-                }
-            }
-        };
+        let (decided, mut valid, outcome, held) =
+            decide(holder, lock, start, &args, &mut rng, &shared).await;
         // The write comes after the decision, as in real code: a pause here is what only
         // the fence can catch.
         let write = if outcome == Outcome::Kept {

@@ -243,21 +243,16 @@ impl<'a, C: Connection> Acquire<'a, C> {
             // joins them before its first try: it queues behind them without a try (the
             // holder is marked; its release will wake them in turn), or, when nobody waits
             // right now, makes its first try as a waiter.
-            let mut queued = None;
-            // When the key found held expires at the latest, if known: its holder may let
-            // it expire without a release to announce, and no wait needs to last longer.
-            let mut expires: Option<Instant> = None;
+            // `expires`: when the key found held expires at the latest, if known: its holder
+            // may let it expire without a release to announce, and no wait needs to last
+            // longer.
+            let (mut queued, mut expires) = (None, None);
             let may_enter = attempts == 1 && member.is_none();
             if let Some(hub) = hub.as_ref().filter(|_| may_enter && retry.peek().is_some()) {
-                let entered = keys
-                    .iter()
-                    .enumerate()
-                    .find_map(|(index, key)| Some((index, hub.enter(key)?)));
-                if let Some((index, (joined, entry))) = entered {
+                if let Some((joined, entry, index)) = enter(hub, &keys) {
                     member = Some(joined);
                     if let Entry::Queue { expires: until } = entry {
-                        queued = Some(index);
-                        expires = until;
+                        (queued, expires) = (Some(index), until);
                     }
                 }
             }
@@ -295,15 +290,11 @@ impl<'a, C: Connection> Acquire<'a, C> {
                     retrying_own,
                     waiting,
                 };
-                let attempt = store.try_obtain(request, &token, sent_at, try_until);
-                let attempt = match eviction.first() {
-                    // Side by side with the locker's first try: no acquire waits for it.
-                    true => {
-                        let look = check::warn_if_evicting(store.nodes().to_vec());
-                        futures_util::future::join(attempt, look).await.0
-                    }
-                    false => attempt.await,
-                };
+                if eviction.first() {
+                    // In a task of its own: no acquire waits for it.
+                    tokio::spawn(check::warn_if_evicting(store.nodes().to_vec()));
+                }
+                let attempt = store.try_obtain(request, &token, sent_at, try_until).await;
                 cleanup.armed = attempt.may_hold;
                 // One millisecond more: the key is certainly gone by then.
                 expires = attempt
@@ -428,6 +419,15 @@ impl<'a, C: Connection> Acquire<'a, C> {
             }
         }
     }
+}
+
+/// Joins the waiters of the first of `keys` whose waiters this locker is subscribed to
+/// (see [`Hub::enter`]), with how to go on and that key's index.
+fn enter(hub: &Hub, keys: &Keys) -> Option<(Member, Entry, usize)> {
+    keys.iter().enumerate().find_map(|(index, key)| {
+        let (member, entry) = hub.enter(key)?;
+        Some((member, entry, index))
+    })
 }
 
 /// Pauses shorter than this wait on a timer of their own (see [`pause_until`]).

@@ -9,7 +9,8 @@
 //! connection's own runtime may be gone: a `ConnectionManager` reconnects on this one, a
 //! bare `MultiplexedConnection` cannot, and its keys expire by their TTL). A process that
 //! exits while such releases are pending waits for them, at most [`EXIT_WAIT`], in an exit
-//! handler — not on any runtime's thread.
+//! handler. (`std::process::exit` called while a runtime still runs is not covered: that
+//! runtime's unfinished tasks are neither dropped nor run, so nothing hands them over.)
 
 use std::future::Future;
 use std::pin::Pin;
@@ -102,21 +103,29 @@ fn hand_over(release: Try) {
     }
 }
 
-/// Starts the thread, and registers the exit handler once per process.
+/// Starts the thread, and registers the exit handler once per process. The thread builds
+/// its runtime itself: one dropped here, inside a task being dropped, would panic.
 fn start() -> Option<UnboundedSender<Try>> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .ok()?;
     let (jobs, mut queue) = mpsc::unbounded_channel::<Try>();
     std::thread::Builder::new()
         .name("redmutex-release".into())
         .spawn(move || {
-            runtime.block_on(async move {
-                while let Some(release) = queue.recv().await {
-                    tokio::spawn(finish(release));
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            match runtime {
+                Ok(runtime) => runtime.block_on(async move {
+                    while let Some(release) = queue.recv().await {
+                        tokio::spawn(finish(release));
+                    }
+                }),
+                // No runtime: every release handed over is left to its TTL.
+                Err(_) => {
+                    while queue.blocking_recv().is_some() {
+                        finished();
+                    }
                 }
-            });
+            }
         })
         .ok()?;
     static REGISTERED: Mutex<Option<u32>> = Mutex::new(None);

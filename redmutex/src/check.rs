@@ -1,8 +1,8 @@
 //! Is a server fit to hold locks? What [`Locker::check_server`](crate::Locker::check_server)
 //! and `redmutex doctor` look at, and the one look every locker takes by itself: a server
 //! that evicts keys under memory pressure deletes locks and fence counters while they are
-//! held, so the first acquire of a locker reads the eviction policy (in parallel with its
-//! first try: no acquire waits for it, no later one repeats it) and warns through `tracing`.
+//! held, so the first acquire of a locker has the eviction policy read (in a task of its
+//! own: no acquire waits for it, no later one repeats it) and warned of through `tracing`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -198,38 +198,38 @@ async fn config<C: Connection>(conn: &C, name: &str) -> Result<String, String> {
         .ok_or_else(|| format!("{name} is not a configuration parameter here"))
 }
 
-/// The eviction policy a node reports in `INFO memory` (one per member of a cluster).
-async fn eviction_policies<C: Connection>(
+/// The eviction policy of each server behind `conn` (one, or each member of a cluster)
+/// that can evict: a policy other than `noeviction` with a memory limit (`maxmemory` 0 is
+/// none on 64-bit builds), from `INFO memory`.
+async fn evicting_policies<C: Connection>(
     conn: &C,
 ) -> Result<Vec<(Option<String>, String)>, String> {
     let info = ask(conn, redis::cmd("INFO").arg("memory")).await?;
     Ok(info_texts(info)
         .into_iter()
-        .filter_map(|(addr, text)| Some((addr, info_field(&text, "maxmemory_policy")?.to_owned())))
+        .filter(|(_, text)| info_field(text, "maxmemory") != Some("0"))
+        .filter_map(|(addr, text)| {
+            let policy = info_field(&text, "maxmemory_policy")?;
+            (policy != "noeviction").then(|| (addr, policy.to_owned()))
+        })
         .collect())
 }
 
 /// Warns (once per locker) about each node that evicts keys. What cannot be read (an ACL
 /// user without `INFO`) is passed over in silence: `redmutex doctor` says more.
 pub(crate) async fn warn_if_evicting<C: Connection>(nodes: Vec<C>) {
-    let checks = nodes.iter().map(eviction_policies);
-    for (node, policies) in futures_util::future::join_all(checks)
-        .await
-        .into_iter()
-        .enumerate()
-    {
+    let looks = futures_util::future::join_all(nodes.iter().map(evicting_policies)).await;
+    for (node, policies) in looks.into_iter().enumerate() {
         for (addr, policy) in policies.unwrap_or_default() {
-            if policy != "noeviction" {
-                let at = addr.map(|a| format!(" ({a})")).unwrap_or_default();
-                tracing::warn!(
-                    node,
-                    policy,
-                    "redmutex: node {node}{at} has maxmemory-policy {policy}: under memory \
-                     pressure it evicts keys, lock keys and fence counters included, and a \
-                     lock can pass to a rival while its holder still believes it holds it; \
-                     set maxmemory-policy noeviction (docs/SAFETY.md, `redmutex doctor`)"
-                );
-            }
+            let at = addr.map(|a| format!(" ({a})")).unwrap_or_default();
+            tracing::warn!(
+                node,
+                policy,
+                "redmutex: node {node}{at} has maxmemory-policy {policy}: under memory \
+                 pressure it evicts keys, lock keys and fence counters included, and a lock \
+                 can pass to a rival while its holder still believes it holds it; set \
+                 maxmemory-policy noeviction (docs/SAFETY.md, `redmutex doctor`)"
+            );
         }
     }
 }
@@ -271,7 +271,13 @@ pub(crate) async fn node_findings<C: Connection>(
     let single = info.as_ref().is_ok_and(|texts| texts.len() == 1) || info.is_err();
     let mut settings = Vec::new();
     if single {
-        for name in ["maxmemory-policy", "appendonly", "appendfsync", "save"] {
+        for name in [
+            "maxmemory-policy",
+            "maxmemory",
+            "appendonly",
+            "appendfsync",
+            "save",
+        ] {
             settings.push((name, config(&conn, name).await));
         }
     }
@@ -322,12 +328,13 @@ fn server_findings(
 ) -> Vec<Finding> {
     let at = addr.map(|a| format!(" at {a}")).unwrap_or_default();
     let policy = configured(facts, "maxmemory-policy").or(info_field(info, "maxmemory_policy"));
+    let limit = configured(facts, "maxmemory").or(info_field(info, "maxmemory"));
     let aof = configured(facts, "appendonly")
         .map(|v| v == "yes")
         .or(info_field(info, "aof_enabled").map(|v| v == "1"));
     vec![
         version_finding(node, &at, info),
-        eviction_finding(node, &at, policy),
+        eviction_finding(node, &at, policy, limit),
         role_finding(node, &at, info_field(info, "role")),
         persistence_finding(node, &at, aof, configured(facts, "save"), redlock),
         fsync_finding(node, &at, aof, configured(facts, "appendfsync")),
@@ -344,7 +351,12 @@ fn without_info(node: usize, error: &str, facts: &NodeFacts, redlock: bool) -> V
             Level::Unknown,
             format!("could not read INFO: {error}"),
         ),
-        eviction_finding(node, "", configured(facts, "maxmemory-policy")),
+        eviction_finding(
+            node,
+            "",
+            configured(facts, "maxmemory-policy"),
+            configured(facts, "maxmemory"),
+        ),
         finding(
             node,
             Check::Role,
@@ -379,13 +391,24 @@ fn version_finding(node: usize, at: &str, info: &str) -> Finding {
     }
 }
 
-fn eviction_finding(node: usize, at: &str, policy: Option<&str>) -> Finding {
+/// `maxmemory-policy` (and `maxmemory`, the limit: 0 is none on 64-bit builds).
+fn eviction_finding(node: usize, at: &str, policy: Option<&str>, limit: Option<&str>) -> Finding {
     match policy {
         Some("noeviction") => finding(
             node,
             Check::Eviction,
             Level::Fine,
             format!("noeviction{at}"),
+        ),
+        Some(policy) if limit == Some("0") => finding(
+            node,
+            Check::Eviction,
+            Level::Warning,
+            format!(
+                "{policy}{at}, but maxmemory is 0 (no limit): nothing is evicted now; should a \
+                 limit be set, held locks and fence counters would be evicted — set \
+                 maxmemory-policy noeviction"
+            ),
         ),
         Some(policy) => finding(
             node,
@@ -546,15 +569,15 @@ mod tests {
             (valkey.level, valkey.detail.as_str()),
             (Level::Fine, "Valkey 8.1.8")
         );
-        assert_eq!(
-            eviction_finding(0, "", Some("volatile-lru")).level,
-            Level::Unsafe
-        );
-        assert_eq!(
-            eviction_finding(0, "", Some("noeviction")).level,
-            Level::Fine
-        );
-        assert_eq!(eviction_finding(0, "", None).level, Level::Unknown);
+        let evicting = eviction_finding(0, "", Some("volatile-lru"), Some("104857600"));
+        assert_eq!(evicting.level, Level::Unsafe);
+        let unknown_limit = eviction_finding(0, "", Some("volatile-lru"), None);
+        assert_eq!(unknown_limit.level, Level::Unsafe);
+        let unlimited = eviction_finding(0, "", Some("allkeys-lru"), Some("0"));
+        assert_eq!(unlimited.level, Level::Warning, "no limit, no eviction");
+        let fit = eviction_finding(0, "", Some("noeviction"), Some("0"));
+        assert_eq!(fit.level, Level::Fine);
+        assert_eq!(eviction_finding(0, "", None, None).level, Level::Unknown);
         assert_eq!(
             persistence_finding(0, "", Some(false), Some(""), true).level,
             Level::Warning

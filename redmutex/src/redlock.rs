@@ -141,20 +141,7 @@ impl<C: Connection> Nodes<C> {
                 scripts::obtain(&mut conn, request).await
             })
             .await;
-        let held_key = replies
-            .iter()
-            .filter_map(|reply| match reply {
-                Ok(Obtain::Held { index, .. }) => Some(*index),
-                _ => None,
-            })
-            .min();
-        let held_ttl = replies
-            .iter()
-            .filter_map(|reply| match reply {
-                Ok(Obtain::Held { index, ttl }) if Some(*index) == held_key => *ttl,
-                _ => None,
-            })
-            .min();
+        let (held_key, held_ttl) = held_key_and_ttl(&replies);
         // With fences, each node that took the keys answered its own next fence.
         let fences: Vec<Option<u64>> = replies
             .iter()
@@ -181,27 +168,8 @@ impl<C: Connection> Nodes<C> {
                     self.durable_fence(fenced, &fences, timeout).await.map(Some)
                 }
             };
-            match fence {
-                Ok(fence) => {
-                    if let Some(valid_until) = self.valid_until(ttl, started, started.elapsed()) {
-                        return Attempt {
-                            result: TryResult::Obtained { valid_until, fence },
-                            may_hold: false,
-                            held_key: None,
-                            held_ttl: None,
-                        };
-                    }
-                    failure.elapsed = started.elapsed();
-                    failure.too_late = true;
-                }
-                Err(unfenced) => {
-                    // The keys were taken, but the fence could not be made durable on a
-                    // quorum: only the nodes that took both agreed.
-                    failure.elapsed = started.elapsed();
-                    failure.agreed -= unfenced.len();
-                    failure.failures.extend(unfenced);
-                    failure.failures.sort_by_key(|f| f.node);
-                }
+            if let Some(obtained) = self.obtained(fence, &mut failure, ttl, started) {
+                return obtained;
             }
         }
         // Undo on every node, including those that did not answer: the request may still
@@ -216,6 +184,39 @@ impl<C: Connection> Nodes<C> {
             held_key,
             held_ttl,
         }
+    }
+
+    /// The lock, if a quorum took the keys (and the fence, when asked for) with validity
+    /// left; otherwise `failure` says why not.
+    fn obtained(
+        &self,
+        fence: Result<Option<u64>, Vec<NodeFailure>>,
+        failure: &mut QuorumFailure,
+        ttl: Duration,
+        started: Instant,
+    ) -> Option<Attempt> {
+        failure.elapsed = started.elapsed();
+        match fence {
+            Ok(fence) => match self.valid_until(ttl, started, failure.elapsed) {
+                Some(valid_until) => {
+                    return Some(Attempt {
+                        result: TryResult::Obtained { valid_until, fence },
+                        may_hold: false,
+                        held_key: None,
+                        held_ttl: None,
+                    })
+                }
+                None => failure.too_late = true,
+            },
+            Err(unfenced) => {
+                // The keys were taken, but the fence could not be made durable on a
+                // quorum: only the nodes that took both agreed.
+                failure.agreed -= unfenced.len();
+                failure.failures.extend(unfenced);
+                failure.failures.sort_by_key(|f| f.node);
+            }
+        }
+        None
     }
 
     /// The fence of a lock taken without one: every node that still holds the keys moves
@@ -286,7 +287,7 @@ impl<C: Connection> Nodes<C> {
     /// is therefore handed out only once a quorum of nodes stores it (or more) while this
     /// owner still holds the keys there — then every later quorum includes one of those
     /// nodes, and a later acquisition there counts past it. Usually the nodes agree and no
-    /// second request is needed; otherwise the lower nodes are raised (`fence.lua`).
+    /// second request is needed; otherwise the lower nodes are raised (`raise_fence.lua`).
     ///
     /// Returns the fence, or, when too few nodes store it, why each node that took the keys
     /// but not the fence failed.
@@ -584,6 +585,25 @@ impl<C: Connection> Nodes<C> {
             nodes,
         }
     }
+}
+
+/// The first key found held on any node, and the shortest time any node holds it for.
+fn held_key_and_ttl(replies: &[Reply<Obtain>]) -> (Option<usize>, Option<Duration>) {
+    let held_key = replies
+        .iter()
+        .filter_map(|reply| match reply {
+            Ok(Obtain::Held { index, .. }) => Some(*index),
+            _ => None,
+        })
+        .min();
+    let held_ttl = replies
+        .iter()
+        .filter_map(|reply| match reply {
+            Ok(Obtain::Held { index, ttl }) if Some(*index) == held_key => *ttl,
+            _ => None,
+        })
+        .min();
+    (held_key, held_ttl)
 }
 
 /// A renewal that missed its quorum, as the error a lost lease reports.

@@ -396,13 +396,6 @@ impl Hub {
 
     /// Drops the channels that have had no waiters for [`LINGER`], and unsubscribes them.
     fn sweep(self: &Arc<Self>) {
-        for key in self.sweep_channels() {
-            self.sync(&key);
-        }
-    }
-
-    /// Drops the channels that have had no waiters for [`LINGER`]; returns their keys.
-    fn sweep_channels(&self) -> Vec<Box<[u8]>> {
         let now = Instant::now();
         let mut gone = Vec::new();
         lock(&self.channels).retain(|key, channel| {
@@ -414,7 +407,9 @@ impl Hub {
             }
             !idle
         });
-        gone
+        for key in gone {
+            self.sync(&key);
+        }
     }
 }
 
@@ -571,8 +566,9 @@ async fn connect(
     strong.set_status(node, NodeStatus::Connecting);
     // Channels whose waiters left are dropped even while no connection is up, so that a
     // subscriber that keeps failing holds only the keys waited for now (and asks for no
-    // more than those on its next try).
-    strong.sweep_channels();
+    // more than those on its next try), and the other nodes' subscribers, which may be
+    // up, unsubscribe from them.
+    strong.sweep();
     drop(strong);
     let connected = tokio::time::timeout(CONNECT_TIMEOUT, client.get_async_pubsub()).await;
     let error = match connected {

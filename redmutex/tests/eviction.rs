@@ -35,7 +35,7 @@ fn info_calls(server: &RedisServer) -> u64 {
 async fn an_evicting_server_is_warned_of_once_per_locker_without_a_request_per_acquire() {
     let recorded = warnings();
     let evicting = RedisServer::spawn_with(ServerOptions {
-        extra_args: ["--maxmemory-policy", "allkeys-lru"]
+        extra_args: ["--maxmemory-policy", "allkeys-lru", "--maxmemory", "100mb"]
             .map(String::from)
             .to_vec(),
         ..ServerOptions::default()
@@ -54,6 +54,17 @@ async fn an_evicting_server_is_warned_of_once_per_locker_without_a_request_per_a
         .release()
         .await
         .unwrap();
+    // The look runs in a task of its own: wait for what it says.
+    let until = std::time::Instant::now() + Duration::from_secs(3);
+    while !recorded
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|w| w.contains("allkeys-lru"))
+    {
+        assert!(std::time::Instant::now() < until, "no warning");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert_eq!(
         info_calls(&evicting) - before - 1,
         1,
@@ -81,21 +92,31 @@ async fn an_evicting_server_is_warned_of_once_per_locker_without_a_request_per_a
         about_eviction[0]
     );
 
-    // A fit server: nothing to say.
+    // A fit server, and an evicting policy without a memory limit: nothing to say.
     let fit = RedisServer::spawn();
-    let quiet = redmutex::Locker::new(common::multiplexed(&fit).await);
-    quiet
-        .acquire("job", Duration::from_secs(5))
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    let unlimited = RedisServer::spawn_with(ServerOptions {
+        extra_args: ["--maxmemory-policy", "allkeys-lru", "--maxmemory", "0"]
+            .map(String::from)
+            .to_vec(),
+        ..ServerOptions::default()
+    });
+    for server in [&fit, &unlimited] {
+        let quiet = redmutex::Locker::new(common::multiplexed(server).await);
+        let lock = quiet.acquire("job", Duration::from_secs(5)).await.unwrap();
+        lock.release().await.unwrap();
+    }
+    // The look runs in a task of its own: give it time to say something, if it would.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let after: usize = recorded
         .lock()
         .unwrap()
         .iter()
         .filter(|w| w.contains("maxmemory-policy"))
         .count();
-    assert_eq!(after, 1, "no warning for noeviction");
+    assert_eq!(
+        after,
+        1,
+        "no warning for noeviction, nor without a memory limit: {:#?}",
+        recorded.lock().unwrap()
+    );
 }

@@ -515,9 +515,9 @@ async fn redlock_fences_stay_increasing_when_a_raised_minority_is_lost() {
         .iter()
         .filter(|r| r.ends_with(&format!("{}\r\n", ahead + 1)))
         .count();
-    assert_eq!(
-        at_least, 5,
-        "every node that took the keys stores it: {stored:?}"
+    assert!(
+        at_least >= 3,
+        "a quorum stores it before it is handed out: {stored:?}"
     );
     second.release().await.unwrap();
 

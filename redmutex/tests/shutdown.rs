@@ -170,8 +170,8 @@ fn an_unreachable_server_delays_the_exit_by_a_bounded_time() {
     for flavour in ["current_thread", "multi_thread"] {
         let took = child(&server, flavour, "stalled", &format!("stalled-{flavour}"));
         assert!(
-            took < Duration::from_secs(5),
-            "{flavour}: the exit waited {took:?}, more than 2 s plus start-up"
+            took < Duration::from_secs(8),
+            "{flavour}: the exit waited {took:?}: 2 s at most, plus start-up (the TTL is 60 s)"
         );
         assert_eq!(
             server[0].command(&["EXISTS", &format!("stalled-{flavour}")]),
