@@ -107,7 +107,8 @@
 //! the keys are held and stored in all of them. Multi-key locks get one fence. With
 //! Redlock: the fence handed to a holder is greater than every fence handed to an earlier
 //! holder of a key it shares, as long as the nodes that stored the latest fence keep their
-//! data. The candidate (the highest next fence among the nodes that hold the keys) is
+//! data (or their counters' retention, and the nodes' clocks agree to within it: a fence
+//! that started from one node's clock is stored on the others). The candidate (the highest next fence among the nodes that hold the keys) is
 //! handed out only once a quorum of nodes stores it while the keys are still held there;
 //! usually the nodes agree and this costs nothing, otherwise one more round trip raises
 //! the lower ones. (Taking the maximum over the answering quorum alone is not enough:
