@@ -948,23 +948,27 @@ fn inspect_escapes_control_characters() {
     assert!(stdout(&out).contains("\"job\\nother: held, ttl 1h\\u001b[2J\""));
 }
 
-/// `acquire` whose token cannot be handed over — a pipe nobody reads, a closed stdout —
-/// leaves no lock behind and says so with exit 74; a deliberate `>/dev/null` is honoured.
-#[test]
-fn acquire_releases_the_lock_when_the_token_cannot_be_handed_over() {
+/// The writing end of a pipe whose reading end is closed: a write to it fails (EPIPE).
+fn unread_pipe() -> Stdio {
     use std::os::fd::{FromRawFd, OwnedFd};
-    use std::os::unix::process::CommandExt;
-    let server = RedisServer::spawn();
-    // A pipe whose reading end is closed before redmutex writes: EPIPE.
     let mut fds = [0; 2];
     // SAFETY: pipe(2) fills in two new descriptors, owned from here on.
     assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
     let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     drop(reader);
+    Stdio::from(writer)
+}
+
+/// `acquire` whose token cannot be handed over — a pipe nobody reads, a closed stdout —
+/// leaves no lock behind and says so with exit 74; a deliberate `>/dev/null` is honoured.
+#[test]
+fn acquire_releases_the_lock_when_the_token_cannot_be_handed_over() {
+    use std::os::unix::process::CommandExt;
+    let server = RedisServer::spawn();
     let out = redmutex(&server)
         .args(["acquire", "--ttl", "1m", "piped"])
         .stdin(Stdio::null())
-        .stdout(Stdio::from(writer))
+        .stdout(unread_pipe())
         .stderr(Stdio::piped())
         .output()
         .unwrap();
@@ -1019,17 +1023,11 @@ fn acquire_releases_the_lock_when_the_token_cannot_be_handed_over() {
 /// `inspect` into a pipe nobody reads: exit 74, no panic.
 #[test]
 fn inspect_into_a_closed_pipe_is_exit_74() {
-    use std::os::fd::{FromRawFd, OwnedFd};
     let server = RedisServer::spawn();
-    let mut fds = [0; 2];
-    // SAFETY: pipe(2) fills in two new descriptors, owned from here on.
-    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-    let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    drop(reader);
     let out = redmutex(&server)
         .args(["inspect", "k"])
         .stdin(Stdio::null())
-        .stdout(Stdio::from(writer))
+        .stdout(unread_pipe())
         .output()
         .unwrap();
     assert_eq!(code(&out), 74, "{}", stderr(&out));
