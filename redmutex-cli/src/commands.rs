@@ -4,7 +4,7 @@ use redmutex::{Check, Connection, Error, Finding, Level, LockInfo, Locker, Token
 
 use crate::exit::{self, Failure};
 use crate::output::{outln, stdout_was_closed};
-use crate::{duration, target, AcquireArgs, DoctorArgs, InspectArgs, RefreshArgs, ReleaseArgs};
+use crate::{duration, redact, AcquireArgs, DoctorArgs, InspectArgs, RefreshArgs, ReleaseArgs};
 
 /// Refuses `acquire` with a closed stdout before anything is taken: its token, the only
 /// way to release the lock, would be lost.
@@ -92,7 +92,7 @@ pub async fn inspect<C: Connection>(
                 .nodes
                 .iter()
                 .map(|n| {
-                    let url = json_string(&target::node_name(urls, n.node));
+                    let url = json_string(&redact::node_name(urls, n.node));
                     match &n.info {
                         Ok(view) => {
                             let mut obj = json_view(view);
@@ -101,7 +101,7 @@ pub async fn inspect<C: Connection>(
                         }
                         Err(e) => format!(
                             "{{\"url\":{url},\"error\":{}}}",
-                            json_string(&target::scrub(&e.to_string(), urls))
+                            json_string(&redact::scrub(&e.to_string(), urls))
                         ),
                     }
                 })
@@ -126,9 +126,9 @@ pub async fn inspect<C: Connection>(
     for node in &info.nodes {
         let view = match &node.info {
             Ok(view) => text_view(view),
-            Err(e) => format!("error: {}", target::scrub(&e.to_string(), urls)),
+            Err(e) => format!("error: {}", redact::scrub(&e.to_string(), urls)),
         };
-        outln!("  {}: {view}", target::node_name(urls, node.node))?;
+        outln!("  {}: {view}", redact::node_name(urls, node.node))?;
     }
     Ok(0)
 }
@@ -150,7 +150,7 @@ pub async fn doctor<C: Connection>(
     });
     let scope = |f: &Finding| match (redlock, f.check) {
         (true, Check::Permissions) => "all nodes".to_owned(),
-        _ => target::node_name(urls, f.node),
+        _ => redact::node_name(urls, f.node),
     };
     if args.json {
         let findings: Vec<String> = report
@@ -162,7 +162,7 @@ pub async fn doctor<C: Connection>(
                     json_string(&scope(f)),
                     f.check.name(),
                     f.level.name(),
-                    json_string(&target::name_nodes(&f.detail, urls))
+                    json_string(&redact::name_nodes(&f.detail, urls))
                 )
             })
             .collect();
@@ -191,7 +191,7 @@ pub async fn doctor<C: Connection>(
 
 /// `warning  appendfsync       everysec: …`: one finding of `doctor`, escaped.
 pub fn finding_line(finding: &Finding, urls: &[String]) -> String {
-    let detail = printable(&target::name_nodes(&finding.detail, urls));
+    let detail = printable(&redact::name_nodes(&finding.detail, urls));
     let (level, check) = (finding.level.name(), finding.check.name());
     format!("{level:<8} {check:<17} {detail}")
 }

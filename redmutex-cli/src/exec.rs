@@ -20,7 +20,7 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::time::Instant;
 
 use crate::exit::{self, Failure};
-use crate::guard::Guard;
+use crate::guard::{group_exists, Guard};
 use crate::{duration, ExecArgs};
 
 pub async fn run<C: Connection>(
@@ -278,14 +278,6 @@ fn group_alive(pgid: libc::pid_t) -> bool {
     // check the group after the command), then signal 0, which only checks for existence.
     unsafe { while libc::waitpid(-pgid, std::ptr::null_mut(), libc::WNOHANG) > 0 {} }
     group_exists(pgid)
-}
-
-/// Whether any process is in group `pgid`: one that redmutex may not signal (another
-/// user's, after `sudo`) still counts — only "no such process" means gone.
-pub fn group_exists(pgid: libc::pid_t) -> bool {
-    // SAFETY: signal 0 only checks for existence.
-    let signalled = unsafe { libc::kill(-pgid, 0) } == 0;
-    signalled || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 /// Runs in the child between fork and exec: its own process group, the terminal's

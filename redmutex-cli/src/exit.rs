@@ -38,7 +38,7 @@ impl Failure {
 
     /// Sorts a library error: not obtained, not held, bad argument, Redis trouble.
     pub fn from_lock_error(e: &redmutex::Error, urls: &[String]) -> Failure {
-        let message = crate::target::name_nodes(&e.to_string(), urls);
+        let message = crate::redact::name_nodes(&e.to_string(), urls);
         match e {
             redmutex::Error::NotObtained(_) => Failure::new(NOT_OBTAINED, message),
             redmutex::Error::NotHeld => Failure::new(NOT_HELD, message),

@@ -124,7 +124,7 @@ pub fn run(args: &[OsString]) -> ExitCode {
 /// SIGTERM to the group (SIGCONT too, should it be stopped), SIGKILL to what is left
 /// after `kill_after`.
 fn stop_group(pgid: libc::pid_t, kill_after: Duration) {
-    let alive = || crate::exec::group_exists(pgid);
+    let alive = || group_exists(pgid);
     if !alive() {
         return;
     }
@@ -148,4 +148,12 @@ fn stop_group(pgid: libc::pid_t, kill_after: Duration) {
             libc::kill(-pgid, libc::SIGKILL);
         }
     }
+}
+
+/// Whether any process is in group `pgid`: one that redmutex may not signal (another
+/// user's, after `sudo`) still counts — only "no such process" means gone.
+pub fn group_exists(pgid: libc::pid_t) -> bool {
+    // SAFETY: signal 0 only checks for existence.
+    let signalled = unsafe { libc::kill(-pgid, 0) } == 0;
+    signalled || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }

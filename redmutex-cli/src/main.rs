@@ -12,6 +12,7 @@ mod exec;
 mod exit;
 mod guard;
 mod output;
+mod redact;
 mod target;
 
 use std::ffi::OsString;
