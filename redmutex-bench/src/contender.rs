@@ -42,7 +42,7 @@ pub enum Contender {
     },
     /// redmutex; `name` tells its variant apart: `redmutex` as a locker comes, no fence
     /// read (the same work as the baseline), `fenced` taking each lock's fence with its
-    /// keys ([`redmutex::Acquire::with_fence`]).
+    /// keys ([`redmutex::Acquire::with_fence`]), `woken` (polling row) with wake-up.
     Redmutex {
         locker: Locker<MultiplexedConnection>,
         name: &'static str,

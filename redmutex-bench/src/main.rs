@@ -64,8 +64,8 @@ struct Args {
     #[arg(long, value_name = "NAME")]
     only: Option<String>,
 
-    /// Run only this implementation (baseline, rslock, redmutex or fenced), e.g. under a
-    /// profiler.
+    /// Run only this implementation (baseline, rslock, redmutex, fenced, or woken in the
+    /// polling row), e.g. under a profiler.
     #[arg(long = "impl", value_name = "NAME")]
     implementation: Option<String>,
 
@@ -240,7 +240,8 @@ fn polling(
         .map_err(|_| "the polling workload's thread panicked".to_owned())?
 }
 
-/// The baseline, rslock retrying every [0, 10 ms) forever, and redmutex without wake-up.
+/// The baseline, rslock retrying every [0, 10 ms) forever, redmutex without wake-up, and
+/// redmutex with it (`woken`: the same pauses, only as the fallback).
 async fn polling_contenders(url: &str) -> Result<Vec<Arc<Contender>>, String> {
     let mut rslock = rslock::LockManager::new(vec![url.to_owned()]);
     rslock.set_retry(u32::MAX, contender::POLL);
@@ -250,6 +251,14 @@ async fn polling_contenders(url: &str) -> Result<Vec<Arc<Contender>>, String> {
         Arc::new(Contender::Redmutex {
             locker: Locker::new(connect(url).await?),
             name: "redmutex",
+            fenced: false,
+        }),
+        // The same pauses as the fallback, and woken by the release.
+        Arc::new(Contender::Redmutex {
+            locker: Locker::new(connect(url).await?)
+                .with_wake_up([redis::Client::open(url).map_err(|e| e.to_string())?])
+                .map_err(|e| e.to_string())?,
+            name: "woken",
             fenced: false,
         }),
     ])
