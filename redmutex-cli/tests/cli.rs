@@ -804,10 +804,10 @@ fn tls_with_the_ca_flag() {
 #[test]
 fn acl_user_and_password_flags() {
     let server = RedisServer::spawn_with(ServerOptions {
-        extra_args: format!("--user locker on >right-pw {}", redmutex::acl_rule("app:"))
-            .split_whitespace()
-            .map(str::to_owned)
-            .collect(),
+        extra_args: testkit::acl_user(&format!(
+            "locker on >right-pw {}",
+            redmutex::acl_rule("app:")
+        )),
         ..ServerOptions::default()
     });
     let bin = env!("CARGO_BIN_EXE_redmutex");
@@ -1146,9 +1146,9 @@ fn doctor_fails_on_an_evicting_server() {
 /// (not a failure), the password never shows.
 #[test]
 fn doctor_over_tls_and_as_an_acl_user() {
-    let rule = format!("--user doctor on >pw-9d2b {}", redmutex::acl_rule("app:"));
+    let rule = format!("doctor on >pw-9d2b {}", redmutex::acl_rule("app:"));
     let mut options = ServerOptions {
-        extra_args: rule.split_whitespace().map(str::to_owned).collect(),
+        extra_args: testkit::acl_user(&rule),
         ..ServerOptions::default()
     };
     let tls = testkit::tls_support().is_ok();

@@ -118,11 +118,7 @@ async fn acl_users_get_could_not_check_and_missing_permissions() {
     let args: Vec<String> = [minimal, no_time.replacen("locker", "notime", 1)]
         .iter()
         .chain([no_channels.replacen("locker", "nochannel", 1)].iter())
-        .flat_map(|rule| {
-            let mut words = vec!["--user".to_string()];
-            words.extend(rule.split_whitespace().map(String::from));
-            words
-        })
+        .flat_map(|rule| testkit::acl_user(rule))
         .collect();
     let server = RedisServer::spawn_with(ServerOptions {
         extra_args: args,

@@ -13,12 +13,6 @@ use redmutex::{retry, Locker};
 use testkit::{RedisServer, ServerOptions, TestCa};
 
 /// `redis-server` arguments that define an ACL user (each word its own argument).
-fn user(rule: &str) -> Vec<String> {
-    std::iter::once("--user".to_owned())
-        .chain(rule.split_whitespace().map(str::to_owned))
-        .collect()
-}
-
 /// A user with the rule the README prints ([`redmutex::acl_rule`]) for the prefix `app:`.
 fn minimal_rule(user: &str, password: &str) -> String {
     format!("{user} on >{password} {}", redmutex::acl_rule("app:"))
@@ -117,7 +111,7 @@ async fn a_client_that_does_not_trust_the_ca_fails_clearly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_minimal_acl_rule_is_enough() {
     let server = RedisServer::spawn_with(ServerOptions {
-        extra_args: user(&minimal_rule("locker", "s3cret")),
+        extra_args: testkit::acl_user(&minimal_rule("locker", "s3cret")),
         ..ServerOptions::default()
     });
     let url = format!("redis://locker:s3cret@127.0.0.1:{}", server.port());
@@ -180,8 +174,8 @@ async fn the_minimal_acl_rule_is_enough() {
 async fn a_user_without_permission_gets_a_clear_error_and_nothing_is_written() {
     let server = RedisServer::spawn_with(ServerOptions {
         extra_args: [
-            user("reader on >pw ~* +@read +ping"),
-            user(&minimal_rule("locker", "pw")),
+            testkit::acl_user("reader on >pw ~* +@read +ping"),
+            testkit::acl_user(&minimal_rule("locker", "pw")),
         ]
         .concat(),
         ..ServerOptions::default()

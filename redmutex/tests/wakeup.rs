@@ -520,17 +520,7 @@ async fn a_waiter_tries_when_a_dead_holders_key_expires() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscriber_without_permission_is_reported_and_waiters_poll() {
     let server = RedisServer::spawn_with(testkit::ServerOptions {
-        extra_args: [
-            "--user",
-            "nosub",
-            "on",
-            ">pw",
-            "~*",
-            "resetchannels",
-            "+@all",
-        ]
-        .map(String::from)
-        .to_vec(),
+        extra_args: testkit::acl_user("nosub on >pw ~* resetchannels +@all"),
         ..testkit::ServerOptions::default()
     });
     let url = format!("redis://nosub:pw@127.0.0.1:{}", server.port());

@@ -363,6 +363,15 @@ impl Drop for RedisServer {
     }
 }
 
+/// `--user` and the words of `rule` (`"locker on >pw ~app:* +get"`), one per argument, for
+/// [`ServerOptions::extra_args`]: an ACL user as the server's command line takes it (one
+/// argument holding the whole rule would be read as one word).
+pub fn acl_user(rule: &str) -> Vec<String> {
+    std::iter::once("--user".to_owned())
+        .chain(rule.split_whitespace().map(str::to_owned))
+        .collect()
+}
+
 /// The server binary the test kit starts: `$REDMUTEX_REDIS_SERVER` (e.g. a `valkey-server`
 /// or an older `redis-server`), else `redis-server` from `PATH`.
 pub fn server_binary() -> std::ffi::OsString {
