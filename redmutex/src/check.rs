@@ -245,13 +245,9 @@ impl EvictionWatch {
     }
 }
 
-/// Everything one node answers about itself.
-struct NodeFacts {
-    /// `INFO` texts, one per server (several behind a cluster connection), or why not.
-    info: Result<Vec<(Option<String>, String)>, String>,
-    /// `CONFIG GET` of the settings INFO does not show (single servers only).
-    config: Vec<(&'static str, Result<String, String>)>,
-}
+/// The settings `INFO` does not show, from `CONFIG GET` (single servers only): each
+/// name with its value, or why it could not be read.
+type Settings = Vec<(&'static str, Result<String, String>)>;
 
 /// The findings for one node of a locker (`redlock`: one of several independent nodes).
 pub(crate) async fn node_findings<C: Connection>(
@@ -269,7 +265,7 @@ pub(crate) async fn node_findings<C: Connection>(
     }
     let info = ask(&conn, &redis::cmd("INFO")).await.map(info_texts);
     let single = info.as_ref().is_ok_and(|texts| texts.len() == 1) || info.is_err();
-    let mut settings = Vec::new();
+    let mut settings = Settings::new();
     if single {
         for name in [
             "maxmemory-policy",
@@ -281,21 +277,12 @@ pub(crate) async fn node_findings<C: Connection>(
             settings.push((name, config(&conn, name).await));
         }
     }
-    let facts = NodeFacts {
-        info,
-        config: settings,
-    };
-    let mut findings = Vec::new();
-    match &facts.info {
+    match &info {
         Ok(texts) => {
+            let mut findings = Vec::new();
             for (addr, text) in texts {
-                findings.extend(server_findings(
-                    node,
-                    addr.as_deref(),
-                    text,
-                    &facts,
-                    redlock,
-                ));
+                let (addr, text) = (addr.as_deref(), Ok(text.as_str()));
+                findings.extend(server_findings(node, addr, text, &settings, redlock));
             }
             if texts
                 .iter()
@@ -303,68 +290,58 @@ pub(crate) async fn node_findings<C: Connection>(
             {
                 findings.push(cluster_finding(node, &conn).await);
             }
+            findings
         }
-        Err(e) => findings.extend(without_info(node, e, &facts, redlock)),
+        // What can be said without INFO: the configuration, if readable.
+        Err(e) => server_findings(node, None, Err(e), &settings, redlock),
     }
-    findings
 }
 
 /// A setting from `CONFIG GET`, if it could be read.
-fn configured<'f>(facts: &'f NodeFacts, name: &str) -> Option<&'f str> {
-    facts
-        .config
+fn configured<'s>(settings: &'s Settings, name: &str) -> Option<&'s str> {
+    settings
         .iter()
         .find(|(n, _)| *n == name)
         .and_then(|(_, value)| value.as_deref().ok())
 }
 
-/// Findings from one server's `INFO` text (and, for a single server, its configuration).
+/// Findings from one server's `INFO` text, or why there is none, and (for a single
+/// server) its configuration, which wins where both say something.
 fn server_findings(
     node: usize,
     addr: Option<&str>,
-    info: &str,
-    facts: &NodeFacts,
+    info: Result<&str, &str>,
+    settings: &Settings,
     redlock: bool,
 ) -> Vec<Finding> {
     let at = addr.map(|a| format!(" at {a}")).unwrap_or_default();
-    let policy = configured(facts, "maxmemory-policy").or(info_field(info, "maxmemory_policy"));
-    let limit = configured(facts, "maxmemory").or(info_field(info, "maxmemory"));
-    let aof = configured(facts, "appendonly")
+    let field = |name| info.ok().and_then(|text| info_field(text, name));
+    let policy = configured(settings, "maxmemory-policy").or(field("maxmemory_policy"));
+    let limit = configured(settings, "maxmemory").or(field("maxmemory"));
+    let aof = configured(settings, "appendonly")
         .map(|v| v == "yes")
-        .or(info_field(info, "aof_enabled").map(|v| v == "1"));
+        .or(field("aof_enabled").map(|v| v == "1"));
+    let unread = |check, error| {
+        finding(
+            node,
+            check,
+            Level::Unknown,
+            format!("could not read INFO: {error}"),
+        )
+    };
+    let (version, role) = match info {
+        Ok(text) => (
+            version_finding(node, &at, text),
+            role_finding(node, &at, info_field(text, "role")),
+        ),
+        Err(e) => (unread(Check::Version, e), unread(Check::Role, e)),
+    };
     vec![
-        version_finding(node, &at, info),
+        version,
         eviction_finding(node, &at, policy, limit),
-        role_finding(node, &at, info_field(info, "role")),
-        persistence_finding(node, &at, aof, configured(facts, "save"), redlock),
-        fsync_finding(node, &at, aof, configured(facts, "appendfsync")),
-    ]
-}
-
-/// What can be said of a node whose `INFO` was refused: the configuration, if readable.
-fn without_info(node: usize, error: &str, facts: &NodeFacts, redlock: bool) -> Vec<Finding> {
-    let aof = configured(facts, "appendonly").map(|v| v == "yes");
-    vec![
-        finding(
-            node,
-            Check::Version,
-            Level::Unknown,
-            format!("could not read INFO: {error}"),
-        ),
-        eviction_finding(
-            node,
-            "",
-            configured(facts, "maxmemory-policy"),
-            configured(facts, "maxmemory"),
-        ),
-        finding(
-            node,
-            Check::Role,
-            Level::Unknown,
-            format!("could not read INFO: {error}"),
-        ),
-        persistence_finding(node, "", aof, configured(facts, "save"), redlock),
-        fsync_finding(node, "", aof, configured(facts, "appendfsync")),
+        role,
+        persistence_finding(node, &at, aof, configured(settings, "save"), redlock),
+        fsync_finding(node, &at, aof, configured(settings, "appendfsync")),
     ]
 }
 

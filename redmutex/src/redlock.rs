@@ -11,6 +11,7 @@
 //!   answer, where the request may still land — before the next try.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -208,13 +209,7 @@ impl<C: Connection> Nodes<C> {
                 }
                 None => failure.too_late = true,
             },
-            Err(unfenced) => {
-                // The keys were taken, but the fence could not be made durable on a
-                // quorum: only the nodes that took both agreed.
-                failure.agreed -= unfenced.len();
-                failure.failures.extend(unfenced);
-                failure.failures.sort_by_key(|f| f.node);
-            }
+            Err(unfenced) => count_out(failure, unfenced),
         }
         None
     }
@@ -262,11 +257,7 @@ impl<C: Connection> Nodes<C> {
             match self.durable_fence(fenced, &taken, timeout).await {
                 Ok(fence) if Instant::now() < valid_until => return Ok(fence),
                 Ok(_) => return Err(Error::NotHeld),
-                Err(unfenced) => {
-                    failure.agreed -= unfenced.len();
-                    failure.failures.extend(unfenced);
-                    failure.failures.sort_by_key(|f| f.node);
-                }
+                Err(unfenced) => count_out(&mut failure, unfenced),
             }
         }
         failure.elapsed = started.elapsed();
@@ -375,6 +366,7 @@ impl<C: Connection> Nodes<C> {
         keys: &Keys,
         token: &Token,
     ) {
+        let keys = Arc::new(keys.clone());
         for node in nodes {
             let conn = self.conns[node].clone();
             background::release(release_try(conn, keys.clone(), *token));
@@ -585,6 +577,14 @@ impl<C: Connection> Nodes<C> {
             nodes,
         }
     }
+}
+
+/// The keys were taken, but the fence could not be made durable on a quorum: only the
+/// nodes that stored both agreed; `unfenced` are no longer counted, and say why.
+fn count_out(failure: &mut QuorumFailure, unfenced: Vec<NodeFailure>) {
+    failure.agreed -= unfenced.len();
+    failure.failures.extend(unfenced);
+    failure.failures.sort_by_key(|f| f.node);
 }
 
 /// The first key found held on any node, and the shortest time any node holds it for.

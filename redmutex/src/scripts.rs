@@ -153,10 +153,8 @@ pub(crate) async fn obtain<C: ConnectionLike>(
                     .arg(retention_ms)
                     .invoke_async(conn)
                     .await?;
-                return Ok(match Obtain::from_reply(reply, true) {
-                    Obtain::Held { .. } => unknown_ttl,
-                    obtained => obtained,
-                });
+                // Held: `{ 1, -3 }`, no TTL read on this path.
+                return Ok(Obtain::from_reply(reply, true));
             }
         } else {
             let reply: Value = redis::cmd("SET")

@@ -214,7 +214,9 @@ impl<C: Connection> Store<C> {
     /// none). Used where waiting is impossible: in `Drop`.
     pub(crate) fn release_in_background(&self, keys: Keys, token: Token) {
         match self {
-            Store::One(conn) => background::release(release_try(conn.clone(), keys, token)),
+            Store::One(conn) => {
+                background::release(release_try(conn.clone(), Arc::new(keys), token));
+            }
             Store::Quorum(nodes) => {
                 nodes.release_in_background(0..nodes.conns().len(), &keys, &token);
             }
@@ -285,7 +287,9 @@ impl<C: Connection> Store<C> {
     ) -> Result<u64, Error> {
         let conn = match self {
             Store::Quorum(nodes) => {
-                return (nodes.take_fence(keys, counters, token, ttl, fences, valid_until)).await
+                return nodes
+                    .take_fence(keys, counters, token, ttl, fences, valid_until)
+                    .await
             }
             Store::One(conn) => conn,
         };
@@ -314,9 +318,13 @@ impl<C: Connection> Store<C> {
     }
 }
 
-/// One try of an owner-checked release of `keys` on `conn`, for [`background::release`].
-pub(crate) fn release_try<C: Connection>(conn: C, keys: Keys, token: Token) -> background::Try {
-    let keys = std::sync::Arc::new(keys);
+/// One try of an owner-checked release of `keys` on `conn`, for [`background::release`]
+/// (the keys shared by the releases of every node).
+pub(crate) fn release_try<C: Connection>(
+    conn: C,
+    keys: Arc<Keys>,
+    token: Token,
+) -> background::Try {
     Box::new(move || {
         let (mut conn, keys) = (conn.clone(), keys.clone());
         Box::pin(async move {

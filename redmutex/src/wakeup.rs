@@ -649,19 +649,19 @@ async fn reconcile(
     };
     drop(strong);
     let names = |keys: &[Box<[u8]>]| keys.iter().map(|k| k.to_vec()).collect::<Vec<Vec<u8>>>();
-    let mut outcome = Ok(());
-    if !unwanted.is_empty() {
-        outcome = answered(sink.unsubscribe(names(&unwanted))).await;
-    }
-    if outcome.is_ok() && !wanted.is_empty() {
-        outcome = answered(sink.subscribe(names(&wanted))).await;
-        if outcome.is_ok() {
+    let outcome = async {
+        if !unwanted.is_empty() {
+            answered(sink.unsubscribe(names(&unwanted))).await?;
+        }
+        if !wanted.is_empty() {
+            answered(sink.subscribe(names(&wanted))).await?;
             if let Some(hub) = hub.upgrade() {
                 hub.confirm(node, Some(&wanted), true);
             }
         }
-    }
-    match (outcome, hub.upgrade()) {
+        Ok(())
+    };
+    match (outcome.await, hub.upgrade()) {
         (Ok(()), _) => true,
         (Err(error), Some(hub)) => {
             hub.set_status(node, NodeStatus::Failed(error));
@@ -699,17 +699,7 @@ mod tests {
     #[tokio::test]
     async fn a_refused_subscriber_keeps_only_the_channels_waited_for_now() {
         let server = RedisServer::spawn_with(ServerOptions {
-            extra_args: [
-                "--user",
-                "nosub",
-                "on",
-                ">pw",
-                "~*",
-                "resetchannels",
-                "+@all",
-            ]
-            .map(String::from)
-            .to_vec(),
+            extra_args: testkit::acl_user("nosub on >pw ~* resetchannels +@all"),
             ..ServerOptions::default()
         });
         let url = format!("redis://nosub:pw@127.0.0.1:{}", server.port());
