@@ -239,9 +239,10 @@ pub(crate) async fn warn_if_evicting<C: Connection>(nodes: Vec<C>) {
 pub(crate) struct EvictionWatch(AtomicBool);
 
 impl EvictionWatch {
-    /// True the first time only: the caller takes the look.
+    /// True the first time only: the caller takes the look. Asked on every try, so it
+    /// only reads once the look was taken (no write to a line all tasks share).
     pub(crate) fn first(&self) -> bool {
-        !self.0.swap(true, Ordering::Relaxed)
+        !self.0.load(Ordering::Relaxed) && !self.0.swap(true, Ordering::Relaxed)
     }
 }
 
