@@ -141,15 +141,24 @@ impl Contender {
                 .await
                 .map(Held::Rslock)
                 .map_err(|e| format!("{e:?}")),
-            Contender::Baseline { .. } => {
-                let mut pauses = polling();
-                loop {
-                    if let Some(held) = self.try_acquire(key).await? {
-                        return Ok(held);
-                    }
-                    tokio::time::sleep(pauses.next().unwrap_or(Duration::from_millis(50))).await;
-                }
+            Contender::Baseline { .. } => self.baseline_polling(key, polling()).await,
+        }
+    }
+
+    /// The baseline's wait: a plain try, then the next of `pauses` (the last one again
+    /// once they run out), until a try takes the lock.
+    async fn baseline_polling(
+        &self,
+        key: &str,
+        mut pauses: impl Iterator<Item = Duration>,
+    ) -> Result<Held, String> {
+        let mut last = Duration::ZERO;
+        loop {
+            if let Some(held) = self.try_acquire(key).await? {
+                return Ok(held);
             }
+            last = pauses.next().unwrap_or(last);
+            tokio::time::sleep(last).await;
         }
     }
 
@@ -165,8 +174,9 @@ impl Contender {
     }
 
     /// Waits for a busy lock by polling alone, every pause drawn uniformly from
-    /// [0, [`POLL`]): redmutex with `constant(POLL).jitter(Jitter::full())` (the locker
-    /// must have no wake-up), rslock with its own retry loop (built with
+    /// [0, [`POLL`]): redmutex with `constant(POLL).jitter(Jitter::full())` (its pauses
+    /// only the fallback for the `woken` variant, whose locker has wake-up), rslock with
+    /// its own retry loop (built with
     /// `set_retry(u32::MAX, POLL)`), the baseline with the same pauses between plain tries.
     pub async fn acquire_polling(&self, key: &str) -> Result<Held, String> {
         let pauses = || retry::constant(POLL).jitter(Jitter::full());
@@ -183,15 +193,7 @@ impl Contender {
                 .await
                 .map(Held::Rslock)
                 .map_err(|e| format!("{e:?}")),
-            Contender::Baseline { .. } => {
-                let mut pauses = pauses();
-                loop {
-                    if let Some(held) = self.try_acquire(key).await? {
-                        return Ok(held);
-                    }
-                    tokio::time::sleep(pauses.next().unwrap_or(POLL)).await;
-                }
-            }
+            Contender::Baseline { .. } => self.baseline_polling(key, pauses()).await,
         }
     }
 
