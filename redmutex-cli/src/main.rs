@@ -244,7 +244,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
 }
 
 async fn run_command(cli: Cli, urls: &[String], access: &target::Access) -> Result<u8, Failure> {
-    check_arguments(&cli.command, urls)?;
+    check_arguments(&cli.command, &cli.prefix, urls)?;
     let no_fences = cli.no_fences || env_flag("REDMUTEX_NO_FENCES")?;
     let mut locker = target::locker(urls, access).await?.with_prefix(&cli.prefix);
     if no_fences {
@@ -263,7 +263,7 @@ async fn run_command(cli: Cli, urls: &[String], access: &target::Access) -> Resu
 
 /// What can be refused before connecting is: a TTL `exec` could not keep alive, and
 /// `acquire` with nowhere to put its token; then the keys and metadata.
-fn check_arguments(command: &Command, urls: &[String]) -> Result<(), Failure> {
+fn check_arguments(command: &Command, prefix: &str, urls: &[String]) -> Result<(), Failure> {
     match command {
         Command::Exec(args) => {
             // Several URLs are Redlock nodes, whose drift allowance shortens the lease.
@@ -275,40 +275,24 @@ fn check_arguments(command: &Command, urls: &[String]) -> Result<(), Failure> {
         Command::Acquire(_) => commands::check_token_can_be_handed_over()?,
         _ => {}
     }
-    check_sizes(command)
+    check_sizes(command, prefix)
 }
 
-/// Empty or oversized keys and oversized metadata are usage errors before any connection
-/// is made (the library refuses them too, but only once the server has been reached).
-fn check_sizes(command: &Command) -> Result<(), Failure> {
+/// Bad keys (empty, oversized, duplicate, named like a fence counter) and oversized
+/// metadata are usage errors before any connection is made: the library's own checks,
+/// which it makes again, but only once the server has been reached.
+fn check_sizes(command: &Command, prefix: &str) -> Result<(), Failure> {
     let (keys, metadata): (&[String], Option<&String>) = match command {
         Command::Exec(a) => (&a.keys, a.lock.metadata.as_ref()),
         Command::Acquire(a) => (&a.keys, a.lock.metadata.as_ref()),
         Command::Release(a) => (&a.keys, None),
         Command::Refresh(a) => (&a.keys, None),
         Command::Inspect(a) => (std::slice::from_ref(&a.key), None),
-        Command::Demo(_) | Command::Doctor(_) => (&[], None),
+        Command::Demo(_) | Command::Doctor(_) => return Ok(()),
     };
-    for key in keys {
-        if key.is_empty() {
-            return Err(Failure::usage("invalid key: a key must not be empty"));
-        }
-        if key.len() > redmutex::MAX_KEY_LEN {
-            return Err(Failure::usage(format!(
-                "invalid key: {} bytes is above the maximum of {}",
-                key.len(),
-                redmutex::MAX_KEY_LEN
-            )));
-        }
-    }
-    match metadata {
-        Some(m) if m.len() > redmutex::MAX_METADATA_LEN => Err(Failure::usage(format!(
-            "invalid metadata: {} bytes is above the maximum of {}",
-            m.len(),
-            redmutex::MAX_METADATA_LEN
-        ))),
-        _ => Ok(()),
-    }
+    let usage = |e: redmutex::Error| Failure::usage(e.to_string());
+    redmutex::check_keys(prefix, keys).map_err(usage)?;
+    metadata.map_or(Ok(()), |m| redmutex::check_metadata(m).map_err(usage))
 }
 
 /// A yes/no environment variable: unset, empty, `0`, `false` or `no` is no; `1`, `true` or

@@ -405,8 +405,9 @@ fn usage_errors_exit_64_with_a_message() {
     assert_eq!(code(&run(redmutex(&server).arg("--help"))), 0);
 }
 
-/// Sizes past the documented limits are usage errors before any connection: the server
-/// here does not exist, and the answer is still 64, not 69.
+/// Sizes past the documented limits, duplicate keys and keys named like fence counters
+/// are usage errors before any connection: the server here does not exist, and the answer
+/// is still 64, not 69.
 #[test]
 fn oversized_input_is_refused_before_connecting() {
     let nowhere = format!("redis://127.0.0.1:{}", testkit::free_port());
@@ -423,6 +424,8 @@ fn oversized_input_is_refused_before_connecting() {
             vec!["acquire", "--metadata", &long_metadata, "k"],
             "metadata",
         ),
+        (vec!["exec", "{job}:fence", "--", "true"], "reserved"),
+        (vec!["acquire", "a", "a"], "duplicate"),
     ] {
         let out = run(Command::new(env!("CARGO_BIN_EXE_redmutex"))
             .args(["--redis", &nowhere])

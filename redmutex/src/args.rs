@@ -128,7 +128,37 @@ fn check_key(key: &[u8]) -> Result<(), Error> {
     Ok(())
 }
 
-pub(crate) fn check_metadata(metadata: &str) -> Result<(), Error> {
+/// Checks the keys of one lock as a locker with `prefix` would, without Redis: at least
+/// one, none empty or longer than [`MAX_KEY_LEN`], none named like a fence counter once
+/// prefixed (`{…}:fence`, `{…}:fence:…`), no duplicates. For callers that want to refuse
+/// bad input before they even connect (the CLI does); every acquire, release, refresh and
+/// inspect makes the same check.
+///
+/// # Errors
+/// [`Error::InvalidArgument`], saying which key and why.
+///
+/// ```
+/// assert!(redmutex::check_keys("app:", ["job", "{job}:fence"]).is_ok());
+/// assert!(redmutex::check_keys("", ["{job}:fence"]).is_err());
+/// assert!(redmutex::check_keys("", ["a", "a"]).is_err());
+/// ```
+pub fn check_keys<K: AsRef<[u8]>>(
+    prefix: impl AsRef<[u8]>,
+    keys: impl IntoIterator<Item = K>,
+) -> Result<(), Error> {
+    Keys::new(prefix.as_ref(), keys).map(|_| ())
+}
+
+/// Checks metadata as an acquire does, without Redis: at most [`MAX_METADATA_LEN`] bytes.
+///
+/// # Errors
+/// [`Error::InvalidArgument`].
+///
+/// ```
+/// assert!(redmutex::check_metadata("host=web-3").is_ok());
+/// assert!(redmutex::check_metadata(&"m".repeat(redmutex::MAX_METADATA_LEN + 1)).is_err());
+/// ```
+pub fn check_metadata(metadata: &str) -> Result<(), Error> {
     if metadata.len() > MAX_METADATA_LEN {
         return Err(Error::invalid(
             Argument::Metadata,

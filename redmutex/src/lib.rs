@@ -234,7 +234,7 @@ mod wakeup;
 
 pub use acl::acl_rule;
 pub use acquire::{Acquire, FailedTry, TryFailure};
-pub use args::{MAX_KEY_LEN, MAX_METADATA_LEN, MAX_TTL, MIN_TTL};
+pub use args::{check_keys, check_metadata, MAX_KEY_LEN, MAX_METADATA_LEN, MAX_TTL, MIN_TTL};
 pub use check::{Check, Finding, Level, ServerCheck};
 #[cfg(feature = "tls")]
 pub use connection::tls_client;
