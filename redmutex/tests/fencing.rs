@@ -539,3 +539,39 @@ async fn redlock_fences_stay_increasing_when_a_raised_minority_is_lost() {
     );
     third.release().await.unwrap();
 }
+
+/// A fence asked for while the server cannot be reached: a transient error, no fence (and
+/// the next call, once the server answers, takes one). Redlock with too few nodes left: a
+/// transient NoQuorum.
+#[tokio::test]
+async fn a_fence_asked_for_while_unreachable_is_a_transient_error() {
+    let server = RedisServer::spawn();
+    let locker = Locker::new(common::manager(&server).await);
+    let lock = locker.acquire("cut-off", ms(10_000)).await.unwrap();
+    server.pause();
+    let error = lock.fence().await.unwrap_err();
+    assert!(error.is_transient() && !error.is_not_held(), "{error}");
+    assert_eq!(lock.fence_if_taken(), None);
+    server.resume();
+    let fence = lock.fence().await.unwrap();
+    assert_eq!(lock.fence_if_taken(), Some(fence));
+    lock.release().await.unwrap();
+
+    let servers = RedisServer::spawn_many(5);
+    let mut conns = Vec::new();
+    for server in &servers {
+        conns.push(multiplexed(server).await);
+    }
+    let locker = redlock_locker(conns);
+    let lock = locker.acquire("cut-off", ms(10_000)).await.unwrap();
+    for server in &servers[..3] {
+        server.kill();
+    }
+    match lock.fence().await {
+        Err(Error::NoQuorum(failure)) => {
+            assert!(failure.agreed < failure.needed, "{failure}");
+            assert!(Error::NoQuorum(failure).is_transient());
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -553,3 +553,30 @@ async fn a_subscriber_without_permission_is_reported_and_waiters_poll() {
     let lock = waiter.await.unwrap().expect("obtained by polling");
     lock.release().await.unwrap();
 }
+
+/// A wake-up client whose server cannot be reached: the locker says wake-up is failing
+/// (not for want of permission), and waiters poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_subscriber_is_reported_as_failing() {
+    let server = RedisServer::spawn();
+    let nowhere = format!("redis://127.0.0.1:{}", testkit::free_port());
+    let locker = waking_locker(&server, &nowhere).await;
+    let holder = locker.acquire("unheard", ms(500)).await.unwrap();
+    let waiter = locker
+        .acquire("unheard", ms(10_000))
+        .retry(retry::constant(ms(100)))
+        .deadline(Duration::from_secs(10));
+    let waiter = tokio::spawn(waiter.into_future());
+    let until = Instant::now() + ms(5_000);
+    while !matches!(
+        locker.wake_up_state(),
+        redmutex::WakeUpState::Failing { .. }
+    ) {
+        assert!(Instant::now() < until, "{:?}", locker.wake_up_state());
+        tokio::time::sleep(ms(20)).await;
+    }
+    assert!(!locker.wake_up_state().is_permission_denied());
+    drop(holder);
+    let lock = waiter.await.unwrap().expect("obtained by polling");
+    lock.release().await.unwrap();
+}
