@@ -37,10 +37,11 @@ pub(crate) fn ttl_millis(ttl: Duration) -> Result<u64, Error> {
     Ok(ttl.as_millis() as u64)
 }
 
-/// The keys of one lock, prefixed, checked: at least one, none empty or too long, no
-/// duplicates.
+/// The keys of one lock, with the locker's prefix, checked: at least one, none empty or too
+/// long, none named like a fence counter, no duplicates. What a [`Lock`](crate::Lock) holds
+/// (its `P`, the default); read them with [`Lock::keys`](crate::Lock::keys).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Keys(Box<[Box<[u8]>]>);
+pub struct Keys(Box<[Box<[u8]>]>);
 
 impl Keys {
     pub(crate) fn new<K: AsRef<[u8]>>(
@@ -54,15 +55,8 @@ impl Keys {
             let mut full = Vec::with_capacity(prefix.len() + key.len());
             full.extend_from_slice(prefix);
             full.extend_from_slice(key);
-            if crate::fence::is_counter_name(&full) {
-                return Err(Error::invalid(
-                    Argument::Key,
-                    format!(
-                        "{:?} is reserved: keys of the form {{…}}:fence and {{…}}:fence:… \
-                         (prefix included) are fence counters; choose another name or a prefix",
-                        String::from_utf8_lossy(&full)
-                    ),
-                ));
+            if let Some(kind) = crate::fence::reserved_as(&full) {
+                return Err(reserved(&full, kind));
             }
             if out.iter().any(|k| **k == *full) {
                 return Err(Error::invalid(
@@ -92,6 +86,22 @@ impl Keys {
     pub(crate) fn get(&self, index: usize) -> Option<&[u8]> {
         self.0.get(index).map(|k| &**k)
     }
+}
+
+/// The error for a key named like a companion key (see [`crate::fence::reserved_as`]).
+fn reserved(key: &[u8], kind: crate::fence::Companion) -> Error {
+    let (suffix, what) = match kind {
+        crate::fence::Companion::Fence => ("fence", "fence counters"),
+        crate::fence::Companion::Permits => ("permits", "semaphores' details"),
+    };
+    Error::invalid(
+        Argument::Key,
+        format!(
+            "{:?} is reserved: keys of the form {{…}}:{suffix} and {{…}}:{suffix}:… \
+             (prefix included) are {what}; choose another name or a prefix",
+            String::from_utf8_lossy(key)
+        ),
+    )
 }
 
 /// Redis Cluster: every key of one lock in one hash slot, or a typed error that says how

@@ -3,7 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::quorum::QuorumFailure;
+use crate::classify::{is_no_permission, is_transient_redis};
+use crate::quorum::{NodeError, QuorumFailure};
 
 /// Everything that can go wrong, sorted by what the caller should do:
 ///
@@ -34,7 +35,9 @@ pub enum Error {
     /// The lock is no longer held by this owner: it expired, was deleted, or another owner
     /// took it. Any work that relied on it must stop.
     NotHeld,
-    /// An argument was rejected before anything was sent to Redis.
+    /// An argument was rejected before anything was sent to Redis — or, for what only the
+    /// server can know (a semaphore's limit that its current holders do not share), by the
+    /// server, with nothing written.
     InvalidArgument(InvalidArgument),
     /// Redis could not be reached or refused the command.
     Redis(redis::RedisError),
@@ -96,6 +99,10 @@ pub enum Argument {
     /// Fencing tokens: asked for on a locker without them, or a retention period out of
     /// range.
     Fences,
+    /// A semaphore's limit: zero, too large, or not the one its current holders agreed on.
+    Limit,
+    /// How many permits of a semaphore to take: zero, or more than its limit.
+    Permits,
 }
 
 impl Error {
@@ -144,9 +151,7 @@ impl Error {
                 let refusing = failure
                     .failures
                     .iter()
-                    .filter(
-                        |f| matches!(&f.error, crate::NodeError::Redis(e) if is_no_permission(e)),
-                    )
+                    .filter(|f| matches!(&f.error, NodeError::Redis(e) if is_no_permission(e)))
                     .count();
                 refusing > failure.nodes - failure.needed
             }
@@ -163,57 +168,6 @@ impl Error {
             Error::NotObtained(n) => n.last_error.as_ref(),
             _ => None,
         }
-    }
-}
-
-/// `NOPERM`, sent directly or by a command inside a script.
-pub(crate) fn is_no_permission(e: &redis::RedisError) -> bool {
-    if matches!(
-        e.kind(),
-        redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm)
-    ) || e.code() == Some("NOPERM")
-    {
-        return true;
-    }
-    // Inside a script the refusal is a plain ERR, worded by each server: Redis 6.2/7
-    // ("The user executing the script can't run this command…", "…can't access at least
-    // one of the keys…"), Valkey ("ACL failure in script: …").
-    let text = e.to_string();
-    [
-        "NOPERM",
-        "The user executing the script can't",
-        "ACL failure in script",
-    ]
-    .iter()
-    .any(|pattern| text.contains(pattern))
-}
-
-/// A TLS handshake that failed on the certificate: retrying cannot help.
-fn is_certificate_error(e: &redis::RedisError) -> bool {
-    e.kind() == redis::ErrorKind::Io && e.to_string().contains("certificate")
-}
-
-/// A Redis error after which the same request may succeed: network trouble, timeouts,
-/// a server loading its data set, cluster redirections and failovers.
-pub(crate) fn is_transient_redis(e: &redis::RedisError) -> bool {
-    use redis::{ErrorKind, ServerErrorKind as S};
-    if is_no_permission(e) || is_certificate_error(e) {
-        return false;
-    }
-    match e.kind() {
-        ErrorKind::Io | ErrorKind::ClusterConnectionNotFound => true,
-        ErrorKind::MasterNameNotFoundBySentinel | ErrorKind::NoValidReplicasFoundBySentinel => true,
-        ErrorKind::Server(kind) => matches!(
-            kind,
-            S::BusyLoading
-                | S::TryAgain
-                | S::ClusterDown
-                | S::MasterDown
-                | S::ReadOnly
-                | S::Moved
-                | S::Ask
-        ),
-        _ => false,
     }
 }
 
@@ -262,6 +216,8 @@ impl fmt::Display for Argument {
             Argument::Interval => "interval",
             Argument::Nodes => "nodes",
             Argument::Fences => "fences",
+            Argument::Limit => "limit",
+            Argument::Permits => "permits",
         })
     }
 }

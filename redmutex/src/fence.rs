@@ -18,7 +18,8 @@
 //!
 //! A tag never contains `}`, so these names cannot collide with each other. Lock keys
 //! (prefix included) of the forms `{…}:fence` and `{…}:fence:…` are refused
-//! ([`is_counter_name`]), so no lock key can ever be a counter.
+//! ([`reserved_as`]), so no lock key can ever be a counter; the same goes for the details
+//! key of a semaphore (`{…}:permits`, `{…}:permits:…`).
 //!
 //! Counters expire [`DEFAULT_RETENTION`] (configurable) after their last use, so that keys
 //! locked once do not leave a key behind forever. A missing counter counts on from the
@@ -59,37 +60,80 @@ pub(crate) const SLOTS: u16 = 16384;
 
 /// The name of the fence counter of `key` (see the module docs).
 pub(crate) fn counter_key(key: &[u8]) -> Vec<u8> {
-    let mut counter = Vec::with_capacity(key.len() + 16);
-    counter.push(b'{');
-    if let Some(tag) = hash_tag(key) {
-        counter.extend_from_slice(tag);
-        counter.extend_from_slice(b"}:fence:");
-        counter.extend_from_slice(key);
-    } else if !key.contains(&b'}') {
-        counter.extend_from_slice(key);
-        counter.extend_from_slice(b"}:fence");
-    } else {
-        counter.extend_from_slice(&SLOT_TAGS[usize::from(hash_slot(key))]);
-        counter.extend_from_slice(b"}:fence:");
-        counter.extend_from_slice(key);
+    companion_key(key, Companion::Fence)
+}
+
+/// A key that lives beside a lock key or a semaphore, in its hash slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Companion {
+    /// The fence counter of a key or semaphore.
+    Fence,
+    /// A semaphore's holders' details (permits, metadata, the agreed limit).
+    Permits,
+}
+
+impl Companion {
+    /// Every kind, for the reserved-name check.
+    const ALL: [Companion; 2] = [Companion::Fence, Companion::Permits];
+
+    /// The part of the name after the tag's `}`.
+    pub(crate) fn suffix(self) -> &'static [u8] {
+        match self {
+            Companion::Fence => b":fence",
+            Companion::Permits => b":permits",
+        }
     }
-    counter
+}
+
+/// The name of `key`'s companion of this kind, in `key`'s hash slot (see the module docs:
+/// `{K}:fence`, `{t}:fence:K`, or `{T}:fence:K`, and the same with `:permits`).
+pub(crate) fn companion_key(key: &[u8], kind: Companion) -> Vec<u8> {
+    let suffix = kind.suffix();
+    let mut name = Vec::with_capacity(key.len() + 16);
+    name.push(b'{');
+    if let Some(tag) = hash_tag(key) {
+        name.extend_from_slice(tag);
+        name.push(b'}');
+        name.extend_from_slice(suffix);
+        name.push(b':');
+        name.extend_from_slice(key);
+    } else if !key.contains(&b'}') {
+        name.extend_from_slice(key);
+        name.push(b'}');
+        name.extend_from_slice(suffix);
+    } else {
+        name.extend_from_slice(&SLOT_TAGS[usize::from(hash_slot(key))]);
+        name.push(b'}');
+        name.extend_from_slice(suffix);
+        name.push(b':');
+        name.extend_from_slice(key);
+    }
+    name
 }
 
 /// Whether `key` (with the prefix) has the form of a fence counter — `{…}:fence` or
 /// `{…}:fence:…` with no `}` inside the braces — and so may not be a lock key. This is the
 /// set of every name [`counter_key`] can produce, and a little more, stated simply.
-pub(crate) fn is_counter_name(key: &[u8]) -> bool {
-    let Some(rest) = key.strip_prefix(b"{") else {
-        return false;
-    };
-    let Some(close) = rest.iter().position(|&b| b == b'}') else {
-        return false;
-    };
-    match rest[close..].strip_prefix(b"}:fence") {
-        Some(tail) => close > 0 && (tail.is_empty() || tail[0] == b':'),
-        None => false,
+#[cfg(test)]
+fn is_counter_name(key: &[u8]) -> bool {
+    reserved_as(key) == Some(Companion::Fence)
+}
+
+/// Which companion `key` (with the prefix) is named like, if any — `{…}:fence`,
+/// `{…}:fence:…`, `{…}:permits`, `{…}:permits:…` with no `}` inside the braces: such a
+/// name may not be a lock key or a semaphore.
+pub(crate) fn reserved_as(key: &[u8]) -> Option<Companion> {
+    let rest = key.strip_prefix(b"{")?;
+    let close = rest.iter().position(|&b| b == b'}')?;
+    if close == 0 {
+        return None;
     }
+    Companion::ALL
+        .into_iter()
+        .find(|kind| match rest[close + 1..].strip_prefix(kind.suffix()) {
+            Some(tail) => tail.is_empty() || tail[0] == b':',
+            None => false,
+        })
 }
 
 /// The part of `key` that Redis Cluster hashes, if it is not the whole key: the bytes

@@ -211,30 +211,26 @@
 //! [`Lock::valid_until`] and use [fencing tokens](#fencing-tokens) where that matters.
 
 mod acl;
-mod acquire;
 mod args;
+mod backend;
 mod background;
 mod check;
+mod classify;
 mod connection;
+mod engine;
 mod error;
 mod fence;
-mod keepalive;
-mod lock;
 mod locker;
+mod primitives;
 pub mod quorum;
-mod redlock;
-mod renewer;
 pub mod retry;
 mod scripts;
 #[cfg(feature = "sentinel")]
 mod sentinel;
-mod store;
 mod token;
-mod wakeup;
 
 pub use acl::acl_rule;
-pub use acquire::{Acquire, FailedTry, TryFailure};
-pub use args::{check_keys, check_metadata, MAX_KEY_LEN, MAX_METADATA_LEN, MAX_TTL, MIN_TTL};
+pub use args::{check_keys, check_metadata, Keys, MAX_KEY_LEN, MAX_METADATA_LEN, MAX_TTL, MIN_TTL};
 pub use check::{Check, Finding, Level, ServerCheck};
 #[cfg(feature = "tls")]
 pub use connection::tls_client;
@@ -242,13 +238,20 @@ pub use connection::{
     connect, connect_client, connect_lazy, connect_lazy_client, Connection, CONNECT_TIMEOUT,
     RESPONSE_TIMEOUT,
 };
+pub use engine::acquire::Acquire;
+pub use engine::guard::Lock;
+pub use engine::inspect::{LockInfo, NodeInfo};
+pub use engine::lease::{KeepAlive, Lease};
+pub use engine::lost::{LostReason, LostSignal};
+pub use engine::tally::{FailedTry, TryFailure};
+pub use engine::wakeup::WakeUpState;
 pub use error::{Argument, Error, InvalidArgument, NotObtained};
 pub use fence::{hash_slot, DEFAULT_FENCE_RETENTION};
-pub use keepalive::{KeepAlive, Lease, LostReason, LostSignal};
-pub use lock::Lock;
-pub use locker::{LockInfo, Locker, NodeInfo};
+pub use locker::Locker;
+pub use primitives::semaphore::{
+    Permit, PermitHolder, Permits, Semaphore, SemaphoreInfo, MAX_PERMITS,
+};
 pub use quorum::{NodeError, NodeFailure, QuorumFailure, QuorumSettings};
 #[cfg(feature = "sentinel")]
 pub use sentinel::{connect_sentinel, SentinelConnection};
 pub use token::{Token, TOKEN_LEN};
-pub use wakeup::WakeUpState;

@@ -1,22 +1,24 @@
 //! [`Locker`]: the entry point over one Redis connection.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::acquire::Acquire;
 use crate::args::{self, Keys};
-use crate::check::{self, Check, EvictionWatch, Finding, Level, ServerCheck};
+use crate::backend::Backend;
+use crate::check::{self, Check, Finding, Level, ServerCheck};
 use crate::connection::Connection;
+use crate::engine::acquire::Acquire;
+use crate::engine::context::Context;
+use crate::engine::inspect::{KeyView, LockInfo};
+use crate::engine::renewer::RenewerSlot;
+use crate::engine::wakeup::{Hub, WakeUpState};
 use crate::error::{Argument, Error};
-use crate::fence::{Fences, MIN_FENCE_RETENTION};
-use crate::quorum::{quorum, NodeError, QuorumSettings};
-use crate::redlock::Nodes;
-use crate::renewer::RenewerSlot;
-use crate::scripts::RawKey;
-use crate::store::Store;
-use crate::token::{parse_value, StoredValue, Token};
-use crate::wakeup::{Hub, WakeUpState};
+use crate::fence::MIN_FENCE_RETENTION;
+use crate::primitives::mutex;
+use crate::primitives::semaphore::Semaphore;
+use crate::quorum::QuorumSettings;
+use crate::scripts::Claim;
+use crate::token::Token;
 
 /// Takes locks on one Redis server over a connection you already have — or, built with
 /// [`Locker::redlock`], on a quorum of independent servers.
@@ -36,26 +38,26 @@ use crate::wakeup::{Hub, WakeUpState};
 /// lock.release().await?;
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
 pub struct Locker<C: Connection> {
-    store: Store<C>,
+    /// The backend, renewer, wake-up hub and fence settings, shared with every acquire and
+    /// guard this locker hands out.
+    context: Arc<Context<C>>,
     prefix: Arc<[u8]>,
-    /// Renews the leases of this locker and its clones; started on the first keep-alive.
-    renewer: Arc<RenewerSlot<C>>,
-    /// Wakes waiting acquires on release, when enabled ([`Locker::with_wake_up`]).
-    hub: Option<Arc<Hub>>,
-    /// Whether fences may be taken, and how long counters are kept.
-    fences: Fences,
-    /// Over Redis Cluster ([`Locker::cluster`]): multi-key locks must share a hash slot.
-    cluster: bool,
-    /// Whether the servers' eviction policy was looked at yet (once per locker).
-    eviction: Arc<EvictionWatch>,
+}
+
+impl<C: Connection> Clone for Locker<C> {
+    fn clone(&self) -> Self {
+        Locker {
+            context: self.context.clone(),
+            prefix: self.prefix.clone(),
+        }
+    }
 }
 
 impl<C: Connection> Locker<C> {
     /// A locker over `conn`, storing each lock under exactly its key.
     pub fn new(conn: C) -> Locker<C> {
-        Locker::over(Store::One(conn))
+        Locker::over(Backend::single(conn))
     }
 
     /// A Redlock locker over independent Redis masters (not replicas of each other, not
@@ -99,10 +101,10 @@ impl<C: Connection> Locker<C> {
                 "a Redlock locker needs at least one node",
             ));
         }
-        Ok(Locker::over(Store::Quorum(Arc::new(Nodes::new(
+        Ok(Locker::over(Backend::redlock(
             conns,
             QuorumSettings::default(),
-        )))))
+        )))
     }
 
     /// A locker over a Redis Cluster connection (`redis::cluster_async::ClusterConnection`,
@@ -138,28 +140,28 @@ impl<C: Connection> Locker<C> {
     /// # Ok(()) }
     /// ```
     pub fn cluster(conn: C) -> Locker<C> {
-        Locker {
-            renewer: Arc::new(RenewerSlot::new(true)),
-            cluster: true,
-            ..Locker::over(Store::One(conn))
-        }
+        Locker::over(Backend::cluster(conn))
     }
 
     /// Whether this locker was built with [`Locker::cluster`].
     pub fn is_cluster(&self) -> bool {
-        self.cluster
+        self.context.backend.is_cluster()
     }
 
-    fn over(store: Store<C>) -> Locker<C> {
+    fn over(backend: Backend<C>) -> Locker<C> {
         Locker {
-            store,
+            context: Arc::new(Context::new(backend)),
             prefix: Arc::from(&b""[..]),
-            renewer: Arc::new(RenewerSlot::new(false)),
-            hub: None,
-            fences: Fences::default(),
-            cluster: false,
-            eviction: Arc::new(EvictionWatch::default()),
         }
+    }
+
+    /// This locker with its shared context changed by `edit` (for the builder methods;
+    /// what was handed out before keeps the context it had).
+    fn edit(mut self, edit: impl FnOnce(&mut Context<C>)) -> Locker<C> {
+        let mut context = (*self.context).clone();
+        edit(&mut context);
+        self.context = Arc::new(context);
+        self
     }
 
     /// Forbids fencing tokens on this locker: [`Lock::fence`](crate::Lock::fence) and
@@ -178,9 +180,8 @@ impl<C: Connection> Locker<C> {
     /// lock.release().await?;
     /// # Ok(()) }
     /// ```
-    pub fn without_fences(mut self) -> Locker<C> {
-        self.fences.enabled = false;
-        self
+    pub fn without_fences(self) -> Locker<C> {
+        self.edit(|context| context.fences.enabled = false)
     }
 
     /// Keeps each fence counter for `retention` after its last use (default
@@ -193,29 +194,32 @@ impl<C: Connection> Locker<C> {
     /// # Errors
     /// [`Error::InvalidArgument`] for a retention below a second or above
     /// [`MAX_TTL`](crate::MAX_TTL).
-    pub fn with_fence_retention(mut self, retention: Duration) -> Result<Locker<C>, Error> {
-        if retention < MIN_FENCE_RETENTION || retention > crate::MAX_TTL {
+    pub fn with_fence_retention(self, retention: Duration) -> Result<Locker<C>, Error> {
+        if retention < MIN_FENCE_RETENTION || retention > args::MAX_TTL {
             return Err(Error::invalid(
                 Argument::Fences,
                 format!(
                     "a fence retention of {retention:?} is outside 1s..={}ms",
-                    crate::MAX_TTL.as_millis()
+                    args::MAX_TTL.as_millis()
                 ),
             ));
         }
-        self.fences.retention_ms = retention.as_millis() as u64;
-        Ok(self)
+        let retention_ms = retention.as_millis() as u64;
+        Ok(self.edit(|context| context.fences.retention_ms = retention_ms))
     }
 
     /// How long fence counters are kept after their last use.
     pub fn fence_retention(&self) -> Duration {
-        Duration::from_millis(self.fences.retention_ms)
+        Duration::from_millis(self.context.fences.retention_ms)
     }
 
     /// The keys of one lock, with the prefix; on a cluster, checked to share a hash slot.
-    fn keys<K: AsRef<[u8]>>(&self, keys: impl IntoIterator<Item = K>) -> Result<Keys, Error> {
+    pub(crate) fn keys<K: AsRef<[u8]>>(
+        &self,
+        keys: impl IntoIterator<Item = K>,
+    ) -> Result<Keys, Error> {
         let keys = Keys::new(&self.prefix, keys)?;
-        if self.cluster {
+        if self.is_cluster() {
             args::check_one_slot(&keys)?;
         }
         Ok(keys)
@@ -223,7 +227,7 @@ impl<C: Connection> Locker<C> {
 
     /// Whether fences may be taken (see [`without_fences`](Locker::without_fences)).
     pub fn fences(&self) -> bool {
-        self.fences.enabled
+        self.context.fences.enabled
     }
 
     /// Wakes acquires that wait for a held lock as soon as it is released, instead of
@@ -268,7 +272,7 @@ impl<C: Connection> Locker<C> {
     /// ```
     #[doc(alias = "pubsub")]
     pub fn with_wake_up(
-        mut self,
+        self,
         clients: impl IntoIterator<Item = redis::Client>,
     ) -> Result<Locker<C>, Error> {
         let clients: Vec<redis::Client> = clients.into_iter().collect();
@@ -282,13 +286,13 @@ impl<C: Connection> Locker<C> {
                 ),
             ));
         }
-        self.hub = Some(Arc::new(Hub::new(clients, quorum(nodes))));
-        Ok(self)
+        let hub = Arc::new(Hub::new(clients, self.context.backend.needed()));
+        Ok(self.edit(|context| context.hub = Some(hub)))
     }
 
     /// Whether [`with_wake_up`](Locker::with_wake_up) is on.
     pub fn wakes_up(&self) -> bool {
-        self.hub.is_some()
+        self.context.hub.is_some()
     }
 
     /// Whether wake-up works right now: off, idle (nobody waited yet), connecting, working,
@@ -304,29 +308,25 @@ impl<C: Connection> Locker<C> {
     /// # }
     /// ```
     pub fn wake_up_state(&self) -> WakeUpState {
-        self.hub
-            .as_ref()
-            .map_or(WakeUpState::Off, |hub| hub.state())
+        (self.context.hub.as_ref()).map_or(WakeUpState::Off, |hub| hub.state())
     }
 
     /// Redlock: judge quorums with `settings` (node timeout, drift allowance, minimum
     /// validity). No effect on a single-node locker.
-    pub fn with_quorum_settings(mut self, settings: QuorumSettings) -> Locker<C> {
-        if let Store::Quorum(nodes) = &self.store {
-            let conns = nodes.conns().to_vec();
-            self.store = Store::Quorum(Arc::new(Nodes::new(conns, settings)));
-            // Leases already kept alive stay with the renewer of the old settings.
-            self.renewer = Arc::new(RenewerSlot::new(false));
+    pub fn with_quorum_settings(self, settings: QuorumSettings) -> Locker<C> {
+        match self.context.backend.with_settings(settings) {
+            Some(backend) => self.edit(|context| {
+                context.backend = backend;
+                // Leases already kept alive stay with the renewer of the old settings.
+                context.renewer = Arc::new(RenewerSlot::new());
+            }),
+            None => self,
         }
-        self
     }
 
     /// The quorum settings of a Redlock locker; `None` for a single node.
     pub fn quorum_settings(&self) -> Option<&QuorumSettings> {
-        match &self.store {
-            Store::One(_) => None,
-            Store::Quorum(nodes) => Some(nodes.settings()),
-        }
+        self.context.backend.quorum_settings()
     }
 
     /// Prepends `prefix` to every key this locker touches, e.g. `"myapp:lock:"`.
@@ -347,7 +347,7 @@ impl<C: Connection> Locker<C> {
 
     /// The connection of every node: one for a single-node locker, N for Redlock.
     pub fn nodes(&self) -> &[C] {
-        self.store.nodes()
+        self.context.backend.nodes()
     }
 
     /// Checks whether the servers this locker uses are fit to hold locks, and says what
@@ -400,7 +400,7 @@ impl<C: Connection> Locker<C> {
         );
         let key = format!("redmutex-check:{unique}");
         findings.push(self.probe(&key).await);
-        if let Some(hub) = &self.hub {
+        if let Some(hub) = &self.context.hub {
             let mut channel = self.prefix.to_vec();
             channel.extend_from_slice(key.as_bytes());
             for (node, outcome) in hub.probe(&channel).await.into_iter().enumerate() {
@@ -455,6 +455,28 @@ impl<C: Connection> Locker<C> {
         }
     }
 
+    /// A counting semaphore named `name` (with this locker's prefix) that lets at most
+    /// `limit` permits be held at once, across all processes; see [`Semaphore`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`]: a bad name (as for a lock key), a limit of 0 or above
+    /// [`MAX_PERMITS`](crate::MAX_PERMITS), or a Redlock locker — permits counted on each
+    /// node apart do not add up: with 2 permits on 3 nodes, three holders can each hold a
+    /// quorum (AB, BC, AC). Use one node (with Sentinel for failover) or a cluster.
+    ///
+    /// ```
+    /// # async fn demo(locker: redmutex::Locker<redis::aio::MultiplexedConnection>) -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// let uploads = locker.semaphore("uploads", 8)?;
+    /// let permit = uploads.acquire(1, Duration::from_secs(60)).await?;
+    /// // ... at most 8 of these run at once in the fleet ...
+    /// permit.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore(&self, name: impl AsRef<[u8]>, limit: u32) -> Result<Semaphore<C>, Error> {
+        Semaphore::new(self.context.clone(), self.keys([name])?, limit)
+    }
+
     /// Starts acquiring a lock on `key` for `ttl`; configure and `.await` the returned
     /// [`Acquire`]. One try unless a retry strategy is given.
     ///
@@ -472,15 +494,7 @@ impl<C: Connection> Locker<C> {
     /// # Cancel safety
     /// See [`Acquire`].
     pub fn acquire<'a>(&self, key: impl AsRef<[u8]>, ttl: Duration) -> Acquire<'a, C> {
-        Acquire::new(
-            self.store.clone(),
-            self.renewer.clone(),
-            self.hub.clone(),
-            self.eviction.clone(),
-            self.keys([key]),
-            ttl,
-            self.fences,
-        )
+        self.acquire_all([key], ttl)
     }
 
     /// Like [`acquire`](Locker::acquire), for several keys at once, all or nothing: when any
@@ -499,15 +513,8 @@ impl<C: Connection> Locker<C> {
         keys: impl IntoIterator<Item = K>,
         ttl: Duration,
     ) -> Acquire<'a, C> {
-        Acquire::new(
-            self.store.clone(),
-            self.renewer.clone(),
-            self.hub.clone(),
-            self.eviction.clone(),
-            self.keys(keys),
-            ttl,
-            self.fences,
-        )
+        let claim = self.keys(keys).map(mutex::claim);
+        Acquire::new(self.context.clone(), claim, ttl)
     }
 
     /// Looks at `key` without owning it: held or free, remaining TTL, metadata. On a
@@ -522,7 +529,9 @@ impl<C: Connection> Locker<C> {
     /// Cancel safe: it only reads.
     pub async fn inspect(&self, key: impl AsRef<[u8]>) -> Result<LockInfo, Error> {
         let keys = Keys::new(&self.prefix, [key])?;
-        self.store.inspect(keys.get(0).expect("one key")).await
+        let key = keys.get(0).expect("one key");
+        let call = mutex::inspect_call(key);
+        self.context.backend.inspect(&KeyView { key }, &call).await
     }
 
     /// Releases the lock on `keys` held by `token`, for an owner that kept only the token
@@ -538,8 +547,8 @@ impl<C: Connection> Locker<C> {
         keys: impl IntoIterator<Item = K>,
         token: &Token,
     ) -> Result<(), Error> {
-        let keys = self.keys(keys)?;
-        self.store.release(&keys, token, None).await
+        let claim: Arc<dyn Claim> = Arc::new(self.keys(keys)?);
+        self.context.backend.release(&claim, token, None).await
     }
 
     /// Sets a new TTL on the lock on `keys` held by `token`, if every key still holds it.
@@ -557,7 +566,9 @@ impl<C: Connection> Locker<C> {
     ) -> Result<(), Error> {
         let keys = self.keys(keys)?;
         let ttl_ms = args::ttl_millis(ttl)?;
-        self.store.refresh(&keys, token, ttl_ms, None).await?;
+        (self.context.backend)
+            .refresh(&keys, token, ttl_ms, None)
+            .await?;
         Ok(())
     }
 }
@@ -566,7 +577,7 @@ impl<C: Connection> Locker<C> {
 fn wake_up_finding(node: usize, outcome: Result<(), redis::RedisError>) -> Finding {
     match outcome {
         Ok(()) => check::finding(node, Check::WakeUp, Level::Fine, "may subscribe".into()),
-        Err(e) if crate::error::is_no_permission(&e) => check::finding(
+        Err(e) if crate::classify::is_no_permission(&e) => check::finding(
             node,
             Check::WakeUp,
             Level::Warning,
@@ -589,81 +600,5 @@ impl<C: Connection> std::fmt::Debug for Locker<C> {
         f.debug_struct("Locker")
             .field("prefix", &String::from_utf8_lossy(&self.prefix))
             .finish_non_exhaustive()
-    }
-}
-
-/// What [`Locker::inspect`] sees at a key.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub struct LockInfo {
-    /// The key as stored in Redis (with the locker's prefix).
-    pub key: Vec<u8>,
-    /// Whether the key exists, i.e. nobody can acquire it now. Redlock: whether so many
-    /// nodes hold the key (one owner, several, or foreign data) that no quorum of free
-    /// nodes is left; nodes that could not be asked do not count as held (see
-    /// [`nodes`](LockInfo::nodes)).
-    pub held: bool,
-    /// Remaining time to live; `None` when the key is missing or has no expiry. Redlock:
-    /// how long the owner holding a quorum keeps it (the quorum-th longest TTL among its
-    /// nodes); `None` when no single owner holds a quorum.
-    pub ttl: Option<Duration>,
-    /// The metadata stored by the holder, if it is a redmutex lock that has some.
-    /// Redlock: that of the owner holding a quorum.
-    pub metadata: Option<String>,
-    /// The key holds something redmutex did not write (another type, or a value without
-    /// a redmutex token). redmutex will not acquire it, and never modifies it. Redlock:
-    /// on any node.
-    pub foreign: bool,
-    /// Some acquire waits for this lock and asked to be woken when it is released (see
-    /// [`Locker::with_wake_up`]). Redlock: on any node.
-    pub awaited: bool,
-    /// The latest fence handed out for this key ([`Lock::fence`](crate::Lock::fence)),
-    /// whether or not the lock is held now; `None` when no fenced acquisition took it yet.
-    /// Redlock: the highest over the nodes that answered (a failed try may have raised a
-    /// minority of nodes past the last fence actually handed out).
-    pub fence: Option<u64>,
-    /// Redlock: each node's view, in node order (empty for a single-node locker).
-    pub nodes: Vec<NodeInfo>,
-}
-
-/// One node's view of a key, in [`LockInfo::nodes`].
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub struct NodeInfo {
-    /// The node's position in the list given to [`Locker::redlock`].
-    pub node: usize,
-    /// What the node holds, or why it could not be asked.
-    pub info: Result<LockInfo, NodeError>,
-}
-
-/// The [`LockInfo`] for what one node holds at `key`.
-pub(crate) fn lock_info(key: &[u8], raw: RawKey) -> LockInfo {
-    let ttl = u64::try_from(raw.pttl).ok().map(Duration::from_millis);
-    let (held, metadata, foreign, awaited) = match (raw.kind.as_str(), raw.value) {
-        ("none", _) => (false, None, false, false),
-        ("string", Some(value)) => match parse_value(&value) {
-            StoredValue::Redmutex {
-                metadata, awaited, ..
-            } => (true, metadata, false, awaited),
-            StoredValue::Foreign => (true, None, true, false),
-        },
-        _ => (true, None, true, false),
-    };
-    LockInfo {
-        key: key.to_vec(),
-        held,
-        ttl,
-        metadata,
-        foreign,
-        awaited,
-        fence: raw.fence,
-        nodes: Vec::new(),
-    }
-}
-
-impl LockInfo {
-    /// The key as text (invalid UTF-8 replaced).
-    pub fn key_lossy(&self) -> Cow<'_, str> {
-        String::from_utf8_lossy(&self.key)
     }
 }

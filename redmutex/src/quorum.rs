@@ -98,6 +98,12 @@ pub fn quorum(nodes: usize) -> usize {
     nodes / 2 + 1
 }
 
+/// Whether `count` of `nodes` nodes are too many to leave `needed` among the others: e.g.
+/// nodes that hold a lock for someone else, so that nobody else can gather a quorum.
+pub(crate) fn blocks_quorum(count: usize, nodes: usize, needed: usize) -> bool {
+    count > nodes - needed
+}
+
 /// A twentieth of the TTL, between 10 ms and 500 ms: short next to the TTL, so that one
 /// dead node cannot eat the validity, yet long enough for a healthy node on a slow link.
 pub fn default_node_timeout(ttl: Duration) -> Duration {
@@ -191,14 +197,19 @@ impl QuorumFailure {
     /// cannot change) that no quorum can ever agree: retrying is futile.
     pub fn is_refused_for_good(&self) -> bool {
         let refusing = self
-            .count(|e| matches!(e, NodeError::Redis(e) if !crate::error::is_transient_redis(e)));
-        refusing > self.nodes - self.needed
+            .count(|e| matches!(e, NodeError::Redis(e) if !crate::classify::is_transient_redis(e)));
+        self.blocks(refusing)
     }
 
     /// So many nodes answered "not held" that no quorum can hold this owner's lock: the
     /// lock is lost, not merely unreachable.
     pub fn is_lost(&self) -> bool {
-        self.not_held() > self.nodes - self.needed
+        self.blocks(self.not_held())
+    }
+
+    /// Whether `count` nodes are too many to leave a quorum among the others.
+    pub(crate) fn blocks(&self, count: usize) -> bool {
+        blocks_quorum(count, self.nodes, self.needed)
     }
 
     fn count(&self, what: impl Fn(&NodeError) -> bool) -> usize {

@@ -1,6 +1,6 @@
--- helpers.lua: the rules every script shares. Redis cannot include one script in another,
--- so this file is prepended to each script's own source (see scripts.rs): each rule is
--- written once.
+-- helpers.lua: the rules every primitive's script shares. Redis cannot include one script
+-- in another, so this file is prepended to each primitive's own source (see scripts.rs):
+-- each rule is written once.
 
 -- Whether `value`, a GET reply taken through pcall, belongs to the owner of `token`: a
 -- string that starts with the token. A missing key (false) or a key of another type (an
@@ -76,3 +76,23 @@ local function store_fence(first, last, fence, retention)
   end
 end
 
+
+-- Raises the counters KEYS[first..last] to `fence` where lower (never lowers one), each kept
+-- for `retention` ms after this use. Returns 1; or 0, changing nothing, when a counter is
+-- someone else's value (this node cannot make the fence durable).
+local function raise_counters(first, last, fence, retention)
+  local raise = {}
+  for i = first, last do
+    local value = read_counter(KEYS[i])
+    if value == nil then
+      return 0
+    end
+    if value == false or value < fence then
+      raise[#raise + 1] = i
+    end
+  end
+  for _, i in ipairs(raise) do
+    store_fence(i, i, fence, retention)
+  end
+  return 1
+end

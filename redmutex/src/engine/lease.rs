@@ -3,18 +3,19 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::args::Keys;
 use crate::connection::Connection;
+use crate::engine::guard::Lock;
+use crate::engine::lost::{loss_margin, LeaseState, LostReason, LostSignal};
+use crate::engine::renewer::{Entry, Registration};
 use crate::error::{Argument, Error};
-use crate::lock::Lock;
 use crate::quorum::QuorumSettings;
-use crate::renewer::{Entry, Registration};
 use crate::token::Token;
 
 /// Keep-alive settings for [`Lock::keep_alive_with`].
@@ -100,102 +101,6 @@ impl KeepAlive {
     }
 }
 
-/// Why a lease ended.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub enum LostReason {
-    /// A renewal found the lock no longer held: it expired, was deleted, or another owner
-    /// took it.
-    NotHeld,
-    /// No renewal got through before the lease ran out (Redis unreachable, frozen, or too
-    /// slow); `last_error` is the last error a renewal got, if any (a request that simply
-    /// never came back has none).
-    Unreachable {
-        /// The last renewal error seen.
-        last_error: Option<redis::RedisError>,
-    },
-    /// The [`KeepAlive::max_hold`] limit was reached and the lock expired.
-    HoldLimitReached,
-    /// The owner released or dropped the lease: not a loss, but the lock is not held any
-    /// more, so guarded work must stop all the same.
-    Released,
-    /// The owner stopped the renewal ([`Lease::stop`]); the lock may still be held until
-    /// its TTL, but nothing renews it.
-    Stopped,
-}
-
-impl fmt::Display for LostReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LostReason::NotHeld => f.write_str("lock lost: it expired or another owner took it"),
-            LostReason::Unreachable {
-                last_error: Some(e),
-            } => {
-                write!(
-                    f,
-                    "lock lost: no renewal reached Redis in time (last error: {e})"
-                )
-            }
-            LostReason::Unreachable { last_error: None } => {
-                f.write_str("lock lost: no renewal reached Redis in time")
-            }
-            LostReason::HoldLimitReached => {
-                f.write_str("lock ended: the maximum hold time was reached")
-            }
-            LostReason::Released => f.write_str("lock released by its owner"),
-            LostReason::Stopped => f.write_str("lock renewal stopped by its owner"),
-        }
-    }
-}
-
-impl std::error::Error for LostReason {}
-
-/// What a lease, its renewer and its watchers share.
-pub(crate) struct LeaseState {
-    reason: OnceLock<LostReason>,
-    cancel: CancellationToken,
-    valid_until: Mutex<Instant>,
-    renewals: AtomicU64,
-}
-
-impl LeaseState {
-    fn new(valid_until: Instant) -> LeaseState {
-        LeaseState {
-            reason: OnceLock::new(),
-            cancel: CancellationToken::new(),
-            valid_until: Mutex::new(valid_until),
-            renewals: AtomicU64::new(0),
-        }
-    }
-
-    /// Records why the lease ended (the first reason wins) and wakes every watcher.
-    pub(crate) fn end(&self, reason: LostReason) {
-        let _ = self.reason.set(reason);
-        self.cancel.cancel();
-    }
-
-    pub(crate) fn renewed(&self, valid_until: Instant) {
-        self.set_valid_until(valid_until);
-        self.renewals.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn set_valid_until(&self, valid_until: Instant) {
-        *self.valid_until.lock().unwrap_or_else(|p| p.into_inner()) = valid_until;
-    }
-
-    fn valid_until(&self) -> Instant {
-        *self.valid_until.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    async fn ended(&self) -> LostReason {
-        self.cancel.cancelled().await;
-        self.reason
-            .get()
-            .cloned()
-            .expect("the reason is set before cancelling")
-    }
-}
-
 /// A lock that renews itself in the background until it is released, stopped, dropped —
 /// or lost. Created by [`Lock::keep_alive`].
 ///
@@ -230,53 +135,50 @@ impl LeaseState {
 /// # Ok(()) }
 /// ```
 #[must_use = "dropping a Lease stops renewal and releases the lock"]
-pub struct Lease<C: Connection> {
-    lock: Option<Lock<C>>,
+pub struct Lease<C: Connection, P = Keys> {
+    lock: Option<Lock<C, P>>,
     state: Arc<LeaseState>,
     registration: Registration,
 }
 
-/// A cheap, clonable view of a lease's fate, for code that does not own the lease.
-#[derive(Clone)]
-pub struct LostSignal(Arc<LeaseState>);
-
-impl LostSignal {
-    /// Whether the lease has ended, for any [`LostReason`].
-    pub fn is_lost(&self) -> bool {
-        self.0.reason.get().is_some()
-    }
-
-    /// Why the lease ended, if it has.
-    pub fn reason(&self) -> Option<LostReason> {
-        self.0.reason.get().cloned()
-    }
-
-    /// Completes when the lease ends, with the reason.
+impl<C: Connection, P> Lock<C, P> {
+    /// Turns this lock into a [`Lease`] renewed in the background every third of its TTL,
+    /// with a "lost" signal. See [`Lease`].
     ///
-    /// # Cancel safety
-    /// Cancel safe: it only waits.
-    pub async fn lost(&self) -> LostReason {
-        self.0.ended().await
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the TTL is too short to renew in time (below about
+    /// 5 ms); the lock is then dropped, which releases it.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime (the renewal runs on it).
+    pub fn keep_alive(self) -> Result<Lease<C, P>, Error> {
+        self.keep_alive_with(KeepAlive::new())
+    }
+
+    /// [`keep_alive`](Lock::keep_alive) with settings: renewal interval, maximum hold time.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an interval below 1 ms, or too long to renew before
+    /// the lease runs out (interval + TTL/100 + 2 ms, plus the drift allowance on Redlock,
+    /// must stay below the TTL); the lock is
+    /// then dropped, which releases it.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn keep_alive_with(self, settings: KeepAlive) -> Result<Lease<C, P>, Error> {
+        Lease::start(self, settings)
     }
 }
 
-impl fmt::Debug for LostSignal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("LostSignal")
-            .field(&self.0.reason.get())
-            .finish()
-    }
-}
-
-impl<C: Connection> Lease<C> {
-    pub(crate) fn start(lock: Lock<C>, settings: KeepAlive) -> Result<Lease<C>, Error> {
+impl<C: Connection, P> Lease<C, P> {
+    fn start(lock: Lock<C, P>, settings: KeepAlive) -> Result<Lease<C, P>, Error> {
         let acquired_at = lock.acquired_at();
         let ttl = lock.lease_ttl();
-        let drift = lock.store().drift(ttl);
+        let drift = lock.context().backend.drift(ttl);
         let interval = settings.check_with_drift(ttl, drift)?;
         let state = Arc::new(LeaseState::new(lock.valid_until()));
         let entry = Entry {
-            keys: lock.keys_inner().clone(),
+            claim: lock.claim().clone(),
             token: lock.token(),
             ttl,
             drift,
@@ -290,7 +192,8 @@ impl<C: Connection> Lease<C> {
             }),
             state: state.clone(),
         };
-        let registration = lock.renewer().register(lock.store(), entry);
+        let context = lock.context();
+        let registration = context.renewer.register(&context.backend, entry);
         Ok(Lease {
             lock: Some(lock),
             state,
@@ -298,13 +201,9 @@ impl<C: Connection> Lease<C> {
         })
     }
 
-    fn lock(&self) -> &Lock<C> {
+    /// The lock this lease renews.
+    pub(crate) fn lock(&self) -> &Lock<C, P> {
         self.lock.as_ref().expect("present until consumed")
-    }
-
-    /// The keys, as stored in Redis.
-    pub fn keys(&self) -> impl ExactSizeIterator<Item = &[u8]> {
-        self.lock().keys()
     }
 
     /// The owner's token.
@@ -352,12 +251,12 @@ impl<C: Connection> Lease<C> {
 
     /// How many renewals succeeded so far.
     pub fn renewals(&self) -> u64 {
-        self.state.renewals.load(Ordering::Relaxed)
+        self.state.renewals()
     }
 
     /// Whether the lease was lost. Cheap: one atomic read.
     pub fn is_lost(&self) -> bool {
-        self.state.reason.get().is_some()
+        self.state.reason().is_some()
     }
 
     /// Completes when the lease is lost, with the reason.
@@ -376,7 +275,7 @@ impl<C: Connection> Lease<C> {
     /// A token cancelled when the lease ends (lost, released, stopped or dropped), for work
     /// that checks in cooperatively. Cancelling it yourself does not affect the lease.
     pub fn cancellation_token(&self) -> CancellationToken {
-        self.state.cancel.child_token()
+        self.state.cancellation_token()
     }
 
     /// Runs `work` under the lease: if the lease is lost first, `work` is dropped
@@ -420,16 +319,16 @@ impl<C: Connection> Lease<C> {
     /// Stops renewal without releasing: the lock stays held until its TTL runs out (or
     /// it is refreshed or released through the returned [`Lock`]). Watchers see
     /// [`LostReason::Stopped`].
-    pub fn stop(mut self) -> Lock<C> {
+    pub fn stop(mut self) -> Lock<C, P> {
         self.registration.unregister();
         self.state.end(LostReason::Stopped);
         self.take_lock()
     }
 
-    fn take_lock(&mut self) -> Lock<C> {
+    fn take_lock(&mut self) -> Lock<C, P> {
         let mut lock = self.lock.take().expect("present until consumed");
         let lost = matches!(
-            self.state.reason.get(),
+            self.state.reason(),
             Some(
                 LostReason::NotHeld | LostReason::Unreachable { .. } | LostReason::HoldLimitReached
             )
@@ -444,16 +343,10 @@ impl<C: Connection> Lease<C> {
     }
 }
 
-/// How long before the end of its validity a lease is declared lost: enough for the
-/// signal to reach the work while the lock is still certainly held.
-pub(crate) fn loss_margin(ttl: Duration) -> Duration {
-    (ttl / 100 + Duration::from_millis(2)).min(ttl / 2)
-}
-
 /// A far-away instant for absurd hold limits, where `Instant` arithmetic would overflow.
 const MAX_HOLD_HORIZON: Duration = Duration::from_secs(100 * 365 * 86_400);
 
-impl<C: Connection> Drop for Lease<C> {
+impl<C: Connection, P> Drop for Lease<C, P> {
     fn drop(&mut self) {
         if self.lock.is_some() {
             self.registration.unregister();
@@ -463,11 +356,11 @@ impl<C: Connection> Drop for Lease<C> {
     }
 }
 
-impl<C: Connection> fmt::Debug for Lease<C> {
+impl<C: Connection, P> fmt::Debug for Lease<C, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lease")
             .field("lock", &self.lock)
-            .field("lost", &self.state.reason.get())
+            .field("lost", &self.state.reason())
             .field("renewals", &self.renewals())
             .finish()
     }

@@ -2,9 +2,9 @@
 //! polling for it.
 //!
 //! How the pieces fit:
-//! - A waiter's tries mark the holder's value as awaited (its flag byte; `obtain.lua`), and
+//! - A waiter's tries mark the holder's value as awaited (its flag byte; `mutex.lua`'s `obtain`), and
 //!   the holder's release then publishes on the channel named like the key
-//!   (`release.lua`). Releases nobody waits for publish nothing.
+//!   (`release`). Releases nobody waits for publish nothing.
 //! - A locker with wake-up has one [`Hub`]: one subscriber connection per node, opened on
 //!   first use, and one [`Channel`] per key its acquires wait for. The connection is
 //!   subscribed to exactly the keys that have waiters.
@@ -136,7 +136,7 @@ impl WakeUpState {
     /// Failing because the ACL user may not subscribe (to the keys' channels): no retry
     /// helps until the user gets the permission.
     pub fn is_permission_denied(&self) -> bool {
-        matches!(self, WakeUpState::Failing { error, .. } if crate::error::is_no_permission(error))
+        matches!(self, WakeUpState::Failing { error, .. } if crate::classify::is_no_permission(error))
     }
 }
 
@@ -376,7 +376,7 @@ impl Hub {
             let same =
                 matches!(&*current, NodeStatus::Failed(e) if e.to_string() == error.to_string());
             if !same {
-                let hint = match crate::error::is_no_permission(error) {
+                let hint = match crate::classify::is_no_permission(error) {
                     true => "; the ACL user needs +subscribe and the keys' channels (see redmutex::acl_rule)",
                     false => "",
                 };

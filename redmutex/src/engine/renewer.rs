@@ -18,22 +18,19 @@ use std::time::Duration;
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use tokio::time::Instant;
 
-use crate::args::Keys;
+use crate::backend::common::Renewal;
+use crate::backend::Backend;
 use crate::connection::Connection;
-use crate::keepalive::{loss_margin, LeaseState, LostReason};
-use crate::scripts;
-use crate::store::{Renewal, Store};
+use crate::engine::lost::{loss_margin, LeaseState, LostReason};
+use crate::scripts::Claim;
 use crate::token::Token;
 
 /// At most this many leases share one renewal call, so that one call never blocks Redis
-/// for long (each lease costs two commands per key inside the script).
+/// for long (each lease costs a few commands per key inside the script).
 const MAX_BATCH_LEASES: usize = 1000;
 
 /// Where a locker's renewer task is reached; the task is started on first use.
 pub(crate) struct RenewerSlot<C> {
-    /// Redis Cluster: a renewal call may only touch keys of one hash slot, so batches are
-    /// formed per slot.
-    per_slot: bool,
     sender: Mutex<Option<UnboundedSender<Command>>>,
     next_id: AtomicU64,
     connection: PhantomData<fn() -> C>,
@@ -54,7 +51,7 @@ impl Registration {
 
 /// What the renewer needs to know about a lease.
 pub(crate) struct Entry {
-    pub(crate) keys: Keys,
+    pub(crate) claim: Arc<dyn Claim>,
     pub(crate) token: Token,
     pub(crate) ttl: Duration,
     /// The clock-drift allowance the store subtracts from a lease of `ttl`.
@@ -72,9 +69,8 @@ pub(crate) enum Command {
 }
 
 impl<C: Connection> RenewerSlot<C> {
-    pub(crate) fn new(per_slot: bool) -> RenewerSlot<C> {
+    pub(crate) fn new() -> RenewerSlot<C> {
         RenewerSlot {
-            per_slot,
             sender: Mutex::new(None),
             next_id: AtomicU64::new(0),
             connection: PhantomData,
@@ -86,7 +82,7 @@ impl<C: Connection> RenewerSlot<C> {
     ///
     /// # Panics
     /// Outside a tokio runtime, like `tokio::spawn`.
-    pub(crate) fn register(&self, store: &Store<C>, entry: Entry) -> Registration {
+    pub(crate) fn register(&self, backend: &Backend<C>, entry: Entry) -> Registration {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut slot = self.sender.lock().unwrap_or_else(|p| p.into_inner());
         let sender = match slot.as_ref() {
@@ -94,8 +90,7 @@ impl<C: Connection> RenewerSlot<C> {
             _ => {
                 let (sender, commands) = mpsc::unbounded_channel();
                 let renewer = Renewer {
-                    store: store.clone(),
-                    per_slot: self.per_slot,
+                    backend: backend.clone(),
                     leases: HashMap::new(),
                     commands,
                 };
@@ -163,8 +158,7 @@ struct BatchDone {
 /// the task is dropped — its runtime shut down, even before it first ran — `Drop` still
 /// sees every lease, in the table or still on the way to it.
 struct Renewer<C> {
-    store: Store<C>,
-    per_slot: bool,
+    backend: Backend<C>,
     leases: HashMap<u64, Tracked>,
     commands: UnboundedReceiver<Command>,
 }
@@ -188,12 +182,12 @@ impl<C> Drop for Renewer<C> {
 impl<C: Connection> Renewer<C> {
     async fn run(mut self) {
         let Renewer {
-            store,
-            per_slot,
+            backend,
             leases,
             commands,
         } = &mut self;
-        let per_slot = *per_slot;
+        // Redis Cluster: a renewal call may only touch keys of one hash slot.
+        let per_slot = backend.is_cluster();
         let (done_tx, mut done_rx) = mpsc::unbounded_channel::<BatchDone>();
         loop {
             // Deadlines first, on every pass: a flood of commands or replies must never
@@ -205,8 +199,8 @@ impl<C: Connection> Renewer<C> {
                 .min()
                 .is_some_and(|wake| wake <= now)
             {
-                expire(leases, now, store);
-                send_due(leases, now, store, &done_tx, per_slot);
+                expire(leases, now, backend);
+                send_due(leases, now, backend, &done_tx, per_slot);
             }
             let wake = leases.values().map(Tracked::next_event).min();
             tokio::select! {
@@ -224,9 +218,9 @@ impl<C: Connection> Renewer<C> {
                     }
                 }
                 Some(done) = done_rx.recv() => {
-                    apply(leases, done, store);
+                    apply(leases, done, backend);
                     while let Ok(done) = done_rx.try_recv() {
-                        apply(leases, done, store);
+                        apply(leases, done, backend);
                     }
                 }
             }
@@ -263,7 +257,7 @@ async fn sleep_until(wake: Option<Instant>) {
 }
 
 /// Declares lost every lease whose validity is (about to be) over.
-fn expire<C: Connection>(leases: &mut HashMap<u64, Tracked>, now: Instant, store: &Store<C>) {
+fn expire<C: Connection>(leases: &mut HashMap<u64, Tracked>, now: Instant, backend: &Backend<C>) {
     let expired: Vec<u64> = leases
         .iter()
         .filter(|(_, t)| t.lost_at() <= now)
@@ -278,25 +272,52 @@ fn expire<C: Connection>(leases: &mut HashMap<u64, Tracked>, now: Instant, store
         } else {
             LostReason::HoldLimitReached
         };
-        lose(tracked.entry, reason, store);
+        lose(tracked.entry, reason, backend);
     }
 }
 
-/// Tells the lease's watchers, and removes whatever keys may still hold its token so that
+/// Tells the lease's watchers, and removes whatever may still hold its token so that
 /// nobody waits for a lock its owner has already given up on.
-fn lose<C: Connection>(entry: Entry, reason: LostReason, store: &Store<C>) {
+fn lose<C: Connection>(entry: Entry, reason: LostReason, backend: &Backend<C>) {
     entry.state.end(reason);
-    store.release_in_background(entry.keys, entry.token);
+    backend.release_in_background(entry.claim, entry.token);
 }
 
-/// Sends one renewal call per batch of leases that are due (per hash slot on a cluster).
+/// Sends one renewal call per batch of leases that are due: per renewal script (one per
+/// primitive) and, on a cluster, per hash slot.
 fn send_due<C: Connection>(
     leases: &mut HashMap<u64, Tracked>,
     now: Instant,
-    store: &Store<C>,
+    backend: &Backend<C>,
     done_tx: &UnboundedSender<BatchDone>,
     per_slot: bool,
 ) {
+    let due = collect_due(leases, now);
+    for batch in batches(leases, due, per_slot) {
+        let renewal = leases[&batch[0].id].entry.claim.renewal();
+        let mut call = renewal.script.prepare_invoke();
+        for due in &batch {
+            let entry = &leases[&due.id].entry;
+            let ttl_ms = due.ttl.as_millis() as u64;
+            entry.claim.add_renewal(&mut call, &entry.token, ttl_ms);
+        }
+        call.arg(renewal.operation);
+        let backend = backend.clone();
+        let done_tx = done_tx.clone();
+        tokio::spawn(async move {
+            let ttls: Vec<Duration> = batch.iter().map(|due| due.ttl).collect();
+            let result = backend.renew(&call, &ttls).await;
+            let _ = done_tx.send(BatchDone {
+                leases: batch,
+                result,
+            });
+        });
+    }
+}
+
+/// The leases whose renewal is due (within a quarter of their interval), marked in flight,
+/// with the TTL each renewal sets (cut short at a hold limit).
+fn collect_due(leases: &mut HashMap<u64, Tracked>, now: Instant) -> Vec<Due> {
     let mut due: Vec<Due> = Vec::new();
     for (id, tracked) in leases.iter_mut() {
         let entry = &tracked.entry;
@@ -330,45 +351,36 @@ fn send_due<C: Connection>(
             last,
         });
     }
-    let batches: Vec<Vec<Due>> = if per_slot {
-        // One hash-slot computation (a CRC of the key) per lease, not one per comparison.
-        let mut by_slot: Vec<(u16, Due)> = due
-            .into_iter()
-            .map(|due| {
-                let keys = &leases[&due.id].entry.keys;
-                let slot = crate::fence::hash_slot(keys.get(0).expect("a lease has keys"));
-                (slot, due)
-            })
-            .collect();
-        by_slot.sort_by_key(|(slot, _)| *slot);
-        by_slot
-            .chunk_by(|a, b| a.0 == b.0)
-            .flat_map(|same_slot| same_slot.chunks(MAX_BATCH_LEASES))
-            .map(|chunk| chunk.iter().map(|(_, due)| *due).collect())
-            .collect()
-    } else {
-        due.chunks(MAX_BATCH_LEASES).map(<[Due]>::to_vec).collect()
-    };
-    for batch in batches {
-        let call = scripts::renew_batch(batch.iter().map(|due| {
-            let entry = &leases[&due.id].entry;
-            (&entry.keys, &entry.token, due.ttl.as_millis() as u64)
-        }));
-        let store = store.clone();
-        let done_tx = done_tx.clone();
-        tokio::spawn(async move {
-            let ttls: Vec<Duration> = batch.iter().map(|due| due.ttl).collect();
-            let result = store.renew(&call, &ttls).await;
-            let _ = done_tx.send(BatchDone {
-                leases: batch,
-                result,
-            });
-        });
-    }
+    due
+}
+
+/// Groups due leases into calls: one renewal script per call (a primitive's), keys of one
+/// hash slot per call on a cluster, at most [`MAX_BATCH_LEASES`] each.
+fn batches(leases: &HashMap<u64, Tracked>, due: Vec<Due>, per_slot: bool) -> Vec<Vec<Due>> {
+    // One script hash and (on a cluster) one hash-slot computation — a CRC of the key — per
+    // lease, not one per comparison.
+    let mut keyed: Vec<(&str, u16, Due)> = due
+        .into_iter()
+        .map(|due| {
+            let claim = &leases[&due.id].entry.claim;
+            let script = claim.renewal().script.get_hash();
+            let slot = match per_slot {
+                true => crate::fence::hash_slot(claim.keys().get(0).expect("a claim has keys")),
+                false => 0,
+            };
+            (script, slot, due)
+        })
+        .collect();
+    keyed.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    keyed
+        .chunk_by(|a, b| (a.0, a.1) == (b.0, b.1))
+        .flat_map(|same| same.chunks(MAX_BATCH_LEASES))
+        .map(|chunk| chunk.iter().map(|(_, _, due)| *due).collect())
+        .collect()
 }
 
 /// Takes in the answer to a renewal call.
-fn apply<C: Connection>(leases: &mut HashMap<u64, Tracked>, done: BatchDone, store: &Store<C>) {
+fn apply<C: Connection>(leases: &mut HashMap<u64, Tracked>, done: BatchDone, backend: &Backend<C>) {
     let renewals = match done.result {
         Ok(renewals) => renewals,
         Err(e) => return retry_later(leases, &done.leases, e),
@@ -397,7 +409,7 @@ fn apply<C: Connection>(leases: &mut HashMap<u64, Tracked>, done: BatchDone, sto
             }
             Renewal::NotHeld => {
                 let tracked = leases.remove(&id).expect("found above");
-                lose(tracked.entry, LostReason::NotHeld, store);
+                lose(tracked.entry, LostReason::NotHeld, backend);
             }
             Renewal::Failed(e) => retry_later(leases, std::slice::from_ref(due), e),
         }

@@ -1,22 +1,21 @@
-//! [`Lock`]: an acquired lock — its keys and token, and what its owner can do with it.
-
-use std::time::Duration;
+//! The held guard: what every primitive hands out once acquired — its token, its validity on
+//! this client's clock, its fence, and its release on drop.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::args::{self, Keys};
 use crate::connection::Connection;
+use crate::engine::context::Context;
 use crate::error::{Argument, Error};
-use crate::fence::{self, Fences};
-use crate::keepalive::{KeepAlive, Lease};
-use crate::renewer::RenewerSlot;
-use crate::scripts::{self, Remaining};
-use crate::store::Store;
+use crate::scripts::Claim;
 use crate::token::Token;
 
-/// A lock held in Redis: one or more keys that hold this owner's [`Token`].
+/// A lock held in Redis: one or more keys that hold this owner's [`Token`] — or, as a
+/// [`Permit`](crate::Permit), permits of a [`Semaphore`](crate::Semaphore). `P` says what is
+/// held: the lock's keys ([`Keys`], the default) or [`Permits`](crate::Permits).
 ///
 /// Every operation is owner-checked in Redis: [`refresh`](Lock::refresh),
 /// [`ttl`](Lock::ttl) and [`release`](Lock::release) answer [`Error::NotHeld`] once the
@@ -48,106 +47,73 @@ use crate::token::Token;
 /// # Ok(()) }
 /// ```
 #[must_use = "dropping a Lock releases it; keep it alive while the guarded work runs"]
-pub struct Lock<C: Connection> {
-    store: Store<C>,
-    keys: Keys,
+pub struct Lock<C: Connection, P = Keys> {
+    context: Arc<Context<C>>,
+    /// What is held, as its primitive describes it (keys, permits).
+    what: Arc<P>,
+    /// The same, as the engine and the backend drive it.
+    claim: Arc<dyn Claim>,
     token: Token,
     metadata: Option<String>,
     lease_ttl: Duration,
     acquired_at: Instant,
     valid_until: Instant,
-    /// Taken with the keys, or on the first [`Lock::fence`]; kept from then on.
+    /// Taken with the claim, or on the first [`Lock::fence`]; kept from then on.
     fence: tokio::sync::OnceCell<u64>,
-    fences: Fences,
     release_on_drop: bool,
-    renewer: Arc<RenewerSlot<C>>,
 }
 
 /// What a successful acquire hands to the [`Lock`] it creates.
 pub(crate) struct Grant {
-    pub(crate) keys: Keys,
     pub(crate) token: Token,
     pub(crate) metadata: Option<String>,
     pub(crate) ttl_ms: u64,
     pub(crate) sent_at: Instant,
     pub(crate) valid_until: Instant,
-    /// The fence, when the acquire took it with the keys.
+    /// The fence, when the acquire took it with the claim.
     pub(crate) fence: Option<u64>,
 }
 
-impl<C: Connection> Lock<C> {
+impl<C: Connection, P> Lock<C, P> {
     pub(crate) fn new(
-        store: Store<C>,
-        renewer: Arc<RenewerSlot<C>>,
-        fences: Fences,
+        context: Arc<Context<C>>,
+        (what, claim): (Arc<P>, Arc<dyn Claim>),
         grant: Grant,
-    ) -> Lock<C> {
+    ) -> Lock<C, P> {
         Lock {
-            store,
-            keys: grant.keys,
+            context,
+            what,
+            claim,
             token: grant.token,
             metadata: grant.metadata,
             lease_ttl: Duration::from_millis(grant.ttl_ms),
             acquired_at: grant.sent_at,
             valid_until: grant.valid_until,
             fence: tokio::sync::OnceCell::new_with(grant.fence),
-            fences,
             release_on_drop: true,
-            renewer,
         }
     }
 
-    pub(crate) fn keys_inner(&self) -> &Keys {
-        &self.keys
+    /// What is held, as its primitive describes it.
+    pub(crate) fn what(&self) -> &P {
+        &self.what
     }
 
-    pub(crate) fn store(&self) -> &Store<C> {
-        &self.store
+    pub(crate) fn claim(&self) -> &Arc<dyn Claim> {
+        &self.claim
+    }
+
+    pub(crate) fn context(&self) -> &Context<C> {
+        &self.context
     }
 
     pub(crate) fn acquired_at(&self) -> Instant {
         self.acquired_at
     }
 
-    pub(crate) fn renewer(&self) -> &RenewerSlot<C> {
-        &self.renewer
-    }
-
     /// Takes over the validity a lease knows (renewed, shortened, or lost).
     pub(crate) fn set_valid_until(&mut self, valid_until: Instant) {
         self.valid_until = valid_until;
-    }
-
-    /// Turns this lock into a [`Lease`] renewed in the background every third of its TTL,
-    /// with a "lost" signal. See [`Lease`].
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] when the TTL is too short to renew in time (below about
-    /// 5 ms); the lock is then dropped, which releases it.
-    ///
-    /// # Panics
-    /// Outside a tokio runtime (the renewal runs on it).
-    pub fn keep_alive(self) -> Result<Lease<C>, Error> {
-        self.keep_alive_with(KeepAlive::new())
-    }
-
-    /// [`keep_alive`](Lock::keep_alive) with settings: renewal interval, maximum hold time.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for an interval below 1 ms, or too long to renew before
-    /// the lease runs out (interval + TTL/100 + 2 ms, plus the drift allowance on Redlock,
-    /// must stay below the TTL); the lock is
-    /// then dropped, which releases it.
-    ///
-    /// # Panics
-    /// Outside a tokio runtime.
-    pub fn keep_alive_with(self, settings: KeepAlive) -> Result<Lease<C>, Error> {
-        Lease::start(self, settings)
-    }
-
-    /// The keys of this lock as stored in Redis (with the locker's prefix).
-    pub fn keys(&self) -> impl ExactSizeIterator<Item = &[u8]> {
-        self.keys.iter()
     }
 
     /// The owner's token. Whoever knows it can refresh and release the lock.
@@ -201,17 +167,17 @@ impl<C: Connection> Lock<C> {
     /// [`fence`](Lock::fence) for a lock valid until `valid_until` (a lease knows a later
     /// instant than the lock it wraps).
     pub(crate) async fn fence_within(&self, valid_until: Instant) -> Result<u64, Error> {
-        if !self.fences.enabled {
+        if !self.context.fences.enabled {
             return Err(Error::invalid(
                 Argument::Fences,
                 "this locker was built without fences (Locker::without_fences)",
             ));
         }
         let take = || async {
-            let counters: Vec<Vec<u8>> = self.keys.iter().map(fence::counter_key).collect();
             let (token, ttl) = (&self.token, self.lease_ttl);
-            (self.store)
-                .take_fence(&self.keys, &counters, token, ttl, self.fences, valid_until)
+            let retention_ms = self.context.fences.retention_ms;
+            (self.context.backend)
+                .fence(&*self.claim, token, ttl, retention_ms, valid_until)
                 .await
         };
         self.fence.get_or_try_init(take).await.copied()
@@ -254,21 +220,10 @@ impl<C: Connection> Lock<C> {
     /// # Cancel safety
     /// Cancel safe: it only reads.
     pub async fn ttl(&self) -> Result<Duration, Error> {
-        let conn = match &self.store {
-            Store::One(conn) => conn,
-            Store::Quorum(_) => {
-                return match self.remaining_validity() {
-                    left if left.is_zero() => Err(Error::NotHeld),
-                    left => Ok(left),
-                }
-            }
-        };
-        let mut conn = conn.clone();
-        match scripts::idempotent!(scripts::pttl(&mut conn, &self.keys, &self.token))? {
-            Remaining::Millis(ms) => Ok(Duration::from_millis(ms)),
-            Remaining::Forever => Ok(Duration::MAX),
-            Remaining::NotHeld => Err(Error::NotHeld),
-        }
+        let backend = &self.context.backend;
+        backend
+            .ttl(&*self.claim, &self.token, self.valid_until)
+            .await
     }
 
     /// Sets a new TTL on every key, counted from now, if this owner still holds all of them.
@@ -294,9 +249,10 @@ impl<C: Connection> Lock<C> {
         let current = self.valid_until;
         // A shorter TTL may take effect even if we never see the reply: assume it has.
         let sent_at = Instant::now();
-        self.valid_until = current.min(sent_at + ttl.saturating_sub(self.store.drift(ttl)));
-        let valid_until = (self.store)
-            .refresh(&self.keys, &self.token, ttl_ms, Some(current))
+        let backend = &self.context.backend;
+        self.valid_until = current.min(sent_at + ttl.saturating_sub(backend.drift(ttl)));
+        let valid_until = (backend)
+            .refresh(&*self.claim, &self.token, ttl_ms, Some(current))
             .await?;
         self.lease_ttl = ttl;
         self.valid_until = valid_until;
@@ -316,11 +272,12 @@ impl<C: Connection> Lock<C> {
     /// If cancelled, the release may or may not have reached Redis; the dropped lock then
     /// starts a background release, as on any drop.
     pub async fn release(mut self) -> Result<(), Error> {
-        let result = (self.store)
-            .release(&self.keys, &self.token, Some(self.lease_ttl))
+        let backend = &self.context.backend;
+        let result = (backend)
+            .release(&self.claim, &self.token, Some(self.lease_ttl))
             .await;
         // Redis answered (released, or not ours any more): nothing left for Drop to do.
-        // After a Redis error, Drop tries once more in the background. (A quorum store
+        // After a Redis error, Drop tries once more in the background. (A quorum backend
         // already retries the nodes that did not answer.)
         if !matches!(result, Err(Error::Redis(_))) {
             self.release_on_drop = false;
@@ -336,10 +293,10 @@ impl<C: Connection> Lock<C> {
     }
 }
 
-impl<C: Connection> std::fmt::Debug for Lock<C> {
+impl<C: Connection, P> std::fmt::Debug for Lock<C, P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Lock")
-            .field("keys", &self.keys)
+            .field("keys", self.claim.keys())
             .field("token", &self.token)
             .field("metadata", &self.metadata)
             .field("fence", &self.fence.get())
@@ -349,11 +306,11 @@ impl<C: Connection> std::fmt::Debug for Lock<C> {
     }
 }
 
-impl<C: Connection> Drop for Lock<C> {
+impl<C: Connection, P> Drop for Lock<C, P> {
     fn drop(&mut self) {
         if self.release_on_drop {
-            self.store
-                .release_in_background(self.keys.clone(), self.token);
+            let backend = &self.context.backend;
+            backend.release_in_background(self.claim.clone(), self.token);
         }
     }
 }

@@ -1,4 +1,4 @@
-//! Redlock: the quorum side of [`Store`](crate::store::Store).
+//! Redlock: a quorum of independent masters.
 //!
 //! Every operation goes to all nodes at once, each request bounded by the node timeout,
 //! and counts the answers. Three rules make it the algorithm rather than an imitation:
@@ -7,58 +7,45 @@
 //! - **Validity**: a lease counts only if a quorum agreed AND time is left once the time
 //!   taken and the clock-drift allowance are subtracted (see [`crate::quorum`]); it is
 //!   valid until `start + ttl − drift` on this client's monotonic clock.
-//! - **Undo**: a failed acquire deletes its keys on every node — also those that did not
-//!   answer, where the request may still land — before the next try.
+//! - **Undo**: a failed acquire deletes what it took on every node — also those that did
+//!   not answer, where the request may still land — before the next try.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use redis::{RedisError, RedisResult, ScriptInvocation};
+use redis::{RedisError, RedisResult, ScriptInvocation, Value};
 use tokio::time::Instant;
 
-use crate::args::Keys;
+use crate::backend::common::{
+    check_renewal_reply, release_try, Attempt, Renewal, Reply, TryResult, View,
+};
 use crate::background;
 use crate::connection::Connection;
 use crate::error::Error;
-use crate::fence::Fences;
-use crate::locker::{lock_info, LockInfo, NodeInfo};
 use crate::quorum::{quorum, NodeError, NodeFailure, QuorumFailure, QuorumSettings};
-use crate::scripts::{self, Obtain, ObtainTry};
-use crate::store::{check_renewal_reply, release_try, Attempt, Renewal, TryResult};
-use crate::token::{parse_value, StoredValue, Token};
-
-/// The lock and counters a fence is made durable for (see [`Nodes::durable_fence`]).
-#[derive(Clone, Copy)]
-struct Fenced<'a> {
-    keys: &'a Keys,
-    counters: &'a [Vec<u8>],
-    token: &'a Token,
-    retention_ms: u64,
-}
+use crate::scripts::{Claim, Obtain, ObtainTry, Raise};
+use crate::token::Token;
 
 /// The TTL that sizes node timeouts where no lease is known (inspect, release by token).
 const TTL_FOR_TIMEOUTS: Duration = Duration::from_secs(10);
 
 /// The independent masters of a Redlock locker, and how their answers are judged.
-pub(crate) struct Nodes<C> {
+pub(crate) struct Quorum<C> {
     conns: Box<[C]>,
     settings: QuorumSettings,
 }
 
-/// One node's answer: its value, or why there is none.
-type Reply<T> = Result<T, NodeError>;
-
-impl<C: Connection> Nodes<C> {
-    pub(crate) fn new(conns: Vec<C>, settings: QuorumSettings) -> Nodes<C> {
-        Nodes {
+impl<C: Connection> Quorum<C> {
+    pub(crate) fn new(conns: Vec<C>, settings: QuorumSettings) -> Quorum<C> {
+        Quorum {
             conns: conns.into_boxed_slice(),
             settings,
         }
     }
 
-    pub(crate) fn conns(&self) -> &[C] {
+    pub(crate) fn nodes(&self) -> &[C] {
         &self.conns
     }
 
@@ -66,7 +53,7 @@ impl<C: Connection> Nodes<C> {
         &self.settings
     }
 
-    fn needed(&self) -> usize {
+    pub(crate) fn needed(&self) -> usize {
         quorum(self.conns.len())
     }
 
@@ -94,7 +81,7 @@ impl<C: Connection> Nodes<C> {
             .collect()
     }
 
-    /// Counts the nodes that agreed (`judge` says `Ok(true)`), and lists the others.
+    /// Counts the nodes that agreed (`judge` says `Ok`), and lists the others.
     fn tally<T>(
         &self,
         replies: Vec<Reply<T>>,
@@ -127,8 +114,8 @@ impl<C: Connection> Nodes<C> {
 
     pub(crate) async fn try_obtain(
         &self,
+        claim: &dyn Claim,
         request: ObtainTry<'_>,
-        token: &Token,
         started: Instant,
         try_until: Option<Instant>,
     ) -> Attempt {
@@ -139,13 +126,16 @@ impl<C: Connection> Nodes<C> {
         }
         let replies = self
             .fan_out(timeout, |_, mut conn| async move {
-                scripts::obtain(&mut conn, request).await
+                claim.obtain(&mut conn, request).await
             })
             .await;
         let (held_key, held_ttl) = held_key_and_ttl(&replies);
-        // With fences, each node that took the keys answered its own next fence.
-        let fences: Vec<Option<u64>> = replies
-            .iter()
+        let refused = replies.iter().find_map(|reply| match reply {
+            Ok(Obtain::Refused(why)) => Some(why.clone()),
+            _ => None,
+        });
+        // With fences, each node that took the claim answered its own next fence.
+        let fences: Vec<Option<u64>> = (replies.iter())
             .map(|reply| match reply {
                 Ok(Obtain::Obtained { fence }) => *fence,
                 _ => None,
@@ -153,20 +143,20 @@ impl<C: Connection> Nodes<C> {
             .collect();
         let mut failure = self.tally(replies, started.elapsed(), |obtain| match obtain {
             Obtain::Obtained { .. } => Ok(()),
-            Obtain::Held { .. } => Err(NodeError::Held),
+            Obtain::Held { .. } | Obtain::Refused(_) => Err(NodeError::Held),
         });
-        if failure.agreed >= failure.needed {
-            let fence = match request.counters.is_empty() {
-                true => Ok(None),
-                false => {
-                    let fenced = Fenced {
-                        keys: request.keys,
-                        counters: request.counters,
-                        token,
+        if failure.agreed >= failure.needed && refused.is_none() {
+            let fence = match request.fenced {
+                false => Ok(None),
+                true => {
+                    let raise = Raise {
+                        token: request.token,
+                        fence: 0,
                         retention_ms: request.retention_ms,
                     };
                     let timeout = timeout.saturating_sub(started.elapsed());
-                    self.durable_fence(fenced, &fences, timeout).await.map(Some)
+                    let durable = self.durable_fence(claim, raise, &fences, timeout).await;
+                    durable.map(Some)
                 }
             };
             if let Some(obtained) = self.obtained(fence, &mut failure, ttl, started) {
@@ -176,19 +166,22 @@ impl<C: Connection> Nodes<C> {
         // Undo on every node, including those that did not answer: the request may still
         // reach them. On the same connection the release queues behind it, so once every
         // node confirmed the release, nothing of this try is left anywhere.
-        let cleaned = self
-            .release_unattended(request.keys, token, self.settings.timeout_for(ttl))
-            .await;
+        let token = request.token;
+        let cleaned = (self.release_unattended(claim, token, self.settings.timeout_for(ttl))).await;
+        let result = match refused {
+            Some(why) => TryResult::Refused(why),
+            None => TryResult::NoQuorum(Box::new(failure)),
+        };
         Attempt {
-            result: TryResult::NoQuorum(Box::new(failure)),
+            result,
             may_hold: !cleaned,
             held_key,
             held_ttl,
         }
     }
 
-    /// The lock, if a quorum took the keys (and the fence, when asked for) with validity
-    /// left; otherwise `failure` says why not.
+    /// The claim, if a quorum took it (and the fence, when asked for) with validity left;
+    /// otherwise `failure` says why not.
     fn obtained(
         &self,
         fence: Result<Option<u64>, Vec<NodeFailure>>,
@@ -200,12 +193,8 @@ impl<C: Connection> Nodes<C> {
         match fence {
             Ok(fence) => match self.valid_until(ttl, started, failure.elapsed) {
                 Some(valid_until) => {
-                    return Some(Attempt {
-                        result: TryResult::Obtained { valid_until, fence },
-                        may_hold: false,
-                        held_key: None,
-                        held_ttl: None,
-                    })
+                    let obtained = TryResult::Obtained { valid_until, fence };
+                    return Some(Attempt::plain(obtained, false));
                 }
                 None => failure.too_late = true,
             },
@@ -214,16 +203,15 @@ impl<C: Connection> Nodes<C> {
         None
     }
 
-    /// The fence of a lock taken without one: every node that still holds the keys moves
-    /// its counters to its next fence (`fence.lua`), and the highest is made durable on a
-    /// quorum (see [`durable_fence`](Nodes::durable_fence)) before it is handed out.
-    pub(crate) async fn take_fence(
+    /// The fence of a claim taken without one: every node that still holds it moves its
+    /// counters to its next fence, and the highest is made durable on a quorum (see
+    /// [`durable_fence`](Quorum::durable_fence)) before it is handed out.
+    pub(crate) async fn fence(
         &self,
-        keys: &Keys,
-        counters: &[Vec<u8>],
+        claim: &dyn Claim,
         token: &Token,
         ttl: Duration,
-        fences: Fences,
+        retention_ms: u64,
         valid_until: Instant,
     ) -> Result<u64, Error> {
         let started = Instant::now();
@@ -232,14 +220,12 @@ impl<C: Connection> Nodes<C> {
             return Err(Error::NotHeld);
         }
         let timeout = (self.settings.timeout_for(ttl)).min(valid_until - started);
-        let retention_ms = fences.retention_ms;
         let replies = self
             .fan_out(timeout, |_, mut conn| async move {
-                scripts::take_fence(&mut conn, keys, counters, token, retention_ms).await
+                claim.fence(&mut conn, token, retention_ms).await
             })
             .await;
-        let taken: Vec<Option<u64>> = replies
-            .iter()
+        let taken: Vec<Option<u64>> = (replies.iter())
             .map(|reply| reply.as_ref().ok().copied().flatten())
             .collect();
         let mut failure = self.tally(replies, started.elapsed(), |fence| match fence {
@@ -247,44 +233,40 @@ impl<C: Connection> Nodes<C> {
             None => Err(NodeError::NotHeld),
         });
         if failure.agreed >= failure.needed {
-            let fenced = Fenced {
-                keys,
-                counters,
+            let raise = Raise {
                 token,
+                fence: 0,
                 retention_ms,
             };
             let timeout = timeout.saturating_sub(started.elapsed());
-            match self.durable_fence(fenced, &taken, timeout).await {
+            match self.durable_fence(claim, raise, &taken, timeout).await {
                 Ok(fence) if Instant::now() < valid_until => return Ok(fence),
                 Ok(_) => return Err(Error::NotHeld),
                 Err(unfenced) => count_out(&mut failure, unfenced),
             }
         }
         failure.elapsed = started.elapsed();
-        if failure.is_lost() {
-            Err(Error::NotHeld)
-        } else {
-            Err(Error::NoQuorum(Box::new(failure)))
-        }
+        Err(self.lost_or_no_quorum(failure))
     }
 
-    /// The fence for an acquisition that took its keys on a quorum: one more than every
-    /// fence handed out before, made durable on a quorum before it is handed out.
+    /// The fence for a claim taken on a quorum: one more than every fence handed out
+    /// before, made durable on a quorum before it is handed out.
     ///
-    /// Each node that took the keys answered its own next fence (its counter, raised in the
-    /// same script). Their maximum is the candidate. Handing it out as it is would not be
-    /// enough: counters on a minority may have been raised by tries that failed, so a later
-    /// holder whose quorum misses those nodes could be handed a smaller fence. The candidate
-    /// is therefore handed out only once a quorum of nodes stores it (or more) while this
-    /// owner still holds the keys there — then every later quorum includes one of those
-    /// nodes, and a later acquisition there counts past it. Usually the nodes agree and no
-    /// second request is needed; otherwise the lower nodes are raised (`raise_fence.lua`).
+    /// Each node that took the claim answered its own next fence (its counter, raised in
+    /// the same script). Their maximum is the candidate. Handing it out as it is would not
+    /// be enough: counters on a minority may have been raised by tries that failed, so a
+    /// later holder whose quorum misses those nodes could be handed a smaller fence. The
+    /// candidate is therefore handed out only once a quorum of nodes stores it (or more)
+    /// while this owner still holds the claim there — then every later quorum includes one
+    /// of those nodes, and a later acquisition there counts past it. Usually the nodes
+    /// agree and no second request is needed; otherwise the lower nodes are raised.
     ///
-    /// Returns the fence, or, when too few nodes store it, why each node that took the keys
-    /// but not the fence failed.
+    /// Returns the fence, or, when too few nodes store it, why each node that took the
+    /// claim but not the fence failed.
     async fn durable_fence(
         &self,
-        fenced: Fenced<'_>,
+        claim: &dyn Claim,
+        raise: Raise<'_>,
         fences: &[Option<u64>],
         timeout: Duration,
     ) -> Result<u64, Vec<NodeFailure>> {
@@ -293,29 +275,14 @@ impl<C: Connection> Nodes<C> {
         if settled >= self.needed() {
             return Ok(fence);
         }
-        // Raise the nodes that took the keys with a lower fence. Those that took them with
-        // this fence stored it already; those that did not take them cannot count (their
+        // Raise the nodes that took the claim with a lower fence. Those that took it with
+        // this fence stored it already; those that did not take it cannot count (their
         // failure is listed by the caller).
-        let Fenced {
-            keys,
-            counters,
-            token,
-            retention_ms,
-        } = fenced;
+        let raise = Raise { fence, ..raise };
         let replies = self
             .fan_out(timeout, |node, mut conn| async move {
                 match fences[node] {
-                    Some(seen) if seen < fence => {
-                        let raise = scripts::raise_fence(
-                            &mut conn,
-                            keys,
-                            counters,
-                            token,
-                            fence,
-                            retention_ms,
-                        );
-                        raise.await
-                    }
+                    Some(seen) if seen < fence => claim.raise_fence(&mut conn, raise).await,
                     _ => Ok(true),
                 }
             })
@@ -335,23 +302,22 @@ impl<C: Connection> Nodes<C> {
                 Err(error) => failures.push(NodeFailure { node, error }),
             }
         }
-        if stored >= self.needed() {
-            Ok(fence)
-        } else {
-            Err(failures)
+        match stored >= self.needed() {
+            true => Ok(fence),
+            false => Err(failures),
         }
     }
 
-    /// Deletes this owner's keys on every node, sending the whole script (see
-    /// [`scripts::release_unattended`]). Returns whether every node confirmed within `wait`.
+    /// Deletes this owner's claim on every node, sending the whole script. Returns whether
+    /// every node confirmed within `wait`.
     pub(crate) async fn release_unattended(
         &self,
-        keys: &Keys,
+        claim: &dyn Claim,
         token: &Token,
         wait: Duration,
     ) -> bool {
         self.fan_out(wait, |_, mut conn| async move {
-            scripts::release_unattended(&mut conn, keys, token).await
+            claim.release_unattended(&mut conn, token).await
         })
         .await
         .iter()
@@ -359,26 +325,25 @@ impl<C: Connection> Nodes<C> {
     }
 
     /// Starts an owner-checked release on each of `nodes` and returns at once (see
-    /// [`background`]). Best effort: where it fails, the keys expire by their TTL.
+    /// [`background`]). Best effort: where it fails, the claim expires by its TTL.
     pub(crate) fn release_in_background(
         &self,
         nodes: impl IntoIterator<Item = usize>,
-        keys: &Keys,
-        token: &Token,
+        claim: Arc<dyn Claim>,
+        token: Token,
     ) {
-        let keys = Arc::new(keys.clone());
         for node in nodes {
             let conn = self.conns[node].clone();
-            background::release(release_try(conn, keys.clone(), *token));
+            background::release(release_try(conn, claim.clone(), token));
         }
     }
 
-    /// Release on every node: done when a quorum deleted this owner's keys; lost when so
-    /// many nodes no longer had them that no quorum did. Nodes that did not answer get the
-    /// release again in the background (otherwise their keys expire by TTL).
+    /// Release on every node: done when a quorum deleted this owner's claim; lost when so
+    /// many nodes no longer had it that no quorum did. Nodes that did not answer get the
+    /// release again in the background (otherwise it expires by TTL).
     pub(crate) async fn release(
         &self,
-        keys: &Keys,
+        claim: &Arc<dyn Claim>,
         token: &Token,
         ttl: Option<Duration>,
     ) -> Result<(), Error> {
@@ -386,53 +351,48 @@ impl<C: Connection> Nodes<C> {
         let timeout = self.settings.timeout_for(ttl.unwrap_or(TTL_FOR_TIMEOUTS));
         let replies = self
             .fan_out(timeout, |_, mut conn| async move {
-                scripts::release(&mut conn, keys, token).await
+                claim.release(&mut conn, token).await
             })
             .await;
-        let failure = self.tally(replies, started.elapsed(), |missing| match missing {
-            0 => Ok(()),
-            _ => Err(NodeError::NotHeld),
+        let failure = self.tally(replies, started.elapsed(), |released| match released {
+            true => Ok(()),
+            false => Err(NodeError::NotHeld),
         });
-        let unanswered = failure
-            .failures
-            .iter()
+        let unanswered = (failure.failures.iter())
             .filter(|f| f.error.is_unreachable())
             .map(|f| f.node);
-        self.release_in_background(unanswered, keys, token);
-        if failure.agreed >= failure.needed {
-            Ok(())
-        } else if failure.is_lost() {
-            Err(Error::NotHeld)
-        } else {
-            Err(Error::NoQuorum(Box::new(failure)))
+        self.release_in_background(unanswered, claim.clone(), *token);
+        match failure.agreed >= failure.needed {
+            true => Ok(()),
+            false => Err(self.lost_or_no_quorum(failure)),
         }
     }
 
-    /// Refresh on every node: counts only when a quorum extended the lock before the
+    /// Refresh on every node: counts only when a quorum extended the claim before the
     /// current validity (`valid_until`) ran out, and the new lease leaves validity.
     pub(crate) async fn refresh(
         &self,
-        keys: &Keys,
+        claim: &dyn Claim,
         token: &Token,
         ttl_ms: u64,
         valid_until: Option<Instant>,
     ) -> Result<Instant, Error> {
         let started = Instant::now();
         if valid_until.is_some_and(|v| v <= started) {
-            // Too late to extend: the lock may already be someone else's. Send nothing, so
+            // Too late to extend: the claim may already be someone else's. Send nothing, so
             // that "not held" also means "nothing was changed".
             return Err(Error::NotHeld);
         }
         let ttl = Duration::from_millis(ttl_ms);
         let mut timeout = self.settings.timeout_for(ttl);
         if let Some(valid_until) = valid_until {
-            // An answer after the current validity is worthless: the lock may have expired
+            // An answer after the current validity is worthless: the claim may have expired
             // and been taken by then.
             timeout = timeout.min(valid_until.saturating_duration_since(started));
         }
         let replies = self
             .fan_out(timeout, |_, mut conn| async move {
-                scripts::refresh(&mut conn, keys, token, ttl_ms).await
+                claim.refresh(&mut conn, token, ttl_ms).await
             })
             .await;
         let mut failure = self.tally(replies, started.elapsed(), |extended| match extended {
@@ -446,10 +406,9 @@ impl<C: Connection> Nodes<C> {
             }
             failure.too_late = true;
         }
-        if failure.is_lost() || !in_time {
-            Err(Error::NotHeld)
-        } else {
-            Err(Error::NoQuorum(Box::new(failure)))
+        match in_time {
+            true => Err(self.lost_or_no_quorum(failure)),
+            false => Err(Error::NotHeld),
         }
     }
 
@@ -475,22 +434,20 @@ impl<C: Connection> Nodes<C> {
             )
             .await;
         let elapsed = started.elapsed();
+        let lease_replies = |lease: usize| -> Vec<Reply<i64>> {
+            (replies.iter())
+                .map(|r| r.as_ref().map(|a| a[lease]).map_err(Clone::clone))
+                .collect()
+        };
         (0..ttls.len())
             .map(|lease| {
-                let mut failure = self.tally(
-                    replies
-                        .iter()
-                        .map(|r| r.as_ref().map(|a| a[lease]).map_err(Clone::clone))
-                        .collect(),
-                    elapsed,
-                    |answer| match answer {
+                let mut failure =
+                    self.tally(lease_replies(lease), elapsed, |answer| match answer {
                         1 => Ok(()),
                         _ => Err(NodeError::NotHeld),
-                    },
-                );
-                let ttl = ttls[lease];
+                    });
                 if failure.agreed >= failure.needed {
-                    if let Some(valid_until) = self.valid_until(ttl, started, elapsed) {
+                    if let Some(valid_until) = self.valid_until(ttls[lease], started, elapsed) {
                         return Renewal::Renewed {
                             sent_at: started,
                             valid_until,
@@ -498,88 +455,40 @@ impl<C: Connection> Nodes<C> {
                     }
                     failure.too_late = true;
                 }
-                if failure.is_lost() {
-                    Renewal::NotHeld
-                } else {
-                    Renewal::Failed(quorum_error(&failure))
+                match failure.is_lost() {
+                    true => Renewal::NotHeld,
+                    false => Renewal::Failed(quorum_error(&failure)),
                 }
             })
             .collect()
     }
 
-    /// Every node's view of `key`, and who holds it by quorum.
-    pub(crate) async fn inspect(&self, key: &[u8]) -> LockInfo {
-        let replies = self
-            .fan_out(
-                self.settings.timeout_for(TTL_FOR_TIMEOUTS),
-                |_, mut conn| async move { scripts::inspect(&mut conn, key).await },
-            )
+    /// What `call` reads on every node; a node that cannot be asked says why in its slot.
+    pub(crate) async fn inspect<V: View>(
+        &self,
+        view: &V,
+        call: &ScriptInvocation<'static>,
+    ) -> V::Info {
+        let timeout = self.settings.timeout_for(TTL_FOR_TIMEOUTS);
+        let replies: Vec<Reply<Value>> = self
+            .fan_out(timeout, |_, mut conn| async move {
+                call.invoke_async::<Value>(&mut conn).await
+            })
             .await;
-        // Which owner's token is on a quorum of nodes, with each of those nodes' TTL.
-        let mut owners: Vec<(Token, Option<String>, Vec<i64>)> = Vec::new();
-        let mut nodes = Vec::with_capacity(replies.len());
-        for (node, reply) in replies.into_iter().enumerate() {
-            if let Ok(raw) = &reply {
-                if let Some(StoredValue::Redmutex {
-                    token, metadata, ..
-                }) = raw.value.as_deref().map(parse_value)
-                {
-                    match owners.iter_mut().find(|(t, _, _)| *t == token) {
-                        Some((_, _, ttls)) => ttls.push(raw.pttl),
-                        None => owners.push((token, metadata, vec![raw.pttl])),
-                    }
-                }
-            }
-            nodes.push(NodeInfo {
-                node,
-                info: reply.map(|raw| lock_info(key, raw)),
-            });
-        }
-        let needed = self.needed();
-        let holder = owners.into_iter().find(|(_, _, ttls)| ttls.len() >= needed);
-        let foreign = nodes
-            .iter()
-            .any(|n| n.info.as_ref().is_ok_and(|info| info.foreign));
-        // Nobody can acquire it now when the occupied nodes — by one owner, several, or
-        // foreign data — leave fewer free nodes than a quorum.
-        let occupied = nodes
-            .iter()
-            .filter(|n| n.info.as_ref().is_ok_and(|info| info.held))
-            .count();
-        let held = occupied > nodes.len() - needed;
-        let awaited = nodes
-            .iter()
-            .any(|n| n.info.as_ref().is_ok_and(|info| info.awaited));
-        let fence = nodes
-            .iter()
-            .filter_map(|n| n.info.as_ref().ok()?.fence)
-            .max();
-        let (metadata, ttl) = match holder {
-            Some((_, metadata, mut ttls)) => {
-                // The lock stands while a quorum of its nodes still has it: the
-                // quorum-th longest TTL. (-1, no expiry, sorts as the longest.)
-                ttls.sort_by_key(|t| std::cmp::Reverse(if *t < 0 { i64::MAX } else { *t }));
-                let ttl = u64::try_from(ttls[needed - 1])
-                    .ok()
-                    .map(Duration::from_millis);
-                (metadata, ttl)
-            }
-            None => (None, None),
-        };
-        LockInfo {
-            key: key.to_vec(),
-            held,
-            ttl,
-            metadata,
-            foreign,
-            awaited,
-            fence,
-            nodes,
+        view.each(replies, self.needed())
+    }
+
+    /// A quorum failure as the caller's error: lost when so many nodes no longer held the
+    /// claim that no quorum can; otherwise the nodes could not be reached in time.
+    fn lost_or_no_quorum(&self, failure: QuorumFailure) -> Error {
+        match failure.is_lost() {
+            true => Error::NotHeld,
+            false => Error::NoQuorum(Box::new(failure)),
         }
     }
 }
 
-/// The keys were taken, but the fence could not be made durable on a quorum: only the
+/// The claim was taken, but the fence could not be made durable on a quorum: only the
 /// nodes that stored both agreed; `unfenced` are no longer counted, and say why.
 fn count_out(failure: &mut QuorumFailure, unfenced: Vec<NodeFailure>) {
     failure.agreed -= unfenced.len();
@@ -589,15 +498,13 @@ fn count_out(failure: &mut QuorumFailure, unfenced: Vec<NodeFailure>) {
 
 /// The first key found held on any node, and the shortest time any node holds it for.
 fn held_key_and_ttl(replies: &[Reply<Obtain>]) -> (Option<usize>, Option<Duration>) {
-    let held_key = replies
-        .iter()
+    let held_key = (replies.iter())
         .filter_map(|reply| match reply {
             Ok(Obtain::Held { index, .. }) => Some(*index),
             _ => None,
         })
         .min();
-    let held_ttl = replies
-        .iter()
+    let held_ttl = (replies.iter())
         .filter_map(|reply| match reply {
             Ok(Obtain::Held { index, ttl }) if Some(*index) == held_key => *ttl,
             _ => None,

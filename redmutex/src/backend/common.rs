@@ -1,0 +1,108 @@
+//! What both backends share: the outcome of each operation as the engine sees it, how an
+//! inspection is read from one node or many, and the background release.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{RedisError, Value};
+use tokio::time::Instant;
+
+use crate::background;
+use crate::connection::Connection;
+use crate::error::InvalidArgument;
+use crate::quorum::{NodeError, QuorumFailure};
+use crate::scripts::Claim;
+use crate::token::Token;
+
+/// One node's answer: its value, or why there is none.
+pub(crate) type Reply<T> = Result<T, NodeError>;
+
+/// One acquire try, as the retry loop sees it.
+pub(crate) struct Attempt {
+    pub(crate) result: TryResult,
+    /// Our token may still be stored (a request whose fate is unknown): the next try must
+    /// accept it as ours, and giving up must delete it.
+    pub(crate) may_hold: bool,
+    /// The first key found held by another owner (on any node), to wait for its release.
+    pub(crate) held_key: Option<usize>,
+    /// How long that key stays held at most, when the reply said (Redlock: the shortest
+    /// over the nodes that hold it): no wait for its release needs to last longer.
+    pub(crate) held_ttl: Option<Duration>,
+}
+
+impl Attempt {
+    /// A try with this result that leaves nothing else to know.
+    pub(crate) fn plain(result: TryResult, may_hold: bool) -> Attempt {
+        Attempt {
+            result,
+            may_hold,
+            held_key: None,
+            held_ttl: None,
+        }
+    }
+}
+
+pub(crate) enum TryResult {
+    /// Held until `valid_until` on this client's clock, with this fence (when taken).
+    Obtained {
+        valid_until: Instant,
+        fence: Option<u64>,
+    },
+    /// Single node: this key is held by another owner.
+    Held(usize),
+    /// Single node: a transient error; the request may or may not have been applied.
+    Failed(RedisError),
+    /// Single node: refused outright (auth, permission, script error); retrying is futile.
+    Rejected(RedisError),
+    /// The server refused the arguments; nothing was written.
+    Refused(InvalidArgument),
+    /// Quorum: too few nodes agreed, or too late.
+    NoQuorum(Box<QuorumFailure>),
+}
+
+/// What one renewal call did for one lease.
+pub(crate) enum Renewal {
+    /// Extended by a call sent at `sent_at`; valid until `valid_until`.
+    Renewed {
+        sent_at: Instant,
+        valid_until: Instant,
+    },
+    /// The claim is gone (on so many nodes that no quorum holds it).
+    NotHeld,
+    /// Not known to be extended; try again until the lease runs out.
+    Failed(RedisError),
+}
+
+/// How an inspection is read: from one node's reply, or from every node's.
+pub(crate) trait View {
+    /// What the inspection shows.
+    type Info;
+    /// One node's reply (a single-node backend, or a cluster).
+    fn one(&self, reply: Value) -> Result<Self::Info, RedisError>;
+    /// Every node's reply, in node order, where `needed` nodes make a quorum.
+    fn each(&self, replies: Vec<Reply<Value>>, needed: usize) -> Self::Info;
+}
+
+/// A renewal reply must answer every lease of the call.
+pub(crate) fn check_renewal_reply(answers: &[i64], leases: usize) -> Result<(), RedisError> {
+    if answers.len() == leases {
+        return Ok(());
+    }
+    Err(RedisError::from((
+        redis::ErrorKind::Parse,
+        "renewal reply of the wrong length",
+        format!("{} answers for {leases} leases", answers.len()),
+    )))
+}
+
+/// One try of an owner-checked release of `claim` on `conn`, for [`background::release`].
+pub(crate) fn release_try<C: Connection>(
+    conn: C,
+    claim: Arc<dyn Claim>,
+    token: Token,
+) -> background::Try {
+    Box::new(move || {
+        let (mut conn, claim) = (conn.clone(), claim.clone());
+        Box::pin(async move { claim.release_unattended(&mut conn, &token).await.is_ok() })
+    })
+}

@@ -1,0 +1,201 @@
+//! One Redis node — or a cluster connection, which routes each claim to the master of its
+//! hash slot: every operation is one request to one server, which answers it itself.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{RedisError, ScriptInvocation, Value};
+use tokio::time::Instant;
+
+use crate::backend::common::{check_renewal_reply, release_try, Attempt, Renewal, TryResult, View};
+use crate::background;
+use crate::classify::is_transient_redis;
+use crate::connection::Connection;
+use crate::error::Error;
+use crate::scripts::{idempotent, Claim, Obtain, ObtainTry, Remaining};
+use crate::token::Token;
+
+/// One server (or a cluster connection).
+#[derive(Clone)]
+pub(crate) struct Single<C> {
+    conn: C,
+    /// Redis Cluster: a renewal call may only touch keys of one hash slot.
+    cluster: bool,
+}
+
+impl<C: Connection> Single<C> {
+    pub(crate) fn new(conn: C, cluster: bool) -> Single<C> {
+        Single { conn, cluster }
+    }
+
+    pub(crate) fn nodes(&self) -> &[C] {
+        std::slice::from_ref(&self.conn)
+    }
+
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.cluster
+    }
+
+    /// One try, sent at `sent_at`, answering by `try_until` at the latest.
+    pub(crate) async fn try_obtain(
+        &self,
+        claim: &dyn Claim,
+        request: ObtainTry<'_>,
+        sent_at: Instant,
+        try_until: Option<Instant>,
+    ) -> Attempt {
+        let mut conn = self.conn.clone();
+        let reply = claim.obtain(&mut conn, request);
+        // Our own timer only where it can end the wait sooner than the connection's
+        // response timeout would (the connection bounds every request; 500 ms by default).
+        // A timer per request is a measurable part of an acquire's client CPU, and past this
+        // a reply that arrives too late is still caught below.
+        let outcome = match try_until {
+            Some(until) if until.saturating_duration_since(sent_at) <= OWN_TIMER_WITHIN => {
+                tokio::time::timeout_at(until, reply)
+                    .await
+                    .unwrap_or_else(|_| Err(no_reply_error()))
+            }
+            _ => match reply.await {
+                // Too late to be of use: the keys would be gone, or the deadline passed.
+                Ok(Obtain::Obtained { .. })
+                    if try_until.is_some_and(|until| Instant::now() > until) =>
+                {
+                    Err(no_reply_error())
+                }
+                outcome => outcome,
+            },
+        };
+        let retrying_own = request.retrying_own;
+        match outcome {
+            Ok(Obtain::Obtained { fence }) => {
+                let valid_until = sent_at + Duration::from_millis(request.ttl_ms);
+                Attempt::plain(TryResult::Obtained { valid_until, fence }, false)
+            }
+            // Nothing was written by this try; an earlier, unseen success may still stand.
+            Ok(Obtain::Held { index, ttl }) => Attempt {
+                result: TryResult::Held(index),
+                may_hold: retrying_own,
+                held_key: Some(index),
+                held_ttl: ttl,
+            },
+            Ok(Obtain::Refused(why)) => Attempt::plain(TryResult::Refused(why), retrying_own),
+            // The request may or may not have been applied.
+            Err(e) if is_transient_redis(&e) => Attempt::plain(TryResult::Failed(e), true),
+            Err(e) => Attempt::plain(TryResult::Rejected(e), retrying_own),
+        }
+    }
+
+    /// Owner-checked release: [`Error::NotHeld`] if the claim was no longer held (what was
+    /// still ours is released all the same).
+    pub(crate) async fn release(&self, claim: &dyn Claim, token: &Token) -> Result<(), Error> {
+        let mut conn = self.conn.clone();
+        match idempotent!(claim.release(&mut conn, token))? {
+            true => Ok(()),
+            false => Err(Error::NotHeld),
+        }
+    }
+
+    /// A release nobody waits on the reply of, bounded by `wait`. Whether it was confirmed.
+    pub(crate) async fn release_unattended(
+        &self,
+        claim: &dyn Claim,
+        token: &Token,
+        wait: Duration,
+    ) -> bool {
+        let mut conn = self.conn.clone();
+        let release = claim.release_unattended(&mut conn, token);
+        matches!(tokio::time::timeout(wait, release).await, Ok(Ok(())))
+    }
+
+    /// Starts an owner-checked release and returns at once (see [`background`]).
+    pub(crate) fn release_in_background(&self, claim: Arc<dyn Claim>, token: Token) {
+        background::release(release_try(self.conn.clone(), claim, token));
+    }
+
+    /// Owner-checked refresh to `ttl_ms`. Returns the new validity.
+    pub(crate) async fn refresh(
+        &self,
+        claim: &dyn Claim,
+        token: &Token,
+        ttl_ms: u64,
+    ) -> Result<Instant, Error> {
+        let mut conn = self.conn.clone();
+        let sent_at = Instant::now();
+        match idempotent!(claim.refresh(&mut conn, token, ttl_ms))? {
+            true => Ok(sent_at + Duration::from_millis(ttl_ms)),
+            false => Err(Error::NotHeld),
+        }
+    }
+
+    /// Sends one keep-alive call for leases of these `ttls` and says, lease by lease, what
+    /// became of it.
+    pub(crate) async fn renew(
+        &self,
+        call: &ScriptInvocation<'static>,
+        ttls: &[Duration],
+    ) -> Result<Vec<Renewal>, RedisError> {
+        let sent_at = Instant::now();
+        let answers = call
+            .invoke_async::<Vec<i64>>(&mut self.conn.clone())
+            .await?;
+        check_renewal_reply(&answers, ttls.len())?;
+        let renewal = |(answer, ttl): (&i64, &Duration)| match answer {
+            1 => Renewal::Renewed {
+                sent_at,
+                valid_until: sent_at + *ttl,
+            },
+            _ => Renewal::NotHeld,
+        };
+        Ok(answers.iter().zip(ttls).map(renewal).collect())
+    }
+
+    /// The fence of a claim taken without one, while this owner holds it.
+    pub(crate) async fn fence(
+        &self,
+        claim: &dyn Claim,
+        token: &Token,
+        retention_ms: u64,
+    ) -> Result<u64, Error> {
+        let mut conn = self.conn.clone();
+        // Safe to repeat: a fence taken by a request whose reply was lost is never handed
+        // out, and the repeat takes a greater one.
+        match idempotent!(claim.fence(&mut conn, token, retention_ms))? {
+            Some(fence) => Ok(fence),
+            None => Err(Error::NotHeld),
+        }
+    }
+
+    /// How long the claim has left, as the server says.
+    pub(crate) async fn ttl(&self, claim: &dyn Claim, token: &Token) -> Result<Duration, Error> {
+        let mut conn = self.conn.clone();
+        match idempotent!(claim.ttl(&mut conn, token))? {
+            Remaining::Millis(ms) => Ok(Duration::from_millis(ms)),
+            Remaining::Forever => Ok(Duration::MAX),
+            Remaining::NotHeld => Err(Error::NotHeld),
+        }
+    }
+
+    /// What `call` reads, as anyone sees it.
+    pub(crate) async fn inspect<V: View>(
+        &self,
+        view: &V,
+        call: &ScriptInvocation<'static>,
+    ) -> Result<V::Info, Error> {
+        let mut conn = self.conn.clone();
+        let reply: Value = idempotent!(call.invoke_async(&mut conn))?;
+        Ok(view.one(reply)?)
+    }
+}
+
+/// The longest wait for an acquire reply that gets a timer of its own (see
+/// [`Single::try_obtain`]).
+const OWN_TIMER_WITHIN: Duration = Duration::from_secs(5);
+
+fn no_reply_error() -> RedisError {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "no reply to the acquire request within the lock's TTL or the deadline",
+    )
+    .into()
+}

@@ -1,0 +1,377 @@
+//! [`Acquire`]: the builder and retry loop behind every primitive's acquire — the mutex's
+//! [`Locker::acquire`](crate::Locker::acquire), a semaphore's
+//! [`Semaphore::acquire`](crate::Semaphore::acquire).
+//!
+//! The loop is written once, against [`Claim`]; its parts live beside it: when to try
+//! ([`Schedule`]), what the failed tries add up to ([`Tally`]), the place among waiters
+//! ([`Waiting`]); `Tries` keeps them for one acquire and undoes a try whose fate is unknown.
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::args::{self, Keys};
+use crate::backend::common::TryResult;
+use crate::backend::Backend;
+use crate::check;
+use crate::connection::Connection;
+use crate::engine::context::Context;
+use crate::engine::guard::{Grant, Lock};
+use crate::engine::schedule::{Retry, Schedule};
+use crate::engine::tally::{FailedTry, Observer, Reason, Tally};
+use crate::engine::waiting::Waiting;
+use crate::error::{Argument, Error};
+use crate::scripts::{Claim, ObtainTry};
+use crate::token::{self, Token};
+
+/// A pending acquire: set options, then `.await` it.
+///
+/// By default it makes **one try** ([`retry::none`](crate::retry::none)); give a retry
+/// strategy to wait for a lock held by someone else. The total wait is bounded by the
+/// [`deadline`](Acquire::deadline), which defaults to the lock's TTL.
+///
+/// ```
+/// # async fn demo(locker: redmutex::Locker<redis::aio::MultiplexedConnection>) -> Result<(), redmutex::Error> {
+/// use std::time::Duration;
+/// use redmutex::retry::{self, Jitter, RetryExt};
+///
+/// let lock = locker
+///     .acquire("reports:nightly", Duration::from_secs(60))
+///     .metadata("host=web-3 pid=4121 job=nightly")
+///     .retry(retry::exponential(Duration::from_millis(20), Duration::from_secs(1)).jitter(Jitter::full()))
+///     .deadline(Duration::from_secs(5))
+///     .on_failed_try(|t| eprintln!("try {} failed: {:?}", t.attempt, t.reason))
+///     .await?;
+/// # let _ = lock.release().await;
+/// # Ok(()) }
+/// ```
+///
+/// # Cancel safety
+/// Dropping the future (for instance through an outer `tokio::time::timeout`) is safe:
+/// if a try may already have set keys — its request was in flight, or its reply was lost —
+/// an owner-checked release is started in the background, so no key is left behind for
+/// longer than that round trip. While the future sleeps between tries, nothing of ours is
+/// in Redis and there is nothing to undo.
+#[must_use = "an acquire does nothing unless awaited"]
+pub struct Acquire<'a, C: Connection, P = Keys> {
+    context: Arc<Context<C>>,
+    /// What to acquire, as its primitive describes it and as the engine drives it — or
+    /// what was wrong with the caller's input, reported when awaited.
+    claim: Result<(Arc<P>, Arc<dyn Claim>), Error>,
+    ttl: Duration,
+    /// Take the fence with the claim ([`Acquire::with_fence`]).
+    with_fence: bool,
+    metadata: Option<String>,
+    retry: Retry<'a>,
+    deadline: Option<Duration>,
+    on_failed_try: Option<Observer<'a>>,
+}
+
+impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
+    pub(crate) fn new(
+        context: Arc<Context<C>>,
+        claim: Result<(Arc<P>, Arc<dyn Claim>), Error>,
+        ttl: Duration,
+    ) -> Acquire<'a, C, P> {
+        Acquire {
+            context,
+            claim,
+            ttl,
+            with_fence: false,
+            metadata: None,
+            retry: Box::new(crate::retry::none()),
+            deadline: None,
+            on_failed_try: None,
+        }
+    }
+
+    /// Stores `metadata` with the token, readable by anyone through
+    /// [`Locker::inspect`](crate::Locker::inspect): who holds the lock and why.
+    /// At most [`MAX_METADATA_LEN`](crate::MAX_METADATA_LEN) bytes.
+    pub fn metadata(mut self, metadata: impl Into<String>) -> Self {
+        self.metadata = Some(metadata.into());
+        self
+    }
+
+    /// Takes the lock's [fence](Lock::fence) with its keys, in the same round trip (Redlock:
+    /// one more only when the nodes' counters disagree), for holders that always pass it on
+    /// to storage; [`Lock::fence`] then answers at once. Without it, the fence is taken on
+    /// the first call to [`Lock::fence`], and locks whose fence is never read cost nothing.
+    ///
+    /// A locker built [`without_fences`](crate::Locker::without_fences) refuses it with
+    /// [`Error::InvalidArgument`] before anything is sent.
+    pub fn with_fence(mut self) -> Self {
+        self.with_fence = true;
+        self
+    }
+
+    /// How long to wait between tries while the lock is held by someone else, or after a
+    /// transient Redis error: any [`IntoIterator`] of [`Duration`]s (see [`crate::retry`]).
+    /// The iterator is created here, for this acquire alone.
+    pub fn retry<S>(mut self, strategy: S) -> Self
+    where
+        S: IntoIterator<Item = Duration>,
+        S::IntoIter: Send + 'a,
+    {
+        self.retry = Box::new(strategy.into_iter());
+        self
+    }
+
+    /// Bounds the total time spent trying, from the first try on: no try starts after it.
+    /// When a pause would end past the deadline, the acquire instead makes one last try at
+    /// the deadline. Defaults to the lock's TTL. `Duration::MAX` waits without limit.
+    ///
+    /// A try still in flight at the deadline (or after the TTL) is cut short when that
+    /// moment is at most 5 s after the try was sent, and otherwise by the connection's
+    /// response timeout; a success that comes too late is refused and undone either way.
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// Calls `observer` after every failed try, including the last, with the attempt
+    /// number, the reason and the pause that follows (the "notify" of backoff libraries).
+    pub fn on_failed_try(mut self, observer: impl FnMut(&FailedTry<'_>) + Send + 'a) -> Self {
+        self.on_failed_try = Some(Box::new(observer));
+        self
+    }
+
+    async fn run(self) -> Result<Lock<C, P>, Error> {
+        // Everything the caller got wrong is reported before the first request.
+        let (what, claim) = self.claim?;
+        let ttl_ms = args::ttl_millis(self.ttl)?;
+        if let Some(metadata) = &self.metadata {
+            args::check_metadata(metadata)?;
+        }
+        let context = self.context;
+        if self.with_fence && !context.fences.enabled {
+            return Err(Error::invalid(
+                Argument::Fences,
+                "with_fence on a locker built without fences (Locker::without_fences)",
+            ));
+        }
+        let token = Token::generate()?;
+        let ttl = Duration::from_millis(ttl_ms);
+        let tries = Tries {
+            backend: &context.backend,
+            claim: &claim,
+            value: token::lock_value(&token, self.metadata.as_deref()),
+            token,
+            ttl_ms,
+            fenced: self.with_fence,
+            retention_ms: context.fences.retention_ms,
+            eviction_look: context.eviction.first(),
+            schedule: Schedule::start(self.retry, self.deadline.unwrap_or(ttl)),
+            tally: Tally::default(),
+            waiting: Waiting::new(context.hub.clone()),
+            observer: self.on_failed_try,
+            armed: false,
+        };
+        let obtained = tries.run().await?;
+        let grant = Grant {
+            token,
+            metadata: self.metadata,
+            ttl_ms,
+            sent_at: obtained.sent_at,
+            valid_until: obtained.valid_until,
+            fence: obtained.fence,
+        };
+        Ok(Lock::new(context.clone(), (what, claim.clone()), grant))
+    }
+}
+
+impl<'a, C: Connection, P: Send + Sync + 'a> IntoFuture for Acquire<'a, C, P> {
+    type Output = Result<Lock<C, P>, Error>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Result<Lock<C, P>, Error>> + Send + 'a>>;
+
+    /// # Cancel safety
+    /// See [`Acquire`]: dropping it never leaves anything behind for longer than a round
+    /// trip.
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.run())
+    }
+}
+
+/// The tries of one acquire, and what they keep between them.
+struct Tries<'r, 'a, C: Connection> {
+    backend: &'r Backend<C>,
+    claim: &'r Arc<dyn Claim>,
+    token: Token,
+    /// Token, awaited flag, metadata.
+    value: Vec<u8>,
+    ttl_ms: u64,
+    fenced: bool,
+    retention_ms: u64,
+    /// This acquire is the locker's first: it has the eviction policy looked at.
+    eviction_look: bool,
+    schedule: Schedule<'a>,
+    tally: Tally,
+    waiting: Waiting,
+    observer: Option<Observer<'a>>,
+    /// A try may have stored our token: the next try must accept it as ours, and giving up
+    /// (or being dropped) must release it.
+    armed: bool,
+}
+
+/// What a successful try obtained.
+struct Obtained {
+    sent_at: Instant,
+    valid_until: Instant,
+    fence: Option<u64>,
+}
+
+/// How one try (or queueing without one) ended.
+enum Tried {
+    Obtained(Obtained),
+    /// Failed for `reason`; `held` names the key found held, `expires` when it expires at
+    /// the latest (its holder may let it expire without a release to announce).
+    Failed {
+        reason: Reason,
+        held: Option<usize>,
+        expires: Option<Instant>,
+    },
+}
+
+impl<C: Connection> Tries<'_, '_, C> {
+    /// Tries until obtained, refused, or the schedule ends.
+    async fn run(mut self) -> Result<Obtained, Error> {
+        let claim = self.claim;
+        let keys = claim.keys();
+        if self.eviction_look {
+            // In a task of its own: no acquire waits for it.
+            tokio::spawn(check::warn_if_evicting(self.backend.nodes().to_vec()));
+        }
+        // When the pause after the last counted try ends.
+        let mut wake: Option<Instant> = None;
+        // This try re-checks after subscribing; it belongs to the try before it, so it
+        // neither counts as an attempt nor takes a pause from the strategy.
+        let mut recheck = false;
+        loop {
+            let first = self.tally.attempts == 0 && !recheck;
+            if !recheck {
+                self.tally.attempts += 1;
+            }
+            // On a key this locker's waiters are subscribed to, a newcomer that may wait
+            // joins them before its first try.
+            let queued = match first && self.schedule.may_wait() {
+                true => self.waiting.enter(keys),
+                false => None,
+            };
+            let tried = match queued {
+                Some((index, expires)) => Tried::Failed {
+                    reason: self.tally.queued(index),
+                    held: None,
+                    expires,
+                },
+                None => self.try_once(first).await?,
+            };
+            let (reason, held, expires) = match tried {
+                Tried::Obtained(obtained) => return Ok(obtained),
+                Tried::Failed {
+                    reason,
+                    held,
+                    expires,
+                } => (reason, held, expires),
+            };
+            let now = Instant::now();
+            if !recheck {
+                wake = self.schedule.next_wake(now);
+                if let Some(observer) = self.observer.as_mut() {
+                    let elapsed = now - self.schedule.started;
+                    let next = wake.map(|w| w - now);
+                    self.tally.report(observer, (reason, keys), elapsed, next);
+                }
+            }
+            let Some(wake) = wake else {
+                return Err(self.give_up().await);
+            };
+            self.waiting.join(keys, held);
+            // A held key that expires before the next try is due is tried when it expires.
+            let wake = expires.map_or(wake, |expires| expires.min(wake));
+            recheck = self.waiting.pause(wake).await;
+        }
+    }
+
+    /// One try, sent now (the first right at the start: one clock read saved).
+    async fn try_once(&mut self, first: bool) -> Result<Tried, Error> {
+        let sent_at = match first {
+            true => self.schedule.started,
+            false => Instant::now(),
+        };
+        let retrying_own = self.armed;
+        self.armed = true;
+        let ttl = Duration::from_millis(self.ttl_ms);
+        let try_until = self.schedule.try_until(sent_at, ttl);
+        // A waiter's value says "awaited": others probably wait too and must hear of its
+        // release.
+        let waiting = self.waiting.is_member();
+        if waiting {
+            token::mark_awaited(&mut self.value);
+        }
+        let request = ObtainTry {
+            value: &self.value,
+            token: &self.token,
+            ttl_ms: self.ttl_ms,
+            fenced: self.fenced,
+            retention_ms: self.retention_ms,
+            retrying_own,
+            waiting,
+        };
+        let claim = &**self.claim;
+        let attempt = (self.backend)
+            .try_obtain(claim, request, sent_at, try_until)
+            .await;
+        self.armed = attempt.may_hold;
+        self.waiting.tried(&attempt);
+        // One millisecond more: the key is certainly gone by then.
+        let expires = (attempt.held_ttl)
+            .and_then(|ttl| Instant::now().checked_add(ttl + Duration::from_millis(1)));
+        match attempt.result {
+            TryResult::Obtained { valid_until, fence } => {
+                self.armed = false;
+                Ok(Tried::Obtained(Obtained {
+                    sent_at,
+                    valid_until,
+                    fence,
+                }))
+            }
+            result => Ok(Tried::Failed {
+                reason: self.tally.record(result)?,
+                held: attempt.held_key,
+                expires,
+            }),
+        }
+    }
+
+    /// The schedule ended: undo what a try whose fate is unknown may have stored, and
+    /// say why the acquire failed.
+    async fn give_up(&mut self) -> Error {
+        if self.armed {
+            // Still armed while this runs: if the acquire is dropped meanwhile, `Drop`
+            // sends the release again in the background. The request is sent whole (EVAL),
+            // so a frozen server runs it when it wakes even after we stopped waiting.
+            let (claim, token) = (&**self.claim, &self.token);
+            (self.backend)
+                .release_unattended(claim, token, CLEANUP_WAIT)
+                .await;
+            self.armed = false;
+        }
+        std::mem::take(&mut self.tally).into_error(self.schedule.started)
+    }
+}
+
+impl<C: Connection> Drop for Tries<'_, '_, C> {
+    /// Undoes a try that may have stored our token if the acquire is dropped (or fails)
+    /// before it knows.
+    fn drop(&mut self) {
+        if self.armed {
+            (self.backend).release_in_background(self.claim.clone(), self.token);
+        }
+    }
+}
+
+/// How long a giving-up acquire waits for its cleanup release before returning anyway.
+const CLEANUP_WAIT: Duration = Duration::from_secs(1);

@@ -1,0 +1,49 @@
+//! What a locker shares with everything it hands out: the backend, the renewer of its
+//! leases, its wake-up hub, its one look at the eviction policy, and its fence settings.
+//! One `Arc` of it travels with each acquire and guard, instead of each piece on its own.
+
+use std::sync::Arc;
+
+use crate::backend::Backend;
+use crate::check::EvictionWatch;
+use crate::connection::Connection;
+use crate::engine::renewer::RenewerSlot;
+use crate::engine::wakeup::Hub;
+use crate::fence::Fences;
+
+/// A locker's shared state (see the module docs).
+pub(crate) struct Context<C> {
+    pub(crate) backend: Backend<C>,
+    /// Renews the leases of this locker and its clones; started on the first keep-alive.
+    pub(crate) renewer: Arc<RenewerSlot<C>>,
+    /// Wakes waiting acquires on release, when enabled.
+    pub(crate) hub: Option<Arc<Hub>>,
+    /// Whether the servers' eviction policy was looked at yet (once per locker).
+    pub(crate) eviction: Arc<EvictionWatch>,
+    /// Whether fences may be taken, and how long counters are kept.
+    pub(crate) fences: Fences,
+}
+
+impl<C: Connection> Context<C> {
+    pub(crate) fn new(backend: Backend<C>) -> Context<C> {
+        Context {
+            backend,
+            renewer: Arc::new(RenewerSlot::new()),
+            hub: None,
+            eviction: Arc::new(EvictionWatch::default()),
+            fences: Fences::default(),
+        }
+    }
+}
+
+impl<C: Clone> Clone for Context<C> {
+    fn clone(&self) -> Self {
+        Context {
+            backend: self.backend.clone(),
+            renewer: self.renewer.clone(),
+            hub: self.hub.clone(),
+            eviction: self.eviction.clone(),
+            fences: self.fences,
+        }
+    }
+}

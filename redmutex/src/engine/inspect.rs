@@ -1,0 +1,198 @@
+//! What a lock key holds, as anyone sees it ([`LockInfo`]): read from one node, or from
+//! every node of a Redlock quorum and combined (who holds it by quorum, and for how long).
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use redis::{RedisError, Value};
+
+use crate::backend::common::{Reply, View};
+use crate::quorum::{blocks_quorum, NodeError};
+use crate::token::{parse_value, StoredValue, Token};
+
+/// What [`Locker::inspect`] sees at a key.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct LockInfo {
+    /// The key as stored in Redis (with the locker's prefix).
+    pub key: Vec<u8>,
+    /// Whether the key exists, i.e. nobody can acquire it now. Redlock: whether so many
+    /// nodes hold the key (one owner, several, or foreign data) that no quorum of free
+    /// nodes is left; nodes that could not be asked do not count as held (see
+    /// [`nodes`](LockInfo::nodes)).
+    pub held: bool,
+    /// Remaining time to live; `None` when the key is missing or has no expiry. Redlock:
+    /// how long the owner holding a quorum keeps it (the quorum-th longest TTL among its
+    /// nodes); `None` when no single owner holds a quorum.
+    pub ttl: Option<Duration>,
+    /// The metadata stored by the holder, if it is a redmutex lock that has some.
+    /// Redlock: that of the owner holding a quorum.
+    pub metadata: Option<String>,
+    /// The key holds something redmutex did not write (another type, or a value without
+    /// a redmutex token). redmutex will not acquire it, and never modifies it. Redlock:
+    /// on any node.
+    pub foreign: bool,
+    /// Some acquire waits for this lock and asked to be woken when it is released (see
+    /// [`Locker::with_wake_up`]). Redlock: on any node.
+    pub awaited: bool,
+    /// The latest fence handed out for this key ([`Lock::fence`](crate::Lock::fence)),
+    /// whether or not the lock is held now; `None` when no fenced acquisition took it yet.
+    /// Redlock: the highest over the nodes that answered (a failed try may have raised a
+    /// minority of nodes past the last fence actually handed out).
+    pub fence: Option<u64>,
+    /// Redlock: each node's view, in node order (empty for a single-node locker).
+    pub nodes: Vec<NodeInfo>,
+}
+
+/// One node's view of a key, in [`LockInfo::nodes`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct NodeInfo {
+    /// The node's position in the list given to [`Locker::redlock`].
+    pub node: usize,
+    /// What the node holds, or why it could not be asked.
+    pub info: Result<LockInfo, NodeError>,
+}
+
+/// What one node holds at a key: the reply of the mutex's `inspect`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RawKey {
+    /// PTTL: -2 missing, -1 no expiry.
+    pttl: i64,
+    /// Redis type name (`none`, `string`, `hash`, …).
+    kind: String,
+    /// The key's fence counter: the latest fence handed out, if any (and a number).
+    fence: Option<u64>,
+    /// The value, when the key is a string.
+    value: Option<Vec<u8>>,
+}
+
+impl RawKey {
+    /// `{ pttl, type, fence }`, and the value when the type is `string`: parsed by
+    /// position rather than as a fixed tuple.
+    fn parse(reply: Value) -> Result<RawKey, RedisError> {
+        let mut reply = redis::from_redis_value::<Vec<Value>>(reply)?.into_iter();
+        let mut next = || reply.next().unwrap_or(Value::Nil);
+        let pttl: i64 = redis::from_redis_value(next())?;
+        let kind: String = redis::from_redis_value(next())?;
+        let fence: Option<String> = redis::from_redis_value(next())?;
+        let value: Option<Vec<u8>> = redis::from_redis_value(next())?;
+        Ok(RawKey {
+            pttl,
+            kind,
+            fence: fence.and_then(|f| f.parse().ok()),
+            value,
+        })
+    }
+
+    /// The [`LockInfo`] for what one node holds at `key`.
+    fn info(self, key: &[u8]) -> LockInfo {
+        let ttl = u64::try_from(self.pttl).ok().map(Duration::from_millis);
+        let (held, metadata, foreign, awaited) = match (self.kind.as_str(), self.value) {
+            ("none", _) => (false, None, false, false),
+            ("string", Some(value)) => match parse_value(&value) {
+                StoredValue::Redmutex {
+                    metadata, awaited, ..
+                } => (true, metadata, false, awaited),
+                StoredValue::Foreign => (true, None, true, false),
+            },
+            _ => (true, None, true, false),
+        };
+        LockInfo {
+            key: key.to_vec(),
+            held,
+            ttl,
+            metadata,
+            foreign,
+            awaited,
+            fence: self.fence,
+            nodes: Vec::new(),
+        }
+    }
+
+    /// The owner whose token this node holds, with its metadata.
+    fn owner(&self) -> Option<(Token, Option<String>)> {
+        match parse_value(self.value.as_deref()?) {
+            StoredValue::Redmutex {
+                token, metadata, ..
+            } => Some((token, metadata)),
+            StoredValue::Foreign => None,
+        }
+    }
+}
+
+/// Reads what a lock key holds (see [`View`]).
+pub(crate) struct KeyView<'k> {
+    /// The key, with the locker's prefix.
+    pub(crate) key: &'k [u8],
+}
+
+impl View for KeyView<'_> {
+    type Info = LockInfo;
+
+    fn one(&self, reply: Value) -> Result<LockInfo, RedisError> {
+        Ok(RawKey::parse(reply)?.info(self.key))
+    }
+
+    /// Every node's view, and who holds the key by quorum.
+    fn each(&self, replies: Vec<Reply<Value>>, needed: usize) -> LockInfo {
+        // Which owner's token is on a quorum of nodes, with each of those nodes' TTL.
+        let mut owners: Vec<(Token, Option<String>, Vec<i64>)> = Vec::new();
+        let mut nodes = Vec::with_capacity(replies.len());
+        for (node, reply) in replies.into_iter().enumerate() {
+            let raw = reply.and_then(|value| RawKey::parse(value).map_err(NodeError::Redis));
+            if let Some((token, metadata)) = raw.as_ref().ok().and_then(RawKey::owner) {
+                let pttl = raw.as_ref().map_or(-2, |raw| raw.pttl);
+                match owners.iter_mut().find(|(t, _, _)| *t == token) {
+                    Some((_, _, ttls)) => ttls.push(pttl),
+                    None => owners.push((token, metadata, vec![pttl])),
+                }
+            }
+            let info = raw.map(|raw| raw.info(self.key));
+            nodes.push(NodeInfo { node, info });
+        }
+        let holder = owners.into_iter().find(|(_, _, ttls)| ttls.len() >= needed);
+        let (metadata, ttl) = match holder {
+            Some((_, metadata, ttls)) => (metadata, quorum_ttl(ttls, needed)),
+            None => (None, None),
+        };
+        let any =
+            |what: fn(&LockInfo) -> bool| (nodes.iter()).any(|n| n.info.as_ref().is_ok_and(what));
+        let (foreign, awaited) = (any(|info| info.foreign), any(|info| info.awaited));
+        // Nobody can acquire it now when the occupied nodes — by one owner, several, or
+        // foreign data — leave fewer free nodes than a quorum.
+        let occupied = (nodes.iter())
+            .filter(|n| n.info.as_ref().is_ok_and(|info| info.held))
+            .count();
+        let held = blocks_quorum(occupied, nodes.len(), needed);
+        let fence = nodes
+            .iter()
+            .filter_map(|n| n.info.as_ref().ok()?.fence)
+            .max();
+        LockInfo {
+            key: self.key.to_vec(),
+            held,
+            ttl,
+            metadata,
+            foreign,
+            awaited,
+            fence,
+            nodes,
+        }
+    }
+}
+
+/// How long an owner holding a key on a quorum keeps it: while a quorum of its nodes still
+/// has it, the quorum-th longest TTL. (-1, no expiry, sorts as the longest.)
+fn quorum_ttl(mut ttls: Vec<i64>, needed: usize) -> Option<Duration> {
+    ttls.sort_by_key(|t| std::cmp::Reverse(if *t < 0 { i64::MAX } else { *t }));
+    let ttl = u64::try_from(ttls[needed - 1]).ok();
+    ttl.map(Duration::from_millis)
+}
+
+impl LockInfo {
+    /// The key as text (invalid UTF-8 replaced).
+    pub fn key_lossy(&self) -> Cow<'_, str> {
+        String::from_utf8_lossy(&self.key)
+    }
+}

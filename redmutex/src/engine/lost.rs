@@ -1,0 +1,159 @@
+//! How a lease ends: the reason, the state a lease shares with its renewer and its
+//! watchers, and the margin by which a loss is announced before the validity ends.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// Why a lease ended.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// A renewal found the lock no longer held: it expired, was deleted, or another owner
+    /// took it.
+    NotHeld,
+    /// No renewal got through before the lease ran out (Redis unreachable, frozen, or too
+    /// slow); `last_error` is the last error a renewal got, if any (a request that simply
+    /// never came back has none).
+    Unreachable {
+        /// The last renewal error seen.
+        last_error: Option<redis::RedisError>,
+    },
+    /// The [`KeepAlive::max_hold`] limit was reached and the lock expired.
+    HoldLimitReached,
+    /// The owner released or dropped the lease: not a loss, but the lock is not held any
+    /// more, so guarded work must stop all the same.
+    Released,
+    /// The owner stopped the renewal ([`Lease::stop`]); the lock may still be held until
+    /// its TTL, but nothing renews it.
+    Stopped,
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LostReason::NotHeld => f.write_str("lock lost: it expired or another owner took it"),
+            LostReason::Unreachable {
+                last_error: Some(e),
+            } => {
+                write!(
+                    f,
+                    "lock lost: no renewal reached Redis in time (last error: {e})"
+                )
+            }
+            LostReason::Unreachable { last_error: None } => {
+                f.write_str("lock lost: no renewal reached Redis in time")
+            }
+            LostReason::HoldLimitReached => {
+                f.write_str("lock ended: the maximum hold time was reached")
+            }
+            LostReason::Released => f.write_str("lock released by its owner"),
+            LostReason::Stopped => f.write_str("lock renewal stopped by its owner"),
+        }
+    }
+}
+
+impl std::error::Error for LostReason {}
+
+/// What a lease, its renewer and its watchers share.
+pub(crate) struct LeaseState {
+    reason: OnceLock<LostReason>,
+    cancel: CancellationToken,
+    valid_until: Mutex<Instant>,
+    renewals: AtomicU64,
+}
+
+impl LeaseState {
+    pub(crate) fn new(valid_until: Instant) -> LeaseState {
+        LeaseState {
+            reason: OnceLock::new(),
+            cancel: CancellationToken::new(),
+            valid_until: Mutex::new(valid_until),
+            renewals: AtomicU64::new(0),
+        }
+    }
+
+    /// Records why the lease ended (the first reason wins) and wakes every watcher.
+    pub(crate) fn end(&self, reason: LostReason) {
+        let _ = self.reason.set(reason);
+        self.cancel.cancel();
+    }
+
+    /// Why the lease ended, if it has.
+    pub(crate) fn reason(&self) -> Option<&LostReason> {
+        self.reason.get()
+    }
+
+    /// How many renewals succeeded.
+    pub(crate) fn renewals(&self) -> u64 {
+        self.renewals.load(Ordering::Relaxed)
+    }
+
+    /// A token cancelled when the lease ends.
+    pub(crate) fn cancellation_token(&self) -> CancellationToken {
+        self.cancel.child_token()
+    }
+
+    pub(crate) fn renewed(&self, valid_until: Instant) {
+        self.set_valid_until(valid_until);
+        self.renewals.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_valid_until(&self, valid_until: Instant) {
+        *self.valid_until.lock().unwrap_or_else(|p| p.into_inner()) = valid_until;
+    }
+
+    pub(crate) fn valid_until(&self) -> Instant {
+        *self.valid_until.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) async fn ended(&self) -> LostReason {
+        self.cancel.cancelled().await;
+        self.reason
+            .get()
+            .cloned()
+            .expect("the reason is set before cancelling")
+    }
+}
+
+/// A cheap, clonable view of a lease's fate, for code that does not own the lease.
+#[derive(Clone)]
+pub struct LostSignal(pub(crate) Arc<LeaseState>);
+
+impl LostSignal {
+    /// Whether the lease has ended, for any [`LostReason`].
+    pub fn is_lost(&self) -> bool {
+        self.0.reason.get().is_some()
+    }
+
+    /// Why the lease ended, if it has.
+    pub fn reason(&self) -> Option<LostReason> {
+        self.0.reason.get().cloned()
+    }
+
+    /// Completes when the lease ends, with the reason.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits.
+    pub async fn lost(&self) -> LostReason {
+        self.0.ended().await
+    }
+}
+
+impl fmt::Debug for LostSignal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("LostSignal")
+            .field(&self.0.reason.get())
+            .finish()
+    }
+}
+
+/// How long before the end of its validity a lease is declared lost: enough for the
+/// signal to reach the work while the lock is still certainly held.
+pub(crate) fn loss_margin(ttl: Duration) -> Duration {
+    (ttl / 100 + Duration::from_millis(2)).min(ttl / 2)
+}

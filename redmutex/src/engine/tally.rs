@@ -1,0 +1,138 @@
+//! What an acquire's failed tries add up to: the reason each failed, as the caller's
+//! observer sees it, and the error the acquire ends with.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::args::Keys;
+use crate::backend::common::TryResult;
+use crate::error::{Error, NotObtained};
+use crate::quorum::QuorumFailure;
+
+/// What [`Acquire::on_failed_try`](crate::Acquire::on_failed_try) is told about each
+/// failed try.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct FailedTry<'e> {
+    /// 1 for the first try.
+    pub attempt: u32,
+    /// Why it failed.
+    pub reason: TryFailure<'e>,
+    /// Time since the acquire started.
+    pub elapsed: Duration,
+    /// The pause before the next try, or `None` when this was the last one (the strategy
+    /// ended or the deadline passed).
+    pub next_delay: Option<Duration>,
+}
+
+/// Why one try failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum TryFailure<'e> {
+    /// This key (with the locker's prefix) is held by another owner — for a semaphore,
+    /// too few of its permits are free.
+    Held {
+        /// The key found held.
+        key: &'e [u8],
+    },
+    /// A transient Redis error (unreachable, timeout, loading, failover…).
+    Redis(&'e redis::RedisError),
+    /// Redlock: too few nodes agreed; [`QuorumFailure::held`] and
+    /// [`QuorumFailure::unreachable`] say why.
+    NoQuorum(&'e QuorumFailure),
+}
+
+/// The callback given to [`Acquire::on_failed_try`](crate::Acquire::on_failed_try).
+pub(crate) type Observer<'a> = Box<dyn FnMut(&FailedTry<'_>) + Send + 'a>;
+
+/// Why a try failed; the details stay in the [`Tally`].
+#[derive(Clone, Copy)]
+pub(crate) enum Reason {
+    Held(usize),
+    Redis,
+    NoQuorum,
+}
+
+/// The failed tries of one acquire so far.
+#[derive(Default)]
+pub(crate) struct Tally {
+    pub(crate) attempts: u32,
+    /// Some try found the claim held by others (rather than Redis unreachable).
+    saw_held: bool,
+    last_error: Option<redis::RedisError>,
+    last_quorum: Option<Box<QuorumFailure>>,
+}
+
+impl Tally {
+    /// Counts a try that found the claim held without asking (it queued behind waiters).
+    pub(crate) fn queued(&mut self, index: usize) -> Reason {
+        self.saw_held = true;
+        Reason::Held(index)
+    }
+
+    /// Counts a try that did not obtain: why, or the error that ends the acquire at once.
+    pub(crate) fn record(&mut self, result: TryResult) -> Result<Reason, Error> {
+        match result {
+            TryResult::Held(index) => Ok(self.queued(index)),
+            TryResult::Failed(e) => {
+                self.last_error = Some(e);
+                Ok(Reason::Redis)
+            }
+            // Refused outright (auth, permission, script error): nothing written.
+            TryResult::Rejected(e) => Err(Error::Redis(e)),
+            TryResult::Refused(why) => Err(Error::InvalidArgument(why)),
+            TryResult::NoQuorum(failure) => {
+                // "Held by someone else" only when the other owners' nodes alone leave no
+                // quorum; otherwise it is an outage (with a stale key somewhere).
+                self.saw_held |= failure.blocks(failure.held());
+                // Refused for good (auth, permission) on so many nodes that no retry can
+                // reach a quorum.
+                if failure.is_refused_for_good() {
+                    return Err(Error::NoQuorum(failure));
+                }
+                self.last_quorum = Some(failure);
+                Ok(Reason::NoQuorum)
+            }
+            TryResult::Obtained { .. } => unreachable!("an obtained try is not a failure"),
+        }
+    }
+
+    /// Tells `observer` about the try that just failed for `reason`.
+    pub(crate) fn report(
+        &self,
+        observer: &mut Observer<'_>,
+        (reason, keys): (Reason, &Keys),
+        elapsed: Duration,
+        next_delay: Option<Duration>,
+    ) {
+        let reason = match (reason, &self.last_error, &self.last_quorum) {
+            (Reason::Held(index), _, _) => TryFailure::Held {
+                key: keys.get(index).unwrap_or_default(),
+            },
+            (Reason::Redis, Some(e), _) => TryFailure::Redis(e),
+            (Reason::NoQuorum, _, Some(failure)) => TryFailure::NoQuorum(failure),
+            _ => unreachable!("each reason keeps its details"),
+        };
+        observer(&FailedTry {
+            attempt: self.attempts,
+            reason,
+            elapsed,
+            next_delay,
+        });
+    }
+
+    /// The error of an acquire that gave up after these tries, started at `started`.
+    pub(crate) fn into_error(self, started: Instant) -> Error {
+        match (self.last_error, self.last_quorum) {
+            (Some(e), _) if !self.saw_held => Error::Redis(e),
+            (_, Some(failure)) if !self.saw_held => Error::NoQuorum(failure),
+            (last_error, no_quorum) => Error::NotObtained(NotObtained {
+                attempts: self.attempts,
+                elapsed: started.elapsed(),
+                last_error,
+                no_quorum,
+            }),
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! An acquire's place among the waiters of the key it found held (push wake-up, see
+//! `wakeup.rs`): joining before the first try or after a failed one, reporting each try,
+//! and pausing until woken or until the schedule's next try.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use crate::args::Keys;
+use crate::backend::common::{Attempt, TryResult};
+use crate::engine::schedule::pause_until;
+use crate::engine::wakeup::{Entry, Hub, Member, Outcome, Wake};
+
+/// The waiting side of one acquire; without wake-up, it only pauses.
+pub(crate) struct Waiting {
+    hub: Option<Arc<Hub>>,
+    /// Our place among this locker's waiters for the key found held; once set, our tries
+    /// mark the holder and our value says "awaited".
+    member: Option<Member>,
+}
+
+impl Waiting {
+    pub(crate) fn new(hub: Option<Arc<Hub>>) -> Waiting {
+        Waiting { hub, member: None }
+    }
+
+    /// Whether this acquire waits among others: its tries mark what they find held.
+    pub(crate) fn is_member(&self) -> bool {
+        self.member.is_some()
+    }
+
+    /// Before the first try of an acquire that may wait: on a key this locker's waiters
+    /// are subscribed to, it joins them. It queues behind them without a try (the holder is
+    /// marked; its release will wake them in turn) — the index of that key is returned,
+    /// with when it expires at the latest, if known — or, when nobody waits right now,
+    /// makes its first try as a waiter.
+    pub(crate) fn enter(&mut self, keys: &Keys) -> Option<(usize, Option<Instant>)> {
+        let hub = self.hub.as_ref().filter(|_| self.member.is_none())?;
+        let (member, entry, index) = keys.iter().enumerate().find_map(|(index, key)| {
+            let (member, entry) = hub.enter(key)?;
+            Some((member, entry, index))
+        })?;
+        self.member = Some(member);
+        match entry {
+            Entry::Queue { expires } => Some((index, expires)),
+            Entry::Try => None,
+        }
+    }
+
+    /// Reports what a try found (after a wake-up, that settles its turn).
+    pub(crate) fn tried(&mut self, attempt: &Attempt) {
+        if let Some(member) = self.member.as_mut() {
+            member.tried(match (&attempt.result, attempt.held_key) {
+                (TryResult::Obtained { valid_until, .. }, _) => Outcome::Obtained {
+                    until: *valid_until,
+                },
+                (_, Some(_)) => Outcome::Held,
+                _ => Outcome::Failed,
+            });
+        }
+    }
+
+    /// Asks to be woken by the release of `keys[held]`, the key found held.
+    pub(crate) fn join(&mut self, keys: &Keys, held: Option<usize>) {
+        let (Some(hub), Some(index)) = (&self.hub, held) else {
+            return;
+        };
+        let key = keys.get(index).unwrap_or_default();
+        if self.member.as_ref().is_none_or(|m| m.key() != key) {
+            self.member = Some(hub.join(key));
+        }
+    }
+
+    /// Pauses until `wake`, or until woken. Returns whether the wake-up asks for a
+    /// re-check: the subscription was confirmed, and a release may have gone unheard.
+    pub(crate) async fn pause(&mut self, wake: Instant) -> bool {
+        match self.member.as_mut() {
+            Some(member) => tokio::select! {
+                _ = pause_until(wake) => false,
+                why = member.woken() => why == Wake::Subscribed,
+            },
+            None => {
+                pause_until(wake).await;
+                false
+            }
+        }
+    }
+}

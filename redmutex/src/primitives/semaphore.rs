@@ -1,0 +1,463 @@
+//! The counting semaphore: at most `limit` permits held at once across all processes, each
+//! holder's permits leased on the server's clock (`semaphore.lua` says how they are kept).
+//! Acquiring, keep-alive, fences, wake-up and release on drop are the engine's, as for the
+//! mutex; this file says what the semaphore's keys are and how its script is called.
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use redis::{RedisError, Script, ScriptInvocation, Value};
+
+use crate::args::Keys;
+use crate::backend::common::{Reply, View};
+use crate::connection::Connection;
+use crate::engine::acquire::Acquire;
+use crate::engine::context::Context;
+use crate::engine::guard::Lock;
+use crate::engine::lease::Lease;
+use crate::error::{Argument, Error, InvalidArgument};
+use crate::fence::{companion_key, counter_key, Companion};
+use crate::scripts::{
+    eval_whole, source, Call, Claim, Conn, Node, Obtain, ObtainTry, Raise, Remaining, Renewal,
+};
+use crate::token::{Token, TOKEN_LEN};
+
+const SOURCE: &str = source!("primitives/semaphore.lua");
+static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(SOURCE));
+
+/// The largest limit a semaphore may have.
+pub const MAX_PERMITS: u32 = 1_000_000;
+
+/// A counting semaphore: at most [`limit`](Semaphore::limit) permits held at once, across
+/// all processes. Made by [`Locker::semaphore`](crate::Locker::semaphore); cheap to clone.
+///
+/// [`acquire`](Semaphore::acquire) takes `n` permits atomically — all or none — with every
+/// option of a lock's acquire ([`Acquire`]: retry strategies, deadline, failed-try
+/// callback, metadata, fences, push wake-up) and hands out a [`Permit`]: refresh, release,
+/// keep-alive with the lost signal, `run(work)`, release on drop — as a [`Lock`] does.
+///
+/// **How permits are kept** (the guarantee itself is in `docs/SAFETY.md`): each holder is
+/// one member of a sorted set scored by when its permits expire *on the server's clock*,
+/// so clients' clocks never decide; every operation first reclaims expired holders, so a
+/// crashed holder's permits come back within its TTL; a renewal never brings back a holder
+/// that was reclaimed. Every holder must pass the same limit: while some hold permits, an
+/// acquire with another limit is refused ([`Error::InvalidArgument`], [`Argument::Limit`])
+/// rather than silently admitting more. All keys share one hash slot, so a semaphore works
+/// on Redis Cluster; on Redlock it is refused (see [`Locker::semaphore`]).
+///
+/// [`Locker::semaphore`]: crate::Locker::semaphore
+///
+/// ```
+/// # async fn demo(locker: redmutex::Locker<redis::aio::MultiplexedConnection>) -> Result<(), redmutex::Error> {
+/// use std::time::Duration;
+/// use redmutex::retry;
+/// // At most 4 exports at once across the fleet; this one needs 2 slots.
+/// let exports = locker.semaphore("exports", 4)?;
+/// let permit = exports
+///     .acquire(2, Duration::from_secs(30))
+///     .metadata("host=web-3 job=export-17")
+///     .retry(retry::constant(Duration::from_millis(200)))
+///     .deadline(Duration::from_secs(10))
+///     .await?;
+/// assert_eq!(permit.permits(), 2);
+/// permit.release().await?;
+/// # Ok(()) }
+/// ```
+pub struct Semaphore<C: Connection> {
+    context: Arc<Context<C>>,
+    /// The holders key (the name, with the prefix).
+    key: Keys,
+    limit: u32,
+}
+
+impl<C: Connection> Clone for Semaphore<C> {
+    fn clone(&self) -> Self {
+        Semaphore {
+            context: self.context.clone(),
+            key: self.key.clone(),
+            limit: self.limit,
+        }
+    }
+}
+
+/// A semaphore's permits held by one owner: a [`Lock`] on [`Permits`].
+pub type Permit<C> = Lock<C, Permits>;
+
+impl<C: Connection> Semaphore<C> {
+    /// A semaphore at `key` (the name with the prefix, checked) with `limit` permits.
+    pub(crate) fn new(context: Arc<Context<C>>, key: Keys, limit: u32) -> Result<Self, Error> {
+        if limit == 0 || limit > MAX_PERMITS {
+            let reason = format!("a semaphore's limit must be 1..={MAX_PERMITS}, not {limit}");
+            return Err(Error::invalid(Argument::Limit, reason));
+        }
+        if context.backend.quorum_settings().is_some() {
+            return Err(Error::invalid(
+                Argument::Nodes,
+                "a semaphore cannot be kept by a Redlock quorum: permits counted on each node \
+                 apart do not add up (with 2 permits on 3 nodes, three holders can each hold a \
+                 quorum: AB, BC and AC); use one node (with Sentinel) or a cluster",
+            ));
+        }
+        Ok(Semaphore {
+            context,
+            key,
+            limit,
+        })
+    }
+
+    /// The most permits held at once.
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// The semaphore's key as stored in Redis (with the locker's prefix): a sorted set of
+    /// its holders.
+    pub fn key(&self) -> &[u8] {
+        self.key.get(0).expect("one key")
+    }
+
+    /// Starts acquiring `permits` permits, all or none, for `ttl`; configure and `.await`
+    /// the returned [`Acquire`]. One try unless a retry strategy is given. A try that
+    /// finds too few free reports when the earliest holder's permits expire, so a polling
+    /// waiter never sleeps past the moment permits can be reclaimed.
+    ///
+    /// # Errors (when awaited)
+    /// As [`Locker::acquire`](crate::Locker::acquire); [`Error::InvalidArgument`] with
+    /// [`Argument::Permits`] for 0 permits or more than the limit (before anything is
+    /// sent), with [`Argument::Limit`] when the current holders use another limit, with
+    /// [`Argument::Key`] when the semaphore's keys hold data of another kind (e.g. a lock
+    /// of the same name).
+    ///
+    /// # Cancel safety
+    /// See [`Acquire`].
+    pub fn acquire<'a>(&self, permits: u32, ttl: Duration) -> Acquire<'a, C, Permits> {
+        let claim = match permits {
+            0 => Err("at least 1".to_owned()),
+            n if n > self.limit => Err(format!("at most the limit, {}", self.limit)),
+            n => Ok(n),
+        };
+        let claim = claim
+            .map_err(|bound| {
+                let reason = format!("{permits} permits asked for; a semaphore takes {bound}");
+                Error::invalid(Argument::Permits, reason)
+            })
+            .map(|n| Permits::new(self.key.clone(), n, self.limit))
+            .map(|permits| {
+                let permits = Arc::new(permits);
+                (permits.clone(), permits as Arc<dyn Claim>)
+            });
+        Acquire::new(self.context.clone(), claim, ttl)
+    }
+
+    /// Who holds permits now, for how long, with what metadata; how many are free.
+    ///
+    /// # Errors
+    /// [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn inspect(&self) -> Result<SemaphoreInfo, Error> {
+        let permits = Permits::new(self.key.clone(), 0, self.limit);
+        let mut call = permits.call(true);
+        call.arg("inspect");
+        let view = SemaphoreView {
+            key: self.key(),
+            limit: self.limit,
+        };
+        self.context.backend.inspect(&view, &call).await
+    }
+}
+
+impl<C: Connection> std::fmt::Debug for Semaphore<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Semaphore")
+            .field("key", &String::from_utf8_lossy(self.key()))
+            .field("limit", &self.limit)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a [`Permit`] holds: some permits of one semaphore.
+#[derive(Debug, Clone)]
+pub struct Permits {
+    /// The holders key.
+    keys: Keys,
+    /// The details key, beside it in its hash slot.
+    details: Vec<u8>,
+    /// The fence counter, beside it too.
+    counter: Vec<u8>,
+    permits: u32,
+    limit: u32,
+}
+
+impl Permits {
+    fn new(keys: Keys, permits: u32, limit: u32) -> Permits {
+        let key = keys.get(0).expect("one key");
+        let (details, counter) = (companion_key(key, Companion::Permits), counter_key(key));
+        Permits {
+            keys,
+            details,
+            counter,
+            permits,
+            limit,
+        }
+    }
+
+    /// A call over the holders and details keys, and (when `fenced`) the counter.
+    fn call(&self, fenced: bool) -> ScriptInvocation<'static> {
+        let mut call = SCRIPT.prepare_invoke();
+        call.key(self.keys.get(0).expect("one key"))
+            .key(&self.details);
+        if fenced {
+            call.key(&self.counter);
+        }
+        call
+    }
+
+    /// How many permits.
+    pub fn count(&self) -> u32 {
+        self.permits
+    }
+
+    /// The semaphore's limit.
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+}
+
+impl Claim for Permits {
+    fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {
+        Box::pin(async move {
+            let mut call = self.call(request.fenced);
+            let metadata = request.value.get(TOKEN_LEN + 1..).unwrap_or_default();
+            call.arg(request.token.as_bytes())
+                .arg(self.permits)
+                .arg(self.limit)
+                .arg(request.ttl_ms)
+                .arg(metadata)
+                .arg(if request.waiting { "1" } else { "0" })
+                .arg(request.retention_ms)
+                .arg("obtain");
+            let reply: (i64, i64) = call.invoke_async(&mut Node(conn)).await?;
+            Ok(self.obtained(reply, request.fenced))
+        })
+    }
+
+    fn release<'a>(&'a self, conn: Conn<'a>, token: &'a Token) -> Call<'a, bool> {
+        Box::pin(async move {
+            let mut call = self.call(false);
+            call.arg(token.as_bytes()).arg("release");
+            let held: i64 = call.invoke_async(&mut Node(conn)).await?;
+            Ok(held == 1)
+        })
+    }
+
+    fn release_unattended<'a>(&'a self, conn: Conn<'a>, token: &'a Token) -> Call<'a, ()> {
+        let keys = [self.keys.get(0).expect("one key"), &self.details[..]];
+        let args: [&[u8]; 2] = [token.as_bytes(), b"release"];
+        Box::pin(async move { eval_whole(conn, SOURCE, keys.into_iter(), &args).await })
+    }
+
+    fn refresh<'a>(&'a self, conn: Conn<'a>, token: &'a Token, ttl_ms: u64) -> Call<'a, bool> {
+        Box::pin(async move {
+            let mut call = self.call(false);
+            call.arg(token.as_bytes()).arg(ttl_ms).arg("refresh");
+            let extended: i64 = call.invoke_async(&mut Node(conn)).await?;
+            Ok(extended == 1)
+        })
+    }
+
+    fn ttl<'a>(&'a self, conn: Conn<'a>, token: &'a Token) -> Call<'a, Remaining> {
+        Box::pin(async move {
+            let mut call = self.call(false);
+            call.arg(token.as_bytes()).arg("ttl");
+            Ok(Remaining::from_reply(
+                call.invoke_async(&mut Node(conn)).await?,
+            ))
+        })
+    }
+
+    fn fence<'a>(
+        &'a self,
+        conn: Conn<'a>,
+        token: &'a Token,
+        retention_ms: u64,
+    ) -> Call<'a, Option<u64>> {
+        Box::pin(async move {
+            let mut call = self.call(true);
+            call.arg(token.as_bytes()).arg(retention_ms).arg("fence");
+            let fence: u64 = call.invoke_async(&mut Node(conn)).await?;
+            Ok((fence > 0).then_some(fence))
+        })
+    }
+
+    fn raise_fence<'a>(&'a self, conn: Conn<'a>, raise: Raise<'a>) -> Call<'a, bool> {
+        Box::pin(async move {
+            let mut call = self.call(true);
+            call.arg(raise.token.as_bytes())
+                .arg(raise.fence)
+                .arg(raise.retention_ms)
+                .arg("raise_fence");
+            let raised: i64 = call.invoke_async(&mut Node(conn)).await?;
+            Ok(raised == 1)
+        })
+    }
+
+    fn renewal(&self) -> Renewal {
+        Renewal {
+            script: &SCRIPT,
+            operation: "renew",
+        }
+    }
+
+    fn add_renewal(&self, call: &mut ScriptInvocation<'static>, token: &Token, ttl_ms: u64) {
+        call.key(self.keys.get(0).expect("one key"))
+            .key(&self.details);
+        call.arg(token.as_bytes()).arg(ttl_ms);
+    }
+}
+
+impl Permits {
+    /// The reply `{ status, detail }` of `obtain` (see `semaphore.lua`).
+    fn obtained(&self, (status, detail): (i64, i64), fenced: bool) -> Obtain {
+        match status {
+            0 => Obtain::Obtained {
+                fence: fenced.then_some(detail as u64),
+            },
+            1 => Obtain::Held {
+                index: 0,
+                ttl: u64::try_from(detail).ok().map(Duration::from_millis),
+            },
+            -1 => Obtain::Refused(InvalidArgument {
+                argument: Argument::Limit,
+                reason: format!(
+                    "{:?} is held with a limit of {detail}; this acquire asked with {}: every \
+                     holder of a semaphore must pass the same limit",
+                    String::from_utf8_lossy(self.keys.get(0).unwrap_or_default()),
+                    self.limit
+                ),
+            }),
+            _ => Obtain::Refused(InvalidArgument {
+                argument: Argument::Key,
+                reason: format!(
+                    "{:?} (or its details key) holds data that is not a redmutex semaphore, \
+                     e.g. a lock of the same name; choose another name",
+                    String::from_utf8_lossy(self.keys.get(0).unwrap_or_default())
+                ),
+            }),
+        }
+    }
+}
+
+impl<C: Connection> Lock<C, Permits> {
+    /// How many permits this holds.
+    pub fn permits(&self) -> u32 {
+        self.what().count()
+    }
+}
+
+impl<C: Connection> Lease<C, Permits> {
+    /// How many permits this lease holds.
+    pub fn permits(&self) -> u32 {
+        self.lock().what().count()
+    }
+}
+
+/// What [`Semaphore::inspect`] sees.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct SemaphoreInfo {
+    /// The holders key, as stored in Redis.
+    pub key: Vec<u8>,
+    /// The limit the current holders agreed on; `None` when nobody holds a permit.
+    pub limit: Option<u32>,
+    /// Permits held now.
+    pub used: u32,
+    /// Permits free now: the agreed limit (or this handle's, when nobody holds any) minus
+    /// those held.
+    pub free: u32,
+    /// Each holder, soonest to expire first.
+    pub holders: Vec<PermitHolder>,
+    /// The latest fence handed out for this semaphore; `None` when none was taken yet.
+    pub fence: Option<u64>,
+    /// Some acquire waits and asked to hear of the next release.
+    pub awaited: bool,
+    /// The keys hold something that is not a redmutex semaphore.
+    pub foreign: bool,
+}
+
+/// One holder in a [`SemaphoreInfo`]. (Its token is not shown: whoever knows it can
+/// release the permits.)
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct PermitHolder {
+    /// How many permits it holds.
+    pub permits: u32,
+    /// How long they last unless renewed, on the server's clock.
+    pub ttl: Duration,
+    /// The metadata it stored, if any.
+    pub metadata: Option<String>,
+}
+
+/// Reads a semaphore (see [`View`]).
+struct SemaphoreView<'k> {
+    key: &'k [u8],
+    limit: u32,
+}
+
+impl View for SemaphoreView<'_> {
+    type Info = SemaphoreInfo;
+
+    fn one(&self, reply: Value) -> Result<SemaphoreInfo, RedisError> {
+        let mut reply = redis::from_redis_value::<Vec<Value>>(reply)?.into_iter();
+        let mut next = || reply.next().unwrap_or(Value::Nil);
+        let kind_ok: i64 = redis::from_redis_value(next())?;
+        let limit: Option<u32> = redis::from_redis_value(next())?;
+        let fence: Option<String> = redis::from_redis_value(next())?;
+        let awaited: i64 = redis::from_redis_value(next())?;
+        let mut holders = Vec::new();
+        loop {
+            let ms: Option<u64> = redis::from_redis_value(next())?;
+            let Some(ms) = ms else { break };
+            let permits: u32 = redis::from_redis_value(next())?;
+            let metadata: String = redis::from_redis_value(next())?;
+            holders.push(PermitHolder {
+                permits,
+                ttl: Duration::from_millis(ms),
+                metadata: (!metadata.is_empty()).then_some(metadata),
+            });
+        }
+        let used = holders.iter().map(|h| h.permits).sum();
+        Ok(SemaphoreInfo {
+            key: self.key.to_vec(),
+            limit,
+            used,
+            free: limit.unwrap_or(self.limit).saturating_sub(used),
+            holders,
+            fence: fence.and_then(|f| f.parse().ok()),
+            awaited: awaited == 1,
+            foreign: kind_ok == 0,
+        })
+    }
+
+    /// A semaphore is never kept by a quorum ([`Semaphore::new`] refuses it): the first
+    /// node that answered is read.
+    fn each(&self, replies: Vec<Reply<Value>>, _needed: usize) -> SemaphoreInfo {
+        let first = replies.into_iter().find_map(|reply| reply.ok());
+        let read = first.map(|reply| self.one(reply));
+        read.and_then(Result::ok).unwrap_or_else(|| SemaphoreInfo {
+            key: self.key.to_vec(),
+            limit: None,
+            used: 0,
+            free: self.limit,
+            holders: Vec::new(),
+            fence: None,
+            awaited: false,
+            foreign: false,
+        })
+    }
+}

@@ -1,0 +1,409 @@
+//! The counting semaphore against a real server: permits counted on the server's clock,
+//! reclaimed from crashed holders, refused on bad input and disagreeing limits, kept alive,
+//! fenced, released on drop, and never over-admitted by many contending lockers.
+
+mod common;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{manager, ms, multiplexed, Raw};
+use redis::aio::MultiplexedConnection;
+use redmutex::{retry, Argument, Error, Locker, LostReason, MAX_PERMITS};
+use testkit::RedisServer;
+use tokio::time::Instant;
+
+async fn setup() -> (RedisServer, Raw, Locker<MultiplexedConnection>) {
+    let server = RedisServer::spawn();
+    let raw = Raw::new(&server).await;
+    let locker = Locker::new(multiplexed(&server).await);
+    (server, raw, locker)
+}
+
+/// The argument an error blames, if it is an invalid argument.
+fn blamed(error: &Error) -> Option<Argument> {
+    match error {
+        Error::InvalidArgument(invalid) => Some(invalid.argument),
+        _ => None,
+    }
+}
+
+/// The server's clock in milliseconds.
+async fn server_ms(raw: &mut Raw) -> i64 {
+    let (secs, micros): (i64, i64) = raw.run(&mut redis::cmd("TIME")).await;
+    secs * 1000 + micros / 1000
+}
+
+#[tokio::test]
+async fn at_most_the_limit_is_held_and_permits_are_taken_all_or_none() {
+    let (_server, mut raw, locker) = setup().await;
+    let workers = locker.semaphore("workers", 3).unwrap();
+    let two = workers.acquire(2, ms(10_000)).await.unwrap();
+    assert_eq!(two.permits(), 2);
+    // Two more do not fit (one is free): none is taken.
+    let refused = workers.acquire(2, ms(10_000)).await.unwrap_err();
+    assert!(refused.is_not_obtained(), "{refused}");
+    let info = workers.inspect().await.unwrap();
+    assert_eq!((info.used, info.free, info.limit), (2, 1, Some(3)));
+    let one = workers.acquire(1, ms(10_000)).await.unwrap();
+    assert!(workers
+        .acquire(1, ms(10_000))
+        .await
+        .unwrap_err()
+        .is_not_obtained());
+    // Every key written has a TTL: the holders and their details.
+    assert!(raw.pttl("workers").await > 9_000);
+    assert!(raw.pttl("{workers}:permits").await > 9_000);
+    two.release().await.unwrap();
+    let again = workers.acquire(2, ms(10_000)).await.unwrap();
+    again.release().await.unwrap();
+    one.release().await.unwrap();
+    assert_eq!(raw.dbsize().await, 0, "{:?}", raw.lock_keys().await);
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_before_any_request() {
+    let (server, mut raw, locker) = setup().await;
+    let calls_before = common::command_calls(&server);
+    let errors = [
+        locker.semaphore("s", 0).unwrap_err(),
+        locker.semaphore("s", MAX_PERMITS + 1).unwrap_err(),
+        locker.semaphore("", 2).unwrap_err(),
+        locker.semaphore("{s}:permits", 2).unwrap_err(),
+        locker.semaphore("{s}:fence", 2).unwrap_err(),
+    ];
+    let expected = [
+        Argument::Limit,
+        Argument::Limit,
+        Argument::Key,
+        Argument::Key,
+        Argument::Key,
+    ];
+    for (error, argument) in errors.iter().zip(expected) {
+        assert_eq!(blamed(error), Some(argument), "{error}");
+    }
+    let s = locker.semaphore("s", 2).unwrap();
+    for permits in [0, 3] {
+        let error = s.acquire(permits, ms(1000)).await.unwrap_err();
+        assert_eq!(blamed(&error), Some(Argument::Permits), "{error}");
+    }
+    let error = s.acquire(1, Duration::ZERO).await.unwrap_err();
+    assert_eq!(blamed(&error), Some(Argument::Ttl), "{error}");
+    let calls = common::command_calls(&server).since(&calls_before);
+    assert!(!calls.summary().contains("eval"), "{}", calls.summary());
+    assert_eq!(raw.dbsize().await, 0);
+}
+
+#[tokio::test]
+async fn a_redlock_locker_refuses_a_semaphore_and_says_why() {
+    // Nothing needs to listen: the refusal comes before any request.
+    let nodes = (0..3)
+        .map(|_| redmutex::connect_lazy(&format!("redis://127.0.0.1:{}", testkit::free_port())))
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let locker = Locker::redlock(nodes).unwrap();
+    let error = locker.semaphore("s", 2).unwrap_err();
+    assert_eq!(blamed(&error), Some(Argument::Nodes));
+    assert!(error.to_string().contains("AB, BC and AC"), "{error}");
+}
+
+#[tokio::test]
+async fn holders_that_disagree_on_the_limit_get_a_typed_error_not_more_permits() {
+    let (_server, mut raw, locker) = setup().await;
+    let three = locker.semaphore("pool", 3).unwrap();
+    let five = locker.semaphore("pool", 5).unwrap();
+    let held = three.acquire(3, ms(10_000)).await.unwrap();
+    let error = five.acquire(1, ms(10_000)).await.unwrap_err();
+    assert_eq!(blamed(&error), Some(Argument::Limit), "{error}");
+    assert!(error.to_string().contains("limit of 3"), "{error}");
+    let info = three.inspect().await.unwrap();
+    assert_eq!((info.used, info.holders.len()), (3, 1));
+    // Once nobody holds a permit, the limit is whoever comes next's.
+    held.release().await.unwrap();
+    assert_eq!(raw.dbsize().await, 0);
+    let now_five = five.acquire(4, ms(10_000)).await.unwrap();
+    assert_eq!(
+        blamed(&three.acquire(1, ms(1000)).await.unwrap_err()),
+        Some(Argument::Limit)
+    );
+    now_five.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_crashed_holders_permits_come_back_within_its_ttl_and_a_waiter_wakes_then() {
+    let (_server, mut raw, locker) = setup().await;
+    let s = locker.semaphore("jobs", 1).unwrap();
+    // A holder that dies without releasing: its permit is only a lease.
+    s.acquire(1, ms(400)).await.unwrap().detach();
+    let started = Instant::now();
+    // The strategy would poll every 10 s; the failed try says when the permit expires.
+    let permit = s
+        .acquire(1, ms(5_000))
+        .retry(retry::constant(ms(10_000)))
+        .deadline(ms(3_000))
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    assert!(waited >= ms(350), "permit not expired yet: {waited:?}");
+    assert!(waited < ms(1_500), "slept past the expiry: {waited:?}");
+    let info = s.inspect().await.unwrap();
+    assert_eq!(
+        (info.used, info.holders.len()),
+        (1, 1),
+        "the dead one is gone"
+    );
+    permit.release().await.unwrap();
+    assert_eq!(raw.dbsize().await, 0);
+}
+
+#[tokio::test]
+async fn expiry_is_scored_on_the_servers_clock() {
+    let (_server, mut raw, locker) = setup().await;
+    let s = locker.semaphore("clock", 2).unwrap();
+    let before = server_ms(&mut raw).await;
+    let permit = s.acquire(1, ms(60_000)).await.unwrap();
+    let after = server_ms(&mut raw).await;
+    let score: f64 = raw
+        .run(
+            redis::cmd("ZSCORE")
+                .arg("clock")
+                .arg(permit.token().as_str()),
+        )
+        .await;
+    let score = score as i64;
+    assert!(
+        score >= before + 60_000 && score <= after + 60_000,
+        "{before} .. {after} + 60000, scored {score}"
+    );
+    permit.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_refresh_never_brings_back_reclaimed_permits() {
+    let (_server, mut raw, locker) = setup().await;
+    let s = locker.semaphore("r", 1).unwrap();
+    let mut permit = s.acquire(1, ms(200)).await.unwrap();
+    let token = permit.token();
+    tokio::time::sleep(ms(300)).await;
+    // Someone else takes the reclaimed permit.
+    let other = s.acquire(1, ms(10_000)).await.unwrap();
+    let error = permit.refresh(ms(10_000)).await.unwrap_err();
+    assert!(error.is_not_held(), "{error}");
+    let score: Option<f64> = raw
+        .run(redis::cmd("ZSCORE").arg("r").arg(token.as_str()))
+        .await;
+    assert_eq!(score, None, "not re-added");
+    assert_eq!(s.inspect().await.unwrap().used, 1);
+    assert!(permit.ttl().await.unwrap_err().is_not_held());
+    assert!(permit.release().await.unwrap_err().is_not_held());
+    other.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn keep_alive_holds_permits_past_their_ttl_and_reports_their_loss() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let locker = Locker::new(manager(&server).await);
+    let s = locker.semaphore("kept", 2).unwrap();
+    let lease = s.acquire(2, ms(600)).await.unwrap().keep_alive().unwrap();
+    assert_eq!(lease.permits(), 2);
+    tokio::time::sleep(ms(1_500)).await;
+    assert!(!lease.is_lost());
+    assert!(lease.renewals() >= 3, "{}", lease.renewals());
+    assert!(s.acquire(1, ms(1000)).await.unwrap_err().is_not_obtained());
+    // An operator (or a bug) removes the holder: the next renewal notices.
+    raw.run::<i64>(redis::cmd("ZREM").arg("kept").arg(lease.token().as_str()))
+        .await;
+    let reason = tokio::time::timeout(ms(1_000), lease.lost()).await.unwrap();
+    assert!(matches!(reason, LostReason::NotHeld), "{reason}");
+}
+
+#[tokio::test]
+async fn a_lease_runs_work_and_releases_its_permits() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let locker = Locker::new(manager(&server).await);
+    let s = locker.semaphore("run", 1).unwrap();
+    let lease = s.acquire(1, ms(300)).await.unwrap().keep_alive().unwrap();
+    let out = lease
+        .run(async {
+            tokio::time::sleep(ms(700)).await;
+            42
+        })
+        .await
+        .unwrap();
+    assert_eq!(out, 42);
+    assert_eq!(raw.dbsize().await, 0);
+}
+
+#[tokio::test]
+async fn each_permit_gets_a_fence_above_every_earlier_one() {
+    let (_server, _raw, locker) = setup().await;
+    let s = locker.semaphore("fenced", 3).unwrap();
+    let a = s.acquire(1, ms(10_000)).with_fence().await.unwrap();
+    let b = s.acquire(1, ms(10_000)).await.unwrap();
+    let c = s.acquire(1, ms(10_000)).with_fence().await.unwrap();
+    let (fa, fb, fc) = (
+        a.fence_if_taken().unwrap(),
+        b.fence().await.unwrap(),
+        c.fence().await.unwrap(),
+    );
+    assert!(b.fence_if_taken().is_some());
+    assert!(fa < fc && fc < fb, "{fa} < {fc} < {fb}: in the order taken");
+    assert_eq!(s.inspect().await.unwrap().fence, Some(fb));
+    b.release().await.unwrap();
+    let d = s.acquire(1, ms(10_000)).with_fence().await.unwrap();
+    assert!(d.fence().await.unwrap() > fb);
+    for permit in [a, c, d] {
+        permit.release().await.unwrap();
+    }
+    // Permits that expired get no fence.
+    let late = s.acquire(1, ms(100)).await.unwrap();
+    tokio::time::sleep(ms(200)).await;
+    assert!(late.fence().await.unwrap_err().is_not_held());
+}
+
+#[tokio::test]
+async fn inspect_shows_holders_with_metadata_and_ttls_but_no_tokens() {
+    let (_server, _raw, locker) = setup().await;
+    let s = locker.semaphore("seen", 4).unwrap();
+    assert_eq!(
+        s.inspect().await.unwrap(),
+        s.inspect().await.unwrap(),
+        "stable"
+    );
+    let idle = s.inspect().await.unwrap();
+    assert_eq!((idle.used, idle.free, idle.limit), (0, 4, None));
+    let a = s.acquire(3, ms(5_000)).metadata("host=a").await.unwrap();
+    let b = s.acquire(1, ms(20_000)).await.unwrap();
+    let info = s.inspect().await.unwrap();
+    assert_eq!((info.used, info.free), (4, 0));
+    assert_eq!(info.holders.len(), 2);
+    let (first, second) = (&info.holders[0], &info.holders[1]);
+    assert_eq!(
+        (first.permits, first.metadata.as_deref()),
+        (3, Some("host=a"))
+    );
+    assert!(
+        first.ttl <= ms(5_000) && first.ttl > ms(4_000),
+        "{:?}",
+        first.ttl
+    );
+    assert_eq!((second.permits, second.metadata.as_deref()), (1, None));
+    assert!(second.ttl > ms(19_000));
+    let debug = format!("{info:?}");
+    assert!(!debug.contains(a.token().as_str()));
+    a.release().await.unwrap();
+    b.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_dropped_permit_is_released_and_a_cancelled_acquire_leaves_nothing() {
+    let (_server, mut raw, locker) = setup().await;
+    let s = locker.semaphore("dropped", 1).unwrap();
+    drop(s.acquire(1, ms(60_000)).await.unwrap());
+    assert!(raw.wait_until_gone("dropped", ms(2_000)).await);
+    assert_eq!(raw.dbsize().await, 0);
+    let held = s.acquire(1, ms(60_000)).await.unwrap();
+    let waiting = s
+        .acquire(1, ms(60_000))
+        .retry(retry::constant(ms(20)))
+        .deadline(ms(60_000));
+    assert!(tokio::time::timeout(ms(300), waiting).await.is_err());
+    let info = s.inspect().await.unwrap();
+    assert_eq!((info.used, info.holders.len()), (1, 1));
+    held.release().await.unwrap();
+    assert_eq!(raw.dbsize().await, 0);
+}
+
+#[tokio::test]
+async fn a_lock_and_a_semaphore_of_one_name_refuse_each_other() {
+    let (_server, mut raw, locker) = setup().await;
+    let lock = locker.acquire("shared-name", ms(10_000)).await.unwrap();
+    let s = locker.semaphore("shared-name", 2).unwrap();
+    let error = s.acquire(1, ms(10_000)).await.unwrap_err();
+    assert_eq!(blamed(&error), Some(Argument::Key), "{error}");
+    assert!(s.inspect().await.unwrap().foreign);
+    lock.release().await.unwrap();
+    let permit = s.acquire(1, ms(10_000)).await.unwrap();
+    let error = locker.acquire("shared-name", ms(1000)).await.unwrap_err();
+    assert!(
+        error.is_not_obtained(),
+        "the lock sees a foreign key: {error}"
+    );
+    assert!(locker.inspect("shared-name").await.unwrap().foreign);
+    permit.release().await.unwrap();
+    assert_eq!(raw.dbsize().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_lockers_never_hold_more_than_the_limit() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    const LIMIT: u32 = 3;
+    let inside = Arc::new(AtomicU32::new(0));
+    let most = Arc::new(AtomicU32::new(0));
+    let mut workers = Vec::new();
+    for worker in 0..12u32 {
+        // A locker (and connection) each, as separate processes would have.
+        let locker = Locker::new(multiplexed(&server).await);
+        let (inside, most) = (inside.clone(), most.clone());
+        workers.push(tokio::spawn(async move {
+            let s = locker.semaphore("fleet", LIMIT).unwrap();
+            let mut taken = 0;
+            for _ in 0..8 {
+                let permits = 1 + worker % 2;
+                let permit = s
+                    .acquire(permits, ms(5_000))
+                    .retry(retry::constant(ms(3)))
+                    .deadline(ms(20_000))
+                    .await
+                    .unwrap();
+                let now = inside.fetch_add(permits, Ordering::SeqCst) + permits;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(ms(2)).await;
+                inside.fetch_sub(permits, Ordering::SeqCst);
+                permit.release().await.unwrap();
+                taken += 1;
+            }
+            taken
+        }));
+    }
+    for worker in workers {
+        assert_eq!(worker.await.unwrap(), 8);
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!(most <= LIMIT, "{most} permits held at once");
+    assert!(most >= 2, "some overlap happened: {most}");
+    assert_eq!(raw.dbsize().await, 0);
+}
+
+#[tokio::test]
+async fn a_server_restarted_empty_makes_the_lease_lost() {
+    let server = RedisServer::spawn();
+    let locker = Locker::new(manager(&server).await);
+    let s = locker.semaphore("volatile", 2).unwrap();
+    let lease = s.acquire(1, ms(900)).await.unwrap().keep_alive().unwrap();
+    server.restart();
+    let reason = tokio::time::timeout(ms(3_000), lease.lost()).await.unwrap();
+    assert!(
+        matches!(reason, LostReason::NotHeld | LostReason::Unreachable { .. }),
+        "{reason}"
+    );
+}
+
+#[tokio::test]
+async fn a_frozen_server_makes_the_lease_lost_before_its_validity_ends() {
+    let server = RedisServer::spawn();
+    let locker = Locker::new(common::multiplexed_with_timeout(&server, ms(200)).await);
+    let s = locker.semaphore("frozen", 2).unwrap();
+    let lease = s.acquire(1, ms(900)).await.unwrap().keep_alive().unwrap();
+    let valid_until = lease.valid_until();
+    server.pause();
+    let reason = tokio::time::timeout(ms(3_000), lease.lost()).await.unwrap();
+    let lost_at = Instant::now();
+    server.resume();
+    assert!(matches!(reason, LostReason::Unreachable { .. }), "{reason}");
+    assert!(lost_at <= lease.valid_until().max(valid_until) + ms(50));
+}
