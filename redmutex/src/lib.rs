@@ -7,6 +7,8 @@
 //!   and TTL queries compare it atomically in Lua, on every key, and never touch a lock
 //!   that another owner holds. A lost lock is a distinct error, [`Error::NotHeld`].
 //! - **Multi-key, all or nothing**: [`Locker::acquire_all`] sets every key or none.
+//! - **Counting semaphores** ([`Locker::semaphore`]): at most N permits held at once
+//!   across all processes, with everything a lock has; expiries on the server's clock.
 //! - **Metadata** stored with the token and readable by anyone through [`Locker::inspect`].
 //! - **Retry strategies** that are plain iterators of delays ([`retry`]): none,
 //!   immediate, constant, linear, exponential with cap, fixed ticks, jitter, a limit on

@@ -71,6 +71,13 @@ pub(crate) trait Claim: Send + Sync + 'static {
     /// cluster are batched by the hash slot of the first.
     fn keys(&self) -> &Keys;
 
+    /// One owner at a time holds it (a lock), rather than several at once (a semaphore's
+    /// permits): a release then frees it for one waiter, and a newcomer may queue behind
+    /// waiters without a try of its own (see `engine/wakeup.rs`).
+    fn exclusive(&self) -> bool {
+        true
+    }
+
     /// One acquire try.
     fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain>;
 

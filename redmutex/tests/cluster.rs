@@ -321,3 +321,29 @@ async fn a_master_killed_under_a_kept_alive_lease_never_leaves_it_silently_lost(
     );
     lock.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_keeps_its_keys_in_one_slot_on_the_cluster() {
+    let cluster = RedisCluster::spawn();
+    let client = redis::Client::open(cluster.urls()[0].as_str()).unwrap();
+    let locker = Locker::cluster(connect(&cluster).await)
+        .with_wake_up([client])
+        .unwrap();
+    // Semaphores whose names hash to different slots (and one with a hash tag): each
+    // one's holders, details and fence counter in its own slot, on whichever master.
+    for name in ["jobs", "uploads", "exports", "{tenant-7}:imports"] {
+        let s = locker.semaphore(name, 2).unwrap();
+        let a = s.acquire(1, ms(600)).with_fence().await.unwrap();
+        let b = s.acquire(1, ms(600)).await.unwrap().keep_alive().unwrap();
+        assert!(b.fence().await.unwrap() > a.fence().await.unwrap());
+        assert!(s.acquire(1, ms(600)).await.unwrap_err().is_not_obtained());
+        tokio::time::sleep(ms(1_000)).await;
+        assert!(!b.is_lost(), "{:?}", b.signal().reason());
+        // a expired meanwhile: its permit came back.
+        let c = s.acquire(1, ms(5_000)).await.unwrap();
+        assert_eq!(s.inspect().await.unwrap().used, 2);
+        b.release().await.unwrap();
+        c.release().await.unwrap();
+        assert_eq!(s.inspect().await.unwrap().used, 0);
+    }
+}

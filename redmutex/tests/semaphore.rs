@@ -407,3 +407,129 @@ async fn a_frozen_server_makes_the_lease_lost_before_its_validity_ends() {
     assert!(matches!(reason, LostReason::Unreachable { .. }), "{reason}");
     assert!(lost_at <= lease.valid_until().max(valid_until) + ms(50));
 }
+
+/// Subscribers to `channel` on the server, as it counts them (`PUBSUB NUMSUB`).
+fn subscribers(server: &RedisServer, channel: &str) -> u64 {
+    let reply = server.command(&["PUBSUB", "NUMSUB", channel]);
+    let count = reply.rsplit(':').next().unwrap_or_default();
+    count.trim().parse().unwrap()
+}
+
+/// A locker with push wake-up on `server`.
+async fn waking(server: &RedisServer) -> Locker<MultiplexedConnection> {
+    Locker::new(multiplexed(server).await)
+        .with_wake_up([redis::Client::open(server.url()).unwrap()])
+        .unwrap()
+}
+
+/// PUBLISH commands the server has run (inside scripts too).
+fn publishes(server: &RedisServer) -> u64 {
+    let calls = common::command_calls(server);
+    let summary = calls.summary();
+    (summary
+        .split(' ')
+        .find_map(|part| part.strip_prefix("publish=")))
+    .map_or(0, |n| n.parse().unwrap())
+}
+
+/// Waiters for one permit each, polling only every 10 s: what wakes them early is the
+/// release. Each holds its permit until all `n` hold one — so one release must wake all of
+/// them: a waiter woken only by another waiter's release would wait for the next poll.
+/// Returns when each got its permit.
+fn wait_for_one_permit(
+    s: &redmutex::Semaphore<MultiplexedConnection>,
+    n: usize,
+    all_hold: &Arc<tokio::sync::Barrier>,
+) -> Vec<tokio::task::JoinHandle<Instant>> {
+    (0..n)
+        .map(|_| {
+            let acquire = s
+                .acquire(1, ms(30_000))
+                .retry(retry::constant(Duration::from_secs(10)))
+                .deadline(Duration::from_secs(20));
+            let all_hold = all_hold.clone();
+            tokio::spawn(async move {
+                let permit = acquire.await.unwrap();
+                let at = Instant::now();
+                all_hold.wait().await;
+                permit.release().await.unwrap();
+                at
+            })
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_of_three_permits_wakes_three_waiters_of_one_locker() {
+    let server = RedisServer::spawn();
+    let locker = waking(&server).await;
+    let s = locker.semaphore("woken", 3).unwrap();
+    let holder = s.acquire(3, ms(30_000)).await.unwrap();
+    let waiters = wait_for_one_permit(&s, 3, &Arc::new(tokio::sync::Barrier::new(3)));
+    let until = Instant::now() + ms(5_000);
+    while subscribers(&server, "woken") == 0 || !s.inspect().await.unwrap().awaited {
+        assert!(
+            Instant::now() < until,
+            "the waiters never subscribed and marked"
+        );
+        tokio::time::sleep(ms(20)).await;
+    }
+    tokio::time::sleep(ms(100)).await;
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    for waiter in waiters {
+        let got = waiter.await.unwrap();
+        assert!(
+            got - released < ms(1_500),
+            "woken, not polled: {:?}",
+            got - released
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_in_separate_lockers_are_woken_and_idle_releases_publish_nothing() {
+    let server = RedisServer::spawn();
+    // Uncontended: no waiter, so no PUBLISH.
+    let quiet = waking(&server).await.semaphore("many", 2).unwrap();
+    for _ in 0..5 {
+        quiet
+            .acquire(1, ms(5_000))
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    assert_eq!(publishes(&server), 0);
+    // Two holders; two waiters in lockers of their own (as two processes).
+    let holder = waking(&server).await.semaphore("many", 2).unwrap();
+    let (a, b) = (
+        holder.acquire(1, ms(30_000)).await.unwrap(),
+        holder.acquire(1, ms(30_000)).await.unwrap(),
+    );
+    let mut waiters = Vec::new();
+    let all_hold = Arc::new(tokio::sync::Barrier::new(2));
+    for _ in 0..2 {
+        let s = waking(&server).await.semaphore("many", 2).unwrap();
+        waiters.extend(wait_for_one_permit(&s, 1, &all_hold));
+    }
+    let until = Instant::now() + ms(5_000);
+    while subscribers(&server, "many") < 2 || !holder.inspect().await.unwrap().awaited {
+        assert!(Instant::now() < until, "the waiters never subscribed");
+        tokio::time::sleep(ms(20)).await;
+    }
+    tokio::time::sleep(ms(100)).await;
+    let released = Instant::now();
+    a.release().await.unwrap();
+    b.release().await.unwrap();
+    for waiter in waiters {
+        let got = waiter.await.unwrap();
+        assert!(
+            got - released < ms(1_500),
+            "woken, not polled: {:?}",
+            got - released
+        );
+    }
+    assert!(publishes(&server) >= 1);
+}

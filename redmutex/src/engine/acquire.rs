@@ -166,7 +166,7 @@ impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
             eviction_look: context.eviction.first(),
             schedule: Schedule::start(self.retry, self.deadline.unwrap_or(ttl)),
             tally: Tally::default(),
-            waiting: Waiting::new(context.hub.clone()),
+            waiting: Waiting::new(context.hub.clone(), claim.exclusive()),
             observer: self.on_failed_try,
             armed: false,
         };

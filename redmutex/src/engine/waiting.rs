@@ -14,14 +14,20 @@ use crate::engine::wakeup::{Entry, Hub, Member, Outcome, Wake};
 /// The waiting side of one acquire; without wake-up, it only pauses.
 pub(crate) struct Waiting {
     hub: Option<Arc<Hub>>,
+    /// What is waited for is held by one owner at a time (see `Claim::exclusive`).
+    exclusive: bool,
     /// Our place among this locker's waiters for the key found held; once set, our tries
     /// mark the holder and our value says "awaited".
     member: Option<Member>,
 }
 
 impl Waiting {
-    pub(crate) fn new(hub: Option<Arc<Hub>>) -> Waiting {
-        Waiting { hub, member: None }
+    pub(crate) fn new(hub: Option<Arc<Hub>>, exclusive: bool) -> Waiting {
+        Waiting {
+            hub,
+            exclusive,
+            member: None,
+        }
     }
 
     /// Whether this acquire waits among others: its tries mark what they find held.
@@ -33,9 +39,10 @@ impl Waiting {
     /// are subscribed to, it joins them. It queues behind them without a try (the holder is
     /// marked; its release will wake them in turn) — the index of that key is returned,
     /// with when it expires at the latest, if known — or, when nobody waits right now,
-    /// makes its first try as a waiter.
+    /// makes its first try as a waiter. (Only for exclusive claims: where several may
+    /// hold at once, there may be room for a newcomer while others wait.)
     pub(crate) fn enter(&mut self, keys: &Keys) -> Option<(usize, Option<Instant>)> {
-        let hub = self.hub.as_ref().filter(|_| self.member.is_none())?;
+        let hub = (self.hub.as_ref()).filter(|_| self.member.is_none() && self.exclusive)?;
         let (member, entry, index) = keys.iter().enumerate().find_map(|(index, key)| {
             let (member, entry) = hub.enter(key)?;
             Some((member, entry, index))
@@ -67,7 +74,7 @@ impl Waiting {
         };
         let key = keys.get(index).unwrap_or_default();
         if self.member.as_ref().is_none_or(|m| m.key() != key) {
-            self.member = Some(hub.join(key));
+            self.member = Some(hub.join(key, self.exclusive));
         }
     }
 

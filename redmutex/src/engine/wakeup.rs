@@ -8,10 +8,12 @@
 //! - A locker with wake-up has one [`Hub`]: one subscriber connection per node, opened on
 //!   first use, and one [`Channel`] per key its acquires wait for. The connection is
 //!   subscribed to exactly the keys that have waiters.
-//! - A wake-up goes to one waiter at a time — the *baton*, longest waiter first — so a
-//!   release costs one try per waiting process, not one per waiting task. Announcements
-//!   that arrive while the baton is out are kept (`pending`) and handed on if its holder
-//!   finds the key held again; a holder that leaves without trying hands it on at once.
+//! - On a lock's key a wake-up goes to one waiter at a time — the *baton*, longest waiter
+//!   first — so a release costs one try per waiting process, not one per waiting task.
+//!   Announcements that arrive while the baton is out are kept (`pending`) and handed on if
+//!   its holder finds the key held again; a holder that leaves without trying hands it on
+//!   at once. A semaphore's release says how many permits came back (the message), and that
+//!   many waiters not already trying get a turn each.
 //! - No release is missed: a waiter's first try only says the key was held. Once the
 //!   subscription is confirmed, one waiter tries again (a *re-check*) and marks the
 //!   holder; every later release of that holder is announced.
@@ -143,6 +145,9 @@ impl WakeUpState {
 /// The waiters of one key.
 struct Channel {
     wake: Notify,
+    /// One owner at a time holds the key (a lock): a release frees it for one waiter.
+    /// Otherwise (a semaphore) a release frees room for as many waiters as it announces.
+    exclusive: bool,
     state: Mutex<ChannelState>,
 }
 
@@ -152,9 +157,14 @@ struct ChannelState {
     idle_since: Option<Instant>,
     /// Which nodes confirmed the subscription.
     confirmed: Vec<bool>,
-    /// A waiter has been woken and not yet said what its try found.
-    baton: Option<Wake>,
-    /// Announcements that came while the baton was out.
+    /// Turns handed out whose waiters have not yet said what their try found (on an
+    /// exclusive channel at most one: the baton).
+    turns: usize,
+    /// Of those, turns no waiter has taken up yet.
+    unclaimed: usize,
+    /// Why the latest turn was handed out.
+    why: Wake,
+    /// Exclusive: announcements that came while the baton was out.
     pending: bool,
     /// A waiter of this locker got the key and no release was announced since: the holder
     /// is marked, and newcomers can queue even when nobody else waits — until this instant,
@@ -231,7 +241,8 @@ impl Hub {
     }
 
     /// Joins (or starts) the waiters of `key`; the key is subscribed to if it was not.
-    pub(crate) fn join(self: &Arc<Self>, key: &[u8]) -> Member {
+    /// `exclusive`: the key is held by one owner at a time (see [`Channel`]).
+    pub(crate) fn join(self: &Arc<Self>, key: &[u8], exclusive: bool) -> Member {
         let mut channels = lock(&self.channels);
         let mut created = false;
         let channel = channels
@@ -240,11 +251,14 @@ impl Hub {
                 created = true;
                 Arc::new(Channel {
                     wake: Notify::new(),
+                    exclusive,
                     state: Mutex::new(ChannelState {
                         members: 0,
                         idle_since: None,
                         confirmed: vec![false; self.subscribers.len()],
-                        baton: None,
+                        turns: 0,
+                        unclaimed: 0,
+                        why: Wake::Released,
                         pending: false,
                         held_by_waiter: None,
                     }),
@@ -256,7 +270,7 @@ impl Hub {
         // A lingering subscription has nobody who marked the holder since: the first new
         // waiter re-checks, as after a new subscription.
         if state.members == 1 && self.subscribed(&state) {
-            channel.announce(&mut state, Wake::Subscribed);
+            channel.announce(&mut state, Wake::Subscribed, 1);
         }
         drop(state);
         drop(channels);
@@ -319,18 +333,19 @@ impl Hub {
                 state.held_by_waiter = None;
             }
             if !was && self.subscribed(&state) {
-                channel.announce(&mut state, Wake::Subscribed);
+                channel.announce(&mut state, Wake::Subscribed, 1);
             }
         }
     }
 
-    /// A release announced on `key` by one node.
-    fn released(&self, key: &[u8]) {
+    /// A release announced on `key` by one node, with what it freed: `freed` permits of a
+    /// semaphore (a lock's release says no number: it frees the one key).
+    fn released(&self, key: &[u8], freed: usize) {
         let channel = lock(&self.channels).get(key).cloned();
         if let Some(channel) = channel {
             let mut state = lock(&channel.state);
             state.held_by_waiter = None;
-            channel.announce(&mut state, Wake::Released);
+            channel.announce(&mut state, Wake::Released, freed);
         }
     }
 
@@ -414,18 +429,30 @@ impl Hub {
 }
 
 impl Channel {
-    /// Wakes the longest waiter unless one is already trying; then remembers it.
-    fn announce(&self, state: &mut ChannelState, why: Wake) {
+    /// Hands out turns for what a release freed. Exclusive: the longest waiter gets the
+    /// turn, unless one is already trying; then the announcement is remembered. Otherwise:
+    /// up to `freed` waiters that are not trying get one each.
+    fn announce(&self, state: &mut ChannelState, why: Wake, freed: usize) {
         if state.members == 0 {
             // Nobody to wake; a newcomer finds out with its own first try.
             return;
         }
-        if state.baton.is_some() {
-            state.pending = true;
-        } else {
-            state.baton = Some(why);
-            // With nobody waiting right now (all between tries), the permit is kept for
-            // the next one.
+        let turns = match self.exclusive {
+            true if state.turns > 0 => {
+                state.pending = true;
+                0
+            }
+            true => 1,
+            false => freed.min(state.members.saturating_sub(state.turns)),
+        };
+        state.turns += turns;
+        state.unclaimed += turns;
+        if turns > 0 {
+            state.why = why;
+        }
+        for _ in 0..turns {
+            // With nobody waiting right now (all between tries), the turn stays unclaimed
+            // for the next one to look.
             self.wake.notify_one();
         }
     }
@@ -450,34 +477,42 @@ impl Member {
 
     /// Waits for this member's turn.
     ///
-    /// Cancel safe: a turn given to a dropped wait passes to the next waiter.
+    /// Cancel safe: a turn is taken up only when this returns; a wake-up that reaches a
+    /// dropped wait passes to the next waiter.
     pub(crate) async fn woken(&mut self) -> Wake {
         loop {
-            self.channel.wake.notified().await;
-            // A permit left from a turn that was settled or withdrawn since is no turn.
-            if let Some(why) = lock(&self.channel.state).baton {
-                self.turn = true;
-                return why;
+            // Registered before looking, so that no turn handed out in between is missed.
+            let notified = self.channel.wake.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut state = lock(&self.channel.state);
+                if state.unclaimed > 0 {
+                    state.unclaimed -= 1;
+                    self.turn = true;
+                    return state.why;
+                }
             }
+            notified.await;
         }
     }
 
     /// Reports what this member's try found. After a wake-up, that settles its turn.
     pub(crate) fn tried(&mut self, outcome: Outcome) {
         let mut state = lock(&self.channel.state);
-        if let Outcome::Obtained { until } = outcome {
+        if let (Outcome::Obtained { until }, true) = (outcome, self.channel.exclusive) {
             // Our value says "awaited": its release will be announced.
             state.held_by_waiter = Some(until);
         }
         if !std::mem::take(&mut self.turn) {
             return;
         }
-        state.baton = None;
+        state.turns -= 1;
         let pending = std::mem::take(&mut state.pending);
         // Held: a release announced while we tried may be a newer one than ours; let the
         // next waiter look. Obtained: announcements so far are of releases before ours.
         if outcome == Outcome::Held && pending {
-            self.channel.announce(&mut state, Wake::Released);
+            self.channel.announce(&mut state, Wake::Released, 1);
         }
     }
 }
@@ -487,18 +522,24 @@ impl Drop for Member {
         let mut state = lock(&self.channel.state);
         state.members -= 1;
         if self.turn {
-            state.baton = None;
+            state.turns -= 1;
             if state.members > 0 {
                 // Woken but gone without a try (given up, cancelled): pass the turn on.
-                self.channel.announce(&mut state, Wake::Released);
+                self.channel.announce(&mut state, Wake::Released, 1);
             } else {
                 state.pending = false;
             }
         }
+        // Turns nobody is left to take up are no turns.
+        let waiting = state.members;
+        let stale = state.unclaimed.saturating_sub(waiting);
+        state.unclaimed -= stale;
+        state.turns -= stale;
         if state.members == 0 {
             // Lingers, subscribed, until swept (see `LINGER`); no turn is owed to anyone.
             state.idle_since = Some(Instant::now());
-            state.baton = None;
+            state.turns = 0;
+            state.unclaimed = 0;
             state.pending = false;
         }
     }
@@ -603,7 +644,9 @@ async fn relay(
                 let Some(message) = message else { return Ended::ConnectionLost };
                 let Some(hub) = hub.upgrade() else { return Ended::HubGone };
                 if let Ok(key) = message.get_channel::<Vec<u8>>() {
-                    hub.released(&key);
+                    // A semaphore's release says how many permits it freed.
+                    let freed = message.get_payload::<String>().ok().and_then(|p| p.parse().ok());
+                    hub.released(&key, freed.unwrap_or(1));
                 }
             }
             key = keys.recv() => {
@@ -705,9 +748,9 @@ mod tests {
         let url = format!("redis://nosub:pw@127.0.0.1:{}", server.port());
         let hub = Arc::new(Hub::new(vec![redis::Client::open(url).unwrap()], 1));
         for i in 0..2_000 {
-            drop(hub.join(format!("key-{i}").as_bytes()));
+            drop(hub.join(format!("key-{i}").as_bytes(), true));
         }
-        let still_waiting = hub.join(b"still-waiting");
+        let still_waiting = hub.join(b"still-waiting", true);
         let until = Instant::now() + Duration::from_secs(10);
         while !hub.state().is_permission_denied() {
             assert!(Instant::now() < until, "{:?}", hub.state());

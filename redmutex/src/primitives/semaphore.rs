@@ -230,6 +230,13 @@ impl Claim for Permits {
         &self.keys
     }
 
+    /// Several holders at once: a release wakes as many waiters as it freed permits, and
+    /// a newcomer tries before it waits (permits may be free for it while others wait for
+    /// more).
+    fn exclusive(&self) -> bool {
+        false
+    }
+
     fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {
         Box::pin(async move {
             let mut call = self.call(request.fenced);
