@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::future::IntoFuture;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -532,4 +533,132 @@ async fn waiters_in_separate_lockers_are_woken_and_idle_releases_publish_nothing
         );
     }
     assert!(publishes(&server) >= 1);
+}
+
+#[tokio::test]
+async fn a_try_cancelled_while_the_server_is_frozen_leaves_no_permit_behind() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let locker = Locker::new(manager(&server).await);
+    let s = locker.semaphore("frozen-try", 2).unwrap();
+    // Load the script first, so that the frozen server gets the whole request.
+    s.acquire(1, ms(1_000))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    server.pause();
+    // The request is on its way when the acquire is dropped: it may yet be applied.
+    let attempt = tokio::time::timeout(ms(200), s.acquire(2, ms(60_000)).into_future()).await;
+    assert!(attempt.is_err(), "cancelled mid-request");
+    server.resume();
+    // The cleanup released in the background whatever the late request set.
+    let until = Instant::now() + ms(3_000);
+    loop {
+        let info = s.inspect().await.unwrap();
+        if info.used == 0 && raw.dbsize().await == 0 {
+            break;
+        }
+        assert!(Instant::now() < until, "left behind: {info:?}");
+        tokio::time::sleep(ms(20)).await;
+    }
+    // Both permits are free for others.
+    s.acquire(2, ms(1_000))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn failed_tries_name_the_semaphore_and_the_hold_limit_ends_a_lease() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let locker = Locker::new(manager(&server).await);
+    let s = locker.semaphore("bounded", 1).unwrap();
+    let lease = s
+        .acquire(1, ms(300))
+        .await
+        .unwrap()
+        .keep_alive_with(redmutex::KeepAlive::new().max_hold(ms(700)))
+        .unwrap();
+    let tries = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = tries.clone();
+    let waiter = s
+        .acquire(1, ms(5_000))
+        .retry(retry::constant(ms(100)))
+        .deadline(ms(5_000))
+        .on_failed_try(move |failed| {
+            let key = match failed.reason {
+                redmutex::TryFailure::Held { key } => key.to_vec(),
+                ref other => panic!("{other:?}"),
+            };
+            seen.lock().unwrap().push((failed.attempt, key));
+        });
+    let started = Instant::now();
+    let permit = waiter.await.unwrap();
+    let reason = lease.lost().await;
+    assert!(matches!(reason, LostReason::HoldLimitReached), "{reason}");
+    // Held until the hold limit (700 ms), then free: not renewed past it.
+    assert!(started.elapsed() >= ms(600), "{:?}", started.elapsed());
+    assert!(started.elapsed() < ms(2_000), "{:?}", started.elapsed());
+    let tries = tries.lock().unwrap().clone();
+    assert!(tries.len() >= 3, "{tries:?}");
+    assert!(tries.iter().all(|(_, key)| key == b"bounded"));
+    assert!(tries.windows(2).all(|w| w[1].0 == w[0].0 + 1));
+    permit.release().await.unwrap();
+    assert_eq!(raw.dbsize().await, 0);
+}
+
+#[tokio::test]
+async fn a_foreign_fence_counter_fails_the_acquire_with_nothing_written() {
+    let (_server, mut raw, locker) = setup().await;
+    raw.set("{counted}:fence", "not a number").await;
+    let s = locker.semaphore("counted", 2).unwrap();
+    for _ in 0..3 {
+        let error = s.acquire(1, ms(10_000)).with_fence().await.unwrap_err();
+        assert!(!error.is_transient(), "{error}");
+    }
+    // Nothing of the failed tries: no permit counted, no details without a TTL.
+    assert_eq!(raw.dbsize().await, 0, "{:?}", raw.lock_keys().await);
+    let a = s.acquire(2, ms(10_000)).await.unwrap();
+    assert_eq!(s.inspect().await.unwrap().used, 2);
+    a.release().await.unwrap();
+    assert_eq!(raw.get("{counted}:fence").await.unwrap(), b"not a number");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_releases_back_to_back_wake_two_waiters() {
+    let server = RedisServer::spawn();
+    let locker = waking(&server).await;
+    let s = locker.semaphore("twice", 2).unwrap();
+    let (h1, h2) = (
+        s.acquire(1, ms(30_000)).await.unwrap(),
+        s.acquire(1, ms(30_000)).await.unwrap(),
+    );
+    let waiters = wait_for_one_permit(&s, 2, &Arc::new(tokio::sync::Barrier::new(2)));
+    let until = Instant::now() + ms(5_000);
+    while subscribers(&server, "twice") == 0 || !s.inspect().await.unwrap().awaited {
+        assert!(
+            Instant::now() < until,
+            "the waiters never subscribed and marked"
+        );
+        tokio::time::sleep(ms(20)).await;
+    }
+    tokio::time::sleep(ms(100)).await;
+    // The second release lands before the first woken waiter's try: it must still be
+    // announced, or the other waiter sleeps until its poll with a permit free.
+    let released = Instant::now();
+    h1.release().await.unwrap();
+    h2.release().await.unwrap();
+    for waiter in waiters {
+        let got = waiter.await.unwrap();
+        assert!(
+            got - released < ms(1_500),
+            "woken, not polled: {:?}",
+            got - released
+        );
+    }
 }

@@ -294,14 +294,13 @@ fn send_due<C: Connection>(
 ) {
     let due = collect_due(leases, now);
     for batch in batches(leases, due, per_slot) {
-        let renewal = leases[&batch[0].id].entry.claim.renewal();
-        let mut call = renewal.script.prepare_invoke();
+        let script = leases[&batch[0].id].entry.claim.renewal_script();
+        let mut call = script.prepare_invoke();
         for due in &batch {
             let entry = &leases[&due.id].entry;
             let ttl_ms = due.ttl.as_millis() as u64;
             entry.claim.add_renewal(&mut call, &entry.token, ttl_ms);
         }
-        call.arg(renewal.operation);
         let backend = backend.clone();
         let done_tx = done_tx.clone();
         tokio::spawn(async move {
@@ -363,7 +362,7 @@ fn batches(leases: &HashMap<u64, Tracked>, due: Vec<Due>, per_slot: bool) -> Vec
         .into_iter()
         .map(|due| {
             let claim = &leases[&due.id].entry.claim;
-            let script = claim.renewal().script.get_hash();
+            let script = claim.renewal_script().get_hash();
             let slot = match per_slot {
                 true => crate::fence::hash_slot(claim.keys().get(0).expect("a claim has keys")),
                 false => 0,

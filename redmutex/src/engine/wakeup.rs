@@ -164,8 +164,10 @@ struct ChannelState {
     unclaimed: usize,
     /// Why the latest turn was handed out.
     why: Wake,
-    /// Exclusive: announcements that came while the baton was out.
-    pending: bool,
+    /// Announcements no turn could be handed out for: exclusive, any that came while the
+    /// baton was out (counted as one); otherwise, permits freed while every waiter was
+    /// already trying.
+    pending: usize,
     /// A waiter of this locker got the key and no release was announced since: the holder
     /// is marked, and newcomers can queue even when nobody else waits — until this instant,
     /// when its lease runs out unless renewed: a holder that lets it expire announces
@@ -259,7 +261,7 @@ impl Hub {
                         turns: 0,
                         unclaimed: 0,
                         why: Wake::Released,
-                        pending: false,
+                        pending: 0,
                         held_by_waiter: None,
                     }),
                 })
@@ -439,11 +441,16 @@ impl Channel {
         }
         let turns = match self.exclusive {
             true if state.turns > 0 => {
-                state.pending = true;
+                state.pending = 1;
                 0
             }
             true => 1,
-            false => freed.min(state.members.saturating_sub(state.turns)),
+            false => {
+                let turns = freed.min(state.members.saturating_sub(state.turns));
+                // More than one per waiter would only cost tries.
+                state.pending = (state.pending + freed - turns).min(state.members);
+                turns
+            }
         };
         state.turns += turns;
         state.unclaimed += turns;
@@ -509,10 +516,16 @@ impl Member {
         }
         state.turns -= 1;
         let pending = std::mem::take(&mut state.pending);
-        // Held: a release announced while we tried may be a newer one than ours; let the
-        // next waiter look. Obtained: announcements so far are of releases before ours.
-        if outcome == Outcome::Held && pending {
-            self.channel.announce(&mut state, Wake::Released, 1);
+        // Exclusive — held: a release announced while we tried may be a newer one than
+        // ours; let the next waiter look. Obtained: announcements so far are of releases
+        // before ours. Otherwise the permits freed while everyone was trying are still
+        // free (but perhaps the ones we got): hand them out now.
+        let hand_on = match self.channel.exclusive {
+            true => usize::from(outcome == Outcome::Held && pending > 0),
+            false => pending,
+        };
+        if hand_on > 0 {
+            self.channel.announce(&mut state, Wake::Released, hand_on);
         }
     }
 }
@@ -527,12 +540,13 @@ impl Drop for Member {
                 // Woken but gone without a try (given up, cancelled): pass the turn on.
                 self.channel.announce(&mut state, Wake::Released, 1);
             } else {
-                state.pending = false;
+                state.pending = 0;
             }
         }
-        // Turns nobody is left to take up are no turns.
-        let waiting = state.members;
-        let stale = state.unclaimed.saturating_sub(waiting);
+        // Turns nobody is left to take up are no turns: more unclaimed than members
+        // without a turn.
+        let without_turn = state.members - (state.turns - state.unclaimed);
+        let stale = state.unclaimed.saturating_sub(without_turn);
         state.unclaimed -= stale;
         state.turns -= stale;
         if state.members == 0 {
@@ -540,7 +554,7 @@ impl Drop for Member {
             state.idle_since = Some(Instant::now());
             state.turns = 0;
             state.unclaimed = 0;
-            state.pending = false;
+            state.pending = 0;
         }
     }
 }

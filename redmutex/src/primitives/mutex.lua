@@ -1,13 +1,15 @@
 -- mutex.lua: the mutex — one or more keys, each a string holding the owner's value (token,
--- flag byte, metadata) with a TTL. One script for every operation; the operation is named
--- by the LAST argument, so each one reads ARGV from 1 as documented below. helpers.lua is
--- prepended (owned, holds, read_counter, next_fence, store_fence).
+-- flag byte, metadata) with a TTL. One file, one section per operation: each section (from
+-- its `--- op:` line to the next) is a script of its own, run with helpers.lua and this
+-- preamble before it (see scripts.rs), so a call runs only what its operation needs.
 --
 -- A key that holds our own token counts as ours; a key of another type (pcall turns its
 -- WRONGTYPE error into a table) counts as held by someone else, and only values in
 -- redmutex's own format are ever marked; anything else is left as it is.
 
--- 'obtain': take every key, or none of them; for a fenced acquire, hand out the next fence.
+--- op: obtain
+-- take every key, or none of them; for a fenced acquire, hand out the next
+-- fence too.
 -- KEYS:    the lock keys, then (fenced) the fence counter of each, in the same order.
 -- ARGV[1]: the value to store: token, flag byte, then metadata.
 -- ARGV[2]: the TTL in milliseconds.
@@ -23,63 +25,67 @@
 --          owner, pttl its remaining TTL (-1: none), and nothing was written but the mark.
 -- A key that already holds our own token counts as free: an earlier try whose reply was
 -- lost may have set it, and the retry must be able to finish what that try started.
+-- A key of another type (pcall turns its WRONGTYPE error into a table) counts as held, and
+-- only values in redmutex's own format are ever marked; anything else is left as it is.
 -- A counter that is someone else's value stops the script before anything is written.
-local function obtain()
-  local length = tonumber(ARGV[3])
-  local count = tonumber(ARGV[5])
-  local token = string.sub(ARGV[1], 1, length)
-  for i = 1, count do
-    local value = redis.pcall('get', KEYS[i])
-    if value ~= false and not owned(value, token) then
-      if ARGV[4] == '1' and type(value) == 'string' and string.sub(value, length + 1, length + 1) == '-'
-          and string.find(string.sub(value, 1, length), '^[%w_%-]+$') then
-        redis.call('setrange', KEYS[i], length, 'w')
-      end
-      return { i, redis.call('pttl', KEYS[i]) }
+local length = tonumber(ARGV[3])
+local count = tonumber(ARGV[5])
+local token = string.sub(ARGV[1], 1, length)
+for i = 1, count do
+  local value = redis.pcall('get', KEYS[i])
+  if value ~= false and not owned(value, token) then
+    if ARGV[4] == '1' and type(value) == 'string' and string.sub(value, length + 1, length + 1) == '-'
+        and string.find(string.sub(value, 1, length), '^[%w_%-]+$') then
+      redis.call('setrange', KEYS[i], length, 'w')
     end
+    return { i, redis.call('pttl', KEYS[i]) }
   end
-  local fenced = #KEYS > count
-  local fence = 0
-  if fenced then
-    local err
-    fence, err = next_fence(count + 1, #KEYS)
-    if fence == nil then
-      return redis.error_reply(err)
-    end
-  end
-  for i = 1, count do
-    redis.call('set', KEYS[i], ARGV[1], 'px', ARGV[2])
-  end
-  if fenced then
-    store_fence(count + 1, #KEYS, fence, ARGV[6])
-  end
-  return { 0, fence }
 end
-
--- 'obtain_one': the common fenced case of 'obtain', lean: one key, a first try that does
--- not wait (no own keys to recognise, no holder to mark).
--- KEYS[1]: the lock key.  KEYS[2]: its fence counter.
--- ARGV[1]: the value to store.  ARGV[2]: the TTL in ms.  ARGV[3]: the counter's retention.
--- Returns: { 0, fence } when the key now holds ARGV[1] with the TTL, fence being the next
---          one, now stored in the counter; { 1, -3 } when the key exists (nothing written;
---          its TTL is not read on this path).
--- A counter that is someone else's value: the key just set is deleted again and the
--- script answers an error, so nothing is left behind.
-local function obtain_one()
-  if not redis.call('set', KEYS[1], ARGV[1], 'nx', 'px', ARGV[2]) then
-    return { 1, -3 }
-  end
-  local fence, err = next_fence(2, 2)
+local fenced = #KEYS > count
+local fence = 0
+if fenced then
+  local err
+  fence, err = next_fence(count + 1, #KEYS)
   if fence == nil then
-    redis.call('del', KEYS[1])
     return redis.error_reply(err)
   end
-  store_fence(2, 2, fence, ARGV[3])
-  return { 0, fence }
 end
+for i = 1, count do
+  redis.call('set', KEYS[i], ARGV[1], 'px', ARGV[2])
+end
+if fenced then
+  store_fence(count + 1, #KEYS, fence, ARGV[6])
+end
+return { 0, fence }
 
--- 'release': delete the keys this owner still holds.
--- KEYS:    the lock keys.  ARGV[1]: the owner's token.
+--- op: obtain_one
+-- the common fenced case of 'obtain', lean: one key, a first try that
+-- does not wait (no own keys to recognise, no holder to mark).
+-- KEYS[1]: the lock key.
+-- KEYS[2]: its fence counter.
+-- ARGV[1]: the value to store: token, flag byte, then metadata.
+-- ARGV[2]: the TTL in milliseconds.
+-- ARGV[3]: how long the counter is kept after this use, in milliseconds.
+-- Returns: { 0, fence } when the key now holds ARGV[1] with the TTL, fence being the next
+--          one (see next_fence), now stored in the counter; { 1, -3 } when the key exists
+--          (nothing written; its TTL is not read on this path).
+-- A counter that is someone else's value: the key just set is deleted again and the
+-- script answers an error, so nothing is left behind.
+if not redis.call('set', KEYS[1], ARGV[1], 'nx', 'px', ARGV[2]) then
+  return { 1, -3 }
+end
+local fence, err = next_fence(2, 2)
+if fence == nil then
+  redis.call('del', KEYS[1])
+  return redis.error_reply(err)
+end
+store_fence(2, 2, fence, ARGV[3])
+return { 0, fence }
+
+--- op: release
+-- delete the keys this owner still holds.
+-- KEYS:    the lock keys.
+-- ARGV[1]: the owner's token.
 -- Returns: how many keys did NOT hold the token (0 means fully released).
 -- A key held by someone else, or missing, is never touched; the keys that still hold our
 -- token are deleted even when others are lost, so they do not block anyone until expiry.
@@ -88,120 +94,118 @@ end
 -- unmarked keys publish nothing, so an uncontended release costs no PUBLISH. The
 -- announcement is a hint (waiters also poll): a PUBLISH refused (an ACL user without the
 -- channel) must not fail the release, so it goes through pcall.
-local function release()
-  local token = ARGV[1]
-  local missing = 0
-  for _, key in ipairs(KEYS) do
-    local value = redis.pcall('get', key)
-    if owned(value, token) then
-      redis.call('del', key)
-      if string.sub(value, #token + 1, #token + 1) == 'w' then
-        redis.pcall('publish', key, 'released')
-      end
-    else
-      missing = missing + 1
+local token = ARGV[1]
+local missing = 0
+for _, key in ipairs(KEYS) do
+  local value = redis.pcall('get', key)
+  if owned(value, token) then
+    redis.call('del', key)
+    if string.sub(value, #token + 1, #token + 1) == 'w' then
+      redis.pcall('publish', key, 'released')
     end
+  else
+    missing = missing + 1
   end
-  return missing
 end
+return missing
 
--- 'refresh': set a new TTL on every key, only if this owner holds all of them.
--- KEYS:    the lock keys.  ARGV[1]: the owner's token.  ARGV[2]: the new TTL in ms.
+--- op: refresh
+-- set a new TTL on every key, only if this owner holds all of them.
+-- KEYS:    the lock keys.
+-- ARGV[1]: the owner's token.
+-- ARGV[2]: the new TTL in milliseconds.
 -- Returns: 1 when every key was extended; 0 when some key is not held (nothing changed).
-local function refresh()
-  if not holds(1, #KEYS, ARGV[1]) then
-    return 0
-  end
-  for _, key in ipairs(KEYS) do
-    redis.call('pexpire', key, ARGV[2])
-  end
-  return 1
+if not holds(1, #KEYS, ARGV[1]) then
+  return 0
 end
+for _, key in ipairs(KEYS) do
+  redis.call('pexpire', key, ARGV[2])
+end
+return 1
 
--- 'renew': refresh many locks in one call (keep-alive), each owner-checked on its own.
--- KEYS:    the keys of every lock in the batch, lock after lock.
--- ARGV:    three values per lock, in the same order: its number of keys, its token, and
+--- op: renew
+-- refresh many leases in one call (keep-alive), each owner-checked on its own.
+-- KEYS:    the keys of every lease in the batch, lease after lease.
+-- ARGV:    three values per lease, in the same order: its number of keys, its token, and
 --          the TTL in milliseconds to set.
--- Returns: one integer per lock: 1 when all its keys were extended; 0 when some key is not
---          held by its token (then none of that lock's keys was changed).
-local function renew()
-  local results = {}
-  local k = 1
-  for a = 1, #ARGV - 1, 3 do
-    local count = tonumber(ARGV[a])
-    local last = k + count - 1
-    local held = 0
-    if holds(k, last, ARGV[a + 1]) then
-      held = 1
-      for i = k, last do
-        redis.call('pexpire', KEYS[i], ARGV[a + 2])
-      end
+-- Returns: one integer per lease: 1 when all its keys were extended; 0 when some key is not
+--          held by its token (then none of that lease's keys was changed).
+local results = {}
+local k = 1
+for a = 1, #ARGV, 3 do
+  local count = tonumber(ARGV[a])
+  local last = k + count - 1
+  local held = 0
+  if holds(k, last, ARGV[a + 1]) then
+    held = 1
+    for i = k, last do
+      redis.call('pexpire', KEYS[i], ARGV[a + 2])
     end
-    results[#results + 1] = held
-    k = k + count
   end
-  return results
+  results[#results + 1] = held
+  k = k + count
 end
+return results
 
--- 'ttl': the remaining TTL of a lock, owner-checked.
--- KEYS:    the lock keys.  ARGV[1]: the owner's token.
+--- op: ttl
+-- the remaining TTL of a lock, owner-checked.
+-- KEYS:    the lock keys.
+-- ARGV[1]: the owner's token.
 -- Returns: the smallest remaining TTL in milliseconds over the keys; -2 when some key is
 --          not held by this owner; -1 when no key has an expiry (removed by someone else).
-local function ttl()
-  if not holds(1, #KEYS, ARGV[1]) then
-    return -2
-  end
-  local least = -1
-  for _, key in ipairs(KEYS) do
-    local left = redis.call('pttl', key)
-    if left >= 0 and (least < 0 or left < least) then
-      least = left
-    end
-  end
-  return least
+if not holds(1, #KEYS, ARGV[1]) then
+  return -2
 end
+local least = -1
+for _, key in ipairs(KEYS) do
+  local ttl = redis.call('pttl', key)
+  if ttl >= 0 and (least < 0 or ttl < least) then
+    least = ttl
+  end
+end
+return least
 
--- 'inspect': what a key holds, and the latest fence handed out for it, read by anyone,
+--- op: inspect
+-- what a key holds, and the latest fence handed out for it, read by anyone,
 -- atomically.
--- KEYS[1]: the key.  KEYS[2]: its fence counter.
+-- KEYS[1]: the key.
+-- KEYS[2]: its fence counter.
 -- Returns: { pttl, type, fence } and, when the type is 'string', the value as a fourth
 --          element. pttl is -2 for a missing key and -1 for a key without expiry; fence is
 --          the counter as stored (false when there is none, or it is not a string).
-local function inspect()
-  local key = KEYS[1]
-  local kind = redis.call('type', key)['ok']
-  local left = redis.call('pttl', key)
-  local fence = redis.pcall('get', KEYS[2])
-  if type(fence) ~= 'string' then
-    fence = false
-  end
-  if kind == 'string' then
-    return { left, kind, fence, redis.call('get', key) }
-  end
-  return { left, kind, fence }
+local key = KEYS[1]
+local kind = redis.call('type', key)['ok']
+local ttl = redis.call('pttl', key)
+local fence = redis.pcall('get', KEYS[2])
+if type(fence) ~= 'string' then
+  fence = false
 end
+if kind == 'string' then
+  return { ttl, kind, fence, redis.call('get', key) }
+end
+return { ttl, kind, fence }
 
--- 'fence': the fence of a lock taken without one, handed out when its holder first asks.
+--- op: fence
+-- the fence of a lock taken without one, handed out when its holder first asks.
 -- KEYS:    the lock keys, then the fence counter of each, in the same order.
--- ARGV[1]: the owner's token.  ARGV[2]: the counters' retention in milliseconds.
+-- ARGV[1]: the owner's token.
+-- ARGV[2]: how long the counters are kept after this use, in milliseconds.
 -- Returns: the next fence (see next_fence), now stored in every counter, when this owner
 --          holds every lock key; 0 when it does not (nothing changed: a fence is only ever
 --          handed out while the lock is held, so a later holder's is always greater).
-local function fence()
-  local count = #KEYS / 2
-  if not holds(1, count, ARGV[1]) then
-    return 0
-  end
-  local next, err = next_fence(count + 1, #KEYS)
-  if next == nil then
-    return redis.error_reply(err)
-  end
-  store_fence(count + 1, #KEYS, next, ARGV[2])
-  return next
+local count = #KEYS / 2
+if not holds(1, count, ARGV[1]) then
+  return 0
 end
+local fence, err = next_fence(count + 1, #KEYS)
+if fence == nil then
+  return redis.error_reply(err)
+end
+store_fence(count + 1, #KEYS, fence, ARGV[2])
+return fence
 
--- 'raise_fence': Redlock's second step for fences: make a chosen fence durable on this
--- node.
+--- op: raise_fence
+-- Redlock's second step for fences: make a chosen fence durable on this node.
 -- KEYS:    the lock keys, then the fence counter of each, in the same order.
 -- ARGV[1]: the owner's token.  ARGV[2]: the fence chosen for this acquisition.
 -- ARGV[3]: how long a raised counter is kept, in milliseconds.
@@ -210,16 +214,8 @@ end
 --          this owner (nothing changed: a raise for a lock we no longer hold must not count)
 --          or a counter is someone else's value (left as it is: this node cannot make the
 --          fence durable).
-local function raise_fence()
-  local count = #KEYS / 2
-  if not holds(1, count, ARGV[1]) then
-    return 0
-  end
-  return raise_counters(count + 1, #KEYS, tonumber(ARGV[2]), ARGV[3])
+local count = #KEYS / 2
+if not holds(1, count, ARGV[1]) then
+  return 0
 end
-
-local operations = {
-  obtain = obtain, obtain_one = obtain_one, release = release, refresh = refresh,
-  renew = renew, ttl = ttl, inspect = inspect, fence = fence, raise_fence = raise_fence,
-}
-return operations[ARGV[#ARGV]]()
+return raise_counters(count + 1, #KEYS, tonumber(ARGV[2]), ARGV[3])

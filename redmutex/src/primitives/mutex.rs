@@ -14,13 +14,30 @@ use crate::engine::guard::Lock;
 use crate::engine::lease::Lease;
 use crate::fence::counter_key;
 use crate::scripts::{
-    eval_whole, source, with_keys, Call, Claim, Conn, Node, Obtain, ObtainTry, Raise, Remaining,
-    Renewal,
+    eval_whole, lua_file, with_keys, Call, Claim, Conn, Node, Obtain, ObtainTry, Operation, Raise,
+    Remaining,
 };
 use crate::token::{Token, TOKEN_LEN};
 
-const SOURCE: &str = source!("primitives/mutex.lua");
-static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(SOURCE));
+const FILE: &str = lua_file!("primitives/mutex.lua");
+
+/// `mutex.lua`'s operations, each a script of its own.
+macro_rules! operations {
+    ($($name:ident = $op:literal),* $(,)?) => {
+        $(static $name: LazyLock<Operation> = LazyLock::new(|| Operation::new(FILE, $op));)*
+    };
+}
+operations!(
+    OBTAIN = "obtain",
+    OBTAIN_ONE = "obtain_one",
+    RELEASE = "release",
+    REFRESH = "refresh",
+    RENEW = "renew",
+    TTL = "ttl",
+    INSPECT = "inspect",
+    FENCE = "fence",
+    RAISE_FENCE = "raise_fence",
+);
 
 /// The mutex's claim and its acquire and guard types.
 pub(crate) fn claim(keys: Keys) -> (Arc<Keys>, Arc<dyn Claim>) {
@@ -30,14 +47,14 @@ pub(crate) fn claim(keys: Keys) -> (Arc<Keys>, Arc<dyn Claim>) {
 
 /// The `inspect` call for one key (with the prefix): what it holds and its latest fence.
 pub(crate) fn inspect_call(key: &[u8]) -> ScriptInvocation<'static> {
-    let mut call = SCRIPT.prepare_invoke();
-    call.key(key).key(counter_key(key)).arg("inspect");
+    let mut call = INSPECT.script().prepare_invoke();
+    call.key(key).key(counter_key(key));
     call
 }
 
 /// A call of `operation` over the lock's keys, and (when `fenced`) their counters.
-fn call(keys: &Keys, fenced: bool) -> ScriptInvocation<'static> {
-    let mut call = with_keys(SCRIPT.prepare_invoke(), keys);
+fn call(operation: &'static Operation, keys: &Keys, fenced: bool) -> ScriptInvocation<'static> {
+    let mut call = with_keys(operation.script().prepare_invoke(), keys);
     if fenced {
         for key in keys.iter() {
             call.key(counter_key(key));
@@ -57,22 +74,22 @@ impl Claim for Keys {
 
     fn release<'a>(&'a self, conn: Conn<'a>, token: &'a Token) -> Call<'a, bool> {
         Box::pin(async move {
-            let mut call = call(self, false);
-            call.arg(token.as_bytes()).arg("release");
+            let mut call = call(&RELEASE, self, false);
+            call.arg(token.as_bytes());
             let missing: usize = call.invoke_async(&mut Node(conn)).await?;
             Ok(missing == 0)
         })
     }
 
     fn release_unattended<'a>(&'a self, conn: Conn<'a>, token: &'a Token) -> Call<'a, ()> {
-        let args: [&[u8]; 2] = [token.as_bytes(), b"release"];
-        Box::pin(async move { eval_whole(conn, SOURCE, self.iter(), &args).await })
+        let args: [&[u8]; 1] = [token.as_bytes()];
+        Box::pin(async move { eval_whole(conn, RELEASE.source(), self.iter(), &args).await })
     }
 
     fn refresh<'a>(&'a self, conn: Conn<'a>, token: &'a Token, ttl_ms: u64) -> Call<'a, bool> {
         Box::pin(async move {
-            let mut call = call(self, false);
-            call.arg(token.as_bytes()).arg(ttl_ms).arg("refresh");
+            let mut call = call(&REFRESH, self, false);
+            call.arg(token.as_bytes()).arg(ttl_ms);
             let extended: i64 = call.invoke_async(&mut Node(conn)).await?;
             Ok(extended == 1)
         })
@@ -80,8 +97,8 @@ impl Claim for Keys {
 
     fn ttl<'a>(&'a self, conn: Conn<'a>, token: &'a Token) -> Call<'a, Remaining> {
         Box::pin(async move {
-            let mut call = call(self, false);
-            call.arg(token.as_bytes()).arg("ttl");
+            let mut call = call(&TTL, self, false);
+            call.arg(token.as_bytes());
             Ok(Remaining::from_reply(
                 call.invoke_async(&mut Node(conn)).await?,
             ))
@@ -95,8 +112,8 @@ impl Claim for Keys {
         retention_ms: u64,
     ) -> Call<'a, Option<u64>> {
         Box::pin(async move {
-            let mut call = call(self, true);
-            call.arg(token.as_bytes()).arg(retention_ms).arg("fence");
+            let mut call = call(&FENCE, self, true);
+            call.arg(token.as_bytes()).arg(retention_ms);
             let fence: u64 = call.invoke_async(&mut Node(conn)).await?;
             Ok((fence > 0).then_some(fence))
         })
@@ -104,21 +121,17 @@ impl Claim for Keys {
 
     fn raise_fence<'a>(&'a self, conn: Conn<'a>, raise: Raise<'a>) -> Call<'a, bool> {
         Box::pin(async move {
-            let mut call = call(self, true);
+            let mut call = call(&RAISE_FENCE, self, true);
             call.arg(raise.token.as_bytes())
                 .arg(raise.fence)
-                .arg(raise.retention_ms)
-                .arg("raise_fence");
+                .arg(raise.retention_ms);
             let raised: i64 = call.invoke_async(&mut Node(conn)).await?;
             Ok(raised == 1)
         })
     }
 
-    fn renewal(&self) -> Renewal {
-        Renewal {
-            script: &SCRIPT,
-            operation: "renew",
-        }
+    fn renewal_script(&self) -> &'static Script {
+        RENEW.script()
     }
 
     fn add_renewal(&self, call: &mut ScriptInvocation<'static>, token: &Token, ttl_ms: u64) {
@@ -152,12 +165,9 @@ async fn obtain(
     if keys.len() == 1 && !retrying_own {
         let key = keys.get(0).expect("one key");
         if fenced && !waiting {
-            let mut call = SCRIPT.prepare_invoke();
+            let mut call = OBTAIN_ONE.script().prepare_invoke();
             call.key(key).key(counter_key(key));
-            call.arg(value)
-                .arg(ttl_ms)
-                .arg(retention_ms)
-                .arg("obtain_one");
+            call.arg(value).arg(ttl_ms).arg(retention_ms);
             // Held: `{ 1, -3 }`, no TTL read on this path.
             return Ok(Obtain::from_reply(
                 call.invoke_async(&mut conn).await?,
@@ -176,14 +186,13 @@ async fn obtain(
             }
         }
     }
-    let mut call = call(keys, fenced);
+    let mut call = call(&OBTAIN, keys, fenced);
     call.arg(value)
         .arg(ttl_ms)
         .arg(TOKEN_LEN)
         .arg(if waiting { "1" } else { "0" })
         .arg(keys.len())
-        .arg(retention_ms)
-        .arg("obtain");
+        .arg(retention_ms);
     Ok(Obtain::from_reply(
         call.invoke_async(&mut conn).await?,
         fenced,

@@ -1,13 +1,15 @@
--- semaphore.lua: the counting semaphore — at most `limit` permits held at once. One script
--- for every operation; the operation is named by the LAST argument. helpers.lua is
--- prepended (read_counter, next_fence, store_fence, raise_counters).
+-- semaphore.lua: the counting semaphore — at most `limit` permits held at once. One file,
+-- one section per operation: each section (from its `--- op:` line to the next) is a script
+-- of its own, run with helpers.lua (read_counter, next_fence, store_fence, raise_counters)
+-- and this preamble before it (see scripts.rs).
 --
 -- A semaphore lives in two keys of one hash slot:
 --   the holders: a sorted set, one member per holder token, scored by when its permits
 --                expire, in milliseconds on the SERVER's clock (TIME; never a client's);
 --   the details: a hash, holder token -> '<permits>:<metadata>', plus '#used' (permits
---                held), '#limit' (the limit its holders agreed on) and '#awaited' (a
---                waiter asked to hear of the next release).
+--                held), '#limit' (the limit its holders agreed on) and '#awaited' (some
+--                acquire waited while the semaphore was busy: releases announce
+--                themselves until nobody holds a permit any more).
 -- Every operation first reclaims the permits of holders whose expiry passed, so a crashed
 -- holder's permits come back within its TTL without anyone's help. Both keys expire when
 -- the last holder does (PEXPIREAT, same clock), and are deleted when the last holder leaves:
@@ -38,6 +40,7 @@ local function permits_of(details, token)
 end
 
 -- Drops the holders whose expiry has passed by `now`; returns how many permits came back.
+-- When none is left, the details go too (the limit with them), as when the keys expire.
 local function reclaim(holders, details, now)
   local expired = redis.call('zrangebyscore', holders, '-inf', now)
   if #expired == 0 then
@@ -49,7 +52,11 @@ local function reclaim(holders, details, now)
     redis.call('hdel', details, token)
   end
   redis.call('zremrangebyscore', holders, '-inf', now)
-  redis.call('hincrby', details, '#used', -freed)
+  if redis.call('zcard', holders) == 0 then
+    redis.call('del', details)
+  else
+    redis.call('hincrby', details, '#used', -freed)
+  end
   return freed
 end
 
@@ -70,90 +77,6 @@ local function holding(holders, token, now)
   return score ~= false and tonumber(score) > now
 end
 
--- 'obtain': take ARGV[2] permits for the holder ARGV[1], if that many are free.
--- KEYS:    holders, details, then (fenced) the fence counter.
--- ARGV[1]: the holder's token.      ARGV[2]: permits wanted.     ARGV[3]: the limit.
--- ARGV[4]: the TTL in ms.           ARGV[5]: metadata.
--- ARGV[6]: '1' when the caller waits: the details are marked '#awaited', so that the next
---          release announces itself on the holders key's channel.
--- ARGV[7]: fenced: how long the counter is kept after this use, in milliseconds.
--- Returns: { 0, fence } when the holder now holds its permits until now + TTL (fence 0 when
---          not fenced; a holder that already held them — a retry after a lost reply — keeps
---          them); { 1, ms } when too few are free: ms until the earliest holder's permits
---          expire (-1: none); { -1, limit } when the holders agreed on another limit;
---          { -2, 0 } when the keys hold something else. Nothing is written but the mark.
-local function obtain()
-  local holders, details = KEYS[1], KEYS[2]
-  if not ours(holders, details) then
-    return { -2, 0 }
-  end
-  local token, wanted, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-  local now = now_ms()
-  reclaim(holders, details, now)
-  local agreed = redis.call('hget', details, '#limit')
-  if agreed and tonumber(agreed) ~= limit then
-    return { -1, tonumber(agreed) }
-  end
-  if not redis.call('zscore', holders, token) then
-    local used = tonumber(redis.call('hget', details, '#used') or '0')
-    if used + wanted > limit then
-      if ARGV[6] == '1' then
-        redis.call('hset', details, '#awaited', '1')
-      end
-      local first = redis.call('zrange', holders, 0, 0, 'withscores')
-      return { 1, first[2] and (tonumber(first[2]) - now) or -1 }
-    end
-    redis.call('hincrby', details, '#used', wanted)
-    redis.call('hset', details, token, wanted .. ':' .. ARGV[5], '#limit', limit)
-  end
-  local fence = 0
-  if #KEYS > 2 then
-    local err
-    fence, err = next_fence(3, 3)
-    if fence == nil then
-      return redis.error_reply(err)
-    end
-    store_fence(3, 3, fence, ARGV[7])
-  end
-  redis.call('zadd', holders, now + tonumber(ARGV[4]), token)
-  if ARGV[6] == '1' then
-    redis.call('hset', details, '#awaited', '1')
-  end
-  tidy(holders, details)
-  return { 0, fence }
-end
-
--- 'release': give back the permits of the holder ARGV[1].
--- KEYS:    holders, details.
--- Returns: 1 when it held them (now free); 0 when it held none (expired, or never).
--- When a waiter marked the details, the release announces on the holders key's channel how
--- many permits came back (its own and any reclaimed), and clears the mark: waiters that
--- still find too few free mark it again. The announcement is a hint (waiters also poll): a
--- PUBLISH refused must not fail the release, so it goes through pcall.
-local function release()
-  local holders, details = KEYS[1], KEYS[2]
-  if not ours(holders, details) then
-    return 0
-  end
-  local token = ARGV[1]
-  local now = now_ms()
-  local freed = reclaim(holders, details, now)
-  local held = 0
-  if redis.call('zscore', holders, token) then
-    local permits = permits_of(details, token)
-    redis.call('zrem', holders, token)
-    redis.call('hdel', details, token)
-    redis.call('hincrby', details, '#used', -permits)
-    freed = freed + permits
-    held = 1
-  end
-  if freed > 0 and redis.call('hdel', details, '#awaited') == 1 then
-    redis.pcall('publish', holders, tostring(freed))
-  end
-  tidy(holders, details)
-  return held
-end
-
 -- Sets the expiry of the holder `token` to now + `ttl` ms if it holds permits; never adds a
 -- member that was reclaimed (ZADD XX). Returns 1 when extended, 0 when not held.
 local function extend(holders, details, token, ttl)
@@ -170,95 +93,174 @@ local function extend(holders, details, token, ttl)
   return 1
 end
 
+--- op: obtain
+-- 'obtain': take ARGV[2] permits for the holder ARGV[1], if that many are free.
+-- KEYS:    holders, details, then (fenced) the fence counter.
+-- ARGV[1]: the holder's token.      ARGV[2]: permits wanted.     ARGV[3]: the limit.
+-- ARGV[4]: the TTL in ms.           ARGV[5]: metadata.
+-- ARGV[6]: '1' when the caller waits: the details are marked '#awaited', so that the next
+--          release announces itself on the holders key's channel.
+-- ARGV[7]: fenced: how long the counter is kept after this use, in milliseconds.
+-- Returns: { 0, fence } when the holder now holds its permits until now + TTL (fence 0 when
+--          not fenced; a holder that already held them — a retry after a lost reply — keeps
+--          them); { 1, ms } when too few are free: ms until the earliest holder's permits
+--          expire (-1: none); { -1, limit } when the holders agreed on another limit;
+--          { -2, 0 } when the keys hold something else. Nothing is written but the mark.
+local holders, details = KEYS[1], KEYS[2]
+if not ours(holders, details) then
+  return { -2, 0 }
+end
+local token, wanted, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local now = now_ms()
+reclaim(holders, details, now)
+local agreed = redis.call('hget', details, '#limit')
+if agreed and tonumber(agreed) ~= limit then
+  return { -1, tonumber(agreed) }
+end
+local mine = redis.call('zscore', holders, token)
+if not mine then
+  local used = tonumber(redis.call('hget', details, '#used') or '0')
+  if used + wanted > limit then
+    if ARGV[6] == '1' then
+      redis.call('hset', details, '#awaited', '1')
+    end
+    local first = redis.call('zrange', holders, 0, 0, 'withscores')
+    return { 1, first[2] and (tonumber(first[2]) - now) or -1 }
+  end
+end
+-- The fence before any write: a counter that is someone else's value stops the script
+-- with nothing written (a script's writes are not undone by its error).
+local fence = 0
+if #KEYS > 2 then
+  local err
+  fence, err = next_fence(3, 3)
+  if fence == nil then
+    return redis.error_reply(err)
+  end
+end
+if not mine then
+  redis.call('hincrby', details, '#used', wanted)
+  redis.call('hset', details, token, wanted .. ':' .. ARGV[5], '#limit', limit)
+end
+if #KEYS > 2 then
+  store_fence(3, 3, fence, ARGV[7])
+end
+redis.call('zadd', holders, now + tonumber(ARGV[4]), token)
+if ARGV[6] == '1' then
+  redis.call('hset', details, '#awaited', '1')
+end
+tidy(holders, details)
+return { 0, fence }
+
+--- op: release
+-- 'release': give back the permits of the holder ARGV[1].
+-- KEYS:    holders, details.
+-- Returns: 1 when it held them (now free); 0 when it held none (expired, or never).
+-- When a waiter marked the details, the release announces on the holders key's channel how
+-- many permits came back (its own and any reclaimed). The mark stays while anyone holds a
+-- permit: holders release independently, and a mark cleared by one release would leave
+-- the next unannounced while a waiter is still on its way to mark again. The announcement
+-- is a hint (waiters also poll): a PUBLISH refused must not fail the release, so it goes
+-- through pcall.
+local holders, details = KEYS[1], KEYS[2]
+if not ours(holders, details) then
+  return 0
+end
+local token = ARGV[1]
+local now = now_ms()
+local freed = reclaim(holders, details, now)
+local held = 0
+if redis.call('zscore', holders, token) then
+  local permits = permits_of(details, token)
+  redis.call('zrem', holders, token)
+  redis.call('hdel', details, token)
+  redis.call('hincrby', details, '#used', -permits)
+  freed = freed + permits
+  held = 1
+end
+if freed > 0 and redis.call('hexists', details, '#awaited') == 1 then
+  redis.pcall('publish', holders, tostring(freed))
+end
+tidy(holders, details)
+return held
+
+--- op: refresh
 -- 'refresh': KEYS holders, details; ARGV[1] the token, ARGV[2] the new TTL in ms.
 -- Returns: 1 when extended; 0 when not held (nothing changed).
-local function refresh()
-  return extend(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
-end
+return extend(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
 
+--- op: renew
 -- 'renew': refresh many holders in one call (keep-alive), each on its own.
 -- KEYS:    holders, details of each holder in the batch, holder after holder.
 -- ARGV:    two values per holder, in the same order: its token and the TTL in ms to set.
 -- Returns: one integer per holder: 1 when extended, 0 when not held.
-local function renew()
-  local results = {}
-  local k = 1
-  for a = 1, #ARGV - 1, 2 do
-    results[#results + 1] = extend(KEYS[k], KEYS[k + 1], ARGV[a], ARGV[a + 1])
-    k = k + 2
-  end
-  return results
+local results = {}
+local k = 1
+for a = 1, #ARGV, 2 do
+  results[#results + 1] = extend(KEYS[k], KEYS[k + 1], ARGV[a], ARGV[a + 1])
+  k = k + 2
 end
+return results
 
+--- op: ttl
 -- 'ttl': KEYS holders, details; ARGV[1] the token.
 -- Returns: milliseconds until the holder's permits expire; -2 when it holds none.
-local function ttl()
-  if not ours(KEYS[1], KEYS[2]) then
-    return -2
-  end
-  local now = now_ms()
-  local score = redis.call('zscore', KEYS[1], ARGV[1])
-  if score == false or tonumber(score) <= now then
-    return -2
-  end
-  return tonumber(score) - now
+if not ours(KEYS[1], KEYS[2]) then
+  return -2
 end
+local now = now_ms()
+local score = redis.call('zscore', KEYS[1], ARGV[1])
+if score == false or tonumber(score) <= now then
+  return -2
+end
+return tonumber(score) - now
 
+--- op: fence
 -- 'fence': the fence of permits taken without one.
 -- KEYS:    holders, details, the fence counter.  ARGV[1]: the token.  ARGV[2]: retention.
 -- Returns: the next fence, now stored, when the holder holds permits; 0 when it does not.
-local function fence()
-  if not ours(KEYS[1], KEYS[2]) or not holding(KEYS[1], ARGV[1], now_ms()) then
-    return 0
-  end
-  local next, err = next_fence(3, 3)
-  if next == nil then
-    return redis.error_reply(err)
-  end
-  store_fence(3, 3, next, ARGV[2])
-  return next
+if not ours(KEYS[1], KEYS[2]) or not holding(KEYS[1], ARGV[1], now_ms()) then
+  return 0
 end
+local next, err = next_fence(3, 3)
+if next == nil then
+  return redis.error_reply(err)
+end
+store_fence(3, 3, next, ARGV[2])
+return next
 
+--- op: raise_fence
 -- 'raise_fence': KEYS holders, details, the counter; ARGV[1] the token, ARGV[2] the fence,
 -- ARGV[3] the retention. Returns 1 when the holder holds permits and the counter is now
 -- at least the fence; 0 otherwise (nothing changed).
-local function raise_fence()
-  if not ours(KEYS[1], KEYS[2]) or not holding(KEYS[1], ARGV[1], now_ms()) then
-    return 0
-  end
-  return raise_counters(3, 3, tonumber(ARGV[2]), ARGV[3])
+if not ours(KEYS[1], KEYS[2]) or not holding(KEYS[1], ARGV[1], now_ms()) then
+  return 0
 end
+return raise_counters(3, 3, tonumber(ARGV[2]), ARGV[3])
 
+--- op: inspect
 -- 'inspect': the semaphore as anyone sees it, without changing it (expired holders are
 -- left out, not reclaimed).
 -- KEYS:    holders, details, the fence counter.
 -- Returns: { kind_ok, limit or false, fence or false, awaited, then three values per live
 --          holder: ms left, permits, metadata }.
-local function inspect()
-  local holders, details = KEYS[1], KEYS[2]
-  local fence = redis.pcall('get', KEYS[3])
-  if type(fence) ~= 'string' then
-    fence = false
-  end
-  if not ours(holders, details) then
-    return { 0, false, fence, 0 }
-  end
-  local now = now_ms()
-  local reply = { 1, redis.call('hget', details, '#limit'), fence,
-    redis.call('hexists', details, '#awaited') }
-  local live = redis.call('zrangebyscore', holders, '(' .. now, '+inf', 'withscores')
-  for i = 1, #live, 2 do
-    local entry = redis.call('hget', details, live[i]) or '0:'
-    local permits, metadata = string.match(entry, '^(%d+):(.*)$')
-    reply[#reply + 1] = tonumber(live[i + 1]) - now
-    reply[#reply + 1] = tonumber(permits)
-    reply[#reply + 1] = metadata
-  end
-  return reply
+local holders, details = KEYS[1], KEYS[2]
+local fence = redis.pcall('get', KEYS[3])
+if type(fence) ~= 'string' then
+  fence = false
 end
-
-local operations = {
-  obtain = obtain, release = release, refresh = refresh, renew = renew, ttl = ttl,
-  inspect = inspect, fence = fence, raise_fence = raise_fence,
-}
-return operations[ARGV[#ARGV]]()
+if not ours(holders, details) then
+  return { 0, false, fence, 0 }
+end
+local now = now_ms()
+local reply = { 1, redis.call('hget', details, '#limit'), fence,
+  redis.call('hexists', details, '#awaited') }
+local live = redis.call('zrangebyscore', holders, '(' .. now, '+inf', 'withscores')
+for i = 1, #live, 2 do
+  local entry = redis.call('hget', details, live[i]) or '0:'
+  local permits, metadata = string.match(entry, '^(%d+):(.*)$')
+  reply[#reply + 1] = tonumber(live[i + 1]) - now
+  reply[#reply + 1] = tonumber(permits)
+  reply[#reply + 1] = metadata
+end
+return reply

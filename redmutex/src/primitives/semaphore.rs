@@ -18,12 +18,28 @@ use crate::engine::lease::Lease;
 use crate::error::{Argument, Error, InvalidArgument};
 use crate::fence::{companion_key, counter_key, Companion};
 use crate::scripts::{
-    eval_whole, source, Call, Claim, Conn, Node, Obtain, ObtainTry, Raise, Remaining, Renewal,
+    eval_whole, lua_file, Call, Claim, Conn, Node, Obtain, ObtainTry, Operation, Raise, Remaining,
 };
 use crate::token::{Token, TOKEN_LEN};
 
-const SOURCE: &str = source!("primitives/semaphore.lua");
-static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(SOURCE));
+const FILE: &str = lua_file!("primitives/semaphore.lua");
+
+/// `semaphore.lua`'s operations, each a script of its own.
+macro_rules! operations {
+    ($($name:ident = $op:literal),* $(,)?) => {
+        $(static $name: LazyLock<Operation> = LazyLock::new(|| Operation::new(FILE, $op));)*
+    };
+}
+operations!(
+    OBTAIN = "obtain",
+    RELEASE = "release",
+    REFRESH = "refresh",
+    RENEW = "renew",
+    TTL = "ttl",
+    INSPECT = "inspect",
+    FENCE = "fence",
+    RAISE_FENCE = "raise_fence",
+);
 
 /// The largest limit a semaphore may have.
 pub const MAX_PERMITS: u32 = 1_000_000;
@@ -158,8 +174,7 @@ impl<C: Connection> Semaphore<C> {
     /// Cancel safe: it only reads.
     pub async fn inspect(&self) -> Result<SemaphoreInfo, Error> {
         let permits = Permits::new(self.key.clone(), 0, self.limit);
-        let mut call = permits.call(true);
-        call.arg("inspect");
+        let call = permits.call(&INSPECT, true);
         let view = SemaphoreView {
             key: self.key(),
             limit: self.limit,
@@ -203,9 +218,10 @@ impl Permits {
         }
     }
 
-    /// A call over the holders and details keys, and (when `fenced`) the counter.
-    fn call(&self, fenced: bool) -> ScriptInvocation<'static> {
-        let mut call = SCRIPT.prepare_invoke();
+    /// A call of `operation` over the holders and details keys, and (when `fenced`) the
+    /// counter.
+    fn call(&self, operation: &'static Operation, fenced: bool) -> ScriptInvocation<'static> {
+        let mut call = operation.script().prepare_invoke();
         call.key(self.keys.get(0).expect("one key"))
             .key(&self.details);
         if fenced {
@@ -239,7 +255,7 @@ impl Claim for Permits {
 
     fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {
         Box::pin(async move {
-            let mut call = self.call(request.fenced);
+            let mut call = self.call(&OBTAIN, request.fenced);
             let metadata = request.value.get(TOKEN_LEN + 1..).unwrap_or_default();
             call.arg(request.token.as_bytes())
                 .arg(self.permits)
@@ -247,8 +263,7 @@ impl Claim for Permits {
                 .arg(request.ttl_ms)
                 .arg(metadata)
                 .arg(if request.waiting { "1" } else { "0" })
-                .arg(request.retention_ms)
-                .arg("obtain");
+                .arg(request.retention_ms);
             let reply: (i64, i64) = call.invoke_async(&mut Node(conn)).await?;
             Ok(self.obtained(reply, request.fenced))
         })
@@ -256,8 +271,8 @@ impl Claim for Permits {
 
     fn release<'a>(&'a self, conn: Conn<'a>, token: &'a Token) -> Call<'a, bool> {
         Box::pin(async move {
-            let mut call = self.call(false);
-            call.arg(token.as_bytes()).arg("release");
+            let mut call = self.call(&RELEASE, false);
+            call.arg(token.as_bytes());
             let held: i64 = call.invoke_async(&mut Node(conn)).await?;
             Ok(held == 1)
         })
@@ -265,14 +280,14 @@ impl Claim for Permits {
 
     fn release_unattended<'a>(&'a self, conn: Conn<'a>, token: &'a Token) -> Call<'a, ()> {
         let keys = [self.keys.get(0).expect("one key"), &self.details[..]];
-        let args: [&[u8]; 2] = [token.as_bytes(), b"release"];
-        Box::pin(async move { eval_whole(conn, SOURCE, keys.into_iter(), &args).await })
+        let args: [&[u8]; 1] = [token.as_bytes()];
+        Box::pin(async move { eval_whole(conn, RELEASE.source(), keys.into_iter(), &args).await })
     }
 
     fn refresh<'a>(&'a self, conn: Conn<'a>, token: &'a Token, ttl_ms: u64) -> Call<'a, bool> {
         Box::pin(async move {
-            let mut call = self.call(false);
-            call.arg(token.as_bytes()).arg(ttl_ms).arg("refresh");
+            let mut call = self.call(&REFRESH, false);
+            call.arg(token.as_bytes()).arg(ttl_ms);
             let extended: i64 = call.invoke_async(&mut Node(conn)).await?;
             Ok(extended == 1)
         })
@@ -280,8 +295,8 @@ impl Claim for Permits {
 
     fn ttl<'a>(&'a self, conn: Conn<'a>, token: &'a Token) -> Call<'a, Remaining> {
         Box::pin(async move {
-            let mut call = self.call(false);
-            call.arg(token.as_bytes()).arg("ttl");
+            let mut call = self.call(&TTL, false);
+            call.arg(token.as_bytes());
             Ok(Remaining::from_reply(
                 call.invoke_async(&mut Node(conn)).await?,
             ))
@@ -295,8 +310,8 @@ impl Claim for Permits {
         retention_ms: u64,
     ) -> Call<'a, Option<u64>> {
         Box::pin(async move {
-            let mut call = self.call(true);
-            call.arg(token.as_bytes()).arg(retention_ms).arg("fence");
+            let mut call = self.call(&FENCE, true);
+            call.arg(token.as_bytes()).arg(retention_ms);
             let fence: u64 = call.invoke_async(&mut Node(conn)).await?;
             Ok((fence > 0).then_some(fence))
         })
@@ -304,21 +319,17 @@ impl Claim for Permits {
 
     fn raise_fence<'a>(&'a self, conn: Conn<'a>, raise: Raise<'a>) -> Call<'a, bool> {
         Box::pin(async move {
-            let mut call = self.call(true);
+            let mut call = self.call(&RAISE_FENCE, true);
             call.arg(raise.token.as_bytes())
                 .arg(raise.fence)
-                .arg(raise.retention_ms)
-                .arg("raise_fence");
+                .arg(raise.retention_ms);
             let raised: i64 = call.invoke_async(&mut Node(conn)).await?;
             Ok(raised == 1)
         })
     }
 
-    fn renewal(&self) -> Renewal {
-        Renewal {
-            script: &SCRIPT,
-            operation: "renew",
-        }
+    fn renewal_script(&self) -> &'static Script {
+        RENEW.script()
     }
 
     fn add_renewal(&self, call: &mut ScriptInvocation<'static>, token: &Token, ttl_ms: u64) {
