@@ -15,6 +15,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
@@ -40,13 +41,20 @@ macro_rules! idempotent {
 }
 pub(crate) use idempotent;
 
-/// A primitive's Lua file, named from the crate's `src` directory.
-macro_rules! lua_file {
-    ($file:literal) => {
-        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/", $file))
+/// Declares a primitive's operations, each a script of its own (see [`Operation`]), from
+/// its Lua file (named from the crate's `src` directory):
+/// `operations!("primitives/mutex.lua"; RELEASE = "release", …)`.
+macro_rules! operations {
+    ($file:literal; $($name:ident = $op:literal),* $(,)?) => {
+        /// The primitive's Lua file, one section per operation.
+        const FILE: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/", $file));
+        $(
+            static $name: std::sync::LazyLock<$crate::scripts::Operation> =
+                std::sync::LazyLock::new(|| $crate::scripts::Operation::new(FILE, $op));
+        )*
     };
 }
-pub(crate) use lua_file;
+pub(crate) use operations;
 
 /// The rules every primitive's script shares (owner check, fence counters).
 const HELPERS: &str = include_str!("scripts/helpers.lua");
@@ -105,6 +113,20 @@ pub(crate) trait Claim: Send + Sync + 'static {
     /// cluster are batched by the hash slot of the first.
     fn keys(&self) -> &Keys;
 
+    /// Hands `add` every key its scripts declare, in order: the claim's own keys, then,
+    /// when `fenced`, its fence counters.
+    fn script_keys(&self, fenced: bool, add: &mut dyn FnMut(&[u8]));
+
+    /// The primitive's owner-checked operations.
+    fn operations(&self) -> &'static Operations;
+
+    /// One acquire try.
+    fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain>;
+
+    /// Adds this claim to a renewal call: its keys and arguments. The call answers one
+    /// integer per claim, in order: 1 renewed, 0 not held.
+    fn add_renewal(&self, call: &mut ScriptInvocation<'static>, token: &Token, ttl_ms: u64);
+
     /// One owner at a time holds it (a lock), rather than several at once (a semaphore's
     /// permits): a release then frees it for one waiter, and a newcomer may queue behind
     /// waiters without a try of its own (see `engine/wakeup.rs`).
@@ -112,22 +134,57 @@ pub(crate) trait Claim: Send + Sync + 'static {
         true
     }
 
-    /// One acquire try.
-    fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain>;
+    /// A call of `operation` over the claim's script keys.
+    fn call(&self, operation: &'static Operation, fenced: bool) -> ScriptInvocation<'static> {
+        let mut call = operation.script().prepare_invoke();
+        self.script_keys(fenced, &mut |key| {
+            call.key(key);
+        });
+        call
+    }
 
     /// Owner-checked release; `true` when every part of the claim was still held (what was
     /// still held is released either way).
-    fn release<'a>(&'a self, conn: Conn<'a>, token: &'a Token) -> Call<'a, bool>;
+    fn release<'a>(&'a self, conn: Conn<'a>, token: &'a Token) -> Call<'a, bool> {
+        let mut call = self.call(self.operations().release, false);
+        call.arg(token.as_bytes());
+        Box::pin(async move {
+            let missing: i64 = call.invoke_async(&mut Node(conn)).await?;
+            Ok(missing == 0)
+        })
+    }
 
     /// [`release`](Claim::release) for when nobody may wait for the reply (see
     /// [`eval_whole`]).
-    fn release_unattended<'a>(&'a self, conn: Conn<'a>, token: &'a Token) -> Call<'a, ()>;
+    fn release_unattended<'a>(&'a self, conn: Conn<'a>, token: &'a Token) -> Call<'a, ()> {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(self.operations().release.source());
+        let mut keys: Vec<Vec<u8>> = Vec::new();
+        self.script_keys(false, &mut |key| keys.push(key.to_vec()));
+        cmd.arg(keys.len()).arg(keys).arg(token.as_bytes());
+        Box::pin(async move { eval_whole(conn, cmd).await })
+    }
 
     /// Owner-checked new TTL; `true` when extended (all or nothing).
-    fn refresh<'a>(&'a self, conn: Conn<'a>, token: &'a Token, ttl_ms: u64) -> Call<'a, bool>;
+    fn refresh<'a>(&'a self, conn: Conn<'a>, token: &'a Token, ttl_ms: u64) -> Call<'a, bool> {
+        let mut call = self.call(self.operations().refresh, false);
+        call.arg(token.as_bytes()).arg(ttl_ms);
+        Box::pin(async move {
+            let extended: i64 = call.invoke_async(&mut Node(conn)).await?;
+            Ok(extended == 1)
+        })
+    }
 
     /// How long this owner's claim has left.
-    fn ttl<'a>(&'a self, conn: Conn<'a>, token: &'a Token) -> Call<'a, Remaining>;
+    fn ttl<'a>(&'a self, conn: Conn<'a>, token: &'a Token) -> Call<'a, Remaining> {
+        let mut call = self.call(self.operations().ttl, false);
+        call.arg(token.as_bytes());
+        Box::pin(async move {
+            Ok(Remaining::from_reply(
+                call.invoke_async(&mut Node(conn)).await?,
+            ))
+        })
+    }
 
     /// The next fence, stored in the claim's counters, if this owner holds the claim.
     fn fence<'a>(
@@ -135,19 +192,48 @@ pub(crate) trait Claim: Send + Sync + 'static {
         conn: Conn<'a>,
         token: &'a Token,
         retention_ms: u64,
-    ) -> Call<'a, Option<u64>>;
+    ) -> Call<'a, Option<u64>> {
+        let mut call = self.call(self.operations().fence, true);
+        call.arg(token.as_bytes()).arg(retention_ms);
+        Box::pin(async move {
+            let fence: u64 = call.invoke_async(&mut Node(conn)).await?;
+            Ok((fence > 0).then_some(fence))
+        })
+    }
 
     /// Redlock's second step for fences: raises the counters to `fence` where lower, if
     /// this owner holds the claim on the node. Returns whether it did.
-    fn raise_fence<'a>(&'a self, conn: Conn<'a>, raise: Raise<'a>) -> Call<'a, bool>;
+    fn raise_fence<'a>(&'a self, conn: Conn<'a>, raise: Raise<'a>) -> Call<'a, bool> {
+        let mut call = self.call(self.operations().raise_fence, true);
+        call.arg(raise.token.as_bytes())
+            .arg(raise.fence)
+            .arg(raise.retention_ms);
+        Box::pin(async move {
+            let raised: i64 = call.invoke_async(&mut Node(conn)).await?;
+            Ok(raised == 1)
+        })
+    }
 
     /// The script that renews many claims of this kind in one call (keep-alive). Claims
     /// with the same renewal script share calls.
-    fn renewal_script(&self) -> &'static Script;
+    fn renewal_script(&self) -> &'static Script {
+        self.operations().renew.script()
+    }
+}
 
-    /// Adds this claim to a renewal call: its keys and arguments. The call answers one
-    /// integer per claim, in order: 1 renewed, 0 not held.
-    fn add_renewal(&self, call: &mut ScriptInvocation<'static>, token: &Token, ttl_ms: u64);
+/// The owner-checked operations every primitive's Lua file has, each answering alike:
+/// `release` (ARGV: token) the number of parts no longer held (0: fully released);
+/// `refresh` (token, TTL in ms) 1 or 0; `ttl` (token) ms left, -1 no expiry, -2 not held;
+/// `fence` (token, retention; KEYS with the counters) the fence or 0; `raise_fence` (token,
+/// fence, retention; with the counters) 1 or 0; `renew` as the primitive's
+/// [`Claim::add_renewal`] lays it out.
+pub(crate) struct Operations {
+    pub(crate) release: &'static LazyLock<Operation>,
+    pub(crate) refresh: &'static LazyLock<Operation>,
+    pub(crate) ttl: &'static LazyLock<Operation>,
+    pub(crate) fence: &'static LazyLock<Operation>,
+    pub(crate) raise_fence: &'static LazyLock<Operation>,
+    pub(crate) renew: &'static LazyLock<Operation>,
 }
 
 /// What one acquire try sends: the same for every node.
@@ -249,32 +335,11 @@ impl ConnectionLike for Node<'_> {
     }
 }
 
-/// Adds every key of `keys` to `call`, in order.
-pub(crate) fn with_keys<'s>(mut call: ScriptInvocation<'s>, keys: &Keys) -> ScriptInvocation<'s> {
-    for key in keys.iter() {
-        call.key(key);
-    }
-    call
-}
-
-/// Runs `source` with `keys` and `args` by `EVAL`, not `EVALSHA`: for a release nobody may
+/// Runs an `EVAL` (the whole source, not `EVALSHA`): for a release nobody may
 /// be waiting for (a cancelled acquire's cleanup, a dropped guard). The load-on-`NOSCRIPT`
 /// fallback needs a caller still waiting for the reply, and a cleanup queued behind a
 /// request to a frozen server may outlive its own response timeout: the server must be
 /// able to run it whenever it gets to it.
-pub(crate) async fn eval_whole<'k>(
-    conn: Conn<'_>,
-    source: &str,
-    keys: impl ExactSizeIterator<Item = &'k [u8]>,
-    args: &[&[u8]],
-) -> RedisResult<()> {
-    let mut cmd = redis::cmd("EVAL");
-    cmd.arg(source).arg(keys.len());
-    for key in keys {
-        cmd.arg(key);
-    }
-    for arg in args {
-        cmd.arg(*arg);
-    }
-    cmd.query_async::<Value>(&mut Node(conn)).await.map(|_| ())
+pub(crate) async fn eval_whole(conn: Conn<'_>, eval: Cmd) -> RedisResult<()> {
+    eval.query_async::<Value>(&mut Node(conn)).await.map(|_| ())
 }

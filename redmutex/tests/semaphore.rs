@@ -460,15 +460,16 @@ fn wait_for_one_permit(
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_of_three_permits_wakes_three_waiters_of_one_locker() {
-    let server = RedisServer::spawn();
-    let locker = waking(&server).await;
-    let s = locker.semaphore("woken", 3).unwrap();
-    let holder = s.acquire(3, ms(30_000)).await.unwrap();
-    let waiters = wait_for_one_permit(&s, 3, &Arc::new(tokio::sync::Barrier::new(3)));
+/// Waits until `n` subscriber connections listen on the semaphore's channel and a waiter
+/// has marked it, then a little more: the waiters are parked.
+async fn until_waiters_wait(
+    server: &RedisServer,
+    s: &redmutex::Semaphore<MultiplexedConnection>,
+    n: u64,
+) {
+    let channel = String::from_utf8(s.key().to_vec()).unwrap();
     let until = Instant::now() + ms(5_000);
-    while subscribers(&server, "woken") == 0 || !s.inspect().await.unwrap().awaited {
+    while subscribers(server, &channel) < n || !s.inspect().await.unwrap().awaited {
         assert!(
             Instant::now() < until,
             "the waiters never subscribed and marked"
@@ -476,8 +477,11 @@ async fn a_release_of_three_permits_wakes_three_waiters_of_one_locker() {
         tokio::time::sleep(ms(20)).await;
     }
     tokio::time::sleep(ms(100)).await;
-    let released = Instant::now();
-    holder.release().await.unwrap();
+}
+
+/// Every waiter got its permit soon after `released`: woken, not polled (they poll every
+/// 10 s).
+async fn all_woken_soon_after(waiters: Vec<tokio::task::JoinHandle<Instant>>, released: Instant) {
     for waiter in waiters {
         let got = waiter.await.unwrap();
         assert!(
@@ -486,6 +490,19 @@ async fn a_release_of_three_permits_wakes_three_waiters_of_one_locker() {
             got - released
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_of_three_permits_wakes_three_waiters_of_one_locker() {
+    let server = RedisServer::spawn();
+    let locker = waking(&server).await;
+    let s = locker.semaphore("woken", 3).unwrap();
+    let holder = s.acquire(3, ms(30_000)).await.unwrap();
+    let waiters = wait_for_one_permit(&s, 3, &Arc::new(tokio::sync::Barrier::new(3)));
+    until_waiters_wait(&server, &s, 1).await;
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    all_woken_soon_after(waiters, released).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -515,23 +532,11 @@ async fn waiters_in_separate_lockers_are_woken_and_idle_releases_publish_nothing
         let s = waking(&server).await.semaphore("many", 2).unwrap();
         waiters.extend(wait_for_one_permit(&s, 1, &all_hold));
     }
-    let until = Instant::now() + ms(5_000);
-    while subscribers(&server, "many") < 2 || !holder.inspect().await.unwrap().awaited {
-        assert!(Instant::now() < until, "the waiters never subscribed");
-        tokio::time::sleep(ms(20)).await;
-    }
-    tokio::time::sleep(ms(100)).await;
+    until_waiters_wait(&server, &holder, 2).await;
     let released = Instant::now();
     a.release().await.unwrap();
     b.release().await.unwrap();
-    for waiter in waiters {
-        let got = waiter.await.unwrap();
-        assert!(
-            got - released < ms(1_500),
-            "woken, not polled: {:?}",
-            got - released
-        );
-    }
+    all_woken_soon_after(waiters, released).await;
     assert!(publishes(&server) >= 1);
 }
 
@@ -639,26 +644,11 @@ async fn two_releases_back_to_back_wake_two_waiters() {
         s.acquire(1, ms(30_000)).await.unwrap(),
     );
     let waiters = wait_for_one_permit(&s, 2, &Arc::new(tokio::sync::Barrier::new(2)));
-    let until = Instant::now() + ms(5_000);
-    while subscribers(&server, "twice") == 0 || !s.inspect().await.unwrap().awaited {
-        assert!(
-            Instant::now() < until,
-            "the waiters never subscribed and marked"
-        );
-        tokio::time::sleep(ms(20)).await;
-    }
-    tokio::time::sleep(ms(100)).await;
+    until_waiters_wait(&server, &s, 1).await;
     // The second release lands before the first woken waiter's try: it must still be
     // announced, or the other waiter sleeps until its poll with a permit free.
     let released = Instant::now();
     h1.release().await.unwrap();
     h2.release().await.unwrap();
-    for waiter in waiters {
-        let got = waiter.await.unwrap();
-        assert!(
-            got - released < ms(1_500),
-            "woken, not polled: {:?}",
-            got - released
-        );
-    }
+    all_woken_soon_after(waiters, released).await;
 }

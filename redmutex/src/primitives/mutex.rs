@@ -3,31 +3,21 @@
 //! (`mutex.lua`). Everything else a lock does (the acquire loop, refresh, release on drop,
 //! keep-alive, fences, wake-up) is the engine's.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 
 use redis::aio::ConnectionLike;
-use redis::{Script, ScriptInvocation, Value};
+use redis::{ScriptInvocation, Value};
 
 use crate::args::Keys;
 use crate::connection::Connection;
 use crate::engine::guard::Lock;
 use crate::engine::lease::Lease;
 use crate::fence::counter_key;
-use crate::scripts::{
-    eval_whole, lua_file, with_keys, Call, Claim, Conn, Node, Obtain, ObtainTry, Operation, Raise,
-    Remaining,
-};
+use crate::scripts::{operations, Call, Claim, Conn, Node, Obtain, ObtainTry, Operations};
 use crate::token::{Token, TOKEN_LEN};
 
-const FILE: &str = lua_file!("primitives/mutex.lua");
-
-/// `mutex.lua`'s operations, each a script of its own.
-macro_rules! operations {
-    ($($name:ident = $op:literal),* $(,)?) => {
-        $(static $name: LazyLock<Operation> = LazyLock::new(|| Operation::new(FILE, $op));)*
-    };
-}
 operations!(
+    "primitives/mutex.lua";
     OBTAIN = "obtain",
     OBTAIN_ONE = "obtain_one",
     RELEASE = "release",
@@ -52,86 +42,35 @@ pub(crate) fn inspect_call(key: &[u8]) -> ScriptInvocation<'static> {
     call
 }
 
-/// A call of `operation` over the lock's keys, and (when `fenced`) their counters.
-fn call(operation: &'static Operation, keys: &Keys, fenced: bool) -> ScriptInvocation<'static> {
-    let mut call = with_keys(operation.script().prepare_invoke(), keys);
-    if fenced {
-        for key in keys.iter() {
-            call.key(counter_key(key));
-        }
-    }
-    call
-}
+/// The operations every primitive answers alike (see [`Operations`]).
+static OPERATIONS: Operations = Operations {
+    release: &RELEASE,
+    refresh: &REFRESH,
+    ttl: &TTL,
+    fence: &FENCE,
+    raise_fence: &RAISE_FENCE,
+    renew: &RENEW,
+};
 
 impl Claim for Keys {
     fn keys(&self) -> &Keys {
         self
     }
 
+    /// The lock keys, then (fenced) the fence counter of each, in the same order.
+    fn script_keys(&self, fenced: bool, add: &mut dyn FnMut(&[u8])) {
+        self.iter().for_each(&mut *add);
+        if fenced {
+            self.iter().for_each(|key| add(&counter_key(key)));
+        }
+    }
+
+    fn operations(&self) -> &'static Operations {
+        &OPERATIONS
+    }
+
     fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {
         Box::pin(obtain(Node(conn), self, request))
-    }
-
-    fn release<'a>(&'a self, conn: Conn<'a>, token: &'a Token) -> Call<'a, bool> {
-        Box::pin(async move {
-            let mut call = call(&RELEASE, self, false);
-            call.arg(token.as_bytes());
-            let missing: usize = call.invoke_async(&mut Node(conn)).await?;
-            Ok(missing == 0)
-        })
-    }
-
-    fn release_unattended<'a>(&'a self, conn: Conn<'a>, token: &'a Token) -> Call<'a, ()> {
-        let args: [&[u8]; 1] = [token.as_bytes()];
-        Box::pin(async move { eval_whole(conn, RELEASE.source(), self.iter(), &args).await })
-    }
-
-    fn refresh<'a>(&'a self, conn: Conn<'a>, token: &'a Token, ttl_ms: u64) -> Call<'a, bool> {
-        Box::pin(async move {
-            let mut call = call(&REFRESH, self, false);
-            call.arg(token.as_bytes()).arg(ttl_ms);
-            let extended: i64 = call.invoke_async(&mut Node(conn)).await?;
-            Ok(extended == 1)
-        })
-    }
-
-    fn ttl<'a>(&'a self, conn: Conn<'a>, token: &'a Token) -> Call<'a, Remaining> {
-        Box::pin(async move {
-            let mut call = call(&TTL, self, false);
-            call.arg(token.as_bytes());
-            Ok(Remaining::from_reply(
-                call.invoke_async(&mut Node(conn)).await?,
-            ))
-        })
-    }
-
-    fn fence<'a>(
-        &'a self,
-        conn: Conn<'a>,
-        token: &'a Token,
-        retention_ms: u64,
-    ) -> Call<'a, Option<u64>> {
-        Box::pin(async move {
-            let mut call = call(&FENCE, self, true);
-            call.arg(token.as_bytes()).arg(retention_ms);
-            let fence: u64 = call.invoke_async(&mut Node(conn)).await?;
-            Ok((fence > 0).then_some(fence))
-        })
-    }
-
-    fn raise_fence<'a>(&'a self, conn: Conn<'a>, raise: Raise<'a>) -> Call<'a, bool> {
-        Box::pin(async move {
-            let mut call = call(&RAISE_FENCE, self, true);
-            call.arg(raise.token.as_bytes())
-                .arg(raise.fence)
-                .arg(raise.retention_ms);
-            let raised: i64 = call.invoke_async(&mut Node(conn)).await?;
-            Ok(raised == 1)
-        })
-    }
-
-    fn renewal_script(&self) -> &'static Script {
-        RENEW.script()
     }
 
     fn add_renewal(&self, call: &mut ScriptInvocation<'static>, token: &Token, ttl_ms: u64) {
@@ -186,7 +125,7 @@ async fn obtain(
             }
         }
     }
-    let mut call = call(&OBTAIN, keys, fenced);
+    let mut call = keys.call(&OBTAIN, fenced);
     call.arg(value)
         .arg(ttl_ms)
         .arg(TOKEN_LEN)

@@ -155,7 +155,8 @@ return { 0, fence }
 --- op: release
 -- 'release': give back the permits of the holder ARGV[1].
 -- KEYS:    holders, details.
--- Returns: 1 when it held them (now free); 0 when it held none (expired, or never).
+-- Returns: 0 when it held them (now free); 1 when it held none (expired, or never): the
+--          number of parts no longer held, as every primitive's release answers.
 -- When a waiter marked the details, the release announces on the holders key's channel how
 -- many permits came back (its own and any reclaimed). The mark stays while anyone holds a
 -- permit: holders release independently, and a mark cleared by one release would leave
@@ -164,25 +165,25 @@ return { 0, fence }
 -- through pcall.
 local holders, details = KEYS[1], KEYS[2]
 if not ours(holders, details) then
-  return 0
+  return 1
 end
 local token = ARGV[1]
 local now = now_ms()
 local freed = reclaim(holders, details, now)
-local held = 0
+local missing = 1
 if redis.call('zscore', holders, token) then
   local permits = permits_of(details, token)
   redis.call('zrem', holders, token)
   redis.call('hdel', details, token)
   redis.call('hincrby', details, '#used', -permits)
   freed = freed + permits
-  held = 1
+  missing = 0
 end
 if freed > 0 and redis.call('hexists', details, '#awaited') == 1 then
   redis.pcall('publish', holders, tostring(freed))
 end
 tidy(holders, details)
-return held
+return missing
 
 --- op: refresh
 -- 'refresh': KEYS holders, details; ARGV[1] the token, ARGV[2] the new TTL in ms.

@@ -3,10 +3,10 @@
 //! Acquiring, keep-alive, fences, wake-up and release on drop are the engine's, as for the
 //! mutex; this file says what the semaphore's keys are and how its script is called.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{RedisError, Script, ScriptInvocation, Value};
+use redis::{RedisError, ScriptInvocation, Value};
 
 use crate::args::Keys;
 use crate::backend::common::{Reply, View};
@@ -17,20 +17,11 @@ use crate::engine::guard::Lock;
 use crate::engine::lease::Lease;
 use crate::error::{Argument, Error, InvalidArgument};
 use crate::fence::{companion_key, counter_key, Companion};
-use crate::scripts::{
-    eval_whole, lua_file, Call, Claim, Conn, Node, Obtain, ObtainTry, Operation, Raise, Remaining,
-};
+use crate::scripts::{operations, Call, Claim, Conn, Node, Obtain, ObtainTry, Operations};
 use crate::token::{Token, TOKEN_LEN};
 
-const FILE: &str = lua_file!("primitives/semaphore.lua");
-
-/// `semaphore.lua`'s operations, each a script of its own.
-macro_rules! operations {
-    ($($name:ident = $op:literal),* $(,)?) => {
-        $(static $name: LazyLock<Operation> = LazyLock::new(|| Operation::new(FILE, $op));)*
-    };
-}
 operations!(
+    "primitives/semaphore.lua";
     OBTAIN = "obtain",
     RELEASE = "release",
     REFRESH = "refresh",
@@ -218,18 +209,6 @@ impl Permits {
         }
     }
 
-    /// A call of `operation` over the holders and details keys, and (when `fenced`) the
-    /// counter.
-    fn call(&self, operation: &'static Operation, fenced: bool) -> ScriptInvocation<'static> {
-        let mut call = operation.script().prepare_invoke();
-        call.key(self.keys.get(0).expect("one key"))
-            .key(&self.details);
-        if fenced {
-            call.key(&self.counter);
-        }
-        call
-    }
-
     /// How many permits.
     pub fn count(&self) -> u32 {
         self.permits
@@ -241,9 +220,32 @@ impl Permits {
     }
 }
 
+/// The operations every primitive answers alike (see [`Operations`]).
+static OPERATIONS: Operations = Operations {
+    release: &RELEASE,
+    refresh: &REFRESH,
+    ttl: &TTL,
+    fence: &FENCE,
+    raise_fence: &RAISE_FENCE,
+    renew: &RENEW,
+};
+
 impl Claim for Permits {
     fn keys(&self) -> &Keys {
         &self.keys
+    }
+
+    /// The holders, the details, then (fenced) the fence counter.
+    fn script_keys(&self, fenced: bool, add: &mut dyn FnMut(&[u8])) {
+        add(self.keys.get(0).expect("one key"));
+        add(&self.details);
+        if fenced {
+            add(&self.counter);
+        }
+    }
+
+    fn operations(&self) -> &'static Operations {
+        &OPERATIONS
     }
 
     /// Several holders at once: a release wakes as many waiters as it freed permits, and
@@ -254,87 +256,25 @@ impl Claim for Permits {
     }
 
     fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {
+        let mut call = self.call(&OBTAIN, request.fenced);
+        let metadata = request.value.get(TOKEN_LEN + 1..).unwrap_or_default();
+        call.arg(request.token.as_bytes())
+            .arg(self.permits)
+            .arg(self.limit)
+            .arg(request.ttl_ms)
+            .arg(metadata)
+            .arg(if request.waiting { "1" } else { "0" })
+            .arg(request.retention_ms);
         Box::pin(async move {
-            let mut call = self.call(&OBTAIN, request.fenced);
-            let metadata = request.value.get(TOKEN_LEN + 1..).unwrap_or_default();
-            call.arg(request.token.as_bytes())
-                .arg(self.permits)
-                .arg(self.limit)
-                .arg(request.ttl_ms)
-                .arg(metadata)
-                .arg(if request.waiting { "1" } else { "0" })
-                .arg(request.retention_ms);
             let reply: (i64, i64) = call.invoke_async(&mut Node(conn)).await?;
             Ok(self.obtained(reply, request.fenced))
         })
     }
 
-    fn release<'a>(&'a self, conn: Conn<'a>, token: &'a Token) -> Call<'a, bool> {
-        Box::pin(async move {
-            let mut call = self.call(&RELEASE, false);
-            call.arg(token.as_bytes());
-            let held: i64 = call.invoke_async(&mut Node(conn)).await?;
-            Ok(held == 1)
-        })
-    }
-
-    fn release_unattended<'a>(&'a self, conn: Conn<'a>, token: &'a Token) -> Call<'a, ()> {
-        let keys = [self.keys.get(0).expect("one key"), &self.details[..]];
-        let args: [&[u8]; 1] = [token.as_bytes()];
-        Box::pin(async move { eval_whole(conn, RELEASE.source(), keys.into_iter(), &args).await })
-    }
-
-    fn refresh<'a>(&'a self, conn: Conn<'a>, token: &'a Token, ttl_ms: u64) -> Call<'a, bool> {
-        Box::pin(async move {
-            let mut call = self.call(&REFRESH, false);
-            call.arg(token.as_bytes()).arg(ttl_ms);
-            let extended: i64 = call.invoke_async(&mut Node(conn)).await?;
-            Ok(extended == 1)
-        })
-    }
-
-    fn ttl<'a>(&'a self, conn: Conn<'a>, token: &'a Token) -> Call<'a, Remaining> {
-        Box::pin(async move {
-            let mut call = self.call(&TTL, false);
-            call.arg(token.as_bytes());
-            Ok(Remaining::from_reply(
-                call.invoke_async(&mut Node(conn)).await?,
-            ))
-        })
-    }
-
-    fn fence<'a>(
-        &'a self,
-        conn: Conn<'a>,
-        token: &'a Token,
-        retention_ms: u64,
-    ) -> Call<'a, Option<u64>> {
-        Box::pin(async move {
-            let mut call = self.call(&FENCE, true);
-            call.arg(token.as_bytes()).arg(retention_ms);
-            let fence: u64 = call.invoke_async(&mut Node(conn)).await?;
-            Ok((fence > 0).then_some(fence))
-        })
-    }
-
-    fn raise_fence<'a>(&'a self, conn: Conn<'a>, raise: Raise<'a>) -> Call<'a, bool> {
-        Box::pin(async move {
-            let mut call = self.call(&RAISE_FENCE, true);
-            call.arg(raise.token.as_bytes())
-                .arg(raise.fence)
-                .arg(raise.retention_ms);
-            let raised: i64 = call.invoke_async(&mut Node(conn)).await?;
-            Ok(raised == 1)
-        })
-    }
-
-    fn renewal_script(&self) -> &'static Script {
-        RENEW.script()
-    }
-
     fn add_renewal(&self, call: &mut ScriptInvocation<'static>, token: &Token, ttl_ms: u64) {
-        call.key(self.keys.get(0).expect("one key"))
-            .key(&self.details);
+        self.script_keys(false, &mut |key| {
+            call.key(key);
+        });
         call.arg(token.as_bytes()).arg(ttl_ms);
     }
 }
