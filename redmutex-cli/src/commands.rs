@@ -1,10 +1,14 @@
-//! The lock-management commands: acquire, release, refresh, inspect.
+//! The lock-management commands: acquire, release, refresh, inspect, wait, doctor.
+
+use std::time::Duration;
 
 use redmutex::{Check, Connection, Error, Finding, Level, LockInfo, Locker, Token};
 
 use crate::exit::{self, Failure};
 use crate::output::{outln, stdout_was_closed};
-use crate::{duration, redact, AcquireArgs, DoctorArgs, InspectArgs, RefreshArgs, ReleaseArgs};
+use crate::{
+    duration, redact, AcquireArgs, DoctorArgs, InspectArgs, RefreshArgs, ReleaseArgs, WaitArgs,
+};
 
 /// Refuses `acquire` with a closed stdout before anything is taken: its token, the only
 /// way to release the lock, would be lost.
@@ -131,6 +135,28 @@ pub async fn inspect<C: Connection>(
         outln!("  {}: {view}", redact::node_name(urls, node.node))?;
     }
     Ok(0)
+}
+
+/// Waits until the key is free without taking it: 0 once free, 75 when the timeout passed
+/// first (the holder keeps it), the usual codes for Redis trouble.
+pub async fn wait<C: Connection>(
+    locker: &Locker<C>,
+    args: WaitArgs,
+    urls: &[String],
+) -> Result<u8, Failure> {
+    let timeout = args.timeout.unwrap_or(Duration::MAX);
+    match locker.wait_released(&args.key, timeout).await {
+        Ok(true) => Ok(0),
+        Ok(false) => Err(Failure::new(
+            exit::NOT_OBTAINED,
+            format!(
+                "{}: still held after {}",
+                printable(&args.key),
+                duration::format(timeout)
+            ),
+        )),
+        Err(e) => Err(Failure::from_lock_error(&e, urls)),
+    }
 }
 
 /// Checks the servers and prints what it found: exit 1 when they are unfit for locks (an

@@ -116,7 +116,11 @@ async fn take_lease<C: Connection>(
     urls: &[String],
 ) -> Result<Lease<C>, Failure> {
     let fenced = locker.fences();
-    let lock = match args.lock.acquire(locker, &args.keys, program, fenced).await {
+    let mut acquire = args.lock.acquire(locker, &args.keys, program, fenced);
+    if let Some(min_hold) = args.min_hold {
+        acquire = acquire.min_hold(min_hold);
+    }
+    let lock = match acquire.await {
         Ok(lock) => lock,
         Err(e) if e.is_not_obtained() => {
             return Err(Failure::new(args.conflict_exit_code, e.to_string()))

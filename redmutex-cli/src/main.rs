@@ -87,6 +87,9 @@ enum Command {
     Refresh(RefreshArgs),
     /// Show whether a key is locked, for how long, and by whom.
     Inspect(InspectArgs),
+    /// Wait until a key is free — released, or expired — without taking it: exit 0 once it
+    /// is free, 75 when --timeout passes first.
+    Wait(WaitArgs),
     /// Check that the server(s) can hold locks safely: eviction policy (exit 1 unless
     /// noeviction), persistence, appendfsync, role, version, cluster state, permissions.
     Doctor(DoctorArgs),
@@ -126,6 +129,11 @@ struct ExecArgs {
     /// After a lost lock, how long the command has between SIGTERM and SIGKILL.
     #[arg(long, value_name = "DUR", default_value = "5s", value_parser = duration::parse)]
     grace: Duration,
+
+    /// Keep the lock at least this long from the acquire, however soon the command ends:
+    /// at most one run per period across all hosts (e.g. a cron job on every host).
+    #[arg(long = "min-hold", value_name = "DUR", value_parser = duration::parse)]
+    min_hold: Option<Duration>,
 
     /// The keys to lock, all or nothing.
     #[arg(value_name = "KEY", required = true, num_args = 1..)]
@@ -181,6 +189,17 @@ struct InspectArgs {
     /// Print one JSON object: key, held, ttl_ms, metadata.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Args, Debug)]
+struct WaitArgs {
+    /// The key to wait for.
+    #[arg(value_name = "KEY")]
+    key: String,
+
+    /// Give up after this long (exit 75); default: wait as long as it takes.
+    #[arg(long, value_name = "DUR", value_parser = duration::parse)]
+    timeout: Option<Duration>,
 }
 
 #[derive(Args, Debug)]
@@ -256,6 +275,7 @@ async fn run_command(cli: Cli, urls: &[String], access: &target::Access) -> Resu
         Command::Release(args) => commands::release(&locker, args, urls).await,
         Command::Refresh(args) => commands::refresh(&locker, args, urls).await,
         Command::Inspect(args) => commands::inspect(&locker, args, urls).await,
+        Command::Wait(args) => commands::wait(&locker, args, urls).await,
         Command::Doctor(args) => commands::doctor(&locker, args, urls).await,
         Command::Demo(_) => unreachable!("handled above"),
     }
@@ -271,6 +291,9 @@ fn check_arguments(command: &Command, prefix: &str, urls: &[String]) -> Result<(
             KeepAlive::new()
                 .check(args.lock.ttl, redlock.as_ref())
                 .map_err(|e| Failure::usage(e.to_string()))?;
+            if args.min_hold.is_some_and(|d| d < redmutex::MIN_TTL) {
+                return Err(Failure::usage("--min-hold must be at least 1ms"));
+            }
         }
         Command::Acquire(_) => commands::check_token_can_be_handed_over()?,
         _ => {}
@@ -288,6 +311,7 @@ fn check_sizes(command: &Command, prefix: &str) -> Result<(), Failure> {
         Command::Release(a) => (&a.keys, None),
         Command::Refresh(a) => (&a.keys, None),
         Command::Inspect(a) => (std::slice::from_ref(&a.key), None),
+        Command::Wait(a) => (std::slice::from_ref(&a.key), None),
         Command::Demo(_) | Command::Doctor(_) => return Ok(()),
     };
     let usage = |e: redmutex::Error| Failure::usage(e.to_string());

@@ -1336,3 +1336,62 @@ fn a_lock_lost_while_the_group_lingers_stops_the_group() {
         "the job was stopped"
     );
 }
+
+/// `wait` returns once the key is free (woken by the release), takes nothing, and gives up
+/// with 75 after `--timeout`.
+#[test]
+fn wait_exits_0_once_free_and_75_after_its_timeout() {
+    let server = RedisServer::spawn();
+    let out = run(redmutex(&server).args(["wait", "free"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = run(redmutex(&server).args(["acquire", "--ttl", "1m", "busy"]));
+    let token = stdout(&out).trim().to_owned();
+    let started = Instant::now();
+    let out = run(redmutex(&server).args(["wait", "--timeout", "300ms", "busy"]));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("still held after 300ms"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(started.elapsed() < ms(3_000));
+    let mut waiter = redmutex(&server)
+        .args(["wait", "--timeout", "30s", "busy"])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(5);
+    while !stdout(&run(redmutex(&server).args(["inspect", "busy", "--json"])))
+        .contains("\"awaited\":true")
+    {
+        assert!(Instant::now() < until, "never marked");
+        thread::sleep(ms(20));
+    }
+    thread::sleep(ms(1_200)); // past its first polls: only the release wakes it quickly
+    let released = Instant::now();
+    let out = run(redmutex(&server).args(["release", "--token", &token, "busy"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(wait_child(&mut waiter, Duration::from_secs(5)).success());
+    assert!(released.elapsed() < ms(900), "{:?}", released.elapsed());
+    assert!(!exists(&server, "busy"), "wait took nothing");
+}
+
+/// `exec --min-hold`: a command that ends at once keeps the key for the rest of the period,
+/// so a second run within it is refused.
+#[test]
+fn exec_min_hold_runs_at_most_once_per_period() {
+    let server = RedisServer::spawn();
+    let out = run(redmutex(&server).args(["exec", "--min-hold", "2s", "daily", "--", "true"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let left: i64 = server
+        .command(&["PTTL", "daily"])
+        .trim()
+        .trim_start_matches(':')
+        .parse()
+        .unwrap();
+    assert!(left > 1_000 && left <= 2_000, "kept for the period: {left}");
+    let out = run(redmutex(&server).args(["exec", "-n", "daily", "--", "true"]));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    let out = run(redmutex(&server).args(["exec", "--min-hold", "0s", "x", "--", "true"]));
+    assert_eq!(code(&out), 64, "{}", stderr(&out));
+}

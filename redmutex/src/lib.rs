@@ -14,8 +14,8 @@
 //!   immediate, constant, linear, exponential with cap, fixed ticks, jitter, a limit on
 //!   tries, or your own — bounded by a deadline (default: the TTL).
 //! - **Push wake-up** ([`Locker::with_wake_up`]): waiting acquires are woken by the
-//!   holder's release, take turns in arrival order, and poll only as a fallback; releases
-//!   nobody waits for publish nothing.
+//!   holder's release (the waiters of one locker taking turns; there is no order across
+//!   processes), and poll only as a fallback; releases nobody waits for publish nothing.
 //! - **Keep-alive with a loud "lost" signal**: [`Lock::keep_alive`] turns a lock into a
 //!   [`Lease`] renewed in the background; [`Lease::lost`], [`Lease::is_lost`], a
 //!   cancellation token and [`Lease::run`] stop the work in time when the lock is lost.

@@ -11,6 +11,7 @@ use crate::engine::acquire::Acquire;
 use crate::engine::context::Context;
 use crate::engine::inspect::{KeyView, LockInfo};
 use crate::engine::renewer::RenewerSlot;
+use crate::engine::waiting;
 use crate::engine::wakeup::{Hub, WakeUpState};
 use crate::error::{Argument, Error};
 use crate::fence::MIN_FENCE_RETENTION;
@@ -240,8 +241,10 @@ impl<C: Connection> Locker<C> {
     /// like the key, re-checks once the subscription is confirmed, and marks the holder's
     /// value as awaited; the holder's release then publishes on that channel. Releases
     /// nobody waits for publish nothing, so the uncontended path costs the same as without
-    /// wake-up. Waiters of one locker queue in arrival order and are woken one at a time,
-    /// so a release costs one try per waiting process, however many tasks wait in it.
+    /// wake-up. Waiters of one locker are woken one at a time, so a release costs one try
+    /// per waiting process, however many tasks wait in it. Across processes there is no
+    /// order: each process's woken waiter races the others (and the releasing process's
+    /// own next acquire) for the key.
     ///
     /// The retry strategy stays in force as the fallback, for what no message announces: a
     /// holder that died and let its key expire, a subscriber connection that dropped (it
@@ -534,6 +537,45 @@ impl<C: Connection> Locker<C> {
         self.context.backend.inspect(&KeyView { key }, &call).await
     }
 
+    /// Waits until `key` is free — released by its holder, or expired — without taking it:
+    /// `Ok(true)` once it is free, `Ok(false)` when `timeout` passed first
+    /// (`Duration::MAX`: no limit). For "wait until the job that holds it has finished".
+    ///
+    /// With [wake-up](Locker::with_wake_up), the holder's release wakes it at once (the
+    /// holder is marked as awaited, as a waiting acquire marks it); without, it polls,
+    /// backing off from 10 ms to a second. Either way no wait lasts past the holder's
+    /// expiry, when the key has one. Redlock: free means no quorum of nodes is held.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad key, before any request; [`Error::Redis`] (one
+    /// node) when Redis cannot be asked.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it never takes the key; a holder it marked as awaited only publishes
+    /// its release.
+    ///
+    /// ```
+    /// # async fn demo(locker: redmutex::Locker<redis::aio::MultiplexedConnection>) -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// if locker.wait_released("deploy", Duration::from_secs(60)).await? {
+    ///     println!("the deploy finished (or its holder died): go on");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn wait_released(
+        &self,
+        key: impl AsRef<[u8]>,
+        timeout: Duration,
+    ) -> Result<bool, Error> {
+        let keys = Keys::new(&self.prefix, [key])?;
+        let key = keys.get(0).expect("one key");
+        let backend = &self.context.backend;
+        let read = |mark: bool| async move {
+            (backend.inspect(&KeyView { key }, &mutex::await_call(key, mark))).await
+        };
+        waiting::until_free(self.context.hub.as_ref(), key, timeout, read).await
+    }
+
     /// Releases the lock on `keys` held by `token`, for an owner that kept only the token
     /// (e.g. another process, or a script that ran `redmutex acquire`).
     ///
@@ -548,7 +590,10 @@ impl<C: Connection> Locker<C> {
         token: &Token,
     ) -> Result<(), Error> {
         let claim: Arc<dyn Claim> = Arc::new(self.keys(keys)?);
-        self.context.backend.release(&claim, token, None).await
+        self.context
+            .backend
+            .release(&claim, token, None, None)
+            .await
     }
 
     /// Sets a new TTL on the lock on `keys` held by `token`, if every key still holds it.

@@ -144,10 +144,14 @@ pub(crate) trait Claim: Send + Sync + 'static {
     }
 
     /// Owner-checked release; `true` when every part of the claim was still held (what was
-    /// still held is released either way).
-    fn release<'a>(&'a self, conn: Conn<'a>, token: &'a Token) -> Call<'a, bool> {
+    /// still held is released either way). `keep_ms` > 0: instead of deleting it, let what
+    /// is still held expire in that many milliseconds (a minimum hold time).
+    fn release<'a>(&'a self, conn: Conn<'a>, token: &'a Token, keep_ms: u64) -> Call<'a, bool> {
         let mut call = self.call(self.operations().release, false);
         call.arg(token.as_bytes());
+        if keep_ms > 0 {
+            call.arg(keep_ms);
+        }
         Box::pin(async move {
             let missing: i64 = call.invoke_async(&mut Node(conn)).await?;
             Ok(missing == 0)
@@ -156,12 +160,20 @@ pub(crate) trait Claim: Send + Sync + 'static {
 
     /// [`release`](Claim::release) for when nobody may wait for the reply (see
     /// [`eval_whole`]).
-    fn release_unattended<'a>(&'a self, conn: Conn<'a>, token: &'a Token) -> Call<'a, ()> {
+    fn release_unattended<'a>(
+        &'a self,
+        conn: Conn<'a>,
+        token: &'a Token,
+        keep_ms: u64,
+    ) -> Call<'a, ()> {
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(self.operations().release.source());
         let mut keys: Vec<Vec<u8>> = Vec::new();
         self.script_keys(false, &mut |key| keys.push(key.to_vec()));
         cmd.arg(keys.len()).arg(keys).arg(token.as_bytes());
+        if keep_ms > 0 {
+            cmd.arg(keep_ms);
+        }
         Box::pin(async move { eval_whole(conn, cmd).await })
     }
 
@@ -222,7 +234,8 @@ pub(crate) trait Claim: Send + Sync + 'static {
 }
 
 /// The owner-checked operations every primitive's Lua file has, each answering alike:
-/// `release` (ARGV: token) the number of parts no longer held (0: fully released);
+/// `release` (ARGV: token, and optionally how many ms to keep what is held instead of
+/// freeing it) the number of parts no longer held (0: fully released);
 /// `refresh` (token, TTL in ms) 1 or 0; `ttl` (token) ms left, -1 no expiry, -2 not held;
 /// `fence` (token, retention; KEYS with the counters) the fence or 0; `raise_fence` (token,
 /// fence, retention; with the counters) 1 or 0; `renew` as the primitive's
@@ -342,4 +355,32 @@ impl ConnectionLike for Node<'_> {
 /// able to run it whenever it gets to it.
 pub(crate) async fn eval_whole(conn: Conn<'_>, eval: Cmd) -> RedisResult<()> {
     eval.query_async::<Value>(&mut Node(conn)).await.map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FILE: &str = "-- preamble\nlocal function shared() return 1 end\n--- op: one\n-- one's header\nreturn shared()\n--- op: two\nreturn 2\n";
+
+    #[test]
+    fn an_operation_is_the_helpers_the_preamble_and_its_section_alone() {
+        let one = Operation::new(FILE, "one");
+        assert!(one.source().starts_with(HELPERS));
+        assert!(one.source().contains("local function shared()"));
+        assert!(one
+            .source()
+            .ends_with("-- one\n-- one's header\nreturn shared()"));
+        assert!(!one.source().contains("return 2"));
+        let two = Operation::new(FILE, "two");
+        assert!(two.source().ends_with("-- two\nreturn 2\n"));
+        assert!(!two.source().contains("return shared()"));
+        assert_ne!(one.script().get_hash(), two.script().get_hash());
+    }
+
+    #[test]
+    #[should_panic(expected = "no Lua section `three`")]
+    fn a_missing_section_is_a_mistake_found_at_once() {
+        Operation::new(FILE, "three");
+    }
 }

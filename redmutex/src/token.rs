@@ -5,7 +5,8 @@
 //! [`TOKEN_LEN`] characters from `[A-Za-z0-9_-]`, so the split needs no separator and a
 //! prefix comparison in Lua is an exact owner check. The flag byte says whether someone
 //! waits for the release (`w`) or not (`-`): waiters set it on the holder's value, and the
-//! release script publishes a wake-up only when it is set.
+//! release script publishes a wake-up only when it is set. A release into a minimum hold
+//! sets it to `k`: the key stays until it expires, no longer its owner's.
 
 use std::fmt;
 
@@ -165,6 +166,9 @@ mod pool {
 const NOT_AWAITED: u8 = b'-';
 /// The flag byte of a value whose release someone waits for.
 const AWAITED: u8 = b'w';
+/// The flag byte of a value its owner released into a minimum hold: held until it expires,
+/// and no longer the owner's (see `mutex.lua`).
+const KEPT: u8 = b'k';
 
 /// The bytes stored at a lock key: token, flag (not awaited), then metadata.
 pub(crate) fn lock_value(token: &Token, metadata: Option<&str>) -> Vec<u8> {
@@ -198,7 +202,7 @@ pub(crate) enum StoredValue {
 pub(crate) fn parse_value(value: &[u8]) -> StoredValue {
     let flag = value.get(TOKEN_LEN).copied();
     match (Token::from_prefix(value), flag) {
-        (Some(token), Some(flag @ (NOT_AWAITED | AWAITED))) => {
+        (Some(token), Some(flag @ (NOT_AWAITED | AWAITED | KEPT))) => {
             let rest = &value[TOKEN_LEN + 1..];
             StoredValue::Redmutex {
                 token,
@@ -393,7 +397,7 @@ mod tests {
         }
 
         fn flag() -> impl Strategy<Value = u8> {
-            prop_oneof![Just(b'-'), Just(b'w'), any::<u8>()]
+            prop_oneof![Just(b'-'), Just(b'w'), Just(b'k'), any::<u8>()]
         }
 
         proptest! {
@@ -459,7 +463,7 @@ mod tests {
                 for value in [&value[..], &value[..cut.min(value.len())], &tail[..]] {
                     let ours = value.len() > TOKEN_LEN
                         && value[..TOKEN_LEN].iter().all(|b| ALPHABET.contains(b))
-                        && matches!(value[TOKEN_LEN], b'-' | b'w');
+                        && matches!(value[TOKEN_LEN], b'-' | b'w' | b'k');
                     match parse_value(value) {
                         StoredValue::Redmutex { token, awaited, metadata } => {
                             prop_assert!(ours);

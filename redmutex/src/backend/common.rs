@@ -95,14 +95,31 @@ pub(crate) fn check_renewal_reply(answers: &[i64], leases: usize) -> Result<(), 
     )))
 }
 
-/// One try of an owner-checked release of `claim` on `conn`, for [`background::release`].
+/// One try of an owner-checked release of `claim` on `conn`, for [`background::release`];
+/// what is held is kept until `keep_until` (a minimum hold time), whenever the try runs.
 pub(crate) fn release_try<C: Connection>(
     conn: C,
     claim: Arc<dyn Claim>,
     token: Token,
+    keep_until: Option<Instant>,
 ) -> background::Try {
     Box::new(move || {
         let (mut conn, claim) = (conn.clone(), claim.clone());
-        Box::pin(async move { claim.release_unattended(&mut conn, &token).await.is_ok() })
+        Box::pin(async move {
+            let keep = keep_ms(keep_until);
+            claim
+                .release_unattended(&mut conn, &token, keep)
+                .await
+                .is_ok()
+        })
     })
+}
+
+/// How long from now a release must keep what is held: until `keep_until`, in whole
+/// milliseconds rounded up (never shorter); 0 when it has passed or there is none.
+pub(crate) fn keep_ms(keep_until: Option<Instant>) -> u64 {
+    let left = keep_until.map_or(Duration::ZERO, |until| {
+        until.saturating_duration_since(Instant::now())
+    });
+    u64::try_from(left.as_micros().div_ceil(1000)).unwrap_or(u64::MAX)
 }

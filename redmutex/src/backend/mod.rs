@@ -120,16 +120,18 @@ impl<C: Connection> Backend<C> {
     }
 
     /// Owner-checked release: [`Error::NotHeld`] if the claim was no longer held (what was
-    /// still ours is released all the same). `ttl` (when known) sizes Redlock's timeout.
+    /// still ours is released all the same). `ttl` (when known) sizes Redlock's timeout;
+    /// what is held is kept until `keep_until` (a minimum hold time) rather than freed.
     pub(crate) async fn release(
         &self,
         claim: &Arc<dyn Claim>,
         token: &Token,
         ttl: Option<Duration>,
+        keep_until: Option<Instant>,
     ) -> Result<(), Error> {
         match self {
-            Backend::Single(single) => single.release(&**claim, token).await,
-            Backend::Quorum(quorum) => quorum.release(claim, token, ttl).await,
+            Backend::Single(single) => single.release(&**claim, token, keep_until).await,
+            Backend::Quorum(quorum) => quorum.release(claim, token, ttl, keep_until).await,
         }
     }
 
@@ -146,12 +148,19 @@ impl<C: Connection> Backend<C> {
 
     /// Starts an owner-checked release on every node and returns at once (see
     /// [`crate::background`]: it is finished even if the runtime shuts down first, or there
-    /// is none). Used where waiting is impossible: in `Drop`.
-    pub(crate) fn release_in_background(&self, claim: Arc<dyn Claim>, token: Token) {
+    /// is none). Used where waiting is impossible: in `Drop`. What is held is kept until
+    /// `keep_until`, as for [`release`](Backend::release).
+    pub(crate) fn release_in_background(
+        &self,
+        claim: Arc<dyn Claim>,
+        token: Token,
+        keep_until: Option<Instant>,
+    ) {
         match self {
-            Backend::Single(single) => single.release_in_background(claim, token),
+            Backend::Single(single) => single.release_in_background(claim, token, keep_until),
             Backend::Quorum(quorum) => {
-                quorum.release_in_background(0..quorum.nodes().len(), claim, token)
+                let nodes = 0..quorum.nodes().len();
+                quorum.release_in_background(nodes, claim, token, keep_until)
             }
         }
     }

@@ -19,7 +19,7 @@ use redis::{RedisError, RedisResult, ScriptInvocation, Value};
 use tokio::time::Instant;
 
 use crate::backend::common::{
-    check_renewal_reply, release_try, Attempt, Renewal, Reply, TryResult, View,
+    check_renewal_reply, keep_ms, release_try, Attempt, Renewal, Reply, TryResult, View,
 };
 use crate::background;
 use crate::connection::Connection;
@@ -317,7 +317,7 @@ impl<C: Connection> Quorum<C> {
         wait: Duration,
     ) -> bool {
         self.fan_out(wait, |_, mut conn| async move {
-            claim.release_unattended(&mut conn, token).await
+            claim.release_unattended(&mut conn, token, 0).await
         })
         .await
         .iter()
@@ -331,10 +331,11 @@ impl<C: Connection> Quorum<C> {
         nodes: impl IntoIterator<Item = usize>,
         claim: Arc<dyn Claim>,
         token: Token,
+        keep_until: Option<Instant>,
     ) {
         for node in nodes {
             let conn = self.conns[node].clone();
-            background::release(release_try(conn, claim.clone(), token));
+            background::release(release_try(conn, claim.clone(), token, keep_until));
         }
     }
 
@@ -346,12 +347,14 @@ impl<C: Connection> Quorum<C> {
         claim: &Arc<dyn Claim>,
         token: &Token,
         ttl: Option<Duration>,
+        keep_until: Option<Instant>,
     ) -> Result<(), Error> {
         let started = Instant::now();
+        let keep = keep_ms(keep_until);
         let timeout = self.settings.timeout_for(ttl.unwrap_or(TTL_FOR_TIMEOUTS));
         let replies = self
             .fan_out(timeout, |_, mut conn| async move {
-                claim.release(&mut conn, token).await
+                claim.release(&mut conn, token, keep).await
             })
             .await;
         let failure = self.tally(replies, started.elapsed(), |released| match released {
@@ -361,7 +364,7 @@ impl<C: Connection> Quorum<C> {
         let unanswered = (failure.failures.iter())
             .filter(|f| f.error.is_unreachable())
             .map(|f| f.node);
-        self.release_in_background(unanswered, claim.clone(), *token);
+        self.release_in_background(unanswered, claim.clone(), *token, keep_until);
         match failure.agreed >= failure.needed {
             true => Ok(()),
             false => Err(self.lost_or_no_quorum(failure)),

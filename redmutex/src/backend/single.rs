@@ -7,7 +7,9 @@ use std::time::Duration;
 use redis::{RedisError, ScriptInvocation, Value};
 use tokio::time::Instant;
 
-use crate::backend::common::{check_renewal_reply, release_try, Attempt, Renewal, TryResult, View};
+use crate::backend::common::{
+    check_renewal_reply, keep_ms, release_try, Attempt, Renewal, TryResult, View,
+};
 use crate::background;
 use crate::classify::is_transient_redis;
 use crate::connection::Connection;
@@ -88,9 +90,14 @@ impl<C: Connection> Single<C> {
 
     /// Owner-checked release: [`Error::NotHeld`] if the claim was no longer held (what was
     /// still ours is released all the same).
-    pub(crate) async fn release(&self, claim: &dyn Claim, token: &Token) -> Result<(), Error> {
+    pub(crate) async fn release(
+        &self,
+        claim: &dyn Claim,
+        token: &Token,
+        keep_until: Option<Instant>,
+    ) -> Result<(), Error> {
         let mut conn = self.conn.clone();
-        match idempotent!(claim.release(&mut conn, token))? {
+        match idempotent!(claim.release(&mut conn, token, keep_ms(keep_until)))? {
             true => Ok(()),
             false => Err(Error::NotHeld),
         }
@@ -104,13 +111,18 @@ impl<C: Connection> Single<C> {
         wait: Duration,
     ) -> bool {
         let mut conn = self.conn.clone();
-        let release = claim.release_unattended(&mut conn, token);
+        let release = claim.release_unattended(&mut conn, token, 0);
         matches!(tokio::time::timeout(wait, release).await, Ok(Ok(())))
     }
 
     /// Starts an owner-checked release and returns at once (see [`background`]).
-    pub(crate) fn release_in_background(&self, claim: Arc<dyn Claim>, token: Token) {
-        background::release(release_try(self.conn.clone(), claim, token));
+    pub(crate) fn release_in_background(
+        &self,
+        claim: Arc<dyn Claim>,
+        token: Token,
+        keep_until: Option<Instant>,
+    ) {
+        background::release(release_try(self.conn.clone(), claim, token, keep_until));
     }
 
     /// Owner-checked refresh to `ttl_ms`. Returns the new validity.

@@ -68,6 +68,7 @@ pub struct Acquire<'a, C: Connection, P = Keys> {
     retry: Retry<'a>,
     deadline: Option<Duration>,
     on_failed_try: Option<Observer<'a>>,
+    min_hold: Option<Duration>,
 }
 
 impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
@@ -85,6 +86,7 @@ impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
             retry: Box::new(crate::retry::none()),
             deadline: None,
             on_failed_try: None,
+            min_hold: None,
         }
     }
 
@@ -139,10 +141,41 @@ impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
         self
     }
 
+    /// Holds what is acquired for at least `min_hold` from the acquire, however early it is
+    /// released (ShedLock's `lockAtLeastFor`): a release before then leaves it to expire at
+    /// that moment instead of freeing it, so that a scheduled job runs at most once per
+    /// period across the fleet even when it finishes fast and the hosts' clocks differ.
+    /// The period counts on this client's monotonic clock from the moment the successful
+    /// request was sent (the server keeps the key a little longer, never shorter). A
+    /// release after it frees at once; a lost lock is not kept. It may be longer than the
+    /// TTL: the release then extends what it keeps.
+    ///
+    /// ```
+    /// # async fn demo(locker: redmutex::Locker<redis::aio::MultiplexedConnection>) -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// // The hourly report: whoever gets it runs it; nobody else for the rest of the hour.
+    /// match locker.acquire("report:hourly", Duration::from_secs(600))
+    ///     .min_hold(Duration::from_secs(3600))
+    ///     .await
+    /// {
+    ///     Ok(lock) => { /* ... a few seconds of work ... */ lock.release().await?; }
+    ///     Err(e) if e.is_not_obtained() => {} // ran this hour already, or running
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn min_hold(mut self, min_hold: Duration) -> Self {
+        self.min_hold = Some(min_hold);
+        self
+    }
+
     async fn run(self) -> Result<Lock<C, P>, Error> {
         // Everything the caller got wrong is reported before the first request.
         let (what, claim) = self.claim?;
         let ttl_ms = args::ttl_millis(self.ttl)?;
+        if let Some(min_hold) = self.min_hold {
+            args::ttl_millis(min_hold).map_err(|e| with_argument(e, "min_hold"))?;
+        }
         if let Some(metadata) = &self.metadata {
             args::check_metadata(metadata)?;
         }
@@ -178,6 +211,7 @@ impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
             sent_at: obtained.sent_at,
             valid_until: obtained.valid_until,
             fence: obtained.fence,
+            keep_until: self.min_hold.and_then(|d| obtained.sent_at.checked_add(d)),
         };
         Ok(Lock::new(context.clone(), (what, claim.clone()), grant))
     }
@@ -368,8 +402,18 @@ impl<C: Connection> Drop for Tries<'_, '_, C> {
     /// before it knows.
     fn drop(&mut self) {
         if self.armed {
-            (self.backend).release_in_background(self.claim.clone(), self.token);
+            (self.backend).release_in_background(self.claim.clone(), self.token, None);
         }
+    }
+}
+
+/// A TTL-shaped argument's error, saying which argument it was about.
+fn with_argument(error: Error, name: &str) -> Error {
+    match error {
+        Error::InvalidArgument(invalid) => {
+            Error::invalid(invalid.argument, format!("{name}: {}", invalid.reason))
+        }
+        other => other,
     }
 }
 

@@ -60,6 +60,10 @@ pub struct Lock<C: Connection, P = Keys> {
     valid_until: Instant,
     /// Taken with the claim, or on the first [`Lock::fence`]; kept from then on.
     fence: tokio::sync::OnceCell<u64>,
+    /// A release before this leaves the claim to expire then ([`Acquire::min_hold`]).
+    ///
+    /// [`Acquire::min_hold`]: crate::Acquire::min_hold
+    keep_until: Option<Instant>,
     release_on_drop: bool,
 }
 
@@ -72,6 +76,8 @@ pub(crate) struct Grant {
     pub(crate) valid_until: Instant,
     /// The fence, when the acquire took it with the claim.
     pub(crate) fence: Option<u64>,
+    /// The end of the minimum hold time, if any.
+    pub(crate) keep_until: Option<Instant>,
 }
 
 impl<C: Connection, P> Lock<C, P> {
@@ -90,6 +96,7 @@ impl<C: Connection, P> Lock<C, P> {
             acquired_at: grant.sent_at,
             valid_until: grant.valid_until,
             fence: tokio::sync::OnceCell::new_with(grant.fence),
+            keep_until: grant.keep_until,
             release_on_drop: true,
         }
     }
@@ -109,6 +116,11 @@ impl<C: Connection, P> Lock<C, P> {
 
     pub(crate) fn acquired_at(&self) -> Instant {
         self.acquired_at
+    }
+
+    /// When a minimum hold time set by the acquire ends, if any.
+    pub(crate) fn keep_until(&self) -> Option<Instant> {
+        self.keep_until
     }
 
     /// Takes over the validity a lease knows (renewed, shortened, or lost).
@@ -274,7 +286,12 @@ impl<C: Connection, P> Lock<C, P> {
     pub async fn release(mut self) -> Result<(), Error> {
         let backend = &self.context.backend;
         let result = (backend)
-            .release(&self.claim, &self.token, Some(self.lease_ttl))
+            .release(
+                &self.claim,
+                &self.token,
+                Some(self.lease_ttl),
+                self.keep_until,
+            )
             .await;
         // Redis answered (released, or not ours any more): nothing left for Drop to do.
         // After a Redis error, Drop tries once more in the background. (A quorum backend
@@ -310,7 +327,7 @@ impl<C: Connection, P> Drop for Lock<C, P> {
     fn drop(&mut self) {
         if self.release_on_drop {
             let backend = &self.context.backend;
-            backend.release_in_background(self.claim.clone(), self.token);
+            backend.release_in_background(self.claim.clone(), self.token, self.keep_until);
         }
     }
 }

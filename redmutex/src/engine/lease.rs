@@ -190,6 +190,7 @@ impl<C: Connection, P> Lease<C, P> {
                     .checked_add(d)
                     .unwrap_or(acquired_at + MAX_HOLD_HORIZON)
             }),
+            keep_until: lock.keep_until(),
             state: state.clone(),
         };
         let context = lock.context();

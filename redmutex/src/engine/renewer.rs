@@ -60,6 +60,8 @@ pub(crate) struct Entry {
     pub(crate) next_renewal: Instant,
     pub(crate) valid_until: Instant,
     pub(crate) hold_until: Option<Instant>,
+    /// A minimum hold time's end: a lost lease's release keeps what is held until then.
+    pub(crate) keep_until: Option<Instant>,
     pub(crate) state: Arc<LeaseState>,
 }
 
@@ -280,7 +282,7 @@ fn expire<C: Connection>(leases: &mut HashMap<u64, Tracked>, now: Instant, backe
 /// nobody waits for a lock its owner has already given up on.
 fn lose<C: Connection>(entry: Entry, reason: LostReason, backend: &Backend<C>) {
     entry.state.end(reason);
-    backend.release_in_background(entry.claim, entry.token);
+    backend.release_in_background(entry.claim, entry.token, entry.keep_until);
 }
 
 /// Sends one renewal call per batch of leases that are due: per renewal script (one per

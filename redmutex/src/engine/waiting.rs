@@ -2,14 +2,19 @@
 //! `wakeup.rs`): joining before the first try or after a failed one, reporting each try,
 //! and pausing until woken or until the schedule's next try.
 
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::args::Keys;
 use crate::backend::common::{Attempt, TryResult};
+use crate::engine::inspect::LockInfo;
 use crate::engine::schedule::pause_until;
 use crate::engine::wakeup::{Entry, Hub, Member, Outcome, Wake};
+use crate::error::Error;
+use crate::retry::{self, Jitter, RetryExt};
 
 /// The waiting side of one acquire; without wake-up, it only pauses.
 pub(crate) struct Waiting {
@@ -90,6 +95,58 @@ impl Waiting {
                 pause_until(wake).await;
                 false
             }
+        }
+    }
+}
+
+/// Waits until `key` is free — as `read` finds it, marking its holder as awaited when asked
+/// — without taking it: `true` once free, `false` when `timeout` passed first.
+///
+/// With wake-up (`hub`), the holder's release wakes the wait; polling backs off from 10 ms
+/// to a second otherwise, and with wake-up it is the fallback for what no release
+/// announces. No wait lasts past the holder's expiry, when known.
+pub(crate) async fn until_free<F, R>(
+    hub: Option<&Arc<Hub>>,
+    key: &[u8],
+    timeout: Duration,
+    mut read: F,
+) -> Result<bool, Error>
+where
+    F: FnMut(bool) -> R,
+    R: Future<Output = Result<LockInfo, Error>>,
+{
+    let deadline = Instant::now().checked_add(timeout);
+    // Joined before the first look, so that no release after it goes unheard (once the
+    // subscription is confirmed, a re-check covers the moment before).
+    let mut member = hub.map(|hub| hub.join(key, true));
+    let mut polls = retry::exponential(Duration::from_millis(10), Duration::from_secs(1))
+        .jitter(Jitter::equal());
+    loop {
+        let info = read(member.is_some()).await?;
+        if !info.held {
+            // A turn this wait was given passes on to the next waiter as the member goes.
+            return Ok(true);
+        }
+        if let Some(member) = member.as_mut() {
+            member.tried(Outcome::Held);
+        }
+        let now = Instant::now();
+        if deadline.is_some_and(|deadline| now >= deadline) {
+            return Ok(false);
+        }
+        let poll = polls.next().unwrap_or(Duration::from_secs(1));
+        let mut wake = now + poll;
+        if let Some(ttl) = info.ttl {
+            // One millisecond more: the key is certainly gone by then.
+            wake = wake.min(now + ttl + Duration::from_millis(1));
+        }
+        let wake = deadline.map_or(wake, |deadline| wake.min(deadline));
+        match member.as_mut() {
+            Some(member) => tokio::select! {
+                _ = pause_until(wake) => {}
+                _ = member.woken() => {}
+            },
+            None => pause_until(wake).await,
         }
     }
 }

@@ -7,6 +7,33 @@
 -- WRONGTYPE error into a table) counts as held by someone else, and only values in
 -- redmutex's own format are ever marked; anything else is left as it is.
 
+-- Marks the value at `key` as awaited — its flag byte, right after the token of `length`
+-- bytes, becomes 'w' — so that its owner's release announces itself on the key's channel.
+-- Only a redmutex value not marked yet is changed.
+local function mark_awaited(key, value, length)
+  if type(value) == 'string' and string.sub(value, length + 1, length + 1) == '-'
+      and string.find(string.sub(value, 1, length), '^[%w_%-]+$') then
+    redis.call('setrange', key, length, 'w')
+  end
+end
+
+-- What `key` holds, and the latest fence of its counter `counter`: { pttl, type, fence },
+-- and, when the type is 'string', the value as a fourth element. pttl is -2 for a missing
+-- key and -1 for a key without expiry; fence is the counter as stored (false when there is
+-- none, or it is not a string).
+local function read_key(key, counter)
+  local kind = redis.call('type', key)['ok']
+  local ttl = redis.call('pttl', key)
+  local fence = redis.pcall('get', counter)
+  if type(fence) ~= 'string' then
+    fence = false
+  end
+  if kind == 'string' then
+    return { ttl, kind, fence, redis.call('get', key) }
+  end
+  return { ttl, kind, fence }
+end
+
 --- op: obtain
 -- take every key, or none of them; for a fenced acquire, hand out the next
 -- fence too.
@@ -34,9 +61,8 @@ local token = string.sub(ARGV[1], 1, length)
 for i = 1, count do
   local value = redis.pcall('get', KEYS[i])
   if value ~= false and not owned(value, token) then
-    if ARGV[4] == '1' and type(value) == 'string' and string.sub(value, length + 1, length + 1) == '-'
-        and string.find(string.sub(value, 1, length), '^[%w_%-]+$') then
-      redis.call('setrange', KEYS[i], length, 'w')
+    if ARGV[4] == '1' then
+      mark_awaited(KEYS[i], value, length)
     end
     return { i, redis.call('pttl', KEYS[i]) }
   end
@@ -86,6 +112,8 @@ return { 0, fence }
 -- delete the keys this owner still holds.
 -- KEYS:    the lock keys.
 -- ARGV[1]: the owner's token.
+-- ARGV[2]: (optional) keep: instead of deleting them, let the keys expire in this many
+--          milliseconds (a minimum hold time that has not passed yet).
 -- Returns: how many keys did NOT hold the token (0 means fully released).
 -- A key held by someone else, or missing, is never touched; the keys that still hold our
 -- token are deleted even when others are lost, so they do not block anyone until expiry.
@@ -95,11 +123,17 @@ return { 0, fence }
 -- announcement is a hint (waiters also poll): a PUBLISH refused (an ACL user without the
 -- channel) must not fail the release, so it goes through pcall.
 local token = ARGV[1]
+local keep = tonumber(ARGV[2] or '0')
 local missing = 0
 for _, key in ipairs(KEYS) do
   local value = redis.pcall('get', key)
   if owned(value, token) then
-    redis.call('del', key)
+    if keep > 0 then
+      redis.call('setrange', key, #token, 'k')
+      redis.call('pexpire', key, keep)
+    else
+      redis.call('del', key)
+    end
     if string.sub(value, #token + 1, #token + 1) == 'w' then
       redis.pcall('publish', key, 'released')
     end
@@ -166,24 +200,21 @@ end
 return least
 
 --- op: inspect
--- what a key holds, and the latest fence handed out for it, read by anyone,
--- atomically.
--- KEYS[1]: the key.
--- KEYS[2]: its fence counter.
--- Returns: { pttl, type, fence } and, when the type is 'string', the value as a fourth
---          element. pttl is -2 for a missing key and -1 for a key without expiry; fence is
---          the counter as stored (false when there is none, or it is not a string).
-local key = KEYS[1]
-local kind = redis.call('type', key)['ok']
-local ttl = redis.call('pttl', key)
-local fence = redis.pcall('get', KEYS[2])
-if type(fence) ~= 'string' then
-  fence = false
+-- what a key holds, and the latest fence handed out for it, read by anyone, atomically.
+-- KEYS[1]: the key.  KEYS[2]: its fence counter.
+-- Returns: as read_key.
+return read_key(KEYS[1], KEYS[2])
+
+--- op: await
+-- for a waiter that does not take the key: mark its holder as awaited, then read it.
+-- KEYS[1]: the key.  KEYS[2]: its fence counter.
+-- ARGV[1]: '1' to mark the holder (the waiter hears of releases), '0' to only read.
+-- ARGV[2]: the token's length.
+-- Returns: as read_key.
+if ARGV[1] == '1' then
+  mark_awaited(KEYS[1], redis.pcall('get', KEYS[1]), tonumber(ARGV[2]))
 end
-if kind == 'string' then
-  return { ttl, kind, fence, redis.call('get', key) }
-end
-return { ttl, kind, fence }
+return read_key(KEYS[1], KEYS[2])
 
 --- op: fence
 -- the fence of a lock taken without one, handed out when its holder first asks.

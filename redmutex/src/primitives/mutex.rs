@@ -25,9 +25,19 @@ operations!(
     RENEW = "renew",
     TTL = "ttl",
     INSPECT = "inspect",
+    AWAIT = "await",
     FENCE = "fence",
     RAISE_FENCE = "raise_fence",
 );
+
+/// The `await` call for one key (with the prefix): marks its holder as awaited when `mark`
+/// (so that its release announces itself), then reads it as [`inspect_call`] does.
+pub(crate) fn await_call(key: &[u8], mark: bool) -> ScriptInvocation<'static> {
+    let mut call = AWAIT.script().prepare_invoke();
+    call.key(key).key(counter_key(key));
+    call.arg(if mark { "1" } else { "0" }).arg(TOKEN_LEN);
+    call
+}
 
 /// The mutex's claim and its acquire and guard types.
 pub(crate) fn claim(keys: Keys) -> (Arc<Keys>, Arc<dyn Claim>) {
@@ -167,5 +177,28 @@ impl<C: Connection> Lease<C, Keys> {
     /// The keys, as stored in Redis.
     pub fn keys(&self) -> impl ExactSizeIterator<Item = &[u8]> {
         self.lock().what().iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_operation_has_its_section() {
+        for operation in [
+            &OBTAIN,
+            &OBTAIN_ONE,
+            &RELEASE,
+            &REFRESH,
+            &RENEW,
+            &TTL,
+            &INSPECT,
+            &AWAIT,
+            &FENCE,
+            &RAISE_FENCE,
+        ] {
+            assert!(operation.source().contains("redis.call"));
+        }
     }
 }

@@ -155,6 +155,8 @@ return { 0, fence }
 --- op: release
 -- 'release': give back the permits of the holder ARGV[1].
 -- KEYS:    holders, details.
+-- ARGV[2]: (optional) keep: instead of giving them back now, let them expire in this many
+--          milliseconds (a minimum hold time that has not passed yet).
 -- Returns: 0 when it held them (now free); 1 when it held none (expired, or never): the
 --          number of parts no longer held, as every primitive's release answers.
 -- When a waiter marked the details, the release announces on the holders key's channel how
@@ -171,6 +173,18 @@ local token = ARGV[1]
 local now = now_ms()
 local freed = reclaim(holders, details, now)
 local missing = 1
+local keep = tonumber(ARGV[2] or '0')
+if keep > 0 and redis.call('zscore', holders, token) then
+  -- Kept under another name ('~' and the token): still counted until it expires, but no
+  -- longer the owner's to renew or release — a renewal still in flight must not extend it.
+  local entry = redis.call('hget', details, token)
+  redis.call('zrem', holders, token)
+  redis.call('hdel', details, token)
+  redis.call('zadd', holders, now + keep, '~' .. token)
+  redis.call('hset', details, '~' .. token, entry)
+  tidy(holders, details)
+  return 0
+end
 if redis.call('zscore', holders, token) then
   local permits = permits_of(details, token)
   redis.call('zrem', holders, token)

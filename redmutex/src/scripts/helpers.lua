@@ -4,9 +4,12 @@
 
 -- Whether `value`, a GET reply taken through pcall, belongs to the owner of `token`: a
 -- string that starts with the token. A missing key (false) or a key of another type (an
--- error table) is nobody's lock of ours.
+-- error table) is nobody's lock of ours; nor is one its owner released into a minimum hold
+-- (flag byte 'k' after the token): kept until it expires, it is no longer the owner's to
+-- renew, refresh or release — a renewal still in flight must not extend it.
 local function owned(value, token)
   return type(value) == 'string' and string.sub(value, 1, #token) == token
+    and string.sub(value, #token + 1, #token + 1) ~= 'k'
 end
 
 -- Whether every key in KEYS[first..last] holds the owner's token.
