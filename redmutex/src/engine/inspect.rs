@@ -10,7 +10,7 @@ use crate::backend::common::{Reply, View};
 use crate::quorum::{blocks_quorum, NodeError};
 use crate::token::{parse_value, StoredValue, Token};
 
-/// What [`Locker::inspect`] sees at a key.
+/// What [`Locker::inspect`](crate::Locker::inspect) sees at a key.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct LockInfo {
@@ -33,7 +33,7 @@ pub struct LockInfo {
     /// on any node.
     pub foreign: bool,
     /// Some acquire waits for this lock and asked to be woken when it is released (see
-    /// [`Locker::with_wake_up`]). Redlock: on any node.
+    /// [`Locker::with_wake_up`](crate::Locker::with_wake_up)). Redlock: on any node.
     pub awaited: bool,
     /// The latest fence handed out for this key ([`Lock::fence`](crate::Lock::fence)),
     /// whether or not the lock is held now; `None` when no fenced acquisition took it yet.
@@ -48,7 +48,7 @@ pub struct LockInfo {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct NodeInfo {
-    /// The node's position in the list given to [`Locker::redlock`].
+    /// The node's position in the list given to [`Locker::redlock`](crate::Locker::redlock).
     pub node: usize,
     /// What the node holds, or why it could not be asked.
     pub info: Result<LockInfo, NodeError>,

@@ -23,12 +23,12 @@ pub enum LostReason {
         /// The last renewal error seen.
         last_error: Option<redis::RedisError>,
     },
-    /// The [`KeepAlive::max_hold`] limit was reached and the lock expired.
+    /// The [`KeepAlive::max_hold`](crate::KeepAlive::max_hold) limit was reached and the lock expired.
     HoldLimitReached,
     /// The owner released or dropped the lease: not a loss, but the lock is not held any
     /// more, so guarded work must stop all the same.
     Released,
-    /// The owner stopped the renewal ([`Lease::stop`]); the lock may still be held until
+    /// The owner stopped the renewal ([`Lease::stop`](crate::Lease::stop)); the lock may still be held until
     /// its TTL, but nothing renews it.
     Stopped,
 }
