@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use redmutex::{Check, Connection, Error, Finding, Level, LockInfo, Locker, Token};
+use redmutex::{Check, Connection, Error, Finding, Level, Lock, LockInfo, Locker, Token};
 
 use crate::exit::{self, Failure};
 use crate::output::{outln, stdout_was_closed};
@@ -29,11 +29,23 @@ pub async fn acquire<C: Connection>(
     args: AcquireArgs,
     urls: &[String],
 ) -> Result<u8, Failure> {
-    let lock = args
-        .lock
-        .acquire(locker, &args.keys, "redmutex-acquire", false)
-        .await
-        .map_err(|e| Failure::from_lock_error(&e, urls))?;
+    let what = "redmutex-acquire";
+    let failed = |e: redmutex::Error| Failure::from_lock_error(&e, urls);
+    match args.lock.fair {
+        true => {
+            let acquire =
+                (args.lock.acquire_fair(locker, &args.keys, what, false)).map_err(failed)?;
+            hand_over(acquire.await.map_err(failed)?).await
+        }
+        false => {
+            let acquire = args.lock.acquire(locker, &args.keys, what, false);
+            hand_over(acquire.await.map_err(failed)?).await
+        }
+    }
+}
+
+/// Prints the token of `lock` and leaves it in Redis.
+async fn hand_over<C: Connection, P>(lock: Lock<C, P>) -> Result<u8, Failure> {
     let token = lock.token();
     if let Err(mut failure) = outln!("{token}") {
         let released = match lock.release().await {

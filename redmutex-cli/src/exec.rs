@@ -15,7 +15,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use redmutex::{Connection, Lease, Locker, LostReason};
+use redmutex::{Acquire, Connection, Lease, Locker, LostReason};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::time::Instant;
 
@@ -29,8 +29,29 @@ pub async fn run<C: Connection>(
     urls: &[String],
 ) -> Result<u8, Failure> {
     let program = args.command[0].to_string_lossy().into_owned();
-    let lease = take_lease(locker, &args, &program, urls).await?;
+    let fenced = locker.fences();
+    let failed = |e: redmutex::Error| Failure::from_lock_error(&e, urls);
+    match args.lock.fair {
+        true => {
+            let acquire =
+                (args.lock.acquire_fair(locker, &args.keys, &program, fenced)).map_err(failed)?;
+            let lease = take_lease(acquire, &args, urls).await?;
+            hold(lease, &args, &program).await
+        }
+        false => {
+            let acquire = args.lock.acquire(locker, &args.keys, &program, fenced);
+            let lease = take_lease(acquire, &args, urls).await?;
+            hold(lease, &args, &program).await
+        }
+    }
+}
 
+/// Runs the command while `lease` is held; stops it if the lease is lost.
+async fn hold<C: Connection, P>(
+    lease: Lease<C, P>,
+    args: &ExecArgs,
+    program: &str,
+) -> Result<u8, Failure> {
     // From here on, these signals are forwarded to the command instead of ending redmutex.
     let mut signals = Forwarded::new()
         .map_err(|e| Failure::new(exit::UNAVAILABLE, format!("cannot handle signals: {e}")))?;
@@ -43,7 +64,7 @@ pub async fn run<C: Connection>(
         .ok();
     become_subreaper();
 
-    let mut child = match spawn_command(&args, &lease, terminal.as_ref()) {
+    let mut child = match spawn_command(args, &lease, terminal.as_ref()) {
         Ok(child) => child,
         Err(e) => {
             // The child may have taken the terminal before exec failed.
@@ -109,14 +130,11 @@ pub async fn run<C: Connection>(
 
 /// Takes the lock (with its fence for REDMUTEX_FENCE, unless fences are off) and keeps it
 /// alive.
-async fn take_lease<C: Connection>(
-    locker: &Locker<C>,
+async fn take_lease<C: Connection, P: Send + Sync>(
+    mut acquire: Acquire<'_, C, P>,
     args: &ExecArgs,
-    program: &str,
     urls: &[String],
-) -> Result<Lease<C>, Failure> {
-    let fenced = locker.fences();
-    let mut acquire = args.lock.acquire(locker, &args.keys, program, fenced);
+) -> Result<Lease<C, P>, Failure> {
     if let Some(min_hold) = args.min_hold {
         acquire = acquire.min_hold(min_hold);
     }
@@ -133,9 +151,9 @@ async fn take_lease<C: Connection>(
 
 /// Starts the command in a process group of its own (the terminal's foreground group if
 /// redmutex has the terminal), with the lock's details in its environment.
-fn spawn_command<C: Connection>(
+fn spawn_command<C: Connection, P>(
     args: &ExecArgs,
-    lease: &Lease<C>,
+    lease: &Lease<C, P>,
     terminal: Option<&Terminal>,
 ) -> io::Result<tokio::process::Child> {
     let mut command = tokio::process::Command::new(&args.command[0]);
@@ -163,10 +181,10 @@ fn spawn_command<C: Connection>(
 /// left running (`sh -c 'job & exit'`) still count as the command, as with `flock(1)`, so
 /// the lock is held and renewed until the group is empty. Returns the command's own exit
 /// status, or why the lease was lost first.
-async fn supervise<C: Connection>(
+async fn supervise<C: Connection, P>(
     child: &mut tokio::process::Child,
     pgid: libc::pid_t,
-    lease: &Lease<C>,
+    lease: &Lease<C, P>,
     signals: &mut Forwarded,
 ) -> Result<Option<ExitStatus>, LostReason> {
     let status = loop {

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use redmutex::retry::{self, Jitter, RetryExt};
-use redmutex::{Acquire, Connection, KeepAlive, Locker, QuorumSettings};
+use redmutex::{Acquire, Connection, FairKey, KeepAlive, Locker, QuorumSettings};
 
 use crate::exit::Failure;
 
@@ -115,6 +115,11 @@ struct LockArgs {
     /// Text stored with the lock for `inspect` (default: host, pid and command).
     #[arg(long, value_name = "TEXT")]
     metadata: Option<String>,
+
+    /// Wait in line: waiters on every host get the lock in the order they came (one key,
+    /// on one server or a cluster; a waiter that dies leaves the line within 3 s).
+    #[arg(long)]
+    fair: bool,
 }
 
 #[derive(Args, Debug)]
@@ -294,8 +299,12 @@ fn check_arguments(command: &Command, prefix: &str, urls: &[String]) -> Result<(
             if args.min_hold.is_some_and(|d| d < redmutex::MIN_TTL) {
                 return Err(Failure::usage("--min-hold must be at least 1ms"));
             }
+            args.lock.check_fair(&args.keys, urls)?;
         }
-        Command::Acquire(_) => commands::check_token_can_be_handed_over()?,
+        Command::Acquire(args) => {
+            args.lock.check_fair(&args.keys, urls)?;
+            commands::check_token_can_be_handed_over()?
+        }
         _ => {}
     }
     check_sizes(command, prefix)
@@ -365,11 +374,46 @@ impl LockArgs {
         what: &str,
         fenced: bool,
     ) -> Acquire<'a, C> {
+        self.configure(locker.acquire_all(keys, self.ttl), what, fenced)
+    }
+
+    /// As [`acquire`](LockArgs::acquire), in line (`--fair`) for the one key.
+    fn acquire_fair<'a, C: Connection>(
+        &self,
+        locker: &Locker<C>,
+        keys: &[String],
+        what: &str,
+        fenced: bool,
+    ) -> Result<Acquire<'a, C, FairKey>, redmutex::Error> {
+        let fair = locker.fair_lock(keys.first().map_or("", String::as_str))?;
+        Ok(self.configure(fair.acquire(self.ttl), what, fenced))
+    }
+
+    /// `--fair` locks one key, on one server or a cluster: refused before connecting.
+    fn check_fair(&self, keys: &[String], urls: &[String]) -> Result<(), Failure> {
+        if self.fair && keys.len() > 1 {
+            return Err(Failure::usage("--fair locks one key, not several"));
+        }
+        if self.fair && urls.len() > 1 {
+            return Err(Failure::usage(
+                "--fair needs one server or a cluster: the nodes of a Redlock quorum would \
+                 each keep their own line, in their own order",
+            ));
+        }
+        Ok(())
+    }
+
+    fn configure<'a, C: Connection, P: Send + Sync + 'a>(
+        &self,
+        acquire: Acquire<'a, C, P>,
+        what: &str,
+        fenced: bool,
+    ) -> Acquire<'a, C, P> {
         let metadata = self
             .metadata
             .clone()
             .unwrap_or_else(|| default_metadata(what));
-        let mut acquire = locker.acquire_all(keys, self.ttl).metadata(metadata);
+        let mut acquire = acquire.metadata(metadata);
         if fenced {
             acquire = acquire.with_fence();
         }

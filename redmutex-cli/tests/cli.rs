@@ -1395,3 +1395,59 @@ fn exec_min_hold_runs_at_most_once_per_period() {
     let out = run(redmutex(&server).args(["exec", "--min-hold", "0s", "x", "--", "true"]));
     assert_eq!(code(&out), 64, "{}", stderr(&out));
 }
+
+/// Waiters in a fair lock's line, as the server counts them.
+fn in_line(server: &RedisServer, key: &str) -> u64 {
+    let reply = server.command(&["ZCARD", &format!("{{{key}}}:queue")]);
+    reply.trim().trim_start_matches(':').parse().unwrap()
+}
+
+/// `exec --fair`: separate processes run in the order they came; a waiting process that
+/// is SIGKILLed holds the line only until its heartbeat runs out (3 s); bad combinations
+/// are usage errors.
+#[test]
+fn fair_execs_of_separate_processes_run_in_arrival_order() {
+    let server = RedisServer::spawn();
+    let out = run(redmutex(&server).args(["acquire", "--fair", "--ttl", "1m", "line"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let token = stdout(&out).trim().to_owned();
+    let dir = scratch("fair");
+    let log = dir.join("order");
+    let mut waiters = Vec::new();
+    for i in 0..4 {
+        let append = format!("echo {i} >> {}", log.display());
+        let child = redmutex(&server)
+            .args(["exec", "--fair", "line", "--", "sh", "-c", &append])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        waiters.push(child);
+        let until = Instant::now() + Duration::from_secs(5);
+        while in_line(&server, "line") < i + 1 {
+            assert!(Instant::now() < until, "waiter {i} never got in line");
+            thread::sleep(ms(10));
+        }
+    }
+    // The second in line dies without a word.
+    waiters[1].kill().unwrap();
+    waiters[1].wait().unwrap();
+    let released = Instant::now();
+    let out = run(redmutex(&server).args(["release", "--token", &token, "line"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    for i in [0, 2, 3] {
+        assert!(wait_child(&mut waiters[i], Duration::from_secs(10)).success());
+    }
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "0\n2\n3\n");
+    // The dead waiter held the line for its heartbeat at most, not for good.
+    assert!(released.elapsed() < ms(5_000), "{:?}", released.elapsed());
+    assert_eq!(in_line(&server, "line"), 0);
+    assert!(!exists(&server, "line"));
+
+    let out = run(redmutex(&server).args(["exec", "--fair", "a", "b", "--", "true"]));
+    assert_eq!(code(&out), 64, "{}", stderr(&out));
+    assert!(stderr(&out).contains("one key"), "{}", stderr(&out));
+    let url = server.url();
+    let out = run(redmutex(&server).args(["--redis", &url, "acquire", "--fair", "a"]));
+    assert_eq!(code(&out), 64, "{}", stderr(&out));
+    assert!(stderr(&out).contains("Redlock"), "{}", stderr(&out));
+}

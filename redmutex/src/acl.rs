@@ -3,16 +3,20 @@
 /// The commands redmutex sends, or that its scripts run: `EVALSHA` (every script call),
 /// `EVAL` and `SCRIPT LOAD` (a script's first use, and clean-up that cannot wait for a
 /// reply), `SET` (a plain acquire) and the commands inside the scripts (`TIME` starts a
-/// fence counter from the server's clock), `SUBSCRIBE`, `UNSUBSCRIBE` and `PING` for the
-/// wake-up subscriber.
-const COMMANDS: &str = "+evalsha +eval +script|load +set +get +del +pexpire +pttl +type \
-                        +setrange +time +publish +subscribe +unsubscribe +ping";
+/// fence counter from the server's clock; the sorted-set and hash commands keep a
+/// semaphore's holders and a fair lock's queue), `SUBSCRIBE`, `UNSUBSCRIBE` and `PING` for
+/// the wake-up subscriber.
+const COMMANDS: &str = "+evalsha +eval +script|load +set +get +del +pexpire +pexpireat +pttl \
+                        +type +setrange +time +publish +subscribe +unsubscribe +ping +zadd \
+                        +zrem +zscore +zcard +zrange +zrevrange +zrangebyscore \
+                        +zremrangebyscore +hget +hset +hdel +hexists +hincrby";
 
 /// The ACL rule for a user that locks keys under `prefix`: the commands redmutex needs,
-/// the lock keys (`~PREFIX*`), their fence counters (`~{PREFIX*}:fence`, and
-/// `~{*}:fence:PREFIX*` for keys with a hash tag or a `}`) and the wake-up channels
-/// (`&PREFIX*`); nothing else. Glob characters in the prefix are escaped. Append it to
-/// `ACL SETUSER NAME on >PASSWORD` (or an ACL file's `user NAME on >PASSWORD` line).
+/// the lock keys (`~PREFIX*`), the keys beside them — fence counters, a semaphore's
+/// details, a fair lock's queue (`~{PREFIX*}:*`, and `~{*}:*:PREFIX*` for keys with a hash
+/// tag or a `}`) — and the wake-up channels (`&PREFIX*`); nothing else. Glob characters in
+/// the prefix are escaped. Append it to `ACL SETUSER NAME on >PASSWORD` (or an ACL file's
+/// `user NAME on >PASSWORD` line).
 ///
 /// A user without it gets errors for which
 /// [`Error::is_permission_denied`](crate::Error::is_permission_denied) is true.
@@ -20,15 +24,16 @@ const COMMANDS: &str = "+evalsha +eval +script|load +set +get +del +pexpire +ptt
 /// ```
 /// assert_eq!(
 ///     redmutex::acl_rule("app:"),
-///     "resetkeys ~app:* ~{app:*}:fence ~{*}:fence:app:* resetchannels &app:* -@all \
-///      +evalsha +eval +script|load +set +get +del +pexpire +pttl +type +setrange +time \
-///      +publish +subscribe +unsubscribe +ping"
+///     "resetkeys ~app:* ~{app:*}:* ~{*}:*:app:* resetchannels &app:* -@all +evalsha \
+///      +eval +script|load +set +get +del +pexpire +pexpireat +pttl +type +setrange +time \
+///      +publish +subscribe +unsubscribe +ping +zadd +zrem +zscore +zcard +zrange \
+///      +zrevrange +zrangebyscore +zremrangebyscore +hget +hset +hdel +hexists +hincrby"
 /// );
 /// ```
 pub fn acl_rule(prefix: &str) -> String {
     let prefix = escape_glob(prefix);
     format!(
-        "resetkeys ~{prefix}* ~{{{prefix}*}}:fence ~{{*}}:fence:{prefix}* \
+        "resetkeys ~{prefix}* ~{{{prefix}*}}:* ~{{*}}:*:{prefix}* \
          resetchannels &{prefix}* -@all {COMMANDS}"
     )
 }

@@ -90,16 +90,14 @@ impl Keys {
 
 /// The error for a key named like a companion key (see [`crate::fence::reserved_as`]).
 fn reserved(key: &[u8], kind: crate::fence::Companion) -> Error {
-    let (suffix, what) = match kind {
-        crate::fence::Companion::Fence => ("fence", "fence counters"),
-        crate::fence::Companion::Permits => ("permits", "semaphores' details"),
-    };
+    let suffix = String::from_utf8_lossy(kind.suffix());
     Error::invalid(
         Argument::Key,
         format!(
-            "{:?} is reserved: keys of the form {{…}}:{suffix} and {{…}}:{suffix}:… \
-             (prefix included) are {what}; choose another name or a prefix",
-            String::from_utf8_lossy(key)
+            "{:?} is reserved: keys of the form {{…}}{suffix} and {{…}}{suffix}:… \
+             (prefix included) are {}; choose another name or a prefix",
+            String::from_utf8_lossy(key),
+            kind.what()
         ),
     )
 }

@@ -103,6 +103,8 @@ pub enum Argument {
     Limit,
     /// How many permits of a semaphore to take: zero, or more than its limit.
     Permits,
+    /// A fair lock's waiters' heartbeat: out of range.
+    Heartbeat,
 }
 
 impl Error {
@@ -218,6 +220,7 @@ impl fmt::Display for Argument {
             Argument::Fences => "fences",
             Argument::Limit => "limit",
             Argument::Permits => "permits",
+            Argument::Heartbeat => "heartbeat",
         })
     }
 }

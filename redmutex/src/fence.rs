@@ -18,8 +18,9 @@
 //!
 //! A tag never contains `}`, so these names cannot collide with each other. Lock keys
 //! (prefix included) of the forms `{…}:fence` and `{…}:fence:…` are refused
-//! ([`reserved_as`]), so no lock key can ever be a counter; the same goes for the details
-//! key of a semaphore (`{…}:permits`, `{…}:permits:…`).
+//! ([`reserved_as`]), so no lock key can ever be a counter; the same goes for the other
+//! companions: a semaphore's details (`:permits`) and a fair lock's queue (`:queue`) and
+//! heartbeats (`:beats`).
 //!
 //! Counters expire [`DEFAULT_RETENTION`] (configurable) after their last use, so that keys
 //! locked once do not leave a key behind forever. A missing counter counts on from the
@@ -70,23 +71,44 @@ pub(crate) enum Companion {
     Fence,
     /// A semaphore's holders' details (permits, metadata, the agreed limit).
     Permits,
+    /// A fair lock's waiters, in arrival order.
+    Queue,
+    /// A fair lock's waiters' heartbeats.
+    Beats,
 }
 
 impl Companion {
     /// Every kind, for the reserved-name check.
-    const ALL: [Companion; 2] = [Companion::Fence, Companion::Permits];
+    pub(crate) const ALL: [Companion; 4] = [
+        Companion::Fence,
+        Companion::Permits,
+        Companion::Queue,
+        Companion::Beats,
+    ];
 
     /// The part of the name after the tag's `}`.
     pub(crate) fn suffix(self) -> &'static [u8] {
         match self {
             Companion::Fence => b":fence",
             Companion::Permits => b":permits",
+            Companion::Queue => b":queue",
+            Companion::Beats => b":beats",
+        }
+    }
+
+    /// What such keys are, for messages.
+    pub(crate) fn what(self) -> &'static str {
+        match self {
+            Companion::Fence => "fence counters",
+            Companion::Permits => "semaphores' details",
+            Companion::Queue => "fair locks' queues",
+            Companion::Beats => "fair locks' waiters' heartbeats",
         }
     }
 }
 
 /// The name of `key`'s companion of this kind, in `key`'s hash slot (see the module docs:
-/// `{K}:fence`, `{t}:fence:K`, or `{T}:fence:K`, and the same with `:permits`).
+/// `{K}:fence`, `{t}:fence:K`, or `{T}:fence:K`, and the same with the other suffixes).
 pub(crate) fn companion_key(key: &[u8], kind: Companion) -> Vec<u8> {
     let suffix = kind.suffix();
     let mut name = Vec::with_capacity(key.len() + 16);
@@ -120,7 +142,7 @@ fn is_counter_name(key: &[u8]) -> bool {
 }
 
 /// Which companion `key` (with the prefix) is named like, if any — `{…}:fence`,
-/// `{…}:fence:…`, `{…}:permits`, `{…}:permits:…` with no `}` inside the braces: such a
+/// `{…}:fence:…`, `{…}:permits`, `{…}:queue:…` and so on, with no `}` inside the braces: such a
 /// name may not be a lock key or a semaphore.
 pub(crate) fn reserved_as(key: &[u8]) -> Option<Companion> {
     let rest = key.strip_prefix(b"{")?;

@@ -250,6 +250,9 @@ pub use engine::wakeup::WakeUpState;
 pub use error::{Argument, Error, InvalidArgument, NotObtained};
 pub use fence::{hash_slot, DEFAULT_FENCE_RETENTION};
 pub use locker::Locker;
+pub use primitives::fair::{
+    FairGuard, FairKey, FairLock, FairLockInfo, DEFAULT_HEARTBEAT, MIN_HEARTBEAT,
+};
 pub use primitives::semaphore::{
     Permit, PermitHolder, Permits, Semaphore, SemaphoreInfo, MAX_PERMITS,
 };

@@ -15,6 +15,7 @@ use crate::engine::waiting;
 use crate::engine::wakeup::{Hub, WakeUpState};
 use crate::error::{Argument, Error};
 use crate::fence::MIN_FENCE_RETENTION;
+use crate::primitives::fair::FairLock;
 use crate::primitives::mutex;
 use crate::primitives::semaphore::Semaphore;
 use crate::quorum::QuorumSettings;
@@ -478,6 +479,29 @@ impl<C: Connection> Locker<C> {
     /// ```
     pub fn semaphore(&self, name: impl AsRef<[u8]>, limit: u32) -> Result<Semaphore<C>, Error> {
         Semaphore::new(self.context.clone(), self.keys([name])?, limit)
+    }
+
+    /// A fair lock on `key` (with this locker's prefix): its waiters, in every process, get
+    /// it in the order they came; see [`FairLock`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`]: a bad key (as for [`acquire`](Locker::acquire)), or a
+    /// Redlock locker — each node would keep its own queue, and no order would hold
+    /// across them. Use one node (with Sentinel for failover) or a cluster.
+    ///
+    /// ```
+    /// # async fn demo(locker: redmutex::Locker<redis::aio::MultiplexedConnection>) -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// use redmutex::retry;
+    /// let ledger = locker.fair_lock("ledger")?;
+    /// let guard = ledger.acquire(Duration::from_secs(10))
+    ///     .retry(retry::constant(Duration::from_millis(500)))
+    ///     .await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fair_lock(&self, key: impl AsRef<[u8]>) -> Result<FairLock<C>, Error> {
+        FairLock::new(self.context.clone(), self.keys([key])?)
     }
 
     /// Starts acquiring a lock on `key` for `ttl`; configure and `.await` the returned

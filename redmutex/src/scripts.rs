@@ -49,7 +49,7 @@ macro_rules! operations {
         /// The primitive's Lua file, one section per operation.
         const FILE: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/", $file));
         $(
-            static $name: std::sync::LazyLock<$crate::scripts::Operation> =
+            pub(crate) static $name: std::sync::LazyLock<$crate::scripts::Operation> =
                 std::sync::LazyLock::new(|| $crate::scripts::Operation::new(FILE, $op));
         )*
     };
@@ -127,6 +127,19 @@ pub(crate) trait Claim: Send + Sync + 'static {
     /// integer per claim, in order: 1 renewed, 0 not held.
     fn add_renewal(&self, call: &mut ScriptInvocation<'static>, token: &Token, ttl_ms: u64);
 
+    /// Its waiters queue in Redis (a fair lock), as [`Queue`] describes, rather than only
+    /// in each locker's wake-up hub: `None` for a claim whose waiters just try.
+    fn queue(&self, _token: &Token) -> Option<Queue> {
+        None
+    }
+
+    /// Hands `add` the keys of a release, in order: the claim's own keys, and whatever
+    /// else a release must change (a fair lock's queue, which a waiter that gives up
+    /// leaves through its release).
+    fn release_keys(&self, add: &mut dyn FnMut(&[u8])) {
+        self.script_keys(false, add);
+    }
+
     /// One owner at a time holds it (a lock), rather than several at once (a semaphore's
     /// permits): a release then frees it for one waiter, and a newcomer may queue behind
     /// waiters without a try of its own (see `engine/wakeup.rs`).
@@ -147,7 +160,10 @@ pub(crate) trait Claim: Send + Sync + 'static {
     /// still held is released either way). `keep_ms` > 0: instead of deleting it, let what
     /// is still held expire in that many milliseconds (a minimum hold time).
     fn release<'a>(&'a self, conn: Conn<'a>, token: &'a Token, keep_ms: u64) -> Call<'a, bool> {
-        let mut call = self.call(self.operations().release, false);
+        let mut call = self.operations().release.script().prepare_invoke();
+        self.release_keys(&mut |key| {
+            call.key(key);
+        });
         call.arg(token.as_bytes());
         if keep_ms > 0 {
             call.arg(keep_ms);
@@ -169,7 +185,7 @@ pub(crate) trait Claim: Send + Sync + 'static {
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(self.operations().release.source());
         let mut keys: Vec<Vec<u8>> = Vec::new();
-        self.script_keys(false, &mut |key| keys.push(key.to_vec()));
+        self.release_keys(&mut |key| keys.push(key.to_vec()));
         cmd.arg(keys.len()).arg(keys).arg(token.as_bytes());
         if keep_ms > 0 {
             cmd.arg(keep_ms);
@@ -266,6 +282,22 @@ pub(crate) struct ObtainTry<'a> {
     /// The caller waits for a release (see `engine/wakeup.rs`): what it finds held is
     /// marked as awaited so that its release publishes a wake-up, and its TTL is read.
     pub(crate) waiting: bool,
+    /// The caller may wait: a claim whose waiters queue in Redis ([`Claim::queue`])
+    /// queues it (or renews its place) when it is not its turn.
+    pub(crate) queue: bool,
+}
+
+/// How the waiters of a claim queue in Redis (a fair lock): a try that is not the
+/// waiter's turn leaves its place in the queue, renewed by each try and dropped by the
+/// server when no try came for a heartbeat — so a waiter tries at least every `every`;
+/// a waiter that gives up leaves the queue through the claim's release; and its turn is
+/// announced on a channel of its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Queue {
+    /// The channel on which the waiter's turn is announced.
+    pub(crate) channel: Vec<u8>,
+    /// The longest pause between a waiter's tries: a third of its heartbeat.
+    pub(crate) every: Duration,
 }
 
 /// The arguments of [`Claim::raise_fence`].

@@ -168,6 +168,57 @@ async fn the_minimal_acl_rule_is_enough() {
     }
 }
 
+/// The same rule is enough for a semaphore and a fair lock: their companion keys (details,
+/// queue, heartbeats) and the scripts' sorted-set and hash commands; a fair waiter's own
+/// wake-up channel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_minimal_acl_rule_is_enough_for_every_primitive() {
+    let server = RedisServer::spawn_with(ServerOptions {
+        extra_args: testkit::acl_user(&minimal_rule("locker", "s3cret")),
+        ..ServerOptions::default()
+    });
+    let url = format!("redis://locker:s3cret@127.0.0.1:{}", server.port());
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let locker = Locker::new(redmutex::connect(&url).await.unwrap())
+        .with_prefix("app:")
+        .with_wake_up([client])
+        .unwrap();
+
+    let permits = locker.semaphore("{tagged}:pool", 2).unwrap();
+    let mut permit = permits.acquire(2, ms(10_000)).with_fence().await.unwrap();
+    let waiting = tokio::spawn(
+        (permits.acquire(1, ms(10_000)))
+            .retry(retry::constant(Duration::from_secs(30)))
+            .deadline(Duration::from_secs(20))
+            .into_future(),
+    );
+    permit.refresh(ms(10_000)).await.unwrap();
+    assert_eq!(permits.inspect().await.unwrap().used, 2);
+    permit.release().await.unwrap();
+    waiting.await.unwrap().unwrap().release().await.unwrap();
+
+    let fair = (locker.fair_lock("line").unwrap())
+        .with_heartbeat(ms(60_000))
+        .unwrap();
+    let held = fair.acquire(ms(10_000)).with_fence().await.unwrap();
+    let waiting = tokio::spawn(
+        (fair.acquire(ms(10_000)))
+            .retry(retry::constant(Duration::from_secs(30)))
+            .deadline(Duration::from_secs(20))
+            .into_future(),
+    );
+    let until = tokio::time::Instant::now() + ms(3_000);
+    while fair.inspect().await.unwrap().waiters.is_empty() {
+        assert!(tokio::time::Instant::now() < until, "never in line");
+        tokio::time::sleep(ms(10)).await;
+    }
+    // Woken on its own channel (it tries again only after 20 s): the channel is allowed.
+    tokio::time::sleep(ms(300)).await;
+    held.release().await.unwrap();
+    let next = tokio::time::timeout(ms(900), waiting).await.unwrap();
+    next.unwrap().unwrap().release().await.unwrap();
+}
+
 /// A user without the rule's commands gets an error that says "no permission", not
 /// transient, and nothing is written; a key outside the user's pattern likewise.
 #[tokio::test]

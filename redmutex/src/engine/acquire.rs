@@ -24,7 +24,7 @@ use crate::engine::schedule::{Retry, Schedule};
 use crate::engine::tally::{FailedTry, Observer, Reason, Tally};
 use crate::engine::waiting::Waiting;
 use crate::error::{Argument, Error};
-use crate::scripts::{Claim, ObtainTry};
+use crate::scripts::{Claim, ObtainTry, Queue};
 use crate::token::{self, Token};
 
 /// A pending acquire: set options, then `.await` it.
@@ -191,6 +191,7 @@ impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
         let tries = Tries {
             backend: &context.backend,
             claim: &claim,
+            queue: claim.queue(&token),
             value: token::lock_value(&token, self.metadata.as_deref()),
             token,
             ttl_ms,
@@ -233,6 +234,8 @@ impl<'a, C: Connection, P: Send + Sync + 'a> IntoFuture for Acquire<'a, C, P> {
 struct Tries<'r, 'a, C: Connection> {
     backend: &'r Backend<C>,
     claim: &'r Arc<dyn Claim>,
+    /// The claim's waiters queue in Redis (a fair lock).
+    queue: Option<Queue>,
     token: Token,
     /// Token, awaited flag, metadata.
     value: Vec<u8>,
@@ -289,8 +292,9 @@ impl<C: Connection> Tries<'_, '_, C> {
                 self.tally.attempts += 1;
             }
             // On a key this locker's waiters are subscribed to, a newcomer that may wait
-            // joins them before its first try.
-            let queued = match first && self.schedule.may_wait() {
+            // joins them before its first try — unless waiters queue in Redis, where the
+            // first try takes the newcomer's place in line.
+            let queued = match first && self.queue.is_none() && self.schedule.may_wait() {
                 true => self.waiting.enter(keys),
                 false => None,
             };
@@ -322,9 +326,17 @@ impl<C: Connection> Tries<'_, '_, C> {
             let Some(wake) = wake else {
                 return Err(self.give_up().await);
             };
-            self.waiting.join(keys, held);
-            // A held key that expires before the next try is due is tried when it expires.
+            // A waiter in a queue hears of its turn on a channel of its own.
+            let channel = match &self.queue {
+                Some(queue) => held.map(|_| &queue.channel[..]),
+                None => held.and_then(|index| keys.get(index)),
+            };
+            self.waiting.join(channel);
+            // A held key that expires before the next try is due is tried when it expires;
+            // a queued waiter tries at least once per heartbeat interval, which keeps its
+            // place.
             let wake = expires.map_or(wake, |expires| expires.min(wake));
+            let wake = (self.queue.as_ref()).map_or(wake, |queue| wake.min(now + queue.every));
             recheck = self.waiting.pause(wake).await;
         }
     }
@@ -345,6 +357,7 @@ impl<C: Connection> Tries<'_, '_, C> {
         if waiting {
             token::mark_awaited(&mut self.value);
         }
+        let queue = self.queue.is_some() && self.schedule.may_wait();
         let request = ObtainTry {
             value: &self.value,
             token: &self.token,
@@ -353,12 +366,16 @@ impl<C: Connection> Tries<'_, '_, C> {
             retention_ms: self.retention_ms,
             retrying_own,
             waiting,
+            queue,
         };
         let claim = &**self.claim;
         let attempt = (self.backend)
             .try_obtain(claim, request, sent_at, try_until)
             .await;
-        self.armed = attempt.may_hold;
+        // A waiter that is (or may be) in the queue must leave it when it gives up.
+        let in_queue = self.queue.is_some() && (queue || retrying_own);
+        let obtained = matches!(attempt.result, TryResult::Obtained { .. });
+        self.armed = attempt.may_hold || (in_queue && !obtained);
         self.waiting.tried(&attempt);
         // One millisecond more: the key is certainly gone by then.
         let expires = (attempt.held_ttl)

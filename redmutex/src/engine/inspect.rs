@@ -54,7 +54,7 @@ pub struct NodeInfo {
     pub info: Result<LockInfo, NodeError>,
 }
 
-/// What one node holds at a key: the reply of the mutex's `inspect`.
+/// What one node holds at a key: the reply of the scripts' `read_key`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct RawKey {
     /// PTTL: -2 missing, -1 no expiry.
@@ -191,6 +191,20 @@ fn quorum_ttl(mut ttls: Vec<i64>, needed: usize) -> Option<Duration> {
 }
 
 impl LockInfo {
+    /// A free key, as nobody's reply showed it.
+    pub(crate) fn free(key: &[u8]) -> LockInfo {
+        LockInfo {
+            key: key.to_vec(),
+            held: false,
+            ttl: None,
+            metadata: None,
+            foreign: false,
+            awaited: false,
+            fence: None,
+            nodes: Vec::new(),
+        }
+    }
+
     /// The key as text (invalid UTF-8 replaced).
     pub fn key_lossy(&self) -> Cow<'_, str> {
         String::from_utf8_lossy(&self.key)

@@ -72,14 +72,14 @@ impl Waiting {
         }
     }
 
-    /// Asks to be woken by the release of `keys[held]`, the key found held.
-    pub(crate) fn join(&mut self, keys: &Keys, held: Option<usize>) {
-        let (Some(hub), Some(index)) = (&self.hub, held) else {
+    /// Asks to be woken by an announcement on `channel`: the key found held (its release),
+    /// or a queued waiter's own channel (its turn).
+    pub(crate) fn join(&mut self, channel: Option<&[u8]>) {
+        let (Some(hub), Some(channel)) = (&self.hub, channel) else {
             return;
         };
-        let key = keys.get(index).unwrap_or_default();
-        if self.member.as_ref().is_none_or(|m| m.key() != key) {
-            self.member = Some(hub.join(key, self.exclusive));
+        if self.member.as_ref().is_none_or(|m| m.key() != channel) {
+            self.member = Some(hub.join(channel, self.exclusive));
         }
     }
 

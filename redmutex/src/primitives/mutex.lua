@@ -17,23 +17,6 @@ local function mark_awaited(key, value, length)
   end
 end
 
--- What `key` holds, and the latest fence of its counter `counter`: { pttl, type, fence },
--- and, when the type is 'string', the value as a fourth element. pttl is -2 for a missing
--- key and -1 for a key without expiry; fence is the counter as stored (false when there is
--- none, or it is not a string).
-local function read_key(key, counter)
-  local kind = redis.call('type', key)['ok']
-  local ttl = redis.call('pttl', key)
-  local fence = redis.pcall('get', counter)
-  if type(fence) ~= 'string' then
-    fence = false
-  end
-  if kind == 'string' then
-    return { ttl, kind, fence, redis.call('get', key) }
-  end
-  return { ttl, kind, fence }
-end
-
 --- op: obtain
 -- take every key, or none of them; for a fenced acquire, hand out the next
 -- fence too.

@@ -1,6 +1,6 @@
 -- semaphore.lua: the counting semaphore — at most `limit` permits held at once. One file,
 -- one section per operation: each section (from its `--- op:` line to the next) is a script
--- of its own, run with helpers.lua (read_counter, next_fence, store_fence, raise_counters)
+-- of its own, run with helpers.lua (now_ms, next_fence, store_fence, raise_counters)
 -- and this preamble before it (see scripts.rs).
 --
 -- A semaphore lives in two keys of one hash slot:
@@ -22,12 +22,6 @@ local function ours(holders, details)
   local a = redis.call('type', holders)['ok']
   local b = redis.call('type', details)['ok']
   return (a == 'zset' or a == 'none') and (b == 'hash' or b == 'none')
-end
-
--- The server's clock, in milliseconds.
-local function now_ms()
-  local t = redis.call('time')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
 -- The permits a holder's details entry says it holds.

@@ -79,7 +79,6 @@ local function store_fence(first, last, fence, retention)
   end
 end
 
-
 -- Raises the counters KEYS[first..last] to `fence` where lower (never lowers one), each kept
 -- for `retention` ms after this use. Returns 1; or 0, changing nothing, when a counter is
 -- someone else's value (this node cannot make the fence durable).
@@ -98,4 +97,27 @@ local function raise_counters(first, last, fence, retention)
     store_fence(i, i, fence, retention)
   end
   return 1
+end
+
+-- The server's clock, in milliseconds.
+local function now_ms()
+  local t = redis.call('time')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- What `key` holds, and the latest fence of its counter `counter`: { pttl, type, fence,
+-- value }. pttl is -2 for a missing key and -1 for a key without expiry; fence is the
+-- counter as stored (false when there is none, or it is not a string); value is the key's
+-- value when its type is 'string', otherwise false.
+local function read_key(key, counter)
+  local kind = redis.call('type', key)['ok']
+  local ttl = redis.call('pttl', key)
+  local fence = redis.pcall('get', counter)
+  if type(fence) ~= 'string' then
+    fence = false
+  end
+  if kind == 'string' then
+    return { ttl, kind, fence, redis.call('get', key) }
+  end
+  return { ttl, kind, fence, false }
 end

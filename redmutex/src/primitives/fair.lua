@@ -1,0 +1,212 @@
+-- fair.lua: the fair lock — a mutex key taken in arrival order by the waiters queued beside
+-- it. One file, one section per operation: each section (from its `--- op:` line to the
+-- next) is a script of its own, run with helpers.lua (owned, now_ms, next_fence,
+-- store_fence, read_key) and this preamble before it (see scripts.rs).
+--
+-- The lock key is a mutex key — the owner's value (token, flag byte, metadata) with PX —
+-- so refresh, renewal, TTL and fences are the mutex's own operations, and a plain acquire
+-- of the same key excludes a fair holder as it excludes any holder. Beside it, in its hash
+-- slot:
+--   the queue: a sorted set, waiter token -> ticket. A ticket is the server's clock in
+--              microseconds at arrival, or one above the last ticket when that is later:
+--              arrival order, never repeated.
+--   the beats: a sorted set, waiter token -> when its heartbeat runs out, in milliseconds
+--              on the SERVER's clock. A waiter's every try renews it; a waiter whose
+--              heartbeat ran out (a crashed or frozen process) is dropped from the queue by
+--              the next operation, so it never holds the line for longer than that.
+-- Only the live head of the queue may take a free key. Both queue keys expire with the
+-- last heartbeat (PEXPIREAT, same clock) and are deleted when the last waiter leaves.
+--
+-- A waiter hears of its turn on a channel of its own (see `turn`): the lock key, ':~', and
+-- 16 hex digits of its token's SHA-1 — public, and useless for taking anyone's lock.
+
+-- Whether the queue keys are a fair lock's (or missing).
+local function queue_ours(queue, beats)
+  local a = redis.call('type', queue)['ok']
+  local b = redis.call('type', beats)['ok']
+  return (a == 'zset' or a == 'none') and (b == 'zset' or b == 'none')
+end
+
+-- Drops the waiters whose heartbeat ran out by `now`.
+local function reclaim(queue, beats, now)
+  local dead = redis.call('zrangebyscore', beats, '-inf', now)
+  for _, token in ipairs(dead) do
+    redis.call('zrem', queue, token)
+  end
+  if #dead > 0 then
+    redis.call('zremrangebyscore', beats, '-inf', now)
+  end
+end
+
+-- The first waiter in line, or nil.
+local function head(queue)
+  return redis.call('zrange', queue, 0, 0)[1]
+end
+
+-- Queues `token` (at the end, unless it is queued already) and renews its heartbeat until
+-- now + `beat` ms.
+local function join(queue, beats, token, now, beat)
+  if not redis.call('zscore', queue, token) then
+    local t = redis.call('time')
+    local ticket = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    local last = redis.call('zrevrange', queue, 0, 0, 'withscores')
+    if last[2] and tonumber(last[2]) >= ticket then
+      ticket = tonumber(last[2]) + 1
+    end
+    redis.call('zadd', queue, ticket, token)
+  end
+  redis.call('zadd', beats, now + beat, token)
+end
+
+-- Takes `token` out of the queue, if it is in it.
+local function leave(queue, beats, token)
+  redis.call('zrem', queue, token)
+  redis.call('zrem', beats, token)
+end
+
+-- Deletes the queue keys when nobody waits; otherwise both expire with the last heartbeat.
+local function tidy(queue, beats)
+  local last = redis.call('zrevrange', beats, 0, 0, 'withscores')
+  if last[2] == nil then
+    redis.call('del', queue, beats)
+    return
+  end
+  redis.call('pexpireat', queue, last[2])
+  redis.call('pexpireat', beats, last[2])
+end
+
+-- Tells the waiter `token` that it is first in line and the key is free. A hint (waiters
+-- also try at least once per heartbeat interval): a PUBLISH refused must not fail the
+-- script, so it goes through pcall.
+local function turn(key, token)
+  redis.pcall('publish', key .. ':~' .. string.sub(redis.sha1hex(token), 1, 16), 'turn')
+end
+
+--- op: obtain
+-- 'obtain': take the key if it is free and this waiter is first in line (or nobody waits).
+-- KEYS:    the lock key, the queue, the beats, then (fenced) the key's fence counter.
+-- ARGV[1]: the value to store: token, flag byte, then metadata.
+-- ARGV[2]: the TTL in milliseconds.       ARGV[3]: the token's length.
+-- ARGV[4]: '1' when the caller waits if it is not its turn: it is queued (or stays queued)
+--          and its heartbeat renewed.     ARGV[5]: the heartbeat, in milliseconds.
+-- ARGV[6]: fenced: how long the counter is kept after this use, in milliseconds.
+-- Returns: { 0, fence } when the key now holds ARGV[1] with the TTL (fence 0 when not
+--          fenced) and the caller left the queue; { 1, ms } when it is not the caller's
+--          turn: ms until the holder's key expires (-1: no expiry), or, with the key free
+--          and another waiter first in line, until that waiter's heartbeat runs out;
+--          { -2, 0 } when the queue keys hold data of another kind (nothing written).
+-- A key that already holds our own token counts as free (a retry after a lost reply).
+-- When the try finds the waiter first in line gone (its heartbeat ran out) and the key
+-- free, the new first waiter is told that it is its turn.
+local key, queue, beats = KEYS[1], KEYS[2], KEYS[3]
+if not queue_ours(queue, beats) then
+  return { -2, 0 }
+end
+local token = string.sub(ARGV[1], 1, tonumber(ARGV[3]))
+local now = now_ms()
+local first = head(queue)
+reclaim(queue, beats, now)
+local value = redis.pcall('get', key)
+local wait
+if value ~= false and not owned(value, token) then
+  wait = redis.call('pttl', key)
+elseif value == false then
+  local next = head(queue)
+  if next and next ~= token then
+    wait = tonumber(redis.call('zscore', beats, next)) - now
+    if next ~= first then
+      turn(key, next)
+    end
+  end
+end
+if wait then
+  if ARGV[4] == '1' then
+    join(queue, beats, token, now, tonumber(ARGV[5]))
+  end
+  tidy(queue, beats)
+  return { 1, wait }
+end
+-- The fence before any write: a counter that is someone else's value stops the script
+-- with nothing written but the reclaimed waiters.
+local fence = 0
+if #KEYS > 3 then
+  local err
+  fence, err = next_fence(4, 4)
+  if fence == nil then
+    tidy(queue, beats)
+    return redis.error_reply(err)
+  end
+  store_fence(4, 4, fence, ARGV[6])
+end
+redis.call('set', key, ARGV[1], 'px', ARGV[2])
+leave(queue, beats, token)
+tidy(queue, beats)
+return { 0, fence }
+
+--- op: release
+-- 'release': free the key this owner holds, and leave the queue: the way out of a holder,
+-- and of a waiter that gave up or was cancelled.
+-- KEYS:    the lock key, the queue, the beats.
+-- ARGV[1]: the owner's token.
+-- ARGV[2]: (optional) keep: instead of deleting it, let the key expire in this many
+--          milliseconds (a minimum hold time that has not passed yet).
+-- Returns: 0 when it held the key (now free, or kept); 1 when it did not — the number of
+--          parts no longer held, as every primitive's release answers.
+-- A freed key is the first waiter's turn: it is told on its channel. A key a plain waiter
+-- marked as awaited (flag 'w') is also announced on the key's own channel, as mutex.lua's
+-- release does.
+local key, queue, beats = KEYS[1], KEYS[2], KEYS[3]
+local token = ARGV[1]
+local keep = tonumber(ARGV[2] or '0')
+local queued = queue_ours(queue, beats)
+local was_first = queued and head(queue) == token
+if queued then
+  leave(queue, beats, token)
+end
+local value = redis.pcall('get', key)
+local missing = 1
+local freed = was_first and value == false
+if owned(value, token) then
+  missing = 0
+  if keep > 0 then
+    redis.call('setrange', key, #token, 'k')
+    redis.call('pexpire', key, keep)
+  else
+    redis.call('del', key)
+    freed = true
+  end
+  if string.sub(value, #token + 1, #token + 1) == 'w' then
+    redis.pcall('publish', key, 'released')
+  end
+end
+if queued then
+  reclaim(queue, beats, now_ms())
+  local next = head(queue)
+  if freed and next then
+    turn(key, next)
+  end
+  tidy(queue, beats)
+end
+return missing
+
+--- op: inspect
+-- 'inspect': the lock and its queue as anyone sees them, without changing them (waiters
+-- whose heartbeat ran out are left out, not reclaimed).
+-- KEYS:    the lock key, the queue, the beats, the key's fence counter.
+-- Returns: read_key's { pttl, type, fence, value }, then, per live waiter in arrival
+--          order, ms until its heartbeat runs out; with the queue keys of another kind,
+--          a fifth element -1 and no waiters.
+local key, queue, beats = KEYS[1], KEYS[2], KEYS[3]
+local reply = read_key(key, KEYS[4])
+if not queue_ours(queue, beats) then
+  reply[5] = -1
+  return reply
+end
+local now = now_ms()
+for _, token in ipairs(redis.call('zrange', queue, 0, -1)) do
+  local beat = redis.call('zscore', beats, token)
+  if beat and tonumber(beat) > now then
+    reply[#reply + 1] = tonumber(beat) - now
+  end
+end
+return reply

@@ -1,0 +1,411 @@
+//! The fair lock: a mutex key taken in arrival order by waiters from every process, who
+//! queue beside it with a ticket and a heartbeat on the server's clock (`fair.lua` says how
+//! they are kept). The key itself is a mutex key, so refresh, renewal, TTL and fences are
+//! the mutex's operations; only taking the key and leaving (release) are the fair lock's.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{RedisError, ScriptInvocation, Value};
+
+use crate::args::{self, Keys};
+use crate::backend::common::{Reply, View};
+use crate::connection::Connection;
+use crate::engine::acquire::Acquire;
+use crate::engine::context::Context;
+use crate::engine::guard::Lock;
+use crate::engine::inspect::{KeyView, LockInfo};
+use crate::engine::lease::Lease;
+use crate::error::{Argument, Error, InvalidArgument};
+use crate::fence::{companion_key, counter_key, Companion};
+use crate::primitives::mutex;
+use crate::scripts::{operations, Call, Claim, Conn, Node, Obtain, ObtainTry, Operations, Queue};
+use crate::token::{Token, TOKEN_LEN};
+
+operations!(
+    "primitives/fair.lua";
+    OBTAIN = "obtain",
+    RELEASE = "release",
+    INSPECT = "inspect",
+);
+
+/// How long a fair lock's waiter stays in line without a sign of life, unless the lock
+/// says otherwise ([`FairLock::with_heartbeat`]): 3 s. A waiter tries at least every
+/// third of it, which renews its place.
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(3);
+
+/// The shortest heartbeat a fair lock accepts: 30 ms.
+pub const MIN_HEARTBEAT: Duration = Duration::from_millis(30);
+
+/// A fair lock: a lock whose waiters, in every process, get it in the order they came.
+/// Made by [`Locker::fair_lock`](crate::Locker::fair_lock); cheap to clone.
+///
+/// [`acquire`](FairLock::acquire) has every option of a lock's acquire ([`Acquire`]) and
+/// hands out a [`FairGuard`] — a [`Lock`] with refresh, release, fences, keep-alive with
+/// the lost signal, `run(work)` and release on drop.
+///
+/// **How the order is kept** (the guarantee itself is in `docs/SAFETY.md`): a waiter's
+/// first try takes a ticket in a queue kept in Redis beside the key, with a heartbeat on
+/// the *server's* clock; only the first live waiter may take a free key. Each try renews
+/// the heartbeat, and a waiter tries at least every third of it
+/// ([`with_heartbeat`](FairLock::with_heartbeat)), so a waiter whose process crashed or
+/// froze drops out of line within one heartbeat and holds nobody up for longer. An
+/// acquire that gives up, or is cancelled, leaves the queue. With
+/// [wake-up](crate::Locker::with_wake_up), a release tells the next waiter on a channel
+/// of its own — one try per release, not one per waiting process; waiters never rely on
+/// it alone (each sleep is bounded by the holder's TTL and the heartbeat interval).
+///
+/// The key is an ordinary lock key: a plain [`Locker::acquire`](crate::Locker::acquire)
+/// of it excludes a fair holder and is excluded by one, but does not queue — it may take
+/// a free key ahead of fair waiters. Use one kind per key for order.
+///
+/// Refused on a Redlock locker: the queue's order could differ between nodes. Works on
+/// one node (with Sentinel) and Redis Cluster (the queue shares the key's hash slot).
+///
+/// ```
+/// # async fn demo(locker: redmutex::Locker<redis::aio::MultiplexedConnection>) -> Result<(), redmutex::Error> {
+/// use std::time::Duration;
+/// use redmutex::retry;
+/// let ledger = locker.fair_lock("ledger")?;
+/// let guard = ledger
+///     .acquire(Duration::from_secs(10))
+///     .retry(retry::constant(Duration::from_millis(500)))
+///     .deadline(Duration::from_secs(60))
+///     .await?;
+/// // ... whoever asked first got it first ...
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+pub struct FairLock<C: Connection> {
+    context: Arc<Context<C>>,
+    key: Keys,
+    heartbeat: Duration,
+}
+
+impl<C: Connection> Clone for FairLock<C> {
+    fn clone(&self) -> Self {
+        FairLock {
+            context: self.context.clone(),
+            key: self.key.clone(),
+            heartbeat: self.heartbeat,
+        }
+    }
+}
+
+/// A fair lock held: a [`Lock`] on a [`FairKey`].
+pub type FairGuard<C> = Lock<C, FairKey>;
+
+impl<C: Connection> FairLock<C> {
+    /// A fair lock at `key` (with the prefix, checked).
+    pub(crate) fn new(context: Arc<Context<C>>, key: Keys) -> Result<Self, Error> {
+        if context.backend.quorum_settings().is_some() {
+            return Err(Error::invalid(
+                Argument::Nodes,
+                "a fair lock cannot be kept by a Redlock quorum: each node would keep its own \
+                 queue, in its own order, and no order would hold across them; use one node \
+                 (with Sentinel) or a cluster",
+            ));
+        }
+        Ok(FairLock {
+            context,
+            key,
+            heartbeat: DEFAULT_HEARTBEAT,
+        })
+    }
+
+    /// How long a waiter stays in line without trying ([`DEFAULT_HEARTBEAT`] unless set):
+    /// waiters try at least every third of it. Shorter: a crashed waiter holds the line up
+    /// for less time; longer: fewer tries while waiting.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] ([`Argument::Heartbeat`]) below [`MIN_HEARTBEAT`] or
+    /// above [`MAX_TTL`](crate::MAX_TTL).
+    pub fn with_heartbeat(mut self, heartbeat: Duration) -> Result<Self, Error> {
+        if heartbeat < MIN_HEARTBEAT || heartbeat > args::MAX_TTL {
+            return Err(Error::invalid(
+                Argument::Heartbeat,
+                format!(
+                    "a fair lock's heartbeat must be {MIN_HEARTBEAT:?} or more, not {heartbeat:?}"
+                ),
+            ));
+        }
+        self.heartbeat = heartbeat;
+        Ok(self)
+    }
+
+    /// The waiters' heartbeat.
+    pub fn heartbeat(&self) -> Duration {
+        self.heartbeat
+    }
+
+    /// The lock key as stored in Redis (with the locker's prefix).
+    pub fn key(&self) -> &[u8] {
+        self.key.get(0).expect("one key")
+    }
+
+    /// Starts acquiring the lock for `ttl`, in turn; configure and `.await` the returned
+    /// [`Acquire`]. One try unless a retry strategy is given: a try that is not this
+    /// acquire's turn takes its place in line (when the strategy may wait), and each later
+    /// try keeps it. Pauses are bounded by the holder's TTL and a third of the heartbeat,
+    /// whatever the strategy says.
+    ///
+    /// # Errors (when awaited)
+    /// As [`Locker::acquire`](crate::Locker::acquire); [`Error::NotObtained`] also when
+    /// the key was free but others were ahead in line until the deadline;
+    /// [`Error::InvalidArgument`] with [`Argument::Key`] when the queue's keys hold data of
+    /// another kind; with [`Argument::Nodes`] on a Redlock locker.
+    ///
+    /// # Cancel safety
+    /// See [`Acquire`]: a dropped acquire also leaves the queue (in the background).
+    pub fn acquire<'a>(&self, ttl: Duration) -> Acquire<'a, C, FairKey> {
+        let key = FairKey::new(self.key.clone(), self.heartbeat);
+        let key = Arc::new(key);
+        let claim = Ok((key.clone(), key as Arc<dyn Claim>));
+        Acquire::new(self.context.clone(), claim, ttl)
+    }
+
+    /// The lock as anyone sees it (held or free, TTL, metadata, fence), and how many wait
+    /// in line.
+    ///
+    /// # Errors
+    /// [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn inspect(&self) -> Result<FairLockInfo, Error> {
+        let key = FairKey::new(self.key.clone(), self.heartbeat);
+        let mut call = INSPECT.script().prepare_invoke();
+        key.release_keys(&mut |name| {
+            call.key(name);
+        });
+        call.key(&key.counter);
+        let view = FairView { key: self.key() };
+        self.context.backend.inspect(&view, &call).await
+    }
+}
+
+impl<C: Connection> std::fmt::Debug for FairLock<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FairLock")
+            .field("key", &String::from_utf8_lossy(self.key()))
+            .field("heartbeat", &self.heartbeat)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a [`FairGuard`] holds: a lock key taken in turn.
+#[derive(Debug, Clone)]
+pub struct FairKey {
+    keys: Keys,
+    /// The queue and the heartbeats, beside the key in its hash slot.
+    queue: Vec<u8>,
+    beats: Vec<u8>,
+    counter: Vec<u8>,
+    heartbeat_ms: u64,
+}
+
+impl FairKey {
+    fn new(keys: Keys, heartbeat: Duration) -> FairKey {
+        let key = keys.get(0).expect("one key");
+        FairKey {
+            queue: companion_key(key, Companion::Queue),
+            beats: companion_key(key, Companion::Beats),
+            counter: counter_key(key),
+            heartbeat_ms: heartbeat.as_millis().try_into().unwrap_or(u64::MAX),
+            keys,
+        }
+    }
+
+    /// The lock key, as stored in Redis.
+    pub fn key(&self) -> &[u8] {
+        self.keys.get(0).expect("one key")
+    }
+}
+
+/// Taking the key and leaving are the fair lock's; the rest is the mutex's, on the key.
+static OPERATIONS: Operations = Operations {
+    release: &RELEASE,
+    refresh: &mutex::REFRESH,
+    ttl: &mutex::TTL,
+    fence: &mutex::FENCE,
+    raise_fence: &mutex::RAISE_FENCE,
+    renew: &mutex::RENEW,
+};
+
+impl Claim for FairKey {
+    fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    /// As the mutex's: the key, then (fenced) its counter.
+    fn script_keys(&self, fenced: bool, add: &mut dyn FnMut(&[u8])) {
+        add(self.key());
+        if fenced {
+            add(&self.counter);
+        }
+    }
+
+    /// The key, the queue and the heartbeats: a waiter leaves the queue by its release.
+    fn release_keys(&self, add: &mut dyn FnMut(&[u8])) {
+        add(self.key());
+        add(&self.queue);
+        add(&self.beats);
+    }
+
+    fn operations(&self) -> &'static Operations {
+        &OPERATIONS
+    }
+
+    fn queue(&self, token: &Token) -> Option<Queue> {
+        Some(Queue {
+            channel: turn_channel(self.key(), token),
+            every: Duration::from_millis(self.heartbeat_ms / 3),
+        })
+    }
+
+    fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {
+        let mut call = OBTAIN.script().prepare_invoke();
+        self.release_keys(&mut |key| {
+            call.key(key);
+        });
+        if request.fenced {
+            call.key(&self.counter);
+        }
+        call.arg(request.value)
+            .arg(request.ttl_ms)
+            .arg(TOKEN_LEN)
+            .arg(if request.queue { "1" } else { "0" })
+            .arg(self.heartbeat_ms)
+            .arg(request.retention_ms);
+        Box::pin(async move {
+            let reply: (i64, i64) = call.invoke_async(&mut Node(conn)).await?;
+            Ok(self.obtained(reply, request.fenced))
+        })
+    }
+
+    /// As the mutex's renewal: one key per lease.
+    fn add_renewal(&self, call: &mut ScriptInvocation<'static>, token: &Token, ttl_ms: u64) {
+        call.key(self.key());
+        call.arg(1).arg(token.as_bytes()).arg(ttl_ms);
+    }
+}
+
+impl FairKey {
+    /// The reply `{ status, detail }` of `obtain` (see `fair.lua`).
+    fn obtained(&self, (status, detail): (i64, i64), fenced: bool) -> Obtain {
+        match status {
+            -2 => Obtain::Refused(InvalidArgument {
+                argument: Argument::Key,
+                reason: format!(
+                    "the queue of the fair lock {:?} holds data of another kind; choose \
+                     another name",
+                    String::from_utf8_lossy(self.key())
+                ),
+            }),
+            status => Obtain::from_reply((status as usize, detail), fenced),
+        }
+    }
+}
+
+/// The channel on which the waiter holding `token` hears that it is its turn: the key,
+/// `:~`, and the first 16 hex digits of the token's SHA-1 (as `fair.lua`'s `turn` names
+/// it). Public, and of no use for taking anyone's lock.
+fn turn_channel(key: &[u8], token: &Token) -> Vec<u8> {
+    let digest = sha1_smol::Sha1::from(token.as_bytes()).digest().to_string();
+    let mut channel = Vec::with_capacity(key.len() + 18);
+    channel.extend_from_slice(key);
+    channel.extend_from_slice(b":~");
+    channel.extend_from_slice(&digest.as_bytes()[..16]);
+    channel
+}
+
+impl<C: Connection> Lock<C, FairKey> {
+    /// The lock key, as stored in Redis (with the locker's prefix).
+    pub fn key(&self) -> &[u8] {
+        self.what().key()
+    }
+}
+
+impl<C: Connection> Lease<C, FairKey> {
+    /// The lock key, as stored in Redis.
+    pub fn key(&self) -> &[u8] {
+        self.lock().what().key()
+    }
+}
+
+/// What [`FairLock::inspect`] sees.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct FairLockInfo {
+    /// The lock key, as [`Locker::inspect`](crate::Locker::inspect) shows it.
+    pub lock: LockInfo,
+    /// The live waiters, first in line first: how long each stays in line unless it
+    /// tries again (its heartbeat).
+    pub waiters: Vec<Duration>,
+    /// The queue's keys hold something that is not a redmutex queue.
+    pub foreign_queue: bool,
+}
+
+/// Reads a fair lock (see [`View`]).
+struct FairView<'k> {
+    key: &'k [u8],
+}
+
+impl View for FairView<'_> {
+    type Info = FairLockInfo;
+
+    fn one(&self, reply: Value) -> Result<FairLockInfo, RedisError> {
+        let mut reply = redis::from_redis_value::<Vec<Value>>(reply)?;
+        let queue = reply.split_off(reply.len().min(4));
+        let lock = KeyView { key: self.key }.one(Value::Array(reply))?;
+        let beats: Vec<i64> = redis::from_redis_value(Value::Array(queue))?;
+        let foreign_queue = beats.first() == Some(&-1);
+        let waiters = (beats.into_iter())
+            .filter_map(|ms| u64::try_from(ms).ok())
+            .map(Duration::from_millis)
+            .collect();
+        Ok(FairLockInfo {
+            lock,
+            waiters,
+            foreign_queue,
+        })
+    }
+
+    /// A fair lock is never kept by a quorum ([`FairLock::new`] refuses it): the first
+    /// node that answered is read.
+    fn each(&self, replies: Vec<Reply<Value>>, _needed: usize) -> FairLockInfo {
+        let first = replies.into_iter().find_map(|reply| reply.ok());
+        let read = first.map(|reply| self.one(reply));
+        read.and_then(Result::ok).unwrap_or_else(|| FairLockInfo {
+            lock: LockInfo::free(self.key),
+            waiters: Vec::new(),
+            foreign_queue: false,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_turn_channel_is_the_key_and_a_public_hash_of_the_token() {
+        let token: Token = "AAAAAAAAAAAAAAAAAAAAAA".parse().unwrap();
+        let channel = turn_channel(b"app:job", &token);
+        let digest = sha1_smol::Sha1::from("AAAAAAAAAAAAAAAAAAAAAA")
+            .digest()
+            .to_string();
+        assert_eq!(channel, format!("app:job:~{}", &digest[..16]).into_bytes());
+        assert!(!String::from_utf8_lossy(&channel).contains(token.as_str()));
+        let other = Token::generate().unwrap();
+        assert_ne!(turn_channel(b"app:job", &other), channel);
+    }
+
+    #[test]
+    fn every_operation_has_its_section_after_the_shared_preamble() {
+        for operation in [&OBTAIN, &RELEASE, &INSPECT] {
+            assert!(operation.source().contains("local function reclaim("));
+            assert!(operation.source().contains("local function now_ms("));
+        }
+    }
+}
