@@ -49,6 +49,8 @@ pub enum Contender {
         fenced: bool,
     },
     Rslock(rslock::LockManager),
+    /// redmutex's fair lock ([`Locker::fair_lock`]), with wake-up.
+    Fair(Locker<MultiplexedConnection>),
 }
 
 /// A lock held by one of the contenders.
@@ -56,6 +58,7 @@ pub enum Held {
     Baseline(String),
     Redmutex(redmutex::Lock<MultiplexedConnection>),
     Rslock(rslock::Lock),
+    Fair(redmutex::FairGuard<MultiplexedConnection>),
 }
 
 impl Contender {
@@ -72,6 +75,7 @@ impl Contender {
             Contender::Baseline { .. } => "baseline",
             Contender::Redmutex { name, .. } => name,
             Contender::Rslock(_) => "rslock",
+            Contender::Fair(_) => "fair",
         }
     }
 
@@ -122,6 +126,14 @@ impl Contender {
                 Err(rslock::LockError::Unavailable) => Ok(None),
                 Err(e) => Err(format!("{e:?}")),
             },
+            Contender::Fair(locker) => {
+                let fair = locker.fair_lock(key).map_err(|e| e.to_string())?;
+                match fair.acquire(TTL).await {
+                    Ok(guard) => Ok(Some(Held::Fair(guard))),
+                    Err(e) if e.is_not_obtained() => Ok(None),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
         }
     }
 
@@ -133,6 +145,7 @@ impl Contender {
             Contender::Redmutex { .. } => self
                 .redmutex_acquire(key)
                 .retry(woken())
+                .deadline(Duration::MAX)
                 .await
                 .map(Held::Redmutex)
                 .map_err(|e| e.to_string()),
@@ -142,6 +155,13 @@ impl Contender {
                 .map(Held::Rslock)
                 .map_err(|e| format!("{e:?}")),
             Contender::Baseline { .. } => self.baseline_polling(key, polling()).await,
+            Contender::Fair(locker) => (locker.fair_lock(key).map_err(|e| e.to_string())?)
+                .acquire(TTL)
+                .retry(woken())
+                .deadline(Duration::MAX)
+                .await
+                .map(Held::Fair)
+                .map_err(|e| e.to_string()),
         }
     }
 
@@ -194,6 +214,13 @@ impl Contender {
                 .map(Held::Rslock)
                 .map_err(|e| format!("{e:?}")),
             Contender::Baseline { .. } => self.baseline_polling(key, pauses()).await,
+            Contender::Fair(locker) => (locker.fair_lock(key).map_err(|e| e.to_string())?)
+                .acquire(TTL)
+                .retry(pauses())
+                .deadline(Duration::MAX)
+                .await
+                .map(Held::Fair)
+                .map_err(|e| e.to_string()),
         }
     }
 
@@ -223,6 +250,9 @@ impl Contender {
             (Contender::Rslock(manager), Held::Rslock(lock)) => {
                 manager.unlock(&lock).await;
                 Ok(())
+            }
+            (Contender::Fair(_), Held::Fair(guard)) => {
+                guard.release().await.map_err(|e| e.to_string())
             }
             _ => Err("a lock released through another implementation".into()),
         }

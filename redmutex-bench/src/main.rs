@@ -11,6 +11,7 @@
 //! ```
 
 mod contender;
+mod fairness;
 mod stats;
 mod workload;
 
@@ -59,8 +60,12 @@ struct Args {
     #[arg(long, default_value_t = 30.0)]
     hold: f64,
 
+    /// How long each implementation runs in the fairness workload, in seconds.
+    #[arg(long = "fairness-seconds", default_value_t = 20.0)]
+    fairness_seconds: f64,
+
     /// Run only the workloads whose name contains this (uncontended, contended, polling,
-    /// keyspace, redlock5, keepalive).
+    /// keyspace, redlock5, keepalive, fairness).
     #[arg(long, value_name = "NAME")]
     only: Option<String>,
 
@@ -157,6 +162,20 @@ async fn run(args: Args) -> Result<(), String> {
                     .await?,
                 );
             }
+        }
+    }
+    if wanted("fairness 8") {
+        let duration = Duration::from_secs_f64(args.fairness_seconds);
+        for implementation in ["baseline", "rslock", "redmutex", "fair"] {
+            if args
+                .implementation
+                .as_deref()
+                .is_some_and(|name| name != implementation)
+            {
+                continue;
+            }
+            let lockers = fairness_lockers(implementation, 8, &single_url).await?;
+            rows.push(fairness::fairness("fairness 8", lockers, duration, &single_url).await?);
         }
     }
     if wanted("keepalive") {
@@ -262,6 +281,38 @@ async fn polling_contenders(url: &str) -> Result<Vec<Arc<Contender>>, String> {
             fenced: false,
         }),
     ])
+}
+
+/// `n` lockers of one implementation for the fairness workload, each with connections
+/// (and, for redmutex, a wake-up subscriber) of its own, as separate processes would have.
+async fn fairness_lockers(
+    implementation: &str,
+    n: usize,
+    url: &str,
+) -> Result<Vec<Arc<Contender>>, String> {
+    let mut lockers = Vec::new();
+    for _ in 0..n {
+        let waking = || -> Result<_, String> {
+            let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+            Ok([client])
+        };
+        let contender = match implementation {
+            "baseline" => Contender::baseline(vec![connect(url).await?]),
+            "rslock" => Contender::Rslock(rslock::LockManager::new(vec![url.to_owned()])),
+            "redmutex" => Contender::Redmutex {
+                locker: (Locker::new(connect(url).await?).with_wake_up(waking()?))
+                    .map_err(|e| e.to_string())?,
+                name: "redmutex",
+                fenced: false,
+            },
+            _ => Contender::Fair(
+                (Locker::new(connect(url).await?).with_wake_up(waking()?))
+                    .map_err(|e| e.to_string())?,
+            ),
+        };
+        lockers.push(Arc::new(contender));
+    }
+    Ok(lockers)
 }
 
 /// Measures one workload `rounds` times with the contenders taking turns, and keeps each

@@ -288,7 +288,7 @@ async fn gather(
     Ok(all)
 }
 
-fn row(
+pub(crate) fn row(
     workload: &str,
     contender: &Contender,
     mut latencies: Latencies,
@@ -311,16 +311,16 @@ fn row(
 }
 
 /// The measured stretch of a workload: from [`Window::open`] to [`Window::close`].
-struct Window {
+pub(crate) struct Window {
     admin: MultiplexedConnection,
     before: stats::Counts,
     cpu_before: Duration,
-    started: Instant,
+    pub(crate) started: Instant,
 }
 
 /// What a [`Window`] cost: wall time, this process's CPU, and the server's command counts
 /// at both ends.
-struct Spent {
+pub(crate) struct Spent {
     elapsed: Duration,
     cpu: Duration,
     before: stats::Counts,
@@ -328,7 +328,7 @@ struct Spent {
 }
 
 impl Window {
-    async fn open(stats_url: &str) -> Result<Window, String> {
+    pub(crate) async fn open(stats_url: &str) -> Result<Window, String> {
         let mut admin = connect(stats_url).await?;
         let before = counts(&mut admin).await?;
         Ok(Window {
@@ -339,7 +339,7 @@ impl Window {
         })
     }
 
-    async fn close(mut self) -> Result<Spent, String> {
+    pub(crate) async fn close(mut self) -> Result<Spent, String> {
         let elapsed = self.started.elapsed();
         let cpu = stats::cpu_time().saturating_sub(self.cpu_before);
         let after = counts(&mut self.admin).await?;

@@ -285,6 +285,13 @@ pub(crate) struct ObtainTry<'a> {
     /// The caller may wait: a claim whose waiters queue in Redis ([`Claim::queue`])
     /// queues it (or renews its place) when it is not its turn.
     pub(crate) queue: bool,
+    /// The locker's id: a waiting try puts it in the line of what it finds held, and may
+    /// take what a release handed to it (see `mutex.lua`).
+    pub(crate) locker: &'a Token,
+    /// How long the acquire has waited so far, in milliseconds.
+    pub(crate) waited_ms: u64,
+    /// How long it waits at most from now (its deadline), in milliseconds.
+    pub(crate) left_ms: u64,
 }
 
 /// How the waiters of a claim queue in Redis (a fair lock): a try that is not the

@@ -5,8 +5,11 @@
 //! [`TOKEN_LEN`] characters from `[A-Za-z0-9_-]`, so the split needs no separator and a
 //! prefix comparison in Lua is an exact owner check. The flag byte says whether someone
 //! waits for the release (`w`) or not (`-`): waiters set it on the holder's value, and the
-//! release script publishes a wake-up only when it is set. A release into a minimum hold
-//! sets it to `k`: the key stays until it expires, no longer its owner's.
+//! release script publishes a wake-up only when it is set; `W` also names the locker next
+//! in line, whose id and a moment follow the flag, before the metadata. A release into a minimum hold
+//! sets it to `k`: the key stays until it expires, no longer its owner's. A release that
+//! hands the key to the locker whose waiters have waited longest stores that locker's id
+//! (token-shaped) with the flag `r`, for a moment (see `mutex.lua`).
 
 use std::fmt;
 
@@ -166,9 +169,17 @@ mod pool {
 const NOT_AWAITED: u8 = b'-';
 /// The flag byte of a value whose release someone waits for.
 const AWAITED: u8 = b'w';
+/// The flag byte of a value whose release someone waits for, that names the locker next
+/// in line: its id and two moments in 15 digits each follow the flag (see `mutex.lua`).
+const NEXT_NAMED: u8 = b'W';
+/// The bytes between a [`NEXT_NAMED`] flag and the metadata.
+const NEXT_LEN: usize = TOKEN_LEN + 30;
 /// The flag byte of a value its owner released into a minimum hold: held until it expires,
 /// and no longer the owner's (see `mutex.lua`).
 const KEPT: u8 = b'k';
+/// The flag byte of a key handed by its release to the waiters of one locker, whose id
+/// stands where a token would (see `mutex.lua`).
+const HANDED: u8 = b'r';
 
 /// The bytes stored at a lock key: token, flag (not awaited), then metadata.
 pub(crate) fn lock_value(token: &Token, metadata: Option<&str>) -> Vec<u8> {
@@ -202,11 +213,13 @@ pub(crate) enum StoredValue {
 pub(crate) fn parse_value(value: &[u8]) -> StoredValue {
     let flag = value.get(TOKEN_LEN).copied();
     match (Token::from_prefix(value), flag) {
-        (Some(token), Some(flag @ (NOT_AWAITED | AWAITED | KEPT))) => {
-            let rest = &value[TOKEN_LEN + 1..];
+        (Some(token), Some(flag @ (NOT_AWAITED | AWAITED | NEXT_NAMED | KEPT | HANDED))) => {
+            // A value naming the locker next in line has that between flag and metadata.
+            let skip = if flag == NEXT_NAMED { NEXT_LEN } else { 0 };
+            let rest = value.get(TOKEN_LEN + 1 + skip..).unwrap_or_default();
             StoredValue::Redmutex {
                 token,
-                awaited: flag == AWAITED,
+                awaited: flag == AWAITED || flag == NEXT_NAMED,
                 metadata: (!rest.is_empty()).then(|| String::from_utf8_lossy(rest).into_owned()),
             }
         }
@@ -249,6 +262,38 @@ mod tests {
         assert_eq!(&encode_base64url(&seq), b"AAECAwQFBgcICQoLDA0ODw");
         let mixed = *b"redmutex-tokens!";
         assert_eq!(&encode_base64url(&mixed), b"cmVkbXV0ZXgtdG9rZW5zIQ");
+    }
+
+    #[test]
+    fn values_are_read_past_the_locker_named_next_in_line() {
+        let token = Token::generate().unwrap();
+        let next = format!(
+            "{}001700000000123001700000060123",
+            Token::generate().unwrap().as_str()
+        );
+        assert_eq!(next.len(), NEXT_LEN);
+        let read = |flag: &str, middle: &str| {
+            parse_value(format!("{}{flag}{middle}host=a", token.as_str()).as_bytes())
+        };
+        let expected = |awaited| StoredValue::Redmutex {
+            token,
+            awaited,
+            metadata: Some("host=a".into()),
+        };
+        assert_eq!(read("W", &next), expected(true));
+        assert_eq!(read("w", ""), expected(true));
+        assert_eq!(read("-", ""), expected(false));
+        assert_eq!(read("k", ""), expected(false));
+        // A 'W' value cut short has no metadata, and is still read as held.
+        let short = format!("{}W{}", token.as_str(), &next[..10]);
+        assert!(matches!(
+            parse_value(short.as_bytes()),
+            StoredValue::Redmutex {
+                metadata: None,
+                awaited: true,
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -397,7 +442,14 @@ mod tests {
         }
 
         fn flag() -> impl Strategy<Value = u8> {
-            prop_oneof![Just(b'-'), Just(b'w'), Just(b'k'), any::<u8>()]
+            prop_oneof![
+                Just(b'-'),
+                Just(b'w'),
+                Just(b'W'),
+                Just(b'k'),
+                Just(b'r'),
+                any::<u8>()
+            ]
         }
 
         proptest! {
@@ -463,13 +515,15 @@ mod tests {
                 for value in [&value[..], &value[..cut.min(value.len())], &tail[..]] {
                     let ours = value.len() > TOKEN_LEN
                         && value[..TOKEN_LEN].iter().all(|b| ALPHABET.contains(b))
-                        && matches!(value[TOKEN_LEN], b'-' | b'w' | b'k');
+                        && matches!(value[TOKEN_LEN], b'-' | b'w' | b'W' | b'k' | b'r');
                     match parse_value(value) {
                         StoredValue::Redmutex { token, awaited, metadata } => {
                             prop_assert!(ours);
                             prop_assert_eq!(token.as_bytes(), &value[..TOKEN_LEN]);
-                            prop_assert_eq!(awaited, value[TOKEN_LEN] == b'w');
-                            let rest = &value[TOKEN_LEN + 1..];
+                            let flag = value[TOKEN_LEN];
+                            prop_assert_eq!(awaited, flag == b'w' || flag == b'W');
+                            let skip = if flag == b'W' { NEXT_LEN } else { 0 };
+                            let rest = value.get(TOKEN_LEN + 1 + skip..).unwrap_or_default();
                             prop_assert_eq!(
                                 metadata,
                                 (!rest.is_empty()).then(|| String::from_utf8_lossy(rest).into_owned())

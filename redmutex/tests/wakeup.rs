@@ -119,7 +119,8 @@ async fn a_waiter_is_woken_by_the_release_not_by_its_poll_interval() {
         &value[..redmutex::TOKEN_LEN],
         holder.token().as_str().as_bytes()
     );
-    assert_eq!(value[redmutex::TOKEN_LEN], b'w');
+    // 'W': awaited, and naming the waiter's locker next in line.
+    assert_eq!(value[redmutex::TOKEN_LEN], b'W');
 
     let released_at = Instant::now();
     holder.release().await.unwrap();
@@ -579,4 +580,107 @@ async fn an_unreachable_subscriber_is_reported_as_failing() {
     drop(holder);
     let lock = waiter.await.unwrap().expect("obtained by polling");
     lock.release().await.unwrap();
+}
+
+/// Waits until the holder of `key` names a locker next in line (flag `W`).
+async fn until_next_named(raw: &mut Raw, key: &str) {
+    let until = Instant::now() + ms(3_000);
+    while raw.get(key).await.map(|v| v[redmutex::TOKEN_LEN]) != Some(b'W') {
+        assert!(Instant::now() < until, "no locker was named next in line");
+        tokio::time::sleep(ms(10)).await;
+    }
+}
+
+/// The releaser coming straight back does not take the key from a waiter of another
+/// locker (a process that waits): the release hands it to the waiter's locker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_the_key_to_the_locker_that_waits_not_to_the_releaser() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let releaser = waking_locker(&server, &server.url()).await;
+    let other = waking_locker(&server, &server.url()).await;
+    for round in 0..3 {
+        let held = releaser.acquire("turns", ms(30_000)).await.unwrap();
+        let waiter = wait_for(&other, "turns", LONG_POLL, Arc::new(AtomicU32::new(0)));
+        until_next_named(&mut raw, "turns").await;
+        held.release().await.unwrap();
+        // At once, with a retry that would win any race for a free key.
+        let again = (releaser.acquire("turns", ms(30_000)))
+            .retry(retry::constant(ms(1)))
+            .deadline(ms(30))
+            .await;
+        assert!(again.unwrap_err().is_not_obtained(), "round {round}");
+        let (lock, _) = waiter.await.unwrap();
+        lock.unwrap().release().await.unwrap();
+    }
+    assert_eq!(raw.dbsize().await, 0);
+}
+
+/// A key handed to a locker whose waiter is gone (gave up, or its process died) is free
+/// again once the hand-off passes, a moment later, for anyone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_handed_to_a_locker_that_no_longer_waits_is_free_a_moment_later() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let holder = common::locker(&server).await;
+    let held = holder.acquire("handed", ms(30_000)).await.unwrap();
+    let gone = waking_locker(&server, &server.url()).await;
+    let waiter = wait_for(&gone, "handed", LONG_POLL, Arc::new(AtomicU32::new(0)));
+    until_next_named(&mut raw, "handed").await;
+    waiter.abort();
+    let _ = waiter.await;
+    held.release().await.unwrap();
+    // Handed to the gone locker, held for a moment (no token of anyone's), then free.
+    let info = holder.inspect("handed").await.unwrap();
+    assert!(info.held && !info.foreign, "{info:?}");
+    assert!(info.ttl.unwrap() <= ms(50), "{info:?}");
+    let third = common::locker(&server).await;
+    let lock = (third.acquire("handed", ms(5_000)))
+        .retry(retry::constant(ms(5)))
+        .deadline(ms(2_000))
+        .await
+        .unwrap();
+    lock.release().await.unwrap();
+    assert_eq!(raw.dbsize().await, 0);
+}
+
+/// Lockers that each hold the key a moment and want it again at once all get their
+/// share: none is starved by the one that just released (which comes back first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lockers_that_want_the_key_again_at_once_all_get_their_share() {
+    let server = RedisServer::spawn();
+    let mut lockers = Vec::new();
+    for _ in 0..4 {
+        lockers.push(waking_locker(&server, &server.url()).await);
+    }
+    let until = Instant::now() + ms(3_000);
+    let runs: Vec<_> = lockers
+        .into_iter()
+        .map(|locker| {
+            tokio::spawn(async move {
+                let mut taken = 0u32;
+                while Instant::now() < until {
+                    let lock = (locker.acquire("shared", ms(10_000)))
+                        .retry(retry::constant(LONG_POLL))
+                        .deadline(ms(20_000))
+                        .await
+                        .unwrap();
+                    taken += 1;
+                    tokio::time::sleep(ms(10)).await;
+                    lock.release().await.unwrap();
+                }
+                taken
+            })
+        })
+        .collect();
+    let mut shares = Vec::new();
+    for run in runs {
+        shares.push(run.await.unwrap());
+    }
+    let total: u32 = shares.iter().sum();
+    // An even share each would be a quarter; none got less than half of that.
+    assert!(
+        shares.iter().all(|&n| n * 8 >= total),
+        "acquisitions per locker: {shares:?}"
+    );
 }

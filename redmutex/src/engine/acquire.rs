@@ -189,6 +189,7 @@ impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
         let token = Token::generate()?;
         let ttl = Duration::from_millis(ttl_ms);
         let tries = Tries {
+            locker: context.id()?,
             backend: &context.backend,
             claim: &claim,
             queue: claim.queue(&token),
@@ -234,6 +235,8 @@ impl<'a, C: Connection, P: Send + Sync + 'a> IntoFuture for Acquire<'a, C, P> {
 struct Tries<'r, 'a, C: Connection> {
     backend: &'r Backend<C>,
     claim: &'r Arc<dyn Claim>,
+    /// The locker's id among waiters.
+    locker: Token,
     /// The claim's waiters queue in Redis (a fair lock).
     queue: Option<Queue>,
     token: Token,
@@ -367,6 +370,9 @@ impl<C: Connection> Tries<'_, '_, C> {
             retrying_own,
             waiting,
             queue,
+            locker: &self.locker,
+            waited_ms: millis(sent_at - self.schedule.started),
+            left_ms: millis(self.schedule.left(sent_at)),
         };
         let claim = &**self.claim;
         let attempt = (self.backend)
@@ -433,6 +439,15 @@ fn with_argument(error: Error, name: &str) -> Error {
         other => other,
     }
 }
+
+/// `duration` in whole milliseconds, at most 10^13 (300 years: no wait lasts longer, and
+/// it stays exact as a Lua number, and 15 digits with the server's clock added).
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).map_or(LONGEST_MS, |ms| ms.min(LONGEST_MS))
+}
+
+/// The most [`millis`] says.
+const LONGEST_MS: u64 = 10_000_000_000_000;
 
 /// How long a giving-up acquire waits for its cleanup release before returning anyway.
 const CLEANUP_WAIT: Duration = Duration::from_secs(1);

@@ -2,14 +2,16 @@
 //! leases, its wake-up hub, its one look at the eviction policy, and its fence settings.
 //! One `Arc` of it travels with each acquire and guard, instead of each piece on its own.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::backend::Backend;
 use crate::check::EvictionWatch;
 use crate::connection::Connection;
 use crate::engine::renewer::RenewerSlot;
 use crate::engine::wakeup::Hub;
+use crate::error::Error;
 use crate::fence::Fences;
+use crate::token::Token;
 
 /// A locker's shared state (see the module docs).
 pub(crate) struct Context<C> {
@@ -22,6 +24,9 @@ pub(crate) struct Context<C> {
     pub(crate) eviction: Arc<EvictionWatch>,
     /// Whether fences may be taken, and how long counters are kept.
     pub(crate) fences: Fences,
+    /// This locker's id among the lockers waiting for a key (see `mutex.lua`), drawn when
+    /// one of its acquires first waits; shared by its clones.
+    id: Arc<OnceLock<Token>>,
 }
 
 impl<C: Connection> Context<C> {
@@ -32,7 +37,20 @@ impl<C: Connection> Context<C> {
             hub: None,
             eviction: Arc::new(EvictionWatch::default()),
             fences: Fences::default(),
+            id: Arc::new(OnceLock::new()),
         }
+    }
+
+    /// This locker's id among waiters (random, like a token).
+    ///
+    /// # Errors
+    /// [`Error::Random`], as [`Token::generate`].
+    pub(crate) fn id(&self) -> Result<Token, Error> {
+        if let Some(id) = self.id.get() {
+            return Ok(*id);
+        }
+        let drawn = Token::generate()?;
+        Ok(*self.id.get_or_init(|| drawn))
     }
 }
 
@@ -44,6 +62,7 @@ impl<C: Clone> Clone for Context<C> {
             hub: self.hub.clone(),
             eviction: self.eviction.clone(),
             fences: self.fences,
+            id: self.id.clone(),
         }
     }
 }

@@ -22,8 +22,13 @@
 //!   other waiters (or behind a holder that was itself a waiter, whose value says
 //!   "awaited") it queues without a try; otherwise its first try is a waiter's try, which
 //!   marks the holder or stores an "awaited" value, so the next newcomers can queue. In a
-//!   steady contended state an acquisition then costs one `SET` plus the release and its
-//!   `PUBLISH`: no failed tries, no polling.
+//!   steady contended state an acquisition then costs one try that succeeds plus the
+//!   release and its `PUBLISH`: no failed tries, no polling.
+//! - Between lockers (processes), no one starves: a waiter's try names its locker on the
+//!   holder's value as next in line when it has waited longest, and the release hands the
+//!   key to that locker for a moment (`mutex.lua`), so the releaser coming straight back —
+//!   first to try, always — cannot take it again. Each locker's woken waiter then tries
+//!   and names itself on the new holder: the lockers take turns by how long they waited.
 //! - Polling per the retry strategy stays the fallback for what no message announces: a
 //!   holder that dies (its key expires), an owner that is not a redmutex waiter taking the
 //!   key in between, or a subscriber connection that dropped (it reconnects with backoff

@@ -153,8 +153,8 @@ return { 0, fence }
 -- Returns: 0 when it held the key (now free, or kept); 1 when it did not — the number of
 --          parts no longer held, as every primitive's release answers.
 -- A freed key is the first waiter's turn: it is told on its channel. A key a plain waiter
--- marked as awaited (flag 'w') is also announced on the key's own channel, as mutex.lua's
--- release does.
+-- marked as awaited (flag 'w' or 'W') is also announced on the key's own channel, as
+-- mutex.lua's release does.
 local key, queue, beats = KEYS[1], KEYS[2], KEYS[3]
 local token = ARGV[1]
 local keep = tonumber(ARGV[2] or '0')
@@ -168,14 +168,14 @@ local missing = 1
 local freed = was_first and value == false
 if owned(value, token) then
   missing = 0
+  local flag = string.sub(value, #token + 1, #token + 1)
   if keep > 0 then
-    redis.call('setrange', key, #token, 'k')
-    redis.call('pexpire', key, keep)
+    redis.call('set', key, token .. 'k' .. metadata_of(value, #token), 'px', keep)
   else
     redis.call('del', key)
     freed = true
   end
-  if string.sub(value, #token + 1, #token + 1) == 'w' then
+  if flag == 'w' or flag == 'W' then
     redis.pcall('publish', key, 'released')
   end
 end

@@ -6,15 +6,63 @@
 -- A key that holds our own token counts as ours; a key of another type (pcall turns its
 -- WRONGTYPE error into a table) counts as held by someone else, and only values in
 -- redmutex's own format are ever marked; anything else is left as it is.
+--
+-- No locker starves. A waiter's try that finds a key held names its locker in the holder's
+-- value as next in line — unless a locker whose waiter began to wait earlier, and still
+-- waits, is named already — by the locker's id, when the waiter began to wait and until
+-- when it waits at most: on the server's clock, from the waiter's own account of how long
+-- it has waited and may still wait, so that no two clients' clocks are compared. The
+-- value's flag becomes 'W', and NEXT_LEN bytes follow it before the metadata: the id, then
+-- the two moments in 15 digits each. The release hands such a key to that locker if its
+-- waiter still waits: the key holds the locker's id with the flag 'r' for HANDOFF_MS,
+-- during which only that locker's waiters may take it — not the releaser coming straight
+-- back, nor a newcomer. Unclaimed (the waiter was cancelled, its process died), it is free
+-- once that passes.
+-- After each release every locker's woken waiter tries again and names itself on the new
+-- holder, so the locker that has waited longest is always next.
+
+-- How long a released key waits for the locker it was handed to, in milliseconds: ample
+-- for a woken waiter's try (a round trip), short enough that a locker gone in between
+-- costs the others little.
+local HANDOFF_MS = 50
+
+-- Whether `value` is in redmutex's format for a token of `length` bytes.
+local function ours(value, length)
+  return type(value) == 'string' and string.find(string.sub(value, 1, length), '^[%w_%-]+$')
+end
 
 -- Marks the value at `key` as awaited — its flag byte, right after the token of `length`
 -- bytes, becomes 'w' — so that its owner's release announces itself on the key's channel.
 -- Only a redmutex value not marked yet is changed.
 local function mark_awaited(key, value, length)
-  if type(value) == 'string' and string.sub(value, length + 1, length + 1) == '-'
-      and string.find(string.sub(value, 1, length), '^[%w_%-]+$') then
+  if ours(value, length) and string.sub(value, length + 1, length + 1) == '-' then
     redis.call('setrange', key, length, 'w')
   end
+end
+
+-- Marks the value at `key` as awaited and names `locker`, whose waiter has waited `waited`
+-- ms and waits `left` ms more at most, as next in line — unless a locker waiting since
+-- earlier, and still waiting, is named already. Only redmutex values that are held (flag
+-- '-', 'w' or 'W') are changed; the TTL is kept.
+local function line_up(key, value, length, locker, waited, left)
+  if not ours(value, length) then
+    return
+  end
+  local flag = string.sub(value, length + 1, length + 1)
+  local now = now_ms()
+  local since = now - tonumber(waited)
+  if flag == 'W' then
+    local named = tonumber(string.sub(value, length + 24, length + 38))
+    local until_ = tonumber(string.sub(value, length + 39, length + 1 + NEXT_LEN))
+    if named and named <= since and until_ and until_ > now then
+      return
+    end
+  elseif flag ~= '-' and flag ~= 'w' then
+    return
+  end
+  local metadata = metadata_of(value, length)
+  local next = locker .. string.format('%015d%015d', since, now + tonumber(left))
+  redis.call('set', key, string.sub(value, 1, length) .. 'W' .. next .. metadata, 'keepttl')
 end
 
 --- op: obtain
@@ -29,6 +77,10 @@ end
 --          release announces itself on the key's channel.
 -- ARGV[5]: the number of lock keys; when KEYS holds more, the rest are fence counters.
 -- ARGV[6]: fenced: how long the counters are kept after this use, in milliseconds.
+-- ARGV[7]: waiting: the locker's id. A key handed to this locker counts as free.
+-- ARGV[8]: waiting: how long this acquire has waited so far, in milliseconds; a held key
+--          names the locker next in line by it (see the top of this file).
+-- ARGV[9]: waiting: how long it waits at most from now, in milliseconds.
 -- Returns: { 0, fence } when every key now holds ARGV[1] with the TTL: fence is above
 --          every counter (see next_fence), now stored in all of them (0 when not fenced);
 --          otherwise { i, pttl }: i is the 1-based index of the first key held by another
@@ -41,11 +93,13 @@ end
 local length = tonumber(ARGV[3])
 local count = tonumber(ARGV[5])
 local token = string.sub(ARGV[1], 1, length)
+local waiting = ARGV[4] == '1'
+local handed = waiting and ARGV[7] .. 'r'
 for i = 1, count do
   local value = redis.pcall('get', KEYS[i])
-  if value ~= false and not owned(value, token) then
-    if ARGV[4] == '1' then
-      mark_awaited(KEYS[i], value, length)
+  if value ~= false and not owned(value, token) and value ~= handed then
+    if waiting then
+      line_up(KEYS[i], value, length, ARGV[7], ARGV[8], ARGV[9])
     end
     return { i, redis.call('pttl', KEYS[i]) }
   end
@@ -100,24 +154,28 @@ return { 0, fence }
 -- Returns: how many keys did NOT hold the token (0 means fully released).
 -- A key held by someone else, or missing, is never touched; the keys that still hold our
 -- token are deleted even when others are lost, so they do not block anyone until expiry.
--- A key marked as awaited (flag byte 'w' right after the token, set by a waiter's try) is
--- announced on the channel named like the key, so waiters wake at once instead of polling;
--- unmarked keys publish nothing, so an uncontended release costs no PUBLISH. The
+-- A key marked as awaited (flag byte 'w' or 'W' right after the token, set by a waiter's
+-- try) is announced on the channel named like the key, so waiters wake at once instead of
+-- polling; unmarked keys publish nothing, so an uncontended release costs no PUBLISH. The
 -- announcement is a hint (waiters also poll): a PUBLISH refused (an ACL user without the
--- channel) must not fail the release, so it goes through pcall.
+-- channel) must not fail the release, so it goes through pcall. A key that names a locker
+-- next in line ('W') is handed to it (see the top of this file) rather than deleted.
 local token = ARGV[1]
 local keep = tonumber(ARGV[2] or '0')
 local missing = 0
 for _, key in ipairs(KEYS) do
   local value = redis.pcall('get', key)
   if owned(value, token) then
+    local flag = string.sub(value, #token + 1, #token + 1)
     if keep > 0 then
-      redis.call('setrange', key, #token, 'k')
-      redis.call('pexpire', key, keep)
+      -- Kept as the owner's value without anyone named next: it expires on its own.
+      redis.call('set', key, token .. 'k' .. metadata_of(value, #token), 'px', keep)
+    elseif flag == 'W' and tonumber(string.sub(value, #token + 39, #token + 53)) > now_ms() then
+      redis.call('set', key, string.sub(value, #token + 2, #token + 23) .. 'r', 'px', HANDOFF_MS)
     else
       redis.call('del', key)
     end
-    if string.sub(value, #token + 1, #token + 1) == 'w' then
+    if flag == 'w' or flag == 'W' then
       redis.pcall('publish', key, 'released')
     end
   else

@@ -91,12 +91,11 @@ impl Claim for Keys {
     }
 }
 
-/// One try to take every key. The common case — a single key, a first try that does not
-/// wait — takes the cheapest path: unfenced a plain `SET NX PX`, fenced a lean script op
-/// (`SET NX PX`, then the counter). When `waiting`, marking a held key takes a second
-/// request on the plain path, sent only when the `SET` found the key held (the script may
-/// still obtain the key if it was released in between). Everything else goes through the
-/// full `obtain`.
+/// One try to take every key. The common case — a single key, a try that does not wait —
+/// takes the cheapest path: unfenced a plain `SET NX PX`, fenced a lean script op (`SET NX
+/// PX`, then the counter). A waiter's try goes through the full `obtain`, which marks what
+/// it finds held, names the locker as next in line if it has waited longest, and takes a
+/// key handed to this locker; so does everything else.
 async fn obtain(
     mut conn: Node<'_>,
     keys: &Keys,
@@ -111,9 +110,9 @@ async fn obtain(
         waiting,
         ..
     } = request;
-    if keys.len() == 1 && !retrying_own {
+    if keys.len() == 1 && !retrying_own && !waiting {
         let key = keys.get(0).expect("one key");
-        if fenced && !waiting {
+        if fenced {
             let mut call = OBTAIN_ONE.script().prepare_invoke();
             call.key(key).key(counter_key(key));
             call.arg(value).arg(ttl_ms).arg(retention_ms);
@@ -123,17 +122,13 @@ async fn obtain(
                 true,
             ));
         }
-        if !fenced {
-            if set_nx(&mut conn, key, value, ttl_ms).await? {
-                return Ok(Obtain::Obtained { fence: None });
-            }
-            if !waiting {
-                return Ok(Obtain::Held {
-                    index: 0,
-                    ttl: None,
-                });
-            }
-        }
+        return match set_nx(&mut conn, key, value, ttl_ms).await? {
+            true => Ok(Obtain::Obtained { fence: None }),
+            false => Ok(Obtain::Held {
+                index: 0,
+                ttl: None,
+            }),
+        };
     }
     let mut call = keys.call(&OBTAIN, fenced);
     call.arg(value)
@@ -142,6 +137,11 @@ async fn obtain(
         .arg(if waiting { "1" } else { "0" })
         .arg(keys.len())
         .arg(retention_ms);
+    if waiting {
+        (call.arg(request.locker.as_bytes()))
+            .arg(request.waited_ms)
+            .arg(request.left_ms);
+    }
     Ok(Obtain::from_reply(
         call.invoke_async(&mut conn).await?,
         fenced,

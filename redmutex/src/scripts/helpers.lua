@@ -12,6 +12,17 @@ local function owned(value, token)
     and string.sub(value, #token + 1, #token + 1) ~= 'k'
 end
 
+-- The bytes a value flagged 'W' holds between its flag and its metadata: the id of the
+-- locker named next in line (token-sized), then when its waiter began to wait and until
+-- when it waits at most, in 15 digits each (see mutex.lua).
+local NEXT_LEN = 52
+
+-- The metadata of a redmutex value whose token is `length` bytes long.
+local function metadata_of(value, length)
+  local skip = string.sub(value, length + 1, length + 1) == 'W' and NEXT_LEN or 0
+  return string.sub(value, length + 2 + skip)
+end
+
 -- Whether every key in KEYS[first..last] holds the owner's token.
 local function holds(first, last, token)
   for i = first, last do
