@@ -11,8 +11,8 @@ use crate::record::{Holder, Outcome, Release, Section, Write};
 pub struct Verdict {
     /// Critical sections recorded.
     pub sections: usize,
-    /// Sections by holder kind: careful, lease, naive.
-    pub by_holder: [usize; 3],
+    /// Sections by holder kind: careful, lease, naive, fair.
+    pub by_holder: [usize; 4],
     /// Leases told "lost" (or found past their validity) before their holder acted.
     pub lost: usize,
     /// Careful holders that found their validity over before acting.
@@ -78,6 +78,7 @@ pub fn check(sections: &[Section]) -> Verdict {
             Holder::Careful => 0,
             Holder::Lease => 1,
             Holder::Naive => 2,
+            Holder::Fair => 3,
         }] += 1;
         match s.outcome {
             Outcome::Lost => verdict.lost += 1,
@@ -284,7 +285,7 @@ mod tests {
         let v = check(&sections);
         assert!(v.upheld(), "{v:?}");
         assert_eq!(v.sections, 3);
-        assert_eq!(v.by_holder, [1, 1, 1]);
+        assert_eq!(v.by_holder, [1, 1, 1, 0]);
         assert_eq!(
             (v.unsafe_overlaps, v.overrun_overlaps, v.overran),
             (0, 0, 0)

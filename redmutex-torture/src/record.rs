@@ -15,6 +15,9 @@ pub enum Holder {
     /// A plain lock; acts after its work without looking at the clock, as much code in the
     /// wild does. Only fences protect the resource from it once it overruns its validity.
     Naive,
+    /// A fair lock on the same keys (waits in line; not on Redlock, which refuses it), as
+    /// careful as [`Holder::Careful`]: fair and plain holders must exclude each other.
+    Fair,
 }
 
 /// How the holder's section ended.
@@ -97,6 +100,7 @@ impl fmt::Display for Section {
             Holder::Careful => "careful",
             Holder::Lease => "lease",
             Holder::Naive => "naive",
+            Holder::Fair => "fair",
         };
         let outcome = match self.outcome {
             Outcome::Kept => "kept",
@@ -158,6 +162,7 @@ impl FromStr for Section {
                 "careful" => Holder::Careful,
                 "lease" => Holder::Lease,
                 "naive" => Holder::Naive,
+                "fair" => Holder::Fair,
                 _ => return Err(bad()),
             },
             key: key.parse().map_err(|_| bad())?,

@@ -51,8 +51,8 @@ pub fn text(r: &Report) -> String {
     row(
         "acquisitions",
         format!(
-            "{} ({per_second:.0}/s): careful {}, lease {}, naive {}",
-            v.sections, v.by_holder[0], v.by_holder[1], v.by_holder[2]
+            "{} ({per_second:.0}/s): careful {}, lease {}, naive {}, fair {}",
+            v.sections, v.by_holder[0], v.by_holder[1], v.by_holder[2], v.by_holder[3]
         ),
     );
     row("faults injected", format!("{total_faults}: {faults}"));
@@ -147,7 +147,7 @@ pub fn json(r: &Report) -> String {
         concat!(
             "{{\"mode\":\"{}\",\"seed\":{},\"seconds\":{},\"processes\":{},\"tasks\":{},",
             "\"keys\":{},\"ttl_ms\":{},\"acquisitions\":{},\"careful\":{},\"lease\":{},",
-            "\"naive\":{},\"faults\":{{{}}},\"faults_total\":{},\"lost_signals\":{},",
+            "\"naive\":{},\"fair\":{},\"faults\":{{{}}},\"faults_total\":{},\"lost_signals\":{},",
             "\"expired\":{},\"overran\":{},\"unsafe_overlaps\":{},\"overrun_overlaps\":{},",
             "\"overrun_fenced\":{},\"overrun_refused\":{},\"fence_violations\":{},",
             "\"store_violations\":{},\"writes_accepted\":{},\"stale_writes_refused\":{},",
@@ -167,6 +167,7 @@ pub fn json(r: &Report) -> String {
         v.by_holder[0],
         v.by_holder[1],
         v.by_holder[2],
+        v.by_holder[3],
         faults,
         r.faults.iter().map(|f| f.1).sum::<usize>(),
         v.lost,

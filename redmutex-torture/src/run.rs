@@ -210,7 +210,10 @@ impl Topology {
                 if node.command(&["PTTL", &key]).trim() == ":-1" {
                     without_ttl.insert(key.clone());
                 }
-                if key.starts_with(PREFIX) {
+                // Lock keys, and what lives beside them but fence counters (which are kept
+                // for their retention period by design): fair locks' queues.
+                let beside = key.starts_with(&format!("{{{PREFIX}")) && !key.ends_with(":fence");
+                if key.starts_with(PREFIX) || beside {
                     names.insert(key);
                 }
             }

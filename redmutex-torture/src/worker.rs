@@ -1,6 +1,7 @@
 //! One worker process: many tasks that acquire, hold and release a few keys until the
 //! stop time, each reporting its critical sections as lines on stdout (see
-//! [`crate::record`]). Tasks take turns being careful, lease and naive holders.
+//! [`crate::record`]). Tasks take turns being careful, lease, naive and fair holders (fair
+//! ones careful too; careful instead on Redlock, which has no fair lock).
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -8,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redmutex::retry::{self, Jitter, RetryExt};
-use redmutex::{Connection, Error, Locker};
+use redmutex::{Acquire, Connection, Error, Keys, Locker};
 use tokio::time::Instant;
 
 use crate::clock::{instant_ns, now_ns};
@@ -195,10 +196,12 @@ async fn drive<C: Connection>(
     tokio::time::sleep(Duration::from_nanos(wait)).await;
     let tasks: Vec<_> = (0..args.tasks)
         .map(|task| {
-            let holder = match (args.id + task) % 3 {
+            let holder = match (args.id + task) % 4 {
                 0 => Holder::Careful,
                 1 => Holder::Lease,
-                _ => Holder::Naive,
+                2 => Holder::Naive,
+                _ if args.mode == Mode::Redlock => Holder::Careful,
+                _ => Holder::Fair,
             };
             tokio::spawn(holder_task(
                 locker.clone(),
@@ -225,22 +228,18 @@ async fn drive<C: Connection>(
     flushed.map_err(|e| e.to_string())
 }
 
-/// One acquisition of key `key` and its fence — half take it with the keys, half ask for
+/// One acquisition by `acquire` and its fence — half take it with the keys, half ask for
 /// it after — with the instant it was held from. `Ok(None)`: nothing to hold (not
 /// obtained, a fault, lost before its fence), tallied and paused after; `Err`: a fatal
 /// finding, reported.
-async fn acquire_fenced<C: Connection>(
-    locker: &Locker<C>,
-    key: u32,
-    ttl: Duration,
+async fn acquire_fenced<C: Connection, P: Send + Sync>(
+    acquire: Acquire<'_, C, P>,
     rng: &mut Rng,
     shared: &Shared,
-) -> Result<Option<(redmutex::Lock<C>, u64, u64)>, ()> {
+) -> Result<Option<(redmutex::Lock<C, P>, u64, u64)>, ()> {
     let ms = |n: u64| Duration::from_millis(n);
     let eager = rng.below(2) == 0;
-    let acquire = locker
-        .acquire(format!("k{key}"), ttl)
-        .retry(retry::exponential(ms(2), ms(40)).jitter(Jitter::full()));
+    let acquire = acquire.retry(retry::exponential(ms(2), ms(40)).jitter(Jitter::full()));
     let acquired = match eager {
         true => acquire.with_fence().await,
         false => acquire.await,
@@ -276,14 +275,14 @@ async fn acquire_fenced<C: Connection>(
 
 /// What a holder of `holder`'s kind does with its lock before the write: when it decided,
 /// until when it believed the lock valid, whether it acts, and what it still holds.
-async fn decide<C: Connection>(
+async fn decide<C: Connection, P>(
     holder: Holder,
-    lock: redmutex::Lock<C>,
+    lock: redmutex::Lock<C, P>,
     start: u64,
     args: &WorkerArgs,
     rng: &mut Rng,
     shared: &Shared,
-) -> (u64, u64, Outcome, Held<C>) {
+) -> (u64, u64, Outcome, Held<C, P>) {
     let ttl_ms = args.ttl_ms;
     let ms = |n: u64| Duration::from_millis(n);
     match holder {
@@ -292,7 +291,7 @@ async fn decide<C: Connection>(
             let believed = start + 2 * ttl_ms * 1_000_000;
             (now_ns(), believed, Outcome::Kept, Held::Lock(lock))
         }
-        Holder::Careful => {
+        Holder::Careful | Holder::Fair => {
             tokio::time::sleep(ms(rng.between(0, ttl_ms / 10))).await;
             let valid_until = lock.valid_until();
             let valid = instant_ns(valid_until.into_std());
@@ -325,7 +324,7 @@ async fn decide<C: Connection>(
 
 async fn holder_task<C: Connection>(
     locker: Locker<C>,
-    mut storage: redis::aio::MultiplexedConnection,
+    storage: redis::aio::MultiplexedConnection,
     shared: Arc<Shared>,
     args: WorkerArgs,
     task: u32,
@@ -333,26 +332,71 @@ async fn holder_task<C: Connection>(
 ) {
     let mut rng = Rng::new(args.seed, (u64::from(args.id) << 32) | u64::from(task));
     let ttl = Duration::from_millis(args.ttl_ms);
-    let fenced_write = redis::Script::new(FENCED_WRITE);
+    let mut section = Sections {
+        storage,
+        fenced_write: redis::Script::new(FENCED_WRITE),
+        shared: &shared,
+        args: &args,
+        task,
+        holder,
+    };
     while now_ns() < args.stop_at {
         let key = rng.below(args.keys as usize) as u32;
+        let name = format!("k{key}");
+        let done = match holder {
+            Holder::Fair => {
+                // Its waiters' heartbeat as short as the TTL: a frozen worker's waiters
+                // leave the line as soon as its locks expire.
+                let fair = locker.fair_lock(&name).and_then(|f| f.with_heartbeat(ttl));
+                let Ok(fair) = fair else {
+                    shared.line("fatal a fair lock refused on a topology that has one");
+                    return;
+                };
+                section.run(key, fair.acquire(ttl), &mut rng).await
+            }
+            _ => section.run(key, locker.acquire(&name, ttl), &mut rng).await,
+        };
+        if done.is_err() {
+            return;
+        }
+    }
+}
+
+/// What a task needs to run its critical sections.
+struct Sections<'a> {
+    storage: redis::aio::MultiplexedConnection,
+    fenced_write: redis::Script,
+    shared: &'a Shared,
+    args: &'a WorkerArgs,
+    task: u32,
+    holder: Holder,
+}
+
+impl Sections<'_> {
+    /// One critical section on `key`, taken by `acquire`, recorded as a line. `Err`: a
+    /// fatal finding, reported; the task stops.
+    async fn run<C: Connection, P: Send + Sync>(
+        &mut self,
+        key: u32,
+        acquire: Acquire<'_, C, P>,
+        rng: &mut Rng,
+    ) -> Result<(), ()> {
+        let (shared, args, holder) = (self.shared, self.args, self.holder);
         let asked = now_ns();
-        let (lock, start, fence) = match acquire_fenced(&locker, key, ttl, &mut rng, &shared).await
-        {
-            Ok(Some(acquired)) => acquired,
-            Ok(None) => continue,
-            Err(()) => return,
+        let (lock, start, fence) = match acquire_fenced(acquire, rng, shared).await? {
+            Some(acquired) => acquired,
+            None => return Ok(()),
         };
         let (decided, mut valid, outcome, held) =
-            decide(holder, lock, start, &args, &mut rng, &shared).await;
+            decide(holder, lock, start, args, rng, shared).await;
         // The write comes after the decision, as in real code: a pause here is what only
         // the fence can catch.
         let write = if outcome == Outcome::Kept {
-            let reply: Result<(u8, u64), _> = fenced_write
+            let reply: Result<(u8, u64), _> = (self.fenced_write)
                 .key(format!("resource:{{k{key}}}:fence"))
                 .key("resource:writes")
                 .arg(fence)
-                .invoke_async(&mut storage)
+                .invoke_async(&mut self.storage)
                 .await;
             match reply {
                 Ok((1, seq)) => Write::Accepted(seq),
@@ -379,7 +423,7 @@ async fn holder_task<C: Connection>(
         };
         let section = Section {
             worker: args.id,
-            task,
+            task: self.task,
             holder,
             key,
             fence,
@@ -392,17 +436,18 @@ async fn holder_task<C: Connection>(
             release,
         };
         shared.line(&section.to_string());
+        Ok(())
     }
 }
 
 /// Works under a kept-alive lease: mostly briefly, one time in eight long enough to need
 /// several renewals, stopping early when told "lost". Returns when the holder stopped
 /// believing (or decided to act), the lease's validity, and the outcome.
-async fn hold_lease<C: Connection>(
-    lease: redmutex::Lease<C>,
+async fn hold_lease<C: Connection, P>(
+    lease: redmutex::Lease<C, P>,
     rng: &mut Rng,
     ttl_ms: u64,
-) -> (u64, u64, Outcome, Held<C>) {
+) -> (u64, u64, Outcome, Held<C, P>) {
     let ms = Duration::from_millis;
     let work = match rng.below(8) {
         0 => ms(rng.between(ttl_ms, ttl_ms * 2)),
@@ -423,9 +468,9 @@ async fn hold_lease<C: Connection>(
 }
 
 /// What a holder releases once it has written.
-enum Held<C: Connection> {
-    Lock(redmutex::Lock<C>),
-    Lease(redmutex::Lease<C>),
+enum Held<C: Connection, P = Keys> {
+    Lock(redmutex::Lock<C, P>),
+    Lease(redmutex::Lease<C, P>),
     /// Dropped already (its keep-alive was refused): nothing to release.
     Dropped,
 }
