@@ -4,15 +4,15 @@
 
 use std::collections::BTreeMap;
 
-use crate::record::{Holder, Outcome, Release, Section, Write};
+use crate::record::{Holder, Outcome, Release, Section, Write, PERMITS};
 
 /// What the checker found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Verdict {
     /// Critical sections recorded.
     pub sections: usize,
-    /// Sections by holder kind: careful, lease, naive, fair.
-    pub by_holder: [usize; 4],
+    /// Sections by holder kind: careful, lease, naive, fair, permit.
+    pub by_holder: [usize; 5],
     /// Leases told "lost" (or found past their validity) before their holder acted.
     pub lost: usize,
     /// Careful holders that found their validity over before acting.
@@ -34,6 +34,9 @@ pub struct Verdict {
     pub overrun_fenced: usize,
     /// Of those, the pairs whose overrunning holder's write the resource refused.
     pub overrun_refused: usize,
+    /// Moments when more permit holders of one semaphore were vouched for (within their
+    /// validity, not told lost) than its limit. Must be zero.
+    pub permit_overflows: usize,
     /// Two sections of one key with the same fence, or a section that began acquiring
     /// after another had its lock, yet got a lower fence.
     pub fence_violations: usize,
@@ -54,6 +57,7 @@ impl Verdict {
     /// caught by fence order, fences unique and ordered, and the resource consistent.
     pub fn upheld(&self) -> bool {
         self.unsafe_overlaps == 0
+            && self.permit_overflows == 0
             && self.overrun_fenced == self.overrun_overlaps
             && self.fence_violations == 0
             && self.store_violations == 0
@@ -73,12 +77,14 @@ pub fn check(sections: &[Section]) -> Verdict {
         ..Verdict::default()
     };
     let mut by_key: BTreeMap<u32, Vec<&Section>> = BTreeMap::new();
+    let mut by_semaphore: BTreeMap<u32, Vec<&Section>> = BTreeMap::new();
     for s in sections {
         verdict.by_holder[match s.holder {
             Holder::Careful => 0,
             Holder::Lease => 1,
             Holder::Naive => 2,
             Holder::Fair => 3,
+            Holder::Permit => 4,
         }] += 1;
         match s.outcome {
             Outcome::Lost => verdict.lost += 1,
@@ -93,14 +99,48 @@ pub fn check(sections: &[Section]) -> Verdict {
         if s.outcome == Outcome::Kept && s.end > s.valid {
             verdict.overran += 1;
         }
-        by_key.entry(s.key).or_default().push(s);
+        match s.holder {
+            Holder::Permit => by_semaphore.entry(s.key).or_default().push(s),
+            _ => by_key.entry(s.key).or_default().push(s),
+        }
     }
     for (key, sections) in by_key {
         overlaps(key, &sections, &mut verdict);
         fence_order(key, &sections, &mut verdict);
         resource(key, &sections, &mut verdict);
     }
+    for (key, sections) in by_semaphore {
+        capacity(key, &sections, &mut verdict);
+        fence_order(key, &sections, &mut verdict);
+    }
     verdict
+}
+
+/// At no moment were more than [`PERMITS`] permit holders of one semaphore vouched for:
+/// a sweep over the vouched parts of the sections, ends before starts at the same moment.
+fn capacity(key: u32, sections: &[&Section], verdict: &mut Verdict) {
+    let mut events: Vec<(u64, i32, &Section)> = Vec::new();
+    for s in sections {
+        let end = s.vouched_end();
+        if end > s.start {
+            events.push((s.start, 1, s));
+            events.push((end, -1, s));
+        }
+    }
+    events.sort_by_key(|(at, step, _)| (*at, *step));
+    let mut held = 0;
+    for (_, step, s) in events {
+        held += step;
+        if step > 0 && held > PERMITS as i32 {
+            verdict.permit_overflows += 1;
+            let text = format!(
+                "semaphore {key}: {} got a permit while {} others held one (limit {PERMITS})",
+                describe(s),
+                held - 1
+            );
+            verdict.example(text);
+        }
+    }
 }
 
 fn describe(s: &Section) -> String {
@@ -285,7 +325,7 @@ mod tests {
         let v = check(&sections);
         assert!(v.upheld(), "{v:?}");
         assert_eq!(v.sections, 3);
-        assert_eq!(v.by_holder, [1, 1, 1, 0]);
+        assert_eq!(v.by_holder, [1, 1, 1, 0, 0]);
         assert_eq!(
             (v.unsafe_overlaps, v.overrun_overlaps, v.overran),
             (0, 0, 0)
@@ -350,6 +390,34 @@ mod tests {
         assert_eq!(v.overrun_fenced, 0);
         assert!(v.fence_violations >= 1, "{v:?}");
         assert!(!v.upheld());
+    }
+
+    #[test]
+    fn permits_up_to_the_limit_are_clean_and_one_more_is_an_overflow() {
+        let permit = |fence, start, end, valid| {
+            let mut s = section(Holder::Permit, fence, start, end, valid);
+            s.write = Write::Skipped;
+            s
+        };
+        // Two at once (the limit), a third as the first ends: clean.
+        let clean = check(&[
+            permit(1, 10, 50, 60),
+            permit(2, 20, 80, 90),
+            permit(3, 50, 70, 100),
+        ]);
+        assert!(clean.upheld(), "{clean:?}");
+        assert_eq!(clean.unsafe_overlaps, 0, "permits may overlap each other");
+        // A third while two are vouched for: an overflow.
+        let mut third = permit(3, 40, 70, 100);
+        third.asked = 39;
+        let over = check(&[permit(1, 10, 50, 60), permit(2, 20, 80, 90), third]);
+        assert_eq!(over.permit_overflows, 1, "{over:?}");
+        assert!(!over.upheld());
+        // One told "lost" before the third came is not vouched for.
+        let mut lost = permit(1, 10, 30, 60);
+        lost.outcome = Outcome::Lost;
+        let fine = check(&[lost, permit(2, 20, 80, 90), permit(3, 40, 70, 100)]);
+        assert_eq!(fine.permit_overflows, 0, "{fine:?}");
     }
 
     #[test]

@@ -18,7 +18,15 @@ pub enum Holder {
     /// A fair lock on the same keys (waits in line; not on Redlock, which refuses it), as
     /// careful as [`Holder::Careful`]: fair and plain holders must exclude each other.
     Fair,
+    /// One permit of a semaphore of [`PERMITS`] per key (semaphores live beside the
+    /// locks, `s0`, `s1`, …; not on Redlock), as careful as [`Holder::Careful`]: at most
+    /// [`PERMITS`] such holders at once per semaphore. Its sections write nothing (the
+    /// resource takes one writer at a time).
+    Permit,
 }
+
+/// The limit of each semaphore of the run.
+pub const PERMITS: u32 = 2;
 
 /// How the holder's section ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,6 +109,7 @@ impl fmt::Display for Section {
             Holder::Lease => "lease",
             Holder::Naive => "naive",
             Holder::Fair => "fair",
+            Holder::Permit => "permit",
         };
         let outcome = match self.outcome {
             Outcome::Kept => "kept",
@@ -163,6 +172,7 @@ impl FromStr for Section {
                 "lease" => Holder::Lease,
                 "naive" => Holder::Naive,
                 "fair" => Holder::Fair,
+                "permit" => Holder::Permit,
                 _ => return Err(bad()),
             },
             key: key.parse().map_err(|_| bad())?,

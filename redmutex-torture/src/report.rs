@@ -51,8 +51,13 @@ pub fn text(r: &Report) -> String {
     row(
         "acquisitions",
         format!(
-            "{} ({per_second:.0}/s): careful {}, lease {}, naive {}, fair {}",
-            v.sections, v.by_holder[0], v.by_holder[1], v.by_holder[2], v.by_holder[3]
+            "{} ({per_second:.0}/s): careful {}, lease {}, naive {}, fair {}, permit {}",
+            v.sections,
+            v.by_holder[0],
+            v.by_holder[1],
+            v.by_holder[2],
+            v.by_holder[3],
+            v.by_holder[4]
         ),
     );
     row("faults injected", format!("{total_faults}: {faults}"));
@@ -67,6 +72,14 @@ pub fn text(r: &Report) -> String {
     row(
         "overlaps, holder not told \"lost\"",
         format!("{} (must be 0)", v.unsafe_overlaps),
+    );
+    row(
+        "more permit holders than the limit",
+        format!(
+            "{} (must be 0; limit {})",
+            v.permit_overflows,
+            crate::record::PERMITS
+        ),
     );
     row(
         "pairs overlapping a late holder",
@@ -147,7 +160,8 @@ pub fn json(r: &Report) -> String {
         concat!(
             "{{\"mode\":\"{}\",\"seed\":{},\"seconds\":{},\"processes\":{},\"tasks\":{},",
             "\"keys\":{},\"ttl_ms\":{},\"acquisitions\":{},\"careful\":{},\"lease\":{},",
-            "\"naive\":{},\"fair\":{},\"faults\":{{{}}},\"faults_total\":{},\"lost_signals\":{},",
+            "\"naive\":{},\"fair\":{},\"permit\":{},\"faults\":{{{}}},\"faults_total\":{},",
+            "\"lost_signals\":{},\"permit_overflows\":{},",
             "\"expired\":{},\"overran\":{},\"unsafe_overlaps\":{},\"overrun_overlaps\":{},",
             "\"overrun_fenced\":{},\"overrun_refused\":{},\"fence_violations\":{},",
             "\"store_violations\":{},\"writes_accepted\":{},\"stale_writes_refused\":{},",
@@ -168,9 +182,11 @@ pub fn json(r: &Report) -> String {
         v.by_holder[1],
         v.by_holder[2],
         v.by_holder[3],
+        v.by_holder[4],
         faults,
         r.faults.iter().map(|f| f.1).sum::<usize>(),
         v.lost,
+        v.permit_overflows,
         v.expired,
         v.overran,
         v.unsafe_overlaps,

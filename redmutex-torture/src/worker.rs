@@ -1,7 +1,8 @@
 //! One worker process: many tasks that acquire, hold and release a few keys until the
 //! stop time, each reporting its critical sections as lines on stdout (see
-//! [`crate::record`]). Tasks take turns being careful, lease, naive and fair holders (fair
-//! ones careful too; careful instead on Redlock, which has no fair lock).
+//! [`crate::record`]). Tasks take turns being careful, lease, naive, fair and permit holders
+//! (the last two careful too; careful instead on Redlock, which has neither a fair lock nor
+//! a semaphore).
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -13,7 +14,7 @@ use redmutex::{Acquire, Connection, Error, Keys, Locker};
 use tokio::time::Instant;
 
 use crate::clock::{instant_ns, now_ns};
-use crate::record::{Holder, Outcome, Release, Section, Write};
+use crate::record::{Holder, Outcome, Release, Section, Write, PERMITS};
 use crate::rng::Rng;
 use crate::schedule::Mode;
 
@@ -69,7 +70,7 @@ pub struct WorkerArgs {
     /// Wait with push wake-up instead of polling alone.
     #[arg(long)]
     pub wake_up: bool,
-    /// For the checker's own test: careful holders trust a validity twice the TTL from
+    /// For the checker's own test: careful and permit holders trust a validity twice the TTL from
     /// when the lock arrived (a library that forgot the time the request took and the
     /// expiry) and hold that long, so the checker must find overlaps.
     #[arg(long, hide = true)]
@@ -196,12 +197,13 @@ async fn drive<C: Connection>(
     tokio::time::sleep(Duration::from_nanos(wait)).await;
     let tasks: Vec<_> = (0..args.tasks)
         .map(|task| {
-            let holder = match (args.id + task) % 4 {
+            let holder = match (args.id + task) % 5 {
                 0 => Holder::Careful,
                 1 => Holder::Lease,
                 2 => Holder::Naive,
                 _ if args.mode == Mode::Redlock => Holder::Careful,
-                _ => Holder::Fair,
+                3 => Holder::Fair,
+                _ => Holder::Permit,
             };
             tokio::spawn(holder_task(
                 locker.clone(),
@@ -229,16 +231,22 @@ async fn drive<C: Connection>(
 }
 
 /// One acquisition by `acquire` and its fence — half take it with the keys, half ask for
-/// it after — with the instant it was held from. `Ok(None)`: nothing to hold (not
-/// obtained, a fault, lost before its fence), tallied and paused after; `Err`: a fatal
-/// finding, reported.
+/// it after (`always_eager`: all with the keys) — with the instant it was held from.
+/// `Ok(None)`: nothing to hold (not obtained, a fault, lost before its fence), tallied and
+/// paused after; `Err`: a fatal finding, reported.
+///
+/// Permits always take their fence with the keys: fences go up in the order they are
+/// handed out, and for holders that overlap (permits do) a fence asked for later is not
+/// handed out in the order the permits were, which the checker's order rule would read
+/// as a violation. Exclusive holders hand out one fence at a time, whenever asked.
 async fn acquire_fenced<C: Connection, P: Send + Sync>(
     acquire: Acquire<'_, C, P>,
+    always_eager: bool,
     rng: &mut Rng,
     shared: &Shared,
 ) -> Result<Option<(redmutex::Lock<C, P>, u64, u64)>, ()> {
     let ms = |n: u64| Duration::from_millis(n);
-    let eager = rng.below(2) == 0;
+    let eager = always_eager || rng.below(2) == 0;
     let acquire = acquire.retry(retry::exponential(ms(2), ms(40)).jitter(Jitter::full()));
     let acquired = match eager {
         true => acquire.with_fence().await,
@@ -286,12 +294,12 @@ async fn decide<C: Connection, P>(
     let ttl_ms = args.ttl_ms;
     let ms = |n: u64| Duration::from_millis(n);
     match holder {
-        Holder::Careful if args.sabotage_validity => {
+        Holder::Careful | Holder::Permit if args.sabotage_validity => {
             tokio::time::sleep(ms(rng.between(ttl_ms / 2, ttl_ms * 2))).await;
             let believed = start + 2 * ttl_ms * 1_000_000;
             (now_ns(), believed, Outcome::Kept, Held::Lock(lock))
         }
-        Holder::Careful | Holder::Fair => {
+        Holder::Careful | Holder::Fair | Holder::Permit => {
             tokio::time::sleep(ms(rng.between(0, ttl_ms / 10))).await;
             let valid_until = lock.valid_until();
             let valid = instant_ns(valid_until.into_std());
@@ -354,6 +362,13 @@ async fn holder_task<C: Connection>(
                 };
                 section.run(key, fair.acquire(ttl), &mut rng).await
             }
+            Holder::Permit => {
+                let Ok(semaphore) = locker.semaphore(format!("s{key}"), PERMITS) else {
+                    shared.line("fatal a semaphore refused on a topology that has one");
+                    return;
+                };
+                section.run(key, semaphore.acquire(1, ttl), &mut rng).await
+            }
             _ => section.run(key, locker.acquire(&name, ttl), &mut rng).await,
         };
         if done.is_err() {
@@ -383,7 +398,8 @@ impl Sections<'_> {
     ) -> Result<(), ()> {
         let (shared, args, holder) = (self.shared, self.args, self.holder);
         let asked = now_ns();
-        let (lock, start, fence) = match acquire_fenced(acquire, rng, shared).await? {
+        let eager = holder == Holder::Permit;
+        let (lock, start, fence) = match acquire_fenced(acquire, eager, rng, shared).await? {
             Some(acquired) => acquired,
             None => return Ok(()),
         };
@@ -391,7 +407,8 @@ impl Sections<'_> {
             decide(holder, lock, start, args, rng, shared).await;
         // The write comes after the decision, as in real code: a pause here is what only
         // the fence can catch.
-        let write = if outcome == Outcome::Kept {
+        // Permit holders are several at once: the one-writer resource is not theirs.
+        let write = if outcome == Outcome::Kept && holder != Holder::Permit {
             let reply: Result<(u8, u64), _> = (self.fenced_write)
                 .key(format!("resource:{{k{key}}}:fence"))
                 .key("resource:writes")

@@ -51,13 +51,17 @@ fn mutual_exclusion_holds_in_every_mode_under_every_fault() {
         assert!(line.contains(&format!("\"mode\":\"{mode}\"")), "{context}");
         assert!(line.ends_with("\"passed\":true}"), "{mode}: {context}");
         assert!(field(line, "acquisitions") >= 100, "{mode}: {context}");
-        // Fair holders wait in line on the same keys (Redlock has no fair lock).
-        match mode {
-            "redlock" => assert_eq!(field(line, "fair"), 0, "{context}"),
-            _ => assert!(field(line, "fair") >= 10, "{mode}: {context}"),
+        // Fair holders wait in line on the same keys, permit holders share semaphores
+        // beside them (Redlock has neither).
+        for kind in ["fair", "permit"] {
+            match mode {
+                "redlock" => assert_eq!(field(line, kind), 0, "{context}"),
+                _ => assert!(field(line, kind) >= 10, "{mode} {kind}: {context}"),
+            }
         }
         for name in [
             "unsafe_overlaps",
+            "permit_overflows",
             "fence_violations",
             "store_violations",
             "other_errors",
@@ -99,6 +103,7 @@ fn the_checker_catches_a_broken_validity() {
     ]);
     assert_eq!(lines.len(), 1, "{lines:?} {stderr}");
     assert!(field(&lines[0], "unsafe_overlaps") > 0, "{}", lines[0]);
+    assert!(field(&lines[0], "permit_overflows") > 0, "{}", lines[0]);
     assert!(lines[0].ends_with("\"passed\":false}"), "{}", lines[0]);
     assert_eq!(code, Some(1), "{}", lines[0]);
 }
