@@ -215,7 +215,13 @@ pub(crate) fn parse_value(value: &[u8]) -> StoredValue {
     match (Token::from_prefix(value), flag) {
         (Some(token), Some(flag @ (NOT_AWAITED | AWAITED | NEXT_NAMED | KEPT | HANDED))) => {
             // A value naming the locker next in line has that between flag and metadata.
-            let skip = if flag == NEXT_NAMED { NEXT_LEN } else { 0 };
+            let skip = match flag {
+                NEXT_NAMED => NEXT_LEN,
+                // A handed key: the locker's id, and perhaps the one named next; no
+                // metadata of anyone's.
+                HANDED => value.len(),
+                _ => 0,
+            };
             let rest = value.get(TOKEN_LEN + 1 + skip..).unwrap_or_default();
             StoredValue::Redmutex {
                 token,
@@ -522,7 +528,11 @@ mod tests {
                             prop_assert_eq!(token.as_bytes(), &value[..TOKEN_LEN]);
                             let flag = value[TOKEN_LEN];
                             prop_assert_eq!(awaited, flag == b'w' || flag == b'W');
-                            let skip = if flag == b'W' { NEXT_LEN } else { 0 };
+                            let skip = match flag {
+                                b'W' => NEXT_LEN,
+                                b'r' => value.len(),
+                                _ => 0,
+                            };
                             let rest = value.get(TOKEN_LEN + 1 + skip..).unwrap_or_default();
                             prop_assert_eq!(
                                 metadata,

@@ -347,3 +347,55 @@ async fn a_semaphore_keeps_its_keys_in_one_slot_on_the_cluster() {
         assert_eq!(s.inspect().await.unwrap().used, 0);
     }
 }
+
+/// A fair lock on the cluster: its queue beside the key in its slot, waiters of separate
+/// lockers served in arrival order and woken on their own channels over the cluster bus.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_lock_serves_its_line_in_order_on_the_cluster() {
+    let cluster = RedisCluster::spawn();
+    for name in ["ledger", "{tenant-7}:ledger"] {
+        let mut lockers = Vec::new();
+        for node in 0..3 {
+            let client = redis::Client::open(cluster.urls()[node].as_str()).unwrap();
+            let locker = Locker::cluster(connect(&cluster).await)
+                .with_wake_up([client])
+                .unwrap();
+            lockers.push(
+                locker
+                    .fair_lock(name)
+                    .unwrap()
+                    .with_heartbeat(ms(60_000))
+                    .unwrap(),
+            );
+        }
+        let held = lockers[0].acquire(ms(10_000)).await.unwrap();
+        let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut waiters = Vec::new();
+        for (i, fair) in lockers.iter().enumerate().skip(1) {
+            // Tries again only every 20 s: the release before its turn wakes it.
+            let acquire = (fair.acquire(ms(10_000)))
+                .retry(retry::constant(Duration::from_secs(30)))
+                .deadline(Duration::from_secs(30));
+            let order = order.clone();
+            waiters.push(tokio::spawn(async move {
+                let guard = acquire.await.unwrap();
+                order.lock().unwrap().push(i);
+                guard.release().await.unwrap();
+            }));
+            let until = tokio::time::Instant::now() + ms(5_000);
+            while lockers[0].inspect().await.unwrap().waiters.len() < i {
+                assert!(tokio::time::Instant::now() < until, "{name}: never in line");
+                tokio::time::sleep(ms(10)).await;
+            }
+        }
+        tokio::time::sleep(ms(300)).await; // subscribed by now
+        let released = tokio::time::Instant::now();
+        held.release().await.unwrap();
+        for waiter in waiters {
+            waiter.await.unwrap();
+        }
+        assert!(released.elapsed() < ms(5_000), "{name}: woken, not polled");
+        assert_eq!(*order.lock().unwrap(), [1, 2], "{name}");
+        assert!(lockers[0].inspect().await.unwrap().waiters.is_empty());
+    }
+}

@@ -118,16 +118,17 @@ where
     let deadline = Instant::now().checked_add(timeout);
     // Joined before the first look, so that no release after it goes unheard (once the
     // subscription is confirmed, a re-check covers the moment before).
-    let mut member = hub.map(|hub| hub.join(key, true));
+    let mut waiting = Waiting::new(hub.cloned(), true);
+    waiting.join(Some(key));
     let mut polls = retry::exponential(Duration::from_millis(10), Duration::from_secs(1))
         .jitter(Jitter::equal());
     loop {
-        let info = read(member.is_some()).await?;
+        let info = read(waiting.is_member()).await?;
         if !info.held {
             // A turn this wait was given passes on to the next waiter as the member goes.
             return Ok(true);
         }
-        if let Some(member) = member.as_mut() {
+        if let Some(member) = waiting.member.as_mut() {
             member.tried(Outcome::Held);
         }
         let now = Instant::now();
@@ -141,12 +142,7 @@ where
             wake = wake.min(now + ttl + Duration::from_millis(1));
         }
         let wake = deadline.map_or(wake, |deadline| wake.min(deadline));
-        match member.as_mut() {
-            Some(member) => tokio::select! {
-                _ = pause_until(wake) => {}
-                _ = member.woken() => {}
-            },
-            None => pause_until(wake).await,
-        }
+        // Woken or not, the next look reads the key again.
+        waiting.pause(wake).await;
     }
 }

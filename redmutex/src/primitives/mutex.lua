@@ -43,26 +43,30 @@ end
 -- Marks the value at `key` as awaited and names `locker`, whose waiter has waited `waited`
 -- ms and waits `left` ms more at most, as next in line — unless a locker waiting since
 -- earlier, and still waiting, is named already. Only redmutex values that are held (flag
--- '-', 'w' or 'W') are changed; the TTL is kept.
+-- '-', 'w' or 'W') or handed ('r') are changed; the TTL is kept. A key handed to a locker
+-- carries the name after its 'r', and the locker that takes it names it in its own value.
 local function line_up(key, value, length, locker, waited, left)
   if not ours(value, length) then
     return
   end
   local flag = string.sub(value, length + 1, length + 1)
-  local now = now_ms()
-  local since = now - tonumber(waited)
-  if flag == 'W' then
-    local named = tonumber(string.sub(value, length + 24, length + 38))
-    local until_ = tonumber(string.sub(value, length + 39, length + 1 + NEXT_LEN))
-    if named and named <= since and until_ and until_ > now then
-      return
-    end
-  elseif flag ~= '-' and flag ~= 'w' then
+  if flag ~= '-' and flag ~= 'w' and flag ~= 'W' and flag ~= 'r' then
     return
   end
-  local metadata = metadata_of(value, length)
+  local now = now_ms()
+  local since = now - tonumber(waited)
+  local named = tonumber(string.sub(value, length + 24, length + 38))
+  local until_ = tonumber(string.sub(value, length + 39, length + 1 + NEXT_LEN))
+  if (flag == 'W' or flag == 'r') and named and until_ and named <= since and until_ > now then
+    return
+  end
   local next = locker .. string.format('%015d%015d', since, now + tonumber(left))
-  redis.call('set', key, string.sub(value, 1, length) .. 'W' .. next .. metadata, 'keepttl')
+  if flag == 'r' then
+    redis.call('set', key, string.sub(value, 1, length + 1) .. next, 'keepttl')
+  else
+    local metadata = metadata_of(value, length)
+    redis.call('set', key, string.sub(value, 1, length) .. 'W' .. next .. metadata, 'keepttl')
+  end
 end
 
 --- op: obtain
@@ -95,9 +99,15 @@ local count = tonumber(ARGV[5])
 local token = string.sub(ARGV[1], 1, length)
 local waiting = ARGV[4] == '1'
 local handed = waiting and ARGV[7] .. 'r'
+-- Per key handed to this locker, the locker named next on it, to name on our value.
+local carried = {}
 for i = 1, count do
   local value = redis.pcall('get', KEYS[i])
-  if value ~= false and not owned(value, token) and value ~= handed then
+  local ours_now = handed and type(value) == 'string' and string.sub(value, 1, #handed) == handed
+  if ours_now and #value >= #handed + NEXT_LEN then
+    carried[i] = string.sub(value, #handed + 1, #handed + NEXT_LEN)
+  end
+  if value ~= false and not owned(value, token) and not ours_now then
     if waiting then
       line_up(KEYS[i], value, length, ARGV[7], ARGV[8], ARGV[9])
     end
@@ -114,7 +124,11 @@ if fenced then
   end
 end
 for i = 1, count do
-  redis.call('set', KEYS[i], ARGV[1], 'px', ARGV[2])
+  local value = ARGV[1]
+  if carried[i] then
+    value = token .. 'W' .. carried[i] .. string.sub(ARGV[1], length + 2)
+  end
+  redis.call('set', KEYS[i], value, 'px', ARGV[2])
 end
 if fenced then
   store_fence(count + 1, #KEYS, fence, ARGV[6])

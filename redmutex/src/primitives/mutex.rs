@@ -91,11 +91,13 @@ impl Claim for Keys {
     }
 }
 
-/// One try to take every key. The common case — a single key, a try that does not wait —
-/// takes the cheapest path: unfenced a plain `SET NX PX`, fenced a lean script op (`SET NX
-/// PX`, then the counter). A waiter's try goes through the full `obtain`, which marks what
-/// it finds held, names the locker as next in line if it has waited longest, and takes a
-/// key handed to this locker; so does everything else.
+/// One try to take every key. The common case — a single key — takes the cheapest path:
+/// unfenced a plain `SET NX PX`, fenced (and not waiting) a lean script op (`SET NX PX`,
+/// then the counter). A waiter's try that finds the key taken goes on with the full
+/// `obtain`, a second request: it marks the holder, names the locker as next in line if
+/// it has waited longest, and takes a key handed to this locker (the `SET` cannot). A woken
+/// waiter mostly finds the key free, and one `SET` is all it costs. Everything else goes
+/// through the full `obtain`.
 async fn obtain(
     mut conn: Node<'_>,
     keys: &Keys,
@@ -110,9 +112,9 @@ async fn obtain(
         waiting,
         ..
     } = request;
-    if keys.len() == 1 && !retrying_own && !waiting {
+    if keys.len() == 1 && !retrying_own {
         let key = keys.get(0).expect("one key");
-        if fenced {
+        if fenced && !waiting {
             let mut call = OBTAIN_ONE.script().prepare_invoke();
             call.key(key).key(counter_key(key));
             call.arg(value).arg(ttl_ms).arg(retention_ms);
@@ -122,13 +124,17 @@ async fn obtain(
                 true,
             ));
         }
-        return match set_nx(&mut conn, key, value, ttl_ms).await? {
-            true => Ok(Obtain::Obtained { fence: None }),
-            false => Ok(Obtain::Held {
-                index: 0,
-                ttl: None,
-            }),
-        };
+        if !fenced {
+            if set_nx(&mut conn, key, value, ttl_ms).await? {
+                return Ok(Obtain::Obtained { fence: None });
+            }
+            if !waiting {
+                return Ok(Obtain::Held {
+                    index: 0,
+                    ttl: None,
+                });
+            }
+        }
     }
     let mut call = keys.call(&OBTAIN, fenced);
     call.arg(value)
