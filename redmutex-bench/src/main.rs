@@ -1,4 +1,5 @@
-//! `redmutex-bench`: redmutex next to the raw Redis limit and the peer, measured in one run.
+//! `redmutex-bench`: redmutex next to the raw Redis limit and the peer, measured in one run,
+//! and how fairly each serves separate lockers that want one key (`fairness.rs`).
 //!
 //! Every workload runs three times on the same servers and the same kind of connection (one
 //! multiplexed connection per node): the **baseline** (plain redis-rs sending exactly what a
@@ -6,7 +7,7 @@
 //! Rust Redlock crate) and **redmutex**. Each row reports its ratios to the other two.
 //!
 //! ```text
-//! cargo run --release -p redmutex-bench            # private redis-servers, ~2 minutes
+//! cargo run --release -p redmutex-bench            # private redis-servers, ~6 minutes
 //! cargo run --release -p redmutex-bench -- --json  # one JSON object per row as well
 //! ```
 
