@@ -1,5 +1,7 @@
 //! The Redis ACL rule that lets a user do everything redmutex does, and nothing else.
 
+use crate::fence::Companion;
+
 /// The commands redmutex sends, or that its scripts run: `EVALSHA` (every script call),
 /// `EVAL` and `SCRIPT LOAD` (a script's first use, and clean-up that cannot wait for a
 /// reply), `SET` (a plain acquire) and the commands inside the scripts (`TIME` starts a
@@ -12,9 +14,10 @@ const COMMANDS: &str = "+evalsha +eval +script|load +set +get +del +pexpire +pex
                         +zremrangebyscore +hget +hset +hdel +hexists +hincrby";
 
 /// The ACL rule for a user that locks keys under `prefix`: the commands redmutex needs,
-/// the lock keys (`~PREFIX*`), the keys beside them — fence counters, a semaphore's
-/// details, a fair lock's queue (`~{PREFIX*}:*`, and `~{*}:*:PREFIX*` for keys with a hash
-/// tag or a `}`) — and the wake-up channels (`&PREFIX*`); nothing else. Glob characters in
+/// the lock keys (`~PREFIX*`), the keys beside them — fence counters (`~{PREFIX*}:fence`,
+/// and `~{*}:fence:PREFIX*` for keys with a hash tag or a `}`), and the same for a
+/// semaphore's details (`:permits`) and a fair lock's queue (`:queue`, `:beats`) — and the
+/// wake-up channels (`&PREFIX*`); nothing else. Glob characters in
 /// the prefix are escaped. Append it to `ACL SETUSER NAME on >PASSWORD` (or an ACL file's
 /// `user NAME on >PASSWORD` line).
 ///
@@ -24,18 +27,21 @@ const COMMANDS: &str = "+evalsha +eval +script|load +set +get +del +pexpire +pex
 /// ```
 /// assert_eq!(
 ///     redmutex::acl_rule("app:"),
-///     "resetkeys ~app:* ~{app:*}:* ~{*}:*:app:* resetchannels &app:* -@all +evalsha \
-///      +eval +script|load +set +get +del +pexpire +pexpireat +pttl +type +setrange +time \
-///      +publish +subscribe +unsubscribe +ping +zadd +zrem +zscore +zcard +zrange \
-///      +zrevrange +zrangebyscore +zremrangebyscore +hget +hset +hdel +hexists +hincrby"
+///     "resetkeys ~app:* ~{app:*}:fence ~{*}:fence:app:* ~{app:*}:permits \
+///      ~{*}:permits:app:* ~{app:*}:queue ~{*}:queue:app:* ~{app:*}:beats \
+///      ~{*}:beats:app:* resetchannels &app:* -@all +evalsha +eval +script|load +set \
+///      +get +del +pexpire +pexpireat +pttl +type +setrange +time +publish +subscribe \
+///      +unsubscribe +ping +zadd +zrem +zscore +zcard +zrange +zrevrange +zrangebyscore \
+///      +zremrangebyscore +hget +hset +hdel +hexists +hincrby"
 /// );
 /// ```
 pub fn acl_rule(prefix: &str) -> String {
     let prefix = escape_glob(prefix);
-    format!(
-        "resetkeys ~{prefix}* ~{{{prefix}*}}:* ~{{*}}:*:{prefix}* \
-         resetchannels &{prefix}* -@all {COMMANDS}"
-    )
+    let beside: String = (Companion::ALL.iter())
+        .map(|kind| String::from_utf8_lossy(kind.suffix()).into_owned())
+        .map(|suffix| format!(" ~{{{prefix}*}}{suffix} ~{{*}}{suffix}:{prefix}*"))
+        .collect();
+    format!("resetkeys ~{prefix}*{beside} resetchannels &{prefix}* -@all {COMMANDS}")
 }
 
 /// `prefix` as a literal inside a Redis glob pattern.

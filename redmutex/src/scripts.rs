@@ -285,9 +285,10 @@ pub(crate) struct ObtainTry<'a> {
     /// The caller may wait: a claim whose waiters queue in Redis ([`Claim::queue`])
     /// queues it (or renews its place) when it is not its turn.
     pub(crate) queue: bool,
-    /// The locker's id: a waiting try puts it in the line of what it finds held, and may
-    /// take what a release handed to it (see `mutex.lua`).
-    pub(crate) locker: &'a Token,
+    /// The locker's id, when a waiting try names it in line on what it finds held (and may
+    /// take what a release handed to it, see `mutex.lua`): only when the release's
+    /// announcement would reach it, and not on a quorum.
+    pub(crate) locker: Option<&'a Token>,
     /// How long the acquire has waited so far, in milliseconds.
     pub(crate) waited_ms: u64,
     /// How long it waits at most from now (its deadline), in milliseconds.

@@ -315,6 +315,18 @@ async fn bad_input_redlock_and_foreign_data_are_refused_with_typed_errors() {
     let error = Locker::redlock(nodes).unwrap().fair_lock("x").unwrap_err();
     assert_eq!(blamed(&error), Some(Argument::Nodes));
     assert!(error.to_string().contains("queue"), "{error}");
+    // A waiter in the queue without a heartbeat (the beats key lost): dropped, not a
+    // stuck line.
+    raw.run::<i64>(redis::cmd("ZADD").arg("{lost}:queue").arg(1).arg("ghost-token"))
+        .await;
+    let lost = plain.fair_lock("lost").unwrap();
+    lost.acquire(ms(1_000))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert_eq!(raw.dbsize().await, 0, "{:?}", raw.lock_keys().await);
     // A queue key that holds something else: a typed error, nothing overwritten.
     raw.set("{foreign}:queue", "not a queue").await;
     let fair = plain.fair_lock("foreign").unwrap();

@@ -634,6 +634,20 @@ async fn a_key_handed_to_a_locker_that_no_longer_waits_is_free_a_moment_later() 
     let info = holder.inspect("handed").await.unwrap();
     assert!(info.held && !info.foreign, "{info:?}");
     assert!(info.ttl.unwrap() <= ms(50), "{info:?}");
+    // The locker's id, readable by anyone, is not a token: it releases nothing.
+    let value = raw.get("handed").await.unwrap();
+    assert_eq!(value[redmutex::TOKEN_LEN], b'r');
+    let id: redmutex::Token = std::str::from_utf8(&value[..redmutex::TOKEN_LEN])
+        .unwrap()
+        .parse()
+        .unwrap();
+    let refused = holder.release_with_token(["handed"], &id).await.unwrap_err();
+    assert!(refused.is_not_held(), "{refused}");
+    assert!(holder
+        .refresh_with_token(["handed"], &id, ms(60_000))
+        .await
+        .unwrap_err()
+        .is_not_held());
     let third = common::locker(&server).await;
     let lock = (third.acquire("handed", ms(5_000)))
         .retry(retry::constant(ms(5)))

@@ -54,7 +54,8 @@ use crate::token::{self, Token};
 /// if a try may already have set keys — its request was in flight, or its reply was lost —
 /// an owner-checked release is started in the background, so no key is left behind for
 /// longer than that round trip. While the future sleeps between tries, nothing of ours is
-/// in Redis and there is nothing to undo.
+/// in Redis and there is nothing to undo — but a fair lock's place in line, which the
+/// same background release removes.
 #[must_use = "an acquire does nothing unless awaited"]
 pub struct Acquire<'a, C: Connection, P = Keys> {
     context: Arc<Context<C>>,
@@ -357,9 +358,14 @@ impl<C: Connection> Tries<'_, '_, C> {
         // A waiter's value says "awaited": others probably wait too and must hear of its
         // release.
         let waiting = self.waiting.is_member();
-        if waiting {
+        // (A fair waiter hears of its turn on a channel of its own: no plain waiter needs
+        // its release announced on the key's.)
+        if waiting && self.queue.is_none() {
             token::mark_awaited(&mut self.value);
         }
+        // A waiter names its locker in line only when the release would reach it, and
+        // where one node decides (a quorum's nodes could name different lockers).
+        let named = self.waiting.hears() && self.backend.quorum_settings().is_none();
         let queue = self.queue.is_some() && self.schedule.may_wait();
         let request = ObtainTry {
             value: &self.value,
@@ -370,7 +376,7 @@ impl<C: Connection> Tries<'_, '_, C> {
             retrying_own,
             waiting,
             queue,
-            locker: &self.locker,
+            locker: named.then_some(&self.locker),
             waited_ms: millis(sent_at - self.schedule.started),
             left_ms: millis(self.schedule.left(sent_at)),
         };

@@ -40,6 +40,15 @@ impl Waiting {
         self.member.is_some()
     }
 
+    /// Whether this acquire waits among others and its channel is subscribed: a release
+    /// announced there wakes it (a key handed to its locker is taken in time).
+    pub(crate) fn hears(&self) -> bool {
+        match (&self.hub, &self.member) {
+            (Some(hub), Some(member)) => hub.hears(member),
+            _ => false,
+        }
+    }
+
     /// Before the first try of an acquire that may wait: on a key this locker's waiters
     /// are subscribed to, it joins them. It queues behind them without a try (the holder is
     /// marked; its release will wake them in turn) — the index of that key is returned,

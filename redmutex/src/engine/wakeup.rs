@@ -291,6 +291,11 @@ impl Hub {
         state.confirmed.iter().filter(|c| **c).count() >= self.needed
     }
 
+    /// Whether `member`'s channel is subscribed: a release announced there reaches it.
+    pub(crate) fn hears(&self, member: &Member) -> bool {
+        self.subscribed(&lock(&member.channel.state))
+    }
+
     /// Asks every node's task to bring `key`'s subscription in line with the channel map.
     fn sync(self: &Arc<Self>, key: &[u8]) {
         for (node, subscriber) in self.subscribers.iter().enumerate() {

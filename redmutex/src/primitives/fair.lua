@@ -27,7 +27,13 @@ local function queue_ours(queue, beats)
   return (a == 'zset' or a == 'none') and (b == 'zset' or b == 'none')
 end
 
--- Drops the waiters whose heartbeat ran out by `now`.
+-- The first waiter in line, or nil.
+local function head(queue)
+  return redis.call('zrange', queue, 0, 0)[1]
+end
+
+-- Drops the waiters whose heartbeat ran out by `now`, and, once it is first in line, a
+-- waiter with no heartbeat at all (its entry lost with the beats key, deleted or evicted).
 local function reclaim(queue, beats, now)
   local dead = redis.call('zrangebyscore', beats, '-inf', now)
   for _, token in ipairs(dead) do
@@ -36,11 +42,11 @@ local function reclaim(queue, beats, now)
   if #dead > 0 then
     redis.call('zremrangebyscore', beats, '-inf', now)
   end
-end
-
--- The first waiter in line, or nil.
-local function head(queue)
-  return redis.call('zrange', queue, 0, 0)[1]
+  local first = head(queue)
+  while first and not redis.call('zscore', beats, first) do
+    redis.call('zrem', queue, first)
+    first = head(queue)
+  end
 end
 
 -- Queues `token` (at the end, unless it is queued already) and renews its heartbeat until

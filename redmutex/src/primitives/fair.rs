@@ -125,7 +125,8 @@ impl<C: Connection> FairLock<C> {
             return Err(Error::invalid(
                 Argument::Heartbeat,
                 format!(
-                    "a fair lock's heartbeat must be {MIN_HEARTBEAT:?} or more, not {heartbeat:?}"
+                    "a fair lock's heartbeat must be {MIN_HEARTBEAT:?} to {:?}, not {heartbeat:?}",
+                    args::MAX_TTL
                 ),
             ));
         }
@@ -147,7 +148,8 @@ impl<C: Connection> FairLock<C> {
     /// [`Acquire`]. One try unless a retry strategy is given: a try that is not this
     /// acquire's turn takes its place in line (when the strategy may wait), and each later
     /// try keeps it. Pauses are bounded by the holder's TTL and a third of the heartbeat,
-    /// whatever the strategy says.
+    /// whatever the strategy says — and each such try counts as one of the strategy's, so
+    /// bound the wait with a [`deadline`](Acquire::deadline) rather than a number of tries.
     ///
     /// # Errors (when awaited)
     /// As [`Locker::acquire`](crate::Locker::acquire); [`Error::NotObtained`] also when

@@ -81,10 +81,11 @@ end
 --          release announces itself on the key's channel.
 -- ARGV[5]: the number of lock keys; when KEYS holds more, the rest are fence counters.
 -- ARGV[6]: fenced: how long the counters are kept after this use, in milliseconds.
--- ARGV[7]: waiting: the locker's id. A key handed to this locker counts as free.
--- ARGV[8]: waiting: how long this acquire has waited so far, in milliseconds; a held key
---          names the locker next in line by it (see the top of this file).
--- ARGV[9]: waiting: how long it waits at most from now, in milliseconds.
+-- ARGV[7]: (optional, waiting) the locker's id, to name in line: a key handed to this
+--          locker counts as free.
+-- ARGV[8]: with ARGV[7]: how long this acquire has waited so far, in milliseconds; a held
+--          key names the locker next in line by it (see the top of this file).
+-- ARGV[9]: with ARGV[7]: how long it waits at most from now, in milliseconds.
 -- Returns: { 0, fence } when every key now holds ARGV[1] with the TTL: fence is above
 --          every counter (see next_fence), now stored in all of them (0 when not fenced);
 --          otherwise { i, pttl }: i is the 1-based index of the first key held by another
@@ -98,7 +99,7 @@ local length = tonumber(ARGV[3])
 local count = tonumber(ARGV[5])
 local token = string.sub(ARGV[1], 1, length)
 local waiting = ARGV[4] == '1'
-local handed = waiting and ARGV[7] .. 'r'
+local handed = waiting and ARGV[7] and ARGV[7] .. 'r'
 -- Per key handed to this locker, the locker named next on it, to name on our value.
 local carried = {}
 for i = 1, count do
@@ -108,8 +109,10 @@ for i = 1, count do
     carried[i] = string.sub(value, #handed + 1, #handed + NEXT_LEN)
   end
   if value ~= false and not owned(value, token) and not ours_now then
-    if waiting then
+    if handed then
       line_up(KEYS[i], value, length, ARGV[7], ARGV[8], ARGV[9])
+    elseif waiting then
+      mark_awaited(KEYS[i], value, length)
     end
     return { i, redis.call('pttl', KEYS[i]) }
   end
@@ -184,7 +187,7 @@ for _, key in ipairs(KEYS) do
     if keep > 0 then
       -- Kept as the owner's value without anyone named next: it expires on its own.
       redis.call('set', key, token .. 'k' .. metadata_of(value, #token), 'px', keep)
-    elseif flag == 'W' and tonumber(string.sub(value, #token + 39, #token + 53)) > now_ms() then
+    elseif flag == 'W' and (tonumber(string.sub(value, #token + 39, #token + 53)) or 0) > now_ms() then
       redis.call('set', key, string.sub(value, #token + 2, #token + 23) .. 'r', 'px', HANDOFF_MS)
     else
       redis.call('del', key)

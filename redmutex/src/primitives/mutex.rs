@@ -95,9 +95,10 @@ impl Claim for Keys {
 /// unfenced a plain `SET NX PX`, fenced (and not waiting) a lean script op (`SET NX PX`,
 /// then the counter). A waiter's try that finds the key taken goes on with the full
 /// `obtain`, a second request: it marks the holder, names the locker as next in line if
-/// it has waited longest, and takes a key handed to this locker (the `SET` cannot). A woken
-/// waiter mostly finds the key free, and one `SET` is all it costs. Everything else goes
-/// through the full `obtain`.
+/// it has waited longest, and takes a key handed to this locker (the `SET` cannot). A
+/// waiter woken by a release that handed nothing (this locker's own waiters taking turns)
+/// finds the key free, and one `SET` is all it costs; the locker a key was handed to pays
+/// both requests. Everything else goes through the full `obtain`.
 async fn obtain(
     mut conn: Node<'_>,
     keys: &Keys,
@@ -143,8 +144,8 @@ async fn obtain(
         .arg(if waiting { "1" } else { "0" })
         .arg(keys.len())
         .arg(retention_ms);
-    if waiting {
-        (call.arg(request.locker.as_bytes()))
+    if let (true, Some(locker)) = (waiting, request.locker) {
+        (call.arg(locker.as_bytes()))
             .arg(request.waited_ms)
             .arg(request.left_ms);
     }

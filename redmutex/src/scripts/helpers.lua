@@ -3,13 +3,17 @@
 -- each rule is written once.
 
 -- Whether `value`, a GET reply taken through pcall, belongs to the owner of `token`: a
--- string that starts with the token. A missing key (false) or a key of another type (an
--- error table) is nobody's lock of ours; nor is one its owner released into a minimum hold
--- (flag byte 'k' after the token): kept until it expires, it is no longer the owner's to
--- renew, refresh or release — a renewal still in flight must not extend it.
+-- string that starts with the token, held (flag byte '-', 'w' or 'W' after it). A missing
+-- key (false) or a key of another type (an error table) is nobody's lock of ours; nor is
+-- one its owner released into a minimum hold ('k': kept until it expires, it is no longer
+-- the owner's to renew, refresh or release — a renewal still in flight must not extend
+-- it), nor a key handed to a locker ('r': its id, which anyone can read, is not a token).
 local function owned(value, token)
-  return type(value) == 'string' and string.sub(value, 1, #token) == token
-    and string.sub(value, #token + 1, #token + 1) ~= 'k'
+  if type(value) ~= 'string' or string.sub(value, 1, #token) ~= token then
+    return false
+  end
+  local flag = string.sub(value, #token + 1, #token + 1)
+  return flag == '-' or flag == 'w' or flag == 'W'
 end
 
 -- The bytes a value flagged 'W' holds between its flag and its metadata: the id of the
