@@ -11,8 +11,8 @@ use crate::record::{Holder, Outcome, Release, Section, Write, PERMITS};
 pub struct Verdict {
     /// Critical sections recorded.
     pub sections: usize,
-    /// Sections by holder kind: careful, lease, naive, fair, permit.
-    pub by_holder: [usize; 5],
+    /// Sections by holder kind: careful, lease, naive, fair, permit, periodic.
+    pub by_holder: [usize; 6],
     /// Leases told "lost" (or found past their validity) before their holder acted.
     pub lost: usize,
     /// Careful holders that found their validity over before acting.
@@ -37,6 +37,9 @@ pub struct Verdict {
     /// Moments when more permit holders of one semaphore were vouched for (within their
     /// validity, not told lost) than its limit. Must be zero.
     pub permit_overflows: usize,
+    /// Acquisitions of a key after a periodic holder released it and before its validity
+    /// ended — within its minimum hold. Must be zero.
+    pub min_hold_violations: usize,
     /// Two sections of one key with the same fence, or a section that began acquiring
     /// after another had its lock, yet got a lower fence.
     pub fence_violations: usize,
@@ -58,6 +61,7 @@ impl Verdict {
     pub fn upheld(&self) -> bool {
         self.unsafe_overlaps == 0
             && self.permit_overflows == 0
+            && self.min_hold_violations == 0
             && self.overrun_fenced == self.overrun_overlaps
             && self.fence_violations == 0
             && self.store_violations == 0
@@ -85,6 +89,7 @@ pub fn check(sections: &[Section]) -> Verdict {
             Holder::Naive => 2,
             Holder::Fair => 3,
             Holder::Permit => 4,
+            Holder::Periodic => 5,
         }] += 1;
         match s.outcome {
             Outcome::Lost => verdict.lost += 1,
@@ -106,6 +111,7 @@ pub fn check(sections: &[Section]) -> Verdict {
     }
     for (key, sections) in by_key {
         overlaps(key, &sections, &mut verdict);
+        min_hold(key, &sections, &mut verdict);
         fence_order(key, &sections, &mut verdict);
         resource(key, &sections, &mut verdict);
     }
@@ -114,6 +120,27 @@ pub fn check(sections: &[Section]) -> Verdict {
         fence_order(key, &sections, &mut verdict);
     }
     verdict
+}
+
+/// A periodic holder that released its lock (the release found it still its own) keeps
+/// the key until at least its validity: nobody acquires it between the release and then.
+/// (Before the release, the overlap rule applies.)
+fn min_hold(key: u32, sections: &[&Section], verdict: &mut Verdict) {
+    let kept = sections
+        .iter()
+        .filter(|p| p.holder == Holder::Periodic && p.release == Release::Released);
+    for periodic in kept {
+        let within = |s: &&&Section| s.start >= periodic.end && s.start < periodic.valid;
+        for early in sections.iter().filter(within) {
+            verdict.min_hold_violations += 1;
+            let text = format!(
+                "key {key}: {} acquired within the minimum hold of {}",
+                describe(early),
+                describe(periodic)
+            );
+            verdict.example(text);
+        }
+    }
 }
 
 /// At no moment were more than [`PERMITS`] permit holders of one semaphore vouched for:
@@ -325,7 +352,7 @@ mod tests {
         let v = check(&sections);
         assert!(v.upheld(), "{v:?}");
         assert_eq!(v.sections, 3);
-        assert_eq!(v.by_holder, [1, 1, 1, 0, 0]);
+        assert_eq!(v.by_holder, [1, 1, 1, 0, 0, 0]);
         assert_eq!(
             (v.unsafe_overlaps, v.overrun_overlaps, v.overran),
             (0, 0, 0)
@@ -390,6 +417,22 @@ mod tests {
         assert_eq!(v.overrun_fenced, 0);
         assert!(v.fence_violations >= 1, "{v:?}");
         assert!(!v.upheld());
+    }
+
+    #[test]
+    fn a_periodic_holder_keeps_its_key_until_its_validity_after_an_early_release() {
+        // Released at 30, valid to 100: the next holder may start at 100, not before.
+        let periodic = section(Holder::Periodic, 1, 10, 30, 100);
+        let after = section(Holder::Careful, 2, 100, 120, 200);
+        assert!(check(&[periodic.clone(), after]).upheld());
+        let early = section(Holder::Careful, 2, 60, 80, 160);
+        let v = check(&[periodic.clone(), early.clone()]);
+        assert_eq!(v.min_hold_violations, 1, "{v:?}");
+        assert!(!v.upheld());
+        // A holder whose lock was gone by its release keeps nothing.
+        let mut lost = periodic;
+        lost.release = Release::NotHeld;
+        assert_eq!(check(&[lost, early]).min_hold_violations, 0);
     }
 
     #[test]

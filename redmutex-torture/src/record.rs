@@ -23,6 +23,10 @@ pub enum Holder {
     /// [`PERMITS`] such holders at once per semaphore. Its sections write nothing (the
     /// resource takes one writer at a time).
     Permit,
+    /// A plain lock acquired with a minimum hold of one TTL (`min_hold`), as careful as
+    /// [`Holder::Careful`], that releases early: the key must stay taken until its
+    /// validity ends however soon it was released.
+    Periodic,
 }
 
 /// The limit of each semaphore of the run.
@@ -110,6 +114,7 @@ impl fmt::Display for Section {
             Holder::Naive => "naive",
             Holder::Fair => "fair",
             Holder::Permit => "permit",
+            Holder::Periodic => "periodic",
         };
         let outcome = match self.outcome {
             Outcome::Kept => "kept",
@@ -173,6 +178,7 @@ impl FromStr for Section {
                 "naive" => Holder::Naive,
                 "fair" => Holder::Fair,
                 "permit" => Holder::Permit,
+                "periodic" => Holder::Periodic,
                 _ => return Err(bad()),
             },
             key: key.parse().map_err(|_| bad())?,

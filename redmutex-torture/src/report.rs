@@ -51,13 +51,15 @@ pub fn text(r: &Report) -> String {
     row(
         "acquisitions",
         format!(
-            "{} ({per_second:.0}/s): careful {}, lease {}, naive {}, fair {}, permit {}",
+            "{} ({per_second:.0}/s): careful {}, lease {}, naive {}, fair {}, permit {}, \
+             periodic {}",
             v.sections,
             v.by_holder[0],
             v.by_holder[1],
             v.by_holder[2],
             v.by_holder[3],
-            v.by_holder[4]
+            v.by_holder[4],
+            v.by_holder[5]
         ),
     );
     row("faults injected", format!("{total_faults}: {faults}"));
@@ -72,6 +74,10 @@ pub fn text(r: &Report) -> String {
     row(
         "overlaps, holder not told \"lost\"",
         format!("{} (must be 0)", v.unsafe_overlaps),
+    );
+    row(
+        "taken within a minimum hold",
+        format!("{} (must be 0)", v.min_hold_violations),
     );
     row(
         "more permit holders than the limit",
@@ -160,8 +166,9 @@ pub fn json(r: &Report) -> String {
         concat!(
             "{{\"mode\":\"{}\",\"seed\":{},\"seconds\":{},\"processes\":{},\"tasks\":{},",
             "\"keys\":{},\"ttl_ms\":{},\"acquisitions\":{},\"careful\":{},\"lease\":{},",
-            "\"naive\":{},\"fair\":{},\"permit\":{},\"faults\":{{{}}},\"faults_total\":{},",
-            "\"lost_signals\":{},\"permit_overflows\":{},",
+            "\"naive\":{},\"fair\":{},\"permit\":{},\"periodic\":{},\"faults\":{{{}}},",
+            "\"faults_total\":{},\"lost_signals\":{},\"permit_overflows\":{},",
+            "\"min_hold_violations\":{},",
             "\"expired\":{},\"overran\":{},\"unsafe_overlaps\":{},\"overrun_overlaps\":{},",
             "\"overrun_fenced\":{},\"overrun_refused\":{},\"fence_violations\":{},",
             "\"store_violations\":{},\"writes_accepted\":{},\"stale_writes_refused\":{},",
@@ -183,10 +190,12 @@ pub fn json(r: &Report) -> String {
         v.by_holder[2],
         v.by_holder[3],
         v.by_holder[4],
+        v.by_holder[5],
         faults,
         r.faults.iter().map(|f| f.1).sum::<usize>(),
         v.lost,
         v.permit_overflows,
+        v.min_hold_violations,
         v.expired,
         v.overran,
         v.unsafe_overlaps,

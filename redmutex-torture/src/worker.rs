@@ -1,8 +1,8 @@
 //! One worker process: many tasks that acquire, hold and release a few keys until the
 //! stop time, each reporting its critical sections as lines on stdout (see
-//! [`crate::record`]). Tasks take turns being careful, lease, naive, fair and permit holders
-//! (the last two careful too; careful instead on Redlock, which has neither a fair lock nor
-//! a semaphore).
+//! [`crate::record`]). Tasks take turns being careful, lease, naive, fair, permit and
+//! periodic holders (the last three careful too; fair and permit holders are careful ones
+//! instead on Redlock, which has neither a fair lock nor a semaphore).
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -197,10 +197,11 @@ async fn drive<C: Connection>(
     tokio::time::sleep(Duration::from_nanos(wait)).await;
     let tasks: Vec<_> = (0..args.tasks)
         .map(|task| {
-            let holder = match (args.id + task) % 5 {
+            let holder = match (args.id + task) % 6 {
                 0 => Holder::Careful,
                 1 => Holder::Lease,
                 2 => Holder::Naive,
+                5 => Holder::Periodic,
                 _ if args.mode == Mode::Redlock => Holder::Careful,
                 3 => Holder::Fair,
                 _ => Holder::Permit,
@@ -299,7 +300,7 @@ async fn decide<C: Connection, P>(
             let believed = start + 2 * ttl_ms * 1_000_000;
             (now_ns(), believed, Outcome::Kept, Held::Lock(lock))
         }
-        Holder::Careful | Holder::Fair | Holder::Permit => {
+        Holder::Careful | Holder::Fair | Holder::Permit | Holder::Periodic => {
             tokio::time::sleep(ms(rng.between(0, ttl_ms / 10))).await;
             let valid_until = lock.valid_until();
             let valid = instant_ns(valid_until.into_std());
@@ -368,6 +369,12 @@ async fn holder_task<C: Connection>(
                     return;
                 };
                 section.run(key, semaphore.acquire(1, ttl), &mut rng).await
+            }
+            // At most one run per TTL: kept for a TTL from the acquire, however soon it is
+            // released (not when sabotaged: the checker must then find the key taken early).
+            Holder::Periodic if !args.sabotage_validity => {
+                let acquire = locker.acquire(&name, ttl).min_hold(ttl);
+                section.run(key, acquire, &mut rng).await
             }
             _ => section.run(key, locker.acquire(&name, ttl), &mut rng).await,
         };

@@ -51,6 +51,8 @@ fn mutual_exclusion_holds_in_every_mode_under_every_fault() {
         assert!(line.contains(&format!("\"mode\":\"{mode}\"")), "{context}");
         assert!(line.ends_with("\"passed\":true}"), "{mode}: {context}");
         assert!(field(line, "acquisitions") >= 100, "{mode}: {context}");
+        // Periodic holders keep their keys a TTL however soon they release them.
+        assert!(field(line, "periodic") >= 10, "{mode}: {context}");
         // Fair holders wait in line on the same keys, permit holders share semaphores
         // beside them (Redlock has neither).
         for kind in ["fair", "permit"] {
@@ -62,6 +64,7 @@ fn mutual_exclusion_holds_in_every_mode_under_every_fault() {
         for name in [
             "unsafe_overlaps",
             "permit_overflows",
+            "min_hold_violations",
             "fence_violations",
             "store_violations",
             "other_errors",
@@ -104,6 +107,8 @@ fn the_checker_catches_a_broken_validity() {
     assert_eq!(lines.len(), 1, "{lines:?} {stderr}");
     assert!(field(&lines[0], "unsafe_overlaps") > 0, "{}", lines[0]);
     assert!(field(&lines[0], "permit_overflows") > 0, "{}", lines[0]);
+    // Periodic holders without their minimum hold: the next takes the key at once.
+    assert!(field(&lines[0], "min_hold_violations") > 0, "{}", lines[0]);
     assert!(lines[0].ends_with("\"passed\":false}"), "{}", lines[0]);
     assert_eq!(code, Some(1), "{}", lines[0]);
 }

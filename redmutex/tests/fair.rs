@@ -317,8 +317,13 @@ async fn bad_input_redlock_and_foreign_data_are_refused_with_typed_errors() {
     assert!(error.to_string().contains("queue"), "{error}");
     // A waiter in the queue without a heartbeat (the beats key lost): dropped, not a
     // stuck line.
-    raw.run::<i64>(redis::cmd("ZADD").arg("{lost}:queue").arg(1).arg("ghost-token"))
-        .await;
+    raw.run::<i64>(
+        redis::cmd("ZADD")
+            .arg("{lost}:queue")
+            .arg(1)
+            .arg("ghost-token"),
+    )
+    .await;
     let lost = plain.fair_lock("lost").unwrap();
     lost.acquire(ms(1_000))
         .await

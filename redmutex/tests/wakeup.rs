@@ -641,7 +641,10 @@ async fn a_key_handed_to_a_locker_that_no_longer_waits_is_free_a_moment_later() 
         .unwrap()
         .parse()
         .unwrap();
-    let refused = holder.release_with_token(["handed"], &id).await.unwrap_err();
+    let refused = holder
+        .release_with_token(["handed"], &id)
+        .await
+        .unwrap_err();
     assert!(refused.is_not_held(), "{refused}");
     assert!(holder
         .refresh_with_token(["handed"], &id, ms(60_000))
