@@ -101,6 +101,10 @@ fn the_checker_catches_a_broken_validity() {
         "single",
         "--seconds",
         "5",
+        // One key: every permit holder on one semaphore, so that sabotaged ones overflow
+        // it (spread over four, too few meet in five seconds to be sure).
+        "--keys",
+        "1",
         "--no-faults",
         "--sabotage-validity",
     ]);
