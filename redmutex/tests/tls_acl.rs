@@ -106,10 +106,9 @@ async fn a_client_that_does_not_trust_the_ca_fails_clearly() {
     assert!(redmutex::connect(&plain).await.is_err());
 }
 
-/// The README's minimal ACL rule is enough for every operation: acquire (single and
-/// multi-key, fenced), wake-up, refresh, keep-alive, inspect, release.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_minimal_acl_rule_is_enough() {
+/// A server with a user who has only the README's rule for `app:`, and a locker with
+/// wake-up logged in as that user.
+async fn minimal_acl_locker() -> (RedisServer, Locker<redis::aio::ConnectionManager>) {
     let server = RedisServer::spawn_with(ServerOptions {
         extra_args: testkit::acl_user(&minimal_rule("locker", "s3cret")),
         ..ServerOptions::default()
@@ -120,6 +119,14 @@ async fn the_minimal_acl_rule_is_enough() {
         .with_prefix("app:")
         .with_wake_up([client])
         .unwrap();
+    (server, locker)
+}
+
+/// The README's minimal ACL rule is enough for every operation: acquire (single and
+/// multi-key, fenced), wake-up, refresh, keep-alive, inspect, release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_minimal_acl_rule_is_enough() {
+    let (_server, locker) = minimal_acl_locker().await;
 
     let mut lock = locker.acquire("job", ms(10_000)).await.unwrap();
     let first = lock.fence().await.unwrap();
@@ -173,16 +180,7 @@ async fn the_minimal_acl_rule_is_enough() {
 /// wake-up channel.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_minimal_acl_rule_is_enough_for_every_primitive() {
-    let server = RedisServer::spawn_with(ServerOptions {
-        extra_args: testkit::acl_user(&minimal_rule("locker", "s3cret")),
-        ..ServerOptions::default()
-    });
-    let url = format!("redis://locker:s3cret@127.0.0.1:{}", server.port());
-    let client = redis::Client::open(url.as_str()).unwrap();
-    let locker = Locker::new(redmutex::connect(&url).await.unwrap())
-        .with_prefix("app:")
-        .with_wake_up([client])
-        .unwrap();
+    let (_server, locker) = minimal_acl_locker().await;
 
     let permits = locker.semaphore("{tagged}:pool", 2).unwrap();
     let mut permit = permits.acquire(2, ms(10_000)).with_fence().await.unwrap();

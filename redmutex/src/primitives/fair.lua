@@ -1,7 +1,7 @@
 -- fair.lua: the fair lock — a mutex key taken in arrival order by the waiters queued beside
 -- it. One file, one section per operation: each section (from its `--- op:` line to the
--- next) is a script of its own, run with helpers.lua (owned, now_ms, next_fence,
--- store_fence, read_key) and this preamble before it (see scripts.rs).
+-- next) is a script of its own, run with helpers.lua (owned, now_ms, now_us,
+-- expire_with, next_fence, store_fence, read_key) and this preamble before it (see scripts.rs).
 --
 -- The lock key is a mutex key — the owner's value (token, flag byte, metadata) with PX —
 -- so refresh, renewal, TTL and fences are the mutex's own operations, and a plain acquire
@@ -53,8 +53,7 @@ end
 -- now + `beat` ms.
 local function join(queue, beats, token, now, beat)
   if not redis.call('zscore', queue, token) then
-    local t = redis.call('time')
-    local ticket = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    local ticket = now_us()
     local last = redis.call('zrevrange', queue, 0, 0, 'withscores')
     if last[2] and tonumber(last[2]) >= ticket then
       ticket = tonumber(last[2]) + 1
@@ -68,17 +67,6 @@ end
 local function leave(queue, beats, token)
   redis.call('zrem', queue, token)
   redis.call('zrem', beats, token)
-end
-
--- Deletes the queue keys when nobody waits; otherwise both expire with the last heartbeat.
-local function tidy(queue, beats)
-  local last = redis.call('zrevrange', beats, 0, 0, 'withscores')
-  if last[2] == nil then
-    redis.call('del', queue, beats)
-    return
-  end
-  redis.call('pexpireat', queue, last[2])
-  redis.call('pexpireat', beats, last[2])
 end
 
 -- Tells the waiter `token` that it is first in line and the key is free. A hint (waiters
@@ -129,7 +117,7 @@ if wait then
   if ARGV[4] == '1' then
     join(queue, beats, token, now, tonumber(ARGV[5]))
   end
-  tidy(queue, beats)
+  expire_with(beats, queue)
   return { 1, wait }
 end
 -- The fence before any write: a counter that is someone else's value stops the script
@@ -139,14 +127,14 @@ if #KEYS > 3 then
   local err
   fence, err = next_fence(4, 4)
   if fence == nil then
-    tidy(queue, beats)
+    expire_with(beats, queue)
     return redis.error_reply(err)
   end
   store_fence(4, 4, fence, ARGV[6])
 end
 redis.call('set', key, ARGV[1], 'px', ARGV[2])
 leave(queue, beats, token)
-tidy(queue, beats)
+expire_with(beats, queue)
 return { 0, fence }
 
 --- op: release
@@ -191,7 +179,7 @@ if queued then
   if freed and next then
     turn(key, next)
   end
-  tidy(queue, beats)
+  expire_with(beats, queue)
 end
 return missing
 

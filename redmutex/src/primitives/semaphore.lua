@@ -1,7 +1,7 @@
 -- semaphore.lua: the counting semaphore — at most `limit` permits held at once. One file,
 -- one section per operation: each section (from its `--- op:` line to the next) is a script
--- of its own, run with helpers.lua (now_ms, next_fence, store_fence, raise_counters)
--- and this preamble before it (see scripts.rs).
+-- of its own, run with helpers.lua (now_ms, expire_with, next_fence, store_fence,
+-- raise_counters) and this preamble before it (see scripts.rs).
 --
 -- A semaphore lives in two keys of one hash slot:
 --   the holders: a sorted set, one member per holder token, scored by when its permits
@@ -54,17 +54,6 @@ local function reclaim(holders, details, now)
   return freed
 end
 
--- Deletes both keys when nobody holds a permit; otherwise both expire with the last holder.
-local function tidy(holders, details)
-  local last = redis.call('zrevrange', holders, 0, 0, 'withscores')
-  if last[2] == nil then
-    redis.call('del', holders, details)
-    return
-  end
-  redis.call('pexpireat', holders, last[2])
-  redis.call('pexpireat', details, last[2])
-end
-
 -- Whether `token` holds permits (unexpired by `now`).
 local function holding(holders, token, now)
   local score = redis.call('zscore', holders, token)
@@ -83,7 +72,7 @@ local function extend(holders, details, token, ttl)
     return 0
   end
   redis.call('zadd', holders, 'xx', now + tonumber(ttl), token)
-  tidy(holders, details)
+  expire_with(holders, details)
   return 1
 end
 
@@ -143,7 +132,7 @@ redis.call('zadd', holders, now + tonumber(ARGV[4]), token)
 if ARGV[6] == '1' then
   redis.call('hset', details, '#awaited', '1')
 end
-tidy(holders, details)
+expire_with(holders, details)
 return { 0, fence }
 
 --- op: release
@@ -176,7 +165,7 @@ if keep > 0 and redis.call('zscore', holders, token) then
   redis.call('hdel', details, token)
   redis.call('zadd', holders, now + keep, '~' .. token)
   redis.call('hset', details, '~' .. token, entry)
-  tidy(holders, details)
+  expire_with(holders, details)
   return 0
 end
 if redis.call('zscore', holders, token) then
@@ -190,7 +179,7 @@ end
 if freed > 0 and redis.call('hexists', details, '#awaited') == 1 then
   redis.pcall('publish', holders, tostring(freed))
 end
-tidy(holders, details)
+expire_with(holders, details)
 return missing
 
 --- op: refresh

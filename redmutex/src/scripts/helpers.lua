@@ -59,6 +59,12 @@ local function read_counter(key)
   return value
 end
 
+-- The server's clock, in microseconds.
+local function now_us()
+  local t = redis.call('time')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
 -- The next fence for the counters KEYS[first..last]: above every one of them. A counter
 -- counts on from its value; a missing one from the server's clock in microseconds, which
 -- has passed every fence the counter handed out before it expired (as long as the clock
@@ -73,8 +79,7 @@ local function next_fence(first, last)
     end
     local candidate
     if value == false then
-      local now = redis.call('time')
-      candidate = tonumber(now[1]) * 1000000 + tonumber(now[2])
+      candidate = now_us()
     else
       candidate = value + 1
     end
@@ -118,6 +123,19 @@ end
 local function now_ms()
   local t = redis.call('time')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Deletes `scores`, a sorted set scored by expiries (ms on the server's clock), and
+-- `other`, the key that goes with it, when the set is empty; otherwise both expire at its
+-- highest score: a semaphore's holders and details, a fair lock's heartbeats and queue.
+local function expire_with(scores, other)
+  local last = redis.call('zrevrange', scores, 0, 0, 'withscores')
+  if last[2] == nil then
+    redis.call('del', scores, other)
+    return
+  end
+  redis.call('pexpireat', scores, last[2])
+  redis.call('pexpireat', other, last[2])
 end
 
 -- What `key` holds, and the latest fence of its counter `counter`: { pttl, type, fence,
