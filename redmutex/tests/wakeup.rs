@@ -616,10 +616,10 @@ async fn a_release_hands_the_key_to_the_locker_that_waits_not_to_the_releaser() 
     assert_eq!(raw.dbsize().await, 0);
 }
 
-/// A key handed to a locker whose waiter is gone (gave up, or its process died) is free
-/// again once the hand-off passes, a moment later, for anyone.
+/// A key handed to a locker whose process died while its waiter waited (it could not take
+/// itself out of line) is free again once the hand-off passes, a moment later, for anyone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_key_handed_to_a_locker_that_no_longer_waits_is_free_a_moment_later() {
+async fn a_key_handed_to_a_locker_that_died_waiting_is_free_a_moment_later() {
     let server = RedisServer::spawn();
     let mut raw = Raw::new(&server).await;
     let holder = common::locker(&server).await;
@@ -627,25 +627,23 @@ async fn a_key_handed_to_a_locker_that_no_longer_waits_is_free_a_moment_later() 
     let gone = waking_locker(&server, &server.url()).await;
     let waiter = wait_for(&gone, "handed", LONG_POLL, Arc::new(AtomicU32::new(0)));
     until_next_named(&mut raw, "handed").await;
+    // What the waiter wrote is what its process leaves behind when it dies: its
+    // cancellation here takes it out of line, so the value is put back as it was.
+    let named = raw.get("handed").await.unwrap();
     waiter.abort();
     let _ = waiter.await;
+    until_flag(&mut raw, "handed", b'w').await;
+    raw.run::<()>(redis::cmd("SET").arg("handed").arg(&named).arg("KEEPTTL"))
+        .await;
     held.release().await.unwrap();
     // Handed to the gone locker, held for a moment (no token of anyone's), then free.
     let info = holder.inspect("handed").await.unwrap();
     assert!(info.held && !info.foreign, "{info:?}");
     assert!(info.ttl.unwrap() <= ms(50), "{info:?}");
-    // The locker's id, readable by anyone, is not a token: it releases nothing.
     let value = raw.get("handed").await.unwrap();
     assert_eq!(value[redmutex::TOKEN_LEN], b'r');
-    let id: redmutex::Token = std::str::from_utf8(&value[..redmutex::TOKEN_LEN])
-        .unwrap()
-        .parse()
-        .unwrap();
-    let refused = holder
-        .release_with_token(["handed"], &id)
-        .await
-        .unwrap_err();
-    assert!(refused.is_not_held(), "{refused}");
+    // The locker's id, readable by anyone, is not a token: it refreshes nothing.
+    let id = locker_id(&value[..redmutex::TOKEN_LEN]);
     assert!(holder
         .refresh_with_token(["handed"], &id, ms(60_000))
         .await
@@ -658,6 +656,100 @@ async fn a_key_handed_to_a_locker_that_no_longer_waits_is_free_a_moment_later() 
         .await
         .unwrap();
     lock.release().await.unwrap();
+    assert_eq!(raw.dbsize().await, 0);
+}
+
+/// Polls until the flag byte of the value at `key` is `flag`.
+async fn until_flag(raw: &mut Raw, key: &str, flag: u8) {
+    let until = Instant::now() + ms(3_000);
+    loop {
+        let found = raw.get(key).await.map(|v| v[redmutex::TOKEN_LEN]);
+        if found == Some(flag) {
+            return;
+        }
+        assert!(Instant::now() < until, "flag {found:?}, expected {flag}");
+        tokio::time::sleep(ms(10)).await;
+    }
+}
+
+/// A locker's id as it stands in a value.
+fn locker_id(bytes: &[u8]) -> redmutex::Token {
+    std::str::from_utf8(bytes).unwrap().parse().unwrap()
+}
+
+/// A waiter that gives up — cancelled, or at its deadline — takes its locker out of line,
+/// so that the next release frees the key at once instead of handing it to nobody; unless
+/// another waiter of the same locker still waits, which keeps the place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_gives_up_takes_its_locker_out_of_line() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let holder = common::locker(&server).await;
+    let waiters = waking_locker(&server, &server.url()).await;
+    let newcomer = common::locker(&server).await;
+
+    // Cancelled: the name comes off in the background; the release deletes the key.
+    let held = holder.acquire("line", ms(30_000)).await.unwrap();
+    let waiter = wait_for(&waiters, "line", LONG_POLL, Arc::new(AtomicU32::new(0)));
+    until_next_named(&mut raw, "line").await;
+    waiter.abort();
+    let _ = waiter.await;
+    until_flag(&mut raw, "line", b'w').await;
+    held.release().await.unwrap();
+    assert!(!raw.exists("line").await, "handed to a locker that left");
+    newcomer
+        .acquire("line", ms(5_000))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    // At its deadline: out of line by the time the acquire returns.
+    let held = holder.acquire("line", ms(30_000)).await.unwrap();
+    let timed = tokio::spawn(
+        (waiters.acquire("line", ms(30_000)))
+            .retry(retry::constant(LONG_POLL))
+            .deadline(ms(1_000))
+            .into_future(),
+    );
+    until_next_named(&mut raw, "line").await;
+    assert!(timed.await.unwrap().unwrap_err().is_not_obtained());
+    assert_eq!(raw.get("line").await.unwrap()[redmutex::TOKEN_LEN], b'w');
+    held.release().await.unwrap();
+    assert!(!raw.exists("line").await, "handed to a locker that left");
+
+    // Two waiters of one locker: one leaving keeps the locker's place for the other, who
+    // gets the key handed.
+    let held = holder.acquire("line", ms(30_000)).await.unwrap();
+    let leaving = wait_for(&waiters, "line", LONG_POLL, Arc::new(AtomicU32::new(0)));
+    let staying = wait_for(&waiters, "line", LONG_POLL, Arc::new(AtomicU32::new(0)));
+    until_next_named(&mut raw, "line").await;
+    wait_for_subscribers(&server, "line", 1, ms(3_000)).await;
+    leaving.abort();
+    let _ = leaving.await;
+    tokio::time::sleep(ms(200)).await;
+    assert_eq!(raw.get("line").await.unwrap()[redmutex::TOKEN_LEN], b'W');
+    held.release().await.unwrap();
+    let again = newcomer.acquire("line", ms(5_000)).await;
+    assert!(again.unwrap_err().is_not_obtained(), "the key was handed");
+    let (lock, _) = staying.await.unwrap();
+    lock.unwrap().release().await.unwrap();
+
+    // A key handed to a locker whose waiter leaves is free at once (what the leaving
+    // waiter's call does, given the locker's id: it releases nothing held).
+    let id: redmutex::Token = "0123456789abcdefghijkl".parse().unwrap();
+    raw.run::<()>(
+        redis::cmd("SET")
+            .arg("line")
+            .arg(format!("{id}r"))
+            .arg("PX")
+            .arg(10_000),
+    )
+    .await;
+    let refused = holder.release_with_token(["line"], &id).await.unwrap_err();
+    assert!(refused.is_not_held(), "{refused}");
+    assert!(!raw.exists("line").await);
     assert_eq!(raw.dbsize().await, 0);
 }
 

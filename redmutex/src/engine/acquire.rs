@@ -205,6 +205,7 @@ impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
             waiting: Waiting::new(context.hub.clone(), claim.exclusive()),
             observer: self.on_failed_try,
             armed: false,
+            named: false,
         };
         let obtained = tries.run().await?;
         let grant = Grant {
@@ -255,6 +256,9 @@ struct Tries<'r, 'a, C: Connection> {
     /// A try may have stored our token: the next try must accept it as ours, and giving up
     /// (or being dropped) must release it.
     armed: bool,
+    /// A try named the locker next in line: giving up (or being dropped) withdraws it,
+    /// unless another waiter of the locker waits for the key.
+    named: bool,
 }
 
 /// What a successful try obtained.
@@ -388,6 +392,9 @@ impl<C: Connection> Tries<'_, '_, C> {
         let in_queue = self.queue.is_some() && (queue || retrying_own);
         let obtained = matches!(attempt.result, TryResult::Obtained { .. });
         self.armed = attempt.may_hold || (in_queue && !obtained);
+        // (Only a lock's tries name lockers in line; one obtained takes what was handed.)
+        let in_line = named && self.queue.is_none() && claim.exclusive();
+        self.named = (self.named || in_line) && !obtained;
         self.waiting.tried(&attempt);
         // One millisecond more: the key is certainly gone by then.
         let expires = (attempt.held_ttl)
@@ -422,7 +429,22 @@ impl<C: Connection> Tries<'_, '_, C> {
                 .await;
             self.armed = false;
         }
+        if self.withdraws() {
+            // The same release call, given the locker's id: it withdraws, and holds nothing.
+            (self.backend)
+                .release_unattended(&**self.claim, &self.locker, CLEANUP_WAIT)
+                .await;
+            self.named = false;
+        }
         std::mem::take(&mut self.tally).into_error(self.schedule.started)
+    }
+
+    /// Whether giving up must take the locker out of line: a try named it, and no other
+    /// waiter of the locker waits for the key (that one keeps the place, and a key handed
+    /// to the locker is its). Otherwise a release would hand the key to nobody, and it
+    /// would idle until the hand-off passes.
+    fn withdraws(&self) -> bool {
+        self.named && self.waiting.alone()
     }
 }
 
@@ -432,6 +454,9 @@ impl<C: Connection> Drop for Tries<'_, '_, C> {
     fn drop(&mut self) {
         if self.armed {
             (self.backend).release_in_background(self.claim.clone(), self.token, None);
+        }
+        if self.withdraws() {
+            (self.backend).release_in_background(self.claim.clone(), self.locker, None);
         }
     }
 }

@@ -49,6 +49,12 @@ impl Waiting {
         }
     }
 
+    /// Whether this acquire waits for a key no other waiter of its locker waits for (its
+    /// locker's place in line there is its own to give up).
+    pub(crate) fn alone(&self) -> bool {
+        self.member.as_ref().is_some_and(Member::alone)
+    }
+
     /// Before the first try of an acquire that may wait: on a key this locker's waiters
     /// are subscribed to, it joins them. It queues behind them without a try (the holder is
     /// marked; its release will wake them in turn) — the index of that key is returned,

@@ -492,6 +492,11 @@ impl Member {
         &self.key
     }
 
+    /// Whether no other waiter of this locker waits for the key.
+    pub(crate) fn alone(&self) -> bool {
+        lock(&self.channel.state).members == 1
+    }
+
     /// Waits for this member's turn.
     ///
     /// Cancel safe: a turn is taken up only when this returns; a wake-up that reaches a

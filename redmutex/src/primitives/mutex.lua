@@ -69,6 +69,40 @@ local function line_up(key, value, length, locker, waited, left)
   end
 end
 
+-- Hands `key` to the locker named in `next` (NEXT_LEN bytes: its id, since, until) if its
+-- waiter still waits: the key holds the id with the flag 'r' for HANDOFF_MS. Whether it did.
+local function hand_over(key, next)
+  local id_len = NEXT_LEN - 30
+  if #next < NEXT_LEN or (tonumber(string.sub(next, id_len + 16, NEXT_LEN)) or 0) <= now_ms() then
+    return false
+  end
+  redis.call('set', key, string.sub(next, 1, id_len) .. 'r', 'px', HANDOFF_MS)
+  return true
+end
+
+-- A waiter of the locker `locker` gave up, and no other waiter of that locker waits for
+-- `key`: the locker's name comes off the value (the holder's 'W' becomes 'w', still
+-- awaited; a handed key's carried name is dropped), and a key handed to it goes to the
+-- locker it carries, or is free — announced, so that the waiters left try at once.
+local function withdraw(key, value, locker)
+  if not ours(value, #locker) then
+    return
+  end
+  local length = #locker
+  local flag = string.sub(value, length + 1, length + 1)
+  local named = string.sub(value, length + 2, length + 1 + length)
+  if flag == 'r' and string.sub(value, 1, length) == locker then
+    if not hand_over(key, string.sub(value, length + 2, length + 1 + NEXT_LEN)) then
+      redis.call('del', key)
+    end
+    redis.pcall('publish', key, 'released')
+  elseif flag == 'W' and named == locker then
+    redis.call('set', key, string.sub(value, 1, length) .. 'w' .. metadata_of(value, length), 'keepttl')
+  elseif flag == 'r' and named == locker then
+    redis.call('set', key, string.sub(value, 1, length + 1), 'keepttl')
+  end
+end
+
 --- op: obtain
 -- take every key, or none of them; for a fenced acquire, hand out the next
 -- fence too.
@@ -177,6 +211,8 @@ return { 0, fence }
 -- announcement is a hint (waiters also poll): a PUBLISH refused (an ACL user without the
 -- channel) must not fail the release, so it goes through pcall. A key that names a locker
 -- next in line ('W') is handed to it (see the top of this file) rather than deleted.
+-- The same call, given a locker's id instead of a token, withdraws that locker from line
+-- (see withdraw): it releases nothing, and answers as for a token that holds nothing.
 local token = ARGV[1]
 local keep = tonumber(ARGV[2] or '0')
 local missing = 0
@@ -187,15 +223,14 @@ for _, key in ipairs(KEYS) do
     if keep > 0 then
       -- Kept as the owner's value without anyone named next: it expires on its own.
       redis.call('set', key, token .. 'k' .. metadata_of(value, #token), 'px', keep)
-    elseif flag == 'W' and (tonumber(string.sub(value, #token + 39, #token + 53)) or 0) > now_ms() then
-      redis.call('set', key, string.sub(value, #token + 2, #token + 23) .. 'r', 'px', HANDOFF_MS)
-    else
+    elseif flag ~= 'W' or not hand_over(key, string.sub(value, #token + 2, #token + 1 + NEXT_LEN)) then
       redis.call('del', key)
     end
     if flag == 'w' or flag == 'W' then
       redis.pcall('publish', key, 'released')
     end
   else
+    withdraw(key, value, token)
     missing = missing + 1
   end
 end
