@@ -6,17 +6,18 @@ use crate::fence::Companion;
 /// `EVAL` and `SCRIPT LOAD` (a script's first use, and clean-up that cannot wait for a
 /// reply), `SET` (a plain acquire) and the commands inside the scripts (`TIME` starts a
 /// fence counter from the server's clock; the sorted-set and hash commands keep a
-/// semaphore's holders and a fair lock's queue), `SUBSCRIBE`, `UNSUBSCRIBE` and `PING` for
+/// semaphore's holders, a fair lock's queue and a read-write lock's readers), `SUBSCRIBE`, `UNSUBSCRIBE` and `PING` for
 /// the wake-up subscriber.
 const COMMANDS: &str = "+evalsha +eval +script|load +set +get +del +pexpire +pexpireat +pttl \
                         +type +setrange +time +publish +subscribe +unsubscribe +ping +zadd \
-                        +zrem +zscore +zcard +zrange +zrevrange +zrangebyscore \
-                        +zremrangebyscore +hget +hset +hdel +hexists +hincrby";
+                        +zrem +zscore +zcard +zcount +zrange +zrevrange +zrangebyscore \
+                        +zremrangebyscore +hget +hset +hdel +hexists +hincrby +exists";
 
 /// The ACL rule for a user that locks keys under `prefix`: the commands redmutex needs,
 /// the lock keys (`~PREFIX*`), the keys beside them — fence counters (`~{PREFIX*}:fence`,
 /// and `~{*}:fence:PREFIX*` for keys with a hash tag or a `}`), and the same for a
-/// semaphore's details (`:permits`) and a fair lock's queue (`:queue`, `:beats`) — and the
+/// semaphore's details (`:permits`), a fair lock's queue (`:queue`, `:beats`) and a
+/// read-write lock's readers and waiting writers (`:readers`, `:intents`) — and the
 /// wake-up channels (`&PREFIX*`); nothing else. Glob characters in
 /// the prefix are escaped. Append it to `ACL SETUSER NAME on >PASSWORD` (or an ACL file's
 /// `user NAME on >PASSWORD` line).
@@ -29,10 +30,11 @@ const COMMANDS: &str = "+evalsha +eval +script|load +set +get +del +pexpire +pex
 ///     redmutex::acl_rule("app:"),
 ///     "resetkeys ~app:* ~{app:*}:fence ~{*}:fence:app:* ~{app:*}:permits \
 ///      ~{*}:permits:app:* ~{app:*}:queue ~{*}:queue:app:* ~{app:*}:beats \
-///      ~{*}:beats:app:* resetchannels &app:* -@all +evalsha +eval +script|load +set \
+///      ~{*}:beats:app:* ~{app:*}:readers ~{*}:readers:app:* ~{app:*}:intents \
+///      ~{*}:intents:app:* resetchannels &app:* -@all +evalsha +eval +script|load +set \
 ///      +get +del +pexpire +pexpireat +pttl +type +setrange +time +publish +subscribe \
-///      +unsubscribe +ping +zadd +zrem +zscore +zcard +zrange +zrevrange +zrangebyscore \
-///      +zremrangebyscore +hget +hset +hdel +hexists +hincrby"
+///      +unsubscribe +ping +zadd +zrem +zscore +zcard +zcount +zrange +zrevrange \
+///      +zrangebyscore +zremrangebyscore +hget +hset +hdel +hexists +hincrby +exists"
 /// );
 /// ```
 pub fn acl_rule(prefix: &str) -> String {

@@ -19,6 +19,28 @@ pub const MAX_TTL: Duration = Duration::from_millis((1 << 53) - 1);
 /// The shortest TTL accepted.
 pub const MIN_TTL: Duration = Duration::from_millis(1);
 
+/// How long a waiter keeps its place (a fair lock's waiter in line, a read-write lock's
+/// waiting writer's claim on readers) without a sign of life, unless told otherwise: 3 s. A
+/// waiter tries at least every third of it, which renews its place.
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(3);
+
+/// The shortest heartbeat a waiter may have: 30 ms.
+pub const MIN_HEARTBEAT: Duration = Duration::from_millis(30);
+
+/// `heartbeat` if within [`MIN_HEARTBEAT`]..=[`MAX_TTL`]; otherwise an error saying whose
+/// heartbeat (`whose`) it was.
+pub(crate) fn check_heartbeat(heartbeat: Duration, whose: &str) -> Result<Duration, Error> {
+    if heartbeat < MIN_HEARTBEAT || heartbeat > MAX_TTL {
+        return Err(Error::invalid(
+            Argument::Heartbeat,
+            format!(
+                "{whose} heartbeat must be {MIN_HEARTBEAT:?} to {MAX_TTL:?}, not {heartbeat:?}"
+            ),
+        ));
+    }
+    Ok(heartbeat)
+}
+
 /// A TTL in whole milliseconds, checked against [`MIN_TTL`]..=[`MAX_TTL`]. Sub-millisecond
 /// parts are dropped (rounding down: the lock never lives longer than asked).
 pub(crate) fn ttl_millis(ttl: Duration) -> Result<u64, Error> {

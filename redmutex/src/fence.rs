@@ -75,15 +75,21 @@ pub(crate) enum Companion {
     Queue,
     /// A fair lock's waiters' heartbeats.
     Beats,
+    /// A read-write lock's readers' details (metadata).
+    Readers,
+    /// A read-write lock's waiting writers' intents.
+    Intents,
 }
 
 impl Companion {
     /// Every kind, for the reserved-name check.
-    pub(crate) const ALL: [Companion; 4] = [
+    pub(crate) const ALL: [Companion; 6] = [
         Companion::Fence,
         Companion::Permits,
         Companion::Queue,
         Companion::Beats,
+        Companion::Readers,
+        Companion::Intents,
     ];
 
     /// The part of the name after the tag's `}`.
@@ -93,6 +99,8 @@ impl Companion {
             Companion::Permits => b":permits",
             Companion::Queue => b":queue",
             Companion::Beats => b":beats",
+            Companion::Readers => b":readers",
+            Companion::Intents => b":intents",
         }
     }
 
@@ -103,6 +111,8 @@ impl Companion {
             Companion::Permits => "semaphores' details",
             Companion::Queue => "fair locks' queues",
             Companion::Beats => "fair locks' waiters' heartbeats",
+            Companion::Readers => "read-write locks' readers",
+            Companion::Intents => "read-write locks' waiting writers",
         }
     }
 }

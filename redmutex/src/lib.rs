@@ -232,7 +232,10 @@ mod sentinel;
 mod token;
 
 pub use acl::acl_rule;
-pub use args::{check_keys, check_metadata, Keys, MAX_KEY_LEN, MAX_METADATA_LEN, MAX_TTL, MIN_TTL};
+pub use args::{
+    check_keys, check_metadata, Keys, DEFAULT_HEARTBEAT, MAX_KEY_LEN, MAX_METADATA_LEN, MAX_TTL,
+    MIN_HEARTBEAT, MIN_TTL,
+};
 pub use check::{Check, Finding, Level, ServerCheck};
 #[cfg(feature = "tls")]
 pub use connection::tls_client;
@@ -250,8 +253,9 @@ pub use engine::wakeup::WakeUpState;
 pub use error::{Argument, Error, InvalidArgument, NotObtained};
 pub use fence::{hash_slot, DEFAULT_FENCE_RETENTION};
 pub use locker::Locker;
-pub use primitives::fair::{
-    FairGuard, FairKey, FairLock, FairLockInfo, DEFAULT_HEARTBEAT, MIN_HEARTBEAT,
+pub use primitives::fair::{FairGuard, FairKey, FairLock, FairLockInfo};
+pub use primitives::rwlock::{
+    ReadGuard, ReadKey, ReaderInfo, RwLock, RwLockInfo, WriteGuard, WriteKey,
 };
 pub use primitives::semaphore::{
     Permit, PermitHolder, Permits, Semaphore, SemaphoreInfo, MAX_PERMITS,

@@ -17,6 +17,7 @@ use crate::error::{Argument, Error};
 use crate::fence::MIN_FENCE_RETENTION;
 use crate::primitives::fair::FairLock;
 use crate::primitives::mutex;
+use crate::primitives::rwlock::RwLock;
 use crate::primitives::semaphore::Semaphore;
 use crate::quorum::QuorumSettings;
 use crate::scripts::Claim;
@@ -502,6 +503,26 @@ impl<C: Connection> Locker<C> {
     /// ```
     pub fn fair_lock(&self, key: impl AsRef<[u8]>) -> Result<FairLock<C>, Error> {
         FairLock::new(self.context.clone(), self.keys([key])?)
+    }
+
+    /// A read-write lock on `key` (with this locker's prefix): many readers at once or one
+    /// writer, and a waiting writer keeps new readers out; see [`RwLock`]. Works on every
+    /// kind of locker: one node, Redlock, Redis Cluster.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`]: a bad key (as for [`acquire`](Locker::acquire)).
+    ///
+    /// ```
+    /// # async fn demo(locker: redmutex::Locker<redis::aio::MultiplexedConnection>) -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// let prices = locker.rw_lock("prices")?;
+    /// let reading = prices.read(Duration::from_secs(10)).await?;
+    /// // ... read; other readers may read too, no writer writes ...
+    /// reading.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn rw_lock(&self, key: impl AsRef<[u8]>) -> Result<RwLock<C>, Error> {
+        Ok(RwLock::new(self.context.clone(), self.keys([key])?))
     }
 
     /// Starts acquiring a lock on `key` for `ttl`; configure and `.await` the returned

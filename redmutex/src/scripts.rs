@@ -133,6 +133,12 @@ pub(crate) trait Claim: Send + Sync + 'static {
         None
     }
 
+    /// The channel its waiters hear of releases on, when not the held key's own (a
+    /// read-write lock's readers: one announcement lets all of them in).
+    fn channel(&self) -> Option<Vec<u8>> {
+        None
+    }
+
     /// Hands `add` the keys of a release, in order: the claim's own keys, and whatever
     /// else a release must change (a fair lock's queue, which a waiter that gives up
     /// leaves through its release).

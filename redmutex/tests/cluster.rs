@@ -399,3 +399,55 @@ async fn a_fair_lock_serves_its_line_in_order_on_the_cluster() {
         assert!(lockers[0].inspect().await.unwrap().waiters.is_empty());
     }
 }
+
+/// A read-write lock on the cluster: its readers, details and intents beside the key in
+/// its slot; readers share, a waiting writer keeps new ones out and is woken over the
+/// cluster bus by the last reader's release; downgrade.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_write_lock_works_on_the_cluster() {
+    let cluster = RedisCluster::spawn();
+    for name in ["catalog", "{tenant-7}:catalog"] {
+        let mut locks = Vec::new();
+        for node in 0..3 {
+            let client = redis::Client::open(cluster.urls()[node].as_str()).unwrap();
+            let locker = Locker::cluster(connect(&cluster).await)
+                .with_wake_up([client])
+                .unwrap();
+            let rw = locker.rw_lock(name).unwrap();
+            locks.push(rw.with_heartbeat(ms(60_000)).unwrap());
+        }
+        let a = locks[0].read(ms(10_000)).await.unwrap();
+        let b = locks[1]
+            .read(ms(10_000))
+            .await
+            .unwrap()
+            .keep_alive()
+            .unwrap();
+        let writer = tokio::spawn(
+            (locks[2].write(ms(10_000)))
+                .with_fence()
+                .retry(retry::constant(Duration::from_secs(30)))
+                .deadline(Duration::from_secs(30))
+                .into_future(),
+        );
+        let until = tokio::time::Instant::now() + ms(5_000);
+        while locks[0].inspect().await.unwrap().writers_waiting == 0 {
+            assert!(tokio::time::Instant::now() < until, "{name}: no intent");
+            tokio::time::sleep(ms(10)).await;
+        }
+        let refused = locks[0].read(ms(10_000)).await.unwrap_err();
+        assert!(refused.is_not_obtained(), "{name}: {refused}");
+        tokio::time::sleep(ms(300)).await; // subscribed by now
+        a.release().await.unwrap();
+        let released = tokio::time::Instant::now();
+        b.release().await.unwrap();
+        let writer = writer.await.unwrap().unwrap();
+        assert!(released.elapsed() < ms(5_000), "{name}: woken, not polled");
+        let reader = writer.downgrade().await.unwrap();
+        let other = locks[1].read(ms(10_000)).await.unwrap();
+        assert_eq!(locks[0].inspect().await.unwrap().readers.len(), 2);
+        reader.release().await.unwrap();
+        other.release().await.unwrap();
+        assert!(!locks[0].inspect().await.unwrap().held(), "{name}");
+    }
+}

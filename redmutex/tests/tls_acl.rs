@@ -215,6 +215,41 @@ async fn the_minimal_acl_rule_is_enough_for_every_primitive() {
     held.release().await.unwrap();
     let next = tokio::time::timeout(ms(900), waiting).await.unwrap();
     next.unwrap().unwrap().release().await.unwrap();
+
+    // A read-write lock: readers, a waiting writer's intent, downgrade, inspect, and the
+    // readers' channel.
+    let rw = (locker.rw_lock("{tagged}:doc").unwrap())
+        .with_heartbeat(ms(60_000))
+        .unwrap();
+    let reader = rw.read(ms(10_000)).with_fence().await.unwrap();
+    let writer = tokio::spawn(
+        (rw.write(ms(10_000)))
+            .with_fence()
+            .retry(retry::constant(Duration::from_secs(30)))
+            .deadline(Duration::from_secs(20))
+            .into_future(),
+    );
+    let until = tokio::time::Instant::now() + ms(3_000);
+    while rw.inspect().await.unwrap().writers_waiting == 0 {
+        assert!(tokio::time::Instant::now() < until, "no intent");
+        tokio::time::sleep(ms(10)).await;
+    }
+    tokio::time::sleep(ms(300)).await;
+    reader.release().await.unwrap();
+    let writer = tokio::time::timeout(ms(900), writer).await.unwrap();
+    let mut writer = writer.unwrap().unwrap();
+    writer.refresh(ms(10_000)).await.unwrap();
+    let waiting_reader = tokio::spawn(
+        (rw.read(ms(10_000)))
+            .retry(retry::constant(Duration::from_secs(30)))
+            .deadline(Duration::from_secs(20))
+            .into_future(),
+    );
+    tokio::time::sleep(ms(300)).await;
+    let downgraded = writer.downgrade().await.unwrap();
+    let other = tokio::time::timeout(ms(900), waiting_reader).await.unwrap();
+    other.unwrap().unwrap().release().await.unwrap();
+    downgraded.keep_alive().unwrap().release().await.unwrap();
 }
 
 /// A user without the rule's commands gets an error that says "no permission", not

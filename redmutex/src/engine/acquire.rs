@@ -194,6 +194,7 @@ impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
             backend: &context.backend,
             claim: &claim,
             queue: claim.queue(&token),
+            channel: claim.channel(),
             value: token::lock_value(&token, self.metadata.as_deref()),
             token,
             ttl_ms,
@@ -241,6 +242,8 @@ struct Tries<'r, 'a, C: Connection> {
     locker: Token,
     /// The claim's waiters queue in Redis (a fair lock).
     queue: Option<Queue>,
+    /// The channel its waiters hear of releases on, when not the held key's.
+    channel: Option<Vec<u8>>,
     token: Token,
     /// Token, awaited flag, metadata.
     value: Vec<u8>,
@@ -335,9 +338,11 @@ impl<C: Connection> Tries<'_, '_, C> {
                 return Err(self.give_up().await);
             };
             // A waiter in a queue hears of its turn on a channel of its own.
-            let channel = match &self.queue {
-                Some(queue) => held.map(|_| &queue.channel[..]),
-                None => held.and_then(|index| keys.get(index)),
+            let channel = match (&self.queue, &self.channel) {
+                (Some(Queue { channel, .. }), _) | (None, Some(channel)) => {
+                    held.map(|_| &channel[..])
+                }
+                (None, None) => held.and_then(|index| keys.get(index)),
             };
             self.waiting.join(channel);
             // A held key that expires before the next try is due is tried when it expires;

@@ -302,6 +302,36 @@ impl<C: Connection, P> Lock<C, P> {
         result
     }
 
+    /// Turns this lock into one on `what` (another claim on the same keys, same token),
+    /// atomically in Redis by `via`, a claim whose owner-checked refresh does the change
+    /// (a writer becoming a reader). Counted as a refresh: for the lease TTL, within the
+    /// current validity, on a quorum. On an error this lock is dropped, and so released.
+    pub(crate) async fn convert<Q>(
+        mut self,
+        what: (Arc<Q>, Arc<dyn Claim>),
+        via: &dyn Claim,
+    ) -> Result<Lock<C, Q>, Error> {
+        let ttl_ms = args::ttl_millis(self.lease_ttl)?;
+        let valid_until = (self.context.backend)
+            .refresh(via, &self.token, ttl_ms, Some(self.valid_until))
+            .await?;
+        self.release_on_drop = false;
+        let (what, claim) = what;
+        Ok(Lock {
+            context: self.context.clone(),
+            what,
+            claim,
+            token: self.token,
+            metadata: self.metadata.take(),
+            lease_ttl: self.lease_ttl,
+            acquired_at: self.acquired_at,
+            valid_until,
+            fence: tokio::sync::OnceCell::new_with(self.fence.get().copied()),
+            keep_until: self.keep_until,
+            release_on_drop: true,
+        })
+    }
+
     /// Forgets the lock without releasing it: it stays in Redis until its TTL runs out or
     /// someone with the returned token releases it.
     pub fn detach(mut self) -> Token {

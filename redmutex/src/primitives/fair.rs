@@ -29,14 +29,6 @@ operations!(
     INSPECT = "inspect",
 );
 
-/// How long a fair lock's waiter stays in line without a sign of life, unless the lock
-/// says otherwise ([`FairLock::with_heartbeat`]): 3 s. A waiter tries at least every
-/// third of it, which renews its place.
-pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(3);
-
-/// The shortest heartbeat a fair lock accepts: 30 ms.
-pub const MIN_HEARTBEAT: Duration = Duration::from_millis(30);
-
 /// A fair lock: a lock whose waiters, in every process, get it in the order they came.
 /// Made by [`Locker::fair_lock`](crate::Locker::fair_lock); cheap to clone.
 ///
@@ -109,28 +101,19 @@ impl<C: Connection> FairLock<C> {
         Ok(FairLock {
             context,
             key,
-            heartbeat: DEFAULT_HEARTBEAT,
+            heartbeat: args::DEFAULT_HEARTBEAT,
         })
     }
 
-    /// How long a waiter stays in line without trying ([`DEFAULT_HEARTBEAT`] unless set):
+    /// How long a waiter stays in line without trying ([`DEFAULT_HEARTBEAT`](crate::DEFAULT_HEARTBEAT) unless set):
     /// waiters try at least every third of it. Shorter: a crashed waiter holds the line up
     /// for less time; longer: fewer tries while waiting.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] ([`Argument::Heartbeat`]) below [`MIN_HEARTBEAT`] or
+    /// [`Error::InvalidArgument`] ([`Argument::Heartbeat`]) below [`MIN_HEARTBEAT`](crate::MIN_HEARTBEAT) or
     /// above [`MAX_TTL`](crate::MAX_TTL).
     pub fn with_heartbeat(mut self, heartbeat: Duration) -> Result<Self, Error> {
-        if heartbeat < MIN_HEARTBEAT || heartbeat > args::MAX_TTL {
-            return Err(Error::invalid(
-                Argument::Heartbeat,
-                format!(
-                    "a fair lock's heartbeat must be {MIN_HEARTBEAT:?} to {:?}, not {heartbeat:?}",
-                    args::MAX_TTL
-                ),
-            ));
-        }
-        self.heartbeat = heartbeat;
+        self.heartbeat = args::check_heartbeat(heartbeat, "a fair lock's")?;
         Ok(self)
     }
 

@@ -4,4 +4,5 @@
 
 pub(crate) mod fair;
 pub(crate) mod mutex;
+pub(crate) mod rwlock;
 pub(crate) mod semaphore;

@@ -17,11 +17,16 @@
 
 local TYPE_ERROR = 'redmutex: the semaphore keys hold data of another kind; choose another name'
 
--- Whether the holders and details keys are a semaphore's (or missing).
+-- Whether the holders and details keys are a semaphore's (or missing). Holders come with
+-- their details (they expire together): a sorted set without them is someone else's — a
+-- read-write lock's readers, whose details live under another name.
 local function ours(holders, details)
   local a = redis.call('type', holders)['ok']
   local b = redis.call('type', details)['ok']
-  return (a == 'zset' or a == 'none') and (b == 'hash' or b == 'none')
+  if a == 'none' then
+    return b == 'hash' or b == 'none'
+  end
+  return a == 'zset' and b == 'hash'
 end
 
 -- The permits a holder's details entry says it holds.

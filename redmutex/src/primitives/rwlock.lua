@@ -1,0 +1,410 @@
+-- rwlock.lua: the read-write lock — many readers or one writer, writers first. One file,
+-- one section per operation: each section (from its `--- op:` line to the next) is a script
+-- of its own, run with helpers.lua (owned, now_ms, expire_with, metadata_of, next_fence,
+-- store_fence, read_counter, raise_counters, read_key) and this preamble before it (see
+-- scripts.rs).
+--
+-- The lock key holds whoever holds the lock:
+--   a writer:   a string, the writer's value (token, flag byte, metadata) with PX — a mutex
+--               key, so refresh, renewal, TTL and fences of a writer are the mutex's own
+--               operations, and a plain lock of the same name excludes readers and writers
+--               and is excluded by them (any string at the key counts as a writer);
+--   readers:    a sorted set, one member per reader token, scored by when it expires, in
+--               milliseconds on the SERVER's clock (never a client's); beside it, in its
+--               hash slot, the readers' details: a hash, reader token -> metadata. A crashed
+--               reader is dropped by the next operation once its own expiry passes: live
+--               readers never keep a dead one alive. Both keys expire with the last reader
+--               (PEXPIREAT, same clock) and are deleted when the last reader leaves.
+-- Writers first: beside it too, the intents: a sorted set, waiting writer token -> when its
+-- heartbeat runs out (server clock, ms). A writer's every try while it waits renews its
+-- intent; while any intent is live, no new reader is let in, so a stream of readers cannot
+-- starve a writer. An intent ends when its writer takes the lock, gives up (through its
+-- release), or stops trying (its heartbeat runs out).
+--
+-- Wake-ups: writers wait on the lock key's channel — the last reader's release announces
+-- itself there when a writer waits (an intent is live), a writer's release when its value
+-- was marked as awaited. Readers wait on the channel READERS (the key and ':~r'): a writer's
+-- release, a downgrade, and the last intent's end announce themselves there, for every
+-- reader at once.
+
+-- How many readers one announcement lets try: all of them.
+local EVERYONE = '1000000'
+
+-- The channel readers wait on.
+local function readers_channel(key)
+  return key .. ':~r'
+end
+
+-- What the lock key holds: 'free', 'writer' (a string: a writer, a plain lock, or data of
+-- someone else's — it excludes readers either way), 'readers' (a reader set with its
+-- details), or nil for anything else (another kind of data; a semaphore's holders).
+local function holder_kind(lock, details)
+  local kind = redis.call('type', lock)['ok']
+  if kind == 'none' then
+    return 'free'
+  elseif kind == 'string' then
+    return 'writer'
+  elseif kind == 'zset' and redis.call('type', details)['ok'] == 'hash' then
+    return 'readers'
+  end
+  return nil
+end
+
+-- Whether the intents key is a read-write lock's (or missing).
+local function intents_ours(intents)
+  local kind = redis.call('type', intents)['ok']
+  return kind == 'zset' or kind == 'none'
+end
+
+-- Drops the intents whose heartbeat ran out by `now`; returns how many are live, and when
+-- the last of them runs out (ms, server clock) unless renewed.
+local function live_intents(intents, now)
+  redis.call('zremrangebyscore', intents, '-inf', now)
+  local last = redis.call('zrevrange', intents, 0, 0, 'withscores')
+  if last[2] == nil then
+    return 0, now
+  end
+  redis.call('pexpireat', intents, last[2])
+  return redis.call('zcard', intents), tonumber(last[2])
+end
+
+-- Drops the readers whose expiry passed by `now`; the keys go with the last of them.
+local function reclaim(lock, details, now)
+  local expired = redis.call('zrangebyscore', lock, '-inf', now)
+  for _, token in ipairs(expired) do
+    redis.call('hdel', details, token)
+  end
+  if #expired > 0 then
+    redis.call('zremrangebyscore', lock, '-inf', now)
+    expire_with(lock, details)
+  end
+end
+
+-- Whether `token` reads (unexpired by `now`).
+local function reading(lock, token, now)
+  local score = redis.call('zscore', lock, token)
+  return score ~= false and tonumber(score) > now
+end
+
+-- Sets the expiry of the reader `token` to now + `ttl` ms if it reads; never adds a
+-- reader that was dropped (ZADD XX). Returns 1 when extended, 0 when not held.
+local function extend(lock, details, token, ttl)
+  if holder_kind(lock, details) ~= 'readers' then
+    return 0
+  end
+  local now = now_ms()
+  reclaim(lock, details, now)
+  if not reading(lock, token, now) then
+    return 0
+  end
+  redis.call('zadd', lock, 'xx', now + tonumber(ttl), token)
+  expire_with(lock, details)
+  return 1
+end
+
+-- Marks a writer's value (a redmutex value with the flag '-') as awaited, so that its
+-- release announces itself.
+local function mark_awaited(lock, length)
+  local value = redis.call('get', lock)
+  if string.find(string.sub(value, 1, length), '^[%w_%-]+$') and string.sub(value, length + 1, length + 1) == '-' then
+    redis.call('setrange', lock, length, 'w')
+  end
+end
+
+-- The fence a reader sees: the counter KEYS[i] as it stands, started from the clock (as a
+-- first fence would be) when there is none, so a reader's fence is never 0 and every later
+-- writer's is greater. Nil and an error for a counter that is someone else's value.
+local function current_fence(i, retention)
+  local value, err = read_counter(KEYS[i])
+  if value == nil then
+    return nil, err
+  end
+  if value == false then
+    value = next_fence(i, i)
+  end
+  store_fence(i, i, value, retention)
+  return value
+end
+
+--- op: obtain_read
+-- 'obtain_read': let the reader ARGV[1] in, unless a writer holds the lock or waits.
+-- KEYS:    the lock key, the readers' details, the intents, then (fenced) the fence counter.
+-- ARGV[1]: the reader's token.  ARGV[2]: the TTL in ms.  ARGV[3]: metadata.
+-- ARGV[4]: '1' when the caller waits: a writer's value is marked as awaited.
+-- ARGV[5]: fenced: how long the counter is kept after this use, in milliseconds.
+-- Returns: { 0, fence } when the reader now reads until now + TTL (fence: the current one,
+--          see current_fence; 0 when not fenced; a reader that already read — a retry after
+--          a lost reply — stays); { 1, pttl } when a writer holds the lock (pttl: its TTL,
+--          -1 none); { 1, ms } when writers wait (ms: until the last intent runs out unless
+--          renewed); { -2, 0 } when the keys hold something else. Nothing is written but
+--          the mark.
+local lock, details, intents = KEYS[1], KEYS[2], KEYS[3]
+local kind = holder_kind(lock, details)
+if kind == nil or not intents_ours(intents) then
+  return { -2, 0 }
+end
+local token = ARGV[1]
+if kind == 'writer' then
+  if ARGV[4] == '1' then
+    mark_awaited(lock, #token)
+  end
+  return { 1, redis.call('pttl', lock) }
+end
+local now = now_ms()
+if kind == 'readers' then
+  reclaim(lock, details, now)
+end
+if not reading(lock, token, now) then
+  local waiting, last = live_intents(intents, now)
+  if waiting > 0 then
+    return { 1, last - now }
+  end
+end
+local fence = 0
+if #KEYS > 3 then
+  local err
+  fence, err = current_fence(4, ARGV[5])
+  if fence == nil then
+    return redis.error_reply(err)
+  end
+end
+redis.call('zadd', lock, now + tonumber(ARGV[2]), token)
+redis.call('hset', details, token, ARGV[3])
+expire_with(lock, details)
+return { 0, fence }
+
+--- op: obtain_write
+-- 'obtain_write': take the lock for the writer, if nobody holds it; a writer that may wait
+-- registers (or renews) its intent, which keeps new readers out.
+-- KEYS:    the lock key, the readers' details, the intents, then (fenced) the fence counter.
+-- ARGV[1]: the value to store: token, flag byte, then metadata.
+-- ARGV[2]: the TTL in milliseconds.  ARGV[3]: the token's length.
+-- ARGV[4]: '1' when the caller may wait: its intent is registered when the lock is held.
+-- ARGV[5]: the heartbeat of an intent, in milliseconds.
+-- ARGV[6]: fenced: how long the counter is kept after this use, in milliseconds.
+-- Returns: { 0, fence } when the key now holds ARGV[1] with the TTL (fence as the mutex
+--          hands it out, 0 when not fenced; our own value — a retry after a lost reply —
+--          counts as free); its intent, if any, is gone. { 1, pttl } when held (by a writer
+--          or readers; pttl: when the last of them expires, -1 none); { -2, 0 } when the
+--          keys hold something else. Nothing is written but the intent and the mark.
+local lock, details, intents = KEYS[1], KEYS[2], KEYS[3]
+local kind = holder_kind(lock, details)
+if kind == nil or not intents_ours(intents) then
+  return { -2, 0 }
+end
+local length = tonumber(ARGV[3])
+local token = string.sub(ARGV[1], 1, length)
+local now = now_ms()
+if kind == 'readers' then
+  reclaim(lock, details, now)
+  kind = holder_kind(lock, details)
+end
+if kind == 'writer' and owned(redis.call('get', lock), token) then
+  kind = 'free'
+end
+if kind ~= 'free' then
+  if ARGV[4] == '1' then
+    redis.call('zadd', intents, now + tonumber(ARGV[5]), token)
+    live_intents(intents, now)
+    if kind == 'writer' then
+      mark_awaited(lock, length)
+    end
+  end
+  return { 1, redis.call('pttl', lock) }
+end
+local fence = 0
+if #KEYS > 3 then
+  local err
+  fence, err = next_fence(4, 4)
+  if fence == nil then
+    return redis.error_reply(err)
+  end
+  store_fence(4, 4, fence, ARGV[6])
+end
+redis.call('set', lock, ARGV[1], 'px', ARGV[2])
+redis.call('zrem', intents, token)
+live_intents(intents, now)
+return { 0, fence }
+
+--- op: release_write
+-- 'release_write': the writer ARGV[1] lets go of the lock, and of its intent (a writer that
+-- gives up leaves through this call).
+-- KEYS:    the lock key, the readers' details, the intents.
+-- ARGV[2]: (optional) keep: instead of deleting it, let the key expire in this many
+--          milliseconds (a minimum hold time that has not passed yet).
+-- Returns: 0 when it held the lock (now released); 1 when it did not.
+-- Announces: on the lock key's channel when its value was marked as awaited; on the
+-- readers' channel when no writer waits any more (so waiting readers come in).
+local lock, details, intents = KEYS[1], KEYS[2], KEYS[3]
+local token = ARGV[1]
+local keep = tonumber(ARGV[2] or '0')
+local now = now_ms()
+local missing = 1
+local value = redis.pcall('get', lock)
+local before = intents_ours(intents) and live_intents(intents, now) or 0
+if intents_ours(intents) then
+  redis.call('zrem', intents, token)
+end
+local after = intents_ours(intents) and live_intents(intents, now) or 0
+if owned(value, token) then
+  missing = 0
+  if keep > 0 then
+    redis.call('set', lock, token .. 'k' .. metadata_of(value, #token), 'px', keep)
+  else
+    redis.call('del', lock)
+    local flag = string.sub(value, #token + 1, #token + 1)
+    if flag == 'w' or flag == 'W' then
+      redis.pcall('publish', lock, 'released')
+    end
+  end
+end
+if after == 0 and ((missing == 0 and keep == 0) or before > 0) then
+  redis.pcall('publish', readers_channel(lock), EVERYONE)
+end
+return missing
+
+--- op: release_read
+-- 'release_read': the reader ARGV[1] leaves.
+-- KEYS:    the lock key, the readers' details, the intents.
+-- ARGV[2]: (optional) keep: instead of leaving now, stay until this many milliseconds from
+--          now (a minimum hold time), no longer renewable.
+-- Returns: 0 when it read (now gone); 1 when it did not.
+-- The last reader to leave announces itself on the lock key's channel when a writer waits.
+local lock, details, intents = KEYS[1], KEYS[2], KEYS[3]
+if holder_kind(lock, details) ~= 'readers' then
+  return 1
+end
+local token = ARGV[1]
+local keep = tonumber(ARGV[2] or '0')
+local now = now_ms()
+reclaim(lock, details, now)
+if not reading(lock, token, now) then
+  return 1
+end
+local metadata = redis.call('hget', details, token) or ''
+redis.call('zrem', lock, token)
+redis.call('hdel', details, token)
+if keep > 0 then
+  -- Kept under another name ('~' and the token): still reading until it expires, but no
+  -- longer the owner's to renew or release — a renewal still in flight must not extend it.
+  redis.call('zadd', lock, now + keep, '~' .. token)
+  redis.call('hset', details, '~' .. token, metadata)
+end
+expire_with(lock, details)
+if redis.call('exists', lock) == 0 and intents_ours(intents) and live_intents(intents, now) > 0 then
+  redis.pcall('publish', lock, 'released')
+end
+return 0
+
+--- op: downgrade
+-- 'downgrade': the writer ARGV[1] becomes a reader, atomically: nobody can take the lock
+-- in between.
+-- KEYS:    the lock key, the readers' details, the intents.
+-- ARGV[2]: the reader's TTL in ms.
+-- Returns: 1 when done; 0 when the writer does not hold the lock (nothing changed).
+local lock, details, intents = KEYS[1], KEYS[2], KEYS[3]
+local token = ARGV[1]
+local value = redis.pcall('get', lock)
+local details_kind = redis.call('type', details)['ok']
+if not owned(value, token) or (details_kind ~= 'none' and details_kind ~= 'hash') then
+  return 0
+end
+local now = now_ms()
+redis.call('del', lock)
+redis.call('zadd', lock, now + tonumber(ARGV[2]), token)
+redis.call('hset', details, token, metadata_of(value, #token))
+expire_with(lock, details)
+if not intents_ours(intents) or live_intents(intents, now) == 0 then
+  redis.pcall('publish', readers_channel(lock), EVERYONE)
+end
+return 1
+
+--- op: refresh_read
+-- 'refresh_read': KEYS the lock key, the details; ARGV[1] the token, ARGV[2] the new TTL.
+-- Returns: 1 when extended; 0 when not held (nothing changed).
+return extend(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
+
+--- op: renew_read
+-- 'renew_read': refresh many readers in one call (keep-alive), each on its own.
+-- KEYS:    the lock key and the details of each reader in the batch, reader after reader.
+-- ARGV:    two values per reader, in the same order: its token and the TTL in ms to set.
+-- Returns: one integer per reader: 1 when extended, 0 when not held.
+local results = {}
+local k = 1
+for a = 1, #ARGV, 2 do
+  results[#results + 1] = extend(KEYS[k], KEYS[k + 1], ARGV[a], ARGV[a + 1])
+  k = k + 2
+end
+return results
+
+--- op: ttl_read
+-- 'ttl_read': KEYS the lock key, the details; ARGV[1] the token.
+-- Returns: milliseconds until the reader expires; -2 when it does not read.
+if holder_kind(KEYS[1], KEYS[2]) ~= 'readers' then
+  return -2
+end
+local now = now_ms()
+local score = redis.call('zscore', KEYS[1], ARGV[1])
+if score == false or tonumber(score) <= now then
+  return -2
+end
+return tonumber(score) - now
+
+--- op: fence_read
+-- 'fence_read': the fence a reader sees (see current_fence).
+-- KEYS:    the lock key, the details, the fence counter.  ARGV[1]: the token.
+-- ARGV[2]: how long the counter is kept after this use, in milliseconds.
+-- Returns: the fence when the reader reads; 0 when it does not.
+if holder_kind(KEYS[1], KEYS[2]) ~= 'readers' or not reading(KEYS[1], ARGV[1], now_ms()) then
+  return 0
+end
+local fence, err = current_fence(3, ARGV[2])
+if fence == nil then
+  return redis.error_reply(err)
+end
+return fence
+
+--- op: raise_fence_read
+-- 'raise_fence_read': Redlock's second step for a reader's fence: the counter here is
+-- raised to the fence the quorum saw (never lowered).
+-- KEYS:    the lock key, the details, the counter.  ARGV[1]: the token.
+-- ARGV[2]: the fence.  ARGV[3]: the retention.
+-- Returns: 1 when the reader reads here and the counter is now at least the fence; 0
+--          otherwise (nothing changed).
+if holder_kind(KEYS[1], KEYS[2]) ~= 'readers' or not reading(KEYS[1], ARGV[1], now_ms()) then
+  return 0
+end
+return raise_counters(3, 3, tonumber(ARGV[2]), ARGV[3])
+
+--- op: inspect
+-- 'inspect': the lock as anyone sees it, without changing it (expired readers and
+-- intents are left out, not dropped).
+-- KEYS:    the lock key, the details, the intents, the fence counter.
+-- Returns: { kind, fence or false, live intents, writer pttl, writer value or false, then
+--          two values per live reader, soonest to expire first: ms left, metadata }.
+--          kind: 0 free, 1 a writer (any string), 2 readers, -1 something else.
+local lock, details, intents = KEYS[1], KEYS[2], KEYS[3]
+local fence = redis.pcall('get', KEYS[4])
+if type(fence) ~= 'string' then
+  fence = false
+end
+local kind = holder_kind(lock, details)
+local now = now_ms()
+local waiting = 0
+if intents_ours(intents) then
+  waiting = redis.call('zcount', intents, '(' .. now, '+inf')
+end
+if kind == nil then
+  return { -1, fence, waiting, -2, false }
+elseif kind == 'free' then
+  return { 0, fence, waiting, -2, false }
+elseif kind == 'writer' then
+  return { 1, fence, waiting, redis.call('pttl', lock), redis.call('get', lock) }
+end
+local reply = { 2, fence, waiting, -2, false }
+local live = redis.call('zrangebyscore', lock, '(' .. now, '+inf', 'withscores')
+for i = 1, #live, 2 do
+  reply[#reply + 1] = tonumber(live[i + 1]) - now
+  reply[#reply + 1] = redis.call('hget', details, live[i]) or ''
+end
+return reply

@@ -1,0 +1,733 @@
+//! The read-write lock: many readers or one writer, writers first (`rwlock.lua` says how
+//! they are kept). A writer holds the key as a mutex does, so its refresh, renewal, TTL and
+//! fences are the mutex's operations; readers are members of a sorted set at the key, each
+//! with its own expiry on the server's clock. Acquiring, keep-alive, wake-up and release on
+//! drop are the engine's; this file says what the keys are and how the scripts are called.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{RedisError, ScriptInvocation, Value};
+
+use crate::args::{self, Keys};
+use crate::backend::common::{Reply, View};
+use crate::connection::Connection;
+use crate::engine::acquire::Acquire;
+use crate::engine::context::Context;
+use crate::engine::guard::Lock;
+use crate::engine::lease::Lease;
+use crate::error::{Argument, Error, InvalidArgument};
+use crate::fence::{companion_key, counter_key, Companion};
+use crate::primitives::mutex;
+use crate::scripts::{
+    operations, Call, Claim, Conn, Node, Obtain, ObtainTry, Operation, Operations, Queue,
+};
+use crate::token::{self, StoredValue, Token, TOKEN_LEN};
+
+operations!(
+    "primitives/rwlock.lua";
+    OBTAIN_READ = "obtain_read",
+    OBTAIN_WRITE = "obtain_write",
+    RELEASE_READ = "release_read",
+    RELEASE_WRITE = "release_write",
+    DOWNGRADE = "downgrade",
+    REFRESH_READ = "refresh_read",
+    RENEW_READ = "renew_read",
+    TTL_READ = "ttl_read",
+    FENCE_READ = "fence_read",
+    RAISE_FENCE_READ = "raise_fence_read",
+    INSPECT = "inspect",
+);
+
+/// A read-write lock: many readers at once, or one writer; a waiting writer keeps new
+/// readers out. Made by [`Locker::rw_lock`](crate::Locker::rw_lock); cheap to clone.
+///
+/// [`read`](RwLock::read) and [`write`](RwLock::write) have every option of a lock's
+/// acquire ([`Acquire`]: retry strategies, deadline, failed-try callback, metadata, fences,
+/// push wake-up, minimum hold) and hand out a [`ReadGuard`] or a [`WriteGuard`] — each a
+/// [`Lock`] with refresh, release, keep-alive with the lost signal, `run(work)` and release
+/// on drop. A writer can [`downgrade`](Lock::downgrade) to a reader without letting go;
+/// there is no upgrade (two readers upgrading at once would wait for each other forever).
+///
+/// **How it is kept** (the guarantee itself is in `docs/SAFETY.md`): a writer holds the key
+/// as a plain lock does, so a plain [`Locker::acquire`](crate::Locker::acquire) of the same
+/// name excludes readers and writers and is excluded by them. Readers are members of a
+/// sorted set at the key, each scored by its own expiry on the *server's* clock: a crashed
+/// reader is dropped once its own TTL passes, however many live readers renew theirs.
+/// Writers first: a writer that waits registers an intent beside the key, renewed by each
+/// of its tries (at least every third of the [heartbeat](RwLock::with_heartbeat)); while
+/// one is live no new reader gets in, so a stream of readers cannot starve writers. A writer
+/// that gives up, is cancelled or crashes stops keeping readers out (at once, or within its
+/// heartbeat). Works on one node, Redlock (a reader and a writer on two quorums meet on a
+/// node, which refuses the second) and Redis Cluster (all keys in one hash slot).
+///
+/// Writers take [fences](Lock::fence) as a lock does; a reader's fence is the current one
+/// — that of the latest writer — so data a reader saw can be checked against later writes.
+///
+/// ```
+/// # async fn demo(locker: redmutex::Locker<redis::aio::MultiplexedConnection>) -> Result<(), redmutex::Error> {
+/// use std::time::Duration;
+/// use redmutex::retry;
+/// let config = locker.rw_lock("config")?;
+/// // Many readers at once...
+/// let reader = config.read(Duration::from_secs(10)).await?;
+/// reader.release().await?;
+/// // ...or one writer, who keeps new readers out while it waits.
+/// let writer = config
+///     .write(Duration::from_secs(10))
+///     .retry(retry::constant(Duration::from_millis(100)))
+///     .deadline(Duration::from_secs(5))
+///     .await?;
+/// let reader = writer.downgrade().await?; // keeps reading what it wrote
+/// reader.release().await?;
+/// # Ok(()) }
+/// ```
+pub struct RwLock<C: Connection> {
+    context: Arc<Context<C>>,
+    key: Keys,
+    heartbeat: Duration,
+}
+
+impl<C: Connection> Clone for RwLock<C> {
+    fn clone(&self) -> Self {
+        RwLock {
+            context: self.context.clone(),
+            key: self.key.clone(),
+            heartbeat: self.heartbeat,
+        }
+    }
+}
+
+/// A read-write lock held by a reader: a [`Lock`] on a [`ReadKey`].
+pub type ReadGuard<C> = Lock<C, ReadKey>;
+
+/// A read-write lock held by its writer: a [`Lock`] on a [`WriteKey`].
+pub type WriteGuard<C> = Lock<C, WriteKey>;
+
+impl<C: Connection> RwLock<C> {
+    /// A read-write lock at `key` (with the prefix, checked).
+    pub(crate) fn new(context: Arc<Context<C>>, key: Keys) -> RwLock<C> {
+        RwLock {
+            context,
+            key,
+            heartbeat: args::DEFAULT_HEARTBEAT,
+        }
+    }
+
+    /// How long a waiting writer keeps readers out without a sign of life
+    /// ([`DEFAULT_HEARTBEAT`](crate::DEFAULT_HEARTBEAT) unless set): a waiting writer tries
+    /// at least every third of it. Shorter: a crashed writer keeps readers out for less
+    /// time; longer: fewer tries while waiting.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] ([`Argument::Heartbeat`]) below
+    /// [`MIN_HEARTBEAT`](crate::MIN_HEARTBEAT) or above [`MAX_TTL`](crate::MAX_TTL).
+    pub fn with_heartbeat(mut self, heartbeat: Duration) -> Result<Self, Error> {
+        self.heartbeat = args::check_heartbeat(heartbeat, "a waiting writer's")?;
+        Ok(self)
+    }
+
+    /// The waiting writers' heartbeat.
+    pub fn heartbeat(&self) -> Duration {
+        self.heartbeat
+    }
+
+    /// The lock key as stored in Redis (with the locker's prefix).
+    pub fn key(&self) -> &[u8] {
+        self.key.get(0).expect("one key")
+    }
+
+    /// Starts acquiring the lock for reading, for `ttl`; configure and `.await` the
+    /// returned [`Acquire`]. One try unless a retry strategy is given. Readers share the
+    /// lock; a try fails while a writer holds it or waits for it. With wake-up, a writer's
+    /// release (or the last waiting writer giving up) lets every waiting reader try at once.
+    ///
+    /// # Errors (when awaited)
+    /// As [`Locker::acquire`](crate::Locker::acquire); [`Error::InvalidArgument`] with
+    /// [`Argument::Key`] when the lock's keys hold data of another kind (e.g. a semaphore
+    /// of the same name).
+    ///
+    /// # Cancel safety
+    /// See [`Acquire`].
+    pub fn read<'a>(&self, ttl: Duration) -> Acquire<'a, C, ReadKey> {
+        let key = Arc::new(ReadKey {
+            keys: RwKeys::new(self.key.clone()),
+        });
+        Acquire::new(self.context.clone(), Ok((key.clone(), key)), ttl)
+    }
+
+    /// Starts acquiring the lock for writing, for `ttl`; configure and `.await` the
+    /// returned [`Acquire`]. One try unless a retry strategy is given. While a try that may
+    /// wait finds the lock held, its intent keeps new readers out; the intent ends when
+    /// the writer gets the lock, gives up, is cancelled, or stops trying for a heartbeat.
+    /// Pauses are bounded by the holder's TTL and a third of the heartbeat, whatever the
+    /// strategy says — bound the wait with a [`deadline`](Acquire::deadline).
+    ///
+    /// # Errors (when awaited)
+    /// As [`read`](RwLock::read).
+    ///
+    /// # Cancel safety
+    /// See [`Acquire`]: a dropped acquire also ends its intent (in the background).
+    pub fn write<'a>(&self, ttl: Duration) -> Acquire<'a, C, WriteKey> {
+        let key = Arc::new(WriteKey {
+            keys: RwKeys::new(self.key.clone()),
+            heartbeat_ms: self.heartbeat.as_millis().try_into().unwrap_or(u64::MAX),
+        });
+        Acquire::new(self.context.clone(), Ok((key.clone(), key)), ttl)
+    }
+
+    /// The lock as anyone sees it: its writer or its readers, how many writers wait, the
+    /// latest fence.
+    ///
+    /// # Errors
+    /// [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn inspect(&self) -> Result<RwLockInfo, Error> {
+        let keys = RwKeys::new(self.key.clone());
+        let mut call = INSPECT.script().prepare_invoke();
+        keys.add_all(&mut |name| {
+            call.key(name);
+        });
+        call.key(&keys.counter);
+        let view = RwView { key: self.key() };
+        self.context.backend.inspect(&view, &call).await
+    }
+}
+
+impl<C: Connection> std::fmt::Debug for RwLock<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RwLock")
+            .field("key", &String::from_utf8_lossy(self.key()))
+            .field("heartbeat", &self.heartbeat)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The keys of one read-write lock, all in the key's hash slot.
+#[derive(Debug, Clone)]
+struct RwKeys {
+    keys: Keys,
+    /// The readers' details.
+    details: Vec<u8>,
+    /// The waiting writers' intents.
+    intents: Vec<u8>,
+    counter: Vec<u8>,
+}
+
+impl RwKeys {
+    fn new(keys: Keys) -> RwKeys {
+        let key = keys.get(0).expect("one key");
+        RwKeys {
+            details: companion_key(key, Companion::Readers),
+            intents: companion_key(key, Companion::Intents),
+            counter: counter_key(key),
+            keys,
+        }
+    }
+
+    fn key(&self) -> &[u8] {
+        self.keys.get(0).expect("one key")
+    }
+
+    /// The lock key, the details and the intents: what taking, leaving and reading need.
+    fn add_all(&self, add: &mut dyn FnMut(&[u8])) {
+        add(self.key());
+        add(&self.details);
+        add(&self.intents);
+    }
+
+    /// A try: the three keys, then (fenced) the counter.
+    fn call(&self, operation: &'static Operation, fenced: bool) -> ScriptInvocation<'static> {
+        let mut call = operation.script().prepare_invoke();
+        self.add_all(&mut |key| {
+            call.key(key);
+        });
+        if fenced {
+            call.key(&self.counter);
+        }
+        call
+    }
+
+    /// The reply `{ status, detail }` of either acquire script.
+    fn obtained(&self, (status, detail): (i64, i64), fenced: bool) -> Obtain {
+        match status {
+            -2 => Obtain::Refused(InvalidArgument {
+                argument: Argument::Key,
+                reason: format!(
+                    "{:?} (or the keys beside it) holds data that is not a redmutex \
+                     read-write lock, e.g. a semaphore of the same name; choose another name",
+                    String::from_utf8_lossy(self.key())
+                ),
+            }),
+            status => Obtain::from_reply((status.max(0) as usize, detail), fenced),
+        }
+    }
+}
+
+/// What a [`ReadGuard`] holds: a reader's place in a read-write lock.
+#[derive(Debug, Clone)]
+pub struct ReadKey {
+    keys: RwKeys,
+}
+
+impl ReadKey {
+    /// The lock key, as stored in Redis.
+    pub fn key(&self) -> &[u8] {
+        self.keys.key()
+    }
+}
+
+/// What a [`WriteGuard`] holds: a read-write lock's key, as its writer.
+#[derive(Debug, Clone)]
+pub struct WriteKey {
+    keys: RwKeys,
+    heartbeat_ms: u64,
+}
+
+impl WriteKey {
+    /// The lock key, as stored in Redis.
+    pub fn key(&self) -> &[u8] {
+        self.keys.key()
+    }
+}
+
+/// A reader's operations are the read-write lock's own.
+static READ_OPERATIONS: Operations = Operations {
+    release: &RELEASE_READ,
+    refresh: &REFRESH_READ,
+    ttl: &TTL_READ,
+    fence: &FENCE_READ,
+    raise_fence: &RAISE_FENCE_READ,
+    renew: &RENEW_READ,
+};
+
+/// Taking the key and leaving are the read-write lock's; the rest is the mutex's, on the
+/// key.
+static WRITE_OPERATIONS: Operations = Operations {
+    release: &RELEASE_WRITE,
+    refresh: &mutex::REFRESH,
+    ttl: &mutex::TTL,
+    fence: &mutex::FENCE,
+    raise_fence: &mutex::RAISE_FENCE,
+    renew: &mutex::RENEW,
+};
+
+impl Claim for ReadKey {
+    fn keys(&self) -> &Keys {
+        &self.keys.keys
+    }
+
+    /// The lock key, the details, then (fenced) the counter.
+    fn script_keys(&self, fenced: bool, add: &mut dyn FnMut(&[u8])) {
+        add(self.keys.key());
+        add(&self.keys.details);
+        if fenced {
+            add(&self.keys.counter);
+        }
+    }
+
+    /// The three keys: the last reader's release tells waiting writers.
+    fn release_keys(&self, add: &mut dyn FnMut(&[u8])) {
+        self.keys.add_all(add);
+    }
+
+    fn operations(&self) -> &'static Operations {
+        &READ_OPERATIONS
+    }
+
+    /// Readers share: one announcement lets every waiting reader try.
+    fn exclusive(&self) -> bool {
+        false
+    }
+
+    fn channel(&self) -> Option<Vec<u8>> {
+        Some(readers_channel(self.keys.key()))
+    }
+
+    fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {
+        let mut call = self.keys.call(&OBTAIN_READ, request.fenced);
+        let metadata = request.value.get(TOKEN_LEN + 1..).unwrap_or_default();
+        call.arg(request.token.as_bytes())
+            .arg(request.ttl_ms)
+            .arg(metadata)
+            .arg(if request.waiting { "1" } else { "0" })
+            .arg(request.retention_ms);
+        Box::pin(async move {
+            let reply: (i64, i64) = call.invoke_async(&mut Node(conn)).await?;
+            Ok(self.keys.obtained(reply, request.fenced))
+        })
+    }
+
+    fn add_renewal(&self, call: &mut ScriptInvocation<'static>, token: &Token, ttl_ms: u64) {
+        self.script_keys(false, &mut |key| {
+            call.key(key);
+        });
+        call.arg(token.as_bytes()).arg(ttl_ms);
+    }
+}
+
+impl Claim for WriteKey {
+    fn keys(&self) -> &Keys {
+        &self.keys.keys
+    }
+
+    /// As the mutex's: the key, then (fenced) its counter.
+    fn script_keys(&self, fenced: bool, add: &mut dyn FnMut(&[u8])) {
+        add(self.keys.key());
+        if fenced {
+            add(&self.keys.counter);
+        }
+    }
+
+    /// The three keys: a writer that gives up ends its intent through its release.
+    fn release_keys(&self, add: &mut dyn FnMut(&[u8])) {
+        self.keys.add_all(add);
+    }
+
+    fn operations(&self) -> &'static Operations {
+        &WRITE_OPERATIONS
+    }
+
+    /// A waiting writer's intent lives in Redis and is renewed by its tries; it hears of
+    /// releases on the key's own channel.
+    fn queue(&self, _token: &Token) -> Option<Queue> {
+        Some(Queue {
+            channel: self.keys.key().to_vec(),
+            every: Duration::from_millis(self.heartbeat_ms / 3),
+        })
+    }
+
+    fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {
+        let mut call = self.keys.call(&OBTAIN_WRITE, request.fenced);
+        call.arg(request.value)
+            .arg(request.ttl_ms)
+            .arg(TOKEN_LEN)
+            .arg(if request.queue { "1" } else { "0" })
+            .arg(self.heartbeat_ms)
+            .arg(request.retention_ms);
+        Box::pin(async move {
+            let reply: (i64, i64) = call.invoke_async(&mut Node(conn)).await?;
+            Ok(self.keys.obtained(reply, request.fenced))
+        })
+    }
+
+    /// As the mutex's renewal: one key per lease.
+    fn add_renewal(&self, call: &mut ScriptInvocation<'static>, token: &Token, ttl_ms: u64) {
+        call.key(self.keys.key());
+        call.arg(1).arg(token.as_bytes()).arg(ttl_ms);
+    }
+}
+
+/// A writer becoming a reader, driven as a refresh (see `Lock::convert`): a reader's claim
+/// whose owner-checked refresh is the downgrade, over the three keys.
+struct Downgrade(ReadKey);
+
+/// The downgrade as the refresh; the rest as a reader's.
+static DOWNGRADE_OPERATIONS: Operations = Operations {
+    refresh: &DOWNGRADE,
+    ..READ_OPERATIONS
+};
+
+impl Claim for Downgrade {
+    fn keys(&self) -> &Keys {
+        self.0.keys()
+    }
+
+    fn script_keys(&self, _fenced: bool, add: &mut dyn FnMut(&[u8])) {
+        self.0.keys.add_all(add);
+    }
+
+    fn operations(&self) -> &'static Operations {
+        &DOWNGRADE_OPERATIONS
+    }
+
+    fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {
+        self.0.obtain(conn, request)
+    }
+
+    fn add_renewal(&self, call: &mut ScriptInvocation<'static>, token: &Token, ttl_ms: u64) {
+        self.0.add_renewal(call, token, ttl_ms);
+    }
+}
+
+/// The channel waiting readers hear of a writer's release on: the key and `:~r` (as
+/// `rwlock.lua` names it).
+fn readers_channel(key: &[u8]) -> Vec<u8> {
+    [key, b":~r"].concat()
+}
+
+impl<C: Connection> Lock<C, WriteKey> {
+    /// The lock key, as stored in Redis (with the locker's prefix).
+    pub fn key(&self) -> &[u8] {
+        self.what().key()
+    }
+
+    /// Turns this writer into a reader, atomically — no other writer can get in between —
+    /// with the same token, metadata and fence, for the writer's lease TTL from now. Other
+    /// readers may then join, unless a writer waits. (There is no upgrade: two readers
+    /// upgrading at once would each wait for the other forever.) A kept-alive writer is
+    /// [stopped](Lease::stop) first, and the reader kept alive again.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when the writer no longer holds the lock (nothing changed: it was
+    /// lost before); [`Error::Redis`], [`Error::NoQuorum`] as for a refresh. On an error
+    /// the writer is released, as a dropped guard would be.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: a downgrade cancelled in flight may or may not have happened; the
+    /// guard is consumed, and the key (writer's or reader's) expires by its TTL.
+    pub async fn downgrade(self) -> Result<ReadGuard<C>, Error> {
+        let keys = self.what().keys.clone();
+        let reader = Arc::new(ReadKey { keys });
+        let via = Downgrade(ReadKey {
+            keys: reader.keys.clone(),
+        });
+        self.convert((reader.clone(), reader), &via).await
+    }
+}
+
+impl<C: Connection> Lock<C, ReadKey> {
+    /// The lock key, as stored in Redis (with the locker's prefix).
+    pub fn key(&self) -> &[u8] {
+        self.what().key()
+    }
+}
+
+impl<C: Connection> Lease<C, ReadKey> {
+    /// The lock key, as stored in Redis.
+    pub fn key(&self) -> &[u8] {
+        self.lock().what().key()
+    }
+}
+
+impl<C: Connection> Lease<C, WriteKey> {
+    /// The lock key, as stored in Redis.
+    pub fn key(&self) -> &[u8] {
+        self.lock().what().key()
+    }
+}
+
+/// What [`RwLock::inspect`] sees.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct RwLockInfo {
+    /// The lock key, as stored in Redis.
+    pub key: Vec<u8>,
+    /// A writer holds the key — or a plain lock of the same name, or data of someone
+    /// else's (see [`foreign`](RwLockInfo::foreign)). Redlock: on a quorum of nodes.
+    pub written: bool,
+    /// The writer's remaining TTL, when a writer holds the key.
+    pub writer_ttl: Option<Duration>,
+    /// The writer's metadata, if any.
+    pub writer_metadata: Option<String>,
+    /// The live readers, soonest to expire first. (Their tokens are not shown: whoever
+    /// knows one can release that reader.) Redlock: as on the node where a quorum of nodes
+    /// has at least as many.
+    pub readers: Vec<ReaderInfo>,
+    /// How many writers wait (their intents keep new readers out).
+    pub writers_waiting: usize,
+    /// The latest fence handed out (by a writer, or seen by a reader); `None` when none yet.
+    pub fence: Option<u64>,
+    /// The keys hold something that is not a redmutex read-write lock.
+    pub foreign: bool,
+}
+
+/// One reader in a [`RwLockInfo`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ReaderInfo {
+    /// How long it reads unless renewed, on the server's clock.
+    pub ttl: Duration,
+    /// The metadata it stored, if any.
+    pub metadata: Option<String>,
+}
+
+impl RwLockInfo {
+    fn free(key: &[u8]) -> RwLockInfo {
+        RwLockInfo {
+            key: key.to_vec(),
+            written: false,
+            writer_ttl: None,
+            writer_metadata: None,
+            readers: Vec::new(),
+            writers_waiting: 0,
+            fence: None,
+            foreign: false,
+        }
+    }
+
+    /// Whether anyone holds the lock (a writer, or readers).
+    pub fn held(&self) -> bool {
+        self.written || !self.readers.is_empty()
+    }
+}
+
+/// Reads a read-write lock (see [`View`]).
+struct RwView<'k> {
+    key: &'k [u8],
+}
+
+impl View for RwView<'_> {
+    type Info = RwLockInfo;
+
+    fn one(&self, reply: Value) -> Result<RwLockInfo, RedisError> {
+        let mut reply = redis::from_redis_value::<Vec<Value>>(reply)?.into_iter();
+        let mut next = || reply.next().unwrap_or(Value::Nil);
+        let kind: i64 = redis::from_redis_value(next())?;
+        let fence: Option<String> = redis::from_redis_value(next())?;
+        let waiting: usize = redis::from_redis_value(next())?;
+        let pttl: i64 = redis::from_redis_value(next())?;
+        let value: Option<Vec<u8>> = redis::from_redis_value(next())?;
+        let mut info = RwLockInfo::free(self.key);
+        info.fence = fence.and_then(|f| f.parse().ok());
+        info.writers_waiting = waiting;
+        info.foreign = kind < 0;
+        info.written = kind == 1 || kind < 0;
+        info.writer_ttl = u64::try_from(pttl).ok().map(Duration::from_millis);
+        match value.as_deref().map(token::parse_value) {
+            Some(StoredValue::Redmutex { metadata, .. }) => info.writer_metadata = metadata,
+            Some(StoredValue::Foreign) => info.foreign = true,
+            None => {}
+        }
+        loop {
+            let ms: Option<u64> = redis::from_redis_value(next())?;
+            let Some(ms) = ms else { break };
+            let metadata: String = redis::from_redis_value(next())?;
+            info.readers.push(ReaderInfo {
+                ttl: Duration::from_millis(ms),
+                metadata: (!metadata.is_empty()).then_some(metadata),
+            });
+        }
+        Ok(info)
+    }
+
+    /// A quorum's view: written when a quorum of nodes says so; the readers and the
+    /// waiting writers as at least a quorum of nodes has them; the highest fence.
+    fn each(&self, replies: Vec<Reply<Value>>, needed: usize) -> RwLockInfo {
+        let mut infos: Vec<RwLockInfo> = (replies.into_iter())
+            .filter_map(|reply| self.one(reply.ok()?).ok())
+            .collect();
+        let mut merged = RwLockInfo::free(self.key);
+        merged.fence = infos.iter().filter_map(|i| i.fence).max();
+        if infos.len() < needed {
+            // Too few nodes answered to say anything by quorum.
+            return merged;
+        }
+        merged.foreign = infos.iter().any(|i| i.foreign);
+        let writers: Vec<&RwLockInfo> = infos.iter().filter(|i| i.written).collect();
+        if writers.len() >= needed {
+            merged.written = true;
+            merged.writer_metadata = writers[0].writer_metadata.clone();
+            let mut ttls: Vec<Duration> = writers.iter().filter_map(|i| i.writer_ttl).collect();
+            ttls.sort_by(|a, b| b.cmp(a));
+            merged.writer_ttl = ttls.get(needed - 1).copied();
+        }
+        let mut waiting: Vec<usize> = infos.iter().map(|i| i.writers_waiting).collect();
+        waiting.sort_by(|a, b| b.cmp(a));
+        merged.writers_waiting = waiting[needed - 1];
+        infos.sort_by_key(|info| std::cmp::Reverse(info.readers.len()));
+        merged.readers = std::mem::take(&mut infos[needed - 1].readers);
+        merged
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One node's `inspect` reply: kind, fence, intents, writer pttl, writer value, then
+    /// the readers' TTLs (metadata: their number).
+    fn node(kind: i64, waiting: i64, readers: &[i64]) -> Reply<Value> {
+        let mut reply = vec![
+            Value::Int(kind),
+            Value::BulkString(b"7".to_vec()),
+            Value::Int(waiting),
+            Value::Int(if kind == 1 { 900 } else { -2 }),
+            match kind {
+                1 => Value::BulkString(b"AAAAAAAAAAAAAAAAAAAAAA-w=1".to_vec()),
+                _ => Value::Nil,
+            },
+        ];
+        for (i, ttl) in readers.iter().enumerate() {
+            reply.push(Value::Int(*ttl));
+            reply.push(Value::BulkString(format!("r{i}").into_bytes()));
+        }
+        Ok(Value::Array(reply))
+    }
+
+    #[test]
+    fn a_quorum_sees_what_a_quorum_of_nodes_holds() {
+        let view = RwView { key: b"k" };
+        // Readers: on 3 of 5 nodes there are at least 2; a writer on 2 only.
+        let info = view.each(
+            vec![
+                node(2, 1, &[100, 200, 300]),
+                node(2, 0, &[100, 200]),
+                node(2, 2, &[100, 200]),
+                node(1, 0, &[]),
+                node(1, 0, &[]),
+            ],
+            3,
+        );
+        assert!(!info.written);
+        assert_eq!(info.readers.len(), 2);
+        assert_eq!(info.writers_waiting, 0);
+        assert_eq!(info.fence, Some(7));
+        // A writer on 3 of 5; one node unreachable.
+        let down = Err(crate::quorum::NodeError::TimedOut(Duration::from_millis(
+            50,
+        )));
+        let info = view.each(
+            vec![
+                node(1, 1, &[]),
+                node(1, 1, &[]),
+                node(1, 1, &[]),
+                node(0, 0, &[]),
+                down,
+            ],
+            3,
+        );
+        assert!(info.written && info.readers.is_empty());
+        assert_eq!(info.writer_metadata.as_deref(), Some("w=1"));
+        assert_eq!(info.writer_ttl, Some(Duration::from_millis(900)));
+        assert_eq!(info.writers_waiting, 1);
+        // Too few answers: nothing by quorum.
+        let info = view.each(
+            vec![
+                node(1, 1, &[]),
+                Err(crate::quorum::NodeError::TimedOut(Duration::from_millis(
+                    50,
+                ))),
+            ],
+            2,
+        );
+        assert!(!info.held() && info.fence == Some(7));
+    }
+
+    #[test]
+    fn readers_hear_on_a_channel_of_their_own_beside_the_key() {
+        assert_eq!(readers_channel(b"app:config"), b"app:config:~r".to_vec());
+    }
+
+    #[test]
+    fn every_operation_has_its_section_after_the_shared_preamble() {
+        for operation in [
+            &OBTAIN_READ,
+            &OBTAIN_WRITE,
+            &RELEASE_READ,
+            &RELEASE_WRITE,
+            &DOWNGRADE,
+            &REFRESH_READ,
+            &RENEW_READ,
+            &TTL_READ,
+            &FENCE_READ,
+            &RAISE_FENCE_READ,
+            &INSPECT,
+        ] {
+            assert!(operation.source().contains("local function holder_kind("));
+            assert!(operation.source().contains("local function now_ms("));
+        }
+    }
+}

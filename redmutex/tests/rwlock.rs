@@ -1,0 +1,515 @@
+//! The read-write lock against real servers: readers share, a writer excludes everyone; a
+//! waiting writer keeps new readers out (and stops doing so when it gives up, is
+//! cancelled or crashes); a crashed reader is dropped at its own expiry while live readers
+//! renew; a plain lock of the same name excludes both; downgrade; fences; wake-up of every
+//! reader at once; Redlock; foreign data; bad input; every key has a TTL and none is left.
+
+mod common;
+
+use std::future::IntoFuture;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{ms, multiplexed, Raw};
+use redis::aio::MultiplexedConnection;
+use redmutex::{retry, Argument, Error, Locker, MIN_HEARTBEAT};
+use testkit::RedisServer;
+use tokio::time::Instant;
+
+/// A locker of its own on `server` — as another process would have — with push wake-up
+/// when `waking`.
+async fn locker(server: &RedisServer, waking: bool) -> Locker<MultiplexedConnection> {
+    let locker = Locker::new(multiplexed(server).await);
+    match waking {
+        true => locker
+            .with_wake_up([redis::Client::open(server.url()).unwrap()])
+            .unwrap(),
+        false => locker,
+    }
+}
+
+fn blamed(error: &Error) -> Option<Argument> {
+    match error {
+        Error::InvalidArgument(invalid) => Some(invalid.argument),
+        _ => None,
+    }
+}
+
+/// Every key but fence counters has a TTL.
+async fn every_key_expires(raw: &mut Raw) {
+    for key in raw.lock_keys().await {
+        let key = String::from_utf8(key).unwrap();
+        assert!(raw.pttl(&key).await > 0, "{key} has no TTL");
+    }
+}
+
+#[tokio::test]
+async fn readers_share_and_a_writer_excludes_everyone() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let (a, b) = (locker(&server, false).await, locker(&server, false).await);
+    let (rw_a, rw_b) = (a.rw_lock("doc").unwrap(), b.rw_lock("doc").unwrap());
+    let first = rw_a.read(ms(10_000)).metadata("reader=a").await.unwrap();
+    let second = rw_b.read(ms(20_000)).await.unwrap();
+    every_key_expires(&mut raw).await;
+    let info = rw_a.inspect().await.unwrap();
+    assert!(!info.written && info.readers.len() == 2, "{info:?}");
+    assert_eq!(info.readers[0].metadata.as_deref(), Some("reader=a"));
+    assert!(info.readers[1].ttl > ms(10_000), "{info:?}");
+    // Readers keep writers and plain locks out.
+    assert!(rw_b.write(ms(5_000)).await.unwrap_err().is_not_obtained());
+    assert!(b
+        .acquire("doc", ms(5_000))
+        .await
+        .unwrap_err()
+        .is_not_obtained());
+    first.release().await.unwrap();
+    assert!(rw_b.write(ms(5_000)).await.unwrap_err().is_not_obtained());
+    second.release().await.unwrap();
+    assert_eq!(raw.dbsize().await, 0, "the last reader leaves nothing");
+    // A writer keeps readers, writers and plain locks out.
+    let writer = rw_a.write(ms(10_000)).metadata("writer=a").await.unwrap();
+    every_key_expires(&mut raw).await;
+    assert!(rw_b.read(ms(5_000)).await.unwrap_err().is_not_obtained());
+    assert!(rw_b.write(ms(5_000)).await.unwrap_err().is_not_obtained());
+    assert!(b
+        .acquire("doc", ms(5_000))
+        .await
+        .unwrap_err()
+        .is_not_obtained());
+    let info = rw_b.inspect().await.unwrap();
+    assert!(info.written && info.readers.is_empty(), "{info:?}");
+    assert_eq!(info.writer_metadata.as_deref(), Some("writer=a"));
+    writer.release().await.unwrap();
+    // A plain lock of the same name keeps readers and writers out.
+    let plain = b.acquire("doc", ms(10_000)).await.unwrap();
+    assert!(rw_a.read(ms(5_000)).await.unwrap_err().is_not_obtained());
+    assert!(rw_a.write(ms(5_000)).await.unwrap_err().is_not_obtained());
+    plain.release().await.unwrap();
+    assert_eq!(raw.dbsize().await, 0);
+}
+
+/// A waiting writer keeps new readers out, and gets the lock when the readers before it
+/// leave, even while new readers keep coming.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_writer_keeps_new_readers_out_and_is_not_starved() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let readers = locker(&server, false).await;
+    let writers = locker(&server, false).await;
+    let rw = readers.rw_lock("feed").unwrap();
+    let early = rw.read(ms(30_000)).await.unwrap();
+    let writer = tokio::spawn(
+        (writers.rw_lock("feed").unwrap().write(ms(10_000)))
+            .retry(retry::constant(ms(20)))
+            .deadline(ms(10_000))
+            .into_future(),
+    );
+    let until = Instant::now() + ms(3_000);
+    while rw.inspect().await.unwrap().writers_waiting == 0 {
+        assert!(
+            Instant::now() < until,
+            "the writer never registered its intent"
+        );
+        tokio::time::sleep(ms(5)).await;
+    }
+    // New readers are refused while the writer waits; the early one stays.
+    let late = rw.read(ms(5_000)).await.unwrap_err();
+    assert!(late.is_not_obtained(), "{late}");
+    early.release().await.unwrap();
+    let writer = writer.await.unwrap().unwrap();
+    let info = rw.inspect().await.unwrap();
+    assert!(info.written && info.writers_waiting == 0, "{info:?}");
+    writer.release().await.unwrap();
+    rw.read(ms(5_000)).await.unwrap().release().await.unwrap();
+    assert_eq!(raw.dbsize().await, 0);
+}
+
+/// A writer that gives up, is cancelled, or stops trying (a crashed process) stops keeping
+/// readers out: at once, or within its heartbeat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_leaves_lets_readers_in_again() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let holder = locker(&server, false).await;
+    let other = locker(&server, false).await;
+    let rw = holder.rw_lock("gate").unwrap();
+    let reader = rw.read(ms(30_000)).await.unwrap();
+    let writers = other
+        .rw_lock("gate")
+        .unwrap()
+        .with_heartbeat(ms(300))
+        .unwrap();
+    // Gives up at its deadline: its intent goes with it.
+    let gave_up = (writers.write(ms(5_000)))
+        .retry(retry::constant(ms(20)))
+        .deadline(ms(200))
+        .await
+        .unwrap_err();
+    assert!(gave_up.is_not_obtained());
+    assert_eq!(rw.inspect().await.unwrap().writers_waiting, 0);
+    rw.read(ms(5_000)).await.unwrap().release().await.unwrap();
+    // Cancelled: its intent goes in the background.
+    let waiting = tokio::spawn(
+        (writers.write(ms(5_000)))
+            .retry(retry::constant(ms(20)))
+            .deadline(ms(30_000))
+            .into_future(),
+    );
+    let until = Instant::now() + ms(3_000);
+    while rw.inspect().await.unwrap().writers_waiting == 0 {
+        assert!(Instant::now() < until);
+        tokio::time::sleep(ms(5)).await;
+    }
+    waiting.abort();
+    let _ = waiting.await;
+    let until = Instant::now() + ms(3_000);
+    while rw.inspect().await.unwrap().writers_waiting != 0 {
+        assert!(
+            Instant::now() < until,
+            "the cancelled writer's intent stayed"
+        );
+        tokio::time::sleep(ms(5)).await;
+    }
+    // Waiting with a strategy that pauses far longer than the heartbeat: the engine still
+    // renews the intent at least every heartbeat / 3, so it stays while the writer lives.
+    let patient = tokio::spawn(
+        (writers.write(ms(5_000)))
+            .retry(retry::constant(ms(60_000)))
+            .deadline(ms(60_000))
+            .into_future(),
+    );
+    let until = Instant::now() + ms(3_000);
+    while rw.inspect().await.unwrap().writers_waiting == 0 {
+        assert!(Instant::now() < until);
+        tokio::time::sleep(ms(5)).await;
+    }
+    tokio::time::sleep(ms(700)).await;
+    assert_eq!(rw.inspect().await.unwrap().writers_waiting, 1);
+    assert!(rw.read(ms(5_000)).await.unwrap_err().is_not_obtained());
+    patient.abort();
+    let _ = patient.await;
+    // Crashed: an intent as a waiting writer's try leaves it, whose process then died
+    // (nothing renews it, nothing ends it): readers are kept out for its heartbeat only.
+    let mut conn = multiplexed(&server).await;
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
+    let heartbeat_end = secs * 1000 + micros / 1000 + 300;
+    let _: () = redis::cmd("ZADD")
+        .arg("{gate}:intents")
+        .arg(heartbeat_end)
+        .arg("AAAAAAAAAAAAAAAAAAAAAA")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let refused = rw.read(ms(5_000)).await.unwrap_err();
+    assert!(refused.is_not_obtained(), "{refused}");
+    let started = Instant::now();
+    let late = (rw.read(ms(5_000)))
+        .retry(retry::constant(ms(20)))
+        .deadline(ms(3_000))
+        .await
+        .unwrap();
+    assert!(started.elapsed() < ms(1_000), "{:?}", started.elapsed());
+    late.release().await.unwrap();
+    reader.release().await.unwrap();
+    assert_eq!(raw.dbsize().await, 0);
+}
+
+/// A reader that stops renewing (its process crashed) is dropped at its own expiry, while
+/// another reader keeps renewing: a waiting writer gets the lock then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_reader_is_dropped_at_its_own_expiry_while_others_renew() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let rw = locker(&server, false).await.rw_lock("table").unwrap();
+    let crashed = rw.read(ms(400)).await.unwrap();
+    let _token = crashed.detach();
+    let live = rw.read(ms(400)).await.unwrap().keep_alive().unwrap();
+    let started = Instant::now();
+    let writer = (rw.write(ms(5_000)))
+        .retry(retry::constant(ms(50)))
+        .deadline(ms(1_000))
+        .await;
+    // Not yet: the live reader renews; the writer waits for it.
+    assert!(writer.is_err(), "the writer got in beside a live reader");
+    assert!(!live.is_lost());
+    let info = rw.inspect().await.unwrap();
+    assert_eq!(info.readers.len(), 1, "the crashed reader stayed: {info:?}");
+    assert!(started.elapsed() >= ms(400));
+    live.release().await.unwrap();
+    let writer = rw.write(ms(5_000)).await.unwrap();
+    writer.release().await.unwrap();
+    assert_eq!(raw.dbsize().await, 0);
+}
+
+/// A writer downgrades to a reader atomically: other readers join, writers stay out.
+#[tokio::test]
+async fn a_writer_downgrades_to_a_reader_with_its_fence() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let rw = locker(&server, false).await.rw_lock("report").unwrap();
+    let writer = rw
+        .write(ms(10_000))
+        .with_fence()
+        .metadata("w")
+        .await
+        .unwrap();
+    let fence = writer.fence().await.unwrap();
+    let token = writer.token();
+    let reader = writer.downgrade().await.unwrap();
+    assert_eq!(reader.token(), token);
+    assert_eq!(reader.fence_if_taken(), Some(fence));
+    let info = rw.inspect().await.unwrap();
+    assert!(!info.written && info.readers.len() == 1, "{info:?}");
+    assert_eq!(info.readers[0].metadata.as_deref(), Some("w"));
+    let other = rw.read(ms(5_000)).with_fence().await.unwrap();
+    assert_eq!(
+        other.fence().await.unwrap(),
+        fence,
+        "readers see the current fence"
+    );
+    assert!(rw.write(ms(5_000)).await.unwrap_err().is_not_obtained());
+    let mut reader = reader;
+    reader.refresh(ms(20_000)).await.unwrap();
+    assert!(reader.ttl().await.unwrap() > ms(10_000));
+    reader.release().await.unwrap();
+    other.release().await.unwrap();
+    let next = rw.write(ms(5_000)).with_fence().await.unwrap();
+    assert!(next.fence().await.unwrap() > fence);
+    next.release().await.unwrap();
+    assert_eq!(raw.dbsize().await, 0);
+}
+
+/// A downgrade refused because the writer lost the key changes nothing.
+#[tokio::test]
+async fn a_lost_writer_cannot_downgrade() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let rw = locker(&server, false).await.rw_lock("lost").unwrap();
+    let writer = rw.write(ms(10_000)).await.unwrap();
+    let _: () = raw.run(redis::cmd("DEL").arg("lost")).await;
+    let taken = rw.write(ms(10_000)).await.unwrap();
+    let refused = writer.downgrade().await.unwrap_err();
+    assert!(refused.is_not_held(), "{refused}");
+    let info = rw.inspect().await.unwrap();
+    assert!(info.written && info.readers.is_empty(), "{info:?}");
+    taken.release().await.unwrap();
+    assert_eq!(raw.dbsize().await, 0);
+}
+
+/// With wake-up, a writer's release lets every waiting reader in at once, and the last
+/// reader's release wakes a waiting writer — none of them polling (their poll is 20 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_every_waiting_reader_and_the_last_reader_wakes_a_writer() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let holder = locker(&server, true).await;
+    let rw = holder.rw_lock("wake").unwrap();
+    let writer = rw.write(ms(30_000)).await.unwrap();
+    let inside = Arc::new(AtomicI64::new(0));
+    let mut readers = Vec::new();
+    for _ in 0..3 {
+        let rw = locker(&server, true).await.rw_lock("wake").unwrap();
+        let inside = inside.clone();
+        readers.push(tokio::spawn(async move {
+            let reader = (rw.read(ms(30_000)))
+                .retry(retry::constant(ms(20_000)))
+                .deadline(ms(25_000))
+                .await
+                .unwrap();
+            inside.fetch_add(1, Ordering::SeqCst);
+            (reader, Instant::now())
+        }));
+    }
+    // Every reader tried once, and subscribed.
+    tokio::time::sleep(ms(500)).await;
+    let released_at = Instant::now();
+    writer.release().await.unwrap();
+    let mut held = Vec::new();
+    for reader in readers {
+        let (reader, at) = reader.await.unwrap();
+        assert!(at - released_at < ms(3_000), "a reader was not woken");
+        held.push(reader);
+    }
+    assert_eq!(rw.inspect().await.unwrap().readers.len(), 3);
+    // A writer waits for the readers; the last one's release wakes it.
+    let waiting = tokio::spawn(
+        (locker(&server, true).await.rw_lock("wake").unwrap())
+            .with_heartbeat(ms(60_000))
+            .unwrap()
+            .write(ms(30_000))
+            .retry(retry::constant(ms(20_000)))
+            .deadline(ms(25_000))
+            .into_future(),
+    );
+    tokio::time::sleep(ms(500)).await;
+    let last = held.pop().unwrap();
+    for reader in held {
+        reader.release().await.unwrap();
+    }
+    let released_at = Instant::now();
+    last.release().await.unwrap();
+    let writer = waiting.await.unwrap().unwrap();
+    // Its pauses are 20 s (a third of its heartbeat): woken, not polling.
+    assert!(
+        released_at.elapsed() < ms(3_000),
+        "{:?}",
+        released_at.elapsed()
+    );
+    writer.release().await.unwrap();
+    assert_eq!(raw.dbsize().await, 0);
+}
+
+/// Mixed use never leaves a reader and a writer (or a plain lock) in at once: many tasks
+/// of separate lockers, counting who is inside.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_and_writers_never_overlap() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let state = Arc::new(AtomicI64::new(0)); // readers inside, or -1 for a writer
+    let until = Instant::now() + ms(2_000);
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        let rw = locker(&server, i % 2 == 0).await.rw_lock("mix").unwrap();
+        let state = state.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut turns = 0;
+            while Instant::now() < until {
+                if i % 3 == 0 {
+                    let writer = (rw.write(ms(5_000)))
+                        .retry(retry::constant(ms(5)))
+                        .deadline(ms(3_000))
+                        .await
+                        .unwrap();
+                    assert_eq!(
+                        state.swap(-1, Ordering::SeqCst),
+                        0,
+                        "a writer beside others"
+                    );
+                    tokio::time::sleep(ms(3)).await;
+                    assert_eq!(state.swap(0, Ordering::SeqCst), -1);
+                    writer.release().await.unwrap();
+                } else {
+                    let reader = (rw.read(ms(5_000)))
+                        .retry(retry::constant(ms(5)))
+                        .deadline(ms(3_000))
+                        .await
+                        .unwrap();
+                    let before = state.fetch_add(1, Ordering::SeqCst);
+                    assert!(before >= 0, "a reader beside a writer");
+                    tokio::time::sleep(ms(3)).await;
+                    state.fetch_sub(1, Ordering::SeqCst);
+                    reader.release().await.unwrap();
+                }
+                turns += 1;
+            }
+            turns
+        }));
+    }
+    for task in tasks {
+        assert!(task.await.unwrap() > 0, "a task never got in");
+    }
+    assert_eq!(raw.dbsize().await, 0);
+}
+
+#[tokio::test]
+async fn bad_input_and_foreign_data_get_typed_errors_and_leave_nothing() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let locker = locker(&server, false).await;
+    assert_eq!(
+        blamed(&locker.rw_lock("").unwrap_err()),
+        Some(Argument::Key)
+    );
+    assert_eq!(
+        blamed(&locker.rw_lock("{x}:intents").unwrap_err()),
+        Some(Argument::Key)
+    );
+    assert_eq!(
+        blamed(&locker.rw_lock("{x}:readers").unwrap_err()),
+        Some(Argument::Key)
+    );
+    let rw = locker.rw_lock("bad").unwrap();
+    let short = rw.clone().with_heartbeat(MIN_HEARTBEAT / 2).unwrap_err();
+    assert_eq!(blamed(&short), Some(Argument::Heartbeat));
+    assert_eq!(
+        blamed(&rw.read(Duration::ZERO).await.unwrap_err()),
+        Some(Argument::Ttl)
+    );
+    assert_eq!(
+        blamed(
+            &(rw.write(ms(1_000)))
+                .metadata("x".repeat(redmutex::MAX_METADATA_LEN + 1))
+                .await
+                .unwrap_err()
+        ),
+        Some(Argument::Metadata)
+    );
+    assert_eq!(raw.dbsize().await, 0);
+    // A semaphore of the same name, and a list: refused, untouched.
+    let permit = locker
+        .semaphore("bad", 2)
+        .unwrap()
+        .acquire(1, ms(5_000))
+        .await
+        .unwrap();
+    for error in [
+        rw.read(ms(1_000)).await.unwrap_err(),
+        rw.write(ms(1_000)).await.unwrap_err(),
+    ] {
+        assert_eq!(blamed(&error), Some(Argument::Key), "{error}");
+    }
+    assert!(rw.inspect().await.unwrap().foreign);
+    permit.release().await.unwrap();
+    let _: () = raw
+        .run(redis::cmd("RPUSH").arg("{bad}:intents").arg("x"))
+        .await;
+    assert_eq!(
+        blamed(&rw.read(ms(1_000)).await.unwrap_err()),
+        Some(Argument::Key)
+    );
+    let _: () = raw.run(redis::cmd("DEL").arg("{bad}:intents")).await;
+    // And a reader's set refuses a semaphore in turn.
+    let reader = rw.read(ms(5_000)).await.unwrap();
+    let sem = locker
+        .semaphore("bad", 2)
+        .unwrap()
+        .acquire(1, ms(1_000))
+        .await;
+    assert_eq!(blamed(&sem.unwrap_err()), Some(Argument::Key));
+    reader.release().await.unwrap();
+    assert_eq!(raw.dbsize().await, 0);
+}
+
+/// Over Redlock: readers share on a quorum, a writer excludes them, fences go up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_write_lock_works_over_redlock() {
+    let servers = RedisServer::spawn_many(3);
+    let mut conns = Vec::new();
+    for server in &servers {
+        conns.push(multiplexed(server).await);
+    }
+    let locker = Locker::redlock(conns).unwrap();
+    let rw = locker.rw_lock("ledger").unwrap();
+    let a = rw.read(ms(10_000)).with_fence().await.unwrap();
+    let seen = a.fence().await.unwrap();
+    let b = rw.read(ms(10_000)).await.unwrap();
+    let info = rw.inspect().await.unwrap();
+    assert_eq!(info.readers.len(), 2, "{info:?}");
+    assert!(rw.write(ms(5_000)).await.unwrap_err().is_not_obtained());
+    // One node down: still a quorum.
+    servers[2].kill();
+    a.release().await.unwrap();
+    b.release().await.unwrap();
+    let writer = rw.write(ms(10_000)).with_fence().await.unwrap();
+    assert!(writer.fence().await.unwrap() > seen);
+    assert!(rw.read(ms(5_000)).await.unwrap_err().is_not_obtained());
+    let reader = writer.downgrade().await.unwrap();
+    assert!(rw.inspect().await.unwrap().readers.len() == 1);
+    reader.release().await.unwrap();
+    for server in &servers[..2] {
+        let mut raw = Raw::new(server).await;
+        assert_eq!(raw.dbsize().await, 0);
+    }
+}
