@@ -188,6 +188,13 @@ pub(crate) trait Claim: Send + Sync + 'static {
         token: &'a Token,
         keep_ms: u64,
     ) -> Call<'a, ()> {
+        let cmd = self.release_eval(token, keep_ms);
+        Box::pin(async move { eval_whole(conn, cmd).await })
+    }
+
+    /// The release as one `EVAL` (the whole script, see [`eval_whole`]): the release keys,
+    /// the token, and `keep_ms` when > 0.
+    fn release_eval(&self, token: &Token, keep_ms: u64) -> Cmd {
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(self.operations().release.source());
         let mut keys: Vec<Vec<u8>> = Vec::new();
@@ -196,7 +203,14 @@ pub(crate) trait Claim: Send + Sync + 'static {
         if keep_ms > 0 {
             cmd.arg(keep_ms);
         }
-        Box::pin(async move { eval_whole(conn, cmd).await })
+        cmd
+    }
+
+    /// Undoes one failed try of a quorum's acquire on a node, unattended: what the try
+    /// took goes; what a waiter keeps while it waits (a writer's intent) stays — it goes
+    /// when the acquire gives up, through [`release_unattended`](Claim::release_unattended).
+    fn undo_unattended<'a>(&'a self, conn: Conn<'a>, token: &'a Token) -> Call<'a, ()> {
+        self.release_unattended(conn, token, 0)
     }
 
     /// Owner-checked new TTL; `true` when extended (all or nothing).

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::{ms, multiplexed, Raw};
 use redis::aio::MultiplexedConnection;
-use redmutex::{retry, Argument, Error, Locker, MIN_HEARTBEAT};
+use redmutex::{retry, Argument, Error, Locker, LostReason, MIN_HEARTBEAT};
 use testkit::RedisServer;
 use tokio::time::Instant;
 
@@ -509,6 +509,125 @@ async fn a_read_write_lock_works_over_redlock() {
     assert!(rw.inspect().await.unwrap().readers.len() == 1);
     reader.release().await.unwrap();
     for server in &servers[..2] {
+        let mut raw = Raw::new(server).await;
+        assert_eq!(raw.dbsize().await, 0);
+    }
+}
+
+/// A reader's and a writer's kept-alive lease end as lost — never silently — when the server
+/// restarts empty, and when it freezes (before their validity ends).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_are_lost_loudly_when_the_server_restarts_empty_or_freezes() {
+    let server = RedisServer::spawn();
+    let locker = Locker::new(common::manager(&server).await);
+    let rw = locker.rw_lock("volatile").unwrap();
+    let reader = rw.read(ms(900)).await.unwrap().keep_alive().unwrap();
+    let other = locker.rw_lock("volatile-w").unwrap();
+    let writer = other.write(ms(900)).await.unwrap().keep_alive().unwrap();
+    server.restart();
+    for lease_lost in [
+        tokio::time::timeout(ms(3_000), reader.lost())
+            .await
+            .unwrap(),
+        tokio::time::timeout(ms(3_000), writer.lost())
+            .await
+            .unwrap(),
+    ] {
+        assert!(
+            matches!(
+                lease_lost,
+                LostReason::NotHeld | LostReason::Unreachable { .. }
+            ),
+            "{lease_lost}"
+        );
+    }
+
+    let server = RedisServer::spawn();
+    let locker = Locker::new(common::multiplexed_with_timeout(&server, ms(200)).await);
+    let rw = locker.rw_lock("frozen").unwrap();
+    let reader = rw.read(ms(900)).await.unwrap().keep_alive().unwrap();
+    let valid_until = reader.valid_until();
+    server.pause();
+    let reason = tokio::time::timeout(ms(3_000), reader.lost())
+        .await
+        .unwrap();
+    let lost_at = Instant::now();
+    server.resume();
+    assert!(matches!(reason, LostReason::Unreachable { .. }), "{reason}");
+    assert!(lost_at <= reader.valid_until().max(valid_until) + ms(50));
+}
+
+/// A minimum hold: a reader or writer released early stays until it passes (nobody
+/// renews or releases it then), and the keys still expire.
+#[tokio::test]
+async fn a_minimum_hold_keeps_readers_and_writers_until_it_passes() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let rw = locker(&server, false).await.rw_lock("period").unwrap();
+    let reader = rw.read(ms(10_000)).min_hold(ms(400)).await.unwrap();
+    reader.release().await.unwrap();
+    assert_eq!(rw.inspect().await.unwrap().readers.len(), 1);
+    assert!(rw.write(ms(1_000)).await.unwrap_err().is_not_obtained());
+    every_key_expires(&mut raw).await;
+    let writer = (rw.write(ms(10_000)))
+        .min_hold(ms(400))
+        .retry(retry::constant(ms(20)))
+        .deadline(ms(2_000))
+        .await
+        .unwrap();
+    let taken = Instant::now();
+    writer.release().await.unwrap();
+    assert!(rw.read(ms(1_000)).await.unwrap_err().is_not_obtained());
+    every_key_expires(&mut raw).await;
+    let reader = (rw.read(ms(1_000)))
+        .retry(retry::constant(ms(20)))
+        .deadline(ms(2_000))
+        .await
+        .unwrap();
+    assert!(taken.elapsed() >= ms(390), "{:?}", taken.elapsed());
+    reader.release().await.unwrap();
+    assert_eq!(raw.dbsize().await, 0);
+}
+
+/// Over Redlock, a waiting writer's intent keeps readers out on a quorum, and it gets the
+/// lock once the reader leaves; one that gives up takes its intent off every node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_writer_over_redlock_keeps_readers_out_and_leaves_cleanly() {
+    let servers = RedisServer::spawn_many(3);
+    let mut conns = Vec::new();
+    for server in &servers {
+        conns.push(multiplexed(server).await);
+    }
+    let locker = Locker::redlock(conns).unwrap();
+    let rw = locker.rw_lock("books").unwrap();
+    let reader = rw.read(ms(10_000)).await.unwrap();
+    let gave_up = (rw.write(ms(5_000)))
+        .retry(retry::constant(ms(20)))
+        .deadline(ms(200))
+        .await
+        .unwrap_err();
+    assert!(gave_up.is_not_obtained(), "{gave_up}");
+    assert_eq!(rw.inspect().await.unwrap().writers_waiting, 0);
+    for server in &servers {
+        let mut raw = Raw::new(server).await;
+        assert!(!raw.exists("{books}:intents").await, "an intent stayed");
+    }
+    let writer = tokio::spawn(
+        (rw.write(ms(5_000)))
+            .retry(retry::constant(ms(20)))
+            .deadline(ms(10_000))
+            .into_future(),
+    );
+    let until = Instant::now() + ms(3_000);
+    while rw.inspect().await.unwrap().writers_waiting == 0 {
+        assert!(Instant::now() < until, "no intent on a quorum");
+        tokio::time::sleep(ms(5)).await;
+    }
+    assert!(rw.read(ms(5_000)).await.unwrap_err().is_not_obtained());
+    reader.release().await.unwrap();
+    let writer = writer.await.unwrap().unwrap();
+    writer.release().await.unwrap();
+    for server in &servers {
         let mut raw = Raw::new(server).await;
         assert_eq!(raw.dbsize().await, 0);
     }

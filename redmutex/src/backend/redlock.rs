@@ -167,7 +167,10 @@ impl<C: Connection> Quorum<C> {
         // reach them. On the same connection the release queues behind it, so once every
         // node confirmed the release, nothing of this try is left anywhere.
         let token = request.token;
-        let cleaned = (self.release_unattended(claim, token, self.settings.timeout_for(ttl))).await;
+        let undo = self.fan_out(self.settings.timeout_for(ttl), |_, mut conn| async move {
+            claim.undo_unattended(&mut conn, token).await
+        });
+        let cleaned = undo.await.iter().all(Result::is_ok);
         let result = match refused {
             Some(why) => TryResult::Refused(why),
             None => TryResult::NoQuorum(Box::new(failure)),

@@ -231,7 +231,9 @@ return { 0, fence }
 -- gives up leaves through this call).
 -- KEYS:    the lock key, the readers' details, the intents.
 -- ARGV[2]: (optional) keep: instead of deleting it, let the key expire in this many
---          milliseconds (a minimum hold time that has not passed yet).
+--          milliseconds (a minimum hold time that has not passed yet); 0 for none.
+-- ARGV[3]: (optional) 'keep-intent': this undoes one failed try of a quorum's acquire on
+--          this node; the writer still waits, and its intent stays.
 -- Returns: 0 when it held the lock (now released); 1 when it did not.
 -- Announces: on the lock key's channel when its value was marked as awaited; on the
 -- readers' channel when no writer waits any more (so waiting readers come in).
@@ -242,7 +244,7 @@ local now = now_ms()
 local missing = 1
 local value = redis.pcall('get', lock)
 local before = intents_ours(intents) and live_intents(intents, now) or 0
-if intents_ours(intents) then
+if intents_ours(intents) and ARGV[3] ~= 'keep-intent' then
   redis.call('zrem', intents, token)
 end
 local after = intents_ours(intents) and live_intents(intents, now) or 0

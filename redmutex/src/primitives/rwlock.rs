@@ -20,7 +20,8 @@ use crate::error::{Argument, Error, InvalidArgument};
 use crate::fence::{companion_key, counter_key, Companion};
 use crate::primitives::mutex;
 use crate::scripts::{
-    operations, Call, Claim, Conn, Node, Obtain, ObtainTry, Operation, Operations, Queue,
+    eval_whole, operations, Call, Claim, Conn, Node, Obtain, ObtainTry, Operation, Operations,
+    Queue,
 };
 use crate::token::{self, StoredValue, Token, TOKEN_LEN};
 
@@ -418,7 +419,19 @@ impl Claim for WriteKey {
         call.key(self.keys.key());
         call.arg(1).arg(token.as_bytes()).arg(ttl_ms);
     }
+
+    /// The release, told to keep the intent: a quorum's failed try undone on every node
+    /// must not take the waiting writer's intent with it (it would keep readers out only
+    /// between a try and its undo).
+    fn undo_unattended<'a>(&'a self, conn: Conn<'a>, token: &'a Token) -> Call<'a, ()> {
+        let mut cmd = self.release_eval(token, 0);
+        cmd.arg(0).arg(KEEP_INTENT);
+        Box::pin(async move { eval_whole(conn, cmd).await })
+    }
 }
+
+/// `release_write`'s third argument: undo a try, keep the intent.
+const KEEP_INTENT: &str = "keep-intent";
 
 /// A writer becoming a reader, driven as a refresh (see `Lock::convert`): a reader's claim
 /// whose owner-checked refresh is the downgrade, over the three keys.
