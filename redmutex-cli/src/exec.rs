@@ -31,19 +31,23 @@ pub async fn run<C: Connection>(
     let program = args.command[0].to_string_lossy().into_owned();
     let fenced = locker.fences();
     let failed = |e: redmutex::Error| Failure::from_lock_error(&e, urls);
-    match args.lock.fair {
-        true => {
-            let acquire =
-                (args.lock.acquire_fair(locker, &args.keys, &program, fenced)).map_err(failed)?;
-            let lease = take_lease(acquire, &args, urls).await?;
-            hold(lease, &args, &program).await
-        }
-        false => {
-            let acquire = args.lock.acquire(locker, &args.keys, &program, fenced);
-            let lease = take_lease(acquire, &args, urls).await?;
-            hold(lease, &args, &program).await
-        }
+    if args.lock.fair {
+        let acquire =
+            (args.lock.acquire_fair(locker, &args.keys, &program, fenced)).map_err(failed)?;
+        let lease = take_lease(acquire, &args, urls).await?;
+        return hold(lease, &args, &program).await;
     }
+    if args.sharing.shared || args.sharing.exclusive {
+        let (read, write) =
+            (args.lock.acquire_rw(locker, &args.keys, &program, fenced)).map_err(failed)?;
+        return match args.sharing.shared {
+            true => hold(take_lease(read, &args, urls).await?, &args, &program).await,
+            false => hold(take_lease(write, &args, urls).await?, &args, &program).await,
+        };
+    }
+    let acquire = args.lock.acquire(locker, &args.keys, &program, fenced);
+    let lease = take_lease(acquire, &args, urls).await?;
+    hold(lease, &args, &program).await
 }
 
 /// Runs the command while `lease` is held; stops it if the lease is lost.

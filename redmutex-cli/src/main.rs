@@ -21,7 +21,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use redmutex::retry::{self, Jitter, RetryExt};
-use redmutex::{Acquire, Connection, FairKey, KeepAlive, Locker, QuorumSettings};
+use redmutex::{
+    Acquire, Connection, FairKey, KeepAlive, Locker, QuorumSettings, ReadKey, WriteKey,
+};
 
 use crate::exit::Failure;
 
@@ -118,14 +120,31 @@ struct LockArgs {
 
     /// Wait in line: waiters on every host get the lock in the order they came (one key,
     /// on one server or a cluster; a waiter that dies leaves the line within 3 s).
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["shared", "exclusive"])]
     fair: bool,
+}
+
+/// `exec`'s read-write lock, as `flock -s` / `flock -x`.
+#[derive(Args, Debug)]
+struct SharingArgs {
+    /// Take the key's read-write lock as a reader: readers run side by side; no writer (nor
+    /// a plain lock of the key) runs with them; a waiting writer keeps new readers out.
+    #[arg(short = 's', long, conflicts_with = "exclusive")]
+    shared: bool,
+
+    /// Take the key's read-write lock as its writer: it runs alone, and while it waits no
+    /// new reader starts. (A plain lock of the key excludes readers and writers alike.)
+    #[arg(short = 'x', long)]
+    exclusive: bool,
 }
 
 #[derive(Args, Debug)]
 struct ExecArgs {
     #[command(flatten)]
     lock: LockArgs,
+
+    #[command(flatten)]
+    sharing: SharingArgs,
 
     /// Exit with this code when the lock is not obtained (instead of 75).
     #[arg(short = 'E', long = "conflict-exit-code", value_name = "N", default_value_t = exit::NOT_OBTAINED)]
@@ -300,6 +319,11 @@ fn check_arguments(command: &Command, prefix: &str, urls: &[String]) -> Result<(
                 return Err(Failure::usage("--min-hold must be at least 1ms"));
             }
             args.lock.check_fair(&args.keys, urls)?;
+            if (args.sharing.shared || args.sharing.exclusive) && args.keys.len() > 1 {
+                return Err(Failure::usage(
+                    "--shared and --exclusive lock one key's read-write lock, not several keys",
+                ));
+            }
         }
         Command::Acquire(args) => {
             args.lock.check_fair(&args.keys, urls)?;
@@ -387,6 +411,22 @@ impl LockArgs {
     ) -> Result<Acquire<'a, C, FairKey>, redmutex::Error> {
         let fair = locker.fair_lock(keys.first().map_or("", String::as_str))?;
         Ok(self.configure(fair.acquire(self.ttl), what, fenced))
+    }
+
+    /// As [`acquire`](LockArgs::acquire), of the one key's read-write lock: as a reader
+    /// (`--shared`) or as its writer (`--exclusive`).
+    fn acquire_rw<'a, C: Connection>(
+        &self,
+        locker: &Locker<C>,
+        keys: &[String],
+        what: &str,
+        fenced: bool,
+    ) -> Result<(Acquire<'a, C, ReadKey>, Acquire<'a, C, WriteKey>), redmutex::Error> {
+        let rw = locker.rw_lock(keys.first().map_or("", String::as_str))?;
+        Ok((
+            self.configure(rw.read(self.ttl), what, fenced),
+            self.configure(rw.write(self.ttl), what, fenced),
+        ))
     }
 
     /// `--fair` locks one key, on one server or a cluster: refused before connecting.

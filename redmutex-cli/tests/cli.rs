@@ -1451,3 +1451,105 @@ fn fair_execs_of_separate_processes_run_in_arrival_order() {
     assert_eq!(code(&out), 64, "{}", stderr(&out));
     assert!(stderr(&out).contains("Redlock"), "{}", stderr(&out));
 }
+
+/// `exec --shared` (readers) run side by side, `exec --exclusive` (a writer) alone: separate
+/// processes, counting who is inside with marker files. A plain `exec` of the same key and
+/// `--shared` exclude each other (never a silently unprotected mix). Usage errors first.
+#[test]
+fn shared_execs_run_together_and_exclusive_ones_alone() {
+    let server = RedisServer::spawn();
+    let dir = scratch("rw");
+    // Two readers at once: each waits until the other is inside too.
+    let inside = |name: &str| dir.join(name).display().to_string();
+    let both = format!(
+        "touch {a}; i=0; while [ ! -e {b} ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; [ -e {b} ]",
+        a = inside("r1"),
+        b = inside("r2")
+    );
+    let other = format!(
+        "touch {b}; i=0; while [ ! -e {a} ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; [ -e {a} ]",
+        a = inside("r1"),
+        b = inside("r2")
+    );
+    let mut first = redmutex(&server)
+        .args(["exec", "--shared", "doc", "--", "sh", "-c", &both])
+        .spawn()
+        .unwrap();
+    let mut second = redmutex(&server)
+        .args(["exec", "-s", "doc", "--", "sh", "-c", &other])
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_child(&mut first, Duration::from_secs(10)).success(),
+        "readers did not share"
+    );
+    assert!(wait_child(&mut second, Duration::from_secs(10)).success());
+    assert!(!exists(&server, "doc"));
+
+    // A reader holds the key: a writer and a plain exec are refused at once (-n), and a
+    // waiting writer runs once the reader is done.
+    let release = inside("release");
+    let hold = format!(
+        "echo in > {started}; while [ ! -e {release} ]; do sleep 0.02; done",
+        started = inside("started")
+    );
+    let mut reader = redmutex(&server)
+        .args(["exec", "--shared", "doc", "--", "sh", "-c", &hold])
+        .spawn()
+        .unwrap();
+    wait_for_file(&dir.join("started"), Duration::from_secs(10));
+    for flags in [&["-x", "-n"][..], &["-n"][..]] {
+        let out = run(redmutex(&server)
+            .arg("exec")
+            .args(flags)
+            .args(["doc", "--", "true"]));
+        assert_eq!(code(&out), 75, "{flags:?}: {}", stderr(&out));
+    }
+    let mut writer = redmutex(&server)
+        .args(["exec", "--exclusive", "doc", "--", "sh", "-c"])
+        .arg(format!("touch {}", inside("written")))
+        .spawn()
+        .unwrap();
+    thread::sleep(ms(300));
+    assert!(
+        !dir.join("written").exists(),
+        "a writer ran beside a reader"
+    );
+    // While the writer waits, a new reader is kept out.
+    let out = run(redmutex(&server).args(["exec", "-s", "-n", "doc", "--", "true"]));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    std::fs::write(&release, "").unwrap();
+    assert!(wait_child(&mut reader, Duration::from_secs(10)).success());
+    assert!(wait_child(&mut writer, Duration::from_secs(10)).success());
+    assert!(dir.join("written").exists());
+
+    // A plain exec holds the key: a reader is refused.
+    std::fs::remove_file(&release).unwrap();
+    std::fs::remove_file(dir.join("started")).unwrap();
+    let mut plain = redmutex(&server)
+        .args(["exec", "doc", "--", "sh", "-c", &hold])
+        .spawn()
+        .unwrap();
+    wait_for_file(&dir.join("started"), Duration::from_secs(10));
+    let out = run(redmutex(&server).args(["exec", "--shared", "-n", "doc", "--", "true"]));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    std::fs::write(&release, "").unwrap();
+    assert!(wait_child(&mut plain, Duration::from_secs(10)).success());
+    assert!(!exists(&server, "doc"));
+
+    for (args, says) in [
+        (
+            &["exec", "-s", "-x", "k", "--", "true"][..],
+            "cannot be used with",
+        ),
+        (
+            &["exec", "--shared", "--fair", "k", "--", "true"][..],
+            "cannot be used with",
+        ),
+        (&["exec", "--shared", "a", "b", "--", "true"][..], "one key"),
+    ] {
+        let out = run(redmutex(&server).args(args));
+        assert_eq!(code(&out), 64, "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+    }
+}
