@@ -11,8 +11,8 @@ use crate::record::{Holder, Outcome, Release, Section, Write, PERMITS};
 pub struct Verdict {
     /// Critical sections recorded.
     pub sections: usize,
-    /// Sections by holder kind: careful, lease, naive, fair, permit, periodic.
-    pub by_holder: [usize; 6],
+    /// Sections by holder kind, in the order of [`Holder::ALL`].
+    pub by_holder: [usize; 8],
     /// Leases told "lost" (or found past their validity) before their holder acted.
     pub lost: usize,
     /// Careful holders that found their validity over before acting.
@@ -83,14 +83,7 @@ pub fn check(sections: &[Section]) -> Verdict {
     let mut by_key: BTreeMap<u32, Vec<&Section>> = BTreeMap::new();
     let mut by_semaphore: BTreeMap<u32, Vec<&Section>> = BTreeMap::new();
     for s in sections {
-        verdict.by_holder[match s.holder {
-            Holder::Careful => 0,
-            Holder::Lease => 1,
-            Holder::Naive => 2,
-            Holder::Fair => 3,
-            Holder::Permit => 4,
-            Holder::Periodic => 5,
-        }] += 1;
+        verdict.by_holder[s.holder.index()] += 1;
         match s.outcome {
             Outcome::Lost => verdict.lost += 1,
             Outcome::Expired => verdict.expired += 1,
@@ -112,8 +105,12 @@ pub fn check(sections: &[Section]) -> Verdict {
     for (key, sections) in by_key {
         overlaps(key, &sections, &mut verdict);
         min_hold(key, &sections, &mut verdict);
-        fence_order(key, &sections, &mut verdict);
-        resource(key, &sections, &mut verdict);
+        // A reader's fence is the latest writer's, not its own, and it writes nothing.
+        let fenced: Vec<&Section> = (sections.iter().copied())
+            .filter(|s| s.holder != Holder::Reader)
+            .collect();
+        fence_order(key, &fenced, &mut verdict);
+        resource(key, &fenced, &mut verdict);
     }
     for (key, sections) in by_semaphore {
         capacity(key, &sections, &mut verdict);
@@ -198,7 +195,11 @@ fn overlaps(key: u32, sections: &[&Section], verdict: &mut Verdict) {
     let mut open: Vec<&Section> = Vec::new();
     for later in by_start {
         open.retain(|earlier| earlier.end > later.start);
-        for earlier in &open {
+        // Readers share the key; only a reader and anyone else exclude each other.
+        let readers = |earlier: &&&Section| {
+            earlier.holder == Holder::Reader && later.holder == Holder::Reader
+        };
+        for earlier in open.iter().filter(|e| !readers(e)) {
             // Start times are read after the acquire returns. A holder frozen in between
             // records its start late — after its own validity — and can look like the
             // second of two holders when it acquired first; its lower fence tells.
@@ -216,7 +217,11 @@ fn overlaps(key: u32, sections: &[&Section], verdict: &mut Verdict) {
                     describe(first)
                 );
                 verdict.example(text);
-            } else if first.outcome == Outcome::Kept && second.start < first.end {
+            } else if first.outcome == Outcome::Kept
+                && second.start < first.end
+                && second.holder != Holder::Reader
+            {
+                // (A reader after a late holder writes nothing: fences are for writes.)
                 // The first holder acted after its validity: only fences protect here.
                 verdict.overrun_overlaps += 1;
                 if first.fence < second.fence {
@@ -343,6 +348,38 @@ mod tests {
     }
 
     #[test]
+    fn readers_may_overlap_each_other_but_nobody_else() {
+        let reader = |fence, start, end, valid| {
+            let mut s = section(Holder::Reader, fence, start, end, valid);
+            s.write = Write::Skipped;
+            s
+        };
+        // Readers together, all seeing fence 1 (the writer's before them): clean, and
+        // their shared fence is no fence violation.
+        let shared = [
+            section(Holder::Writer, 1, 10, 20, 30),
+            reader(1, 30, 80, 90),
+            reader(1, 40, 70, 90),
+            reader(1, 50, 60, 90),
+            section(Holder::Writer, 2, 90, 100, 110),
+        ];
+        let v = check(&shared);
+        assert!(v.upheld(), "{v:?}");
+        assert_eq!(v.by_holder, [0, 0, 0, 0, 0, 0, 3, 2]);
+        // A writer, or any other holder, in among readers: an overlap, either way round.
+        for holder in [Holder::Writer, Holder::Careful, Holder::Fair] {
+            let among = [reader(1, 30, 80, 90), section(holder, 2, 50, 60, 70)];
+            assert_eq!(check(&among).unsafe_overlaps, 1, "{holder:?}");
+            let before = [section(holder, 2, 30, 80, 90), reader(2, 50, 60, 70)];
+            assert_eq!(check(&before).unsafe_overlaps, 1, "{holder:?}");
+        }
+        // A reader after a late (overrunning) holder reads; it is no fence matter.
+        let late = [section(Holder::Naive, 1, 10, 50, 30), reader(1, 40, 45, 90)];
+        let v = check(&late);
+        assert!(v.upheld() && v.overrun_overlaps == 0, "{v:?}");
+    }
+
+    #[test]
     fn back_to_back_sections_are_clean() {
         let sections = [
             section(Holder::Careful, 1, 10, 50, 60),
@@ -352,7 +389,7 @@ mod tests {
         let v = check(&sections);
         assert!(v.upheld(), "{v:?}");
         assert_eq!(v.sections, 3);
-        assert_eq!(v.by_holder, [1, 1, 1, 0, 0, 0]);
+        assert_eq!(v.by_holder, [1, 1, 1, 0, 0, 0, 0, 0]);
         assert_eq!(
             (v.unsafe_overlaps, v.overrun_overlaps, v.overran),
             (0, 0, 0)

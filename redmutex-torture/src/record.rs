@@ -27,6 +27,47 @@ pub enum Holder {
     /// [`Holder::Careful`], that releases early: the key must stay taken until its
     /// validity ends however soon it was released.
     Periodic,
+    /// A reader of the read-write lock of the same keys, as careful as
+    /// [`Holder::Careful`]: readers may overlap each other, nobody else. Its sections write
+    /// nothing (the resource takes one writer at a time), and its fence is the current one
+    /// (not its own), so it is left out of the fence rules.
+    Reader,
+    /// The writer of the read-write lock of the same keys, as careful as
+    /// [`Holder::Careful`]: it excludes every other holder of the key.
+    Writer,
+}
+
+impl Holder {
+    /// Every kind, in the order of the checker's counts and the report.
+    pub const ALL: [Holder; 8] = [
+        Holder::Careful,
+        Holder::Lease,
+        Holder::Naive,
+        Holder::Fair,
+        Holder::Permit,
+        Holder::Periodic,
+        Holder::Reader,
+        Holder::Writer,
+    ];
+
+    /// Its name in section lines and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Holder::Careful => "careful",
+            Holder::Lease => "lease",
+            Holder::Naive => "naive",
+            Holder::Fair => "fair",
+            Holder::Permit => "permit",
+            Holder::Periodic => "periodic",
+            Holder::Reader => "reader",
+            Holder::Writer => "writer",
+        }
+    }
+
+    /// Its place in [`Holder::ALL`].
+    pub fn index(self) -> usize {
+        Holder::ALL.iter().position(|h| *h == self).unwrap_or(0)
+    }
 }
 
 /// The limit of each semaphore of the run.
@@ -108,14 +149,7 @@ impl Section {
 
 impl fmt::Display for Section {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let holder = match self.holder {
-            Holder::Careful => "careful",
-            Holder::Lease => "lease",
-            Holder::Naive => "naive",
-            Holder::Fair => "fair",
-            Holder::Permit => "permit",
-            Holder::Periodic => "periodic",
-        };
+        let holder = self.holder.name();
         let outcome = match self.outcome {
             Outcome::Kept => "kept",
             Outcome::Expired => "expired",
@@ -172,15 +206,10 @@ impl FromStr for Section {
         Ok(Section {
             worker: worker.parse().map_err(|_| bad())?,
             task: task.parse().map_err(|_| bad())?,
-            holder: match holder {
-                "careful" => Holder::Careful,
-                "lease" => Holder::Lease,
-                "naive" => Holder::Naive,
-                "fair" => Holder::Fair,
-                "permit" => Holder::Permit,
-                "periodic" => Holder::Periodic,
-                _ => return Err(bad()),
-            },
+            holder: *Holder::ALL
+                .iter()
+                .find(|h| h.name() == holder)
+                .ok_or_else(bad)?,
             key: key.parse().map_err(|_| bad())?,
             fence: num(fence)?,
             asked: num(asked)?,

@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use crate::record::Holder;
 use crate::run::Report;
 use crate::schedule::{FaultKind, Mode};
 
@@ -51,15 +52,12 @@ pub fn text(r: &Report) -> String {
     row(
         "acquisitions",
         format!(
-            "{} ({per_second:.0}/s): careful {}, lease {}, naive {}, fair {}, permit {}, \
-             periodic {}",
+            "{} ({per_second:.0}/s): {}",
             v.sections,
-            v.by_holder[0],
-            v.by_holder[1],
-            v.by_holder[2],
-            v.by_holder[3],
-            v.by_holder[4],
-            v.by_holder[5]
+            (Holder::ALL.iter().zip(v.by_holder))
+                .map(|(holder, n)| format!("{} {n}", holder.name()))
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
     );
     row("faults injected", format!("{total_faults}: {faults}"));
@@ -165,8 +163,7 @@ pub fn json(r: &Report) -> String {
     format!(
         concat!(
             "{{\"mode\":\"{}\",\"seed\":{},\"seconds\":{},\"processes\":{},\"tasks\":{},",
-            "\"keys\":{},\"ttl_ms\":{},\"acquisitions\":{},\"careful\":{},\"lease\":{},",
-            "\"naive\":{},\"fair\":{},\"permit\":{},\"periodic\":{},\"faults\":{{{}}},",
+            "\"keys\":{},\"ttl_ms\":{},\"acquisitions\":{},{},\"faults\":{{{}}},",
             "\"faults_total\":{},\"lost_signals\":{},\"permit_overflows\":{},",
             "\"min_hold_violations\":{},",
             "\"expired\":{},\"overran\":{},\"unsafe_overlaps\":{},\"overrun_overlaps\":{},",
@@ -185,12 +182,10 @@ pub fn json(r: &Report) -> String {
         r.args.keys,
         r.args.ttl_ms,
         v.sections,
-        v.by_holder[0],
-        v.by_holder[1],
-        v.by_holder[2],
-        v.by_holder[3],
-        v.by_holder[4],
-        v.by_holder[5],
+        (Holder::ALL.iter().zip(v.by_holder))
+            .map(|(holder, n)| format!("\"{}\":{n}", holder.name()))
+            .collect::<Vec<_>>()
+            .join(","),
         faults,
         r.faults.iter().map(|f| f.1).sum::<usize>(),
         v.lost,

@@ -1,8 +1,8 @@
 //! One worker process: many tasks that acquire, hold and release a few keys until the
 //! stop time, each reporting its critical sections as lines on stdout (see
-//! [`crate::record`]). Tasks take turns being careful, lease, naive, fair, permit and
-//! periodic holders (the last three careful too; fair and permit holders are careful ones
-//! instead on Redlock, which has neither a fair lock nor a semaphore).
+//! [`crate::record`]). Tasks take turns being careful, lease, naive, fair, permit,
+//! periodic, reader and writer holders (the last five careful too; fair and permit holders
+//! are careful ones instead on Redlock, which has neither a fair lock nor a semaphore).
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -197,14 +197,10 @@ async fn drive<C: Connection>(
     tokio::time::sleep(Duration::from_nanos(wait)).await;
     let tasks: Vec<_> = (0..args.tasks)
         .map(|task| {
-            let holder = match (args.id + task) % 6 {
-                0 => Holder::Careful,
-                1 => Holder::Lease,
-                2 => Holder::Naive,
-                5 => Holder::Periodic,
-                _ if args.mode == Mode::Redlock => Holder::Careful,
-                3 => Holder::Fair,
-                _ => Holder::Permit,
+            let holder = match Holder::ALL[((args.id + task) % 8) as usize] {
+                // Redlock refuses both (see `Holder`): careful holders instead.
+                Holder::Fair | Holder::Permit if args.mode == Mode::Redlock => Holder::Careful,
+                holder => holder,
             };
             tokio::spawn(holder_task(
                 locker.clone(),
@@ -300,7 +296,12 @@ async fn decide<C: Connection, P>(
             let believed = start + 2 * ttl_ms * 1_000_000;
             (now_ns(), believed, Outcome::Kept, Held::Lock(lock))
         }
-        Holder::Careful | Holder::Fair | Holder::Permit | Holder::Periodic => {
+        Holder::Careful
+        | Holder::Fair
+        | Holder::Permit
+        | Holder::Periodic
+        | Holder::Reader
+        | Holder::Writer => {
             tokio::time::sleep(ms(rng.between(0, ttl_ms / 10))).await;
             let valid_until = lock.valid_until();
             let valid = instant_ns(valid_until.into_std());
@@ -370,6 +371,18 @@ async fn holder_task<C: Connection>(
                 };
                 section.run(key, semaphore.acquire(1, ttl), &mut rng).await
             }
+            Holder::Reader | Holder::Writer => {
+                // Its waiting writers' heartbeat as short as the TTL, as for fair waiters.
+                let rw = locker.rw_lock(&name).and_then(|rw| rw.with_heartbeat(ttl));
+                let Ok(rw) = rw else {
+                    shared.line("fatal a read-write lock refused");
+                    return;
+                };
+                match holder {
+                    Holder::Reader => section.run(key, rw.read(ttl), &mut rng).await,
+                    _ => section.run(key, rw.write(ttl), &mut rng).await,
+                }
+            }
             // At most one run per TTL: kept for a TTL from the acquire, however soon it is
             // released (not when sabotaged: the checker must then find the key taken early).
             Holder::Periodic if !args.sabotage_validity => {
@@ -405,7 +418,7 @@ impl Sections<'_> {
     ) -> Result<(), ()> {
         let (shared, args, holder) = (self.shared, self.args, self.holder);
         let asked = now_ns();
-        let eager = holder == Holder::Permit;
+        let eager = matches!(holder, Holder::Permit | Holder::Reader);
         let (lock, start, fence) = match acquire_fenced(acquire, eager, rng, shared).await? {
             Some(acquired) => acquired,
             None => return Ok(()),
@@ -414,8 +427,10 @@ impl Sections<'_> {
             decide(holder, lock, start, args, rng, shared).await;
         // The write comes after the decision, as in real code: a pause here is what only
         // the fence can catch.
-        // Permit holders are several at once: the one-writer resource is not theirs.
-        let write = if outcome == Outcome::Kept && holder != Holder::Permit {
+        // Permit holders and readers are several at once: the one-writer resource is not
+        // theirs.
+        let shared_holder = matches!(holder, Holder::Permit | Holder::Reader);
+        let write = if outcome == Outcome::Kept && !shared_holder {
             let reply: Result<(u8, u64), _> = (self.fenced_write)
                 .key(format!("resource:{{k{key}}}:fence"))
                 .key("resource:writes")
