@@ -38,11 +38,10 @@ pub async fn run<C: Connection>(
         return hold(lease, &args, &program).await;
     }
     if args.sharing.shared || args.sharing.exclusive {
-        let (read, write) =
-            (args.lock.acquire_rw(locker, &args.keys, &program, fenced)).map_err(failed)?;
+        let rw = (args.lock.acquire_rw(locker, &args.keys, &program, fenced)).map_err(failed)?;
         return match args.sharing.shared {
-            true => hold(take_lease(read, &args, urls).await?, &args, &program).await,
-            false => hold(take_lease(write, &args, urls).await?, &args, &program).await,
+            true => hold(take_lease(rw.read, &args, urls).await?, &args, &program).await,
+            false => hold(take_lease(rw.write, &args, urls).await?, &args, &program).await,
         };
     }
     let acquire = args.lock.acquire(locker, &args.keys, &program, fenced);

@@ -385,6 +385,12 @@ fn access(cli: &Cli) -> Result<target::Access, Failure> {
     })
 }
 
+/// A key's read-write lock, configured both ways: `exec` takes one of them.
+struct Sharing<'a, C: Connection> {
+    read: Acquire<'a, C, ReadKey>,
+    write: Acquire<'a, C, WriteKey>,
+}
+
 impl LockArgs {
     /// The acquire, with the waiting policy the flags ask for: one try (`-n`), up to
     /// `--wait`, or forever. Waiters are woken by the holder's release (the locker has
@@ -421,12 +427,12 @@ impl LockArgs {
         keys: &[String],
         what: &str,
         fenced: bool,
-    ) -> Result<(Acquire<'a, C, ReadKey>, Acquire<'a, C, WriteKey>), redmutex::Error> {
+    ) -> Result<Sharing<'a, C>, redmutex::Error> {
         let rw = locker.rw_lock(keys.first().map_or("", String::as_str))?;
-        Ok((
-            self.configure(rw.read(self.ttl), what, fenced),
-            self.configure(rw.write(self.ttl), what, fenced),
-        ))
+        Ok(Sharing {
+            read: self.configure(rw.read(self.ttl), what, fenced),
+            write: self.configure(rw.write(self.ttl), what, fenced),
+        })
     }
 
     /// `--fair` locks one key, on one server or a cluster: refused before connecting.
