@@ -51,6 +51,9 @@ pub enum Contender {
     Rslock(rslock::LockManager),
     /// redmutex's fair lock ([`Locker::fair_lock`]), with wake-up.
     Fair(Locker<MultiplexedConnection>),
+    /// redmutex's read-write lock ([`Locker::rw_lock`]), with wake-up: where a workload
+    /// tells reads from writes, reads share; elsewhere every access is a write.
+    Rw(Locker<MultiplexedConnection>),
 }
 
 /// A lock held by one of the contenders.
@@ -59,6 +62,8 @@ pub enum Held {
     Redmutex(redmutex::Lock<MultiplexedConnection>),
     Rslock(rslock::Lock),
     Fair(redmutex::FairGuard<MultiplexedConnection>),
+    Read(redmutex::ReadGuard<MultiplexedConnection>),
+    Write(redmutex::WriteGuard<MultiplexedConnection>),
 }
 
 impl Contender {
@@ -76,6 +81,7 @@ impl Contender {
             Contender::Redmutex { name, .. } => name,
             Contender::Rslock(_) => "rslock",
             Contender::Fair(_) => "fair",
+            Contender::Rw(_) => "rwlock",
         }
     }
 
@@ -134,6 +140,26 @@ impl Contender {
                     Err(e) => Err(e.to_string()),
                 }
             }
+            Contender::Rw(locker) => {
+                let rw = locker.rw_lock(key).map_err(|e| e.to_string())?;
+                match rw.write(TTL).await {
+                    Ok(guard) => Ok(Some(Held::Write(guard))),
+                    Err(e) if e.is_not_obtained() => Ok(None),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+        }
+    }
+
+    /// Waits for `key` to read (`write` false) or to write, as [`acquire_waiting`] does:
+    /// the read-write lock shares reads; every other implementation has only exclusive
+    /// locks, so a read is a write to them.
+    ///
+    /// [`acquire_waiting`]: Contender::acquire_waiting
+    pub async fn acquire_to(&self, key: &str, write: bool) -> Result<Held, String> {
+        match self {
+            Contender::Rw(locker) => rw_waiting(locker, key, write).await,
+            _ => self.acquire_waiting(key).await,
         }
     }
 
@@ -162,6 +188,7 @@ impl Contender {
                 .await
                 .map(Held::Fair)
                 .map_err(|e| e.to_string()),
+            Contender::Rw(locker) => rw_waiting(locker, key, true).await,
         }
     }
 
@@ -221,6 +248,13 @@ impl Contender {
                 .await
                 .map(Held::Fair)
                 .map_err(|e| e.to_string()),
+            Contender::Rw(locker) => (locker.rw_lock(key).map_err(|e| e.to_string())?)
+                .write(TTL)
+                .retry(pauses())
+                .deadline(Duration::MAX)
+                .await
+                .map(Held::Write)
+                .map_err(|e| e.to_string()),
         }
     }
 
@@ -254,7 +288,27 @@ impl Contender {
             (Contender::Fair(_), Held::Fair(guard)) => {
                 guard.release().await.map_err(|e| e.to_string())
             }
+            (Contender::Rw(_), Held::Read(guard)) => {
+                guard.release().await.map_err(|e| e.to_string())
+            }
+            (Contender::Rw(_), Held::Write(guard)) => {
+                guard.release().await.map_err(|e| e.to_string())
+            }
             _ => Err("a lock released through another implementation".into()),
         }
     }
+}
+
+/// The read-write lock's wait for `key`, to read or to write: woken by the release.
+async fn rw_waiting(
+    locker: &Locker<MultiplexedConnection>,
+    key: &str,
+    write: bool,
+) -> Result<Held, String> {
+    let rw = locker.rw_lock(key).map_err(|e| e.to_string())?;
+    let held = match write {
+        true => (rw.write(TTL).retry(woken()).deadline(Duration::MAX).await).map(Held::Write),
+        false => (rw.read(TTL).retry(woken()).deadline(Duration::MAX).await).map(Held::Read),
+    };
+    held.map_err(|e| e.to_string())
 }

@@ -13,6 +13,7 @@
 
 mod contender;
 mod fairness;
+mod sharing;
 mod stats;
 mod workload;
 
@@ -66,12 +67,12 @@ struct Args {
     fairness_seconds: f64,
 
     /// Run only the workloads whose name contains this (uncontended, contended, polling,
-    /// keyspace, redlock5, keepalive, fairness).
+    /// keyspace, redlock5, keepalive, fairness, read-mostly).
     #[arg(long, value_name = "NAME")]
     only: Option<String>,
 
     /// Run only this implementation (baseline, rslock, redmutex, fenced, or woken in the
-    /// polling row), e.g. under a profiler.
+    /// polling row, fair and rwlock in theirs), e.g. under a profiler.
     #[arg(long = "impl", value_name = "NAME")]
     implementation: Option<String>,
 
@@ -179,6 +180,20 @@ async fn run(args: Args) -> Result<(), String> {
             rows.push(fairness::fairness("fairness 8", lockers, duration, &single_url).await?);
         }
     }
+    if wanted("read-mostly 16") {
+        for implementation in ["baseline", "rslock", "redmutex", "rwlock"] {
+            if args
+                .implementation
+                .as_deref()
+                .is_some_and(|name| name != implementation)
+            {
+                continue;
+            }
+            let lockers = fairness_lockers(implementation, 16, &single_url).await?;
+            let workload = "read-mostly 16";
+            rows.push(sharing::read_mostly(workload, lockers, duration, &single_url).await?);
+        }
+    }
     if wanted("keepalive") {
         let conn = connect(&single_url).await?;
         let hold = Duration::from_secs_f64(args.hold);
@@ -284,7 +299,7 @@ async fn polling_contenders(url: &str) -> Result<Vec<Arc<Contender>>, String> {
     ])
 }
 
-/// `n` lockers of one implementation for the fairness workload, each with connections
+/// `n` lockers of one implementation for the fairness and read-mostly workloads, each with connections
 /// (and, for redmutex, a wake-up subscriber) of its own, as separate processes would have.
 async fn fairness_lockers(
     implementation: &str,
@@ -306,6 +321,10 @@ async fn fairness_lockers(
                 name: "redmutex",
                 fenced: false,
             },
+            "rwlock" => Contender::Rw(
+                (Locker::new(connect(url).await?).with_wake_up(waking()?))
+                    .map_err(|e| e.to_string())?,
+            ),
             _ => Contender::Fair(
                 (Locker::new(connect(url).await?).with_wake_up(waking()?))
                     .map_err(|e| e.to_string())?,

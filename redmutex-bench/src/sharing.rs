@@ -1,0 +1,101 @@
+//! The read-mostly workload: tasks of separate lockers read a key nine times for every
+//! write, each access holding it a moment. A read-write lock lets the reads run side by
+//! side; the other implementations have only exclusive locks, so every access waits for
+//! every other. What it shows: accesses per second, the wait for any access, and the
+//! writes' own wait (a stream of readers must not starve a writer).
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::contender::Contender;
+use crate::stats::Latencies;
+use crate::workload::{self, Row, Window};
+
+/// How long each access holds the key.
+pub const HOLD: Duration = Duration::from_millis(2);
+
+/// One access in this many is a write.
+pub const WRITE_EVERY: u64 = 10;
+
+/// What one task measured.
+#[derive(Default)]
+struct Waits {
+    all: Latencies,
+    writes: Latencies,
+}
+
+/// `lockers` (each its own contender, with its own connections) access one key for
+/// `duration`, nine reads to a write, each holding it [`HOLD`]. Counts overlaps the lock
+/// should have prevented (a write beside anyone).
+pub async fn read_mostly(
+    workload: &str,
+    lockers: Vec<Arc<Contender>>,
+    duration: Duration,
+    stats_url: &str,
+) -> Result<Row, String> {
+    let name = lockers.first().map_or("?", |c| c.name());
+    let key = format!("bench:read-mostly:{name}");
+    // Readers inside, or -1 while a writer is.
+    let inside = Arc::new(AtomicI64::new(0));
+    let overlaps = Arc::new(AtomicU64::new(0));
+    let window = Window::open(stats_url).await?;
+    let deadline = window.started + duration;
+    let runs = lockers.iter().enumerate().map(|(task, contender)| {
+        let (contender, key) = (contender.clone(), key.clone());
+        let (inside, overlaps) = (inside.clone(), overlaps.clone());
+        tokio::spawn(async move {
+            let mut waits = Waits::default();
+            // Tasks write at different turns, so writes are spread over time.
+            let mut turn = task as u64;
+            while Instant::now() < deadline {
+                turn += 1;
+                let write = turn % WRITE_EVERY == 0;
+                let t0 = Instant::now();
+                let held = contender.acquire_to(&key, write).await?;
+                let waited = t0.elapsed();
+                waits.all.record(waited);
+                let clash = match write {
+                    true => inside.swap(-1, Ordering::SeqCst) != 0,
+                    false => inside.fetch_add(1, Ordering::SeqCst) < 0,
+                };
+                if clash {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                if write {
+                    waits.writes.record(waited);
+                }
+                tokio::time::sleep(HOLD).await;
+                match write {
+                    true => inside.store(0, Ordering::SeqCst),
+                    false => {
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                    }
+                }
+                contender.release(&key, held).await?;
+            }
+            Ok::<_, String>(waits)
+        })
+    });
+    let mut all = Latencies::default();
+    let mut writes = Latencies::default();
+    for run in futures_util::future::join_all(runs).await {
+        let waits = run.map_err(|e| e.to_string())??;
+        all.merge(waits.all);
+        writes.merge(waits.writes);
+    }
+    let spent = window.close().await?;
+    let notes = format!(
+        "p50/p99 = wait for an access; writes ({}) waited p50 {} ms, p99 {} ms, longest {} \
+         ms; {} overlaps",
+        writes.len(),
+        writes.percentile(50.0).as_millis(),
+        writes.percentile(99.0).as_millis(),
+        writes.percentile(100.0).as_millis(),
+        overlaps.load(Ordering::SeqCst)
+    );
+    let contender = lockers.first().ok_or("no lockers")?;
+    Ok(workload::row(workload, contender, all, &spent, notes))
+}
