@@ -54,6 +54,9 @@ pub enum Contender {
     /// redmutex's read-write lock ([`Locker::rw_lock`]), with wake-up: where a workload
     /// tells reads from writes, reads share; elsewhere every access is a write.
     Rw(Locker<MultiplexedConnection>),
+    /// redmutex's semaphore ([`Locker::semaphore`]), with wake-up: in the permits workload
+    /// (elsewhere, a semaphore of one permit).
+    Semaphore(Locker<MultiplexedConnection>),
 }
 
 /// A lock held by one of the contenders.
@@ -64,6 +67,9 @@ pub enum Held {
     Fair(redmutex::FairGuard<MultiplexedConnection>),
     Read(redmutex::ReadGuard<MultiplexedConnection>),
     Write(redmutex::WriteGuard<MultiplexedConnection>),
+    Permit(redmutex::Permit<MultiplexedConnection>),
+    /// A lock on one of several slot keys (the slot's number, and the lock).
+    Slot(usize, Box<Held>),
 }
 
 impl Contender {
@@ -82,6 +88,7 @@ impl Contender {
             Contender::Rslock(_) => "rslock",
             Contender::Fair(_) => "fair",
             Contender::Rw(_) => "rwlock",
+            Contender::Semaphore(_) => "semaphore",
         }
     }
 
@@ -148,6 +155,40 @@ impl Contender {
                     Err(e) => Err(e.to_string()),
                 }
             }
+            Contender::Semaphore(locker) => {
+                let semaphore = locker.semaphore(key, 1).map_err(|e| e.to_string())?;
+                match semaphore.acquire(1, TTL).await {
+                    Ok(permit) => Ok(Some(Held::Permit(permit))),
+                    Err(e) if e.is_not_obtained() => Ok(None),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+        }
+    }
+
+    /// Waits for one of `limit` permits of `key`: the semaphore's own wait (woken by a
+    /// release); the others have only locks, and do what people write by hand — try slot
+    /// keys `key:0` … in turn, then pause as their polling does (the baseline per
+    /// [`polling`], rslock its random 0–10 ms), and again.
+    pub async fn acquire_permit(&self, key: &str, limit: u32) -> Result<Held, String> {
+        if let Contender::Semaphore(locker) = self {
+            let semaphore = locker.semaphore(key, limit).map_err(|e| e.to_string())?;
+            let waiting = semaphore.acquire(1, TTL).retry(woken());
+            let permit = waiting.deadline(Duration::MAX).await;
+            return permit.map(Held::Permit).map_err(|e| e.to_string());
+        }
+        let mut pauses = polling();
+        loop {
+            for slot in 0..limit as usize {
+                if let Some(held) = self.try_acquire(&format!("{key}:{slot}")).await? {
+                    return Ok(Held::Slot(slot, Box::new(held)));
+                }
+            }
+            let pause = match self {
+                Contender::Rslock(_) => POLL.mul_f64(rand_unit()),
+                _ => pauses.next().unwrap_or(POLL),
+            };
+            tokio::time::sleep(pause).await;
         }
     }
 
@@ -189,6 +230,7 @@ impl Contender {
                 .map(Held::Fair)
                 .map_err(|e| e.to_string()),
             Contender::Rw(locker) => rw_waiting(locker, key, true).await,
+            Contender::Semaphore(_) => self.acquire_permit(key, 1).await,
         }
     }
 
@@ -255,11 +297,26 @@ impl Contender {
                 .await
                 .map(Held::Write)
                 .map_err(|e| e.to_string()),
+            Contender::Semaphore(locker) => {
+                (locker.semaphore(key, 1).map_err(|e| e.to_string())?)
+                    .acquire(1, TTL)
+                    .retry(pauses())
+                    .deadline(Duration::MAX)
+                    .await
+                    .map(Held::Permit)
+                    .map_err(|e| e.to_string())
+            }
         }
     }
 
     pub async fn release(&self, key: &str, held: Held) -> Result<(), String> {
         match (self, held) {
+            (_, Held::Slot(slot, held)) => {
+                Box::pin(self.release(&format!("{key}:{slot}"), *held)).await
+            }
+            (Contender::Semaphore(_), Held::Permit(permit)) => {
+                permit.release().await.map_err(|e| e.to_string())
+            }
             (Contender::Baseline { nodes, release, .. }, Held::Baseline(token)) => {
                 let replies = join_all(nodes.iter().map(|conn| {
                     let mut conn = conn.clone();
@@ -311,4 +368,13 @@ async fn rw_waiting(
         false => (rw.read(TTL).retry(woken()).deadline(Duration::MAX).await).map(Held::Read),
     };
     held.map_err(|e| e.to_string())
+}
+
+/// A number in [0, 1) from the clock's low bits: rslock's pause is uniform, and nothing
+/// here needs better randomness.
+fn rand_unit() -> f64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    f64::from(nanos % 1_000_000) / 1_000_000.0
 }

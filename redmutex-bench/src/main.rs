@@ -67,12 +67,12 @@ struct Args {
     fairness_seconds: f64,
 
     /// Run only the workloads whose name contains this (uncontended, contended, polling,
-    /// keyspace, redlock5, keepalive, fairness, read-mostly).
+    /// keyspace, redlock5, keepalive, fairness, read-mostly, permits).
     #[arg(long, value_name = "NAME")]
     only: Option<String>,
 
     /// Run only this implementation (baseline, rslock, redmutex, fenced, or woken in the
-    /// polling row, fair and rwlock in theirs), e.g. under a profiler.
+    /// polling row, fair, rwlock and semaphore in theirs), e.g. under a profiler.
     #[arg(long = "impl", value_name = "NAME")]
     implementation: Option<String>,
 
@@ -192,6 +192,20 @@ async fn run(args: Args) -> Result<(), String> {
             let lockers = fairness_lockers(implementation, 16, &single_url).await?;
             let workload = "read-mostly 16";
             rows.push(sharing::read_mostly(workload, lockers, duration, &single_url).await?);
+        }
+    }
+    if wanted("permits 16") {
+        for implementation in ["baseline", "rslock", "semaphore"] {
+            if args
+                .implementation
+                .as_deref()
+                .is_some_and(|name| name != implementation)
+            {
+                continue;
+            }
+            let lockers = fairness_lockers(implementation, 16, &single_url).await?;
+            let workload = "permits 16";
+            rows.push(sharing::permits(workload, lockers, duration, &single_url).await?);
         }
     }
     if wanted("keepalive") {
@@ -322,6 +336,10 @@ async fn fairness_lockers(
                 fenced: false,
             },
             "rwlock" => Contender::Rw(
+                (Locker::new(connect(url).await?).with_wake_up(waking()?))
+                    .map_err(|e| e.to_string())?,
+            ),
+            "semaphore" => Contender::Semaphore(
                 (Locker::new(connect(url).await?).with_wake_up(waking()?))
                     .map_err(|e| e.to_string())?,
             ),

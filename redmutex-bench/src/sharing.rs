@@ -99,3 +99,55 @@ pub async fn read_mostly(
     let contender = lockers.first().ok_or("no lockers")?;
     Ok(workload::row(workload, contender, all, &spent, notes))
 }
+
+/// The semaphore's limit in the permits workload.
+pub const PERMITS: u32 = 4;
+
+/// `lockers` (each its own contender) share [`PERMITS`] permits of one semaphore for
+/// `duration`, each holding one [`HOLD`] and wanting one again at once. Counts moments
+/// with more than [`PERMITS`] holders (there must be none).
+pub async fn permits(
+    workload: &str,
+    lockers: Vec<Arc<Contender>>,
+    duration: Duration,
+    stats_url: &str,
+) -> Result<Row, String> {
+    let name = lockers.first().map_or("?", |c| c.name());
+    let key = format!("bench:permits:{name}");
+    let inside = Arc::new(AtomicI64::new(0));
+    let overflows = Arc::new(AtomicU64::new(0));
+    let window = Window::open(stats_url).await?;
+    let deadline = window.started + duration;
+    let runs = lockers.iter().map(|contender| {
+        let (contender, key) = (contender.clone(), key.clone());
+        let (inside, overflows) = (inside.clone(), overflows.clone());
+        tokio::spawn(async move {
+            let mut waits = Latencies::default();
+            while Instant::now() < deadline {
+                let t0 = Instant::now();
+                let held = contender.acquire_permit(&key, PERMITS).await?;
+                waits.record(t0.elapsed());
+                if inside.fetch_add(1, Ordering::SeqCst) >= i64::from(PERMITS) {
+                    overflows.fetch_add(1, Ordering::SeqCst);
+                }
+                tokio::time::sleep(HOLD).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                contender.release(&key, held).await?;
+            }
+            Ok::<_, String>(waits)
+        })
+    });
+    let mut waits = Latencies::default();
+    for run in futures_util::future::join_all(runs).await {
+        waits.merge(run.map_err(|e| e.to_string())??);
+    }
+    let spent = window.close().await?;
+    let notes = format!(
+        "p50/p99 = wait for a permit, longest {} ms; {} over the limit of {PERMITS}; the \
+         others try {PERMITS} slot keys in turn",
+        waits.percentile(100.0).as_millis(),
+        overflows.load(Ordering::SeqCst)
+    );
+    let contender = lockers.first().ok_or("no lockers")?;
+    Ok(workload::row(workload, contender, waits, &spent, notes))
+}
