@@ -52,7 +52,7 @@ pub async fn read_mostly(
             let mut turn = task as u64;
             while Instant::now() < deadline {
                 turn += 1;
-                let write = turn % WRITE_EVERY == 0;
+                let write = turn.is_multiple_of(WRITE_EVERY);
                 let t0 = Instant::now();
                 let held = contender.acquire_to(&key, write).await?;
                 let waited = t0.elapsed();

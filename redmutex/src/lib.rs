@@ -253,6 +253,7 @@ pub use engine::wakeup::WakeUpState;
 pub use error::{Argument, Error, InvalidArgument, NotObtained};
 pub use fence::{hash_slot, DEFAULT_FENCE_RETENTION};
 pub use locker::Locker;
+pub use primitives::election::{Election, ElectionKey, Leader, Leadership, DEFAULT_ELECTION_TTL};
 pub use primitives::fair::{FairGuard, FairKey, FairLock, FairLockInfo};
 pub use primitives::rwlock::{
     ReadGuard, ReadKey, ReaderInfo, RwLock, RwLockInfo, WriteGuard, WriteKey,

@@ -15,6 +15,7 @@ use crate::engine::waiting;
 use crate::engine::wakeup::{Hub, WakeUpState};
 use crate::error::{Argument, Error};
 use crate::fence::MIN_FENCE_RETENTION;
+use crate::primitives::election::Election;
 use crate::primitives::fair::FairLock;
 use crate::primitives::mutex;
 use crate::primitives::rwlock::RwLock;
@@ -523,6 +524,26 @@ impl<C: Connection> Locker<C> {
     /// ```
     pub fn rw_lock(&self, key: impl AsRef<[u8]>) -> Result<RwLock<C>, Error> {
         Ok(RwLock::new(self.context.clone(), self.keys([key])?))
+    }
+
+    /// A leader election on `key` (with this locker's prefix): candidates campaign, one
+    /// leads at a time for a term; see [`Election`]. Works on every kind of locker.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`]: a bad key (as for [`acquire`](Locker::acquire)), or a
+    /// locker [`without_fences`](Locker::without_fences) — terms are fences.
+    ///
+    /// ```
+    /// # async fn demo(locker: redmutex::Locker<redis::aio::ConnectionManager>) -> Result<(), redmutex::Error> {
+    /// let election = locker.election("scheduler")?;
+    /// match election.leader().await? {
+    ///     Some(leader) => println!("{} leads", leader.value),
+    ///     None => println!("nobody leads"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn election(&self, key: impl AsRef<[u8]>) -> Result<Election<C>, Error> {
+        Election::new(self.context.clone(), self.keys([key])?)
     }
 
     /// Starts acquiring a lock on `key` for `ttl`; configure and `.await` the returned

@@ -451,3 +451,34 @@ async fn a_read_write_lock_works_on_the_cluster() {
         assert!(!locks[0].inspect().await.unwrap().held(), "{name}");
     }
 }
+
+/// An election on the cluster: one leader at a time, terms going up, observers told of the
+/// change over the cluster bus.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_election_works_on_the_cluster() {
+    use futures_util::StreamExt;
+    let cluster = RedisCluster::spawn();
+    let mut elections = Vec::new();
+    for node in 0..3 {
+        let client = redis::Client::open(cluster.urls()[node].as_str()).unwrap();
+        let locker = Locker::cluster(connect(&cluster).await)
+            .with_wake_up([client])
+            .unwrap();
+        elections.push(locker.election("{svc}:leader").unwrap());
+    }
+    let mut changes = Box::pin(elections[2].observe());
+    assert_eq!(changes.next().await.unwrap().unwrap(), None);
+    let first = elections[0].campaign("a").await.unwrap();
+    let second = elections[1].clone();
+    let second = tokio::spawn(async move { second.campaign("b").await });
+    tokio::time::sleep(ms(300)).await;
+    assert!(!second.is_finished());
+    let seen = changes.next().await.unwrap().unwrap().unwrap();
+    assert_eq!((seen.value.as_str(), seen.term), ("a", Some(first.term())));
+    let term = first.term();
+    first.resign().await.unwrap();
+    let second = second.await.unwrap().unwrap();
+    assert!(second.term() > term);
+    second.resign().await.unwrap();
+    assert!(elections[2].leader().await.unwrap().is_none());
+}

@@ -250,6 +250,33 @@ async fn the_minimal_acl_rule_is_enough_for_every_primitive() {
     let other = tokio::time::timeout(ms(900), waiting_reader).await.unwrap();
     other.unwrap().unwrap().release().await.unwrap();
     downgraded.keep_alive().unwrap().release().await.unwrap();
+
+    // An election: campaign, proclaim (its announcement on the observers' channel), the
+    // leader read and observed, resign.
+    let election = locker.election("{tagged}:leader").unwrap();
+    let mut changes = Box::pin(election.observe());
+    use futures_util::StreamExt;
+    assert_eq!(changes.next().await.unwrap().unwrap(), None);
+    let mut leadership = election.campaign("one").await.unwrap();
+    leadership.proclaim("two").await.unwrap();
+    let until = tokio::time::Instant::now() + ms(3_000);
+    loop {
+        let change = tokio::time::timeout(ms(3_000), changes.next())
+            .await
+            .unwrap();
+        if change
+            .unwrap()
+            .unwrap()
+            .is_some_and(|leader| leader.value == "two")
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "never saw the proclamation"
+        );
+    }
+    leadership.resign().await.unwrap();
 }
 
 /// A user without the rule's commands gets an error that says "no permission", not

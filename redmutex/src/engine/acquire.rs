@@ -70,6 +70,8 @@ pub struct Acquire<'a, C: Connection, P = Keys> {
     deadline: Option<Duration>,
     on_failed_try: Option<Observer<'a>>,
     min_hold: Option<Duration>,
+    /// A try that fails for any reason but "held" ends the acquire with that error.
+    fail_fast: bool,
 }
 
 impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
@@ -88,7 +90,16 @@ impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
             deadline: None,
             on_failed_try: None,
             min_hold: None,
+            fail_fast: false,
         }
+    }
+
+    /// Ends the acquire with the error of the first try that fails for any reason but
+    /// "held" (a connection lost, a timeout, no quorum), instead of retrying it: for a
+    /// waiter that must not outlive its connection (an election's candidate).
+    pub(crate) fn fail_fast(mut self) -> Self {
+        self.fail_fast = true;
+        self
     }
 
     /// Stores `metadata` with the token, readable by anyone through
@@ -207,6 +218,7 @@ impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
             observer: self.on_failed_try,
             armed: false,
             named: false,
+            fail_fast: self.fail_fast,
         };
         let obtained = tries.run().await?;
         let grant = Grant {
@@ -262,6 +274,8 @@ struct Tries<'r, 'a, C: Connection> {
     /// A try named the locker next in line: giving up (or being dropped) withdraws it,
     /// unless another waiter of the locker waits for the key.
     named: bool,
+    /// See [`Acquire::fail_fast`].
+    fail_fast: bool,
 }
 
 /// What a successful try obtained.
@@ -333,6 +347,10 @@ impl<C: Connection> Tries<'_, '_, C> {
                     let next = wake.map(|w| w - now);
                     self.tally.report(observer, (reason, keys), elapsed, next);
                 }
+            }
+            if self.fail_fast && !self.tally.found_held(reason) {
+                self.tally.forget_held();
+                return Err(self.give_up().await);
             }
             let Some(wake) = wake else {
                 return Err(self.give_up().await);

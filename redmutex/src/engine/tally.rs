@@ -71,6 +71,24 @@ impl Tally {
         Reason::Held(index)
     }
 
+    /// Whether a try that failed for `reason` found the claim held by others — on a quorum:
+    /// held on so many nodes that no quorum is left — rather than failing to ask.
+    pub(crate) fn found_held(&self, reason: Reason) -> bool {
+        match reason {
+            Reason::Held(_) => true,
+            Reason::NoQuorum => {
+                (self.last_quorum.as_ref()).is_some_and(|failure| failure.blocks(failure.held()))
+            }
+            Reason::Redis => false,
+        }
+    }
+
+    /// Forgets that a try found the claim held: the acquire ends with the last error
+    /// itself (see `Acquire::fail_fast`), not "not obtained".
+    pub(crate) fn forget_held(&mut self) {
+        self.saw_held = false;
+    }
+
     /// Counts a try that did not obtain: why, or the error that ends the acquire at once.
     pub(crate) fn record(&mut self, result: TryResult) -> Result<Reason, Error> {
         match result {

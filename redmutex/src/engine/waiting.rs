@@ -87,6 +87,14 @@ impl Waiting {
         }
     }
 
+    /// After a wake-up, says it looked (and will wait again): the turn is settled, so the
+    /// next announcement wakes it too. For waits that read rather than try.
+    pub(crate) fn looked(&mut self) {
+        if let Some(member) = self.member.as_mut() {
+            member.tried(Outcome::Held);
+        }
+    }
+
     /// Asks to be woken by an announcement on `channel`: the key found held (its release),
     /// or a queued waiter's own channel (its turn).
     pub(crate) fn join(&mut self, channel: Option<&[u8]>) {

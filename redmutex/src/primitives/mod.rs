@@ -2,6 +2,7 @@
 //! replies) and one Lua file beside it. Nothing in the engine or the backends changes to
 //! add one.
 
+pub(crate) mod election;
 pub(crate) mod fair;
 pub(crate) mod mutex;
 pub(crate) mod rwlock;

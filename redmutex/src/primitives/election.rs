@@ -1,0 +1,577 @@
+//! Leader election, after etcd's `concurrency.Election`: candidates campaign for one key;
+//! the leader holds it as a mutex does — its value is the lock's metadata, its term the
+//! lock's fence — kept alive by a lease; everyone can read the leader and observe changes,
+//! announced on a channel beside the key (`election.lua` has the one operation of its own).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::Stream;
+use redis::ScriptInvocation;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::args::{self, Keys};
+use crate::connection::Connection;
+use crate::engine::acquire::Acquire;
+use crate::engine::context::Context;
+use crate::engine::inspect::{KeyView, LockInfo};
+use crate::engine::lease::{KeepAlive, Lease};
+use crate::engine::lost::{LostReason, LostSignal};
+use crate::engine::waiting::Waiting;
+use crate::error::{Argument, Error};
+use crate::primitives::mutex;
+use crate::retry::{self, Jitter, RetryExt};
+use crate::scripts::{operations, Call, Claim, Conn, Node, Obtain, ObtainTry, Operations};
+use crate::token::Token;
+
+operations!(
+    "primitives/election.lua";
+    PROCLAIM = "proclaim",
+);
+
+/// How long a leader's lease lasts unless an election says otherwise
+/// ([`Election::with_ttl`]): 15 s, renewed every 5 s — client-go's lease duration.
+pub const DEFAULT_ELECTION_TTL: Duration = Duration::from_secs(15);
+
+/// What an announcement to observers says: wake all of a locker's observers.
+const EVERYONE: &str = "1000000";
+
+/// A leader election: candidates in every process [`campaign`](Election::campaign); one
+/// leads at a time, for a term, until it [resigns](Leadership::resign) or its lease is
+/// lost; anyone can read the [`leader`](Election::leader) and
+/// [`observe`](Election::observe) changes. Made by
+/// [`Locker::election`](crate::Locker::election); cheap to clone.
+///
+/// **How it is kept** (the guarantee itself is in `docs/SAFETY.md`): the leader holds the
+/// election's key as a lock, kept alive by a [`Lease`] (renewed every third of the TTL,
+/// with the loud lost signal); its value is the lock's metadata and its **term** the lock's
+/// fence, so terms only go up and a resource can refuse a deposed leader's writes. Every
+/// change of leader or value is announced beside the key, for observers, who also poll so
+/// that an expiry is noticed. Works on one node, Redlock (the term is the quorum's fence)
+/// and Redis Cluster. Needs fences (not [`Locker::without_fences`](crate::Locker::without_fences)).
+///
+/// ```
+/// # async fn demo(locker: redmutex::Locker<redis::aio::ConnectionManager>) -> Result<(), redmutex::Error> {
+/// let election = locker.election("scheduler")?;
+/// let leadership = election.campaign("host-7:8080").await?; // waits until this one leads
+/// println!("leading in term {}", leadership.term());
+/// let outcome = leadership.run(async {
+///     // ... schedule jobs; cancelled the moment the leadership is lost ...
+/// }).await;
+/// # let _ = outcome;
+/// # Ok(()) }
+/// ```
+pub struct Election<C: Connection> {
+    context: Arc<Context<C>>,
+    key: Keys,
+    ttl: Duration,
+}
+
+impl<C: Connection> Clone for Election<C> {
+    fn clone(&self) -> Self {
+        Election {
+            context: self.context.clone(),
+            key: self.key.clone(),
+            ttl: self.ttl,
+        }
+    }
+}
+
+impl<C: Connection> std::fmt::Debug for Election<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Election")
+            .field("key", &String::from_utf8_lossy(self.key()))
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The leader as anyone reads it ([`Election::leader`], [`Election::observe`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Leader {
+    /// The value it campaigned with, or proclaimed since.
+    pub value: String,
+    /// Its term: the fence it took when it won, above every earlier leader's. Redlock: the
+    /// highest over the nodes that answered.
+    pub term: Option<u64>,
+    /// How long its lease lasts unless renewed.
+    pub ttl: Option<Duration>,
+}
+
+impl Leader {
+    fn from_info(info: LockInfo) -> Option<Leader> {
+        (info.held && !info.foreign).then(|| Leader {
+            value: info.metadata.unwrap_or_default(),
+            term: info.fence,
+            ttl: info.ttl,
+        })
+    }
+
+    /// The same leader with the same value (the TTL aside, which runs down).
+    fn same(a: &Option<Leader>, b: &Option<Leader>) -> bool {
+        match (a, b) {
+            (None, None) => true,
+            (Some(a), Some(b)) => a.term == b.term && a.value == b.value,
+            _ => false,
+        }
+    }
+}
+
+impl<C: Connection> Election<C> {
+    pub(crate) fn new(context: Arc<Context<C>>, key: Keys) -> Result<Election<C>, Error> {
+        if !context.fences.enabled {
+            return Err(Error::invalid(
+                Argument::Fences,
+                "an election's terms are fences: use a locker with fences (not without_fences)",
+            ));
+        }
+        Ok(Election {
+            context,
+            key,
+            ttl: DEFAULT_ELECTION_TTL,
+        })
+    }
+
+    /// The leader's lease TTL ([`DEFAULT_ELECTION_TTL`] unless set): a leader that dies is
+    /// replaced within it; it renews every third of it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] ([`Argument::Ttl`]) for a TTL a lease could not keep
+    /// alive (as [`Lock::keep_alive`](crate::Lock::keep_alive) checks it).
+    pub fn with_ttl(mut self, ttl: Duration) -> Result<Self, Error> {
+        args::ttl_millis(ttl)?;
+        let quorum = self.context.backend.quorum_settings();
+        KeepAlive::new().check(ttl, quorum)?;
+        self.ttl = ttl;
+        Ok(self)
+    }
+
+    /// The leader's lease TTL.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The election's key as stored in Redis (with the locker's prefix).
+    pub fn key(&self) -> &[u8] {
+        self.key.get(0).expect("one key")
+    }
+
+    /// Waits until this candidate leads, then returns its [`Leadership`] (kept alive from
+    /// then on). Woken by the leader's release (with [wake-up](crate::Locker::with_wake_up)),
+    /// never later than the leader's expiry; polls otherwise, backing off from 10 ms to a
+    /// third of the TTL.
+    ///
+    /// A campaign never outlives its connection: the first try that fails for any reason
+    /// but "someone else leads" (a connection lost, a timeout, no quorum) ends it with that
+    /// error — retry the campaign if you want to; it never wins later without a live lease.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a value over
+    /// [`MAX_METADATA_LEN`](crate::MAX_METADATA_LEN), before any request;
+    /// [`Error::Redis`] / [`Error::NoQuorum`] as above.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a campaign dropped while it waits leaves nothing behind (an attempt
+    /// whose fate is unknown is released in the background, as for any acquire).
+    pub async fn campaign(&self, value: impl Into<String>) -> Result<Leadership<C>, Error> {
+        let value = value.into();
+        let key = Arc::new(ElectionKey::new(self.key.clone()));
+        let pauses = retry::exponential(Duration::from_millis(10), self.ttl / 3);
+        let lock = Acquire::new(self.context.clone(), Ok((key.clone(), key)), self.ttl)
+            .metadata(value.clone())
+            .with_fence()
+            .retry(pauses.jitter(Jitter::equal()))
+            .deadline(Duration::MAX)
+            .fail_fast()
+            .await?;
+        let term = lock.fence().await?;
+        Ok(Leadership {
+            lease: lock.keep_alive()?,
+            value,
+            term,
+        })
+    }
+
+    /// The current leader, if any, as anyone reads it.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] (one node) when Redis cannot be asked.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn leader(&self) -> Result<Option<Leader>, Error> {
+        let key = self.key();
+        let call = mutex::inspect_call(key);
+        let info = self
+            .context
+            .backend
+            .inspect(&KeyView { key }, &call)
+            .await?;
+        Ok(Leader::from_info(info))
+    }
+
+    /// The leader now, then one item per change — a new leader, a new value, no leader —
+    /// for as long as the stream is polled. Driven by the announcements of every change
+    /// (with [wake-up](crate::Locker::with_wake_up)); a leader's expiry, which nobody
+    /// announces, is noticed when it happens, and the leader is read again at least every
+    /// third of the election's TTL in any case. A read that fails yields the error, and the
+    /// stream goes on after the next pause.
+    ///
+    /// ```
+    /// # async fn demo(locker: redmutex::Locker<redis::aio::ConnectionManager>) -> Result<(), redmutex::Error> {
+    /// use futures_util::StreamExt;
+    /// let election = locker.election("scheduler")?;
+    /// let mut changes = Box::pin(election.observe());
+    /// while let Some(change) = changes.next().await {
+    ///     match change? {
+    ///         Some(leader) => println!("{} leads (term {:?})", leader.value, leader.term),
+    ///         None => println!("no leader"),
+    ///     }
+    /// #   break;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the stream unsubscribes (after a moment's linger).
+    pub fn observe(&self) -> impl Stream<Item = Result<Option<Leader>, Error>> + Send + 'static {
+        let mut waiting = Waiting::new(self.context.hub.clone(), false);
+        waiting.join(Some(&observers_channel(self.key())));
+        let observer = Observer {
+            election: self.clone(),
+            waiting,
+            last: None,
+            first: true,
+            pause_first: false,
+        };
+        futures_util::stream::unfold(observer, |mut observer| async move {
+            let item = observer.next_change().await;
+            Some((item, observer))
+        })
+    }
+}
+
+/// The state of one [`Election::observe`] stream.
+struct Observer<C: Connection> {
+    election: Election<C>,
+    waiting: Waiting,
+    last: Option<Leader>,
+    first: bool,
+    /// The last read failed: pause before the next.
+    pause_first: bool,
+}
+
+impl<C: Connection> Observer<C> {
+    async fn next_change(&mut self) -> Result<Option<Leader>, Error> {
+        loop {
+            let poll = Instant::now() + self.election.ttl / 3;
+            if std::mem::take(&mut self.pause_first) {
+                self.waiting.pause(poll).await;
+                self.waiting.looked();
+            }
+            let leader = match self.election.leader().await {
+                Ok(leader) => leader,
+                Err(e) => {
+                    self.pause_first = true;
+                    return Err(e);
+                }
+            };
+            if std::mem::take(&mut self.first) || !Leader::same(&self.last, &leader) {
+                self.last = leader.clone();
+                return Ok(leader);
+            }
+            // Unchanged: wait for an announcement, the leader's expiry, or the next poll.
+            let expiry = (leader.as_ref())
+                .and_then(|l| l.ttl)
+                .map(|ttl| Instant::now() + ttl + Duration::from_millis(1));
+            let wake = expiry.map_or(poll, |expiry| expiry.min(poll));
+            self.waiting.pause(wake).await;
+            self.waiting.looked();
+        }
+    }
+}
+
+/// The channel observers hear of changes on: the key and `:~e` (as `election.lua` names
+/// it).
+fn observers_channel(key: &[u8]) -> Vec<u8> {
+    [key, b":~e"].concat()
+}
+
+/// A leader's hold on an election: its term, its value, and the [`Lease`] that keeps it
+/// (renewed in the background; its lost signal says the leadership is over). Dropping it
+/// resigns in the background.
+#[must_use = "dropping a Leadership resigns it"]
+pub struct Leadership<C: Connection> {
+    lease: Lease<C, ElectionKey>,
+    value: String,
+    term: u64,
+}
+
+impl<C: Connection> std::fmt::Debug for Leadership<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leadership")
+            .field("term", &self.term)
+            .field("value", &self.value)
+            .field("lost", &self.lease.is_lost())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: Connection> Leadership<C> {
+    /// The term: the fence taken when this candidate won, above every earlier leader's —
+    /// pass it to resources that must refuse a deposed leader's writes.
+    pub fn term(&self) -> u64 {
+        self.term
+    }
+
+    /// The value it leads with (campaigned with, or proclaimed since).
+    pub fn value(&self) -> &str {
+        &self.value
+    }
+
+    /// Sets the leader's value for everyone to read, announced to observers; the lease's
+    /// TTL is kept (not extended).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a value over
+    /// [`MAX_METADATA_LEN`](crate::MAX_METADATA_LEN), before any request;
+    /// [`Error::NotHeld`] when this leadership is over (nothing changed);
+    /// [`Error::Redis`] / [`Error::NoQuorum`] when it could not be confirmed (the old or
+    /// the new value may stand).
+    ///
+    /// # Cancel safety
+    /// If cancelled, the new value may or may not have been set; [`value`](Self::value)
+    /// keeps the old one.
+    pub async fn proclaim(&mut self, value: impl Into<String>) -> Result<(), Error> {
+        let value = value.into();
+        args::check_metadata(&value)?;
+        let lock = self.lease.lock();
+        let via = Proclaim {
+            key: lock.what().clone(),
+            value: value.clone(),
+        };
+        let ttl_ms = args::ttl_millis(self.lease.lease_ttl())?;
+        let backend = &lock.context().backend;
+        let valid_until = Some(self.lease.valid_until());
+        backend
+            .refresh(&via, &lock.token(), ttl_ms, valid_until)
+            .await?;
+        self.value = value;
+        Ok(())
+    }
+
+    /// Gives up the leadership: releases the key (announced to observers, and waking the
+    /// next candidate).
+    ///
+    /// # Errors
+    /// As [`Lease::release`]: [`Error::NotHeld`] if the leadership had been lost.
+    ///
+    /// # Cancel safety
+    /// As [`Lease::release`].
+    pub async fn resign(self) -> Result<(), Error> {
+        self.lease.release().await
+    }
+
+    /// Waits until the leadership is lost, and says why (see [`Lease::lost`]).
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn lost(&self) -> LostReason {
+        self.lease.lost().await
+    }
+
+    /// Whether the leadership is lost (see [`Lease::is_lost`]).
+    pub fn is_lost(&self) -> bool {
+        self.lease.is_lost()
+    }
+
+    /// The lost signal, to hand to other tasks (see [`Lease::signal`]).
+    pub fn signal(&self) -> LostSignal {
+        self.lease.signal()
+    }
+
+    /// A token cancelled when the leadership is lost (see [`Lease::cancellation_token`]).
+    pub fn cancellation_token(&self) -> CancellationToken {
+        self.lease.cancellation_token()
+    }
+
+    /// Until when this leadership is valid at least, on this client's monotonic clock.
+    pub fn valid_until(&self) -> Instant {
+        self.lease.valid_until()
+    }
+
+    /// Runs `work` while leading: cancelled the moment the leadership is lost (`Err` with
+    /// the reason); resigns when it is done (see [`Lease::run`]).
+    ///
+    /// # Cancel safety
+    /// As [`Lease::run`].
+    pub async fn run<F: Future>(self, work: F) -> Result<F::Output, LostReason> {
+        self.lease.run(work).await
+    }
+
+    /// The lease that keeps the leadership.
+    pub fn into_lease(self) -> Lease<C, ElectionKey> {
+        self.lease
+    }
+}
+
+/// What a [`Leadership`]'s lease holds: the election's key, as its leader.
+#[derive(Debug, Clone)]
+pub struct ElectionKey {
+    keys: Keys,
+    channel: Vec<u8>,
+}
+
+impl ElectionKey {
+    fn new(keys: Keys) -> ElectionKey {
+        let channel = observers_channel(keys.get(0).expect("one key"));
+        ElectionKey { keys, channel }
+    }
+
+    /// The election's key, as stored in Redis.
+    pub fn key(&self) -> &[u8] {
+        self.keys.get(0).expect("one key")
+    }
+}
+
+/// Tells observers that something changed; a hint (they also poll), so a PUBLISH refused
+/// (an ACL user without the channel) or lost changes nothing.
+async fn announce(conn: Conn<'_>, channel: &[u8]) {
+    let publish = redis::cmd("PUBLISH").arg(channel).arg(EVERYONE).clone();
+    let _ = publish.query_async::<redis::Value>(&mut Node(conn)).await;
+}
+
+/// The mutex's claim on the key, with every change announced to observers: a win, and a
+/// release (a resignation, or a dropped leadership).
+impl Claim for ElectionKey {
+    fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    fn script_keys(&self, fenced: bool, add: &mut dyn FnMut(&[u8])) {
+        self.keys.script_keys(fenced, add);
+    }
+
+    fn operations(&self) -> &'static Operations {
+        self.keys.operations()
+    }
+
+    /// The mutex's try; a candidate never names its locker next in line (a key handed to
+    /// a locker for a moment would read as a leader without a value).
+    fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {
+        let request = ObtainTry {
+            locker: None,
+            ..request
+        };
+        Box::pin(async move {
+            let obtained = self.keys.obtain(&mut *conn, request).await?;
+            if matches!(obtained, Obtain::Obtained { .. }) {
+                announce(conn, &self.channel).await;
+            }
+            Ok(obtained)
+        })
+    }
+
+    fn add_renewal(&self, call: &mut ScriptInvocation<'static>, token: &Token, ttl_ms: u64) {
+        self.keys.add_renewal(call, token, ttl_ms);
+    }
+
+    fn release<'a>(&'a self, conn: Conn<'a>, token: &'a Token, keep_ms: u64) -> Call<'a, bool> {
+        Box::pin(async move {
+            let held = self.keys.release(&mut *conn, token, keep_ms).await?;
+            announce(conn, &self.channel).await;
+            Ok(held)
+        })
+    }
+
+    fn release_unattended<'a>(
+        &'a self,
+        conn: Conn<'a>,
+        token: &'a Token,
+        keep_ms: u64,
+    ) -> Call<'a, ()> {
+        Box::pin(async move {
+            (self.keys)
+                .release_unattended(&mut *conn, token, keep_ms)
+                .await?;
+            announce(conn, &self.channel).await;
+            Ok(())
+        })
+    }
+}
+
+/// A leader setting its value, driven as a refresh (owner-checked, on a quorum, within
+/// the validity): the election's claim whose refresh is the proclamation.
+struct Proclaim {
+    key: ElectionKey,
+    value: String,
+}
+
+impl Claim for Proclaim {
+    fn keys(&self) -> &Keys {
+        self.key.keys()
+    }
+
+    fn script_keys(&self, fenced: bool, add: &mut dyn FnMut(&[u8])) {
+        self.key.script_keys(fenced, add);
+    }
+
+    fn operations(&self) -> &'static Operations {
+        self.key.operations()
+    }
+
+    fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {
+        self.key.obtain(conn, request)
+    }
+
+    fn add_renewal(&self, call: &mut ScriptInvocation<'static>, token: &Token, ttl_ms: u64) {
+        self.key.add_renewal(call, token, ttl_ms);
+    }
+
+    /// The proclamation: the TTL is kept, so `_ttl_ms` goes unused.
+    fn refresh<'a>(&'a self, conn: Conn<'a>, token: &'a Token, _ttl_ms: u64) -> Call<'a, bool> {
+        let mut call = PROCLAIM.script().prepare_invoke();
+        call.key(self.key.key())
+            .arg(token.as_bytes())
+            .arg(self.value.as_bytes())
+            .arg(EVERYONE);
+        Box::pin(async move {
+            let set: i64 = call.invoke_async(&mut Node(conn)).await?;
+            Ok(set == 1)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn observers_hear_on_a_channel_beside_the_key() {
+        assert_eq!(observers_channel(b"app:sched"), b"app:sched:~e".to_vec());
+    }
+
+    #[test]
+    fn a_change_is_a_new_term_or_value_not_a_shorter_ttl() {
+        let leader = |term, value: &str, ttl| {
+            Some(Leader {
+                value: value.into(),
+                term: Some(term),
+                ttl: Some(Duration::from_millis(ttl)),
+            })
+        };
+        assert!(Leader::same(&leader(3, "a", 900), &leader(3, "a", 100)));
+        assert!(!Leader::same(&leader(3, "a", 900), &leader(4, "a", 900)));
+        assert!(!Leader::same(&leader(3, "a", 900), &leader(3, "b", 900)));
+        assert!(!Leader::same(&leader(3, "a", 900), &None));
+        assert!(Leader::same(&None, &None));
+    }
+
+    #[test]
+    fn the_proclamation_has_its_section() {
+        assert!(PROCLAIM.source().contains("local function owned("));
+    }
+}

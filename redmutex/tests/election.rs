@@ -1,0 +1,287 @@
+//! Leader election against real servers: one leader at a time among candidates of separate
+//! lockers, terms that only go up, proclaim, resign, leader(), observe() driven by
+//! announcements and noticing an expiry; a leader cut off loses its leadership loudly and
+//! is replaced; a campaign ends at once when its connection dies; Redlock; bad input.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{ms, multiplexed, Raw};
+use futures_util::StreamExt;
+use redis::aio::MultiplexedConnection;
+use redmutex::{Argument, Election, Error, Leader, Locker};
+use testkit::{Proxy, RedisServer};
+use tokio::time::{timeout, Instant};
+
+/// A candidate of its own (as another process would be), with wake-up, on `url`.
+async fn candidate(url: &str, ttl: Duration) -> Election<MultiplexedConnection> {
+    let client = redis::Client::open(url).unwrap();
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(Some(ms(300)));
+    let conn = (client.get_multiplexed_async_connection_with_config(&config))
+        .await
+        .unwrap();
+    Locker::new(conn)
+        .with_wake_up([client])
+        .unwrap()
+        .election("leader")
+        .unwrap()
+        .with_ttl(ttl)
+        .unwrap()
+}
+
+fn blamed(error: &Error) -> Option<Argument> {
+    match error {
+        Error::InvalidArgument(invalid) => Some(invalid.argument),
+        _ => None,
+    }
+}
+
+/// Takes the next item of an observer within `within`.
+async fn next_change<S>(changes: &mut S, within: Duration) -> Option<Leader>
+where
+    S: futures_util::Stream<Item = Result<Option<Leader>, Error>> + Unpin,
+{
+    let item = timeout(within, changes.next()).await;
+    item.expect("no change observed in time").unwrap().unwrap()
+}
+
+/// Three candidates: one leads; the others wait; each resignation hands over to the next,
+/// with a higher term; observers see each change at once (they poll only every 10 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_leader_at_a_time_with_rising_terms_and_observers_told_at_once() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let ttl = ms(30_000);
+    let watcher = candidate(&server.url(), ttl).await;
+    let mut changes = Box::pin(watcher.observe());
+    assert_eq!(next_change(&mut changes, ms(2_000)).await, None);
+    let first = candidate(&server.url(), ttl)
+        .await
+        .campaign("a")
+        .await
+        .unwrap();
+    let seen = next_change(&mut changes, ms(1_500)).await.unwrap();
+    assert_eq!((seen.value.as_str(), seen.term), ("a", Some(first.term())));
+    let waiting: Vec<_> = ["b", "c"]
+        .into_iter()
+        .map(|value| {
+            let url = server.url();
+            tokio::spawn(async move { candidate(&url, ttl).await.campaign(value).await })
+        })
+        .collect();
+    tokio::time::sleep(ms(300)).await;
+    assert!(waiting.iter().all(|w| !w.is_finished()), "a second leader");
+    let leader = watcher.leader().await.unwrap().unwrap();
+    assert_eq!(leader.value, "a");
+    assert!(leader.ttl.unwrap() > ms(20_000));
+
+    let mut term = first.term();
+    first.resign().await.unwrap();
+    let mut values = Vec::new();
+    let mut waiting = waiting;
+    for _ in 0..2 {
+        // Whoever won next is seen by the observer, possibly after a moment with none.
+        let mut seen = next_change(&mut changes, ms(1_500)).await;
+        if seen.is_none() {
+            seen = next_change(&mut changes, ms(1_500)).await;
+        }
+        let seen = seen.expect("a new leader");
+        assert!(seen.term.unwrap() > term, "terms go up");
+        term = seen.term.unwrap();
+        let index = loop {
+            if let Some(i) = waiting.iter().position(|w| w.is_finished()) {
+                break i;
+            }
+            tokio::time::sleep(ms(5)).await;
+        };
+        let leadership = waiting.remove(index).await.unwrap().unwrap();
+        assert_eq!(leadership.term(), term);
+        assert_eq!(leadership.value(), seen.value);
+        values.push(seen.value.clone());
+        leadership.resign().await.unwrap();
+    }
+    values.sort();
+    assert_eq!(values, ["b", "c"]);
+    assert_eq!(next_change(&mut changes, ms(1_500)).await, None);
+    assert_eq!(raw.dbsize().await, 0);
+}
+
+/// A leader proclaims a new value: everyone reads it at once, the TTL is not extended; a
+/// deposed leader's proclamation is refused and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proclaim_sets_the_value_keeps_the_ttl_and_is_refused_once_deposed() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let election = candidate(&server.url(), ms(30_000)).await;
+    let mut changes = Box::pin(election.observe());
+    assert_eq!(next_change(&mut changes, ms(2_000)).await, None);
+    let mut leadership = election.campaign("v1").await.unwrap();
+    assert_eq!(
+        next_change(&mut changes, ms(1_500)).await.unwrap().value,
+        "v1"
+    );
+    let _: () = raw
+        .run(redis::cmd("PEXPIRE").arg("leader").arg(20_000))
+        .await;
+    leadership.proclaim("v2").await.unwrap();
+    assert_eq!(leadership.value(), "v2");
+    let seen = next_change(&mut changes, ms(1_500)).await.unwrap();
+    assert_eq!(
+        (seen.value.as_str(), seen.term),
+        ("v2", Some(leadership.term()))
+    );
+    assert!(
+        raw.pttl("leader").await <= 20_000,
+        "proclaim extended the TTL"
+    );
+    let too_long = "x".repeat(redmutex::MAX_METADATA_LEN + 1);
+    let refused = leadership.proclaim(too_long).await.unwrap_err();
+    assert_eq!(blamed(&refused), Some(Argument::Metadata));
+    // Deposed (its key deleted, another leader in): refused, nothing changed.
+    let _: () = raw.run(redis::cmd("DEL").arg("leader")).await;
+    let other = candidate(&server.url(), ms(30_000))
+        .await
+        .campaign("other")
+        .await
+        .unwrap();
+    let deposed = leadership.proclaim("v3").await.unwrap_err();
+    assert!(deposed.is_not_held(), "{deposed}");
+    assert_eq!(election.leader().await.unwrap().unwrap().value, "other");
+    assert!(other.term() > leadership.term());
+    other.resign().await.unwrap();
+    drop(leadership);
+    tokio::time::sleep(ms(100)).await;
+    assert_eq!(raw.dbsize().await, 0);
+}
+
+/// A leader cut off from Redis is told it lost the leadership before its lease runs out;
+/// its key expires, which the observer notices with nobody announcing it, and a waiting
+/// candidate takes over with a higher term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_loses_loudly_and_is_replaced_after_its_ttl() {
+    let server = RedisServer::spawn();
+    let proxy = Proxy::start(server.addr());
+    let ttl = ms(900);
+    let cut_off = candidate(&proxy.url(), ttl).await;
+    let leadership = cut_off.campaign("doomed").await.unwrap();
+    let observer = candidate(&server.url(), ms(30_000)).await;
+    let mut changes = Box::pin(observer.observe());
+    assert_eq!(
+        next_change(&mut changes, ms(2_000)).await.unwrap().value,
+        "doomed"
+    );
+    let next_candidate = candidate(&server.url(), ttl).await;
+    let next = tokio::spawn(async move { next_candidate.campaign("next").await });
+    proxy.blackhole(true);
+    let valid_until = leadership.valid_until();
+    let reason = timeout(ms(3_000), leadership.lost()).await.unwrap();
+    assert!(Instant::now() <= valid_until + ms(50), "{reason}");
+    // The observer's poll is 10 s: the expiry itself wakes it.
+    let started = Instant::now();
+    let mut seen = next_change(&mut changes, ms(3_000)).await;
+    if seen.is_none() {
+        seen = next_change(&mut changes, ms(3_000)).await;
+    }
+    assert!(started.elapsed() < ms(3_000));
+    let seen = seen.expect("the next leader");
+    let next = next.await.unwrap().unwrap();
+    assert_eq!(seen.value, "next");
+    assert!(next.term() > leadership.term());
+    proxy.blackhole(false);
+    next.resign().await.unwrap();
+}
+
+/// A campaign never outlives its connection: when the server goes away while it waits,
+/// the campaign ends with the error at once instead of retrying into a later win.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_ends_at_once_when_its_connection_dies() {
+    let server = RedisServer::spawn();
+    let proxy = Proxy::start(server.addr());
+    let leader = candidate(&server.url(), ms(30_000))
+        .await
+        .campaign("a")
+        .await
+        .unwrap();
+    let waiting = candidate(&proxy.url(), ms(30_000)).await;
+    let campaign = tokio::spawn(async move { waiting.campaign("b").await });
+    tokio::time::sleep(ms(300)).await;
+    assert!(!campaign.is_finished());
+    proxy.refuse(true);
+    proxy.cut();
+    let ended = timeout(ms(5_000), campaign)
+        .await
+        .expect("still campaigning");
+    let error = ended.unwrap().unwrap_err();
+    assert!(!error.is_not_obtained(), "{error}");
+    assert!(matches!(error, Error::Redis(_)), "{error}");
+    leader.resign().await.unwrap();
+}
+
+/// Over Redlock: one leader, terms from the quorum's fences, a resignation hands over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_election_over_redlock() {
+    let servers = RedisServer::spawn_many(3);
+    let locker = |_: usize| async {
+        let mut conns = Vec::new();
+        for server in &servers {
+            conns.push(multiplexed(server).await);
+        }
+        let clients = servers
+            .iter()
+            .map(|s| redis::Client::open(s.url()).unwrap());
+        Locker::redlock(conns)
+            .unwrap()
+            .with_wake_up(clients)
+            .unwrap()
+            .election("leader")
+            .unwrap()
+    };
+    let a = locker(0).await.campaign("a").await.unwrap();
+    let b = locker(1).await;
+    let b = tokio::spawn(async move { b.campaign("b").await });
+    tokio::time::sleep(ms(300)).await;
+    assert!(!b.is_finished());
+    let observer = locker(2).await;
+    assert_eq!(observer.leader().await.unwrap().unwrap().value, "a");
+    servers[2].kill();
+    let term = a.term();
+    a.resign().await.unwrap();
+    let b = timeout(ms(5_000), b).await.unwrap().unwrap().unwrap();
+    assert!(b.term() > term);
+    assert_eq!(observer.leader().await.unwrap().unwrap().value, "b");
+    b.resign().await.unwrap();
+    assert!(observer.leader().await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_before_any_request() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let locker = Locker::new(multiplexed(&server).await);
+    assert_eq!(
+        blamed(&locker.election("").unwrap_err()),
+        Some(Argument::Key)
+    );
+    assert_eq!(
+        blamed(&locker.election("{x}:fence").unwrap_err()),
+        Some(Argument::Key)
+    );
+    let unfenced = Locker::new(multiplexed(&server).await).without_fences();
+    assert_eq!(
+        blamed(&unfenced.election("e").unwrap_err()),
+        Some(Argument::Fences)
+    );
+    let election = locker.election("e").unwrap();
+    assert_eq!(
+        blamed(&election.clone().with_ttl(Duration::ZERO).unwrap_err()),
+        Some(Argument::Ttl)
+    );
+    let too_long = "x".repeat(redmutex::MAX_METADATA_LEN + 1);
+    let refused = election.campaign(too_long).await.unwrap_err();
+    assert_eq!(blamed(&refused), Some(Argument::Metadata));
+    assert_eq!(raw.dbsize().await, 0);
+    // A key holding something else: no leader, and a campaign is refused.
+    raw.set("e", "not a redmutex value").await;
+    assert!(election.leader().await.unwrap().is_none());
+}
