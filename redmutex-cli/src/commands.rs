@@ -312,7 +312,7 @@ fn not_held_or(e: &Error, urls: &[String]) -> Failure {
 /// `text` safe for a terminal and for line-based readers: control characters (a newline
 /// that would fake a line of its own, escape sequences) are written `\n`, `\r`, `\t` or
 /// `\u{1b}`, and `\` as `\\`, so every escaped text reads back unambiguously.
-fn printable(text: &str) -> String {
+pub fn printable(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -328,7 +328,7 @@ fn printable(text: &str) -> String {
 }
 
 /// A JSON string literal.
-fn json_string(text: &str) -> String {
+pub fn json_string(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 2);
     out.push('"');
     for c in text.chars() {

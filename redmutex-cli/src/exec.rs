@@ -8,6 +8,7 @@
 //! it would without redmutex; SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to redmutex itself
 //! are forwarded to the command's group.
 
+use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, RawFd};
@@ -30,29 +31,49 @@ pub async fn run<C: Connection>(
 ) -> Result<u8, Failure> {
     let program = args.command[0].to_string_lossy().into_owned();
     let fenced = locker.fences();
+    let job = Job::of(&args);
     let failed = |e: redmutex::Error| Failure::from_lock_error(&e, urls);
     if args.lock.fair {
         let acquire =
             (args.lock.acquire_fair(locker, &args.keys, &program, fenced)).map_err(failed)?;
         let lease = take_lease(acquire, &args, urls).await?;
-        return hold(lease, &args, &program).await;
+        return hold(lease, &job, &program).await;
     }
     if args.sharing.shared || args.sharing.exclusive {
         let rw = (args.lock.acquire_rw(locker, &args.keys, &program, fenced)).map_err(failed)?;
         return match args.sharing.shared {
-            true => hold(take_lease(rw.read, &args, urls).await?, &args, &program).await,
-            false => hold(take_lease(rw.write, &args, urls).await?, &args, &program).await,
+            true => hold(take_lease(rw.read, &args, urls).await?, &job, &program).await,
+            false => hold(take_lease(rw.write, &args, urls).await?, &job, &program).await,
         };
     }
     let acquire = args.lock.acquire(locker, &args.keys, &program, fenced);
     let lease = take_lease(acquire, &args, urls).await?;
-    hold(lease, &args, &program).await
+    hold(lease, &job, &program).await
 }
 
-/// Runs the command while `lease` is held; stops it if the lease is lost.
-async fn hold<C: Connection, P>(
+/// What to run under a lease: the command, the keys it is told of, and its grace between
+/// SIGTERM and SIGKILL after a loss.
+pub struct Job<'a> {
+    pub keys: &'a [String],
+    pub command: &'a [OsString],
+    pub grace: Duration,
+}
+
+impl<'a> Job<'a> {
+    fn of(args: &'a ExecArgs) -> Job<'a> {
+        Job {
+            keys: &args.keys,
+            command: &args.command,
+            grace: args.grace,
+        }
+    }
+}
+
+/// Runs the command while `lease` is held; stops it if the lease is lost (exit
+/// [`exit::LOST`]).
+pub async fn hold<C: Connection, P>(
     lease: Lease<C, P>,
-    args: &ExecArgs,
+    args: &Job<'_>,
     program: &str,
 ) -> Result<u8, Failure> {
     // From here on, these signals are forwarded to the command instead of ending redmutex.
@@ -155,14 +176,14 @@ async fn take_lease<C: Connection, P: Send + Sync>(
 /// Starts the command in a process group of its own (the terminal's foreground group if
 /// redmutex has the terminal), with the lock's details in its environment.
 fn spawn_command<C: Connection, P>(
-    args: &ExecArgs,
+    args: &Job<'_>,
     lease: &Lease<C, P>,
     terminal: Option<&Terminal>,
 ) -> io::Result<tokio::process::Child> {
     let mut command = tokio::process::Command::new(&args.command[0]);
     command
         .args(&args.command[1..])
-        .env("REDMUTEX_KEYS", encode_keys(&args.keys))
+        .env("REDMUTEX_KEYS", encode_keys(args.keys))
         .env("REDMUTEX_TOKEN", lease.token().as_str())
         .env("REDMUTEX_TTL_MS", lease.lease_ttl().as_millis().to_string());
     // The fence to pass on with every write the command makes to fenced storage.
@@ -270,7 +291,7 @@ async fn stop_after_loss(
 }
 
 /// A line on stderr that can never fail redmutex (a closed or broken stderr is ignored).
-fn say(message: &str) {
+pub fn say(message: &str) {
     let _ = writeln!(io::stderr(), "redmutex: {message}");
 }
 

@@ -8,6 +8,7 @@
 mod commands;
 mod demo;
 mod duration;
+mod elect;
 mod exec;
 mod exit;
 mod guard;
@@ -92,6 +93,13 @@ enum Command {
     /// Wait until a key is free — released, or expired — without taking it: exit 0 once it
     /// is free, 75 when --timeout passes first.
     Wait(WaitArgs),
+    /// Run a command while this process leads an election; stop it if the leadership is
+    /// lost (and campaign again with --again). The command gets its term in
+    /// REDMUTEX_FENCE.
+    Elect(ElectArgs),
+    /// Print an election's leader (value, term, TTL) or `none`; with --watch, one line per
+    /// change.
+    Leader(LeaderArgs),
     /// Check that the server(s) can hold locks safely: eviction policy (exit 1 unless
     /// noeviction), persistence, appendfsync, role, version, cluster state, permissions.
     Doctor(DoctorArgs),
@@ -166,6 +174,50 @@ struct ExecArgs {
     /// The command to run, after `--`.
     #[arg(value_name = "COMMAND", last = true, required = true, num_args = 1..)]
     command: Vec<OsString>,
+}
+
+#[derive(Args, Debug)]
+struct ElectArgs {
+    /// The leader's lease TTL: a leader that dies is replaced within it; renewed every
+    /// third of it.
+    #[arg(long, value_name = "DUR", default_value = "15s", value_parser = duration::parse)]
+    ttl: Duration,
+
+    /// The value this process leads with, for `redmutex leader` (default: host, pid and
+    /// command).
+    #[arg(long, value_name = "TEXT")]
+    value: Option<String>,
+
+    /// After the leadership is lost (and the command stopped), campaign again.
+    #[arg(long)]
+    again: bool,
+
+    /// After a lost leadership, how long the command has between SIGTERM and SIGKILL.
+    #[arg(long, value_name = "DUR", default_value = "5s", value_parser = duration::parse)]
+    grace: Duration,
+
+    /// The election's key.
+    #[arg(value_name = "KEY")]
+    key: String,
+
+    /// The command to run while leading, after `--`.
+    #[arg(value_name = "COMMAND", last = true, required = true, num_args = 1..)]
+    command: Vec<OsString>,
+}
+
+#[derive(Args, Debug)]
+struct LeaderArgs {
+    /// The election's key.
+    #[arg(value_name = "KEY")]
+    key: String,
+
+    /// Keep printing: one line per change of leader or value, until interrupted.
+    #[arg(long)]
+    watch: bool,
+
+    /// One JSON object per line: key, leader (its value, or null), term, ttl_ms.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -295,6 +347,8 @@ async fn run_command(cli: Cli, urls: &[String], access: &target::Access) -> Resu
     }
     match cli.command {
         Command::Exec(args) => exec::run(&locker, args, urls).await,
+        Command::Elect(args) => elect::elect(&locker, args, urls).await,
+        Command::Leader(args) => elect::leader(&locker, args, urls).await,
         Command::Acquire(args) => commands::acquire(&locker, args, urls).await,
         Command::Release(args) => commands::release(&locker, args, urls).await,
         Command::Refresh(args) => commands::refresh(&locker, args, urls).await,
@@ -325,6 +379,12 @@ fn check_arguments(command: &Command, prefix: &str, urls: &[String]) -> Result<(
                 ));
             }
         }
+        Command::Elect(args) => {
+            let redlock = (urls.len() > 1).then(QuorumSettings::default);
+            KeepAlive::new()
+                .check(args.ttl, redlock.as_ref())
+                .map_err(|e| Failure::usage(e.to_string()))?;
+        }
         Command::Acquire(args) => {
             args.lock.check_fair(&args.keys, urls)?;
             commands::check_token_can_be_handed_over()?
@@ -345,6 +405,8 @@ fn check_sizes(command: &Command, prefix: &str) -> Result<(), Failure> {
         Command::Refresh(a) => (&a.keys, None),
         Command::Inspect(a) => (std::slice::from_ref(&a.key), None),
         Command::Wait(a) => (std::slice::from_ref(&a.key), None),
+        Command::Elect(a) => (std::slice::from_ref(&a.key), a.value.as_ref()),
+        Command::Leader(a) => (std::slice::from_ref(&a.key), None),
         Command::Demo(_) | Command::Doctor(_) => return Ok(()),
     };
     let usage = |e: redmutex::Error| Failure::usage(e.to_string());
@@ -476,7 +538,7 @@ impl LockArgs {
 }
 
 /// `host=web-3 pid=4121 cmd=backup.sh`: who holds the lock, for `inspect`.
-fn default_metadata(what: &str) -> String {
+pub fn default_metadata(what: &str) -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .or_else(|_| std::fs::read_to_string("/etc/hostname"))
         .map(|h| h.trim().to_owned())

@@ -1553,3 +1553,128 @@ fn shared_execs_run_together_and_exclusive_ones_alone() {
         assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
     }
 }
+
+/// `elect` runs its command only while leading: a second `elect` waits, and runs once the
+/// first command is done (its leadership resigned); `leader` prints who leads (text and
+/// JSON), `leader --watch` a line per change; with `--again`, a lost leadership stops the
+/// command and campaigns anew.
+#[test]
+fn elect_runs_the_command_while_leading_and_leader_shows_who() {
+    let server = RedisServer::spawn();
+    let dir = scratch("elect");
+    let out = run(redmutex(&server).args(["leader", "svc"]));
+    assert_eq!(
+        (code(&out), stdout(&out).trim()),
+        (0, "none"),
+        "{}",
+        stderr(&out)
+    );
+    let mut watch = redmutex(&server)
+        .args(["leader", "--watch", "svc"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let release = dir.join("release");
+    let lead = |name: &str| {
+        format!(
+            "echo \"$REDMUTEX_FENCE\" > {}; while [ ! -e {} ]; do sleep 0.02; done",
+            dir.join(name).display(),
+            release.display()
+        )
+    };
+    let mut first = redmutex(&server)
+        .args([
+            "elect",
+            "--value",
+            "first",
+            "svc",
+            "--",
+            "sh",
+            "-c",
+            &lead("a"),
+        ])
+        .spawn()
+        .unwrap();
+    let term_a: u64 = wait_for_file(&dir.join("a"), Duration::from_secs(10))
+        .trim()
+        .parse()
+        .unwrap();
+    let out = run(redmutex(&server).args(["leader", "--json", "svc"]));
+    assert!(
+        stdout(&out).starts_with(&format!(
+            "{{\"key\":\"svc\",\"leader\":\"first\",\"term\":{term_a},\"ttl_ms\":"
+        )),
+        "{}",
+        stdout(&out)
+    );
+    let mut second = redmutex(&server)
+        .args([
+            "elect",
+            "--value",
+            "second",
+            "svc",
+            "--",
+            "sh",
+            "-c",
+            &lead("b"),
+        ])
+        .spawn()
+        .unwrap();
+    thread::sleep(ms(500));
+    assert!(!dir.join("b").exists(), "two leaders");
+    std::fs::write(&release, "").unwrap();
+    assert!(wait_child(&mut first, Duration::from_secs(10)).success());
+    let term_b: u64 = wait_for_file(&dir.join("b"), Duration::from_secs(10))
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(term_b > term_a);
+    assert!(wait_child(&mut second, Duration::from_secs(10)).success());
+    let out = run(redmutex(&server).args(["leader", "svc"]));
+    assert_eq!(stdout(&out).trim(), "none");
+    thread::sleep(ms(300));
+    watch.kill().unwrap();
+    let seen = String::from_utf8(watch.wait_with_output().unwrap().stdout).unwrap();
+    let lines: Vec<&str> = seen.lines().collect();
+    assert_eq!(lines.first(), Some(&"none"), "{seen}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with(&format!("first term {term_a} "))),
+        "{seen}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with(&format!("second term {term_b} "))),
+        "{seen}"
+    );
+    assert_eq!(lines.last(), Some(&"none"), "{seen}");
+
+    // --again: the key deleted under the leader (its leadership lost) stops the command,
+    // and the next campaign runs it again.
+    let log = dir.join("runs");
+    let mut again = redmutex(&server)
+        .args([
+            "elect", "--again", "--ttl", "900ms", "--grace", "1s", "svc", "--",
+        ])
+        .args(["sh", "-c"])
+        .arg(format!("echo run >> {}; sleep 30", log.display()))
+        .spawn()
+        .unwrap();
+    wait_for_file(&log, Duration::from_secs(10));
+    server.command(&["DEL", "svc"]);
+    let until = Instant::now() + Duration::from_secs(10);
+    while std::fs::read_to_string(&log).unwrap().lines().count() < 2 {
+        assert!(Instant::now() < until, "not run again after the loss");
+        thread::sleep(ms(20));
+    }
+    unsafe {
+        libc::kill(again.id() as i32, libc::SIGTERM);
+    }
+    let status = wait_child(&mut again, Duration::from_secs(10));
+    assert!(!status.success());
+    assert!(!exists(&server, "svc"));
+    let out = run(redmutex(&server).args(["elect", "--ttl", "1ms", "svc", "--", "true"]));
+    assert_eq!(code(&out), 64, "{}", stderr(&out));
+}

@@ -1,0 +1,92 @@
+//! `redmutex elect` (run a command while this process leads) and `redmutex leader` (who
+//! leads, once or as it changes).
+
+use futures_util::StreamExt;
+use redmutex::{Connection, Leader, Locker};
+
+use crate::exec::{self, Job};
+use crate::exit::{self, Failure};
+use crate::output::outln;
+use crate::{ElectArgs, LeaderArgs};
+
+/// Campaigns; while leading, runs the command (told its term in `REDMUTEX_FENCE`); stops it
+/// when the leadership is lost — and with `--again` campaigns once more. Ends with the
+/// command's status when it exits while leading.
+pub async fn elect<C: Connection>(
+    locker: &Locker<C>,
+    args: ElectArgs,
+    urls: &[String],
+) -> Result<u8, Failure> {
+    let program = args.command[0].to_string_lossy().into_owned();
+    let value = args
+        .value
+        .clone()
+        .unwrap_or_else(|| crate::default_metadata(&program));
+    let failed = |e: redmutex::Error| Failure::from_lock_error(&e, urls);
+    let election = (locker.election(&args.key))
+        .and_then(|e| e.with_ttl(args.ttl))
+        .map_err(failed)?;
+    let keys = [args.key.clone()];
+    let job = Job {
+        keys: &keys,
+        command: &args.command,
+        grace: args.grace,
+    };
+    loop {
+        let leadership = election.campaign(value.as_str()).await.map_err(failed)?;
+        exec::say(&format!("leading in term {}", leadership.term()));
+        match exec::hold(leadership.into_lease(), &job, &program).await {
+            Err(failure) if args.again && failure.code == exit::LOST => {
+                exec::say(&format!("{}; campaigning again", failure.message));
+            }
+            result => return result,
+        }
+    }
+}
+
+/// Prints the leader (value, term, TTL) or that there is none; with `--watch`, one line
+/// per change until interrupted.
+pub async fn leader<C: Connection>(
+    locker: &Locker<C>,
+    args: LeaderArgs,
+    urls: &[String],
+) -> Result<u8, Failure> {
+    let failed = |e: redmutex::Error| Failure::from_lock_error(&e, urls);
+    let election = locker.election(&args.key).map_err(failed)?;
+    if !args.watch {
+        let leader = election.leader().await.map_err(failed)?;
+        outln!("{}", line(&args, leader.as_ref()))?;
+        return Ok(0);
+    }
+    let mut changes = Box::pin(election.observe());
+    while let Some(change) = changes.next().await {
+        match change {
+            Ok(leader) => outln!("{}", line(&args, leader.as_ref()))?,
+            // A read that failed: said on stderr; the watch goes on.
+            Err(e) => exec::say(&format!("warning: {}", failed(e).message)),
+        }
+    }
+    Ok(0)
+}
+
+/// One line for `leader`: `VALUE term N ttl Xms`, or `none`; with `--json` an object.
+fn line(args: &LeaderArgs, leader: Option<&Leader>) -> String {
+    let key = crate::commands::json_string(&args.key);
+    match (args.json, leader) {
+        (true, None) => format!("{{\"key\":{key},\"leader\":null}}"),
+        (true, Some(l)) => format!(
+            "{{\"key\":{key},\"leader\":{},\"term\":{},\"ttl_ms\":{}}}",
+            crate::commands::json_string(&l.value),
+            l.term.map_or("null".into(), |t| t.to_string()),
+            l.ttl.map_or("null".into(), |t| t.as_millis().to_string())
+        ),
+        (false, None) => "none".to_owned(),
+        (false, Some(l)) => format!(
+            "{} term {} ttl {}",
+            crate::commands::printable(&l.value),
+            l.term.map_or("?".into(), |t| t.to_string()),
+            l.ttl
+                .map_or("none".into(), |t| format!("{}ms", t.as_millis()))
+        ),
+    }
+}
