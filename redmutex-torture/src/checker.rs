@@ -12,7 +12,7 @@ pub struct Verdict {
     /// Critical sections recorded.
     pub sections: usize,
     /// Sections by holder kind, in the order of [`Holder::ALL`].
-    pub by_holder: [usize; 8],
+    pub by_holder: [usize; 10],
     /// Leases told "lost" (or found past their validity) before their holder acted.
     pub lost: usize,
     /// Careful holders that found their validity over before acting.
@@ -40,6 +40,9 @@ pub struct Verdict {
     /// Acquisitions of a key after a periodic holder released it and before its validity
     /// ended — within its minimum hold. Must be zero.
     pub min_hold_violations: usize,
+    /// Waits for a key to be free that answered "free" while held sections of the key
+    /// covered the whole wait. Must be zero.
+    pub watch_violations: usize,
     /// Two sections of one key with the same fence, or a section that began acquiring
     /// after another had its lock, yet got a lower fence.
     pub fence_violations: usize,
@@ -62,6 +65,7 @@ impl Verdict {
         self.unsafe_overlaps == 0
             && self.permit_overflows == 0
             && self.min_hold_violations == 0
+            && self.watch_violations == 0
             && self.overrun_fenced == self.overrun_overlaps
             && self.fence_violations == 0
             && self.store_violations == 0
@@ -82,6 +86,7 @@ pub fn check(sections: &[Section]) -> Verdict {
     };
     let mut by_key: BTreeMap<u32, Vec<&Section>> = BTreeMap::new();
     let mut by_semaphore: BTreeMap<u32, Vec<&Section>> = BTreeMap::new();
+    let mut watches: Vec<&Section> = Vec::new();
     for s in sections {
         verdict.by_holder[s.holder.index()] += 1;
         match s.outcome {
@@ -99,18 +104,24 @@ pub fn check(sections: &[Section]) -> Verdict {
         }
         match s.holder {
             Holder::Permit => by_semaphore.entry(s.key).or_default().push(s),
+            Holder::Watcher => watches.push(s),
             _ => by_key.entry(s.key).or_default().push(s),
         }
     }
-    for (key, sections) in by_key {
-        overlaps(key, &sections, &mut verdict);
-        min_hold(key, &sections, &mut verdict);
+    for (key, sections) in &by_key {
+        let (key, sections) = (*key, sections.as_slice());
+        overlaps(key, sections, &mut verdict);
+        min_hold(key, sections, &mut verdict);
         // A reader's fence is the latest writer's, not its own, and it writes nothing.
         let fenced: Vec<&Section> = (sections.iter().copied())
             .filter(|s| s.holder != Holder::Reader)
             .collect();
         fence_order(key, &fenced, &mut verdict);
         resource(key, &fenced, &mut verdict);
+    }
+    for watch in watches {
+        let held = by_key.get(&watch.key).map_or(&[][..], Vec::as_slice);
+        watched(watch, held, &mut verdict);
     }
     for (key, sections) in by_semaphore {
         capacity(key, &sections, &mut verdict);
@@ -136,6 +147,37 @@ fn min_hold(key: u32, sections: &[&Section], verdict: &mut Verdict) {
                 describe(periodic)
             );
             verdict.example(text);
+        }
+    }
+}
+
+/// A wait that answered "free" saw the key free at some moment of the wait: the vouched
+/// parts of the key's sections do not cover all of `[asked, end]`.
+fn watched(watch: &Section, sections: &[&Section], verdict: &mut Verdict) {
+    if watch.outcome != Outcome::Kept {
+        return;
+    }
+    let mut covered: Vec<(u64, u64)> = (sections.iter())
+        .map(|s| (s.start, s.vouched_end()))
+        .filter(|(start, end)| start < end && *end > watch.asked && *start < watch.end)
+        .collect();
+    covered.sort_unstable();
+    // Walk from the wait's start: a gap before its end means it could have been free.
+    let mut reached = watch.asked;
+    for (start, end) in covered {
+        if start > reached {
+            return;
+        }
+        reached = reached.max(end);
+        if reached >= watch.end {
+            verdict.watch_violations += 1;
+            let text = format!(
+                "key {}: {} answered \"free\" while held all along",
+                watch.key,
+                describe(watch)
+            );
+            verdict.example(text);
+            return;
         }
     }
 }
@@ -348,6 +390,39 @@ mod tests {
     }
 
     #[test]
+    fn a_wait_answered_free_needs_a_gap_in_the_holders() {
+        let watch = |start, end| {
+            let mut s = section(Holder::Watcher, 0, start, end, end);
+            s.asked = s.start;
+            s.write = Write::Skipped;
+            s
+        };
+        // Held 10–50 and 50–90 back to back: "free" during 20–80 is a violation.
+        let held = [
+            section(Holder::Careful, 1, 10, 50, 60),
+            section(Holder::Reader, 1, 50, 90, 100),
+        ];
+        let mut sections = held.to_vec();
+        sections.push(watch(20, 80));
+        assert_eq!(check(&sections).watch_violations, 1);
+        // A gap (50–55) in between: fine; so is a wait that ends after the holders.
+        let gap = [
+            section(Holder::Careful, 1, 10, 50, 60),
+            section(Holder::Writer, 2, 55, 90, 100),
+            watch(20, 80),
+            watch(60, 120),
+        ];
+        let v = check(&gap);
+        assert!(v.upheld() && v.watch_violations == 0, "{v:?}");
+        // A wait that timed out says nothing.
+        let mut timed_out = watch(20, 80);
+        timed_out.outcome = Outcome::Expired;
+        let mut sections = held.to_vec();
+        sections.push(timed_out);
+        assert_eq!(check(&sections).watch_violations, 0);
+    }
+
+    #[test]
     fn readers_may_overlap_each_other_but_nobody_else() {
         let reader = |fence, start, end, valid| {
             let mut s = section(Holder::Reader, fence, start, end, valid);
@@ -365,7 +440,7 @@ mod tests {
         ];
         let v = check(&shared);
         assert!(v.upheld(), "{v:?}");
-        assert_eq!(v.by_holder, [0, 0, 0, 0, 0, 0, 3, 2]);
+        assert_eq!(v.by_holder, [0, 0, 0, 0, 0, 0, 3, 2, 0, 0]);
         // A writer, or any other holder, in among readers: an overlap, either way round.
         for holder in [Holder::Writer, Holder::Careful, Holder::Fair] {
             let among = [reader(1, 30, 80, 90), section(holder, 2, 50, 60, 70)];
@@ -389,7 +464,7 @@ mod tests {
         let v = check(&sections);
         assert!(v.upheld(), "{v:?}");
         assert_eq!(v.sections, 3);
-        assert_eq!(v.by_holder, [1, 1, 1, 0, 0, 0, 0, 0]);
+        assert_eq!(v.by_holder, [1, 1, 1, 0, 0, 0, 0, 0, 0, 0]);
         assert_eq!(
             (v.unsafe_overlaps, v.overrun_overlaps, v.overran),
             (0, 0, 0)

@@ -35,11 +35,19 @@ pub enum Holder {
     /// The writer of the read-write lock of the same keys, as careful as
     /// [`Holder::Careful`]: it excludes every other holder of the key.
     Writer,
+    /// The leader of the election of the same keys: it campaigns (for at most a TTL), then
+    /// holds its leadership's lease as [`Holder::Lease`] does, and writes with its term.
+    Leader,
+    /// Not a holder: waits for the key to be free without taking it
+    /// (`Locker::wait_released`). Its section runs from the call to the answer; "kept"
+    /// when the answer was "free" — then the key must have been free at some moment in
+    /// between: no held section covers all of it.
+    Watcher,
 }
 
 impl Holder {
     /// Every kind, in the order of the checker's counts and the report.
-    pub const ALL: [Holder; 8] = [
+    pub const ALL: [Holder; 10] = [
         Holder::Careful,
         Holder::Lease,
         Holder::Naive,
@@ -48,6 +56,8 @@ impl Holder {
         Holder::Periodic,
         Holder::Reader,
         Holder::Writer,
+        Holder::Leader,
+        Holder::Watcher,
     ];
 
     /// Its name in section lines and reports.
@@ -61,6 +71,8 @@ impl Holder {
             Holder::Periodic => "periodic",
             Holder::Reader => "reader",
             Holder::Writer => "writer",
+            Holder::Leader => "leader",
+            Holder::Watcher => "watcher",
         }
     }
 

@@ -78,6 +78,10 @@ pub fn text(r: &Report) -> String {
         format!("{} (must be 0)", v.min_hold_violations),
     );
     row(
+        "\"free\" answered while held",
+        format!("{} (must be 0)", v.watch_violations),
+    );
+    row(
         "more permit holders than the limit",
         format!(
             "{} (must be 0; limit {})",
@@ -165,7 +169,7 @@ pub fn json(r: &Report) -> String {
             "{{\"mode\":\"{}\",\"seed\":{},\"seconds\":{},\"processes\":{},\"tasks\":{},",
             "\"keys\":{},\"ttl_ms\":{},\"acquisitions\":{},{},\"faults\":{{{}}},",
             "\"faults_total\":{},\"lost_signals\":{},\"permit_overflows\":{},",
-            "\"min_hold_violations\":{},",
+            "\"min_hold_violations\":{},\"watch_violations\":{},",
             "\"expired\":{},\"overran\":{},\"unsafe_overlaps\":{},\"overrun_overlaps\":{},",
             "\"overrun_fenced\":{},\"overrun_refused\":{},\"fence_violations\":{},",
             "\"store_violations\":{},\"writes_accepted\":{},\"stale_writes_refused\":{},",
@@ -191,6 +195,7 @@ pub fn json(r: &Report) -> String {
         v.lost,
         v.permit_overflows,
         v.min_hold_violations,
+        v.watch_violations,
         v.expired,
         v.overran,
         v.unsafe_overlaps,

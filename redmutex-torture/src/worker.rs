@@ -197,7 +197,8 @@ async fn drive<C: Connection>(
     tokio::time::sleep(Duration::from_nanos(wait)).await;
     let tasks: Vec<_> = (0..args.tasks)
         .map(|task| {
-            let holder = match Holder::ALL[((args.id + task) % 8) as usize] {
+            let kinds = Holder::ALL.len() as u32;
+            let holder = match Holder::ALL[((args.id + task) % kinds) as usize] {
                 // Redlock refuses both (see `Holder`): careful holders instead.
                 Holder::Fair | Holder::Permit if args.mode == Mode::Redlock => Holder::Careful,
                 holder => holder,
@@ -317,7 +318,9 @@ async fn decide<C: Connection, P>(
             let valid = instant_ns(lock.valid_until().into_std());
             (now_ns(), valid, Outcome::Kept, Held::Lock(lock))
         }
-        Holder::Lease => {
+        // (Leaders hold a lease from their campaign and watchers hold nothing: neither
+        // comes here.)
+        Holder::Lease | Holder::Leader | Holder::Watcher => {
             let valid_before = instant_ns(lock.valid_until().into_std());
             match lock.keep_alive() {
                 Ok(lease) => hold_lease(lease, rng, ttl_ms).await,
@@ -383,6 +386,15 @@ async fn holder_task<C: Connection>(
                     _ => section.run(key, rw.write(ttl), &mut rng).await,
                 }
             }
+            Holder::Leader => {
+                let election = locker.election(&name).and_then(|e| e.with_ttl(ttl));
+                let Ok(election) = election else {
+                    shared.line("fatal an election refused");
+                    return;
+                };
+                section.lead(key, &election, &mut rng).await
+            }
+            Holder::Watcher => section.watch(key, &locker, &name, &mut rng).await,
             // At most one run per TTL: kept for a TTL from the acquire, however soon it is
             // released (not when sabotaged: the checker must then find the key taken early).
             Holder::Periodic if !args.sabotage_validity => {
@@ -423,10 +435,89 @@ impl Sections<'_> {
             Some(acquired) => acquired,
             None => return Ok(()),
         };
-        let (decided, mut valid, outcome, held) =
-            decide(holder, lock, start, args, rng, shared).await;
-        // The write comes after the decision, as in real code: a pause here is what only
-        // the fence can catch.
+        let decision = decide(holder, lock, start, args, rng, shared).await;
+        self.finish(key, (asked, start, fence), decision).await;
+        Ok(())
+    }
+
+    /// One leadership of the election of `key`: a campaign of at most a TTL (dropped after
+    /// it: cancelled), then held as a lease holder holds its lease, writing with its term.
+    async fn lead<C: Connection>(
+        &mut self,
+        key: u32,
+        election: &redmutex::Election<C>,
+        rng: &mut Rng,
+    ) -> Result<(), ()> {
+        let asked = now_ns();
+        let ttl = election.ttl();
+        let campaign = tokio::time::timeout(ttl, election.campaign(format!("t{}", self.task)));
+        let leadership = match campaign.await {
+            Ok(Ok(leadership)) => leadership,
+            Ok(Err(e)) => {
+                self.shared.tally.lock().unwrap().failed(&e);
+                tokio::time::sleep(Duration::from_millis(rng.between(1, 10))).await;
+                return Ok(());
+            }
+            Err(_) => {
+                // Nobody let it lead within a TTL: as "not obtained".
+                self.shared.tally.lock().unwrap().not_obtained += 1;
+                return Ok(());
+            }
+        };
+        let start = now_ns();
+        let term = leadership.term();
+        let decision = hold_lease(leadership.into_lease(), rng, self.args.ttl_ms).await;
+        self.finish(key, (asked, start, term), decision).await;
+        Ok(())
+    }
+
+    /// One wait for `key` to be free (at most a TTL), recorded as a watcher's section.
+    async fn watch<C: Connection>(
+        &mut self,
+        key: u32,
+        locker: &Locker<C>,
+        name: &str,
+        rng: &mut Rng,
+    ) -> Result<(), ()> {
+        let asked = now_ns();
+        let timeout = Duration::from_millis(self.args.ttl_ms);
+        let outcome = match locker.wait_released(name, timeout).await {
+            Ok(true) => Outcome::Kept,
+            Ok(false) => Outcome::Expired,
+            Err(e) => {
+                self.shared.tally.lock().unwrap().failed(&e);
+                Outcome::Lost
+            }
+        };
+        let end = now_ns();
+        let section = Section {
+            worker: self.args.id,
+            task: self.task,
+            holder: Holder::Watcher,
+            key,
+            fence: 0,
+            asked,
+            start: asked,
+            end,
+            valid: end,
+            outcome,
+            write: Write::Skipped,
+            release: Release::Released,
+        };
+        self.shared.line(&section.to_string());
+        tokio::time::sleep(Duration::from_millis(rng.between(0, 5))).await;
+        Ok(())
+    }
+
+    /// The rest of a section once held: the write (after the decision, as in real code: a
+    /// pause here is what only the fence can catch), the release, and the record.
+    async fn finish<C: Connection, P>(
+        &mut self,
+        key: u32,
+        (asked, start, fence): (u64, u64, u64),
+        (decided, mut valid, outcome, held): (u64, u64, Outcome, Held<C, P>),
+    ) {
+        let (shared, args, holder) = (self.shared, self.args, self.holder);
         // Permit holders and readers are several at once: the one-writer resource is not
         // theirs.
         let shared_holder = matches!(holder, Holder::Permit | Holder::Reader);
@@ -475,7 +566,6 @@ impl Sections<'_> {
             release,
         };
         shared.line(&section.to_string());
-        Ok(())
     }
 }
 

@@ -52,8 +52,9 @@ fn mutual_exclusion_holds_in_every_mode_under_every_fault() {
         assert!(line.ends_with("\"passed\":true}"), "{mode}: {context}");
         assert!(field(line, "acquisitions") >= 100, "{mode}: {context}");
         // Periodic holders keep their keys a TTL however soon they release them; readers
-        // and writers of the keys' read-write locks run in every mode, Redlock too.
-        for kind in ["periodic", "reader", "writer"] {
+        // and writers of the keys' read-write locks, leaders of their elections, and
+        // watchers waiting for them to be free run in every mode, Redlock too.
+        for kind in ["periodic", "reader", "writer", "leader", "watcher"] {
             assert!(field(line, kind) >= 10, "{mode} {kind}: {context}");
         }
         // Fair holders wait in line on the same keys, permit holders share semaphores
@@ -68,6 +69,7 @@ fn mutual_exclusion_holds_in_every_mode_under_every_fault() {
             "unsafe_overlaps",
             "permit_overflows",
             "min_hold_violations",
+            "watch_violations",
             "fence_violations",
             "store_violations",
             "other_errors",

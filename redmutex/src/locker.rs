@@ -610,7 +610,8 @@ impl<C: Connection> Locker<C> {
     /// With [wake-up](Locker::with_wake_up), the holder's release wakes it at once (the
     /// holder is marked as awaited, as a waiting acquire marks it); without, it polls,
     /// backing off from 10 ms to a second. Either way no wait lasts past the holder's
-    /// expiry, when the key has one. Redlock: free means no quorum of nodes is held.
+    /// expiry, when the key has one. Redlock: free means a quorum of nodes answered that
+    /// they do not hold it (a node that cannot be asked may hold it).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad key, before any request; [`Error::Redis`] (one
@@ -637,7 +638,17 @@ impl<C: Connection> Locker<C> {
         let key = keys.get(0).expect("one key");
         let backend = &self.context.backend;
         let read = |mark: bool| async move {
-            (backend.inspect(&KeyView { key }, &mutex::await_call(key, mark))).await
+            let call = mutex::await_call(key, mark);
+            let mut info = backend.inspect(&KeyView { key }, &call).await?;
+            // Redlock: free only when a quorum of nodes answered "free" — a node that could
+            // not be asked may hold the key for a holder with a quorum.
+            let answered_free = (info.nodes.iter())
+                .filter(|node| node.info.as_ref().is_ok_and(|view| !view.held))
+                .count();
+            if !info.nodes.is_empty() && answered_free < crate::quorum::quorum(info.nodes.len()) {
+                info.held = true;
+            }
+            Ok(info)
         };
         waiting::until_free(self.context.hub.as_ref(), key, timeout, read).await
     }
