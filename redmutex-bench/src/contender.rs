@@ -57,6 +57,9 @@ pub enum Contender {
     /// redmutex's semaphore ([`Locker::semaphore`]), with wake-up: in the permits workload
     /// (elsewhere, a semaphore of one permit).
     Semaphore(Locker<MultiplexedConnection>),
+    /// redmutex's leader election ([`Locker::election`]), with wake-up: a lock is a
+    /// leadership (campaign, resign).
+    Election(Locker<MultiplexedConnection>),
 }
 
 /// A lock held by one of the contenders.
@@ -68,6 +71,7 @@ pub enum Held {
     Read(redmutex::ReadGuard<MultiplexedConnection>),
     Write(redmutex::WriteGuard<MultiplexedConnection>),
     Permit(redmutex::Permit<MultiplexedConnection>),
+    Leadership(redmutex::Leadership<MultiplexedConnection>),
     /// A lock on one of several slot keys (the slot's number, and the lock).
     Slot(usize, Box<Held>),
 }
@@ -89,6 +93,7 @@ impl Contender {
             Contender::Fair(_) => "fair",
             Contender::Rw(_) => "rwlock",
             Contender::Semaphore(_) => "semaphore",
+            Contender::Election(_) => "election",
         }
     }
 
@@ -163,6 +168,14 @@ impl Contender {
                     Err(e) => Err(e.to_string()),
                 }
             }
+            Contender::Election(locker) => {
+                // A campaign waits until it leads: "one try" is a look at the leader.
+                let election = locker.election(key).map_err(|e| e.to_string())?;
+                match election.leader().await.map_err(|e| e.to_string())? {
+                    Some(_) => Ok(None),
+                    None => Box::pin(self.acquire_waiting(key)).await.map(Some),
+                }
+            }
         }
     }
 
@@ -231,6 +244,13 @@ impl Contender {
                 .map_err(|e| e.to_string()),
             Contender::Rw(locker) => rw_waiting(locker, key, true).await,
             Contender::Semaphore(_) => self.acquire_permit(key, 1).await,
+            Contender::Election(locker) => {
+                let election = (locker.election(key))
+                    .and_then(|e| e.with_ttl(TTL))
+                    .map_err(|e| e.to_string())?;
+                let leadership = election.campaign("bench").await;
+                leadership.map(Held::Leadership).map_err(|e| e.to_string())
+            }
         }
     }
 
@@ -306,6 +326,7 @@ impl Contender {
                     .map(Held::Permit)
                     .map_err(|e| e.to_string())
             }
+            Contender::Election(_) => Box::pin(self.acquire_waiting(key)).await,
         }
     }
 
@@ -316,6 +337,9 @@ impl Contender {
             }
             (Contender::Semaphore(_), Held::Permit(permit)) => {
                 permit.release().await.map_err(|e| e.to_string())
+            }
+            (Contender::Election(_), Held::Leadership(leadership)) => {
+                leadership.resign().await.map_err(|e| e.to_string())
             }
             (Contender::Baseline { nodes, release, .. }, Held::Baseline(token)) => {
                 let replies = join_all(nodes.iter().map(|conn| {

@@ -67,12 +67,12 @@ struct Args {
     fairness_seconds: f64,
 
     /// Run only the workloads whose name contains this (uncontended, contended, polling,
-    /// keyspace, redlock5, keepalive, fairness, read-mostly, permits).
+    /// keyspace, redlock5, keepalive, fairness, read-mostly, permits, handover).
     #[arg(long, value_name = "NAME")]
     only: Option<String>,
 
     /// Run only this implementation (baseline, rslock, redmutex, fenced, or woken in the
-    /// polling row, fair, rwlock and semaphore in theirs), e.g. under a profiler.
+    /// polling row, fair, rwlock, semaphore and election in theirs), e.g. under a profiler.
     #[arg(long = "impl", value_name = "NAME")]
     implementation: Option<String>,
 
@@ -208,6 +208,20 @@ async fn run(args: Args) -> Result<(), String> {
             rows.push(sharing::permits(workload, lockers, duration, &single_url).await?);
         }
     }
+    if wanted("handover 8") {
+        for implementation in ["baseline", "rslock", "election"] {
+            if args
+                .implementation
+                .as_deref()
+                .is_some_and(|name| name != implementation)
+            {
+                continue;
+            }
+            let lockers = fairness_lockers(implementation, 8, &single_url).await?;
+            let workload = "handover 8";
+            rows.push(sharing::handover(workload, lockers, duration, &single_url).await?);
+        }
+    }
     if wanted("keepalive") {
         let conn = connect(&single_url).await?;
         let hold = Duration::from_secs_f64(args.hold);
@@ -340,6 +354,10 @@ async fn fairness_lockers(
                     .map_err(|e| e.to_string())?,
             ),
             "semaphore" => Contender::Semaphore(
+                (Locker::new(connect(url).await?).with_wake_up(waking()?))
+                    .map_err(|e| e.to_string())?,
+            ),
+            "election" => Contender::Election(
                 (Locker::new(connect(url).await?).with_wake_up(waking()?))
                     .map_err(|e| e.to_string())?,
             ),

@@ -151,3 +151,65 @@ pub async fn permits(
     let contender = lockers.first().ok_or("no lockers")?;
     Ok(workload::row(workload, contender, waits, &spent, notes))
 }
+
+/// How long a leader leads in the handover workload.
+pub const TERM: Duration = Duration::from_millis(20);
+
+/// `lockers` (each its own contender, a candidate in its own process in real life) lead
+/// one key in turn for `duration`: each waits to lead, leads [`TERM`], steps down, and
+/// wants to lead again at once. What it shows is the handover: from one leader stepping
+/// down to the next one leading (p50/p99), the gap nobody leads. Counts two leaders at
+/// once (there must be none).
+pub async fn handover(
+    workload: &str,
+    lockers: Vec<Arc<Contender>>,
+    duration: Duration,
+    stats_url: &str,
+) -> Result<Row, String> {
+    let name = lockers.first().map_or("?", |c| c.name());
+    let key = format!("bench:handover:{name}");
+    let leading = Arc::new(AtomicI64::new(0));
+    let overlaps = Arc::new(AtomicU64::new(0));
+    let window = Window::open(stats_url).await?;
+    let deadline = window.started + duration;
+    let runs = lockers.iter().map(|contender| {
+        let (contender, key) = (contender.clone(), key.clone());
+        let (leading, overlaps) = (leading.clone(), overlaps.clone());
+        tokio::spawn(async move {
+            // (took over at, stepped down at) of each term.
+            let mut terms: Vec<(Instant, Instant)> = Vec::new();
+            while Instant::now() < deadline {
+                let held = contender.acquire_waiting(&key).await?;
+                let took = Instant::now();
+                if leading.fetch_add(1, Ordering::SeqCst) != 0 {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                tokio::time::sleep(TERM).await;
+                leading.fetch_sub(1, Ordering::SeqCst);
+                let stepped_down = Instant::now();
+                contender.release(&key, held).await?;
+                terms.push((took, stepped_down));
+            }
+            Ok::<_, String>(terms)
+        })
+    });
+    let mut terms = Vec::new();
+    for run in futures_util::future::join_all(runs).await {
+        terms.extend(run.map_err(|e| e.to_string())??);
+    }
+    let spent = window.close().await?;
+    terms.sort();
+    let mut gaps = Latencies::default();
+    for pair in terms.windows(2) {
+        gaps.record(pair[1].0.saturating_duration_since(pair[0].1));
+    }
+    let notes = format!(
+        "p50/p99 = handover, from one leader stepping down to the next leading (longest {} \
+         ms); {} terms; {} overlaps",
+        gaps.percentile(100.0).as_millis(),
+        terms.len(),
+        overlaps.load(Ordering::SeqCst)
+    );
+    let contender = lockers.first().ok_or("no lockers")?;
+    Ok(workload::row(workload, contender, gaps, &spent, notes))
+}
