@@ -128,7 +128,7 @@ struct LockArgs {
 
     /// Wait in line: waiters on every host get the lock in the order they came (one key,
     /// on one server or a cluster; a waiter that dies leaves the line within 3 s).
-    #[arg(long, conflicts_with_all = ["shared", "exclusive"])]
+    #[arg(long)]
     fair: bool,
 }
 
@@ -137,12 +137,12 @@ struct LockArgs {
 struct SharingArgs {
     /// Take the key's read-write lock as a reader: readers run side by side; no writer (nor
     /// a plain lock of the key) runs with them; a waiting writer keeps new readers out.
-    #[arg(short = 's', long, conflicts_with = "exclusive")]
+    #[arg(short = 's', long, conflicts_with_all = ["exclusive", "fair"])]
     shared: bool,
 
     /// Take the key's read-write lock as its writer: it runs alone, and while it waits no
     /// new reader starts. (A plain lock of the key excludes readers and writers alike.)
-    #[arg(short = 'x', long)]
+    #[arg(short = 'x', long, conflicts_with = "fair")]
     exclusive: bool,
 }
 
@@ -553,4 +553,16 @@ pub fn default_metadata(what: &str) -> String {
         text.truncate(cut);
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every subcommand's arguments are consistent (clap checks conflicts, names and
+    /// groups here, instead of panicking at the first run of that subcommand).
+    #[test]
+    fn the_command_line_is_well_formed() {
+        super::Cli::command().debug_assert();
+    }
 }
