@@ -4,6 +4,7 @@
 //! periodic, reader and writer holders (the last five careful too; fair and permit holders
 //! are careful ones instead on Redlock, which has neither a fair lock nor a semaphore).
 
+use std::future::IntoFuture;
 use std::io::Write as _;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
@@ -450,7 +451,8 @@ impl Sections<'_> {
     ) -> Result<(), ()> {
         let asked = now_ns();
         let ttl = election.ttl();
-        let campaign = tokio::time::timeout(ttl, election.campaign(format!("t{}", self.task)));
+        let campaign = election.campaign(format!("t{}", self.task)).into_future();
+        let campaign = tokio::time::timeout(ttl, campaign);
         let leadership = match campaign.await {
             Ok(Ok(leadership)) => leadership,
             Ok(Err(e)) => {

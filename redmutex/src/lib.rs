@@ -9,13 +9,20 @@
 //! - **Multi-key, all or nothing**: [`Locker::acquire_all`] sets every key or none.
 //! - **Counting semaphores** ([`Locker::semaphore`]): at most N permits held at once
 //!   across all processes, with everything a lock has; expiries on the server's clock.
+//! - **Fair locks** ([`Locker::fair_lock`]): waiters in every process served in arrival
+//!   order, each with a heartbeat on the server's clock.
+//! - **Read-write locks** ([`Locker::rw_lock`]): many readers or one writer, a waiting
+//!   writer keeping new readers out; downgrade; on every topology.
+//! - **Leader election** ([`Locker::election`]): campaign, a term that is a fence,
+//!   proclaim, resign, and a stream of leader changes for everyone.
 //! - **Metadata** stored with the token and readable by anyone through [`Locker::inspect`].
 //! - **Retry strategies** that are plain iterators of delays ([`retry`]): none,
 //!   immediate, constant, linear, exponential with cap, fixed ticks, jitter, a limit on
 //!   tries, or your own — bounded by a deadline (default: the TTL).
 //! - **Push wake-up** ([`Locker::with_wake_up`]): waiting acquires are woken by the
-//!   holder's release (the waiters of one locker taking turns; there is no order across
-//!   processes), and poll only as a fallback; releases nobody waits for publish nothing.
+//!   holder's release (the waiters of one locker taking turns, and no locker starved by
+//!   others: a release hands the key to the locker that has waited longest), and poll only
+//!   as a fallback; releases nobody waits for publish nothing.
 //! - **Keep-alive with a loud "lost" signal**: [`Lock::keep_alive`] turns a lock into a
 //!   [`Lease`] renewed in the background; [`Lease::lost`], [`Lease::is_lost`], a
 //!   cancellation token and [`Lease::run`] stop the work in time when the lock is lost.
@@ -253,7 +260,9 @@ pub use engine::wakeup::WakeUpState;
 pub use error::{Argument, Error, InvalidArgument, NotObtained};
 pub use fence::{hash_slot, DEFAULT_FENCE_RETENTION};
 pub use locker::Locker;
-pub use primitives::election::{Election, ElectionKey, Leader, Leadership, DEFAULT_ELECTION_TTL};
+pub use primitives::election::{
+    Campaign, Election, ElectionKey, Leader, Leadership, DEFAULT_ELECTION_TTL,
+};
 pub use primitives::fair::{FairGuard, FairKey, FairLock, FairLockInfo};
 pub use primitives::rwlock::{
     ReadGuard, ReadKey, ReaderInfo, RwLock, RwLockInfo, WriteGuard, WriteKey,

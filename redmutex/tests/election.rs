@@ -254,6 +254,39 @@ async fn an_election_over_redlock() {
     assert!(observer.leader().await.unwrap().is_none());
 }
 
+/// A campaign can be bounded and watched as any acquire: a deadline ends it with "not
+/// obtained", each look that found another leader is reported, and its pauses follow the
+/// strategy given.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_takes_a_deadline_a_strategy_and_a_failed_try_callback() {
+    let server = RedisServer::spawn();
+    let leader = candidate(&server.url(), ms(30_000))
+        .await
+        .campaign("a")
+        .await
+        .unwrap();
+    let looks = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let counted = looks.clone();
+    let started = Instant::now();
+    let refused = (candidate(&server.url(), ms(30_000)).await.campaign("b"))
+        .retry(redmutex::retry::constant(ms(50)))
+        .deadline(ms(400))
+        .on_failed_try(move |_| {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        })
+        .await
+        .unwrap_err();
+    assert!(refused.is_not_obtained(), "{refused}");
+    assert!(started.elapsed() >= ms(400));
+    let looks = looks.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        (4..=12).contains(&looks),
+        "{looks} looks in 400 ms at 50 ms apart"
+    );
+    assert_eq!(leader.value(), "a");
+    leader.resign().await.unwrap();
+}
+
 #[tokio::test]
 async fn bad_input_is_refused_before_any_request() {
     let server = RedisServer::spawn();

@@ -159,40 +159,36 @@ impl<C: Connection> Election<C> {
         self.key.get(0).expect("one key")
     }
 
-    /// Waits until this candidate leads, then returns its [`Leadership`] (kept alive from
-    /// then on). Woken by the leader's release (with [wake-up](crate::Locker::with_wake_up)),
-    /// never later than the leader's expiry; polls otherwise, backing off from 10 ms to a
-    /// third of the TTL.
+    /// Starts a campaign with `value`; `.await` the returned [`Campaign`] to wait until
+    /// this candidate leads, which hands out its [`Leadership`] (kept alive from then on).
+    /// It waits for as long as it takes unless given a [`deadline`](Campaign::deadline);
+    /// woken by the leader's release (with [wake-up](crate::Locker::with_wake_up)), never
+    /// later than the leader's expiry, and otherwise polling, backing off from 10 ms to a
+    /// third of the TTL (or as [`retry`](Campaign::retry) says).
     ///
     /// A campaign never outlives its connection: the first try that fails for any reason
     /// but "someone else leads" (a connection lost, a timeout, no quorum) ends it with that
-    /// error — retry the campaign if you want to; it never wins later without a live lease.
+    /// error — campaign again if you want to; it never wins later without a live lease.
     ///
-    /// # Errors
+    /// # Errors (when awaited)
     /// [`Error::InvalidArgument`] for a value over
     /// [`MAX_METADATA_LEN`](crate::MAX_METADATA_LEN), before any request;
-    /// [`Error::Redis`] / [`Error::NoQuorum`] as above.
+    /// [`Error::Redis`] / [`Error::NoQuorum`] as above; [`Error::NotObtained`] when a
+    /// deadline passed first.
     ///
     /// # Cancel safety
     /// Cancel safe: a campaign dropped while it waits leaves nothing behind (an attempt
     /// whose fate is unknown is released in the background, as for any acquire).
-    pub async fn campaign(&self, value: impl Into<String>) -> Result<Leadership<C>, Error> {
-        let value = value.into();
+    pub fn campaign<'a>(&self, value: impl Into<String>) -> Campaign<'a, C> {
         let key = Arc::new(ElectionKey::new(self.key.clone()));
         let pauses = retry::exponential(Duration::from_millis(10), self.ttl / 3);
-        let lock = Acquire::new(self.context.clone(), Ok((key.clone(), key)), self.ttl)
-            .metadata(value.clone())
+        let acquire = Acquire::new(self.context.clone(), Ok((key.clone(), key)), self.ttl)
+            .metadata(value)
             .with_fence()
             .retry(pauses.jitter(Jitter::equal()))
             .deadline(Duration::MAX)
-            .fail_fast()
-            .await?;
-        let term = lock.fence().await?;
-        Ok(Leadership {
-            lease: lock.keep_alive()?,
-            value,
-            term,
-        })
+            .fail_fast();
+        Campaign { acquire }
     }
 
     /// The current leader, if any, as anyone reads it.
@@ -250,6 +246,64 @@ impl<C: Connection> Election<C> {
         futures_util::stream::unfold(observer, |mut observer| async move {
             let item = observer.next_change().await;
             Some((item, observer))
+        })
+    }
+}
+
+/// A campaign being configured: `.await` it to wait until this candidate leads (see
+/// [`Election::campaign`]).
+#[must_use = "a campaign does nothing until awaited"]
+pub struct Campaign<'a, C: Connection> {
+    acquire: Acquire<'a, C, ElectionKey>,
+}
+
+impl<'a, C: Connection> Campaign<'a, C> {
+    /// Gives up after `deadline` ([`Error::NotObtained`]); without one, a campaign waits
+    /// until it leads.
+    pub fn deadline(self, deadline: Duration) -> Self {
+        Campaign {
+            acquire: self.acquire.deadline(deadline),
+        }
+    }
+
+    /// How long to pause between looks while another leads (the leader's release wakes
+    /// the campaign sooner with wake-up, and no pause lasts past the leader's expiry).
+    pub fn retry<S>(self, strategy: S) -> Self
+    where
+        S: IntoIterator<Item = Duration>,
+        S::IntoIter: Send + 'a,
+    {
+        Campaign {
+            acquire: self.acquire.retry(strategy),
+        }
+    }
+
+    /// Called after every look that found another leader, as
+    /// [`Acquire::on_failed_try`] is.
+    pub fn on_failed_try(self, observer: impl FnMut(&crate::FailedTry<'_>) + Send + 'a) -> Self {
+        Campaign {
+            acquire: self.acquire.on_failed_try(observer),
+        }
+    }
+}
+
+impl<'a, C: Connection> std::future::IntoFuture for Campaign<'a, C> {
+    type Output = Result<Leadership<C>, Error>;
+    type IntoFuture =
+        std::pin::Pin<Box<dyn Future<Output = Result<Leadership<C>, Error>> + Send + 'a>>;
+
+    /// # Cancel safety
+    /// See [`Election::campaign`].
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let lock = self.acquire.await?;
+            let term = lock.fence().await?;
+            let value = lock.metadata().unwrap_or_default().to_owned();
+            Ok(Leadership {
+                lease: lock.keep_alive()?,
+                value,
+                term,
+            })
         })
     }
 }
