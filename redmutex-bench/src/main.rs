@@ -166,60 +166,33 @@ async fn run(args: Args) -> Result<(), String> {
             }
         }
     }
-    if wanted("fairness 8") {
-        let duration = Duration::from_secs_f64(args.fairness_seconds);
-        for implementation in ["baseline", "rslock", "redmutex", "fair"] {
-            if args
-                .implementation
-                .as_deref()
-                .is_some_and(|name| name != implementation)
-            {
-                continue;
-            }
-            let lockers = fairness_lockers(implementation, 8, &single_url).await?;
-            rows.push(fairness::fairness("fairness 8", lockers, duration, &single_url).await?);
+    // The workloads of separate lockers (one per process in real life), each with the
+    // implementations that have what it needs.
+    let separate: [(&str, &[&str], usize); 4] = [
+        ("fairness 8", &["baseline", "rslock", "redmutex", "fair"], 8),
+        (
+            "read-mostly 16",
+            &["baseline", "rslock", "redmutex", "rwlock"],
+            16,
+        ),
+        ("permits 16", &["baseline", "rslock", "semaphore"], 16),
+        ("handover 8", &["baseline", "rslock", "election"], 8),
+    ];
+    for (workload, implementations, n) in separate {
+        if !wanted(workload) {
+            continue;
         }
-    }
-    if wanted("read-mostly 16") {
-        for implementation in ["baseline", "rslock", "redmutex", "rwlock"] {
-            if args
-                .implementation
-                .as_deref()
-                .is_some_and(|name| name != implementation)
-            {
+        let duration = match workload {
+            "fairness 8" => Duration::from_secs_f64(args.fairness_seconds),
+            _ => duration,
+        };
+        let only = args.implementation.as_deref();
+        for implementation in implementations {
+            if only.is_some_and(|only| only != *implementation) {
                 continue;
             }
-            let lockers = fairness_lockers(implementation, 16, &single_url).await?;
-            let workload = "read-mostly 16";
-            rows.push(sharing::read_mostly(workload, lockers, duration, &single_url).await?);
-        }
-    }
-    if wanted("permits 16") {
-        for implementation in ["baseline", "rslock", "semaphore"] {
-            if args
-                .implementation
-                .as_deref()
-                .is_some_and(|name| name != implementation)
-            {
-                continue;
-            }
-            let lockers = fairness_lockers(implementation, 16, &single_url).await?;
-            let workload = "permits 16";
-            rows.push(sharing::permits(workload, lockers, duration, &single_url).await?);
-        }
-    }
-    if wanted("handover 8") {
-        for implementation in ["baseline", "rslock", "election"] {
-            if args
-                .implementation
-                .as_deref()
-                .is_some_and(|name| name != implementation)
-            {
-                continue;
-            }
-            let lockers = fairness_lockers(implementation, 8, &single_url).await?;
-            let workload = "handover 8";
-            rows.push(sharing::handover(workload, lockers, duration, &single_url).await?);
+            let lockers = fairness_lockers(implementation, n, &single_url).await?;
+            rows.push(separate_lockers(workload, lockers, duration, &single_url).await?);
         }
     }
     if wanted("keepalive") {
@@ -327,7 +300,22 @@ async fn polling_contenders(url: &str) -> Result<Vec<Arc<Contender>>, String> {
     ])
 }
 
-/// `n` lockers of one implementation for the fairness and read-mostly workloads, each with connections
+/// Runs `workload`, one of the workloads of separate lockers.
+async fn separate_lockers(
+    workload: &str,
+    lockers: Vec<Arc<Contender>>,
+    duration: Duration,
+    url: &str,
+) -> Result<Row, String> {
+    match workload {
+        "fairness 8" => fairness::fairness(workload, lockers, duration, url).await,
+        "read-mostly 16" => sharing::read_mostly(workload, lockers, duration, url).await,
+        "permits 16" => sharing::permits(workload, lockers, duration, url).await,
+        _ => sharing::handover(workload, lockers, duration, url).await,
+    }
+}
+
+/// `n` lockers of one implementation for the workloads of separate lockers, each with connections
 /// (and, for redmutex, a wake-up subscriber) of its own, as separate processes would have.
 async fn fairness_lockers(
     implementation: &str,

@@ -36,6 +36,20 @@ fn blamed(error: &Error) -> Option<Argument> {
     }
 }
 
+/// Waits (at most 3 s) until writers wait for `rw` (`waiting`), or until none does.
+async fn until_writers_wait<C: redmutex::Connection>(rw: &redmutex::RwLock<C>, waiting: bool) {
+    let until = Instant::now() + ms(3_000);
+    while (rw.inspect().await.unwrap().writers_waiting > 0) != waiting {
+        let what = if waiting {
+            "no intent"
+        } else {
+            "an intent stayed"
+        };
+        assert!(Instant::now() < until, "{what}");
+        tokio::time::sleep(ms(5)).await;
+    }
+}
+
 /// Every key but fence counters has a TTL.
 async fn every_key_expires(raw: &mut Raw) {
     for key in raw.lock_keys().await {
@@ -106,14 +120,7 @@ async fn a_waiting_writer_keeps_new_readers_out_and_is_not_starved() {
             .deadline(ms(10_000))
             .into_future(),
     );
-    let until = Instant::now() + ms(3_000);
-    while rw.inspect().await.unwrap().writers_waiting == 0 {
-        assert!(
-            Instant::now() < until,
-            "the writer never registered its intent"
-        );
-        tokio::time::sleep(ms(5)).await;
-    }
+    until_writers_wait(&rw, true).await;
     // New readers are refused while the writer waits; the early one stays.
     let late = rw.read(ms(5_000)).await.unwrap_err();
     assert!(late.is_not_obtained(), "{late}");
@@ -157,21 +164,10 @@ async fn a_writer_that_leaves_lets_readers_in_again() {
             .deadline(ms(30_000))
             .into_future(),
     );
-    let until = Instant::now() + ms(3_000);
-    while rw.inspect().await.unwrap().writers_waiting == 0 {
-        assert!(Instant::now() < until);
-        tokio::time::sleep(ms(5)).await;
-    }
+    until_writers_wait(&rw, true).await;
     waiting.abort();
     let _ = waiting.await;
-    let until = Instant::now() + ms(3_000);
-    while rw.inspect().await.unwrap().writers_waiting != 0 {
-        assert!(
-            Instant::now() < until,
-            "the cancelled writer's intent stayed"
-        );
-        tokio::time::sleep(ms(5)).await;
-    }
+    until_writers_wait(&rw, false).await;
     // Waiting with a strategy that pauses far longer than the heartbeat: the engine still
     // renews the intent at least every heartbeat / 3, so it stays while the writer lives.
     let patient = tokio::spawn(
@@ -180,11 +176,7 @@ async fn a_writer_that_leaves_lets_readers_in_again() {
             .deadline(ms(60_000))
             .into_future(),
     );
-    let until = Instant::now() + ms(3_000);
-    while rw.inspect().await.unwrap().writers_waiting == 0 {
-        assert!(Instant::now() < until);
-        tokio::time::sleep(ms(5)).await;
-    }
+    until_writers_wait(&rw, true).await;
     tokio::time::sleep(ms(700)).await;
     assert_eq!(rw.inspect().await.unwrap().writers_waiting, 1);
     assert!(rw.read(ms(5_000)).await.unwrap_err().is_not_obtained());
@@ -618,11 +610,7 @@ async fn a_waiting_writer_over_redlock_keeps_readers_out_and_leaves_cleanly() {
             .deadline(ms(10_000))
             .into_future(),
     );
-    let until = Instant::now() + ms(3_000);
-    while rw.inspect().await.unwrap().writers_waiting == 0 {
-        assert!(Instant::now() < until, "no intent on a quorum");
-        tokio::time::sleep(ms(5)).await;
-    }
+    until_writers_wait(&rw, true).await;
     assert!(rw.read(ms(5_000)).await.unwrap_err().is_not_obtained());
     reader.release().await.unwrap();
     let writer = writer.await.unwrap().unwrap();
