@@ -254,6 +254,44 @@ impl Contender {
         }
     }
 
+    /// Waits until `key` is free without taking it: redmutex with
+    /// [`Locker::wait_released`] (woken by the release); the baseline polls `EXISTS` with
+    /// its backoff; rslock, which has no such call, takes the lock with its own retries and
+    /// gives it back at once.
+    pub async fn wait_free(&self, key: &str) -> Result<(), String> {
+        match self {
+            Contender::Redmutex { locker, .. } => {
+                let free = locker.wait_released(key, Duration::MAX).await;
+                free.map(|_| ()).map_err(|e| e.to_string())
+            }
+            Contender::Rslock(manager) => loop {
+                match manager.lock(key, TTL).await {
+                    Ok(lock) => {
+                        manager.unlock(&lock).await;
+                        return Ok(());
+                    }
+                    Err(rslock::LockError::Unavailable) => continue,
+                    Err(e) => return Err(format!("{e:?}")),
+                }
+            },
+            Contender::Baseline { nodes, .. } => {
+                let mut conn = nodes[0].clone();
+                let mut pauses = polling();
+                loop {
+                    let exists: i64 = (redis::cmd("EXISTS").arg(key))
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    if exists == 0 {
+                        return Ok(());
+                    }
+                    tokio::time::sleep(pauses.next().unwrap_or(POLL)).await;
+                }
+            }
+            _ => Err(format!("{} has no wait for a free key", self.name())),
+        }
+    }
+
     /// The baseline's wait: a plain try, then the next of `pauses` (the last one again
     /// once they run out), until a try takes the lock.
     async fn baseline_polling(

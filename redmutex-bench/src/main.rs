@@ -67,7 +67,7 @@ struct Args {
     fairness_seconds: f64,
 
     /// Run only the workloads whose name contains this (uncontended, contended, polling,
-    /// keyspace, redlock5, keepalive, fairness, read-mostly, permits, handover).
+    /// keyspace, redlock5, keepalive, fairness, read-mostly, permits, handover, wait).
     #[arg(long, value_name = "NAME")]
     only: Option<String>,
 
@@ -168,7 +168,7 @@ async fn run(args: Args) -> Result<(), String> {
     }
     // The workloads of separate lockers (one per process in real life), each with the
     // implementations that have what it needs.
-    let separate: [(&str, &[&str], usize); 4] = [
+    let separate: [(&str, &[&str], usize); 5] = [
         ("fairness 8", &["baseline", "rslock", "redmutex", "fair"], 8),
         (
             "read-mostly 16",
@@ -177,6 +177,7 @@ async fn run(args: Args) -> Result<(), String> {
         ),
         ("permits 16", &["baseline", "rslock", "semaphore"], 16),
         ("handover 8", &["baseline", "rslock", "election"], 8),
+        ("wait 8", &["baseline", "rslock", "redmutex"], 9),
     ];
     for (workload, implementations, n) in separate {
         if !wanted(workload) {
@@ -311,6 +312,7 @@ async fn separate_lockers(
         "fairness 8" => fairness::fairness(workload, lockers, duration, url).await,
         "read-mostly 16" => sharing::read_mostly(workload, lockers, duration, url).await,
         "permits 16" => sharing::permits(workload, lockers, duration, url).await,
+        "wait 8" => sharing::wait_free(workload, lockers, duration, url).await,
         _ => sharing::handover(workload, lockers, duration, url).await,
     }
 }

@@ -213,3 +213,85 @@ pub async fn handover(
     let contender = lockers.first().ok_or("no lockers")?;
     Ok(workload::row(workload, contender, gaps, &spent, notes))
 }
+
+/// How long the holder holds the key, and how long it leaves it free, in the wait workload.
+pub const HOLD_FREE: Duration = Duration::from_millis(20);
+
+/// The first of `lockers` holds one key [`HOLD_FREE`], releases it, leaves it free as
+/// long, and again, for `duration`; the others wait for it to be free without taking it
+/// (each wait begins while the key is held). What it shows is how soon a waiter knows:
+/// from the holder sending its release to the wait returning.
+pub async fn wait_free(
+    workload: &str,
+    lockers: Vec<Arc<Contender>>,
+    duration: Duration,
+    stats_url: &str,
+) -> Result<Row, String> {
+    let name = lockers.first().map_or("?", |c| c.name());
+    let key = format!("bench:wait:{name}");
+    let started = Instant::now();
+    // Nanoseconds from `started` to the latest release, and how many releases so far.
+    let released_at = Arc::new(AtomicU64::new(0));
+    let releases = Arc::new(AtomicU64::new(0));
+    let held = Arc::new(AtomicI64::new(0));
+    let window = Window::open(stats_url).await?;
+    let deadline = window.started + duration;
+    let (holder, watchers) = lockers.split_first().ok_or("no lockers")?;
+    let holding = {
+        let (holder, key) = (holder.clone(), key.clone());
+        let (released_at, releases, held) = (released_at.clone(), releases.clone(), held.clone());
+        tokio::spawn(async move {
+            while Instant::now() < deadline {
+                let lock = holder.acquire_waiting(&key).await?;
+                held.store(1, Ordering::SeqCst);
+                tokio::time::sleep(HOLD_FREE).await;
+                released_at.store(started.elapsed().as_nanos() as u64, Ordering::SeqCst);
+                releases.fetch_add(1, Ordering::SeqCst);
+                held.store(0, Ordering::SeqCst);
+                holder.release(&key, lock).await?;
+                tokio::time::sleep(HOLD_FREE).await;
+            }
+            Ok::<_, String>(())
+        })
+    };
+    let runs = watchers.iter().map(|watcher| {
+        let (watcher, key) = (watcher.clone(), key.clone());
+        let (released_at, releases, held) = (released_at.clone(), releases.clone(), held.clone());
+        tokio::spawn(async move {
+            let mut waits = Latencies::default();
+            while Instant::now() < deadline {
+                // Begin each wait while the key is held.
+                if held.load(Ordering::SeqCst) == 0 {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    continue;
+                }
+                let before = releases.load(Ordering::SeqCst);
+                watcher.wait_free(&key).await?;
+                let now = started.elapsed().as_nanos() as u64;
+                if releases.load(Ordering::SeqCst) > before {
+                    let at = released_at.load(Ordering::SeqCst);
+                    waits.record(Duration::from_nanos(now.saturating_sub(at)));
+                }
+                // Until the holder takes it again.
+                while held.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+            Ok::<_, String>(waits)
+        })
+    });
+    let mut waits = Latencies::default();
+    for run in futures_util::future::join_all(runs).await {
+        waits.merge(run.map_err(|e| e.to_string())??);
+    }
+    holding.await.map_err(|e| e.to_string())??;
+    let spent = window.close().await?;
+    let notes = format!(
+        "p50/p99 = from the release sent to a waiter knowing the key is free (longest {} \
+         ms); {} releases, {} waiters",
+        waits.percentile(100.0).as_millis(),
+        releases.load(Ordering::SeqCst),
+        watchers.len()
+    );
+    Ok(workload::row(workload, holder, waits, &spent, notes))
+}
