@@ -285,6 +285,46 @@ pub(crate) struct Operations {
     pub(crate) renew: &'static LazyLock<Operation>,
 }
 
+/// A change made to a held claim by one owner-checked script call — a writer becoming a
+/// reader, a leader's new value — driven through the backend's refresh, so that it counts
+/// as a refresh does (on every node, confirmed by a quorum, within the validity). It is
+/// `claim` in all but its refresh, which is `call`, prepared whole (the token and the
+/// arguments it needs), answering 1 when done and 0 when the owner does not hold the claim.
+pub(crate) struct Change<K> {
+    pub(crate) claim: K,
+    pub(crate) call: ScriptInvocation<'static>,
+}
+
+impl<K: Claim> Claim for Change<K> {
+    fn keys(&self) -> &Keys {
+        self.claim.keys()
+    }
+
+    fn script_keys(&self, fenced: bool, add: &mut dyn FnMut(&[u8])) {
+        self.claim.script_keys(fenced, add);
+    }
+
+    fn operations(&self) -> &'static Operations {
+        self.claim.operations()
+    }
+
+    fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {
+        self.claim.obtain(conn, request)
+    }
+
+    fn add_renewal(&self, call: &mut ScriptInvocation<'static>, token: &Token, ttl_ms: u64) {
+        self.claim.add_renewal(call, token, ttl_ms);
+    }
+
+    /// The change: `call` carries the token, and whatever TTL it sets.
+    fn refresh<'a>(&'a self, conn: Conn<'a>, _token: &'a Token, _ttl_ms: u64) -> Call<'a, bool> {
+        Box::pin(async move {
+            let done: i64 = self.call.invoke_async(&mut Node(conn)).await?;
+            Ok(done == 1)
+        })
+    }
+}
+
 /// What one acquire try sends: the same for every node.
 #[derive(Clone, Copy)]
 pub(crate) struct ObtainTry<'a> {

@@ -23,7 +23,7 @@ use crate::engine::waiting::Waiting;
 use crate::error::{Argument, Error};
 use crate::primitives::mutex;
 use crate::retry::{self, Jitter, RetryExt};
-use crate::scripts::{operations, Call, Claim, Conn, Node, Obtain, ObtainTry, Operations};
+use crate::scripts::{operations, Call, Change, Claim, Conn, Node, Obtain, ObtainTry, Operations};
 use crate::token::Token;
 
 operations!(
@@ -403,9 +403,14 @@ impl<C: Connection> Leadership<C> {
         let value = value.into();
         args::check_metadata(&value)?;
         let lock = self.lease.lock();
-        let via = Proclaim {
-            key: lock.what().clone(),
-            value: value.clone(),
+        let mut call = PROCLAIM.script().prepare_invoke();
+        call.key(lock.what().key())
+            .arg(lock.token().as_bytes())
+            .arg(value.as_bytes())
+            .arg(EVERYONE);
+        let via = Change {
+            claim: lock.what().clone(),
+            call,
         };
         let ttl_ms = args::ttl_millis(self.lease.lease_ttl())?;
         let backend = &lock.context().backend;
@@ -553,48 +558,6 @@ impl Claim for ElectionKey {
                 .await?;
             announce(conn, &self.channel).await;
             Ok(())
-        })
-    }
-}
-
-/// A leader setting its value, driven as a refresh (owner-checked, on a quorum, within
-/// the validity): the election's claim whose refresh is the proclamation.
-struct Proclaim {
-    key: ElectionKey,
-    value: String,
-}
-
-impl Claim for Proclaim {
-    fn keys(&self) -> &Keys {
-        self.key.keys()
-    }
-
-    fn script_keys(&self, fenced: bool, add: &mut dyn FnMut(&[u8])) {
-        self.key.script_keys(fenced, add);
-    }
-
-    fn operations(&self) -> &'static Operations {
-        self.key.operations()
-    }
-
-    fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {
-        self.key.obtain(conn, request)
-    }
-
-    fn add_renewal(&self, call: &mut ScriptInvocation<'static>, token: &Token, ttl_ms: u64) {
-        self.key.add_renewal(call, token, ttl_ms);
-    }
-
-    /// The proclamation: the TTL is kept, so `_ttl_ms` goes unused.
-    fn refresh<'a>(&'a self, conn: Conn<'a>, token: &'a Token, _ttl_ms: u64) -> Call<'a, bool> {
-        let mut call = PROCLAIM.script().prepare_invoke();
-        call.key(self.key.key())
-            .arg(token.as_bytes())
-            .arg(self.value.as_bytes())
-            .arg(EVERYONE);
-        Box::pin(async move {
-            let set: i64 = call.invoke_async(&mut Node(conn)).await?;
-            Ok(set == 1)
         })
     }
 }

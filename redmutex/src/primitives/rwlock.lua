@@ -243,11 +243,12 @@ local keep = tonumber(ARGV[2] or '0')
 local now = now_ms()
 local missing = 1
 local value = redis.pcall('get', lock)
-local before = intents_ours(intents) and live_intents(intents, now) or 0
-if intents_ours(intents) and ARGV[3] ~= 'keep-intent' then
+local ours_intents = intents_ours(intents)
+local before = ours_intents and live_intents(intents, now) or 0
+if ours_intents and ARGV[3] ~= 'keep-intent' then
   redis.call('zrem', intents, token)
 end
-local after = intents_ours(intents) and live_intents(intents, now) or 0
+local after = ours_intents and live_intents(intents, now) or 0
 if owned(value, token) then
   missing = 0
   if keep > 0 then

@@ -20,8 +20,8 @@ use crate::error::{Argument, Error, InvalidArgument};
 use crate::fence::{companion_key, counter_key, Companion};
 use crate::primitives::mutex;
 use crate::scripts::{
-    eval_whole, operations, Call, Claim, Conn, Node, Obtain, ObtainTry, Operation, Operations,
-    Queue,
+    eval_whole, operations, Call, Change, Claim, Conn, Node, Obtain, ObtainTry, Operation,
+    Operations, Queue,
 };
 use crate::token::{self, StoredValue, Token, TOKEN_LEN};
 
@@ -433,38 +433,6 @@ impl Claim for WriteKey {
 /// `release_write`'s third argument: undo a try, keep the intent.
 const KEEP_INTENT: &str = "keep-intent";
 
-/// A writer becoming a reader, driven as a refresh (see `Lock::convert`): a reader's claim
-/// whose owner-checked refresh is the downgrade, over the three keys.
-struct Downgrade(ReadKey);
-
-/// The downgrade as the refresh; the rest as a reader's.
-static DOWNGRADE_OPERATIONS: Operations = Operations {
-    refresh: &DOWNGRADE,
-    ..READ_OPERATIONS
-};
-
-impl Claim for Downgrade {
-    fn keys(&self) -> &Keys {
-        self.0.keys()
-    }
-
-    fn script_keys(&self, _fenced: bool, add: &mut dyn FnMut(&[u8])) {
-        self.0.keys.add_all(add);
-    }
-
-    fn operations(&self) -> &'static Operations {
-        &DOWNGRADE_OPERATIONS
-    }
-
-    fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {
-        self.0.obtain(conn, request)
-    }
-
-    fn add_renewal(&self, call: &mut ScriptInvocation<'static>, token: &Token, ttl_ms: u64) {
-        self.0.add_renewal(call, token, ttl_ms);
-    }
-}
-
 /// The channel waiting readers hear of a writer's release on: the key and `:~r` (as
 /// `rwlock.lua` names it).
 fn readers_channel(key: &[u8]) -> Vec<u8> {
@@ -493,10 +461,17 @@ impl<C: Connection> Lock<C, WriteKey> {
     /// guard is consumed, and the key (writer's or reader's) expires by its TTL.
     pub async fn downgrade(self) -> Result<ReadGuard<C>, Error> {
         let keys = self.what().keys.clone();
-        let reader = Arc::new(ReadKey { keys });
-        let via = Downgrade(ReadKey {
-            keys: reader.keys.clone(),
+        let ttl_ms = args::ttl_millis(self.lease_ttl())?;
+        let mut call = DOWNGRADE.script().prepare_invoke();
+        keys.add_all(&mut |key| {
+            call.key(key);
         });
+        call.arg(self.token().as_bytes()).arg(ttl_ms);
+        let via = Change {
+            claim: ReadKey { keys: keys.clone() },
+            call,
+        };
+        let reader = Arc::new(ReadKey { keys });
         self.convert((reader.clone(), reader), &via).await
     }
 }
