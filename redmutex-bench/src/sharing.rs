@@ -137,10 +137,7 @@ pub async fn permits(
             Ok::<_, String>(waits)
         })
     });
-    let mut waits = Latencies::default();
-    for run in futures_util::future::join_all(runs).await {
-        waits.merge(run.map_err(|e| e.to_string())??);
-    }
+    let mut waits = workload::gather(runs).await?;
     let spent = window.close().await?;
     let notes = format!(
         "p50/p99 = wait for a permit, longest {} ms; {} over the limit of {PERMITS}; the \
@@ -280,10 +277,7 @@ pub async fn wait_free(
             Ok::<_, String>(waits)
         })
     });
-    let mut waits = Latencies::default();
-    for run in futures_util::future::join_all(runs).await {
-        waits.merge(run.map_err(|e| e.to_string())??);
-    }
+    let mut waits = workload::gather(runs).await?;
     holding.await.map_err(|e| e.to_string())??;
     let spent = window.close().await?;
     let notes = format!(

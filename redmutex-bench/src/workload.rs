@@ -278,7 +278,7 @@ pub async fn keep_alive(
 }
 
 /// Waits for every task of a run and merges what they measured; the first error wins.
-async fn gather(
+pub(crate) async fn gather(
     runs: impl Iterator<Item = tokio::task::JoinHandle<Result<Latencies, String>>>,
 ) -> Result<Latencies, String> {
     let mut all = Latencies::default();

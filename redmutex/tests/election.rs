@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{ms, multiplexed, Raw};
+use common::{blamed, ms, multiplexed, Raw};
 use futures_util::StreamExt;
 use redis::aio::MultiplexedConnection;
 use redmutex::{Argument, Election, Error, Leader, Locker};
@@ -28,13 +28,6 @@ async fn candidate(url: &str, ttl: Duration) -> Election<MultiplexedConnection> 
         .unwrap()
         .with_ttl(ttl)
         .unwrap()
-}
-
-fn blamed(error: &Error) -> Option<Argument> {
-    match error {
-        Error::InvalidArgument(invalid) => Some(invalid.argument),
-        _ => None,
-    }
 }
 
 /// Takes the next item of an observer within `within`.

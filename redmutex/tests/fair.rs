@@ -10,31 +10,11 @@ use std::future::IntoFuture;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{ms, multiplexed, Raw};
+use common::{blamed, ms, own_locker, Raw};
 use redis::aio::MultiplexedConnection;
-use redmutex::{retry, Argument, Error, FairLock, Locker, MIN_HEARTBEAT};
+use redmutex::{retry, Argument, FairLock, Locker, MIN_HEARTBEAT};
 use testkit::RedisServer;
 use tokio::time::Instant;
-
-/// A locker of its own on `server` — as another process would have — with push wake-up
-/// when `waking`.
-async fn locker(server: &RedisServer, waking: bool) -> Locker<MultiplexedConnection> {
-    let locker = Locker::new(multiplexed(server).await);
-    match waking {
-        true => locker
-            .with_wake_up([redis::Client::open(server.url()).unwrap()])
-            .unwrap(),
-        false => locker,
-    }
-}
-
-/// The argument an error blames, if it is an invalid argument.
-fn blamed(error: &Error) -> Option<Argument> {
-    match error {
-        Error::InvalidArgument(invalid) => Some(invalid.argument),
-        _ => None,
-    }
-}
 
 /// Waits until `n` waiters are in line.
 async fn until_in_line(fair: &FairLock<MultiplexedConnection>, n: usize) {
@@ -61,10 +41,10 @@ async fn waiters_in_line(
     hold: Duration,
 ) -> (Arc<Mutex<Vec<usize>>>, Vec<tokio::task::JoinHandle<()>>) {
     let order = Arc::new(Mutex::new(Vec::new()));
-    let watcher = locker(server, false).await.fair_lock(key).unwrap();
+    let watcher = own_locker(server, false).await.fair_lock(key).unwrap();
     let mut tasks = Vec::new();
     for i in 0..n {
-        let fair = locker(server, waking).await.fair_lock(key).unwrap();
+        let fair = own_locker(server, waking).await.fair_lock(key).unwrap();
         let order = order.clone();
         tasks.push(tokio::spawn(async move {
             let guard = (fair.acquire(ms(10_000)))
@@ -86,7 +66,10 @@ async fn waiters_of_separate_lockers_get_the_key_in_arrival_order() {
     for waking in [true, false] {
         let server = RedisServer::spawn();
         let mut raw = Raw::new(&server).await;
-        let holder = locker(&server, false).await.fair_lock("ordered").unwrap();
+        let holder = own_locker(&server, false)
+            .await
+            .fair_lock("ordered")
+            .unwrap();
         let held = holder.acquire(ms(10_000)).await.unwrap();
         // Polling every 20 ms, waiters would race for the key; the queue decides.
         let (order, tasks) = waiters_in_line(&server, "ordered", 6, waking, ms(20), ms(30)).await;
@@ -109,10 +92,10 @@ async fn waiters_of_separate_lockers_get_the_key_in_arrival_order() {
 #[tokio::test]
 async fn a_free_key_is_only_for_the_first_in_line() {
     let server = RedisServer::spawn();
-    let fair = locker(&server, false).await.fair_lock("first").unwrap();
+    let fair = own_locker(&server, false).await.fair_lock("first").unwrap();
     let held = fair.acquire(ms(10_000)).await.unwrap();
     // A waiter that polls only every 1.5 s: it is in line, but slow to come back.
-    let slow = locker(&server, false).await.fair_lock("first").unwrap();
+    let slow = own_locker(&server, false).await.fair_lock("first").unwrap();
     let slow = tokio::spawn(
         (slow.acquire(ms(10_000)))
             .retry(retry::constant(ms(1_500)))
@@ -129,7 +112,7 @@ async fn a_free_key_is_only_for_the_first_in_line() {
     assert!(!fair.inspect().await.unwrap().lock.held);
     // A plain acquire of the same key does not queue: it may take a free key ahead of the
     // line (documented), and excludes the fair waiter while it holds it.
-    let plain = locker(&server, false).await;
+    let plain = own_locker(&server, false).await;
     let barged = plain.acquire("first", ms(300)).await.unwrap();
     let slow = slow.await.unwrap().unwrap();
     assert!(
@@ -145,14 +128,14 @@ async fn a_waiter_that_stops_trying_drops_out_of_line_within_its_heartbeat() {
     let server = RedisServer::spawn();
     let mut raw = Raw::new(&server).await;
     let heartbeat = ms(600);
-    let fair = (locker(&server, false).await.fair_lock("ghost").unwrap())
+    let fair = (own_locker(&server, false).await.fair_lock("ghost").unwrap())
         .with_heartbeat(heartbeat)
         .unwrap();
     let held = fair.acquire(ms(10_000)).await.unwrap();
     // A process queues, then is killed: its place stays, with nobody renewing it. (The
     // test kit cannot SIGKILL a task; a waiter whose future is leaked never cleans up,
     // exactly like a killed process.)
-    let ghost = (locker(&server, false).await.fair_lock("ghost").unwrap())
+    let ghost = (own_locker(&server, false).await.fair_lock("ghost").unwrap())
         .with_heartbeat(heartbeat)
         .unwrap();
     let mut ghost = Box::pin(
@@ -190,7 +173,10 @@ async fn a_waiter_that_stops_trying_drops_out_of_line_within_its_heartbeat() {
 async fn a_waiter_that_gives_up_or_is_cancelled_leaves_the_line() {
     let server = RedisServer::spawn();
     let mut raw = Raw::new(&server).await;
-    let fair = locker(&server, false).await.fair_lock("leaving").unwrap();
+    let fair = own_locker(&server, false)
+        .await
+        .fair_lock("leaving")
+        .unwrap();
     let held = fair.acquire(ms(10_000)).await.unwrap();
     // Gives up at its deadline.
     let gave_up = (fair.acquire(ms(10_000)))
@@ -233,7 +219,7 @@ async fn a_waiter_that_gives_up_or_is_cancelled_leaves_the_line() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_wakes_the_next_waiter_on_its_own_channel() {
     let server = RedisServer::spawn();
-    let fair = (locker(&server, true).await.fair_lock("woken").unwrap())
+    let fair = (own_locker(&server, true).await.fair_lock("woken").unwrap())
         .with_heartbeat(ms(60_000))
         .unwrap();
     let held = fair.acquire(ms(30_000)).await.unwrap();
@@ -241,7 +227,7 @@ async fn a_release_wakes_the_next_waiter_on_its_own_channel() {
     // what gets them the key is the release before theirs.
     let mut waiters = Vec::new();
     for _ in 0..3 {
-        let waiter = (locker(&server, true).await.fair_lock("woken").unwrap())
+        let waiter = (own_locker(&server, true).await.fair_lock("woken").unwrap())
             .with_heartbeat(ms(60_000))
             .unwrap();
         waiters.push(tokio::spawn(async move {
@@ -285,7 +271,7 @@ fn subscribed_turn_channels(server: &RedisServer, key: &str) -> usize {
 async fn bad_input_redlock_and_foreign_data_are_refused_with_typed_errors() {
     let server = RedisServer::spawn();
     let mut raw = Raw::new(&server).await;
-    let plain = locker(&server, false).await;
+    let plain = own_locker(&server, false).await;
     for (error, argument) in [
         (plain.fair_lock("").unwrap_err(), Argument::Key),
         (plain.fair_lock("{x}:queue").unwrap_err(), Argument::Key),
@@ -346,7 +332,7 @@ async fn bad_input_redlock_and_foreign_data_are_refused_with_typed_errors() {
 async fn a_fair_guard_is_a_lock_fences_keep_alive_and_plain_locks_exclude_it() {
     let server = RedisServer::spawn();
     let mut raw = Raw::new(&server).await;
-    let plain = locker(&server, false).await;
+    let plain = own_locker(&server, false).await;
     let fair = plain.fair_lock("shared-key").unwrap();
     let first = fair.acquire(ms(10_000)).with_fence().await.unwrap();
     let fence = first.fence().await.unwrap();

@@ -11,30 +11,10 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{ms, multiplexed, Raw};
-use redis::aio::MultiplexedConnection;
-use redmutex::{retry, Argument, Error, Locker, LostReason, MIN_HEARTBEAT};
+use common::{blamed, ms, multiplexed, own_locker, Raw};
+use redmutex::{retry, Argument, Locker, LostReason, MIN_HEARTBEAT};
 use testkit::RedisServer;
 use tokio::time::Instant;
-
-/// A locker of its own on `server` — as another process would have — with push wake-up
-/// when `waking`.
-async fn locker(server: &RedisServer, waking: bool) -> Locker<MultiplexedConnection> {
-    let locker = Locker::new(multiplexed(server).await);
-    match waking {
-        true => locker
-            .with_wake_up([redis::Client::open(server.url()).unwrap()])
-            .unwrap(),
-        false => locker,
-    }
-}
-
-fn blamed(error: &Error) -> Option<Argument> {
-    match error {
-        Error::InvalidArgument(invalid) => Some(invalid.argument),
-        _ => None,
-    }
-}
 
 /// Waits (at most 3 s) until writers wait for `rw` (`waiting`), or until none does.
 async fn until_writers_wait<C: redmutex::Connection>(rw: &redmutex::RwLock<C>, waiting: bool) {
@@ -50,6 +30,15 @@ async fn until_writers_wait<C: redmutex::Connection>(rw: &redmutex::RwLock<C>, w
     }
 }
 
+/// A Redlock locker over `servers`.
+async fn redlock(servers: &[RedisServer]) -> Locker<redis::aio::MultiplexedConnection> {
+    let mut conns = Vec::new();
+    for server in servers {
+        conns.push(multiplexed(server).await);
+    }
+    Locker::redlock(conns).unwrap()
+}
+
 /// Every key but fence counters has a TTL.
 async fn every_key_expires(raw: &mut Raw) {
     for key in raw.lock_keys().await {
@@ -62,7 +51,10 @@ async fn every_key_expires(raw: &mut Raw) {
 async fn readers_share_and_a_writer_excludes_everyone() {
     let server = RedisServer::spawn();
     let mut raw = Raw::new(&server).await;
-    let (a, b) = (locker(&server, false).await, locker(&server, false).await);
+    let (a, b) = (
+        own_locker(&server, false).await,
+        own_locker(&server, false).await,
+    );
     let (rw_a, rw_b) = (a.rw_lock("doc").unwrap(), b.rw_lock("doc").unwrap());
     let first = rw_a.read(ms(10_000)).metadata("reader=a").await.unwrap();
     let second = rw_b.read(ms(20_000)).await.unwrap();
@@ -110,8 +102,8 @@ async fn readers_share_and_a_writer_excludes_everyone() {
 async fn a_waiting_writer_keeps_new_readers_out_and_is_not_starved() {
     let server = RedisServer::spawn();
     let mut raw = Raw::new(&server).await;
-    let readers = locker(&server, false).await;
-    let writers = locker(&server, false).await;
+    let readers = own_locker(&server, false).await;
+    let writers = own_locker(&server, false).await;
     let rw = readers.rw_lock("feed").unwrap();
     let early = rw.read(ms(30_000)).await.unwrap();
     let writer = tokio::spawn(
@@ -139,8 +131,8 @@ async fn a_waiting_writer_keeps_new_readers_out_and_is_not_starved() {
 async fn a_writer_that_leaves_lets_readers_in_again() {
     let server = RedisServer::spawn();
     let mut raw = Raw::new(&server).await;
-    let holder = locker(&server, false).await;
-    let other = locker(&server, false).await;
+    let holder = own_locker(&server, false).await;
+    let other = own_locker(&server, false).await;
     let rw = holder.rw_lock("gate").unwrap();
     let reader = rw.read(ms(30_000)).await.unwrap();
     let writers = other
@@ -214,7 +206,7 @@ async fn a_writer_that_leaves_lets_readers_in_again() {
 async fn a_crashed_reader_is_dropped_at_its_own_expiry_while_others_renew() {
     let server = RedisServer::spawn();
     let mut raw = Raw::new(&server).await;
-    let rw = locker(&server, false).await.rw_lock("table").unwrap();
+    let rw = own_locker(&server, false).await.rw_lock("table").unwrap();
     let crashed = rw.read(ms(400)).await.unwrap();
     let _token = crashed.detach();
     let live = rw.read(ms(400)).await.unwrap().keep_alive().unwrap();
@@ -240,7 +232,7 @@ async fn a_crashed_reader_is_dropped_at_its_own_expiry_while_others_renew() {
 async fn a_writer_downgrades_to_a_reader_with_its_fence() {
     let server = RedisServer::spawn();
     let mut raw = Raw::new(&server).await;
-    let rw = locker(&server, false).await.rw_lock("report").unwrap();
+    let rw = own_locker(&server, false).await.rw_lock("report").unwrap();
     let writer = rw
         .write(ms(10_000))
         .with_fence()
@@ -278,7 +270,7 @@ async fn a_writer_downgrades_to_a_reader_with_its_fence() {
 async fn a_lost_writer_cannot_downgrade() {
     let server = RedisServer::spawn();
     let mut raw = Raw::new(&server).await;
-    let rw = locker(&server, false).await.rw_lock("lost").unwrap();
+    let rw = own_locker(&server, false).await.rw_lock("lost").unwrap();
     let writer = rw.write(ms(10_000)).await.unwrap();
     let _: () = raw.run(redis::cmd("DEL").arg("lost")).await;
     let taken = rw.write(ms(10_000)).await.unwrap();
@@ -296,13 +288,13 @@ async fn a_lost_writer_cannot_downgrade() {
 async fn a_release_wakes_every_waiting_reader_and_the_last_reader_wakes_a_writer() {
     let server = RedisServer::spawn();
     let mut raw = Raw::new(&server).await;
-    let holder = locker(&server, true).await;
+    let holder = own_locker(&server, true).await;
     let rw = holder.rw_lock("wake").unwrap();
     let writer = rw.write(ms(30_000)).await.unwrap();
     let inside = Arc::new(AtomicI64::new(0));
     let mut readers = Vec::new();
     for _ in 0..3 {
-        let rw = locker(&server, true).await.rw_lock("wake").unwrap();
+        let rw = own_locker(&server, true).await.rw_lock("wake").unwrap();
         let inside = inside.clone();
         readers.push(tokio::spawn(async move {
             let reader = (rw.read(ms(30_000)))
@@ -327,7 +319,7 @@ async fn a_release_wakes_every_waiting_reader_and_the_last_reader_wakes_a_writer
     assert_eq!(rw.inspect().await.unwrap().readers.len(), 3);
     // A writer waits for the readers; the last one's release wakes it.
     let waiting = tokio::spawn(
-        (locker(&server, true).await.rw_lock("wake").unwrap())
+        (own_locker(&server, true).await.rw_lock("wake").unwrap())
             .with_heartbeat(ms(60_000))
             .unwrap()
             .write(ms(30_000))
@@ -363,7 +355,10 @@ async fn readers_and_writers_never_overlap() {
     let until = Instant::now() + ms(2_000);
     let mut tasks = Vec::new();
     for i in 0..6 {
-        let rw = locker(&server, i % 2 == 0).await.rw_lock("mix").unwrap();
+        let rw = own_locker(&server, i % 2 == 0)
+            .await
+            .rw_lock("mix")
+            .unwrap();
         let state = state.clone();
         tasks.push(tokio::spawn(async move {
             let mut turns = 0;
@@ -409,7 +404,7 @@ async fn readers_and_writers_never_overlap() {
 async fn bad_input_and_foreign_data_get_typed_errors_and_leave_nothing() {
     let server = RedisServer::spawn();
     let mut raw = Raw::new(&server).await;
-    let locker = locker(&server, false).await;
+    let locker = own_locker(&server, false).await;
     assert_eq!(
         blamed(&locker.rw_lock("").unwrap_err()),
         Some(Argument::Key)
@@ -478,11 +473,7 @@ async fn bad_input_and_foreign_data_get_typed_errors_and_leave_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_write_lock_works_over_redlock() {
     let servers = RedisServer::spawn_many(3);
-    let mut conns = Vec::new();
-    for server in &servers {
-        conns.push(multiplexed(server).await);
-    }
-    let locker = Locker::redlock(conns).unwrap();
+    let locker = redlock(&servers).await;
     let rw = locker.rw_lock("ledger").unwrap();
     let a = rw.read(ms(10_000)).with_fence().await.unwrap();
     let seen = a.fence().await.unwrap();
@@ -555,7 +546,7 @@ async fn leases_are_lost_loudly_when_the_server_restarts_empty_or_freezes() {
 async fn a_minimum_hold_keeps_readers_and_writers_until_it_passes() {
     let server = RedisServer::spawn();
     let mut raw = Raw::new(&server).await;
-    let rw = locker(&server, false).await.rw_lock("period").unwrap();
+    let rw = own_locker(&server, false).await.rw_lock("period").unwrap();
     let reader = rw.read(ms(10_000)).min_hold(ms(400)).await.unwrap();
     reader.release().await.unwrap();
     assert_eq!(rw.inspect().await.unwrap().readers.len(), 1);
@@ -586,11 +577,7 @@ async fn a_minimum_hold_keeps_readers_and_writers_until_it_passes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_writer_over_redlock_keeps_readers_out_and_leaves_cleanly() {
     let servers = RedisServer::spawn_many(3);
-    let mut conns = Vec::new();
-    for server in &servers {
-        conns.push(multiplexed(server).await);
-    }
-    let locker = Locker::redlock(conns).unwrap();
+    let locker = redlock(&servers).await;
     let rw = locker.rw_lock("books").unwrap();
     let reader = rw.read(ms(10_000)).await.unwrap();
     let gave_up = (rw.write(ms(5_000)))

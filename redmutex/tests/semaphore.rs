@@ -9,9 +9,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{manager, ms, multiplexed, Raw};
+use common::{blamed, manager, ms, multiplexed, Raw};
 use redis::aio::MultiplexedConnection;
-use redmutex::{retry, Argument, Error, Locker, LostReason, MAX_PERMITS};
+use redmutex::{retry, Argument, Locker, LostReason, MAX_PERMITS};
 use testkit::RedisServer;
 use tokio::time::Instant;
 
@@ -20,14 +20,6 @@ async fn setup() -> (RedisServer, Raw, Locker<MultiplexedConnection>) {
     let raw = Raw::new(&server).await;
     let locker = Locker::new(multiplexed(&server).await);
     (server, raw, locker)
-}
-
-/// The argument an error blames, if it is an invalid argument.
-fn blamed(error: &Error) -> Option<Argument> {
-    match error {
-        Error::InvalidArgument(invalid) => Some(invalid.argument),
-        _ => None,
-    }
 }
 
 /// The server's clock in milliseconds.

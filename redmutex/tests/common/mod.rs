@@ -43,6 +43,26 @@ pub async fn manager(server: &RedisServer) -> ConnectionManager {
     redmutex::connect(&server.url()).await.unwrap()
 }
 
+/// The argument an error blames, if it is an invalid argument.
+pub fn blamed(error: &redmutex::Error) -> Option<redmutex::Argument> {
+    match error {
+        redmutex::Error::InvalidArgument(invalid) => Some(invalid.argument),
+        _ => None,
+    }
+}
+
+/// A locker of its own on `server` — as another process would have — with push wake-up
+/// when `waking`.
+pub async fn own_locker(server: &RedisServer, waking: bool) -> Locker<MultiplexedConnection> {
+    let locker = Locker::new(multiplexed(server).await);
+    match waking {
+        true => locker
+            .with_wake_up([redis::Client::open(server.url()).unwrap()])
+            .unwrap(),
+        false => locker,
+    }
+}
+
 pub async fn locker(server: &RedisServer) -> Locker<MultiplexedConnection> {
     Locker::new(multiplexed(server).await)
 }
