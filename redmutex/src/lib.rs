@@ -255,6 +255,7 @@ pub use engine::guard::Lock;
 pub use engine::inspect::{LockInfo, NodeInfo};
 pub use engine::lease::{KeepAlive, Lease};
 pub use engine::lost::{LostReason, LostSignal};
+pub use engine::meter::LockerStats;
 pub use engine::tally::{FailedTry, TryFailure};
 pub use engine::wakeup::WakeUpState;
 pub use error::{Argument, Error, InvalidArgument, NotObtained};

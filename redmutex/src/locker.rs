@@ -10,6 +10,7 @@ use crate::connection::Connection;
 use crate::engine::acquire::Acquire;
 use crate::engine::context::Context;
 use crate::engine::inspect::{KeyView, LockInfo};
+use crate::engine::meter::{LockerStats, Meter};
 use crate::engine::renewer::RenewerSlot;
 use crate::engine::waiting;
 use crate::engine::wakeup::{Hub, WakeUpState};
@@ -344,6 +345,45 @@ impl<C: Connection> Locker<C> {
     /// The key prefix (empty by default).
     pub fn prefix(&self) -> &[u8] {
         &self.prefix
+    }
+
+    /// Names this locker in its metrics (the `locker` label, with the `metrics` feature):
+    /// metrics are labelled by locker and kind, never by key, whose number has no bound.
+    /// Counting starts afresh: [`stats`](Locker::stats) of the renamed locker count what
+    /// it and its clones do from now on.
+    ///
+    /// ```
+    /// # fn demo(conn: redis::aio::MultiplexedConnection) {
+    /// let locker = redmutex::Locker::new(conn).with_name("billing");
+    /// assert_eq!(locker.name(), Some("billing"));
+    /// # }
+    /// ```
+    pub fn with_name(self, name: impl Into<String>) -> Locker<C> {
+        let name: Arc<str> = Arc::from(name.into());
+        self.edit(|context| context.meter = Arc::new(Meter::named(Some(name))))
+    }
+
+    /// The name given with [`with_name`](Locker::with_name), if any.
+    pub fn name(&self) -> Option<&str> {
+        self.context.meter.name()
+    }
+
+    /// What this locker and its clones did so far, and what they hold and wait for now
+    /// (in the manner of a connection pool's statistics): counters read with relaxed
+    /// atomics, cheap enough to call per request. See [`LockerStats`].
+    ///
+    /// ```
+    /// # async fn demo(locker: redmutex::Locker<redis::aio::MultiplexedConnection>) -> Result<(), redmutex::Error> {
+    /// let stats = locker.stats();
+    /// println!(
+    ///     "{} held, {} waiting; {} acquired ({} after waiting), {} not obtained, {} lost",
+    ///     stats.held, stats.waiting, stats.acquired, stats.acquired_after_waiting,
+    ///     stats.not_obtained, stats.lost,
+    /// );
+    /// # Ok(()) }
+    /// ```
+    pub fn stats(&self) -> LockerStats {
+        self.context.meter.snapshot()
     }
 
     /// The connection this locker uses (for Redlock, the first node's).

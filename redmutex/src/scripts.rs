@@ -113,6 +113,10 @@ pub(crate) trait Claim: Send + Sync + 'static {
     /// cluster are batched by the hash slot of the first.
     fn keys(&self) -> &Keys;
 
+    /// What kind of claim it is, for traces and metrics: `lock`, `semaphore`, `fair_lock`,
+    /// `read`, `write`, `election`.
+    fn kind(&self) -> &'static str;
+
     /// Hands `add` every key its scripts declare, in order: the claim's own keys, then,
     /// when `fenced`, its fence counters.
     fn script_keys(&self, fenced: bool, add: &mut dyn FnMut(&[u8]));
@@ -298,6 +302,10 @@ pub(crate) struct Change<K> {
 impl<K: Claim> Claim for Change<K> {
     fn keys(&self) -> &Keys {
         self.claim.keys()
+    }
+
+    fn kind(&self) -> &'static str {
+        self.claim.kind()
     }
 
     fn script_keys(&self, fenced: bool, add: &mut dyn FnMut(&[u8])) {

@@ -102,6 +102,7 @@ impl<C: Connection> Quorum<C> {
                 Err(error) => failure.failures.push(NodeFailure { node, error }),
             }
         }
+        warn_if_partial(&failure);
         failure
     }
 
@@ -496,6 +497,29 @@ impl<C: Connection> Quorum<C> {
 
 /// The claim was taken, but the fence could not be made durable on a quorum: only the
 /// nodes that stored both agreed; `unfenced` are no longer counted, and say why.
+/// A quorum that agreed although some nodes could not be asked: the lock holds, with less
+/// room for another failure — operators should hear of the nodes that are down.
+fn warn_if_partial(tally: &QuorumFailure) {
+    if tally.agreed < tally.needed {
+        return;
+    }
+    let mut unreachable = (tally.failures.iter()).filter(|f| f.error.is_unreachable());
+    let Some(first) = unreachable.next() else {
+        return;
+    };
+    let mut errors = format!("node {}: {}", first.node, first.error);
+    for failure in unreachable {
+        errors.push_str(&format!("; node {}: {}", failure.node, failure.error));
+    }
+    tracing::warn!(
+        agreed = tally.agreed,
+        needed = tally.needed,
+        nodes = tally.nodes,
+        errors = %errors,
+        "redmutex: quorum reached without every node"
+    );
+}
+
 fn count_out(failure: &mut QuorumFailure, unfenced: Vec<NodeFailure>) {
     failure.agreed -= unfenced.len();
     failure.failures.extend(unfenced);

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::args::{self, Keys};
 use crate::backend::common::TryResult;
@@ -20,6 +21,7 @@ use crate::check;
 use crate::connection::Connection;
 use crate::engine::context::Context;
 use crate::engine::guard::{Grant, Lock};
+use crate::engine::meter::Outcome;
 use crate::engine::schedule::{Retry, Schedule};
 use crate::engine::tally::{FailedTry, Observer, Reason, Tally};
 use crate::engine::waiting::Waiting;
@@ -220,7 +222,32 @@ impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
             named: false,
             fail_fast: self.fail_fast,
         };
-        let obtained = tries.run().await?;
+        let span = acquire_span(&*claim, ttl_ms);
+        let mark = context.meter.start_acquire(claim.kind());
+        let mut tries = tries;
+        let obtained = tries.run().instrument(span.clone()).await;
+        let attempts = tries.tally.attempts;
+        drop(tries);
+        let outcome = match &obtained {
+            Ok(_) => Outcome::Acquired,
+            Err(e) if e.is_not_obtained() => Outcome::NotObtained,
+            Err(_) => Outcome::Failed,
+        };
+        context.meter.end_acquire(&mark, outcome, attempts);
+        let waited = millis(mark.elapsed());
+        span.record("attempts", attempts);
+        span.record("wait_ms", waited);
+        span.record("outcome", outcome.label());
+        let obtained = match obtained {
+            Ok(obtained) => obtained,
+            Err(e) => {
+                span.in_scope(|| tracing::debug!(error = %e, "acquire failed"));
+                return Err(e);
+            }
+        };
+        if let Some(fence) = obtained.fence {
+            span.record("fence", fence);
+        }
         let grant = Grant {
             token,
             metadata: self.metadata,
@@ -299,7 +326,7 @@ enum Tried {
 
 impl<C: Connection> Tries<'_, '_, C> {
     /// Tries until obtained, refused, or the schedule ends.
-    async fn run(mut self) -> Result<Obtained, Error> {
+    async fn run(&mut self) -> Result<Obtained, Error> {
         let claim = self.claim;
         let keys = claim.keys();
         if self.eviction_look {
@@ -459,7 +486,10 @@ impl<C: Connection> Tries<'_, '_, C> {
                 .await;
             self.named = false;
         }
-        std::mem::take(&mut self.tally).into_error(self.schedule.started)
+        let attempts = self.tally.attempts;
+        let error = std::mem::take(&mut self.tally).into_error(self.schedule.started);
+        self.tally.attempts = attempts;
+        error
     }
 
     /// Whether giving up must take the locker out of line: a try named it, and no other
@@ -482,6 +512,25 @@ impl<C: Connection> Drop for Tries<'_, '_, C> {
             (self.backend).release_in_background(self.claim.clone(), self.locker, None);
         }
     }
+}
+
+/// The span of one acquire: what is acquired (the first key, with the prefix, and how
+/// many), and — recorded when it ends — the tries, the wait, the outcome and the fence.
+/// Never the token: whoever knows it can release the lock.
+fn acquire_span(claim: &dyn Claim, ttl_ms: u64) -> tracing::Span {
+    let keys = claim.keys();
+    let name = keys.get(0).map(String::from_utf8_lossy).unwrap_or_default();
+    tracing::debug_span!(
+        "redmutex.acquire",
+        lock.name = %name,
+        lock.keys = keys.len(),
+        kind = claim.kind(),
+        ttl_ms,
+        attempts = tracing::field::Empty,
+        wait_ms = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+        fence = tracing::field::Empty,
+    )
 }
 
 /// A TTL-shaped argument's error, saying which argument it was about.

@@ -7,6 +7,7 @@ use std::sync::{Arc, OnceLock};
 use crate::backend::Backend;
 use crate::check::EvictionWatch;
 use crate::connection::Connection;
+use crate::engine::meter::Meter;
 use crate::engine::renewer::RenewerSlot;
 use crate::engine::wakeup::Hub;
 use crate::error::Error;
@@ -24,6 +25,8 @@ pub(crate) struct Context<C> {
     pub(crate) eviction: Arc<EvictionWatch>,
     /// Whether fences may be taken, and how long counters are kept.
     pub(crate) fences: Fences,
+    /// What the locker counts of its activity ([`Locker::stats`](crate::Locker::stats)).
+    pub(crate) meter: Arc<Meter>,
     /// This locker's id among the lockers waiting for a key (see `mutex.lua`), drawn when
     /// one of its acquires first waits; shared by its clones.
     id: Arc<OnceLock<Token>>,
@@ -37,6 +40,7 @@ impl<C: Connection> Context<C> {
             hub: None,
             eviction: Arc::new(EvictionWatch::default()),
             fences: Fences::default(),
+            meter: Arc::new(Meter::named(None)),
             id: Arc::new(OnceLock::new()),
         }
     }
@@ -62,6 +66,7 @@ impl<C: Clone> Clone for Context<C> {
             hub: self.hub.clone(),
             eviction: self.eviction.clone(),
             fences: self.fences,
+            meter: self.meter.clone(),
             id: self.id.clone(),
         }
     }

@@ -5,10 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::args::{self, Keys};
 use crate::connection::Connection;
 use crate::engine::context::Context;
+use crate::engine::meter::HeldMark;
 use crate::error::{Argument, Error};
 use crate::scripts::Claim;
 use crate::token::Token;
@@ -65,6 +67,8 @@ pub struct Lock<C: Connection, P = Keys> {
     /// [`Acquire::min_hold`]: crate::Acquire::min_hold
     keep_until: Option<Instant>,
     release_on_drop: bool,
+    /// Counts this guard as held in the locker's stats until it goes.
+    _held: HeldMark,
 }
 
 /// What a successful acquire hands to the [`Lock`] it creates.
@@ -86,7 +90,9 @@ impl<C: Connection, P> Lock<C, P> {
         (what, claim): (Arc<P>, Arc<dyn Claim>),
         grant: Grant,
     ) -> Lock<C, P> {
+        let held = context.meter.hold(claim.kind(), grant.sent_at);
         Lock {
+            _held: held,
             context,
             what,
             claim,
@@ -284,6 +290,15 @@ impl<C: Connection, P> Lock<C, P> {
     /// If cancelled, the release may or may not have reached Redis; the dropped lock then
     /// starts a background release, as on any drop.
     pub async fn release(mut self) -> Result<(), Error> {
+        let keys = self.claim.keys();
+        let span = tracing::debug_span!(
+            "redmutex.release",
+            lock.name = %String::from_utf8_lossy(keys.get(0).unwrap_or_default()),
+            lock.keys = keys.len(),
+            kind = self.claim.kind(),
+            held_ms = u64::try_from(self.acquired_at.elapsed().as_millis()).unwrap_or(u64::MAX),
+            outcome = tracing::field::Empty,
+        );
         let backend = &self.context.backend;
         let result = (backend)
             .release(
@@ -292,7 +307,17 @@ impl<C: Connection, P> Lock<C, P> {
                 Some(self.lease_ttl),
                 self.keep_until,
             )
+            .instrument(span.clone())
             .await;
+        let outcome = match &result {
+            Ok(()) => "released",
+            Err(Error::NotHeld) => "not_held",
+            Err(_) => "error",
+        };
+        span.record("outcome", outcome);
+        if matches!(result, Ok(()) | Err(Error::NotHeld)) {
+            self.context.meter.released();
+        }
         // Redis answered (released, or not ours any more): nothing left for Drop to do.
         // After a Redis error, Drop tries once more in the background. (A quorum backend
         // already retries the nodes that did not answer.)
@@ -317,6 +342,8 @@ impl<C: Connection, P> Lock<C, P> {
             .await?;
         self.release_on_drop = false;
         let (what, claim) = what;
+        // (The writer's hold ends here, the reader's starts.)
+        let held = self.context.meter.hold(claim.kind(), Instant::now());
         Ok(Lock {
             context: self.context.clone(),
             what,
@@ -329,6 +356,7 @@ impl<C: Connection, P> Lock<C, P> {
             fence: tokio::sync::OnceCell::new_with(self.fence.get().copied()),
             keep_until: self.keep_until,
             release_on_drop: true,
+            _held: held,
         })
     }
 

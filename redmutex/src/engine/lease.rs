@@ -194,7 +194,9 @@ impl<C: Connection, P> Lease<C, P> {
             state: state.clone(),
         };
         let context = lock.context();
-        let registration = context.renewer.register(&context.backend, entry);
+        let registration = context
+            .renewer
+            .register(&context.backend, &context.meter, entry);
         Ok(Lease {
             lock: Some(lock),
             state,

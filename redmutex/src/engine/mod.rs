@@ -8,6 +8,7 @@ pub(crate) mod guard;
 pub(crate) mod inspect;
 pub(crate) mod lease;
 pub(crate) mod lost;
+pub(crate) mod meter;
 pub(crate) mod renewer;
 pub(crate) mod schedule;
 pub(crate) mod tally;

@@ -22,6 +22,7 @@ use crate::backend::common::Renewal;
 use crate::backend::Backend;
 use crate::connection::Connection;
 use crate::engine::lost::{loss_margin, LeaseState, LostReason};
+use crate::engine::meter::Meter;
 use crate::scripts::Claim;
 use crate::token::Token;
 
@@ -84,7 +85,12 @@ impl<C: Connection> RenewerSlot<C> {
     ///
     /// # Panics
     /// Outside a tokio runtime, like `tokio::spawn`.
-    pub(crate) fn register(&self, backend: &Backend<C>, entry: Entry) -> Registration {
+    pub(crate) fn register(
+        &self,
+        backend: &Backend<C>,
+        meter: &Arc<Meter>,
+        entry: Entry,
+    ) -> Registration {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut slot = self.sender.lock().unwrap_or_else(|p| p.into_inner());
         let sender = match slot.as_ref() {
@@ -93,6 +99,7 @@ impl<C: Connection> RenewerSlot<C> {
                 let (sender, commands) = mpsc::unbounded_channel();
                 let renewer = Renewer {
                     backend: backend.clone(),
+                    meter: meter.clone(),
                     leases: HashMap::new(),
                     commands,
                 };
@@ -161,6 +168,7 @@ struct BatchDone {
 /// sees every lease, in the table or still on the way to it.
 struct Renewer<C> {
     backend: Backend<C>,
+    meter: Arc<Meter>,
     leases: HashMap<u64, Tracked>,
     commands: UnboundedReceiver<Command>,
 }
@@ -185,9 +193,11 @@ impl<C: Connection> Renewer<C> {
     async fn run(mut self) {
         let Renewer {
             backend,
+            meter,
             leases,
             commands,
         } = &mut self;
+        let ends = Ends { backend, meter };
         // Redis Cluster: a renewal call may only touch keys of one hash slot.
         let per_slot = backend.is_cluster();
         let (done_tx, mut done_rx) = mpsc::unbounded_channel::<BatchDone>();
@@ -201,7 +211,7 @@ impl<C: Connection> Renewer<C> {
                 .min()
                 .is_some_and(|wake| wake <= now)
             {
-                expire(leases, now, backend);
+                expire(leases, now, &ends);
                 send_due(leases, now, backend, &done_tx, per_slot);
             }
             let wake = leases.values().map(Tracked::next_event).min();
@@ -220,9 +230,9 @@ impl<C: Connection> Renewer<C> {
                     }
                 }
                 Some(done) = done_rx.recv() => {
-                    apply(leases, done, backend);
+                    apply(leases, done, &ends);
                     while let Ok(done) = done_rx.try_recv() {
-                        apply(leases, done, backend);
+                        apply(leases, done, &ends);
                     }
                 }
             }
@@ -259,7 +269,7 @@ async fn sleep_until(wake: Option<Instant>) {
 }
 
 /// Declares lost every lease whose validity is (about to be) over.
-fn expire<C: Connection>(leases: &mut HashMap<u64, Tracked>, now: Instant, backend: &Backend<C>) {
+fn expire<C: Connection>(leases: &mut HashMap<u64, Tracked>, now: Instant, ends: &Ends<'_, C>) {
     let expired: Vec<u64> = leases
         .iter()
         .filter(|(_, t)| t.lost_at() <= now)
@@ -274,15 +284,50 @@ fn expire<C: Connection>(leases: &mut HashMap<u64, Tracked>, now: Instant, backe
         } else {
             LostReason::HoldLimitReached
         };
-        lose(tracked.entry, reason, backend);
+        ends.lose(tracked.entry, reason);
     }
 }
 
-/// Tells the lease's watchers, and removes whatever may still hold its token so that
-/// nobody waits for a lock its owner has already given up on.
-fn lose<C: Connection>(entry: Entry, reason: LostReason, backend: &Backend<C>) {
-    entry.state.end(reason);
-    backend.release_in_background(entry.claim, entry.token, entry.keep_until);
+/// What the renewer needs to end a lease, and to count what becomes of renewals.
+struct Ends<'r, C> {
+    backend: &'r Backend<C>,
+    meter: &'r Meter,
+}
+
+impl<C: Connection> Ends<'_, C> {
+    /// Tells the lease's watchers (and the application's traces and metrics), and removes
+    /// whatever may still hold its token so that nobody waits for a lock its owner has
+    /// already given up on.
+    fn lose(&self, entry: Entry, reason: LostReason) {
+        let left = entry.valid_until.saturating_duration_since(Instant::now());
+        let (name, kind) = (lock_name(&*entry.claim), entry.claim.kind());
+        let validity_left_ms = left.as_millis() as u64;
+        let label = match &reason {
+            LostReason::NotHeld => "not_held",
+            LostReason::HoldLimitReached => "hold_limit",
+            _ => "unreachable",
+        };
+        self.meter.lost(label);
+        if let LostReason::HoldLimitReached = reason {
+            tracing::info!(lock.name = %name, kind, "redmutex: lease ended at its hold limit");
+        } else {
+            tracing::warn!(
+                lock.name = %name,
+                kind,
+                reason = %reason,
+                validity_left_ms,
+                "redmutex: lease lost"
+            );
+        }
+        entry.state.end(reason);
+        (self.backend).release_in_background(entry.claim, entry.token, entry.keep_until);
+    }
+}
+
+/// The first key of a claim, as text, for traces.
+fn lock_name(claim: &dyn Claim) -> String {
+    let first = claim.keys().get(0).unwrap_or_default();
+    String::from_utf8_lossy(first).into_owned()
 }
 
 /// Sends one renewal call per batch of leases that are due: per renewal script (one per
@@ -381,10 +426,10 @@ fn batches(leases: &HashMap<u64, Tracked>, due: Vec<Due>, per_slot: bool) -> Vec
 }
 
 /// Takes in the answer to a renewal call.
-fn apply<C: Connection>(leases: &mut HashMap<u64, Tracked>, done: BatchDone, backend: &Backend<C>) {
+fn apply<C: Connection>(leases: &mut HashMap<u64, Tracked>, done: BatchDone, ends: &Ends<'_, C>) {
     let renewals = match done.result {
         Ok(renewals) => renewals,
-        Err(e) => return retry_later(leases, &done.leases, e),
+        Err(e) => return retry_later(leases, &done.leases, e, ends.meter),
     };
     for (due, renewal) in done.leases.iter().zip(renewals) {
         let id = due.id;
@@ -407,22 +452,45 @@ fn apply<C: Connection>(leases: &mut HashMap<u64, Tracked>, done: BatchDone, bac
                 entry.next_renewal = sent_at + entry.interval;
                 tracked.last_error = None;
                 entry.state.renewed(entry.valid_until);
+                ends.meter.renewal(true);
             }
             Renewal::NotHeld => {
                 let tracked = leases.remove(&id).expect("found above");
-                lose(tracked.entry, LostReason::NotHeld, backend);
+                ends.lose(tracked.entry, LostReason::NotHeld);
             }
-            Renewal::Failed(e) => retry_later(leases, std::slice::from_ref(due), e),
+            Renewal::Failed(e) => retry_later(leases, std::slice::from_ref(due), e, ends.meter),
         }
     }
 }
 
 /// A renewal call failed: try those leases again soon; they are declared lost if no
 /// renewal gets through before their validity ends.
-fn retry_later(leases: &mut HashMap<u64, Tracked>, batch: &[Due], error: redis::RedisError) {
+fn retry_later(
+    leases: &mut HashMap<u64, Tracked>,
+    batch: &[Due],
+    error: redis::RedisError,
+    meter: &Meter,
+) {
     let now = Instant::now();
+    // One event per failed call (not per lease: a call renews up to a thousand), naming
+    // the lease that runs out first.
+    let soonest = (batch.iter())
+        .filter_map(|due| leases.get(&due.id))
+        .min_by_key(|tracked| tracked.entry.valid_until);
+    if let Some(tracked) = soonest {
+        let left = tracked.entry.valid_until.saturating_duration_since(now);
+        tracing::warn!(
+            lock.name = %lock_name(&*tracked.entry.claim),
+            kind = tracked.entry.claim.kind(),
+            leases = batch.len(),
+            error = %error,
+            validity_left_ms = left.as_millis() as u64,
+            "redmutex: renewal failed; retrying while the lease is valid"
+        );
+    }
     for due in batch {
         if let Some(tracked) = leases.get_mut(&due.id) {
+            meter.renewal(false);
             tracked.in_flight = false;
             tracked.entry.next_renewal =
                 now + (tracked.entry.interval / 4).max(Duration::from_millis(1));

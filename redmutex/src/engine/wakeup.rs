@@ -356,6 +356,12 @@ impl Hub {
         let channel = lock(&self.channels).get(key).cloned();
         if let Some(channel) = channel {
             let mut state = lock(&channel.state);
+            tracing::trace!(
+                channel = %String::from_utf8_lossy(key),
+                freed,
+                waiters = state.members,
+                "redmutex: release heard"
+            );
             state.held_by_waiter = None;
             channel.announce(&mut state, Wake::Released, freed);
         }
@@ -512,6 +518,7 @@ impl Member {
                 if state.unclaimed > 0 {
                     state.unclaimed -= 1;
                     self.turn = true;
+                    tracing::trace!(why = ?state.why, "redmutex: waiter woken");
                     return state.why;
                 }
             }

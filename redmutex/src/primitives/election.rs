@@ -506,6 +506,10 @@ async fn announce(conn: Conn<'_>, channel: &[u8]) {
 /// The mutex's claim on the key, with every change announced to observers: a win, and a
 /// release (a resignation, or a dropped leadership).
 impl Claim for ElectionKey {
+    fn kind(&self) -> &'static str {
+        "election"
+    }
+
     fn keys(&self) -> &Keys {
         &self.keys
     }

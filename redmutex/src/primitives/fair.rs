@@ -218,6 +218,10 @@ static OPERATIONS: Operations = Operations {
 };
 
 impl Claim for FairKey {
+    fn kind(&self) -> &'static str {
+        "fair_lock"
+    }
+
     fn keys(&self) -> &Keys {
         &self.keys
     }

@@ -63,6 +63,10 @@ static OPERATIONS: Operations = Operations {
 };
 
 impl Claim for Keys {
+    fn kind(&self) -> &'static str {
+        "lock"
+    }
+
     fn keys(&self) -> &Keys {
         self
     }

@@ -316,6 +316,10 @@ static WRITE_OPERATIONS: Operations = Operations {
 };
 
 impl Claim for ReadKey {
+    fn kind(&self) -> &'static str {
+        "read"
+    }
+
     fn keys(&self) -> &Keys {
         &self.keys.keys
     }
@@ -370,6 +374,10 @@ impl Claim for ReadKey {
 }
 
 impl Claim for WriteKey {
+    fn kind(&self) -> &'static str {
+        "write"
+    }
+
     fn keys(&self) -> &Keys {
         &self.keys.keys
     }

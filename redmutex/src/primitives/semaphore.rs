@@ -231,6 +231,10 @@ static OPERATIONS: Operations = Operations {
 };
 
 impl Claim for Permits {
+    fn kind(&self) -> &'static str {
+        "semaphore"
+    }
+
     fn keys(&self) -> &Keys {
         &self.keys
     }
