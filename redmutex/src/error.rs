@@ -3,6 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::backend::replication::NotReplicated;
 use crate::classify::{is_no_permission, is_transient_redis};
 use crate::quorum::{NodeError, QuorumFailure};
 
@@ -15,6 +16,7 @@ use crate::quorum::{NodeError, QuorumFailure};
 /// | [`Error::InvalidArgument`] | bad input, caught before any Redis call | fix the call |
 /// | [`Error::Redis`] | connection, timeout, auth, permission… | see [`Error::is_transient`] |
 /// | [`Error::NoQuorum`] | Redlock: too few nodes agreed (down, slow, or lock lost on some) | see [`Error::is_transient`] |
+/// | [`Error::NotReplicated`] | too few replicas confirmed in time ([`Locker::with_replication`](crate::Locker::with_replication)) | try later; check the replicas |
 ///
 /// ```
 /// # async fn demo(locker: redmutex::Locker<redis::aio::MultiplexedConnection>) {
@@ -49,6 +51,11 @@ pub enum Error {
     NoQuorum(Box<QuorumFailure>),
     /// The operating system could not provide random bytes for a token.
     Random(String),
+    /// Too few replicas confirmed the write in time (see
+    /// [`Locker::with_replication`](crate::Locker::with_replication)): an acquire was undone,
+    /// a refresh or fence does not count (the lock stays valid only as long as before).
+    /// Transient: the replicas may catch up.
+    NotReplicated(NotReplicated),
 }
 
 /// Details of [`Error::NotObtained`].
@@ -105,6 +112,9 @@ pub enum Argument {
     Permits,
     /// A fair lock's waiters' heartbeat: out of range.
     Heartbeat,
+    /// Replica confirmation settings: no replica, a timeout out of range, or a topology
+    /// where it does not apply.
+    Replication,
 }
 
 impl Error {
@@ -135,7 +145,7 @@ impl Error {
     /// authentication and permission failures, and script errors.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::NotObtained(_) => true,
+            Error::NotObtained(_) | Error::NotReplicated(_) => true,
             Error::Redis(e) => is_transient_redis(e),
             Error::NoQuorum(failure) => !failure.is_refused_for_good(),
             Error::NotHeld | Error::InvalidArgument(_) | Error::Random(_) => false,
@@ -202,6 +212,7 @@ impl fmt::Display for Error {
             Error::Redis(e) => write!(f, "redis error: {e}"),
             Error::NoQuorum(failure) => write!(f, "redlock: {failure}"),
             Error::Random(e) => write!(f, "no randomness for a lock token: {e}"),
+            Error::NotReplicated(n) => write!(f, "not replicated: {n}"),
         }
     }
 }
@@ -221,6 +232,7 @@ impl fmt::Display for Argument {
             Argument::Limit => "limit",
             Argument::Permits => "permits",
             Argument::Heartbeat => "heartbeat",
+            Argument::Replication => "replication",
         })
     }
 }

@@ -243,6 +243,7 @@ pub use args::{
     check_keys, check_metadata, Keys, DEFAULT_HEARTBEAT, MAX_KEY_LEN, MAX_METADATA_LEN, MAX_TTL,
     MIN_HEARTBEAT, MIN_TTL,
 };
+pub use backend::replication::{NotReplicated, Replication};
 pub use check::{Check, Finding, Level, ServerCheck};
 #[cfg(feature = "tls")]
 pub use connection::tls_client;

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::args::{self, Keys};
+use crate::backend::replication::Replication;
 use crate::backend::Backend;
 use crate::check::{self, Check, Finding, Level, ServerCheck};
 use crate::connection::Connection;
@@ -329,6 +330,47 @@ impl<C: Connection> Locker<C> {
             }),
             None => self,
         }
+    }
+
+    /// Makes every write of a lock count only once replicas confirm it: each acquire try
+    /// that obtains, each refresh, keep-alive renewal and fence is followed by `WAIT`
+    /// (`WAITAOF` with [`Replication::on_disk`]) on the same connection. An acquire that
+    /// too few replicas confirm within the timeout is undone and ends with
+    /// [`Error::NotReplicated`]; a refresh or fence so refused does not count (the lock's
+    /// validity stays what it was); an unconfirmed renewal counts as failed, and a lease
+    /// that no renewal gets confirmed for in time is lost. This narrows — it does not
+    /// close — the window in which a failover to a replica loses a held lock: exactly
+    /// what it covers is in docs/SAFETY.md ("Replica confirmation").
+    ///
+    /// The wait holds the connection: on a multiplexed connection, other requests queue
+    /// behind it for up to the timeout while the replicas lag, so keep the timeout short
+    /// and below the connection's response timeout.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for zero replicas, a timeout outside 1 ms..=60 s, a
+    /// Redlock locker (independent masters), or a cluster connection (`WAIT` would go to
+    /// every master, not the key's).
+    ///
+    /// ```
+    /// # async fn demo(conn: redis::aio::ConnectionManager) -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// use redmutex::{Locker, Replication};
+    /// let locker = Locker::new(conn).with_replication(Replication::new(1, Duration::from_millis(50)))?;
+    /// match locker.acquire("payout:7", Duration::from_secs(10)).await {
+    ///     Ok(lock) => { /* held, and on one replica */ lock.release().await?; }
+    ///     Err(redmutex::Error::NotReplicated(why)) => eprintln!("replica lagging: {why}"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn with_replication(self, replication: Replication) -> Result<Locker<C>, Error> {
+        replication.check()?;
+        let backend = self.context.backend.replicated(Some(replication))?;
+        Ok(self.edit(|context| {
+            context.backend = backend;
+            // Leases already kept alive stay with the renewer of the old backend.
+            context.renewer = Arc::new(RenewerSlot::new());
+        }))
     }
 
     /// The quorum settings of a Redlock locker; `None` for a single node.

@@ -124,6 +124,58 @@ impl RedisServer {
         (0..n).map(|_| Self::spawn()).collect()
     }
 
+    /// Starts a replica of this server, with `extra_args` (e.g. `--appendonly yes`), and
+    /// waits until it is in sync.
+    ///
+    /// # Panics
+    /// As [`RedisServer::spawn`], or when it does not sync within 10 s.
+    pub fn spawn_replica(&self, extra_args: &[&str]) -> RedisServer {
+        let port = self.port.to_string();
+        // The first sync at once, not after the default 5 s wait for more replicas.
+        self.command(&["CONFIG", "SET", "repl-diskless-sync-delay", "0"]);
+        let replica = RedisServer::spawn_with(ServerOptions {
+            extra_args: ["--replicaof", "127.0.0.1", &port]
+                .iter()
+                .chain(extra_args)
+                .map(|arg| arg.to_string())
+                .collect(),
+            ..ServerOptions::default()
+        });
+        let until = Instant::now() + Duration::from_secs(10);
+        // Synced as the replica sees it, and online as the primary does (it counts a replica
+        // for WAIT only from its first acknowledgement).
+        let synced = || {
+            replica
+                .command(&["INFO", "replication"])
+                .contains("master_link_status:up")
+                && self
+                    .command(&["INFO", "replication"])
+                    .contains("state=online")
+        };
+        while !synced() {
+            assert!(
+                Instant::now() < until,
+                "the replica did not sync within 10 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // After a full sync the primary streams to the replica only from its first
+        // acknowledgement (sent once a second): until then WAIT counts it out.
+        let key = "testkit:replica-sync";
+        loop {
+            let replies =
+                self.commands(&[&["SET", key, "1"], &["DEL", key], &["WAIT", "1", "100"]]);
+            if replies[2] != ":0\r\n" {
+                break;
+            }
+            assert!(
+                Instant::now() < until,
+                "the replica did not acknowledge within 10 s"
+            );
+        }
+        replica
+    }
+
     /// The loopback port the server listens on.
     pub fn port(&self) -> u16 {
         self.port

@@ -58,6 +58,8 @@ pub(crate) enum TryResult {
     Refused(InvalidArgument),
     /// Quorum: too few nodes agreed, or too late.
     NoQuorum(Box<QuorumFailure>),
+    /// Single node: obtained, but too few replicas confirmed it; undone.
+    Unconfirmed(crate::error::Error),
 }
 
 /// What one renewal call did for one lease.

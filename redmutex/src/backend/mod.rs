@@ -5,6 +5,7 @@
 
 pub(crate) mod common;
 mod redlock;
+pub(crate) mod replication;
 mod single;
 
 use std::sync::Arc;
@@ -14,12 +15,13 @@ use redis::{RedisError, ScriptInvocation};
 use tokio::time::Instant;
 
 use crate::connection::Connection;
-use crate::error::Error;
+use crate::error::{Argument, Error};
 use crate::quorum::QuorumSettings;
 use crate::scripts::{Claim, ObtainTry};
 use crate::token::Token;
 use common::{Attempt, Renewal, View};
 use redlock::Quorum;
+use replication::Replication;
 use single::Single;
 
 /// The nodes behind a locker and everything it hands out. Cheap to clone.
@@ -67,6 +69,26 @@ impl<C: Connection> Backend<C> {
         match self {
             Backend::Single(_) => None,
             Backend::Quorum(quorum) => Some(Backend::redlock(quorum.nodes().to_vec(), settings)),
+        }
+    }
+
+    /// The same server, its writes confirmed by replicas as `replication` says.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] on Redlock (independent masters: a quorum, not replicas,
+    /// keeps the lock) and on a cluster (`WAIT` there goes to every master, not the key's).
+    pub(crate) fn replicated(&self, replication: Option<Replication>) -> Result<Backend<C>, Error> {
+        let refused = |why: &str| Err(Error::invalid(Argument::Replication, why));
+        match self {
+            Backend::Quorum(_) => refused(
+                "replica confirmation is for one master with replicas; Redlock's nodes are \
+                 independent masters",
+            ),
+            Backend::Single(single) if single.is_cluster() => refused(
+                "replica confirmation is not supported on a cluster connection (WAIT would \
+                 go to every master, not the key's)",
+            ),
+            Backend::Single(single) => Ok(Backend::Single(single.replicated(replication))),
         }
     }
 

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use crate::backend::common::{
     check_renewal_reply, keep_ms, release_try, Attempt, Renewal, TryResult, View,
 };
+use crate::backend::replication::Replication;
 use crate::background;
 use crate::classify::is_transient_redis;
 use crate::connection::Connection;
@@ -23,11 +24,52 @@ pub(crate) struct Single<C> {
     conn: C,
     /// Redis Cluster: a renewal call may only touch keys of one hash slot.
     cluster: bool,
+    /// Writes count only once replicas confirm them.
+    replication: Option<Replication>,
 }
 
 impl<C: Connection> Single<C> {
     pub(crate) fn new(conn: C, cluster: bool) -> Single<C> {
-        Single { conn, cluster }
+        Single {
+            conn,
+            cluster,
+            replication: None,
+        }
+    }
+
+    /// The same server, its writes confirmed by replicas as `replication` says.
+    pub(crate) fn replicated(&self, replication: Option<Replication>) -> Single<C> {
+        Single {
+            replication,
+            ..self.clone()
+        }
+    }
+
+    /// Waits for the replicas, when asked to, to confirm what `conn` wrote so far.
+    async fn confirm(&self, conn: &mut C) -> Result<(), Error> {
+        match &self.replication {
+            Some(replication) => replication.confirm(conn).await,
+            None => Ok(()),
+        }
+    }
+
+    /// An obtained claim that the replicas did not confirm (`error`): undone, owner-checked;
+    /// the acquire ends with the error (or, if the wait failed on the network, retries).
+    async fn unconfirmed(
+        &self,
+        conn: &mut C,
+        claim: &dyn Claim,
+        token: &Token,
+        error: Error,
+    ) -> Attempt {
+        let undo = claim.release_unattended(conn, token, 0);
+        let undone = matches!(tokio::time::timeout(UNDO_WAIT, undo).await, Ok(Ok(())));
+        let result = match error {
+            Error::Redis(e) if is_transient_redis(&e) => TryResult::Failed(e),
+            Error::Redis(e) => TryResult::Rejected(e),
+            error => TryResult::Unconfirmed(error),
+        };
+        Attempt::plain(result, !undone)
     }
 
     pub(crate) fn nodes(&self) -> &[C] {
@@ -71,6 +113,9 @@ impl<C: Connection> Single<C> {
         let retrying_own = request.retrying_own;
         match outcome {
             Ok(Obtain::Obtained { fence }) => {
+                if let Err(error) = self.confirm(&mut conn).await {
+                    return (self.unconfirmed(&mut conn, claim, request.token, error)).await;
+                }
                 let valid_until = sent_at + Duration::from_millis(request.ttl_ms);
                 Attempt::plain(TryResult::Obtained { valid_until, fence }, false)
             }
@@ -135,9 +180,10 @@ impl<C: Connection> Single<C> {
         let mut conn = self.conn.clone();
         let sent_at = Instant::now();
         match idempotent!(claim.refresh(&mut conn, token, ttl_ms))? {
-            true => Ok(sent_at + Duration::from_millis(ttl_ms)),
-            false => Err(Error::NotHeld),
+            true => self.confirm(&mut conn).await?,
+            false => return Err(Error::NotHeld),
         }
+        Ok(sent_at + Duration::from_millis(ttl_ms))
     }
 
     /// Sends one keep-alive call for leases of these `ttls` and says, lease by lease, what
@@ -152,6 +198,19 @@ impl<C: Connection> Single<C> {
             .invoke_async::<Vec<i64>>(&mut self.conn.clone())
             .await?;
         check_renewal_reply(&answers, ttls.len())?;
+        // Renewals the replicas did not confirm do not count: the call fails as a whole,
+        // and the renewer tries again while the leases are valid.
+        match self.confirm(&mut self.conn.clone()).await {
+            Ok(()) => {}
+            Err(Error::Redis(e)) => return Err(e),
+            Err(e) => {
+                return Err(RedisError::from((
+                    redis::ErrorKind::Io,
+                    "renewal not replicated",
+                    e.to_string(),
+                )))
+            }
+        }
         let renewal = |(answer, ttl): (&i64, &Duration)| match answer {
             1 => Renewal::Renewed {
                 sent_at,
@@ -173,7 +232,8 @@ impl<C: Connection> Single<C> {
         // Safe to repeat: a fence taken by a request whose reply was lost is never handed
         // out, and the repeat takes a greater one.
         match idempotent!(claim.fence(&mut conn, token, retention_ms))? {
-            Some(fence) => Ok(fence),
+            // A fence the replicas do not have could be handed out again after a failover.
+            Some(fence) => self.confirm(&mut conn).await.map(|()| fence),
             None => Err(Error::NotHeld),
         }
     }
@@ -203,6 +263,10 @@ impl<C: Connection> Single<C> {
 /// The longest wait for an acquire reply that gets a timer of its own (see
 /// [`Single::try_obtain`]).
 const OWN_TIMER_WITHIN: Duration = Duration::from_secs(5);
+
+/// How long an unconfirmed acquire waits for its undo before leaving it to the acquire's
+/// background release.
+const UNDO_WAIT: Duration = Duration::from_secs(1);
 
 fn no_reply_error() -> RedisError {
     std::io::Error::new(

@@ -100,6 +100,7 @@ impl Tally {
             // Refused outright (auth, permission, script error): nothing written.
             TryResult::Rejected(e) => Err(Error::Redis(e)),
             TryResult::Refused(why) => Err(Error::InvalidArgument(why)),
+            TryResult::Unconfirmed(error) => Err(error),
             TryResult::NoQuorum(failure) => {
                 // "Held by someone else" only when the other owners' nodes alone leave no
                 // quorum; otherwise it is an outage (with a stale key somewhere).
