@@ -11,7 +11,7 @@ use crate::fence::Companion;
 const COMMANDS: &str = "+evalsha +eval +script|load +set +get +del +pexpire +pexpireat +pttl \
                         +type +setrange +time +publish +subscribe +unsubscribe +ping +zadd \
                         +zrem +zscore +zcard +zcount +zrange +zrevrange +zrangebyscore \
-                        +zremrangebyscore +hget +hset +hdel +hexists +hincrby +exists";
+                        +zremrangebyscore +hget +hset +hdel +hexists +hincrby +exists +wait";
 
 /// The ACL rule for a user that locks keys under `prefix`: the commands redmutex needs,
 /// the lock keys (`~PREFIX*`), the keys beside them — fence counters (`~{PREFIX*}:fence`,
@@ -34,7 +34,7 @@ const COMMANDS: &str = "+evalsha +eval +script|load +set +get +del +pexpire +pex
 ///      ~{*}:intents:app:* resetchannels &app:* -@all +evalsha +eval +script|load +set \
 ///      +get +del +pexpire +pexpireat +pttl +type +setrange +time +publish +subscribe \
 ///      +unsubscribe +ping +zadd +zrem +zscore +zcard +zcount +zrange +zrevrange \
-///      +zrangebyscore +zremrangebyscore +hget +hset +hdel +hexists +hincrby +exists"
+///      +zrangebyscore +zremrangebyscore +hget +hset +hdel +hexists +hincrby +exists +wait"
 /// );
 /// ```
 pub fn acl_rule(prefix: &str) -> String {
@@ -47,7 +47,7 @@ pub fn acl_rule(prefix: &str) -> String {
 }
 
 /// `prefix` as a literal inside a Redis glob pattern.
-fn escape_glob(prefix: &str) -> String {
+pub(crate) fn escape_glob(prefix: &str) -> String {
     let mut escaped = String::with_capacity(prefix.len());
     for c in prefix.chars() {
         if matches!(c, '*' | '?' | '[' | ']' | '\\') {

@@ -266,6 +266,7 @@ pub use primitives::election::{
     Campaign, Election, ElectionKey, Leader, Leadership, DEFAULT_ELECTION_TTL,
 };
 pub use primitives::fair::{FairGuard, FairKey, FairLock, FairLockInfo};
+pub use primitives::listing::{ListedHolder, ListedLock, Listing, LockKind, LIST_PAGE};
 pub use primitives::rwlock::{
     ReadGuard, ReadKey, ReaderInfo, RwLock, RwLockInfo, WriteGuard, WriteKey,
 };

@@ -19,6 +19,7 @@ use crate::error::{Argument, Error};
 use crate::fence::MIN_FENCE_RETENTION;
 use crate::primitives::election::Election;
 use crate::primitives::fair::FairLock;
+use crate::primitives::listing::Listing;
 use crate::primitives::mutex;
 use crate::primitives::rwlock::RwLock;
 use crate::primitives::semaphore::Semaphore;
@@ -403,6 +404,36 @@ impl<C: Connection> Locker<C> {
     pub fn with_name(self, name: impl Into<String>) -> Locker<C> {
         let name: Arc<str> = Arc::from(name.into());
         self.edit(|context| context.meter = Arc::new(Meter::named(Some(name))))
+    }
+
+    /// Every lock under this locker's prefix whose key (after the prefix) matches
+    /// `pattern`, a Redis glob (`*` for all, `jobs:*`): its kind, holders and their
+    /// metadata, TTL, fence and waiters. Found with `SCAN` and described a page of
+    /// [`LIST_PAGE`](crate::LIST_PAGE) keys per call, so that no call blocks the server for
+    /// long however many locks there are; read the pages with
+    /// [`Listing::next_page`](crate::Listing::next_page) or all at once with
+    /// [`Listing::collect`](crate::Listing::collect). Keys beside the locks (fence
+    /// counters, queues) are not listed; with an empty prefix, keys redmutex did not write
+    /// are listed as [`LockKind::Foreign`](crate::LockKind::Foreign). Redlock: each node is
+    /// scanned, and a key found on any node is listed once.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] on a cluster connection (`SCAN` reaches one master there:
+    /// list each master through a locker of its own).
+    ///
+    /// ```
+    /// # async fn demo(locker: redmutex::Locker<redis::aio::MultiplexedConnection>) -> Result<(), redmutex::Error> {
+    /// let mut listing = locker.list("jobs:*")?;
+    /// while let Some(page) = listing.next_page().await? {
+    ///     for lock in page {
+    ///         let who = lock.holders.first().and_then(|h| h.metadata.as_deref());
+    ///         println!("{} {} held by {who:?}, ttl {:?}", lock.key_lossy(), lock.kind.name(), lock.ttl);
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn list(&self, pattern: &str) -> Result<Listing<C>, Error> {
+        Listing::new(self.context.backend.clone(), &self.prefix, pattern)
     }
 
     /// The name given with [`with_name`](Locker::with_name), if any.

@@ -1,0 +1,86 @@
+-- listing.lua: what the keys a listing found hold, read by anyone, for `Locker::list`.
+-- Read only. One section, run with helpers.lua (now_ms) before it (see scripts.rs).
+--
+-- Each primitive's keys, as its own file describes them: a lock, a fair lock's holder and
+-- a read-write lock's writer are a string (the owner's value) at the key; a semaphore's
+-- holders and a read-write lock's readers are a sorted set at the key, scored by each
+-- holder's expiry, with the holders' details in a hash beside it. Tokens never leave the
+-- script: whoever knows one can release the lock.
+
+-- How many holders of a semaphore or readers of a read-write lock are described (the
+-- soonest to expire first); the count is always complete.
+local SAMPLE = 8
+
+--- op: describe
+-- what each of a page of listed keys holds, atomically per call.
+-- KEYS:    per key, six: the key, its fence counter, its fair lock's heartbeats, its
+--          semaphore's details, its read-write lock's readers, its writers' intents.
+-- Returns: per key, { kind, pttl, fence or false, value or false, holders, waiters,
+--          awaited, sample, used, limit }: kind is 'none' (gone since it was found),
+--          'lock', 'fair_lock', 'rw_lock_write', 'rw_lock_read', 'semaphore' or
+--          'foreign'; value is a string key's (token, flag byte, metadata: the caller
+--          keeps only the metadata); holders the live holders' count; waiters the live
+--          waiters' count where the server keeps it (a fair lock's queue, a read-write
+--          lock's waiting writers), else -1; awaited 1 when a semaphore's waiters asked
+--          to hear of releases (a string's value says it for itself); sample
+--          { ms left, details } per sampled holder; used and limit a semaphore's permits.
+local now = now_ms()
+-- Live: expiring after now (what the primitives' own scripts keep).
+local live_from = '(' .. now
+local described = {}
+local function kind_of(key)
+  return redis.call('type', key)['ok']
+end
+for i = 1, #KEYS, 6 do
+  local key, counter, beats = KEYS[i], KEYS[i + 1], KEYS[i + 2]
+  local permits, readers, intents = KEYS[i + 3], KEYS[i + 4], KEYS[i + 5]
+  local kind = kind_of(key)
+  local ttl = redis.call('pttl', key)
+  local fence = redis.pcall('get', counter)
+  if type(fence) ~= 'string' then
+    fence = false
+  end
+  local entry = { 'foreign', ttl, fence, false, 0, -1, 0, {}, 0, 0 }
+  if kind == 'none' then
+    entry[1] = 'none'
+  elseif kind == 'string' then
+    entry[4] = redis.call('get', key)
+    entry[5] = 1
+    entry[1] = 'lock'
+    if kind_of(beats) == 'zset' then
+      entry[1] = 'fair_lock'
+      entry[6] = redis.call('zcount', beats, live_from, '+inf')
+    elseif kind_of(intents) == 'zset' then
+      entry[1] = 'rw_lock_write'
+      entry[6] = redis.call('zcount', intents, live_from, '+inf')
+    end
+  elseif kind == 'zset' then
+    local details = false
+    if kind_of(permits) == 'hash' then
+      entry[1], details = 'semaphore', permits
+      entry[9] = tonumber(redis.call('hget', permits, '#used') or '0')
+      entry[10] = tonumber(redis.call('hget', permits, '#limit') or '0')
+      if redis.call('hget', permits, '#awaited') then
+        entry[7] = 1
+      end
+    elseif kind_of(readers) == 'hash' then
+      entry[1], details = 'rw_lock_read', readers
+      if kind_of(intents) == 'zset' then
+        entry[6] = redis.call('zcount', intents, live_from, '+inf')
+      else
+        entry[6] = 0
+      end
+    end
+    if details then
+      entry[5] = redis.call('zcount', key, live_from, '+inf')
+      local live = redis.call('zrangebyscore', key, live_from, '+inf', 'withscores', 'limit', 0, SAMPLE)
+      local sample = {}
+      for j = 1, #live, 2 do
+        sample[#sample + 1] = { tonumber(live[j + 1]) - now, redis.call('hget', details, live[j]) or '' }
+      end
+      entry[8] = sample
+    end
+  end
+  described[#described + 1] = entry
+end
+return described

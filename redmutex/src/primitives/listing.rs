@@ -1,0 +1,379 @@
+//! [`Locker::list`](crate::Locker::list): every lock under the locker's prefix — its kind,
+//! holders, TTL, fence and waiters — found with `SCAN` (never `KEYS`) and read a page at a
+//! time, so that a hundred thousand locks never block the server for long.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use redis::{RedisError, ScriptInvocation, Value};
+
+use crate::backend::common::{Reply, View};
+use crate::backend::Backend;
+use crate::connection::Connection;
+use crate::error::{Argument, Error};
+use crate::fence::{self, Companion};
+use crate::scripts::operations;
+use crate::token::{parse_value, StoredValue};
+
+operations!("primitives/listing.lua"; DESCRIBE = "describe");
+
+/// Keys asked of `SCAN` per call, and described per script call: each call stays short
+/// on the server (a page of 250 costs it about a millisecond) whatever the total.
+pub const LIST_PAGE: usize = 250;
+
+/// What kind of lock a listed key holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockKind {
+    /// A lock ([`Locker::acquire`](crate::Locker::acquire)), or an election's leader.
+    Lock,
+    /// A fair lock's key, held.
+    FairLock,
+    /// A read-write lock held by its writer while other writers wait. (A writer's key is
+    /// a lock's, excluding everyone as a lock does; with nobody else in line it reads as
+    /// [`Lock`](LockKind::Lock).)
+    Writer,
+    /// A read-write lock held by readers.
+    Readers,
+    /// A semaphore with permits held.
+    Semaphore,
+    /// Something redmutex did not write.
+    Foreign,
+}
+
+impl LockKind {
+    /// `lock`, `fair_lock`, `rw_lock_write`, `rw_lock_read`, `semaphore`, `foreign`: the
+    /// names the CLI's `list --json` prints.
+    pub fn name(self) -> &'static str {
+        match self {
+            LockKind::Lock => "lock",
+            LockKind::FairLock => "fair_lock",
+            LockKind::Writer => "rw_lock_write",
+            LockKind::Readers => "rw_lock_read",
+            LockKind::Semaphore => "semaphore",
+            LockKind::Foreign => "foreign",
+        }
+    }
+
+    fn parse(name: &str) -> Option<LockKind> {
+        Some(match name {
+            "lock" => LockKind::Lock,
+            "fair_lock" => LockKind::FairLock,
+            "rw_lock_write" => LockKind::Writer,
+            "rw_lock_read" => LockKind::Readers,
+            "semaphore" => LockKind::Semaphore,
+            "foreign" => LockKind::Foreign,
+            _ => return None,
+        })
+    }
+}
+
+/// One holder of a listed lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ListedHolder {
+    /// The metadata it stored, if any.
+    pub metadata: Option<String>,
+    /// How long it holds on unless renewed; `None` for a lock's single holder, whose TTL
+    /// is the key's ([`ListedLock::ttl`]).
+    pub ttl: Option<Duration>,
+    /// A semaphore's holder: how many permits it holds.
+    pub permits: Option<u32>,
+}
+
+/// A lock found by [`Locker::list`](crate::Locker::list).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ListedLock {
+    /// The key, as stored (with the locker's prefix).
+    pub key: Vec<u8>,
+    /// What it holds.
+    pub kind: LockKind,
+    /// The key's remaining TTL; `None` without an expiry.
+    pub ttl: Option<Duration>,
+    /// The latest fence handed out for it, if any.
+    pub fence: Option<u64>,
+    /// How many hold it (readers, a semaphore's holders; 1 for a lock).
+    pub holder_count: u32,
+    /// Its holders — for readers and semaphores the 8 soonest to expire; for a lock the
+    /// one, with its metadata.
+    pub holders: Vec<ListedHolder>,
+    /// How many wait, where the server keeps a line: a fair lock's queue, a read-write
+    /// lock's waiting writers. `None` where waiters only ask to hear of releases (see
+    /// [`awaited`](ListedLock::awaited)).
+    pub waiters: Option<u32>,
+    /// Someone waits and asked to be woken by the release.
+    pub awaited: bool,
+    /// A semaphore: permits held, and the limit its holders agreed on.
+    pub permits: Option<(u32, u32)>,
+    /// Redlock: on how many nodes the key was found (0 for a single node).
+    pub nodes: usize,
+}
+
+impl ListedLock {
+    /// The key as text (invalid UTF-8 replaced).
+    pub fn key_lossy(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(&self.key)
+    }
+}
+
+/// The locks under a prefix, a page at a time: see [`Locker::list`](crate::Locker::list).
+pub struct Listing<C: Connection> {
+    backend: Backend<C>,
+    /// The `SCAN` pattern: the escaped prefix, then the caller's glob.
+    pattern: Vec<u8>,
+    /// The node being scanned, and where its scan stands (0 before it starts).
+    node: usize,
+    cursor: u64,
+    /// Keys already listed, when several nodes are scanned (each may have them all).
+    seen: Option<HashSet<Vec<u8>>>,
+    /// Keys found and not described yet (`SCAN` may return more than it is asked for).
+    pending: Vec<Vec<u8>>,
+    done: bool,
+}
+
+impl<C: Connection> Listing<C> {
+    /// A listing of `pattern` (a glob after the prefix, e.g. `jobs:*`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] on a cluster connection, whose `SCAN` would reach one
+    /// master only.
+    pub(crate) fn new(backend: Backend<C>, prefix: &[u8], pattern: &str) -> Result<Self, Error> {
+        if backend.is_cluster() {
+            return Err(Error::invalid(
+                Argument::Nodes,
+                "list is not supported on a cluster connection (SCAN reaches one master); \
+                 list each master through a locker of its own",
+            ));
+        }
+        let mut glob = crate::acl::escape_glob(&String::from_utf8_lossy(prefix)).into_bytes();
+        glob.extend_from_slice(pattern.as_bytes());
+        let several = backend.nodes().len() > 1;
+        Ok(Listing {
+            backend,
+            pattern: glob,
+            node: 0,
+            cursor: 0,
+            seen: several.then(HashSet::new),
+            pending: Vec::new(),
+            done: false,
+        })
+    }
+
+    /// The next page of locks (at most [`LIST_PAGE`]); `None` once every key was seen. A
+    /// key locked or released while the listing runs may or may not be listed (`SCAN`'s
+    /// guarantee: every key present from start to end is listed once).
+    ///
+    /// # Errors
+    /// [`Error::Redis`] (on Redlock: when a node could not be scanned).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads; a cancelled page is read again by the next call.
+    pub async fn next_page(&mut self) -> Result<Option<Vec<ListedLock>>, Error> {
+        loop {
+            if self.pending.is_empty() {
+                if self.done {
+                    return Ok(None);
+                }
+                self.pending = self.scan().await?;
+                continue;
+            }
+            let rest = self.pending.split_off(self.pending.len().min(LIST_PAGE));
+            let keys = std::mem::replace(&mut self.pending, rest);
+            let call = describe_call(&keys);
+            let view = PageView { keys: &keys };
+            let page: Vec<ListedLock> = self.backend.inspect(&view, &call).await?;
+            if !page.is_empty() {
+                return Ok(Some(page));
+            }
+        }
+    }
+
+    /// Every lock left, in one vector.
+    ///
+    /// # Errors
+    /// As [`next_page`](Listing::next_page).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn collect(mut self) -> Result<Vec<ListedLock>, Error> {
+        let mut all = Vec::new();
+        while let Some(page) = self.next_page().await? {
+            all.extend(page);
+        }
+        Ok(all)
+    }
+
+    /// One `SCAN` call: the lock keys it found (not companions, not listed before).
+    async fn scan(&mut self) -> Result<Vec<Vec<u8>>, Error> {
+        let mut conn = self.backend.nodes()[self.node].clone();
+        let (cursor, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+            .arg(self.cursor)
+            .arg("MATCH")
+            .arg(&self.pattern)
+            .arg("COUNT")
+            .arg(LIST_PAGE)
+            .query_async(&mut conn)
+            .await?;
+        self.cursor = cursor;
+        if cursor == 0 {
+            self.node += 1;
+            self.done = self.node == self.backend.nodes().len();
+        }
+        let mut found = Vec::with_capacity(keys.len());
+        for key in keys {
+            if fence::reserved_as(&key).is_some() {
+                continue;
+            }
+            if let Some(seen) = &mut self.seen {
+                if !seen.insert(key.clone()) {
+                    continue;
+                }
+            }
+            found.push(key);
+        }
+        Ok(found)
+    }
+}
+
+/// The describe call for a page of keys: each with its companions.
+fn describe_call(keys: &[Vec<u8>]) -> ScriptInvocation<'static> {
+    let mut call = DESCRIBE.script().prepare_invoke();
+    for key in keys {
+        call.key(&key[..]);
+        call.key(fence::counter_key(key));
+        for companion in [
+            Companion::Beats,
+            Companion::Permits,
+            Companion::Readers,
+            Companion::Intents,
+        ] {
+            call.key(fence::companion_key(key, companion));
+        }
+    }
+    call
+}
+
+/// Reads a page of descriptions (see [`View`]).
+struct PageView<'k> {
+    keys: &'k [Vec<u8>],
+}
+
+/// One key as one node described it: `None` when it is gone.
+type Described = Option<ListedLock>;
+
+impl PageView<'_> {
+    /// Each key of one node's reply, in order.
+    fn parse(&self, reply: Value) -> Result<Vec<Described>, RedisError> {
+        let entries: Vec<Value> = redis::from_redis_value(reply)?;
+        let described = (entries.into_iter().zip(self.keys))
+            .map(|(entry, key)| describe(key, entry))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(described)
+    }
+}
+
+impl View for PageView<'_> {
+    type Info = Vec<ListedLock>;
+
+    fn one(&self, reply: Value) -> Result<Vec<ListedLock>, RedisError> {
+        Ok(self.parse(reply)?.into_iter().flatten().collect())
+    }
+
+    /// Redlock: every key found on any node, as the first node that has it describes it,
+    /// with the count of nodes that have it and the highest fence among them.
+    fn each(&self, replies: Vec<Reply<Value>>, _needed: usize) -> Vec<ListedLock> {
+        let parsed: Vec<Option<Vec<Described>>> = (replies.into_iter())
+            .map(|reply| reply.ok().and_then(|value| self.parse(value).ok()))
+            .collect();
+        let mut page = Vec::new();
+        for index in 0..self.keys.len() {
+            let found: Vec<&ListedLock> = (parsed.iter().flatten())
+                .filter_map(|described| described.get(index)?.as_ref())
+                .collect();
+            let Some(first) = found.first() else {
+                continue;
+            };
+            let mut listed = (*first).clone();
+            listed.nodes = found.len();
+            listed.fence = found.iter().filter_map(|l| l.fence).max();
+            page.push(listed);
+        }
+        page
+    }
+}
+
+/// One key's entry of the describe reply (see `listing.lua`).
+fn describe(key: &[u8], entry: Value) -> Result<Described, RedisError> {
+    let mut fields = redis::from_redis_value::<Vec<Value>>(entry)?.into_iter();
+    let mut next = || fields.next().unwrap_or(Value::Nil);
+    let kind: String = redis::from_redis_value(next())?;
+    let pttl: i64 = redis::from_redis_value(next())?;
+    let fence: Option<String> = redis::from_redis_value(next())?;
+    let value: Option<Vec<u8>> = redis::from_redis_value(next())?;
+    let holder_count: u32 = redis::from_redis_value(next())?;
+    let waiters: i64 = redis::from_redis_value(next())?;
+    let awaited: i64 = redis::from_redis_value(next())?;
+    let sample: Vec<(i64, Vec<u8>)> = redis::from_redis_value(next())?;
+    let used: u32 = redis::from_redis_value(next())?;
+    let limit: u32 = redis::from_redis_value(next())?;
+    let Some(mut kind) = LockKind::parse(&kind) else {
+        return Ok(None);
+    };
+    let mut awaited = awaited == 1;
+    let mut holders: Vec<ListedHolder> = (sample.into_iter())
+        .map(|(left, details)| holder(kind, left, &details))
+        .collect();
+    if let Some(value) = value {
+        match parse_value(&value) {
+            StoredValue::Redmutex {
+                metadata,
+                awaited: marked,
+                ..
+            } => {
+                awaited = marked;
+                holders.push(ListedHolder {
+                    metadata,
+                    ttl: None,
+                    permits: None,
+                });
+            }
+            StoredValue::Foreign => kind = LockKind::Foreign,
+        }
+    }
+    Ok(Some(ListedLock {
+        key: key.to_vec(),
+        kind,
+        ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+        fence: fence.and_then(|f| f.parse().ok()),
+        holder_count: if kind == LockKind::Foreign {
+            0
+        } else {
+            holder_count
+        },
+        holders: if kind == LockKind::Foreign {
+            Vec::new()
+        } else {
+            holders
+        },
+        waiters: u32::try_from(waiters).ok(),
+        awaited,
+        permits: (kind == LockKind::Semaphore).then_some((used, limit)),
+        nodes: 0,
+    }))
+}
+
+/// A sampled holder: a semaphore's details are `<permits>:<metadata>`, a reader's its
+/// metadata.
+fn holder(kind: LockKind, left_ms: i64, details: &[u8]) -> ListedHolder {
+    let details = String::from_utf8_lossy(details);
+    let (permits, metadata) = match (kind, details.split_once(':')) {
+        (LockKind::Semaphore, Some((permits, metadata))) => (permits.parse().ok(), metadata),
+        _ => (None, &details[..]),
+    };
+    ListedHolder {
+        metadata: (!metadata.is_empty()).then(|| metadata.to_owned()),
+        ttl: u64::try_from(left_ms).ok().map(Duration::from_millis),
+        permits,
+    }
+}
