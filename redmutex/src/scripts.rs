@@ -391,7 +391,12 @@ pub(crate) enum Obtain {
     Obtained { fence: Option<u64> },
     /// The key at `index` of [`Claim::keys`] is held by others, for `ttl` more when the
     /// reply says (`None`: unknown, or no expiry); nothing was written but the awaited mark.
-    Held { index: usize, ttl: Option<Duration> },
+    /// A fair lock's waiter: `ahead` live waiters are ahead of it in line.
+    Held {
+        index: usize,
+        ttl: Option<Duration>,
+        ahead: Option<u32>,
+    },
     /// The server refused the arguments (e.g. a semaphore's limit that its holders do not
     /// share); nothing was written, and retrying the same call cannot help.
     Refused(InvalidArgument),
@@ -407,6 +412,7 @@ impl Obtain {
             i => Obtain::Held {
                 index: i - 1,
                 ttl: u64::try_from(detail).ok().map(Duration::from_millis),
+                ahead: None,
             },
         }
     }

@@ -361,3 +361,37 @@ async fn a_fair_guard_is_a_lock_fences_keep_alive_and_plain_locks_exclude_it() {
     assert!(raw.wait_until_gone("shared-key", ms(2_000)).await);
     assert_eq!(raw.dbsize().await, 0, "{:?}", raw.lock_keys().await);
 }
+
+/// Each failed try tells a waiter its place: how many live waiters are ahead of it.
+#[tokio::test]
+async fn a_waiter_is_told_how_many_wait_ahead_of_it() {
+    let server = RedisServer::spawn();
+    let holder = own_locker(&server, false).await.fair_lock("ahead").unwrap();
+    let held = holder.acquire(ms(10_000)).await.unwrap();
+    let mut waiters = Vec::new();
+    let mut places = Vec::new();
+    for n in 0..3 {
+        let fair = own_locker(&server, false).await.fair_lock("ahead").unwrap();
+        let place = Arc::new(Mutex::new(None));
+        let seen = place.clone();
+        waiters.push(tokio::spawn(async move {
+            let lock = fair
+                .acquire(ms(10_000))
+                .retry(retry::constant(ms(30)))
+                .deadline(ms(8_000))
+                .on_failed_try(move |t| *seen.lock().unwrap() = t.ahead)
+                .await
+                .unwrap();
+            lock.release().await.unwrap();
+        }));
+        places.push(place);
+        until_in_line(&holder, n + 1).await;
+    }
+    tokio::time::sleep(ms(100)).await;
+    let now: Vec<Option<u32>> = places.iter().map(|p| *p.lock().unwrap()).collect();
+    assert_eq!(now, [Some(0), Some(1), Some(2)]);
+    held.release().await.unwrap();
+    for waiter in waiters {
+        waiter.await.unwrap();
+    }
+}

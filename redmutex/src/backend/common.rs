@@ -28,6 +28,8 @@ pub(crate) struct Attempt {
     /// How long that key stays held at most, when the reply said (Redlock: the shortest
     /// over the nodes that hold it): no wait for its release needs to last longer.
     pub(crate) held_ttl: Option<Duration>,
+    /// A fair lock's waiter: how many live waiters are ahead of it in line.
+    pub(crate) ahead: Option<u32>,
 }
 
 impl Attempt {
@@ -38,6 +40,7 @@ impl Attempt {
             may_hold,
             held_key: None,
             held_ttl: None,
+            ahead: None,
         }
     }
 }

@@ -181,6 +181,8 @@ impl<C: Connection> Quorum<C> {
             may_hold: !cleaned,
             held_key,
             held_ttl,
+            // (A fair lock, whose line would be each node's own, is refused on Redlock.)
+            ahead: None,
         }
     }
 
@@ -536,7 +538,7 @@ fn held_key_and_ttl(replies: &[Reply<Obtain>]) -> (Option<usize>, Option<Duratio
         .min();
     let held_ttl = (replies.iter())
         .filter_map(|reply| match reply {
-            Ok(Obtain::Held { index, ttl }) if Some(*index) == held_key => *ttl,
+            Ok(Obtain::Held { index, ttl, .. }) if Some(*index) == held_key => *ttl,
             _ => None,
         })
         .min();

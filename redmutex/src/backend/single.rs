@@ -120,11 +120,12 @@ impl<C: Connection> Single<C> {
                 Attempt::plain(TryResult::Obtained { valid_until, fence }, false)
             }
             // Nothing was written by this try; an earlier, unseen success may still stand.
-            Ok(Obtain::Held { index, ttl }) => Attempt {
+            Ok(Obtain::Held { index, ttl, ahead }) => Attempt {
                 result: TryResult::Held(index),
                 may_hold: retrying_own,
                 held_key: Some(index),
                 held_ttl: ttl,
+                ahead,
             },
             Ok(Obtain::Refused(why)) => Attempt::plain(TryResult::Refused(why), retrying_own),
             // The request may or may not have been applied.

@@ -446,6 +446,7 @@ impl<C: Connection> Tries<'_, '_, C> {
         let in_line = named && self.queue.is_none() && claim.exclusive();
         self.named = (self.named || in_line) && !obtained;
         self.waiting.tried(&attempt);
+        self.tally.ahead = attempt.ahead;
         // One millisecond more: the key is certainly gone by then.
         let expires = (attempt.held_ttl)
             .and_then(|ttl| Instant::now().checked_add(ttl + Duration::from_millis(1)));

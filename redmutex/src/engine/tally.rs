@@ -24,6 +24,9 @@ pub struct FailedTry<'e> {
     /// The pause before the next try, or `None` when this was the last one (the strategy
     /// ended or the deadline passed).
     pub next_delay: Option<Duration>,
+    /// A fair lock's waiter: how many live waiters are ahead of it in line, as this try
+    /// found (`Some(0)`: next, once the holder releases); `None` for other primitives.
+    pub ahead: Option<u32>,
 }
 
 /// Why one try failed.
@@ -58,6 +61,8 @@ pub(crate) enum Reason {
 #[derive(Default)]
 pub(crate) struct Tally {
     pub(crate) attempts: u32,
+    /// A fair lock's waiter: how many waited ahead of it at the last try.
+    pub(crate) ahead: Option<u32>,
     /// Some try found the claim held by others (rather than Redis unreachable).
     saw_held: bool,
     last_error: Option<redis::RedisError>,
@@ -138,6 +143,7 @@ impl Tally {
             reason,
             elapsed,
             next_delay,
+            ahead: self.ahead,
         });
     }
 

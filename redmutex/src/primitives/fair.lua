@@ -85,9 +85,10 @@ end
 --          and its heartbeat renewed.     ARGV[5]: the heartbeat, in milliseconds.
 -- ARGV[6]: fenced: how long the counter is kept after this use, in milliseconds.
 -- Returns: { 0, fence } when the key now holds ARGV[1] with the TTL (fence 0 when not
---          fenced) and the caller left the queue; { 1, ms } when it is not the caller's
---          turn: ms until the holder's key expires (-1: no expiry), or, with the key free
---          and another waiter first in line, until that waiter's heartbeat runs out;
+--          fenced) and the caller left the queue; { 1, ms, ahead } when it is not the
+--          caller's turn: ms until the holder's key expires (-1: no expiry), or, with the
+--          key free and another waiter first in line, until that waiter's heartbeat runs
+--          out; ahead: how many wait ahead of the caller in line (-1 when not in it);
 --          { -2, 0 } when the queue keys hold data of another kind (nothing written).
 -- A key that already holds our own token counts as free (a retry after a lost reply).
 -- When the try finds the waiter first in line gone (its heartbeat ran out) and the key
@@ -118,7 +119,7 @@ if wait then
     join(queue, beats, token, now, tonumber(ARGV[5]))
   end
   expire_with(beats, queue)
-  return { 1, wait }
+  return { 1, wait, redis.call('zrank', queue, token) or -1 }
 end
 -- The fence before any write: a counter that is someone else's value stops the script
 -- with nothing written but the reclaimed waiters.

@@ -267,8 +267,12 @@ impl Claim for FairKey {
             .arg(self.heartbeat_ms)
             .arg(request.retention_ms);
         Box::pin(async move {
-            let reply: (i64, i64) = call.invoke_async(&mut Node(conn)).await?;
-            Ok(self.obtained(reply, request.fenced))
+            let reply: Vec<i64> = call.invoke_async(&mut Node(conn)).await?;
+            if reply.len() < 2 {
+                let what = format!("{reply:?}");
+                return Err((redis::ErrorKind::Parse, "a fair obtain reply", what).into());
+            }
+            Ok(self.obtained(&reply, request.fenced))
         })
     }
 
@@ -280,8 +284,9 @@ impl Claim for FairKey {
 }
 
 impl FairKey {
-    /// The reply `{ status, detail }` of `obtain` (see `fair.lua`).
-    fn obtained(&self, (status, detail): (i64, i64), fenced: bool) -> Obtain {
+    /// The reply `{ status, detail[, ahead] }` of `obtain` (see `fair.lua`).
+    fn obtained(&self, reply: &[i64], fenced: bool) -> Obtain {
+        let (status, detail) = (reply[0], reply[1]);
         match status {
             -2 => Obtain::Refused(InvalidArgument {
                 argument: Argument::Key,
@@ -291,6 +296,11 @@ impl FairKey {
                     String::from_utf8_lossy(self.key())
                 ),
             }),
+            1 => Obtain::Held {
+                index: 0,
+                ttl: u64::try_from(detail).ok().map(Duration::from_millis),
+                ahead: reply.get(2).and_then(|&ahead| u32::try_from(ahead).ok()),
+            },
             status => Obtain::from_reply((status as usize, detail), fenced),
         }
     }

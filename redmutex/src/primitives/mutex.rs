@@ -137,6 +137,7 @@ async fn obtain(
                 return Ok(Obtain::Held {
                     index: 0,
                     ttl: None,
+                    ahead: None,
                 });
             }
         }

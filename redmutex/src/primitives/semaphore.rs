@@ -293,6 +293,7 @@ impl Permits {
             1 => Obtain::Held {
                 index: 0,
                 ttl: u64::try_from(detail).ok().map(Duration::from_millis),
+                ahead: None,
             },
             -1 => Obtain::Refused(InvalidArgument {
                 argument: Argument::Limit,
