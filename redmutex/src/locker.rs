@@ -19,7 +19,7 @@ use crate::error::{Argument, Error};
 use crate::fence::MIN_FENCE_RETENTION;
 use crate::primitives::election::Election;
 use crate::primitives::fair::FairLock;
-use crate::primitives::listing::Listing;
+use crate::primitives::listing::{self, ListedLock, Listing};
 use crate::primitives::mutex;
 use crate::primitives::rwlock::RwLock;
 use crate::primitives::semaphore::Semaphore;
@@ -434,6 +434,41 @@ impl<C: Connection> Locker<C> {
     /// ```
     pub fn list(&self, pattern: &str) -> Result<Listing<C>, Error> {
         Listing::new(self.context.backend.clone(), &self.prefix, pattern)
+    }
+
+    /// Releases whatever redmutex holds at `key`, **whoever holds it**: for operators,
+    /// when a holder is stuck and its TTL is too long to wait out. Atomically, it reads
+    /// what was held (kind, holders' metadata, fence — returned, to be shown and logged)
+    /// and removes it: a lock's key; a semaphore's or readers' holders with their details.
+    /// Waiters hear of it as of a release; a fair lock's line and the fence counter stay,
+    /// and something redmutex did not write is left alone (returned as
+    /// [`LockKind::Foreign`](crate::LockKind::Foreign)). Redlock: on every node.
+    ///
+    /// **The holders are not told.** A kept-alive lease finds out at its next renewal (it is
+    /// then lost, [`LostReason::NotHeld`](crate::LostReason::NotHeld)), a plain lock at its
+    /// next refresh or release; until then it may go on working while another takes the
+    /// lock. Fences keep storage safe meanwhile: the next holder's is greater.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad key (before any request); [`Error::Redis`] /
+    /// [`Error::NoQuorum`].
+    ///
+    /// # Cancel safety
+    /// If cancelled, the release may or may not have happened; call it again to know (it
+    /// then answers `None` if it had).
+    ///
+    /// ```
+    /// # async fn demo(locker: redmutex::Locker<redis::aio::MultiplexedConnection>) -> Result<(), redmutex::Error> {
+    /// if let Some(was) = locker.force_release("jobs:stuck").await? {
+    ///     let who = was.holders.first().and_then(|h| h.metadata.as_deref());
+    ///     eprintln!("released {} ({}), held by {who:?}, fence {:?}", was.key_lossy(), was.kind.name(), was.fence);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn force_release(&self, key: impl AsRef<[u8]>) -> Result<Option<ListedLock>, Error> {
+        let keys = self.keys([key])?;
+        let key = keys.get(0).expect("one key");
+        listing::force_release(&self.context.backend, key).await
     }
 
     /// The name given with [`with_name`](Locker::with_name), if any.

@@ -204,3 +204,95 @@ async fn redlock_lists_a_key_found_on_any_node_once() {
     assert_eq!((stray.kind, stray.nodes), (LockKind::Foreign, 1));
     lock.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_forced_release_says_what_it_took_and_the_holder_finds_out_at_its_renewal() {
+    let server = RedisServer::spawn();
+    let holder = common::own_locker(&server, false).await;
+    let waiter = common::own_locker(&server, true).await;
+    let operator = Locker::new(multiplexed(&server).await);
+    let mut raw = Raw::new(&server).await;
+
+    let lease = (holder.acquire("stuck", secs(3)))
+        .metadata("host=a pid=7")
+        .with_fence()
+        .await
+        .unwrap()
+        .keep_alive()
+        .unwrap();
+    let fence = lease.fence().await.unwrap();
+    let waiting = tokio::spawn(async move {
+        let started = tokio::time::Instant::now();
+        let lock = waiter
+            .acquire("stuck", secs(10))
+            .retry(redmutex::retry::constant(secs(20)))
+            .deadline(secs(8))
+            .with_fence()
+            .await
+            .unwrap();
+        (started.elapsed(), lock)
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let was = operator.force_release("stuck").await.unwrap().unwrap();
+    assert_eq!(was.kind, LockKind::Lock);
+    assert_eq!(was.holders[0].metadata.as_deref(), Some("host=a pid=7"));
+    assert_eq!(was.fence, Some(fence));
+    assert!(was.awaited, "the waiter had marked it");
+    // The waiter is woken by it, not by its 20 s poll, and its fence is greater.
+    let (waited, lock) = tokio::time::timeout(secs(5), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(waited < secs(5), "{waited:?}");
+    assert!(lock.fence().await.unwrap() > fence);
+    // The old holder is told at its next renewal (a third of its TTL).
+    let reason = tokio::time::timeout(secs(2), lease.lost()).await.unwrap();
+    assert!(
+        matches!(reason, redmutex::LostReason::NotHeld),
+        "{reason:?}"
+    );
+    lock.release().await.unwrap();
+
+    // Nothing there: None; foreign data: described, left alone.
+    assert!(operator.force_release("stuck").await.unwrap().is_none());
+    raw.set("theirs", "data").await;
+    let foreign = operator.force_release("theirs").await.unwrap().unwrap();
+    assert_eq!(foreign.kind, LockKind::Foreign);
+    assert_eq!(raw.get("theirs").await.as_deref(), Some(&b"data"[..]));
+
+    // A semaphore: every holder's permits, and its details, go.
+    let semaphore = holder.semaphore("slots", 4).unwrap();
+    let a = semaphore.acquire(1, secs(30)).metadata("a").await.unwrap();
+    let b = semaphore.acquire(2, secs(30)).metadata("b").await.unwrap();
+    let was = operator.force_release("slots").await.unwrap().unwrap();
+    assert_eq!(
+        (was.kind, was.holder_count, was.permits),
+        (LockKind::Semaphore, 2, Some((3, 4)))
+    );
+    assert_eq!(semaphore.inspect().await.unwrap().used, 0);
+    assert!(!raw.exists("{slots}:permits").await);
+    assert!(a.release().await.unwrap_err().is_not_held());
+    drop(b);
+
+    // Readers of a read-write lock: all of them.
+    let rw = holder.rw_lock("table").unwrap();
+    let reader = rw.read(secs(30)).metadata("r1").await.unwrap();
+    let was = operator.force_release("table").await.unwrap().unwrap();
+    assert_eq!((was.kind, was.holder_count), (LockKind::Readers, 1));
+    assert!(reader.release().await.unwrap_err().is_not_held());
+    let writer = rw.write(secs(5)).await.unwrap();
+    writer.release().await.unwrap();
+
+    // Bad input is refused before any request.
+    assert!(operator
+        .force_release("")
+        .await
+        .unwrap_err()
+        .is_invalid_argument());
+    assert!(operator
+        .force_release("{x}:fence")
+        .await
+        .unwrap_err()
+        .is_invalid_argument());
+}

@@ -1,5 +1,7 @@
--- listing.lua: what the keys a listing found hold, read by anyone, for `Locker::list`.
--- Read only. One section, run with helpers.lua (now_ms) before it (see scripts.rs).
+-- listing.lua: what the keys a listing found hold, read by anyone, for `Locker::list`; and
+-- an operator's forced release, for `Locker::force_release`. One file, one section per
+-- operation, each run with helpers.lua (now_ms) and this preamble before it (see
+-- scripts.rs).
 --
 -- Each primitive's keys, as its own file describes them: a lock, a fair lock's holder and
 -- a read-write lock's writer are a string (the owner's value) at the key; a semaphore's
@@ -11,29 +13,19 @@
 -- soonest to expire first); the count is always complete.
 local SAMPLE = 8
 
---- op: describe
--- what each of a page of listed keys holds, atomically per call.
--- KEYS:    per key, six: the key, its fence counter, its fair lock's heartbeats, its
---          semaphore's details, its read-write lock's readers, its writers' intents.
--- Returns: per key, { kind, pttl, fence or false, value or false, holders, waiters,
---          awaited, sample, used, limit }: kind is 'none' (gone since it was found),
---          'lock', 'fair_lock', 'rw_lock_write', 'rw_lock_read', 'semaphore' or
---          'foreign'; value is a string key's (token, flag byte, metadata: the caller
---          keeps only the metadata); holders the live holders' count; waiters the live
---          waiters' count where the server keeps it (a fair lock's queue, a read-write
---          lock's waiting writers), else -1; awaited 1 when a semaphore's waiters asked
---          to hear of releases (a string's value says it for itself); sample
---          { ms left, details } per sampled holder; used and limit a semaphore's permits.
-local now = now_ms()
--- Live: expiring after now (what the primitives' own scripts keep).
-local live_from = '(' .. now
-local described = {}
+-- A value redmutex wrote: a token (22 base64url characters), then a flag byte.
+local REDMUTEX_VALUE = '^' .. string.rep('[%w_%-]', 22) .. '[%-wWkr]'
+
 local function kind_of(key)
   return redis.call('type', key)['ok']
 end
-for i = 1, #KEYS, 6 do
+
+-- The entry of the key at KEYS[i] and its five companions after it (see `describe`).
+local function describe_at(i, now)
   local key, counter, beats = KEYS[i], KEYS[i + 1], KEYS[i + 2]
   local permits, readers, intents = KEYS[i + 3], KEYS[i + 4], KEYS[i + 5]
+  -- Live: expiring after now (what the primitives' own scripts keep).
+  local live_from = '(' .. now
   local kind = kind_of(key)
   local ttl = redis.call('pttl', key)
   local fence = redis.pcall('get', counter)
@@ -47,7 +39,9 @@ for i = 1, #KEYS, 6 do
     entry[4] = redis.call('get', key)
     entry[5] = 1
     entry[1] = 'lock'
-    if kind_of(beats) == 'zset' then
+    if not string.match(entry[4], REDMUTEX_VALUE) then
+      entry[1], entry[4], entry[5] = 'foreign', false, 0
+    elseif kind_of(beats) == 'zset' then
       entry[1] = 'fair_lock'
       entry[6] = redis.call('zcount', beats, live_from, '+inf')
     elseif kind_of(intents) == 'zset' then
@@ -81,6 +75,46 @@ for i = 1, #KEYS, 6 do
       entry[8] = sample
     end
   end
-  described[#described + 1] = entry
+  return entry
+end
+
+--- op: describe
+-- what each of a page of listed keys holds, atomically per call.
+-- KEYS:    per key, six: the key, its fence counter, its fair lock's heartbeats, its
+--          semaphore's details, its read-write lock's readers, its writers' intents.
+-- Returns: per key, { kind, pttl, fence or false, value or false, holders, waiters,
+--          awaited, sample, used, limit }: kind is 'none' (gone since it was found),
+--          'lock', 'fair_lock', 'rw_lock_write', 'rw_lock_read', 'semaphore' or
+--          'foreign'; value is a string key's (token, flag byte, metadata: the caller
+--          keeps only the metadata); holders the live holders' count; waiters the live
+--          waiters' count where the server keeps it (a fair lock's queue, a read-write
+--          lock's waiting writers), else -1; awaited 1 when a semaphore's waiters asked
+--          to hear of releases (a string's value says it for itself); sample
+--          { ms left, details } per sampled holder; used and limit a semaphore's permits.
+local now = now_ms()
+local described = {}
+for i = 1, #KEYS, 6 do
+  described[#described + 1] = describe_at(i, now)
 end
 return described
+
+--- op: force
+-- an operator's release of whatever redmutex holds at a key, whoever holds it: the key, and
+-- the holders' details beside it (a semaphore's, readers'); a line of waiters and the fence
+-- counter stay. Waiters hear of it as of a release. Something redmutex did not write is
+-- left alone. The holders are not told: each finds out at its next renewal or refresh.
+-- KEYS:    the key and its five companions, as for `describe`.
+-- Returns: { entry }: the key's entry as `describe` reads it, before the release.
+local entry = describe_at(1, now_ms())
+local kind = entry[1]
+if kind == 'lock' or kind == 'fair_lock' or kind == 'rw_lock_write' then
+  redis.call('del', KEYS[1])
+  redis.pcall('publish', KEYS[1], 'released')
+elseif kind == 'semaphore' then
+  redis.call('del', KEYS[1], KEYS[4])
+  redis.pcall('publish', KEYS[1], tostring(entry[9]))
+elseif kind == 'rw_lock_read' then
+  redis.call('del', KEYS[1], KEYS[5])
+  redis.pcall('publish', KEYS[1], 'released')
+end
+return { entry }

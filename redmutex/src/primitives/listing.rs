@@ -15,7 +15,7 @@ use crate::fence::{self, Companion};
 use crate::scripts::operations;
 use crate::token::{parse_value, StoredValue};
 
-operations!("primitives/listing.lua"; DESCRIBE = "describe");
+operations!("primitives/listing.lua"; DESCRIBE = "describe", FORCE = "force");
 
 /// Keys asked of `SCAN` per call, and described per script call: each call stays short
 /// on the server (a page of 250 costs it about a millisecond) whatever the total.
@@ -236,22 +236,42 @@ impl<C: Connection> Listing<C> {
     }
 }
 
+/// An operator's release of `key` (with the prefix), whoever holds it (see
+/// [`Locker::force_release`](crate::Locker::force_release)): what it held, as it was, or
+/// `None` when nothing was there. Redlock: on every node; what the first node that had it
+/// held, with the count of nodes.
+pub(crate) async fn force_release<C: Connection>(
+    backend: &Backend<C>,
+    key: &[u8],
+) -> Result<Option<ListedLock>, Error> {
+    let keys = [key.to_vec()];
+    let mut call = FORCE.script().prepare_invoke();
+    add_keys(&mut call, &keys[0]);
+    let view = PageView { keys: &keys };
+    Ok(backend.inspect(&view, &call).await?.pop())
+}
+
 /// The describe call for a page of keys: each with its companions.
 fn describe_call(keys: &[Vec<u8>]) -> ScriptInvocation<'static> {
     let mut call = DESCRIBE.script().prepare_invoke();
     for key in keys {
-        call.key(&key[..]);
-        call.key(fence::counter_key(key));
-        for companion in [
-            Companion::Beats,
-            Companion::Permits,
-            Companion::Readers,
-            Companion::Intents,
-        ] {
-            call.key(fence::companion_key(key, companion));
-        }
+        add_keys(&mut call, key);
     }
     call
+}
+
+/// A key and its companions, as `listing.lua` takes them.
+fn add_keys(call: &mut ScriptInvocation<'static>, key: &[u8]) {
+    call.key(key);
+    call.key(fence::counter_key(key));
+    for companion in [
+        Companion::Beats,
+        Companion::Permits,
+        Companion::Readers,
+        Companion::Intents,
+    ] {
+        call.key(fence::companion_key(key, companion));
+    }
 }
 
 /// Reads a page of descriptions (see [`View`]).
