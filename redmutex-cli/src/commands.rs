@@ -1,11 +1,13 @@
 //! The lock-management commands: acquire, release, refresh, inspect, wait, doctor.
 
+use std::future::IntoFuture;
 use std::time::Duration;
 
 use redmutex::{Check, Connection, Error, Finding, Level, Lock, LockInfo, Locker, Token};
 
 use crate::exit::{self, Failure};
 use crate::output::{outln, stdout_was_closed};
+use crate::waiting;
 use crate::{
     duration, redact, AcquireArgs, DoctorArgs, InspectArgs, RefreshArgs, ReleaseArgs, WaitArgs,
 };
@@ -31,15 +33,18 @@ pub async fn acquire<C: Connection>(
 ) -> Result<u8, Failure> {
     let what = "redmutex-acquire";
     let failed = |e: redmutex::Error| Failure::from_lock_error(&e, urls);
+    let (progress, first) = (args.lock.progress.as_ref(), &args.keys[0]);
     match args.lock.fair {
         true => {
             let acquire =
                 (args.lock.acquire_fair(locker, &args.keys, what, false)).map_err(failed)?;
-            hand_over(acquire.await.map_err(failed)?).await
+            let waited = waiting::show(locker, progress, first, acquire.into_future());
+            hand_over(waited.await.map_err(failed)?).await
         }
         false => {
             let acquire = args.lock.acquire(locker, &args.keys, what, false);
-            hand_over(acquire.await.map_err(failed)?).await
+            let waited = waiting::show(locker, progress, first, acquire.into_future());
+            hand_over(waited.await.map_err(failed)?).await
         }
     }
 }
@@ -68,7 +73,11 @@ pub async fn release<C: Connection>(
     args: ReleaseArgs,
     urls: &[String],
 ) -> Result<u8, Failure> {
-    let token = parse_token(&args.token)?;
+    let Some(token) = args.token.as_deref() else {
+        // (clap requires a token without --force.)
+        return crate::ops::force_release(locker, &args.keys, urls).await;
+    };
+    let token = parse_token(token)?;
     match locker.release_with_token(&args.keys, &token).await {
         Ok(()) => Ok(0),
         Err(e) => Err(not_held_or(&e, urls)),

@@ -80,9 +80,30 @@ pub fn format(d: Duration) -> String {
     }
 }
 
+/// A relative time for people, to two units at most: `850ms`, `29s`, `3m12s`, `1h04m`,
+/// `2d03h`.
+pub fn human(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0 => format!("{}ms", d.as_millis()),
+        1..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..=86_399 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{:02}h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn relative_times_keep_two_units() {
+        let text: Vec<String> = [850, 29_400, 192_000, 3_840_000, 183_600_000]
+            .map(|n| human(ms(n)))
+            .into();
+        assert_eq!(text, ["850ms", "29s", "3m12s", "1h04m", "2d03h"]);
+    }
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)

@@ -10,6 +10,7 @@
 
 use std::ffi::OsString;
 use std::fs::File;
+use std::future::IntoFuture;
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
@@ -36,18 +37,24 @@ pub async fn run<C: Connection>(
     if args.lock.fair {
         let acquire =
             (args.lock.acquire_fair(locker, &args.keys, &program, fenced)).map_err(failed)?;
-        let lease = take_lease(acquire, &args, urls).await?;
+        let lease = take_lease(locker, acquire, &args, urls).await?;
         return hold(lease, &job, &program).await;
     }
     if args.sharing.shared || args.sharing.exclusive {
         let rw = (args.lock.acquire_rw(locker, &args.keys, &program, fenced)).map_err(failed)?;
         return match args.sharing.shared {
-            true => hold(take_lease(rw.read, &args, urls).await?, &job, &program).await,
-            false => hold(take_lease(rw.write, &args, urls).await?, &job, &program).await,
+            true => {
+                let lease = take_lease(locker, rw.read, &args, urls).await?;
+                hold(lease, &job, &program).await
+            }
+            false => {
+                let lease = take_lease(locker, rw.write, &args, urls).await?;
+                hold(lease, &job, &program).await
+            }
         };
     }
     let acquire = args.lock.acquire(locker, &args.keys, &program, fenced);
-    let lease = take_lease(acquire, &args, urls).await?;
+    let lease = take_lease(locker, acquire, &args, urls).await?;
     hold(lease, &job, &program).await
 }
 
@@ -155,6 +162,7 @@ pub async fn hold<C: Connection, P>(
 /// Takes the lock (with its fence for REDMUTEX_FENCE, unless fences are off) and keeps it
 /// alive.
 async fn take_lease<C: Connection, P: Send + Sync>(
+    locker: &Locker<C>,
     mut acquire: Acquire<'_, C, P>,
     args: &ExecArgs,
     urls: &[String],
@@ -162,7 +170,9 @@ async fn take_lease<C: Connection, P: Send + Sync>(
     if let Some(min_hold) = args.min_hold {
         acquire = acquire.min_hold(min_hold);
     }
-    let lock = match acquire.await {
+    let progress = args.lock.progress.as_ref();
+    let waited = crate::waiting::show(locker, progress, &args.keys[0], acquire.into_future());
+    let lock = match waited.await {
         Ok(lock) => lock,
         Err(e) if e.is_not_obtained() => {
             return Err(Failure::new(args.conflict_exit_code, e.to_string()))

@@ -7,14 +7,17 @@
 
 mod commands;
 mod demo;
+mod describe;
 mod duration;
 mod elect;
 mod exec;
 mod exit;
 mod guard;
+mod ops;
 mod output;
 mod redact;
 mod target;
+mod waiting;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -84,12 +87,18 @@ enum Command {
     Exec(ExecArgs),
     /// Take a lock and print its token (the lock stays until its TTL or a release).
     Acquire(AcquireArgs),
-    /// Release a lock taken with `acquire`.
+    /// Release a lock taken with `acquire` (by its token) — or, with --force, whoever
+    /// holds it.
     Release(ReleaseArgs),
     /// Set a new TTL on a lock taken with `acquire`.
     Refresh(RefreshArgs),
     /// Show whether a key is locked, for how long, and by whom.
     Inspect(InspectArgs),
+    /// List every lock under the prefix: kind, holders, TTL, fence, waiters (SCAN, a page
+    /// at a time: safe on a busy server).
+    List(ops::ListArgs),
+    /// Print a line whenever a key's holder changes, until interrupted.
+    Watch(ops::WatchArgs),
     /// Wait until a key is free — released, or expired — without taking it: exit 0 once it
     /// is free, 75 when --timeout passes first.
     Wait(WaitArgs),
@@ -130,6 +139,15 @@ struct LockArgs {
     /// on one server or a cluster; a waiter that dies leaves the line within 3 s).
     #[arg(long)]
     fair: bool,
+
+    /// No waiting line: on a terminal, a waiting exec or acquire otherwise shows on stderr
+    /// who holds the key, for how long, and how long it has waited.
+    #[arg(short = 'q', long)]
+    quiet: bool,
+
+    /// The waiting line's state, when it is shown (set once the arguments are read).
+    #[arg(skip)]
+    progress: Option<waiting::Progress>,
 }
 
 /// `exec`'s read-write lock, as `flock -s` / `flock -x`.
@@ -233,8 +251,20 @@ struct AcquireArgs {
 #[derive(Args, Debug)]
 struct ReleaseArgs {
     /// The token printed by `acquire`. (Tokens are base64url and may start with `-`.)
-    #[arg(long, value_name = "T", allow_hyphen_values = true)]
-    token: String,
+    #[arg(
+        long,
+        value_name = "T",
+        allow_hyphen_values = true,
+        required_unless_present = "force",
+        conflicts_with = "force"
+    )]
+    token: Option<String>,
+
+    /// Release it whoever holds it (an operator's last resort for a stuck holder): prints
+    /// who held it, and an audit line on stderr. The holder is not told until its next
+    /// renewal or refresh.
+    #[arg(long)]
+    force: bool,
 
     /// The keys of the lock.
     #[arg(value_name = "KEY", required = true, num_args = 1..)]
@@ -342,10 +372,16 @@ async fn run_command(cli: Cli, urls: &[String], access: &target::Access) -> Resu
     check_arguments(&cli.command, &cli.prefix, urls)?;
     let no_fences = cli.no_fences || env_flag("REDMUTEX_NO_FENCES")?;
     let mut locker = target::locker(urls, access).await?.with_prefix(&cli.prefix);
+    let mut command = cli.command;
+    if let Command::Exec(ExecArgs { lock, .. }) | Command::Acquire(AcquireArgs { lock, .. }) =
+        &mut command
+    {
+        lock.progress = waiting::Progress::for_terminal(lock.quiet, lock.nonblock);
+    }
     if no_fences {
         locker = locker.without_fences();
     }
-    match cli.command {
+    match command {
         Command::Exec(args) => exec::run(&locker, args, urls).await,
         Command::Elect(args) => elect::elect(&locker, args, urls).await,
         Command::Leader(args) => elect::leader(&locker, args, urls).await,
@@ -353,6 +389,8 @@ async fn run_command(cli: Cli, urls: &[String], access: &target::Access) -> Resu
         Command::Release(args) => commands::release(&locker, args, urls).await,
         Command::Refresh(args) => commands::refresh(&locker, args, urls).await,
         Command::Inspect(args) => commands::inspect(&locker, args, urls).await,
+        Command::List(args) => ops::list(&locker, args, urls).await,
+        Command::Watch(args) => ops::watch(&locker, args, urls).await,
         Command::Wait(args) => commands::wait(&locker, args, urls).await,
         Command::Doctor(args) => commands::doctor(&locker, args, urls).await,
         Command::Demo(_) => unreachable!("handled above"),
@@ -404,10 +442,11 @@ fn check_sizes(command: &Command, prefix: &str) -> Result<(), Failure> {
         Command::Release(a) => (&a.keys, None),
         Command::Refresh(a) => (&a.keys, None),
         Command::Inspect(a) => (std::slice::from_ref(&a.key), None),
+        Command::Watch(a) => (std::slice::from_ref(&a.key), None),
         Command::Wait(a) => (std::slice::from_ref(&a.key), None),
         Command::Elect(a) => (std::slice::from_ref(&a.key), a.value.as_ref()),
         Command::Leader(a) => (std::slice::from_ref(&a.key), None),
-        Command::Demo(_) | Command::Doctor(_) => return Ok(()),
+        Command::Demo(_) | Command::Doctor(_) | Command::List(_) => return Ok(()),
     };
     let usage = |e: redmutex::Error| Failure::usage(e.to_string());
     redmutex::check_keys(prefix, keys).map_err(usage)?;
@@ -525,6 +564,9 @@ impl LockArgs {
         if fenced {
             acquire = acquire.with_fence();
         }
+        if let Some(progress) = &self.progress {
+            acquire = acquire.on_failed_try(progress.observer());
+        }
         if self.nonblock {
             return acquire;
         }
@@ -537,13 +579,14 @@ impl LockArgs {
     }
 }
 
-/// `host=web-3 pid=4121 cmd=backup.sh`: who holds the lock, for `inspect`.
+/// `host=web-3 pid=4121 since=1795482003 cmd=backup.sh`: who holds the lock, and since
+/// when (Unix seconds, this host's clock), for `inspect`, `list` and the waiting line.
 pub fn default_metadata(what: &str) -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_else(|_| "unknown".into());
-    let mut text = format!("host={host} pid={} cmd={what}", std::process::id());
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (host, pid) = (hostname(), std::process::id());
+    let mut text = format!("host={host} pid={pid} since={since} cmd={what}");
     // Keep it short: it is stored with every lock.
     if text.len() > 200 {
         let mut cut = 200;
@@ -553,6 +596,14 @@ pub fn default_metadata(what: &str) -> String {
         text.truncate(cut);
     }
     text
+}
+
+/// This host's name (`unknown` when it cannot be read).
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "unknown".into())
 }
 
 #[cfg(test)]

@@ -1,88 +1,15 @@
 //! The real `redmutex` binary against test-kit servers.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use testkit::{RedisServer, ServerOptions};
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+mod common;
 
-/// `redmutex --redis <server>` with a clean environment for the Redis variables.
-fn redmutex(server: &RedisServer) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_redmutex"));
-    cmd.arg("--redis").arg(server.url());
-    cmd.env_remove("REDMUTEX_REDIS").env_remove("REDIS_URL");
-    cmd
-}
-
-fn run(cmd: &mut Command) -> Output {
-    cmd.stdin(Stdio::null()).output().expect("run redmutex")
-}
-
-fn code(output: &Output) -> i32 {
-    output.status.code().expect("exited normally")
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-fn exists(server: &RedisServer, key: &str) -> bool {
-    server.command(&["EXISTS", key]) == ":1\r\n"
-}
-
-/// A scratch directory for files the commands write.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("redmutex-cli-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn wait_for_file(path: &Path, within: Duration) -> String {
-    let until = Instant::now() + within;
-    while Instant::now() < until {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            if !text.is_empty() {
-                return text;
-            }
-        }
-        thread::sleep(ms(20));
-    }
-    panic!("{path:?} was not written within {within:?}");
-}
-
-fn wait_child(child: &mut Child, within: Duration) -> std::process::ExitStatus {
-    let until = Instant::now() + within;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > until {
-            let _ = child.kill();
-            panic!("redmutex did not exit within {within:?}");
-        }
-        thread::sleep(ms(20));
-    }
-}
-
-/// Alive and not a zombie (an orphan killed here may wait a while for its reaper).
-fn process_alive(pid: &str) -> bool {
-    match std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())) {
-        // The state follows the command name in parentheses: "1234 (sleep) S ...".
-        Ok(stat) => !stat.rsplit(") ").next().unwrap_or("").starts_with('Z'),
-        Err(_) => false,
-    }
-}
+use common::*;
 
 #[test]
 fn exec_passes_env_and_exit_status_and_releases() {

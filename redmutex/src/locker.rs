@@ -436,6 +436,28 @@ impl<C: Connection> Locker<C> {
         Listing::new(self.context.backend.clone(), &self.prefix, pattern)
     }
 
+    /// What `key` holds now, as [`list`](Locker::list) shows it — kind, holders and their
+    /// metadata, TTL, fence, waiters — in one round trip; `None` when it is free.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad key (before any request); [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    ///
+    /// ```
+    /// # async fn demo(locker: redmutex::Locker<redis::aio::MultiplexedConnection>) -> Result<(), redmutex::Error> {
+    /// match locker.describe("jobs:nightly").await? {
+    ///     Some(lock) => println!("{} holder(s), {:?} left", lock.holder_count, lock.ttl),
+    ///     None => println!("free"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn describe(&self, key: impl AsRef<[u8]>) -> Result<Option<ListedLock>, Error> {
+        let keys = self.keys([key])?;
+        listing::describe(&self.context.backend, keys.get(0).expect("one key")).await
+    }
+
     /// Releases whatever redmutex holds at `key`, **whoever holds it**: for operators,
     /// when a holder is stuck and its TTL is too long to wait out. Atomically, it reads
     /// what was held (kind, holders' metadata, fence — returned, to be shown and logged)

@@ -121,6 +121,32 @@ async fn every_kind_is_listed_with_its_holders_waiters_and_fence() {
     assert!(raw.exists("{app:plain}:fence").await);
     assert!(listed.iter().all(|l| !l.key.starts_with(b"{")));
 
+    // One key, in one round trip, as the listing shows it.
+    let described = locker.describe("table").await.unwrap().unwrap();
+    assert_eq!(
+        (described.kind, described.holder_count),
+        (LockKind::Readers, 2)
+    );
+    assert_eq!(
+        described.holders,
+        table
+            .holders
+            .iter()
+            .map(|h| {
+                let mut h = h.clone();
+                h.ttl = described
+                    .holders
+                    .iter()
+                    .find(|d| d.metadata == h.metadata)
+                    .unwrap()
+                    .ttl;
+                h
+            })
+            .collect::<Vec<_>>()
+    );
+    assert!(locker.describe("nothing").await.unwrap().is_none());
+    assert!(locker.describe("").await.unwrap_err().is_invalid_argument());
+
     // A pattern narrows it; another prefix sees none of them.
     let narrowed = locker.list("ta*").unwrap().collect().await.unwrap();
     assert_eq!(narrowed.len(), 1);

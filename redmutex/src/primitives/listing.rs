@@ -12,7 +12,7 @@ use crate::backend::Backend;
 use crate::connection::Connection;
 use crate::error::{Argument, Error};
 use crate::fence::{self, Companion};
-use crate::scripts::operations;
+use crate::scripts::{operations, Operation};
 use crate::token::{parse_value, StoredValue};
 
 operations!("primitives/listing.lua"; DESCRIBE = "describe", FORCE = "force");
@@ -27,7 +27,9 @@ pub const LIST_PAGE: usize = 250;
 pub enum LockKind {
     /// A lock ([`Locker::acquire`](crate::Locker::acquire)), or an election's leader.
     Lock,
-    /// A fair lock's key, held.
+    /// A key held while waiters stand in a fair lock's line beside it. (A fair lock held
+    /// with nobody in line is a lock's key like any other, and reads as
+    /// [`Lock`](LockKind::Lock).)
     FairLock,
     /// A read-write lock held by its writer while other writers wait. (A writer's key is
     /// a lock's, excluding everyone as a lock does; with nobody else in line it reads as
@@ -244,8 +246,25 @@ pub(crate) async fn force_release<C: Connection>(
     backend: &Backend<C>,
     key: &[u8],
 ) -> Result<Option<ListedLock>, Error> {
+    one_key(backend, &FORCE, key).await
+}
+
+/// What `key` (with the prefix) holds, as a listing would show it; `None` when free.
+pub(crate) async fn describe<C: Connection>(
+    backend: &Backend<C>,
+    key: &[u8],
+) -> Result<Option<ListedLock>, Error> {
+    one_key(backend, &DESCRIBE, key).await
+}
+
+/// Runs `operation` of `listing.lua` for one key.
+async fn one_key<C: Connection>(
+    backend: &Backend<C>,
+    operation: &'static Operation,
+    key: &[u8],
+) -> Result<Option<ListedLock>, Error> {
     let keys = [key.to_vec()];
-    let mut call = FORCE.script().prepare_invoke();
+    let mut call = operation.script().prepare_invoke();
     add_keys(&mut call, &keys[0]);
     let view = PageView { keys: &keys };
     Ok(backend.inspect(&view, &call).await?.pop())
@@ -287,7 +306,7 @@ impl PageView<'_> {
     fn parse(&self, reply: Value) -> Result<Vec<Described>, RedisError> {
         let entries: Vec<Value> = redis::from_redis_value(reply)?;
         let described = (entries.into_iter().zip(self.keys))
-            .map(|(entry, key)| describe(key, entry))
+            .map(|(entry, key)| entry_of(key, entry))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(described)
     }
@@ -324,7 +343,7 @@ impl View for PageView<'_> {
 }
 
 /// One key's entry of the describe reply (see `listing.lua`).
-fn describe(key: &[u8], entry: Value) -> Result<Described, RedisError> {
+fn entry_of(key: &[u8], entry: Value) -> Result<Described, RedisError> {
     let mut fields = redis::from_redis_value::<Vec<Value>>(entry)?.into_iter();
     let mut next = || fields.next().unwrap_or(Value::Nil);
     let kind: String = redis::from_redis_value(next())?;

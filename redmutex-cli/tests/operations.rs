@@ -1,0 +1,444 @@
+//! The operator's commands with the real binary against test-kit servers: `list`,
+//! `release --force`, `watch`, the waiting line on a terminal, and the JSON shapes the
+//! README documents.
+
+mod common;
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+use testkit::RedisServer;
+
+/// A stored lock value as redmutex writes it: a token (here made up), the flag byte, the
+/// metadata.
+fn lock_value(n: usize, metadata: &str) -> String {
+    format!("{:A>22}-{metadata}", format!("B{n}"))
+}
+
+/// `redmutex acquire` of `key`, returning its token.
+fn acquire(server: &RedisServer, args: &[&str]) -> String {
+    let out = run(redmutex(server).arg("acquire").args(args));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    stdout(&out).trim().to_owned()
+}
+
+/// The keys of a JSON object, nested ones included (`"name":`), each once, in the order
+/// they first appear: enough to compare the shape of two outputs (whatever the length of
+/// their arrays) without a JSON parser.
+fn json_keys(line: &str) -> Vec<String> {
+    let mut keys = Vec::new();
+    let bytes = line.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'"' {
+            let mut j = i + 1;
+            while j < bytes.len() && bytes[j] != b'"' {
+                j += if bytes[j] == b'\\' { 2 } else { 1 };
+            }
+            let key = &line[i + 1..j.min(line.len())];
+            if bytes.get(j + 1) == Some(&b':') && !keys.iter().any(|k| k == key) {
+                keys.push(key.to_owned());
+            }
+            i = j + 1;
+        } else {
+            i += 1;
+        }
+    }
+    keys
+}
+
+#[test]
+fn list_shows_every_lock_in_aligned_columns_and_as_json_lines() {
+    let server = RedisServer::spawn();
+    let token = acquire(
+        &server,
+        &["--metadata", "host=a pid=1 cmd=backup", "app:backup"],
+    );
+    acquire(&server, &["--fair", "app:fair"]);
+    server.command(&["SET", "app:stranger", "not a lock"]);
+    // Thousands of locks under another prefix, written as redmutex writes them.
+    let bulk = 3000;
+    let sets: Vec<Vec<String>> = (0..bulk)
+        .map(|n| {
+            let key = format!("bulk:{n}");
+            let value = lock_value(n, &format!("job={n}"));
+            vec!["SET".into(), key, value, "PX".into(), "600000".into()]
+        })
+        .collect();
+    let sets: Vec<Vec<&str>> = sets
+        .iter()
+        .map(|c| c.iter().map(String::as_str).collect())
+        .collect();
+    let sets: Vec<&[&str]> = sets.iter().map(Vec::as_slice).collect();
+    server.commands(&sets);
+
+    let out = run(redmutex(&server).args(["--prefix", "app:", "list"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 5, "{text}");
+    assert!(lines[0].starts_with("KEY "), "{text}");
+    // Aligned: every column starts where its heading does.
+    let column = lines[0].find("KIND").unwrap();
+    for line in &lines[1..4] {
+        assert_eq!(&line[column - 2..column], "  ", "{text}");
+        assert_ne!(&line[column..column + 1], " ", "{text}");
+    }
+    assert!(lines[1].starts_with("app:backup "), "{text}");
+    assert!(lines[1].contains(" lock "), "{text}");
+    assert!(lines[1].ends_with("host=a pid=1 cmd=backup"), "{text}");
+    // (A fair lock taken with nobody in line is a lock's key like any other.)
+    assert!(
+        lines[2].starts_with("app:fair ") && lines[2].contains(" lock "),
+        "{text}"
+    );
+    assert!(
+        lines[2].contains(" (for "),
+        "default metadata says since when: {text}"
+    );
+    assert!(lines[3].contains("foreign") && lines[3].contains("(not a redmutex lock)"));
+    assert!(lines[4].starts_with("3 locks in "), "{text}");
+    assert!(!text.contains(&token), "a token was printed");
+
+    let started = Instant::now();
+    let out = run(redmutex(&server).args(["list", "--json", "bulk:*"]));
+    let took = started.elapsed();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let json = stdout(&out);
+    assert_eq!(json.lines().count(), bulk, "one object per lock");
+    let mut keys: Vec<&str> = json
+        .lines()
+        .map(|line| {
+            assert!(
+                line.starts_with("{\"key\":\"bulk:") && line.ends_with('}'),
+                "{line}"
+            );
+            assert!(line.contains("\"kind\":\"lock\""), "{line}");
+            line.split('"').nth(3).unwrap()
+        })
+        .collect();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), bulk, "each lock once");
+    assert!(stderr(&out).starts_with(&format!("redmutex: {bulk} locks in ")));
+    println!("listed {bulk} locks in {took:?} (the process, start to end)");
+
+    // Nothing under a prefix: no table, the count.
+    let out = run(redmutex(&server).args(["--prefix", "none:", "list"]));
+    assert_eq!(
+        stdout(&out),
+        "0 locks in ".to_owned() + stdout(&out).trim_start_matches("0 locks in ")
+    );
+}
+
+#[test]
+fn release_force_takes_the_lock_says_from_whom_and_the_holder_loses_it() {
+    let server = RedisServer::spawn();
+    let dir = scratch("force");
+    let lost = dir.join("stopped");
+    let mut holder = redmutex(&server)
+        .args([
+            "exec",
+            "--ttl",
+            "1500ms",
+            "--metadata",
+            "host=h pid=42",
+            "stuck",
+            "--",
+        ])
+        .args([
+            "sh",
+            "-c",
+            &format!(
+                "trap 'echo stopped > {}; exit 1' TERM; sleep 20 & wait",
+                lost.display()
+            ),
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(5);
+    while !exists(&server, "stuck") {
+        assert!(Instant::now() < until, "the holder never took the lock");
+        thread::sleep(ms(20));
+    }
+
+    let out = run(redmutex(&server).args(["release", "--force", "stuck"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let said = stdout(&out);
+    assert!(
+        said.starts_with("released stuck: held by host=h pid=42 (lock, fence "),
+        "{said}"
+    );
+    assert!(said.contains("The holder is not told"), "{said}");
+    let audit = stderr(&out);
+    assert!(audit.starts_with("redmutex: audit: "), "{audit}");
+    assert!(
+        audit.contains("forced release of \"stuck\" (lock, fence "),
+        "{audit}"
+    );
+    assert!(
+        audit.contains("holders [\"host=h pid=42\"]") && audit.contains(" pid="),
+        "{audit}"
+    );
+    assert!(!exists(&server, "stuck"));
+
+    // The holder finds out at its next renewal (every 500 ms) and stops its command.
+    let status = wait_child(&mut holder, Duration::from_secs(10));
+    assert_eq!(status.code(), Some(70));
+    assert_eq!(
+        wait_for_file(&lost, Duration::from_secs(2)).trim(),
+        "stopped"
+    );
+
+    // Nothing to release, foreign data left alone: exit 1; usage errors: 64.
+    let out = run(redmutex(&server).args(["release", "--force", "stuck"]));
+    assert_eq!(
+        (code(&out), stderr(&out).trim()),
+        (1, "redmutex: stuck was not held")
+    );
+    server.command(&["SET", "theirs", "x"]);
+    let out = run(redmutex(&server).args(["release", "--force", "theirs"]));
+    assert_eq!(code(&out), 1);
+    assert!(stderr(&out).contains("left alone"));
+    assert_eq!(server.command(&["GET", "theirs"]), "$1\r\nx\r\n");
+    for args in [
+        vec!["release", "k"],
+        vec![
+            "release",
+            "--force",
+            "--token",
+            "AAAAAAAAAAAAAAAAAAAAAA",
+            "k",
+        ],
+        vec!["release", "--force", ""],
+    ] {
+        let out = run(redmutex(&server).args(&args));
+        assert_eq!(code(&out), 64, "{args:?}: {}", stderr(&out));
+    }
+}
+
+/// Reads lines from a child's stdout as they come.
+fn lines_of(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+    let mut out = child.stdout.take().unwrap();
+    let (send, lines) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        let mut text = String::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = out.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            text.push_str(&String::from_utf8_lossy(&buf[..n]));
+            while let Some(end) = text.find('\n') {
+                let _ = send.send(text[..end].to_owned());
+                text.drain(..=end);
+            }
+        }
+    });
+    lines
+}
+
+fn next_line(lines: &std::sync::mpsc::Receiver<String>) -> String {
+    lines
+        .recv_timeout(Duration::from_secs(5))
+        .expect("a line within 5 s")
+}
+
+#[test]
+fn watch_prints_a_line_per_change_of_holder() {
+    let server = RedisServer::spawn();
+    for json in [false, true] {
+        let mut watch = redmutex(&server)
+            .arg("watch")
+            .args(json.then_some("--json"))
+            .arg("w")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let lines = lines_of(&mut watch);
+        let first = next_line(&lines);
+        let token = acquire(&server, &["--metadata", "who=one", "w"]);
+        let taken = next_line(&lines);
+        let out = run(redmutex(&server).args(["release", "--token", &token, "w"]));
+        assert_eq!(code(&out), 0);
+        let freed = next_line(&lines);
+        acquire(&server, &["--metadata", "who=two", "--ttl", "1s", "w"]);
+        let again = next_line(&lines);
+        let expired = next_line(&lines);
+        let _ = watch.kill();
+        let _ = watch.wait();
+        if json {
+            assert!(
+                first.ends_with(",\"key\":\"w\",\"held\":false,\"lock\":null}"),
+                "{first}"
+            );
+            assert!(
+                taken.contains("\"held\":true,\"lock\":{\"key\":\"w\",\"kind\":\"lock\""),
+                "{taken}"
+            );
+            assert!(taken.contains("\"metadata\":\"who=one\""), "{taken}");
+            assert!(freed.contains("\"held\":false"), "{freed}");
+            assert!(again.contains("who=two") && expired.contains("\"held\":false"));
+            assert_eq!(json_keys(&first)[..3], ["time", "key", "held"]);
+        } else {
+            let time = |line: &str| line.split(' ').next().unwrap().len();
+            assert_eq!(time(&first), "2026-11-24T01:20:03Z".len(), "{first}");
+            assert!(first.ends_with(" w free"), "{first}");
+            assert!(taken.contains(" w held by who=one (lock, "), "{taken}");
+            assert!(freed.ends_with(" w free"), "{freed}");
+            assert!(again.contains(" w held by who=two (lock, "), "{again}");
+            assert!(
+                expired.ends_with(" w free"),
+                "an expiry is a change too: {expired}"
+            );
+        }
+    }
+}
+
+/// `script` runs `inner` on a pseudo-terminal, as a person at a terminal would.
+fn on_a_terminal(inner: &str) -> String {
+    let mut child = Command::new("script")
+        .args(["-qec", inner, "/dev/null"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("util-linux `script` is needed for the terminal test");
+    wait_child(&mut child, Duration::from_secs(20));
+    let mut out = String::new();
+    child
+        .stdout
+        .as_mut()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    out
+}
+
+#[test]
+fn a_waiting_exec_on_a_terminal_shows_what_it_waits_for_then_clears_it() {
+    let server = RedisServer::spawn();
+    let bin = env!("CARGO_BIN_EXE_redmutex");
+    let url = server.url();
+    let hold = |key: &str| {
+        redmutex(&server)
+            .args([
+                "exec",
+                "--metadata",
+                "host=h pid=9",
+                key,
+                "--",
+                "sleep",
+                "1.2",
+            ])
+            .spawn()
+            .unwrap()
+    };
+    let mut holder = hold("busy");
+    thread::sleep(ms(300));
+    let seen = on_a_terminal(&format!("{bin} --redis {url} exec busy -- echo got-it"));
+    wait_child(&mut holder, Duration::from_secs(5));
+    // Redrawn in place (carriage return, erase to the end), then cleared before the
+    // command's own output.
+    assert!(seen.contains("\rwaiting for busy ("), "{seen:?}");
+    assert!(seen.contains("): held by host=h pid=9, "), "{seen:?}");
+    assert!(seen.contains(" left\x1b[K"), "{seen:?}");
+    let cleared = seen.rfind("\r\x1b[K").expect("the line is cleared");
+    assert!(seen[cleared..].contains("got-it"), "{seen:?}");
+    assert!(!seen[cleared..].contains("waiting for"), "{seen:?}");
+
+    // A fair waiter is told its place.
+    let mut holder = hold("line");
+    thread::sleep(ms(300));
+    let mut first = redmutex(&server)
+        .args(["exec", "--fair", "line", "--", "true"])
+        .spawn()
+        .unwrap();
+    thread::sleep(ms(200));
+    let seen = on_a_terminal(&format!(
+        "{bin} --redis {url} exec --fair line -- echo got-it"
+    ));
+    wait_child(&mut holder, Duration::from_secs(5));
+    wait_child(&mut first, Duration::from_secs(5));
+    assert!(seen.contains(", 2nd in line: held by"), "{seen:?}");
+    assert!(seen.contains("got-it"), "{seen:?}");
+
+    // --quiet, or no terminal: no line.
+    let mut holder = hold("busy");
+    thread::sleep(ms(300));
+    let seen = on_a_terminal(&format!("{bin} --redis {url} exec -q busy -- echo got-it"));
+    assert!(
+        !seen.contains("waiting for") && seen.contains("got-it"),
+        "{seen:?}"
+    );
+    wait_child(&mut holder, Duration::from_secs(5));
+    let mut holder = hold("busy");
+    thread::sleep(ms(300));
+    let out = run(redmutex(&server).args(["exec", "busy", "--", "true"]));
+    wait_child(&mut holder, Duration::from_secs(5));
+    assert_eq!(code(&out), 0);
+    assert_eq!(stderr(&out), "", "no line without a terminal");
+}
+
+/// Every `--json` example in the README has the keys the command prints, in order.
+#[test]
+fn json_output_has_the_shapes_the_readme_documents() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    // Each example: a line `$ redmutex …` in the "JSON output" section, then the output.
+    let section = readme
+        .split("\n### JSON output")
+        .nth(1)
+        .expect("a JSON output section")
+        .split("\n## ")
+        .next()
+        .unwrap();
+    let examples: Vec<(&str, &str)> = section
+        .lines()
+        .zip(section.lines().skip(1))
+        .filter_map(|(command, output)| Some((command.strip_prefix("$ redmutex ")?, output)))
+        .collect();
+    assert!(examples.len() >= 6, "{examples:?}");
+
+    let server = RedisServer::spawn();
+    acquire(
+        &server,
+        &[
+            "--metadata",
+            "host=web-3 pid=4121",
+            "--ttl",
+            "30s",
+            "jobs:nightly",
+        ],
+    );
+    let mut leader = redmutex(&server)
+        .args(["elect", "--value", "node-1", "svc", "--", "sleep", "5"])
+        .spawn()
+        .unwrap();
+    thread::sleep(ms(500));
+    for (command, documented) in examples {
+        let args: Vec<&str> = command.split(' ').collect();
+        let mut cmd = redmutex(&server);
+        cmd.args(&args);
+        let printed = if args[0] == "watch" || args.contains(&"--watch") {
+            let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
+            let line = next_line(&lines_of(&mut child));
+            let _ = child.kill();
+            let _ = child.wait();
+            line
+        } else {
+            let out = run(&mut cmd);
+            stdout(&out).lines().next().unwrap_or_default().to_owned()
+        };
+        assert_eq!(
+            json_keys(&printed),
+            json_keys(documented),
+            "`redmutex {command}` printed {printed}"
+        );
+    }
+    let _ = leader.kill();
+    let _ = leader.wait();
+}
