@@ -1,11 +1,13 @@
 //! `redmutex demo`: redmutex at work, live, against a private redis-server.
 //!
-//! First what `redmutex doctor` says of the server; then four scenes: workers contending
+//! First what `redmutex doctor` says of the server; then five scenes: workers contending
 //! for one lock (and never overlapping), a kept-alive lease outliving its TTL many times
-//! over, a lock lost mid-work — detected, and the work cancelled — and a Redlock lease over
-//! five private nodes surviving two node deaths and reporting the loss of its quorum. Then
-//! a summary. About twelve seconds.
+//! over, a lock lost mid-work — detected, and the work cancelled —, what `redmutex list`
+//! shows and what a waiting `exec`'s waiting line says, and a Redlock lease over five
+//! private nodes surviving two node deaths and reporting the loss of its quorum. Then a
+//! summary, with the locker's stats. About thirteen seconds.
 
+mod operations;
 mod server;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -58,6 +60,7 @@ pub async fn run(args: DemoArgs, redis_flags: &[String]) -> Result<u8, Failure> 
     let contention = contention(&locker, &clock, args.workers).await?;
     let keepalive = keep_alive(&locker, &clock).await?;
     let lost = lost_lock(&locker, conn, &clock).await?;
+    let operations = operations::scene(&locker, |line| clock.say(line)).await?;
     // Redlock needs nodes of its own: only with private servers, never someone's Redis.
     let redlock = match redis_flags {
         [] => Some(redlock(&clock).await?),
@@ -85,6 +88,23 @@ pub async fn run(args: DemoArgs, redis_flags: &[String]) -> Result<u8, Failure> 
         lost.steps_done,
         lost.steps_planned
     )?;
+    outln!(
+        "  operations: `list` showed {} locks; the waiting line said {} times who held the key, \
+         until the lock was taken after {}",
+        operations.listed,
+        operations.waiting_lines,
+        format(operations.waited)
+    )?;
+    let stats = locker.stats();
+    outln!(
+        "  stats:      {} acquired ({} after waiting), {} not obtained, {} renewals, {} lost \
+         (Locker::stats; the same as metrics with the `metrics` feature)",
+        stats.acquired,
+        stats.acquired_after_waiting,
+        stats.not_obtained,
+        stats.renewals,
+        stats.lost
+    )?;
     if let Some(r) = &redlock {
         outln!(
             "  redlock:    5 nodes; the lease outlived 2 node deaths ({} renewals); a rival was \
@@ -97,7 +117,13 @@ pub async fn run(args: DemoArgs, redis_flags: &[String]) -> Result<u8, Failure> 
     let redlock_ok = redlock
         .as_ref()
         .is_none_or(|r| r.survived && r.rival_refused && r.lost_in_time);
-    if contention.overlaps > 0 || !keepalive.never_lost || !lost.cancelled || !redlock_ok {
+    let listed_all = operations.listed == 3;
+    if contention.overlaps > 0
+        || !keepalive.never_lost
+        || !lost.cancelled
+        || !redlock_ok
+        || !listed_all
+    {
         return Err(Failure::new(
             exit::LOST,
             "the demo saw something it must never see",
@@ -130,7 +156,7 @@ async fn server_check<C: Connection>(locker: &Locker<C>, url: &str) -> Result<()
 async fn redlock(clock: &Clock) -> Result<RedlockScene, Failure> {
     outln!()?;
     outln!(
-        "scene 4: Redlock over 5 private redis-servers; a lease with a 1 s TTL while nodes die"
+        "scene 5: Redlock over 5 private redis-servers; a lease with a 1 s TTL while nodes die"
     )?;
     let unavailable = |e: String| Failure::new(exit::UNAVAILABLE, e);
     let mut nodes = Vec::new();

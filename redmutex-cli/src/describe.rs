@@ -77,7 +77,8 @@ fn holder_text(holder: &ListedHolder) -> String {
         .collect();
     let mut text = printable(&shown.join(" "));
     if let Some(permits) = holder.permits {
-        text.push_str(&format!(" [{permits} permits]"));
+        let plural = if permits == 1 { "" } else { "s" };
+        text.push_str(&format!(" [{permits} permit{plural}]"));
     }
     if let Some(ago) = holder.metadata.as_deref().and_then(since).and_then(ago) {
         text.push_str(&format!(" (for {ago})"));

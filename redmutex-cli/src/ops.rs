@@ -76,7 +76,7 @@ pub async fn list<C: Connection>(
 }
 
 /// One line of `list`: key, kind, holders, TTL, fence, waiting, held by.
-fn row(lock: &ListedLock) -> [String; 7] {
+pub fn row(lock: &ListedLock) -> [String; 7] {
     let holders = match lock.permits {
         Some((used, limit)) => format!("{} ({used}/{limit})", lock.holder_count),
         None => lock.holder_count.to_string(),
@@ -97,8 +97,16 @@ const HEADINGS: [&str; 7] = [
 ];
 
 fn print_table(rows: &[[String; 7]]) -> Result<(), Failure> {
+    for line in table_lines(rows) {
+        outln!("{line}")?;
+    }
+    Ok(())
+}
+
+/// The headings and rows of `list`, aligned; nothing for no rows.
+pub fn table_lines(rows: &[[String; 7]]) -> Vec<String> {
     if rows.is_empty() {
-        return Ok(());
+        return Vec::new();
     }
     let mut widths = HEADINGS.map(|h| h.chars().count());
     for row in rows {
@@ -116,11 +124,12 @@ fn print_table(rows: &[[String; 7]]) -> Result<(), Failure> {
         }
         text
     };
-    outln!("{}", line(HEADINGS))?;
-    for row in rows {
-        outln!("{}", line(row.each_ref().map(String::as_str)))?;
-    }
-    Ok(())
+    let mut lines = vec![line(HEADINGS)];
+    lines.extend(
+        rows.iter()
+            .map(|row| line(row.each_ref().map(String::as_str))),
+    );
+    lines
 }
 
 /// Prints a line whenever the key's holder changes (taken, released, another holder, a

@@ -66,7 +66,7 @@ pub async fn show<C: Connection, T>(
         tokio::select! {
             out = &mut wait => return out,
             _ = tick.tick() => {
-                let text = look(locker, progress, first_key, started).await;
+                let text = line_text(locker, progress, first_key, started).await;
                 line.draw(&text);
             }
         }
@@ -77,7 +77,7 @@ const FIRST_LOOK: Duration = Duration::from_millis(300);
 const EVERY: Duration = Duration::from_millis(250);
 
 /// What the line says now.
-async fn look<C: Connection>(
+pub async fn line_text<C: Connection>(
     locker: &Locker<C>,
     progress: &Progress,
     first_key: &str,
