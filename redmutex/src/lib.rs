@@ -36,6 +36,15 @@
 //!   (`connect_sentinel`, feature `sentinel`), **TLS** (`tls_client`, feature `tls`) and
 //!   ACL users with a minimal rule ([`acl_rule`]; [`Error::is_permission_denied`] when it is
 //!   missing).
+//! - **Operations**: [`Locker::list`] (every lock under the prefix: kind, holders, TTL,
+//!   fence, waiters; by `SCAN`, a bounded page per call), [`Locker::describe`],
+//!   [`Locker::force_release`] for a stuck holder.
+//! - **Observability**: `tracing` spans for each acquire and release and WARN events for
+//!   failed renewals, lost leases and partial quorums (never a token);
+//!   [`Locker::stats`]; with the feature `metrics`, counters, gauges and histograms through
+//!   the `metrics` facade, labelled by [`Locker::with_name`] and kind, never by key.
+//! - **Replica confirmation** ([`Locker::with_replication`]): a write counts only once
+//!   replicas have it (`WAIT` / `WAITAOF`), narrowing the failover window.
 //! - **One round trip per operation**; scripts go by SHA.
 //! - **Cancel safe**: an acquire dropped mid-flight (e.g. by `tokio::time::timeout`) cleans
 //!   up after itself; a dropped [`Lock`] is released in the background, also when it is
