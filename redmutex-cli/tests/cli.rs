@@ -952,16 +952,25 @@ fn acquire_releases_the_lock_when_the_token_cannot_be_handed_over() {
 
 /// `inspect` into a pipe nobody reads: exit 74, no panic.
 #[test]
-fn inspect_into_a_closed_pipe_is_exit_74() {
+fn inspect_list_watch_and_leader_into_a_closed_pipe_are_exit_74() {
     let server = RedisServer::spawn();
-    let out = redmutex(&server)
-        .args(["inspect", "k"])
-        .stdin(Stdio::null())
-        .stdout(unread_pipe())
-        .output()
-        .unwrap();
-    assert_eq!(code(&out), 74, "{}", stderr(&out));
-    assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+    server.command(&["SET", "k", "someone's"]);
+    for args in [
+        vec!["inspect", "k"],
+        vec!["list"],
+        vec!["list", "--json"],
+        vec!["watch", "k"],
+        vec!["leader", "--watch", "svc"],
+    ] {
+        let out = redmutex(&server)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(unread_pipe())
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 74, "{args:?}: {}", stderr(&out));
+        assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+    }
 }
 
 /// A TTL that cannot be kept alive is a usage error before connecting (nothing listens at

@@ -10,7 +10,7 @@ use crate::fence::Companion;
 /// the wake-up subscriber.
 const COMMANDS: &str = "+evalsha +eval +script|load +set +get +del +pexpire +pexpireat +pttl \
                         +type +setrange +time +publish +subscribe +unsubscribe +ping +zadd \
-                        +zrem +zscore +zcard +zcount +zrange +zrevrange +zrangebyscore \
+                        +zrem +zscore +zrank +zcard +zcount +zrange +zrevrange +zrangebyscore \
                         +zremrangebyscore +hget +hset +hdel +hexists +hincrby +exists +wait";
 
 /// The ACL rule for a user that locks keys under `prefix`: the commands redmutex needs,
@@ -33,7 +33,7 @@ const COMMANDS: &str = "+evalsha +eval +script|load +set +get +del +pexpire +pex
 ///      ~{*}:beats:app:* ~{app:*}:readers ~{*}:readers:app:* ~{app:*}:intents \
 ///      ~{*}:intents:app:* resetchannels &app:* -@all +evalsha +eval +script|load +set \
 ///      +get +del +pexpire +pexpireat +pttl +type +setrange +time +publish +subscribe \
-///      +unsubscribe +ping +zadd +zrem +zscore +zcard +zcount +zrange +zrevrange \
+///      +unsubscribe +ping +zadd +zrem +zscore +zrank +zcard +zcount +zrange +zrevrange \
 ///      +zrangebyscore +zremrangebyscore +hget +hset +hdel +hexists +hincrby +exists +wait"
 /// );
 /// ```
