@@ -300,15 +300,12 @@ impl<C: Connection, P> Lock<C, P> {
             outcome = tracing::field::Empty,
         );
         let backend = &self.context.backend;
-        let result = (backend)
-            .release(
-                &self.claim,
-                &self.token,
-                Some(self.lease_ttl),
-                self.keep_until,
-            )
-            .instrument(span.clone())
-            .await;
+        let (claim, token) = (&self.claim, &self.token);
+        let release = backend.release(claim, token, Some(self.lease_ttl), self.keep_until);
+        let result = match span.is_disabled() {
+            true => release.await,
+            false => release.instrument(span.clone()).await,
+        };
         let outcome = match &result {
             Ok(()) => "released",
             Err(Error::NotHeld) => "not_held",

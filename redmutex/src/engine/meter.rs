@@ -257,6 +257,8 @@ impl Drop for WaitMark {
 pub(crate) struct HeldMark {
     meter: Arc<Meter>,
     kind: &'static str,
+    /// Read only for the hold-time histogram.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     since: Instant,
 }
 
@@ -264,6 +266,7 @@ impl Drop for HeldMark {
     fn drop(&mut self) {
         self.meter.held.fetch_sub(1, Ordering::Relaxed);
         self.meter.gauge("redmutex_held", self.kind, -1.0);
+        #[cfg(feature = "metrics")]
         (self.meter).histogram("redmutex_hold_seconds", self.kind, self.since.elapsed());
     }
 }
