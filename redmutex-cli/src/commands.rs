@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use redmutex::{Check, Connection, Error, Finding, Level, Lock, LockInfo, Locker, Token};
 
+use crate::describe::{json_string, printable};
 use crate::exit::{self, Failure};
 use crate::output::{outln, stdout_was_closed};
 use crate::waiting;
@@ -315,64 +316,5 @@ fn not_held_or(e: &Error, urls: &[String]) -> Failure {
         Failure::new(exit::NOT_HELD, "not held")
     } else {
         Failure::from_lock_error(e, urls)
-    }
-}
-
-/// `text` safe for a terminal and for line-based readers: control characters (a newline
-/// that would fake a line of its own, escape sequences) are written `\n`, `\r`, `\t` or
-/// `\u{1b}`, and `\` as `\\`, so every escaped text reads back unambiguously.
-pub fn printable(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// A JSON string literal.
-pub fn json_string(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{json_string, printable};
-
-    #[test]
-    fn text_output_escapes_control_characters() {
-        assert_eq!(printable("plain key:é"), "plain key:é");
-        assert_eq!(printable("a\nb: held"), "a\\nb: held");
-        assert_eq!(printable("\u{1b}[2J\r\t\\"), "\\u{1b}[2J\\r\\t\\\\");
-        assert_eq!(printable("\u{7f}\u{85}"), "\\u{7f}\\u{85}");
-    }
-
-    #[test]
-    fn json_strings_are_escaped() {
-        assert_eq!(json_string("plain"), "\"plain\"");
-        assert_eq!(
-            json_string("a\"b\\c\nd\u{1}é"),
-            "\"a\\\"b\\\\c\\nd\\u0001é\""
-        );
     }
 }

@@ -5,7 +5,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redmutex::{ListedHolder, ListedLock, LockKind};
 
-use crate::commands::{json_string, printable};
 use crate::duration;
 
 /// When the holder took the lock, from the `since=UNIX_SECONDS` its metadata carries
@@ -148,6 +147,43 @@ pub fn json(lock: &ListedLock) -> String {
     )
 }
 
+/// `text` safe for a terminal and for line-based readers: control characters (a newline
+/// that would fake a line of its own, escape sequences) are written `\n`, `\r`, `\t` or
+/// `\u{1b}`, and `\` as `\\`, so every escaped text reads back unambiguously.
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A JSON string literal.
+pub fn json_string(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,5 +203,22 @@ mod tests {
         assert_eq!(utc(then), "2026-11-24T01:00:03Z");
         assert!(since("host=a since=soon").is_none());
         assert!(since("no time here").is_none());
+    }
+
+    #[test]
+    fn text_output_escapes_control_characters() {
+        assert_eq!(printable("plain key:é"), "plain key:é");
+        assert_eq!(printable("a\nb: held"), "a\\nb: held");
+        assert_eq!(printable("\u{1b}[2J\r\t\\"), "\\u{1b}[2J\\r\\t\\\\");
+        assert_eq!(printable("\u{7f}\u{85}"), "\\u{7f}\\u{85}");
+    }
+
+    #[test]
+    fn json_strings_are_escaped() {
+        assert_eq!(json_string("plain"), "\"plain\"");
+        assert_eq!(
+            json_string("a\"b\\c\nd\u{1}é"),
+            "\"a\\\"b\\\\c\\nd\\u0001é\""
+        );
     }
 }

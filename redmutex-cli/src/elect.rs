@@ -71,19 +71,19 @@ pub async fn leader<C: Connection>(
 
 /// One line for `leader`: `VALUE term N ttl Xms`, or `none`; with `--json` an object.
 fn line(args: &LeaderArgs, leader: Option<&Leader>) -> String {
-    let key = crate::commands::json_string(&args.key);
+    let key = crate::describe::json_string(&args.key);
     match (args.json, leader) {
         (true, None) => format!("{{\"key\":{key},\"leader\":null}}"),
         (true, Some(l)) => format!(
             "{{\"key\":{key},\"leader\":{},\"term\":{},\"ttl_ms\":{}}}",
-            crate::commands::json_string(&l.value),
+            crate::describe::json_string(&l.value),
             l.term.map_or("null".into(), |t| t.to_string()),
             l.ttl.map_or("null".into(), |t| t.as_millis().to_string())
         ),
         (false, None) => "none".to_owned(),
         (false, Some(l)) => format!(
             "{} term {} ttl {}",
-            crate::commands::printable(&l.value),
+            crate::describe::printable(&l.value),
             l.term.map_or("?".into(), |t| t.to_string()),
             l.ttl
                 .map_or("none".into(), |t| format!("{}ms", t.as_millis()))

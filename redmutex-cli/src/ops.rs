@@ -9,8 +9,8 @@ use clap::Args;
 use redmutex::{Connection, ListedLock, LockKind, Locker};
 use tokio::time::Instant;
 
-use crate::commands::printable;
 use crate::describe;
+use crate::describe::printable;
 use crate::exit::{self, Failure};
 use crate::output::outln;
 
@@ -188,12 +188,12 @@ fn watch_line(args: &WatchArgs, lock: Option<&ListedLock>) -> String {
     match (args.json, lock) {
         (true, Some(lock)) => format!(
             "{{\"time\":\"{time}\",\"key\":{},\"held\":true,\"lock\":{}}}",
-            crate::commands::json_string(&args.key),
+            crate::describe::json_string(&args.key),
             describe::json(lock)
         ),
         (true, None) => format!(
             "{{\"time\":\"{time}\",\"key\":{},\"held\":false,\"lock\":null}}",
-            crate::commands::json_string(&args.key)
+            crate::describe::json_string(&args.key)
         ),
         (false, Some(lock)) => format!(
             "{time} {key} held by {} ({})",
@@ -242,14 +242,14 @@ pub async fn force_release<C: Connection>(
 /// The audit line of a forced release: what was taken from whom, by whom, when.
 fn audit(key: &str, lock: &ListedLock) -> String {
     let holders: Vec<String> = (lock.holders.iter())
-        .map(|h| crate::commands::json_string(h.metadata.as_deref().unwrap_or("")))
+        .map(|h| crate::describe::json_string(h.metadata.as_deref().unwrap_or("")))
         .collect();
     let user = std::env::var("USER").unwrap_or_else(|_| "?".to_owned());
     let host = crate::hostname();
     format!(
         "redmutex: audit: {} forced release of {} ({}, fence {}, holders [{}]) by user={} host={} pid={}",
         describe::utc(SystemTime::now()),
-        crate::commands::json_string(key),
+        crate::describe::json_string(key),
         lock.kind.name(),
         lock.fence.map_or("none".to_owned(), |f| f.to_string()),
         holders.join(", "),

@@ -95,7 +95,7 @@ pub async fn line_text<C: Connection>(
         });
     let mut text = format!(
         "waiting for {} ({})",
-        crate::commands::printable(&key),
+        crate::describe::printable(&key),
         duration::human(started.elapsed())
     );
     if let Some(ahead) = ahead {

@@ -3,7 +3,6 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::backend::replication::NotReplicated;
 use crate::classify::{is_no_permission, is_transient_redis};
 use crate::quorum::{NodeError, QuorumFailure};
 
@@ -71,6 +70,34 @@ pub struct NotObtained {
     pub last_error: Option<redis::RedisError>,
     /// Redlock: how the last try failed, node by node.
     pub no_quorum: Option<Box<QuorumFailure>>,
+}
+
+/// Details of [`Error::NotReplicated`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NotReplicated {
+    /// How many replicas confirmed within the timeout.
+    pub acked: u32,
+    /// How many had to.
+    pub wanted: u32,
+    /// How long they were waited for.
+    pub timeout: Duration,
+    /// Whether they had to have it on disk ([`Replication::on_disk`](crate::Replication::on_disk)).
+    pub on_disk: bool,
+}
+
+impl fmt::Display for NotReplicated {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.on_disk {
+            true => "fsynced by the master and",
+            false => "confirmed by",
+        };
+        write!(
+            f,
+            "{what} {} of {} replicas within {:?}",
+            self.acked, self.wanted, self.timeout
+        )
+    }
 }
 
 /// Details of [`Error::InvalidArgument`].

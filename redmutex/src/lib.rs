@@ -252,7 +252,7 @@ pub use args::{
     check_keys, check_metadata, Keys, DEFAULT_HEARTBEAT, MAX_KEY_LEN, MAX_METADATA_LEN, MAX_TTL,
     MIN_HEARTBEAT, MIN_TTL,
 };
-pub use backend::replication::{NotReplicated, Replication};
+pub use backend::replication::Replication;
 pub use check::{Check, Finding, Level, ServerCheck};
 #[cfg(feature = "tls")]
 pub use connection::tls_client;
@@ -268,7 +268,7 @@ pub use engine::lost::{LostReason, LostSignal};
 pub use engine::meter::LockerStats;
 pub use engine::tally::{FailedTry, TryFailure};
 pub use engine::wakeup::WakeUpState;
-pub use error::{Argument, Error, InvalidArgument, NotObtained};
+pub use error::{Argument, Error, InvalidArgument, NotObtained, NotReplicated};
 pub use fence::{hash_slot, DEFAULT_FENCE_RETENTION};
 pub use locker::Locker;
 pub use primitives::election::{

@@ -3,12 +3,11 @@
 //! (`WAITAOF`), within a timeout. What this narrows and what it leaves open is in
 //! docs/SAFETY.md ("Replica confirmation").
 
-use std::fmt;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use crate::error::{Argument, Error};
+use crate::error::{Argument, Error, NotReplicated};
 
 /// How many replicas must confirm each write of a lock before it counts: see
 /// [`Locker::with_replication`](crate::Locker::with_replication).
@@ -126,31 +125,3 @@ impl Replication {
 
 /// The longest wait for replicas accepted.
 const MAX_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Details of [`Error::NotReplicated`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct NotReplicated {
-    /// How many replicas confirmed within the timeout.
-    pub acked: u32,
-    /// How many had to.
-    pub wanted: u32,
-    /// How long they were waited for.
-    pub timeout: Duration,
-    /// Whether they had to have it on disk ([`Replication::on_disk`]).
-    pub on_disk: bool,
-}
-
-impl fmt::Display for NotReplicated {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let what = match self.on_disk {
-            true => "fsynced by the master and",
-            false => "confirmed by",
-        };
-        write!(
-            f,
-            "{what} {} of {} replicas within {:?}",
-            self.acked, self.wanted, self.timeout
-        )
-    }
-}
