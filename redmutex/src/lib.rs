@@ -239,7 +239,10 @@ mod engine;
 mod error;
 mod fence;
 mod locker;
+#[cfg(feature = "memory")]
+pub mod memory;
 mod primitives;
+mod pubsub;
 pub mod quorum;
 pub mod retry;
 mod scripts;
@@ -282,6 +285,7 @@ pub use primitives::rwlock::{
 pub use primitives::semaphore::{
     Permit, PermitHolder, Permits, Semaphore, SemaphoreInfo, MAX_PERMITS,
 };
+pub use pubsub::WakeUpSource;
 pub use quorum::{NodeError, NodeFailure, QuorumFailure, QuorumSettings};
 #[cfg(feature = "sentinel")]
 pub use sentinel::{connect_sentinel, SentinelConnection};

@@ -23,6 +23,7 @@ use crate::primitives::listing::{self, ListedLock, Listing};
 use crate::primitives::mutex;
 use crate::primitives::rwlock::RwLock;
 use crate::primitives::semaphore::Semaphore;
+use crate::pubsub::WakeUpSource;
 use crate::quorum::QuorumSettings;
 use crate::scripts::Claim;
 use crate::token::Token;
@@ -58,6 +59,35 @@ impl<C: Connection> Clone for Locker<C> {
             context: self.context.clone(),
             prefix: self.prefix.clone(),
         }
+    }
+}
+
+#[cfg(feature = "memory")]
+impl Locker<crate::memory::MemoryRedis> {
+    /// A locker over a new, empty in-memory server ([`MemoryRedis`](crate::memory::MemoryRedis)),
+    /// with push wake-up: for your tests, **not for production** (feature `memory`). Every
+    /// primitive works as over Redis; see [`crate::memory`] for the clock and for fault
+    /// injection. [`Locker::connection`] is the server's handle.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// let locker = redmutex::Locker::in_memory();
+    /// let lock = locker.acquire("job", std::time::Duration::from_secs(30)).await?;
+    /// assert_eq!(locker.connection().keys(), [b"job".to_vec()]);
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn in_memory() -> Locker<crate::memory::MemoryRedis> {
+        Locker::in_memory_on(&crate::memory::MemoryRedis::new())
+    }
+
+    /// Another locker over the same in-memory server as `redis` (a clone of its handle):
+    /// what another process would be over one Redis server, with push wake-up.
+    pub fn in_memory_on(redis: &crate::memory::MemoryRedis) -> Locker<crate::memory::MemoryRedis> {
+        Locker::new(redis.clone())
+            .with_wake_up([redis])
+            .expect("one wake-up source for one node")
     }
 }
 
@@ -240,7 +270,8 @@ impl<C: Connection> Locker<C> {
     /// Wakes acquires that wait for a held lock as soon as it is released, instead of
     /// leaving them to poll: give one [`redis::Client`] per node (the same servers as the
     /// locker's connections, in the same order), for the subscriber connection this locker
-    /// opens on each when an acquire first waits.
+    /// opens on each when an acquire first waits. (Anything that converts into a
+    /// [`WakeUpSource`] will do: an in-memory server, with the feature `memory`.)
     ///
     /// How it works: an acquire that finds the key held and may wait (its
     /// [retry strategy](Acquire::retry) has a next pause) subscribes to the channel named
@@ -282,20 +313,20 @@ impl<C: Connection> Locker<C> {
     #[doc(alias = "pubsub")]
     pub fn with_wake_up(
         self,
-        clients: impl IntoIterator<Item = redis::Client>,
+        clients: impl IntoIterator<Item = impl Into<WakeUpSource>>,
     ) -> Result<Locker<C>, Error> {
-        let clients: Vec<redis::Client> = clients.into_iter().collect();
+        let sources: Vec<WakeUpSource> = clients.into_iter().map(Into::into).collect();
         let nodes = self.nodes().len();
-        if clients.len() != nodes {
+        if sources.len() != nodes {
             return Err(Error::invalid(
                 Argument::Nodes,
                 format!(
                     "wake-up needs one client per node: {} given for {nodes}",
-                    clients.len()
+                    sources.len()
                 ),
             ));
         }
-        let hub = Arc::new(Hub::new(clients, self.context.backend.needed()));
+        let hub = Arc::new(Hub::new(sources, self.context.backend.needed()));
         Ok(self.edit(|context| context.hub = Some(hub)))
     }
 

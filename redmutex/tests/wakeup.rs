@@ -444,7 +444,7 @@ async fn wake_up_needs_one_client_per_node() {
     assert!(error.is_invalid_argument(), "{error}");
     let error = common::locker(&server)
         .await
-        .with_wake_up(None)
+        .with_wake_up(None::<redis::Client>)
         .unwrap_err();
     assert!(error.to_string().contains("0 given for 1"), "{error}");
 }

@@ -39,11 +39,11 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use redis::aio::PubSubSink;
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use crate::connection::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
+use crate::pubsub::{Messages, SubscriberSink, WakeUpSource};
 
 /// First pause before reconnecting a dropped subscriber connection; doubled per failure.
 const RECONNECT_MIN: Duration = Duration::from_millis(50);
@@ -91,7 +91,7 @@ pub(crate) struct Hub {
 
 /// One node's subscriber connection, served by a task started on first use.
 struct Subscriber {
-    client: redis::Client,
+    source: WakeUpSource,
     /// Keys whose subscription the task must bring in line with the channel map.
     keys: Mutex<Option<mpsc::UnboundedSender<Box<[u8]>>>>,
     /// How the connection fares, for [`Hub::state`].
@@ -207,13 +207,13 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Hub {
     /// A hub over one subscriber client per node; a subscription counts once `needed`
     /// nodes confirmed it.
-    pub(crate) fn new(clients: Vec<redis::Client>, needed: usize) -> Hub {
+    pub(crate) fn new(sources: Vec<WakeUpSource>, needed: usize) -> Hub {
         Hub {
             channels: Mutex::new(HashMap::new()),
-            subscribers: clients
+            subscribers: sources
                 .into_iter()
-                .map(|client| Subscriber {
-                    client,
+                .map(|source| Subscriber {
+                    source,
                     keys: Mutex::new(None),
                     status: Mutex::new(NodeStatus::Idle),
                 })
@@ -320,7 +320,7 @@ impl Hub {
             runtime.spawn(serve(
                 Arc::downgrade(self),
                 node,
-                subscriber.client.clone(),
+                subscriber.source.clone(),
                 rx,
             ));
         }
@@ -371,12 +371,12 @@ impl Hub {
     /// its own, one SUBSCRIBE, then closed ([`crate::Locker::check_server`]).
     pub(crate) async fn probe(&self, channel: &[u8]) -> Vec<redis::RedisResult<()>> {
         let probes = self.subscribers.iter().map(|subscriber| async move {
-            let connect = subscriber.client.get_async_pubsub();
-            let mut pubsub = tokio::time::timeout(CONNECT_TIMEOUT, connect)
+            let connect = subscriber.source.0.open();
+            let (mut sink, _messages) = tokio::time::timeout(CONNECT_TIMEOUT, connect)
                 .await
                 .unwrap_or_else(|_| Err(timed_out("connecting a probe subscriber")))?;
-            answered(pubsub.subscribe(channel)).await?;
-            answered(pubsub.unsubscribe(channel)).await
+            answered(sink.subscribe(vec![channel.to_vec()])).await?;
+            answered(sink.unsubscribe(vec![channel.to_vec()])).await
         });
         futures_util::future::join_all(probes).await
     }
@@ -587,27 +587,26 @@ impl Drop for Member {
 async fn serve(
     hub: Weak<Hub>,
     node: usize,
-    client: redis::Client,
+    source: WakeUpSource,
     mut keys: mpsc::UnboundedReceiver<Box<[u8]>>,
 ) {
     let mut backoff = RECONNECT_MIN;
     loop {
-        let ended = match connect(&hub, node, &client).await {
+        let ended = match connect(&hub, node, &source).await {
             Err(ended) => ended,
-            Ok(pubsub) => {
-                let (mut sink, stream) = pubsub.split();
+            Ok((mut sink, stream)) => {
                 // Whatever was queued is covered by subscribing to every key the hub has.
                 while keys.try_recv().is_ok() {}
                 let Some(all) = hub.upgrade().map(|hub| hub.keys()) else {
                     return;
                 };
-                match reconcile(&hub, node, &mut sink, all).await {
+                match reconcile(&hub, node, &mut *sink, all).await {
                     true => {
                         backoff = RECONNECT_MIN;
                         if let Some(hub) = hub.upgrade() {
                             hub.set_status(node, NodeStatus::Up);
                         }
-                        relay(&hub, node, &mut sink, stream, &mut keys).await
+                        relay(&hub, node, &mut *sink, stream, &mut keys).await
                     }
                     false => Ended::ConnectionLost,
                 }
@@ -635,8 +634,8 @@ enum Ended {
 async fn connect(
     hub: &Weak<Hub>,
     node: usize,
-    client: &redis::Client,
-) -> Result<redis::aio::PubSub, Ended> {
+    source: &WakeUpSource,
+) -> Result<(Box<dyn SubscriberSink>, Messages), Ended> {
     let Some(strong) = hub.upgrade() else {
         return Err(Ended::HubGone);
     };
@@ -647,9 +646,9 @@ async fn connect(
     // up, unsubscribe from them.
     strong.sweep();
     drop(strong);
-    let connected = tokio::time::timeout(CONNECT_TIMEOUT, client.get_async_pubsub()).await;
+    let connected = tokio::time::timeout(CONNECT_TIMEOUT, source.0.open()).await;
     let error = match connected {
-        Ok(Ok(pubsub)) => return Ok(pubsub),
+        Ok(Ok(opened)) => return Ok(opened),
         Ok(Err(e)) => e,
         Err(_) => timed_out("connecting the wake-up subscriber"),
     };
@@ -666,8 +665,8 @@ async fn connect(
 async fn relay(
     hub: &Weak<Hub>,
     node: usize,
-    sink: &mut PubSubSink,
-    mut stream: redis::aio::PubSubStream,
+    sink: &mut dyn SubscriberSink,
+    mut stream: Messages,
     keys: &mut mpsc::UnboundedReceiver<Box<[u8]>>,
 ) -> Ended {
     let mut health = tokio::time::interval(HEALTH_CHECK);
@@ -679,11 +678,9 @@ async fn relay(
             message = stream.next() => {
                 let Some(message) = message else { return Ended::ConnectionLost };
                 let Some(hub) = hub.upgrade() else { return Ended::HubGone };
-                if let Ok(key) = message.get_channel::<Vec<u8>>() {
-                    // A semaphore's release says how many permits it freed.
-                    let freed = message.get_payload::<String>().ok().and_then(|p| p.parse().ok());
-                    hub.released(&key, freed.unwrap_or(1));
-                }
+                // A semaphore's release says how many permits it freed.
+                let freed = std::str::from_utf8(&message.payload).ok().and_then(|p| p.parse().ok());
+                hub.released(&message.channel, freed.unwrap_or(1));
             }
             key = keys.recv() => {
                 let Some(key) = key else { return Ended::HubGone };
@@ -700,7 +697,7 @@ async fn relay(
                 None => return Ended::HubGone,
             },
             _ = health.tick() => {
-                let ping = tokio::time::timeout(RESPONSE_TIMEOUT, sink.ping::<redis::Value>());
+                let ping = tokio::time::timeout(RESPONSE_TIMEOUT, sink.ping());
                 if !matches!(ping.await, Ok(Ok(_))) {
                     return Ended::ConnectionLost;
                 }
@@ -714,7 +711,7 @@ async fn relay(
 async fn reconcile(
     hub: &Weak<Hub>,
     node: usize,
-    sink: &mut PubSubSink,
+    sink: &mut dyn SubscriberSink,
     mut keys: Vec<Box<[u8]>>,
 ) -> bool {
     let Some(strong) = hub.upgrade() else {
@@ -782,7 +779,8 @@ mod tests {
             ..ServerOptions::default()
         });
         let url = format!("redis://nosub:pw@127.0.0.1:{}", server.port());
-        let hub = Arc::new(Hub::new(vec![redis::Client::open(url).unwrap()], 1));
+        let client = redis::Client::open(url).unwrap();
+        let hub = Arc::new(Hub::new(vec![client.into()], 1));
         for i in 0..2_000 {
             drop(hub.join(format!("key-{i}").as_bytes(), true));
         }

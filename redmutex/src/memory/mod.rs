@@ -1,0 +1,319 @@
+//! An in-process stand-in for a Redis server, for your own tests: **not for production**
+//! (its data lives in one process and dies with it, so it coordinates nothing between
+//! processes). Feature `memory`.
+//!
+//! [`MemoryRedis`] is a connection, like redis-rs's, to a server that lives in memory: give
+//! it to [`Locker::new`](crate::Locker::new) (or use
+//! [`Locker::in_memory`](crate::Locker::in_memory), which adds push wake-up) and every
+//! primitive works as over Redis — owner checks, fences, multi-key locks, wake-up,
+//! keep-alive and the lost signal, semaphores, fair and read-write locks, elections —
+//! because the server runs redmutex's own Lua scripts (in Lua 5.1, the version inside
+//! Redis) over an implementation of the commands they use. A conformance suite runs the
+//! same cases against it and against real servers.
+//!
+//! Time is tokio's: keys expire on [`tokio::time::Instant`], so a test that pauses the
+//! clock (`#[tokio::test(start_paused = true)]`, [`tokio::time::advance`]) decides when a
+//! TTL runs out, without sleeping. For faults, [`MemoryRedis::expire_now`] ends a key's
+//! TTL at once, [`MemoryRedis::take_over`] lets another owner take a key, and
+//! [`MemoryRedis::fail_next`] makes the next requests fail as a dropped connection would.
+//!
+//! ```
+//! use std::time::Duration;
+//! use redmutex::Locker;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), redmutex::Error> {
+//! let locker = Locker::in_memory();
+//! let lock = locker.acquire("job:nightly", Duration::from_secs(30)).await?;
+//! // Another process would find it held:
+//! let other = Locker::in_memory_on(locker.connection());
+//! assert!(other.acquire("job:nightly", Duration::from_secs(30)).await.unwrap_err().is_not_obtained());
+//! lock.release().await?;
+//! # Ok(()) }
+//! ```
+
+mod broker;
+mod glob;
+mod keyspace;
+mod server;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redis::aio::ConnectionLike;
+use redis::{Arg, Cmd, Pipeline, RedisFuture, RedisResult, Value};
+use tokio::time::Instant;
+
+use crate::pubsub::WakeUpSource;
+use broker::Broker;
+use keyspace::{CommandError, Reply};
+use server::Server;
+
+/// A connection to an in-memory Redis stand-in, for tests: see the [module](self) docs.
+/// Clones share the same server; [`MemoryRedis::new`] makes another, empty one.
+///
+/// Not for production: it coordinates nothing between processes.
+#[derive(Clone)]
+pub struct MemoryRedis {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    server: Mutex<Server>,
+    broker: Arc<Broker>,
+    /// The server's Unix time, in microseconds, at `origin`.
+    origin_unix_us: u64,
+    origin: Instant,
+    /// Requests still to fail ([`MemoryRedis::fail_next`]).
+    failures: AtomicU64,
+    /// Requests answered or failed so far.
+    requests: AtomicU64,
+}
+
+impl Default for MemoryRedis {
+    fn default() -> Self {
+        MemoryRedis::new()
+    }
+}
+
+impl std::fmt::Debug for MemoryRedis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryRedis")
+            .field("requests", &self.requests())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`MemoryRedis::take_over`] stores: no redmutex token, so no redmutex owner's.
+const FOREIGN_VALUE: &[u8] = b"taken-over-by-another-owner";
+
+impl MemoryRedis {
+    /// A new, empty server. Its clock starts at the system's time and then runs on tokio's
+    /// clock (paused when the test pauses it).
+    pub fn new() -> MemoryRedis {
+        let broker = Arc::new(Broker::default());
+        let origin_unix_us = (SystemTime::now().duration_since(UNIX_EPOCH))
+            .map_or(0, |since| since.as_micros() as u64);
+        MemoryRedis {
+            shared: Arc::new(Shared {
+                server: Mutex::new(Server::new(broker.clone())),
+                broker,
+                origin_unix_us,
+                origin: Instant::now(),
+                failures: AtomicU64::new(0),
+                requests: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    fn server(&self) -> MutexGuard<'_, Server> {
+        // A request never panics while holding the server; a poisoned one is still whole.
+        (self.shared.server.lock()).unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The server's time in Unix microseconds: where it started, plus tokio's clock since.
+    fn now_us(&self) -> u64 {
+        self.shared.origin_unix_us + self.shared.origin.elapsed().as_micros() as u64
+    }
+
+    /// Ends `key`'s time to live now, as if it had run out (the key as stored, with the
+    /// locker's prefix). Its holder learns of it at its next renewal, refresh or release,
+    /// as over Redis. Returns whether the key existed.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// let locker = redmutex::Locker::in_memory();
+    /// let lock = locker.acquire("job", std::time::Duration::from_secs(30)).await?;
+    /// assert!(locker.connection().expire_now("job"));
+    /// assert!(lock.release().await.unwrap_err().is_not_held());
+    /// # Ok(()) }
+    /// ```
+    pub fn expire_now(&self, key: impl AsRef<[u8]>) -> bool {
+        let now_us = self.now_us();
+        (self.server()).with_keyspace(now_us, |keyspace, now_ms| {
+            keyspace.expire_now(key.as_ref(), now_ms)
+        })
+    }
+
+    /// Lets another owner take `key` for `ttl`, as if the holder's key had expired and
+    /// someone else's lock were there now: whatever the key held is replaced by a value
+    /// that is no redmutex owner's. The former holder's next renewal, refresh or release
+    /// finds it lost; acquires find it held until `ttl` has passed.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// let locker = redmutex::Locker::in_memory();
+    /// locker.connection().take_over("job", Duration::from_secs(5));
+    /// let tried = locker.acquire("job", Duration::from_secs(30)).await;
+    /// assert!(tried.unwrap_err().is_not_obtained());
+    /// # Ok(()) }
+    /// ```
+    pub fn take_over(&self, key: impl AsRef<[u8]>, ttl: Duration) {
+        let now_us = self.now_us();
+        let ttl_ms = ttl.as_millis().clamp(1, u128::from(u64::MAX)) as u64;
+        let set: Vec<Vec<u8>> = vec![
+            b"SET".to_vec(),
+            key.as_ref().to_vec(),
+            FOREIGN_VALUE.to_vec(),
+            b"PX".to_vec(),
+            ttl_ms.to_string().into_bytes(),
+        ];
+        let written = self.server().execute(&set, now_us);
+        debug_assert!(written.is_ok(), "{written:?}");
+    }
+
+    /// Makes the next `requests` requests fail with a transient connection error (an I/O
+    /// error, as a dropped connection gives) before the server sees them: redmutex retries
+    /// them as it would over Redis. A script call counts as one request; so does a
+    /// pipeline. Adds to any failures still pending.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// use redmutex::retry;
+    /// let locker = redmutex::Locker::in_memory();
+    /// locker.connection().fail_next(2);
+    /// let lock = locker
+    ///     .acquire("job", Duration::from_secs(30))
+    ///     .retry(retry::constant(Duration::from_millis(10)))
+    ///     .await?; // the third try gets through
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fail_next(&self, requests: u64) {
+        self.shared.failures.fetch_add(requests, Ordering::SeqCst);
+    }
+
+    /// How many requests this server was sent (those [`fail_next`](Self::fail_next) failed
+    /// included): to check what an operation costs.
+    pub fn requests(&self) -> u64 {
+        self.shared.requests.load(Ordering::SeqCst)
+    }
+
+    /// Every key that exists now, sorted (to check that nothing was left behind).
+    pub fn keys(&self) -> Vec<Vec<u8>> {
+        let now_us = self.now_us();
+        let mut keys =
+            (self.server()).with_keyspace(now_us, |keyspace, now_ms| keyspace.keys(now_ms));
+        keys.sort();
+        keys
+    }
+
+    /// How long `key` has left: `None` when it does not exist or never expires (redmutex
+    /// writes no such key).
+    pub fn ttl(&self, key: impl AsRef<[u8]>) -> Option<Duration> {
+        let now_us = self.now_us();
+        let ttl = (self.server()).with_keyspace(now_us, |keyspace, now_ms| {
+            keyspace.ttl_ms(key.as_ref(), now_ms)
+        });
+        ttl.flatten().map(Duration::from_millis)
+    }
+
+    /// One request, as the server answers it (or fails it, when told to).
+    fn answer(&self, cmd: &Cmd) -> RedisResult<Value> {
+        self.shared.requests.fetch_add(1, Ordering::SeqCst);
+        self.injected_failure()?;
+        let args = arguments(cmd);
+        let now_us = self.now_us();
+        Ok(value_of(self.server().execute(&args, now_us)))
+    }
+
+    /// A pending injected failure, used up.
+    fn injected_failure(&self) -> RedisResult<()> {
+        let failures = &self.shared.failures;
+        let take = |left: u64| left.checked_sub(1);
+        match failures.fetch_update(Ordering::SeqCst, Ordering::SeqCst, take) {
+            Ok(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "connection reset (injected by MemoryRedis::fail_next)",
+            )
+            .into()),
+            Err(_) => Ok(()),
+        }
+    }
+}
+
+impl From<MemoryRedis> for WakeUpSource {
+    fn from(redis: MemoryRedis) -> WakeUpSource {
+        WakeUpSource(Arc::new(redis.shared.broker.clone()))
+    }
+}
+
+impl From<&MemoryRedis> for WakeUpSource {
+    fn from(redis: &MemoryRedis) -> WakeUpSource {
+        redis.clone().into()
+    }
+}
+
+impl ConnectionLike for MemoryRedis {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move { self.answer(cmd) })
+    }
+
+    /// A pipeline's commands run one after the other; a transaction's (`MULTI`…`EXEC`) at
+    /// once, answered with one array as `EXEC` is.
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            self.shared.requests.fetch_add(1, Ordering::SeqCst);
+            self.injected_failure()?;
+            let now_us = self.now_us();
+            let mut server = self.server();
+            let replies: Vec<Value> = (pipeline.cmd_iter())
+                .map(|cmd| value_of(server.execute(&arguments(cmd), now_us)))
+                .collect();
+            Ok(match pipeline.is_transaction() {
+                true => vec![Value::Array(replies)],
+                false => replies.into_iter().skip(offset).take(count).collect(),
+            })
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
+
+fn arguments(cmd: &Cmd) -> Vec<Vec<u8>> {
+    (cmd.args_iter())
+        .map(|arg| match arg {
+            Arg::Simple(bytes) => bytes.to_vec(),
+            // A cursor argument (redis-rs's `scan` iterators) starts at 0.
+            _ => b"0".to_vec(),
+        })
+        .collect()
+}
+
+/// A reply as redis-rs reads it off the wire.
+fn value_of(reply: Result<Reply, CommandError>) -> Value {
+    match reply {
+        Ok(reply) => value_of_reply(reply),
+        Err(error) => {
+            let line = format!(
+                "-{}\r\n",
+                error.to_string_reply().replace(['\r', '\n'], " ")
+            );
+            redis::parse_redis_value(line.as_bytes()).unwrap_or(Value::Nil)
+        }
+    }
+}
+
+fn value_of_reply(reply: Reply) -> Value {
+    match reply {
+        Reply::Nil => Value::Nil,
+        Reply::Int(n) => Value::Int(n),
+        Reply::Bulk(bytes) => Value::BulkString(bytes),
+        Reply::Status("OK") => Value::Okay,
+        Reply::Status(text) => Value::SimpleString(text.to_string()),
+        Reply::Array(items) => Value::Array(items.into_iter().map(value_of_reply).collect()),
+    }
+}
