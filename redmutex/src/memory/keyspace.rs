@@ -272,14 +272,15 @@ impl Keyspace {
         Some(entry.expires_at_ms.map(|at| at - now_ms))
     }
 
-    /// Runs one command (`args[0]` is its name) at server time `now_ms`. `publish` sends a
-    /// message and says how many subscribers heard it.
+    /// Runs one command (`args[0]` is its name) at server time `now_us` (Unix
+    /// microseconds). `publish` sends a message and says how many subscribers heard it.
     pub(crate) fn execute(
         &mut self,
         args: &[Vec<u8>],
-        now_ms: u64,
+        now_us: u64,
         publish: &mut dyn FnMut(&[u8], &[u8]) -> i64,
     ) -> Outcome {
+        let now_ms = now_us / 1000;
         self.since_sweep += 1;
         if self.since_sweep >= SWEEP_EVERY {
             self.since_sweep = 0;
@@ -292,7 +293,7 @@ impl Keyspace {
         let args = &args[1..];
         match name.as_str() {
             "ping" => Ok(Reply::Status("PONG")),
-            "time" => Ok(time(now_ms)),
+            "time" => Ok(time(now_us)),
             "get" => self.get(&name, args, now_ms),
             "set" => self.set(args, now_ms),
             "setrange" => self.setrange(&name, args, now_ms),
@@ -744,10 +745,10 @@ impl Keyspace {
     }
 }
 
-fn time(now_ms: u64) -> Reply {
+fn time(now_us: u64) -> Reply {
     Reply::Array(vec![
-        Reply::Bulk((now_ms / 1000).to_string().into_bytes()),
-        Reply::Bulk(((now_ms % 1000) * 1000).to_string().into_bytes()),
+        Reply::Bulk((now_us / 1_000_000).to_string().into_bytes()),
+        Reply::Bulk((now_us % 1_000_000).to_string().into_bytes()),
     ])
 }
 
@@ -924,7 +925,7 @@ mod tests {
 
     fn run(keyspace: &mut Keyspace, now_ms: u64, args: &[&str]) -> Outcome {
         let args: Vec<Vec<u8>> = args.iter().map(|a| a.as_bytes().to_vec()).collect();
-        keyspace.execute(&args, now_ms, &mut |_, _| 0)
+        keyspace.execute(&args, now_ms * 1000, &mut |_, _| 0)
     }
 
     fn bulk(text: &str) -> Reply {
@@ -1130,6 +1131,16 @@ mod tests {
         let before = seen.len();
         seen.dedup();
         assert_eq!((before, seen.len()), (500, 500));
+    }
+
+    #[test]
+    fn time_is_seconds_and_microseconds() {
+        let mut ks = Keyspace::default();
+        let reply = ks.execute(&[b"TIME".to_vec()], 1_795_489_923_123_456, &mut |_, _| 0);
+        assert_eq!(
+            reply,
+            Ok(Reply::Array(vec![bulk("1795489923"), bulk("123456")]))
+        );
     }
 
     #[test]
