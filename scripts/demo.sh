@@ -6,5 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-redis.sh
 ensure_redis
-cargo build -q -p redmutex-cli
+# scripts/test.sh has built it already (REDMUTEX_PREBUILT).
+if [ -z "${REDMUTEX_PREBUILT:-}" ]; then
+    cargo build -q -p redmutex-cli
+fi
 exec target/debug/redmutex demo "$@"

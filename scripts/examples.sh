@@ -5,7 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-redis.sh
 ensure_redis
-cargo build -q -p testkit --bin with-redis -p redmutex --examples
+# scripts/test.sh has built them already (REDMUTEX_PREBUILT): no second build with other
+# features.
+if [ -z "${REDMUTEX_PREBUILT:-}" ]; then
+    cargo build -q -p testkit --bin with-redis -p redmutex --examples
+fi
 examples="must_acquire try_once_or_retry ttl_refresh metadata multi_key keep_alive fenced_storage semaphore fair_lock rw_lock election at_most_once_per_period redlock"
 exec target/debug/with-redis --nodes 5 bash -c '
     set -e
