@@ -8,9 +8,9 @@ ensure_redis
 # scripts/test.sh has built them already (REDMUTEX_PREBUILT): no second build with other
 # features.
 if [ -z "${REDMUTEX_PREBUILT:-}" ]; then
-    cargo build -q -p testkit --bin with-redis -p redmutex --examples
+    cargo build -q -p testkit --bin with-redis -p redmutex --examples --all-features
 fi
-examples="must_acquire try_once_or_retry ttl_refresh metadata multi_key keep_alive fenced_storage semaphore fair_lock rw_lock election at_most_once_per_period redlock"
+examples="must_acquire try_once_or_retry ttl_refresh metadata multi_key keep_alive fenced_storage semaphore fair_lock rw_lock election at_most_once_per_period redlock blocking"
 exec target/debug/with-redis --nodes 5 bash -c '
     set -e
     for example in '"$examples"'; do

@@ -55,6 +55,10 @@ pub enum Error {
     /// a refresh or fence does not count (the lock stays valid only as long as before).
     /// Transient: the replicas may catch up.
     NotReplicated(NotReplicated),
+    /// A call of the [blocking API](crate::blocking) was made on a thread that runs an
+    /// async runtime, where waiting would stall that runtime: use the async API there.
+    /// Nothing was sent.
+    InsideRuntime,
 }
 
 /// Details of [`Error::NotObtained`].
@@ -176,6 +180,7 @@ impl Error {
             Error::Redis(e) => is_transient_redis(e),
             Error::NoQuorum(failure) => !failure.is_refused_for_good(),
             Error::NotHeld | Error::InvalidArgument(_) | Error::Random(_) => false,
+            Error::InsideRuntime => false,
         }
     }
 
@@ -240,6 +245,10 @@ impl fmt::Display for Error {
             Error::NoQuorum(failure) => write!(f, "redlock: {failure}"),
             Error::Random(e) => write!(f, "no randomness for a lock token: {e}"),
             Error::NotReplicated(n) => write!(f, "not replicated: {n}"),
+            Error::InsideRuntime => f.write_str(
+                "a blocking redmutex call inside an async runtime (it would stall the \
+                 runtime): use the async API there",
+            ),
         }
     }
 }

@@ -232,6 +232,8 @@ mod acl;
 mod args;
 mod backend;
 mod background;
+#[cfg(feature = "blocking")]
+pub mod blocking;
 mod check;
 mod classify;
 mod connection;

@@ -1,0 +1,367 @@
+//! The blocking acquire and what it hands out: each wraps the async type of the same name
+//! and waits for it on the dedicated runtime (see `runtime.rs`).
+
+use std::future::IntoFuture;
+use std::time::{Duration, Instant as StdInstant};
+
+use tokio_util::sync::CancellationToken;
+
+use super::runtime::Runtime;
+use super::RELEASE_WAIT_ON_DROP;
+use crate::args::Keys;
+use crate::connection::Connection;
+use crate::engine::lease::KeepAlive;
+use crate::engine::lost::{LostReason, LostSignal};
+use crate::engine::tally::FailedTry;
+use crate::error::Error;
+use crate::primitives::rwlock::{ReadKey, WriteKey};
+use crate::token::Token;
+
+/// A blocking acquire: set it up like [`crate::Acquire`], then [`call`](Acquire::call).
+#[must_use = "an acquire does nothing until called"]
+pub struct Acquire<C: Connection, P = Keys> {
+    pub(crate) inner: crate::Acquire<'static, C, P>,
+    pub(crate) runtime: Runtime,
+}
+
+impl<C: Connection, P: Send + Sync + 'static> Acquire<C, P> {
+    fn map(
+        self,
+        f: impl FnOnce(crate::Acquire<'static, C, P>) -> crate::Acquire<'static, C, P>,
+    ) -> Self {
+        Acquire {
+            inner: f(self.inner),
+            runtime: self.runtime,
+        }
+    }
+
+    /// Metadata stored with the token: [`crate::Acquire::metadata`].
+    pub fn metadata(self, metadata: impl Into<String>) -> Self {
+        let metadata = metadata.into();
+        self.map(|inner| inner.metadata(metadata))
+    }
+
+    /// Takes a fence with the lock: [`crate::Acquire::with_fence`].
+    pub fn with_fence(self) -> Self {
+        self.map(|inner| inner.with_fence())
+    }
+
+    /// How to wait for a held lock: [`crate::Acquire::retry`].
+    pub fn retry<S>(self, strategy: S) -> Self
+    where
+        S: IntoIterator<Item = Duration>,
+        S::IntoIter: Send + 'static,
+    {
+        self.map(|inner| inner.retry(strategy))
+    }
+
+    /// How long to wait in all: [`crate::Acquire::deadline`].
+    pub fn deadline(self, deadline: Duration) -> Self {
+        self.map(|inner| inner.deadline(deadline))
+    }
+
+    /// Called after each failed try: [`crate::Acquire::on_failed_try`]. It runs on the
+    /// blocking API's own thread.
+    pub fn on_failed_try(self, observer: impl FnMut(&FailedTry<'_>) + Send + 'static) -> Self {
+        self.map(|inner| inner.on_failed_try(observer))
+    }
+
+    /// Keeps what is released held until then: [`crate::Acquire::min_hold`].
+    pub fn min_hold(self, min_hold: Duration) -> Self {
+        self.map(|inner| inner.min_hold(min_hold))
+    }
+
+    /// Tries (and waits, as the retry strategy says) until the lock is obtained.
+    ///
+    /// # Errors
+    /// As the async acquire; [`Error::InsideRuntime`] on a thread that runs an async
+    /// runtime.
+    pub fn call(self) -> Result<Lock<C, P>, Error> {
+        let inner = self.runtime.call(self.inner.into_future())??;
+        Ok(Lock::new(inner, self.runtime))
+    }
+}
+
+/// A held lock (or permit, or read or write hold): [`crate::Lock`], with blocking calls.
+/// Dropping it releases it, waiting at most [`RELEASE_WAIT_ON_DROP`] (inside an async
+/// runtime the release is only started).
+#[must_use = "dropping a Lock releases it; keep it alive while the guarded work runs"]
+pub struct Lock<C: Connection, P: Send + Sync + 'static = Keys> {
+    // `None` only once it was given up (released, kept alive, detached).
+    inner: Option<crate::Lock<C, P>>,
+    runtime: Runtime,
+}
+
+impl<C: Connection, P: Send + Sync + 'static> Lock<C, P> {
+    pub(crate) fn new(inner: crate::Lock<C, P>, runtime: Runtime) -> Lock<C, P> {
+        Lock {
+            inner: Some(inner),
+            runtime,
+        }
+    }
+
+    fn inner(&self) -> &crate::Lock<C, P> {
+        self.inner.as_ref().expect("held until given up")
+    }
+
+    fn take(mut self) -> (crate::Lock<C, P>, Runtime) {
+        let inner = self.inner.take().expect("held until given up");
+        (inner, self.runtime.clone())
+    }
+
+    /// This owner's token: [`crate::Lock::token`].
+    pub fn token(&self) -> Token {
+        self.inner().token()
+    }
+
+    /// The metadata stored with the token.
+    pub fn metadata(&self) -> Option<&str> {
+        self.inner().metadata()
+    }
+
+    /// The fence taken with the lock, if one was.
+    pub fn fence_if_taken(&self) -> Option<u64> {
+        self.inner().fence_if_taken()
+    }
+
+    /// The TTL the lock was taken or last refreshed with.
+    pub fn lease_ttl(&self) -> Duration {
+        self.inner().lease_ttl()
+    }
+
+    /// Until when the lock is certainly held unless refreshed, on this process's clock.
+    pub fn valid_until(&self) -> StdInstant {
+        self.inner().valid_until().into_std()
+    }
+
+    /// How long the lock is certainly held unless refreshed.
+    pub fn remaining_validity(&self) -> Duration {
+        self.inner().remaining_validity()
+    }
+
+    /// The fence for this holder: [`crate::Lock::fence`].
+    ///
+    /// # Errors
+    /// As the async call; [`Error::InsideRuntime`].
+    pub fn fence(&self) -> Result<u64, Error> {
+        self.runtime.call(self.inner().fence())?
+    }
+
+    /// How long the lock has left, as Redis says: [`crate::Lock::ttl`].
+    ///
+    /// # Errors
+    /// As the async call; [`Error::InsideRuntime`].
+    pub fn ttl(&self) -> Result<Duration, Error> {
+        self.runtime.call(self.inner().ttl())?
+    }
+
+    /// Extends the lock to `ttl` from now: [`crate::Lock::refresh`].
+    ///
+    /// # Errors
+    /// As the async call; [`Error::InsideRuntime`].
+    pub fn refresh(&mut self, ttl: Duration) -> Result<(), Error> {
+        let inner = self.inner.as_mut().expect("held until given up");
+        self.runtime.call(inner.refresh(ttl))?
+    }
+
+    /// Releases the lock: [`crate::Lock::release`].
+    ///
+    /// # Errors
+    /// As the async call; [`Error::InsideRuntime`] (the lock is then released in the
+    /// background, as a dropped one is).
+    pub fn release(self) -> Result<(), Error> {
+        let (inner, runtime) = self.take();
+        runtime.call(inner.release())?
+    }
+
+    /// Keeps the lock alive in the background: [`crate::Lock::keep_alive`]. Renewals run
+    /// on the blocking API's own thread, however long the caller's thread is busy.
+    ///
+    /// # Errors
+    /// As the async call; [`Error::InsideRuntime`].
+    pub fn keep_alive(self) -> Result<Lease<C, P>, Error> {
+        self.keep_alive_with(KeepAlive::new())
+    }
+
+    /// [`keep_alive`](Lock::keep_alive) with settings of your own.
+    ///
+    /// # Errors
+    /// As the async call; [`Error::InsideRuntime`].
+    pub fn keep_alive_with(self, settings: KeepAlive) -> Result<Lease<C, P>, Error> {
+        let (inner, runtime) = self.take();
+        // Inside the runtime, where the renewer is started.
+        let lease = runtime.call(async move { inner.keep_alive_with(settings) })??;
+        Ok(Lease::new(lease, runtime))
+    }
+
+    /// Gives the lock up without releasing it: [`crate::Lock::detach`].
+    pub fn detach(self) -> Token {
+        let (inner, _) = self.take();
+        inner.detach()
+    }
+}
+
+impl<C: Connection> Lock<C, WriteKey> {
+    /// Turns the write lock into a read lock without letting go: see
+    /// [`WriteGuard::downgrade`](crate::WriteGuard::downgrade).
+    ///
+    /// # Errors
+    /// As the async call; [`Error::InsideRuntime`].
+    pub fn downgrade(self) -> Result<Lock<C, ReadKey>, Error> {
+        let (inner, runtime) = self.take();
+        let read = runtime.call(inner.downgrade())??;
+        Ok(Lock::new(read, runtime))
+    }
+}
+
+impl<C: Connection, P: Send + Sync + 'static> std::fmt::Debug for Lock<C, P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.inner {
+            Some(inner) => inner.fmt(f),
+            None => f.write_str("Lock(given up)"),
+        }
+    }
+}
+
+impl<C: Connection, P: Send + Sync + 'static> Drop for Lock<C, P> {
+    fn drop(&mut self) {
+        if let Some(inner) = self.inner.take() {
+            let release = async move {
+                let _ = inner.release().await;
+            };
+            self.runtime.finish(release, RELEASE_WAIT_ON_DROP);
+        }
+    }
+}
+
+/// A lock kept alive in the background: [`crate::Lease`], with blocking calls. Dropping
+/// it stops renewal and releases it, waiting at most [`RELEASE_WAIT_ON_DROP`].
+#[must_use = "dropping a Lease stops renewal and releases the lock"]
+pub struct Lease<C: Connection, P: Send + Sync + 'static = Keys> {
+    inner: Option<crate::Lease<C, P>>,
+    runtime: Runtime,
+}
+
+impl<C: Connection, P: Send + Sync + 'static> Lease<C, P> {
+    fn new(inner: crate::Lease<C, P>, runtime: Runtime) -> Lease<C, P> {
+        Lease {
+            inner: Some(inner),
+            runtime,
+        }
+    }
+
+    fn inner(&self) -> &crate::Lease<C, P> {
+        self.inner.as_ref().expect("held until given up")
+    }
+
+    fn take(mut self) -> (crate::Lease<C, P>, Runtime) {
+        let inner = self.inner.take().expect("held until given up");
+        (inner, self.runtime.clone())
+    }
+
+    /// This owner's token.
+    pub fn token(&self) -> Token {
+        self.inner().token()
+    }
+
+    /// The metadata stored with the token.
+    pub fn metadata(&self) -> Option<&str> {
+        self.inner().metadata()
+    }
+
+    /// The fence taken with the lock, if one was.
+    pub fn fence_if_taken(&self) -> Option<u64> {
+        self.inner().fence_if_taken()
+    }
+
+    /// The TTL each renewal sets.
+    pub fn lease_ttl(&self) -> Duration {
+        self.inner().lease_ttl()
+    }
+
+    /// Until when the lock is certainly held, as of the last renewal.
+    pub fn valid_until(&self) -> StdInstant {
+        self.inner().valid_until().into_std()
+    }
+
+    /// How many renewals succeeded.
+    pub fn renewals(&self) -> u64 {
+        self.inner().renewals()
+    }
+
+    /// Whether the lease has ended (lost, or stopped): check it between steps of the work.
+    pub fn is_lost(&self) -> bool {
+        self.inner().is_lost()
+    }
+
+    /// A clonable view of the lease's fate, for other threads.
+    pub fn signal(&self) -> LostSignal {
+        self.inner().signal()
+    }
+
+    /// A token cancelled when the lease ends.
+    pub fn cancellation_token(&self) -> CancellationToken {
+        self.inner().cancellation_token()
+    }
+
+    /// Waits until the lease ends, and says why.
+    ///
+    /// # Errors
+    /// [`Error::InsideRuntime`] only.
+    pub fn lost(&self) -> Result<LostReason, Error> {
+        self.runtime.call(self.inner().lost())
+    }
+
+    /// Waits at most `timeout` for the lease to end: the reason if it did.
+    ///
+    /// # Errors
+    /// [`Error::InsideRuntime`] only.
+    pub fn lost_within(&self, timeout: Duration) -> Result<Option<LostReason>, Error> {
+        // The timer is made inside the runtime (the async block runs there).
+        let waited = async { tokio::time::timeout(timeout, self.inner().lost()).await };
+        Ok(self.runtime.call(waited)?.ok())
+    }
+
+    /// The fence for this holder: [`crate::Lease::fence`].
+    ///
+    /// # Errors
+    /// As the async call; [`Error::InsideRuntime`].
+    pub fn fence(&self) -> Result<u64, Error> {
+        self.runtime.call(self.inner().fence())?
+    }
+
+    /// Stops renewal and releases the lock: [`crate::Lease::release`].
+    ///
+    /// # Errors
+    /// As the async call; [`Error::InsideRuntime`].
+    pub fn release(self) -> Result<(), Error> {
+        let (inner, runtime) = self.take();
+        runtime.call(inner.release())?
+    }
+
+    /// Stops renewal and gives back the lock, still held: [`crate::Lease::stop`].
+    pub fn stop(self) -> Lock<C, P> {
+        let (inner, runtime) = self.take();
+        Lock::new(inner.stop(), runtime)
+    }
+}
+
+impl<C: Connection, P: Send + Sync + 'static> std::fmt::Debug for Lease<C, P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.inner {
+            Some(inner) => inner.fmt(f),
+            None => f.write_str("Lease(given up)"),
+        }
+    }
+}
+
+impl<C: Connection, P: Send + Sync + 'static> Drop for Lease<C, P> {
+    fn drop(&mut self) {
+        if let Some(inner) = self.inner.take() {
+            let release = async move {
+                let _ = inner.release().await;
+            };
+            self.runtime.finish(release, RELEASE_WAIT_ON_DROP);
+        }
+    }
+}
