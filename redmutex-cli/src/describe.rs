@@ -115,7 +115,7 @@ pub fn waiting(lock: &ListedLock) -> Option<String> {
     }
 }
 
-/// The lock as one JSON object (see the README's "JSON output").
+/// The lock as one JSON object (see "JSON output" in docs/CLI.md).
 pub fn json(lock: &ListedLock) -> String {
     let ms = |d: Option<Duration>| d.map_or("null".to_owned(), |d| d.as_millis().to_string());
     let number = |n: Option<u64>| n.map_or("null".to_owned(), |n| n.to_string());

@@ -1614,3 +1614,11 @@ fn elect_runs_the_command_while_leading_and_leader_shows_who() {
     let out = run(redmutex(&server).args(["elect", "--ttl", "1ms", "svc", "--", "true"]));
     assert_eq!(code(&out), 64, "{}", stderr(&out));
 }
+
+/// `--version` prints the package's version, as published, and exits 0 without a server.
+#[test]
+fn version_prints_the_crate_version() {
+    let out = run(Command::new(env!("CARGO_BIN_EXE_redmutex")).arg("--version"));
+    assert_eq!(code(&out), 0);
+    assert_eq!(stdout(&out), format!("redmutex {}\n", env!("CARGO_PKG_VERSION")));
+}

@@ -1,6 +1,6 @@
 //! The operator's commands with the real binary against test-kit servers: `list`,
 //! `release --force`, `watch`, the waiting line on a terminal, and the JSON shapes the
-//! README documents.
+//! CLI documentation (docs/CLI.md) shows.
 
 mod common;
 
@@ -383,14 +383,14 @@ fn a_waiting_exec_on_a_terminal_shows_what_it_waits_for_then_clears_it() {
     assert_eq!(stderr(&out), "", "no line without a terminal");
 }
 
-/// Every `--json` example in the README has the keys the command prints, in order.
+/// Every `--json` example in docs/CLI.md has the keys the command prints, in order.
 #[test]
-fn json_output_has_the_shapes_the_readme_documents() {
+fn json_output_has_the_shapes_the_cli_docs_document() {
     let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/CLI.md")).unwrap();
     // Each example: a line `$ redmutex …` in the "JSON output" section, then the output.
     let section = readme
-        .split("\n### JSON output")
+        .split("\n## JSON output")
         .nth(1)
         .expect("a JSON output section")
         .split("\n## ")

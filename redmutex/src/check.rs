@@ -113,7 +113,7 @@ pub enum Level {
     Fine,
     /// Could not be checked (e.g. the ACL user may not read the setting); not a failure.
     Unknown,
-    /// Weakens a guarantee under some condition (see the detail and `docs/SAFETY.md`).
+    /// Weakens a guarantee under some condition (see the detail and [`safety`](crate::safety)).
     Warning,
     /// Locks are not safe on this server as it is configured.
     Unsafe,

@@ -16,6 +16,8 @@ use crate::quorum::{NodeError, QuorumFailure};
 /// | [`Error::Redis`] | connection, timeout, auth, permission… | see [`Error::is_transient`] |
 /// | [`Error::NoQuorum`] | Redlock: too few nodes agreed (down, slow, or lock lost on some) | see [`Error::is_transient`] |
 /// | [`Error::NotReplicated`] | too few replicas confirmed in time ([`Locker::with_replication`](crate::Locker::with_replication)) | try later; check the replicas |
+/// | [`Error::Random`] | the operating system gave no random bytes for a token | nothing sent; fix the system |
+/// | [`Error::InsideRuntime`] | a [blocking](crate::blocking) call inside an async runtime | nothing sent; use the async API there |
 ///
 /// ```
 /// # async fn demo(locker: redmutex::Locker<redis::aio::MultiplexedConnection>) {
@@ -186,7 +188,7 @@ impl Error {
 
     /// Redis refused for lack of permission: the ACL user may not run a command redmutex
     /// needs, or not on this key or channel (`NOPERM`). Not transient: the user needs the
-    /// rule printed in the README (commands, `~PREFIX*`, `~{PREFIX*` and `&PREFIX*`).
+    /// rule [`acl_rule`](crate::acl_rule) prints (commands, `~PREFIX*`, `~{PREFIX*` and `&PREFIX*`).
     /// Redlock: so many nodes refused that no quorum can agree.
     pub fn is_permission_denied(&self) -> bool {
         match self {

@@ -45,6 +45,10 @@
 //!   the `metrics` facade, labelled by [`Locker::with_name`] and kind, never by key.
 //! - **Replica confirmation** ([`Locker::with_replication`]): a write counts only once
 //!   replicas have it (`WAIT` / `WAITAOF`), narrowing the failover window.
+//! - **Blocking API** ([`blocking`], feature `blocking`): the same locker, primitives and
+//!   guards for programs that are not async, over a runtime of the locker's own.
+//! - **An in-memory server for your tests** ([`memory`], feature `memory`): every
+//!   primitive without Redis, on tokio's clock, with faults on demand.
 //! - **One round trip per operation**; scripts go by SHA.
 //! - **Cancel safe**: an acquire dropped mid-flight (e.g. by `tokio::time::timeout`) cleans
 //!   up after itself; a dropped [`Lock`] is released in the background, also when it is
@@ -90,18 +94,28 @@
 //! # Ok(()) }
 //! ```
 //!
-//! ## Guarantees and limits
-//! A lock on a single Redis node is as safe as that node: if it restarts without
-//! persistence, or fails over to a replica that had not yet received the key, another
-//! client can acquire the same lock. [`Lock::valid_until`] tells how long this client may
-//! safely assume it holds the lock (measured from the moment the request was sent, on the
-//! monotonic clock); past it, stop the guarded work or [`refresh`](Lock::refresh).
+//! ## Guarantees
+//! What a lock guarantees, under which conditions — the server keeping its data, clocks,
+//! process pauses, networks — and which deployment fits which need is stated once, in
+//! [`safety`] (the repository's `docs/SAFETY.md`); the rest of these docs describe how,
+//! and link there. In practice: [`Lock::valid_until`] tells how long this client may
+//! assume it holds the lock (from the moment the request was sent, on the monotonic
+//! clock); past it, stop the guarded work or [`refresh`](Lock::refresh).
 //!
 //! Input is checked before any Redis call: keys up to [`MAX_KEY_LEN`] bytes (before the
-//! prefix), metadata up to [`MAX_METADATA_LEN`], TTLs within [`MIN_TTL`]..=[`MAX_TTL`]. The
-//! repository's `docs/SAFETY.md` goes through single nodes, failovers, Redlock restarts,
-//! clock jumps and process pauses, and which deployment fits which need; `docs/RELIABILITY.md`
-//! has the figures of the torture run behind it.
+//! prefix), metadata up to [`MAX_METADATA_LEN`], TTLs within [`MIN_TTL`]..=[`MAX_TTL`].
+//!
+//! ## Feature flags
+//! None is on by default.
+//!
+//! | feature | what it adds |
+//! |---|---|
+//! | `tls` | `rediss://` URLs and `tls_client` (rustls with the ring provider; the system's roots or your CA) |
+//! | `cluster` | [`Locker::cluster`] over redis-rs's async cluster connection |
+//! | `sentinel` | `connect_sentinel`: a connection that follows the master through failovers |
+//! | `metrics` | counters, gauges and histograms through the `metrics` facade ([`Locker::with_name`]) |
+//! | `blocking` | `blocking`: the same locks with blocking calls, for programs that are not async |
+//! | `memory` | `memory` and `Locker::in_memory`: an in-process server for your tests (not for production) |
 //!
 //! ## Fencing tokens
 //! No lock can stop a holder that was paused (GC, swap, SIGSTOP, a slow network) past its
@@ -117,21 +131,16 @@
 //! release script) and writes no counter. A holder that lost its lock gets
 //! [`Error::NotHeld`], never a fence.
 //!
-//! **The guarantee.** On one node: the fence handed to a holder is greater than the fence
-//! of every earlier holder that shared a key with it, as long as the node keeps its data
-//! (the same condition under which the lock itself is safe) and its clock is not set back
-//! by the fence retention period or more. It is one more than the highest counter of its
-//! keys — a missing counter counting from the server's clock in microseconds — taken while
-//! the keys are held and stored in all of them. Multi-key locks get one fence. With
-//! Redlock: the fence handed to a holder is greater than every fence handed to an earlier
-//! holder of a key it shares, as long as the nodes that stored the latest fence keep their
-//! data (or their counters' retention, and the nodes' clocks agree to within it: a fence
-//! that started from one node's clock is stored on the others). The candidate (the highest next fence among the nodes that hold the keys) is
-//! handed out only once a quorum of nodes stores it while the keys are still held there;
-//! usually the nodes agree and this costs nothing, otherwise one more round trip raises
-//! the lower ones. (Taking the maximum over the answering quorum alone is not enough:
-//! failed tries raise counters on minorities, and a later quorum without those nodes would
-//! count from lower.) Fences may skip numbers; they are below 2⁵³.
+//! **How they grow.** A fence is one more than the highest counter of the lock's keys —
+//! a missing counter counting from the server's clock in microseconds — taken while the
+//! keys are held and stored in all of them; multi-key locks get one fence. On Redlock the
+//! candidate (the highest next fence among the nodes that hold the keys) is handed out only
+//! once a quorum of nodes stores it while the keys are still held there; usually the nodes
+//! agree and this costs nothing, otherwise one more round trip raises the lower ones.
+//! (Taking the maximum over the answering quorum alone is not enough: failed tries raise
+//! counters on minorities, and a later quorum without those nodes would count from lower.)
+//! Fences may skip numbers; they are below 2⁵³. What this guarantees, and under which
+//! conditions: [`safety`], "What redmutex guarantees" (4) and "Fence counters".
 //!
 //! **Where they live.** Each key's counter is a key in the same Redis Cluster hash slot —
 //! `{KEY}:fence` (or `{TAG}:fence:KEY` for keys with a hash tag or a `}`) — kept for
@@ -217,16 +226,9 @@
 //! # Ok(()) }
 //! ```
 //!
-//! ### Hazard: a node restarted without persistence
-//! A node that crashes and comes back **empty** while a lock is held has forgotten its
-//! vote: another client can then collect a quorum — that node plus the ones the first
-//! holder never had — for a lock the first holder still holds. (The test suite shows this
-//! happening.) Mitigation: **keep a restarted node out for at least the longest TTL in
-//! use** (every lock it knew of has expired by then), or run the nodes with
-//! `appendonly yes` and `appendfsync always`. Clock jumps on a node (its key expiring
-//! early) have the same effect; run the nodes with a monotonic, slewed clock. A holder
-//! paused longer than its validity is not protected by any lock; stop work at
-//! [`Lock::valid_until`] and use [fencing tokens](#fencing-tokens) where that matters.
+//! What Redlock does not protect against — a node restarted empty while a lock is held,
+//! clock jumps on a node, a holder paused past its validity — and the mitigations are in
+//! [`safety`], "What no Redis lock can guarantee".
 
 mod acl;
 mod args;
@@ -241,6 +243,8 @@ mod engine;
 mod error;
 mod fence;
 mod locker;
+#[doc = include_str!("../SAFETY.md")]
+pub mod safety {}
 #[cfg(feature = "memory")]
 pub mod memory;
 mod primitives;

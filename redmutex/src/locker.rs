@@ -372,7 +372,7 @@ impl<C: Connection> Locker<C> {
     /// validity stays what it was); an unconfirmed renewal counts as failed, and a lease
     /// that no renewal gets confirmed for in time is lost. This narrows — it does not
     /// close — the window in which a failover to a replica loses a held lock: exactly
-    /// what it covers is in docs/SAFETY.md ("Replica confirmation").
+    /// what it covers is in [`safety`](crate::safety), "Replica confirmation".
     ///
     /// The wait holds the connection: on a multiplexed connection, other requests queue
     /// behind it for up to the timeout while the replicas lag, so keep the timeout short

@@ -1,5 +1,5 @@
 //! TLS (`rediss://` with a CA made for the test; a client that does not trust it) and ACL
-//! users (the minimal rule from the README works for everything; a user without it gets a
+//! users (the minimal rule in docs/OPERATIONS.md works for everything; a user without it gets a
 //! clear "no permission" error and nothing is written).
 #![cfg(feature = "tls")]
 
@@ -13,19 +13,19 @@ use redmutex::{retry, Locker};
 use testkit::{RedisServer, ServerOptions, TestCa};
 
 /// `redis-server` arguments that define an ACL user (each word its own argument).
-/// A user with the rule the README prints ([`redmutex::acl_rule`]) for the prefix `app:`.
+/// A user with the rule docs/OPERATIONS.md prints ([`redmutex::acl_rule`]) for the prefix `app:`.
 fn minimal_rule(user: &str, password: &str) -> String {
     format!("{user} on >{password} {}", redmutex::acl_rule("app:"))
 }
 
 #[test]
-fn the_readme_prints_the_rule() {
-    let readme = include_str!("../../README.md");
+fn the_operations_guide_prints_the_rule() {
+    let readme = include_str!("../../docs/OPERATIONS.md");
     let line = format!(
         "ACL SETUSER locker on >PASSWORD {}",
         redmutex::acl_rule("app:")
     );
-    assert!(readme.contains(&line), "README lacks: {line}");
+    assert!(readme.contains(&line), "docs/OPERATIONS.md lacks: {line}");
 }
 
 /// A server listening for TLS too; `None`, with the reason printed, when the server binary
@@ -106,7 +106,7 @@ async fn a_client_that_does_not_trust_the_ca_fails_clearly() {
     assert!(redmutex::connect(&plain).await.is_err());
 }
 
-/// A server with a user who has only the README's rule for `app:`, and a locker with
+/// A server with a user who has only the minimal rule for `app:`, and a locker with
 /// wake-up logged in as that user.
 async fn minimal_acl_locker() -> (RedisServer, Locker<redis::aio::ConnectionManager>) {
     let server = RedisServer::spawn_with(ServerOptions {
@@ -122,7 +122,7 @@ async fn minimal_acl_locker() -> (RedisServer, Locker<redis::aio::ConnectionMana
     (server, locker)
 }
 
-/// The README's minimal ACL rule is enough for every operation: acquire (single and
+/// The minimal ACL rule ([`redmutex::acl_rule`]) is enough for every operation: acquire (single and
 /// multi-key, fenced), wake-up, refresh, keep-alive, inspect, release.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_minimal_acl_rule_is_enough() {

@@ -1,7 +1,7 @@
 //! Replica confirmation: an acquire, refresh, renewal or fence on one master counts only
 //! once that many replicas have it (`WAIT`), or have it in their append-only file
 //! (`WAITAOF`), within a timeout. What this narrows and what it leaves open is in
-//! docs/SAFETY.md ("Replica confirmation").
+//! [`safety`](crate::safety), "Replica confirmation".
 
 use std::time::Duration;
 

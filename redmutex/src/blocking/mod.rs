@@ -2,7 +2,7 @@
 //! web frameworks): feature `blocking`.
 //!
 //! Every type here wraps the async type of the same name — one implementation under both
-//! APIs, so every guarantee of [docs/SAFETY.md] holds as stated there. As in
+//! APIs, so every guarantee of [`safety`](crate::safety) holds as stated there. As in
 //! `reqwest::blocking`, a runtime of the locker's own, on one dedicated thread, drives the
 //! connections and runs what goes on in the background: keep-alive renewals, push wake-up,
 //! releases of dropped guards. Renewals therefore go on while the calling thread is busy
@@ -16,8 +16,6 @@
 //!   inside an async runtime, the release goes on in the background.
 //! - The runtime's thread ends when the last locker, handle and guard made from it is
 //!   gone.
-//!
-//! [docs/SAFETY.md]: https://docs.rs/crate/redmutex/latest/source/docs/SAFETY.md
 //!
 //! ```no_run
 //! use std::time::Duration;

@@ -35,7 +35,7 @@ use crate::token::Token;
 /// bare `MultiplexedConnection` or a cluster connection whose runtime is gone, and in a
 /// process killed outright, the keys expire by their TTL: release explicitly
 /// ([`release`](Lock::release), [`Lease::run`](crate::Lease::run)) where that matters. See
-/// `docs/SAFETY.md`. To leave the lock in Redis on purpose, e.g. to hand the token to
+/// [`safety`](crate::safety). To leave the lock in Redis on purpose, e.g. to hand the token to
 /// another process, call [`detach`](Lock::detach).
 ///
 /// ```

@@ -12,7 +12,7 @@
 //! same cases against it and against real servers.
 //!
 //! Time is tokio's: keys expire on [`tokio::time::Instant`], so a test that pauses the
-//! clock (`#[tokio::test(start_paused = true)]`, [`tokio::time::advance`]) decides when a
+//! clock (`#[tokio::test(start_paused = true)]`, `tokio::time::advance`) decides when a
 //! TTL runs out, without sleeping. For faults, [`MemoryRedis::expire_now`] ends a key's
 //! TTL at once, [`MemoryRedis::take_over`] lets another owner take a key, and
 //! [`MemoryRedis::fail_next`] makes the next requests fail as a dropped connection would.

@@ -44,7 +44,7 @@ const EVERYONE: &str = "1000000";
 /// [`observe`](Election::observe) changes. Made by
 /// [`Locker::election`](crate::Locker::election); cheap to clone.
 ///
-/// **How it is kept** (the guarantee itself is in `docs/SAFETY.md`): the leader holds the
+/// **How it is kept** (the guarantee itself is in [`safety`](crate::safety)): the leader holds the
 /// election's key as a lock, kept alive by a [`Lease`] (renewed every third of the TTL,
 /// with the loud lost signal); its value is the lock's metadata and its **term** the lock's
 /// fence, so terms only go up and a resource can refuse a deposed leader's writes. Every

@@ -36,7 +36,7 @@ operations!(
 /// hands out a [`FairGuard`] — a [`Lock`] with refresh, release, fences, keep-alive with
 /// the lost signal, `run(work)` and release on drop.
 ///
-/// **How the order is kept** (the guarantee itself is in `docs/SAFETY.md`): a waiter's
+/// **How the order is kept** (the guarantee itself is in [`safety`](crate::safety)): a waiter's
 /// first try takes a ticket in a queue kept in Redis beside the key, with a heartbeat on
 /// the *server's* clock; only the first live waiter may take a free key. Each try renews
 /// the heartbeat, and a waiter tries at least every third of it

@@ -50,7 +50,7 @@ operations!(
 /// on drop. A writer can [`downgrade`](Lock::downgrade) to a reader without letting go;
 /// there is no upgrade (two readers upgrading at once would wait for each other forever).
 ///
-/// **How it is kept** (the guarantee itself is in `docs/SAFETY.md`): a writer holds the key
+/// **How it is kept** (the guarantee itself is in [`safety`](crate::safety)): a writer holds the key
 /// as a plain lock does, so a plain [`Locker::acquire`](crate::Locker::acquire) of the same
 /// name excludes readers and writers and is excluded by them. Readers are members of a
 /// sorted set at the key, each scored by its own expiry on the *server's* clock: a crashed

@@ -43,7 +43,7 @@ pub const MAX_PERMITS: u32 = 1_000_000;
 /// callback, metadata, fences, push wake-up) and hands out a [`Permit`]: refresh, release,
 /// keep-alive with the lost signal, `run(work)`, release on drop — as a [`Lock`] does.
 ///
-/// **How permits are kept** (the guarantee itself is in `docs/SAFETY.md`): each holder is
+/// **How permits are kept** (the guarantee itself is in [`safety`](crate::safety)): each holder is
 /// one member of a sorted set scored by when its permits expire *on the server's clock*,
 /// so clients' clocks never decide; every operation first reclaims expired holders, so a
 /// crashed holder's permits come back within its TTL; a renewal never brings back a holder
