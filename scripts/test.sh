@@ -12,6 +12,8 @@ echo "--- cargo fmt --check"
 cargo fmt --all -- --check
 echo "--- cargo clippy (all targets, all features, -D warnings)"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
+echo "--- cargo doc (all features, warnings are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --quiet
 echo "--- cargo test (unit and integration tests, the conformance suite; builds the examples)"
 cargo test --workspace --all-targets --all-features
 # The steps below use what that build made: building with another package selection
@@ -23,6 +25,15 @@ echo "--- the demo (the README's main command)"
 bash scripts/demo.sh
 echo "--- doc tests"
 cargo test --workspace --doc --all-features
+echo "--- packaging: what a publish would upload, each package built from its own files"
+cargo package --locked -p redmutex -p redmutex-cli --quiet
+echo "--- cargo install, then the installed binary"
+install_root=$(mktemp -d)
+trap 'rm -rf "$install_root"' EXIT
+# --debug and the workspace's target directory: the build above is reused where it can be.
+cargo install --locked --quiet --debug --path redmutex-cli --root "$install_root" --target-dir target
+"$install_root/bin/redmutex" --version
+"$install_root/bin/redmutex" demo
 echo "--- the library's integration tests against the other servers"
 # The library's test executables from the build above (listed, not rebuilt).
 library_tests=$(cargo test --workspace --all-targets --all-features --no-run --message-format=json \

@@ -1620,5 +1620,8 @@ fn elect_runs_the_command_while_leading_and_leader_shows_who() {
 fn version_prints_the_crate_version() {
     let out = run(Command::new(env!("CARGO_BIN_EXE_redmutex")).arg("--version"));
     assert_eq!(code(&out), 0);
-    assert_eq!(stdout(&out), format!("redmutex {}\n", env!("CARGO_PKG_VERSION")));
+    assert_eq!(
+        stdout(&out),
+        format!("redmutex {}\n", env!("CARGO_PKG_VERSION"))
+    );
 }
