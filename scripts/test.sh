@@ -16,8 +16,10 @@ echo "--- cargo doc (all features, warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --quiet
 echo "--- cargo test (unit and integration tests, the conformance suite; builds the examples)"
 cargo test --workspace --all-targets --all-features
-# The steps below use what that build made: building with another package selection
+# The examples and binaries as programs (cargo test builds examples only to check them).
+# The steps below use what these builds made: building with another package selection
 # (`-p redmutex`, `-p redmutex-cli`) would compile the library again with other features.
+cargo build --workspace --all-features --bins --examples
 export REDMUTEX_PREBUILT=1
 echo "--- library examples, run against a private redis-server"
 bash scripts/examples.sh

@@ -460,6 +460,35 @@ impl Keyspace {
         }))
     }
 
+    /// The value at `key` if it is of the kind `pick` takes (created by `create` when
+    /// missing, if given); Redis's WRONGTYPE error if it is of another kind.
+    fn typed<T>(
+        &mut self,
+        key: &[u8],
+        now_ms: u64,
+        create: Option<fn() -> Data>,
+        pick: fn(&mut Data) -> Option<&mut T>,
+    ) -> Result<Option<&mut T>, CommandError> {
+        if let Some(create) = create {
+            if self.live(key, now_ms).is_none() {
+                let data = create();
+                self.put(
+                    key,
+                    Entry {
+                        data,
+                        expires_at_ms: None,
+                    },
+                );
+            }
+        }
+        match self.live(key, now_ms) {
+            None => Ok(None),
+            Some(entry) => pick(&mut entry.data)
+                .map(Some)
+                .ok_or_else(CommandError::wrong_type),
+        }
+    }
+
     /// The hash at `key`, created empty if missing and `create` is set.
     fn hash(
         &mut self,
@@ -467,18 +496,11 @@ impl Keyspace {
         now_ms: u64,
         create: bool,
     ) -> Result<Option<&mut Fields>, CommandError> {
-        if create && self.live(key, now_ms).is_none() {
-            let entry = Entry {
-                data: Data::Hash(HashMap::new()),
-                expires_at_ms: None,
-            };
-            self.put(key, entry);
-        }
-        match self.live(key, now_ms).map(|entry| &mut entry.data) {
-            None => Ok(None),
-            Some(Data::Hash(hash)) => Ok(Some(hash)),
-            Some(_) => Err(CommandError::wrong_type()),
-        }
+        let empty = create.then_some((|| Data::Hash(Fields::new())) as fn() -> Data);
+        self.typed(key, now_ms, empty, |data| match data {
+            Data::Hash(fields) => Some(fields),
+            _ => None,
+        })
     }
 
     fn hash_command(&mut self, name: &str, args: &[Vec<u8>], now_ms: u64) -> Outcome {
@@ -543,18 +565,11 @@ impl Keyspace {
         now_ms: u64,
         create: bool,
     ) -> Result<Option<&mut SortedSet>, CommandError> {
-        if create && self.live(key, now_ms).is_none() {
-            let entry = Entry {
-                data: Data::SortedSet(SortedSet::default()),
-                expires_at_ms: None,
-            };
-            self.put(key, entry);
-        }
-        match self.live(key, now_ms).map(|entry| &mut entry.data) {
-            None => Ok(None),
-            Some(Data::SortedSet(set)) => Ok(Some(set)),
-            Some(_) => Err(CommandError::wrong_type()),
-        }
+        let empty = create.then_some((|| Data::SortedSet(SortedSet::default())) as fn() -> Data);
+        self.typed(key, now_ms, empty, |data| match data {
+            Data::SortedSet(set) => Some(set),
+            _ => None,
+        })
     }
 
     /// `ZADD key [NX|XX] [GT|LT] [CH] score member …`.
