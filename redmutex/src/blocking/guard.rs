@@ -18,6 +18,20 @@ use crate::primitives::rwlock::{ReadKey, WriteKey};
 use crate::token::Token;
 
 /// A blocking acquire: set it up like [`crate::Acquire`], then [`call`](Acquire::call).
+///
+/// ```no_run
+/// # fn main() -> Result<(), redmutex::Error> {
+/// use std::time::Duration;
+/// let locker = redmutex::blocking::Locker::connect("redis://127.0.0.1:6379")?;
+/// let lock = locker
+///     .acquire("job", Duration::from_secs(30))
+///     .metadata("host=build-7")
+///     .retry(redmutex::retry::constant(Duration::from_millis(200)))
+///     .deadline(Duration::from_secs(10))
+///     .call()?;
+/// # lock.release()?;
+/// # Ok(()) }
+/// ```
 #[must_use = "an acquire does nothing until called"]
 pub struct Acquire<C: Connection, P = Keys> {
     pub(crate) inner: crate::Acquire<'static, C, P>,
@@ -85,6 +99,18 @@ impl<C: Connection, P: Send + Sync + 'static> Acquire<C, P> {
 /// A held lock (or permit, or read or write hold): [`crate::Lock`], with blocking calls.
 /// Dropping it releases it, waiting at most [`RELEASE_WAIT_ON_DROP`] (inside an async
 /// runtime the release is only started).
+///
+/// ```no_run
+/// # fn main() -> Result<(), redmutex::Error> {
+/// use std::time::Duration;
+/// let locker = redmutex::blocking::Locker::connect("redis://127.0.0.1:6379")?;
+/// let mut lock = locker.acquire("job", Duration::from_secs(30)).with_fence().call()?;
+/// let fence = lock.fence()?; // taken with the lock: no round trip
+/// lock.refresh(Duration::from_secs(60))?; // Err(NotHeld) if it was lost
+/// println!("fence {fence}, {:?} left", lock.ttl()?);
+/// lock.release()?;
+/// # Ok(()) }
+/// ```
 #[must_use = "dropping a Lock releases it; keep it alive while the guarded work runs"]
 pub struct Lock<C: Connection, P: Send + Sync + 'static = Keys> {
     // `None` only once it was given up (released, kept alive, detached).
@@ -236,6 +262,22 @@ impl<C: Connection, P: Send + Sync + 'static> Drop for Lock<C, P> {
 
 /// A lock kept alive in the background: [`crate::Lease`], with blocking calls. Dropping
 /// it stops renewal and releases it, waiting at most [`RELEASE_WAIT_ON_DROP`].
+///
+/// ```no_run
+/// # fn main() -> Result<(), redmutex::Error> {
+/// use std::time::Duration;
+/// let locker = redmutex::blocking::Locker::connect("redis://127.0.0.1:6379")?;
+/// let lease = locker.acquire("job", Duration::from_secs(10)).call()?.keep_alive()?;
+/// let signal = lease.signal(); // for another thread
+/// std::thread::spawn(move || {
+///     while !signal.is_lost() { /* a step of the work */ }
+/// });
+/// if let Some(reason) = lease.lost_within(Duration::from_secs(60))? {
+///     eprintln!("lost: {reason}");
+/// }
+/// lease.release().ok();
+/// # Ok(()) }
+/// ```
 #[must_use = "dropping a Lease stops renewal and releases the lock"]
 pub struct Lease<C: Connection, P: Send + Sync + 'static = Keys> {
     inner: Option<crate::Lease<C, P>>,

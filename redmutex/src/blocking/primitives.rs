@@ -21,6 +21,17 @@ use crate::primitives::rwlock::{ReadKey, RwLockInfo, WriteKey};
 use crate::primitives::semaphore::{Permits, SemaphoreInfo};
 
 /// A counting semaphore: [`crate::Semaphore`], with blocking calls.
+///
+/// ```no_run
+/// # fn main() -> Result<(), redmutex::Error> {
+/// use std::time::Duration;
+/// let locker = redmutex::blocking::Locker::connect("redis://127.0.0.1:6379")?;
+/// let exports = locker.semaphore("exports", 3)?;
+/// let permit = exports.acquire(1, Duration::from_secs(30)).deadline(Duration::from_secs(60)).call()?;
+/// println!("{} of 3 in use", exports.inspect()?.used);
+/// permit.release()?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Semaphore<C: Connection> {
     inner: crate::Semaphore<C>,
@@ -67,6 +78,17 @@ impl<C: Connection> Semaphore<C> {
 }
 
 /// A fair lock: [`crate::FairLock`], with blocking calls.
+///
+/// ```no_run
+/// # fn main() -> Result<(), redmutex::Error> {
+/// use std::time::Duration;
+/// let locker = redmutex::blocking::Locker::connect("redis://127.0.0.1:6379")?;
+/// let deploys = locker.fair_lock("deploy")?;
+/// let guard = deploys.acquire(Duration::from_secs(60)).deadline(Duration::from_secs(600)).call()?;
+/// println!("{} waiting behind us", deploys.inspect()?.waiters.len());
+/// guard.release()?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct FairLock<C: Connection> {
     inner: crate::FairLock<C>,
@@ -107,6 +129,19 @@ impl<C: Connection> FairLock<C> {
 }
 
 /// A read-write lock: [`crate::RwLock`], with blocking calls.
+///
+/// ```no_run
+/// # fn main() -> Result<(), redmutex::Error> {
+/// use std::time::Duration;
+/// let locker = redmutex::blocking::Locker::connect("redis://127.0.0.1:6379")?;
+/// let catalog = locker.rw_lock("catalog")?;
+/// let read = catalog.read(Duration::from_secs(30)).call()?;
+/// read.release()?;
+/// let write = catalog.write(Duration::from_secs(30)).deadline(Duration::from_secs(5)).call()?;
+/// let read = write.downgrade()?; // readers may join now
+/// read.release()?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct RwLock<C: Connection> {
     inner: crate::RwLock<C>,
@@ -155,6 +190,20 @@ impl<C: Connection> RwLock<C> {
 }
 
 /// A leader election: [`crate::Election`], with blocking calls.
+///
+/// ```no_run
+/// # fn main() -> Result<(), redmutex::Error> {
+/// use std::time::Duration;
+/// let locker = redmutex::blocking::Locker::connect("redis://127.0.0.1:6379")?;
+/// let election = locker.election("scheduler")?;
+/// let leadership = election.campaign("host-7").call()?; // waits until elected
+/// println!("leading in term {}", leadership.term());
+/// for change in election.observe().take(1) {
+///     println!("leader now: {:?}", change?);
+/// }
+/// leadership.resign()?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Election<C: Connection> {
     inner: crate::Election<C>,

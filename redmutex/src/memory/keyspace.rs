@@ -316,6 +316,8 @@ impl Keyspace {
             },
             "scan" => self.scan(args, now_ms),
             "dbsize" => Ok(Reply::Int(self.keys(now_ms).len() as i64)),
+            "info" => Ok(Reply::Bulk(INFO.as_bytes().to_vec())),
+            "config" => config_get(args),
             _ => Err(CommandError::err(format!(
                 "unknown command '{name}', with args beginning with: "
             ))),
@@ -758,6 +760,36 @@ impl Keyspace {
             Reply::Array(keys),
         ]))
     }
+}
+
+/// What `INFO` says of this server (whatever section is asked for): a master that never
+/// evicts and keeps nothing on disk.
+const INFO: &str = "# Server\r\nredis_version:7.0.0\r\nredis_mode:standalone\r\n\
+    # Memory\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction\r\n\
+    # Persistence\r\naof_enabled:0\r\nrdb_bgsave_in_progress:0\r\n\
+    # Replication\r\nrole:master\r\nconnected_slaves:0\r\n";
+
+/// `CONFIG GET name`: the settings `INFO` implies; nothing for other names, as Redis
+/// answers for an unknown one.
+fn config_get(args: &[Vec<u8>]) -> Outcome {
+    let [sub, name] = args else {
+        return Err(CommandError::arity("config"));
+    };
+    if !sub.eq_ignore_ascii_case(b"get") {
+        return Err(CommandError::err("only CONFIG GET is supported here"));
+    }
+    let value = match name.to_ascii_lowercase().as_slice() {
+        b"maxmemory-policy" => "noeviction",
+        b"maxmemory" => "0",
+        b"appendonly" => "no",
+        b"appendfsync" => "everysec",
+        b"save" => "",
+        _ => return Ok(Reply::Array(Vec::new())),
+    };
+    Ok(Reply::Array(vec![
+        Reply::Bulk(name.clone()),
+        Reply::Bulk(value.as_bytes().to_vec()),
+    ]))
 }
 
 fn time(now_us: u64) -> Reply {

@@ -54,6 +54,23 @@ use server::Server;
 /// Clones share the same server; [`MemoryRedis::new`] makes another, empty one.
 ///
 /// Not for production: it coordinates nothing between processes.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// use std::time::Duration;
+/// use redmutex::{memory::MemoryRedis, Locker};
+///
+/// let redis = MemoryRedis::new();
+/// let (a, b) = (Locker::in_memory_on(&redis), Locker::in_memory_on(&redis)); // two "processes"
+/// let lock = a.acquire("job", Duration::from_secs(30)).await?;
+/// assert!(b.acquire("job", Duration::from_secs(30)).await.unwrap_err().is_not_obtained());
+/// assert_eq!(redis.keys(), [b"job".to_vec()]);
+/// assert!(redis.ttl("job").unwrap() <= Duration::from_secs(30));
+/// lock.release().await?;
+/// assert!(redis.keys().is_empty(), "nothing left behind");
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct MemoryRedis {
     shared: Arc<Shared>,
