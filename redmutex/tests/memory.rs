@@ -235,3 +235,27 @@ fn scripts_that_redis_refuses_are_refused() {
         );
     });
 }
+
+/// A server restarted empty drops the waiters' subscriber connection; push wake-up
+/// connects again and has a waiter re-check, which finds the key gone: no waiter is left
+/// to its (here, one-minute) poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_not_stranded_by_a_restart() {
+    let redis = MemoryRedis::new();
+    let (a, b) = (Locker::in_memory_on(&redis), Locker::in_memory_on(&redis));
+    let lock = a.acquire("job", MINUTE).await.unwrap();
+    let waiter = tokio::spawn(async move {
+        (b.acquire("job", MINUTE))
+            .retry(retry::constant(MINUTE))
+            .deadline(Duration::from_secs(10))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    redis.restart_empty();
+    let taken = waiter
+        .await
+        .unwrap()
+        .expect("re-checked once subscribed again");
+    assert!(lock.release().await.unwrap_err().is_not_held());
+    taken.release().await.unwrap();
+}

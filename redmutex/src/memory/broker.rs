@@ -50,6 +50,12 @@ impl Broker {
         heard
     }
 
+    /// Drops every subscriber connection, as a server that restarts does: their streams
+    /// end, and push wake-up connects and subscribes again.
+    pub(crate) fn disconnect_all(&self) {
+        lock(&self.subscribers).clear();
+    }
+
     fn update(&self, id: u64, channels: Vec<Vec<u8>>, subscribe: bool) {
         let mut subscribers = lock(&self.subscribers);
         if let Some(subscriber) = subscribers.iter_mut().find(|s| s.id == id) {

@@ -261,6 +261,11 @@ impl Keyspace {
             .collect()
     }
 
+    /// Forgets every key, as a server restarted without persistence has.
+    pub(crate) fn clear(&mut self) {
+        self.entries.clear();
+    }
+
     /// Removes `key` now, as if its TTL ran out; whether it existed.
     pub(crate) fn expire_now(&mut self, key: &[u8], now_ms: u64) -> bool {
         self.remove(key, now_ms).is_some()

@@ -14,8 +14,10 @@
 //! Time is tokio's: keys expire on [`tokio::time::Instant`], so a test that pauses the
 //! clock (`#[tokio::test(start_paused = true)]`, `tokio::time::advance`) decides when a
 //! TTL runs out, without sleeping. For faults, [`MemoryRedis::expire_now`] ends a key's
-//! TTL at once, [`MemoryRedis::take_over`] lets another owner take a key, and
-//! [`MemoryRedis::fail_next`] makes the next requests fail as a dropped connection would.
+//! TTL at once, [`MemoryRedis::take_over`] lets another owner take a key,
+//! [`MemoryRedis::restart_empty`] forgets everything as a server restarted without
+//! persistence does, and [`MemoryRedis::fail_next`] makes the next requests fail as a
+//! dropped connection would.
 //!
 //! ```
 //! use std::time::Duration;
@@ -181,6 +183,26 @@ impl MemoryRedis {
         ];
         let written = self.server().execute(&set, now_us);
         debug_assert!(written.is_ok(), "{written:?}");
+    }
+
+    /// Restarts the server without persistence: every key and every loaded script is
+    /// forgotten, and subscriber connections are dropped (push wake-up connects again by
+    /// itself). Holders find their locks lost at their next renewal, refresh or release;
+    /// fences count on from the server's clock, as over Redis.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// let locker = redmutex::Locker::in_memory();
+    /// let mut lock = locker.acquire("job", Duration::from_secs(30)).await?;
+    /// locker.connection().restart_empty();
+    /// assert!(lock.refresh(Duration::from_secs(30)).await.unwrap_err().is_not_held());
+    /// # Ok(()) }
+    /// ```
+    pub fn restart_empty(&self) {
+        self.server().restart_empty();
+        self.shared.broker.disconnect_all();
     }
 
     /// Makes the next `requests` requests fail with a transient connection error (an I/O

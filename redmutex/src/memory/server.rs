@@ -62,6 +62,17 @@ impl Server {
         f(&mut state.keyspace, now_us / 1000)
     }
 
+    /// Forgets every key and every loaded script, as a server restarted without
+    /// persistence has.
+    pub(crate) fn restart_empty(&mut self) {
+        self.scripts.clear();
+        let mut state = self
+            .lua
+            .app_data_mut::<State>()
+            .expect("the state is installed");
+        state.keyspace.clear();
+    }
+
     /// Answers one request (`args[0]` is the command's name) at server time `now_us`.
     pub(crate) fn execute(&mut self, args: &[Vec<u8>], now_us: u64) -> Result<Reply, CommandError> {
         let name = args
