@@ -3,9 +3,11 @@
 use std::future::IntoFuture;
 use std::time::Duration;
 
-use redmutex::{Check, Connection, Error, Finding, Level, Lock, LockInfo, Locker, Token};
+use redmutex::{
+    Check, Connection, Error, Finding, Level, ListedLock, Lock, LockInfo, LockKind, Locker, Token,
+};
 
-use crate::describe::{json_string, printable};
+use crate::describe::{self, json_string, printable};
 use crate::exit::{self, Failure};
 use crate::output::{outln, stdout_was_closed};
 use crate::waiting;
@@ -146,6 +148,14 @@ pub async fn inspect<C: Connection>(
             printable(&info.key_lossy()),
             info.nodes.len()
         )?;
+    } else if let Some(listed) = other_kind(locker, &args.key, &info).await {
+        // A semaphore's or readers' key is not a lock's: say what holds it instead of
+        // calling it foreign.
+        let (holders, details) = (describe::held_by(&listed), describe::details(&listed));
+        outln!(
+            "{}: held by {holders} ({details})",
+            printable(&info.key_lossy())
+        )?;
     } else {
         outln!("{}: {}", printable(&info.key_lossy()), text_view(&info))?;
     }
@@ -258,6 +268,20 @@ pub fn verdict(report: &redmutex::ServerCheck) -> String {
         (n, _) => format!("NOT fit for locks: {n} unsafe finding(s)"),
     };
     format!("{head}; {warnings} warning(s), {unknown} could not be checked")
+}
+
+/// What redmutex primitive other than a lock holds a key `inspect` found foreign, if any
+/// (looked up only then; a failed look-up leaves the plain view).
+async fn other_kind<C: Connection>(
+    locker: &Locker<C>,
+    key: &str,
+    info: &LockInfo,
+) -> Option<ListedLock> {
+    if !info.foreign {
+        return None;
+    }
+    let listed = locker.describe(key).await.ok()??;
+    (listed.kind != LockKind::Foreign).then_some(listed)
 }
 
 /// `held, ttl 29.5s, fence 42, awaited, metadata: host=a`, `free, last fence 42` or

@@ -1434,6 +1434,16 @@ fn shared_execs_run_together_and_exclusive_ones_alone() {
         .spawn()
         .unwrap();
     wait_for_file(&dir.join("started"), Duration::from_secs(10));
+    // `inspect` says readers hold it (their key is not a lock's), and who.
+    let out = run(redmutex(&server).args(["inspect", "doc"]));
+    let text = stdout(&out);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(text.starts_with("doc: held by 1 readers: "), "{text}");
+    assert!(
+        text.contains("cmd=sh") && text.contains("(rw_lock_read, "),
+        "{text}"
+    );
+    assert!(!text.contains("not a redmutex lock"), "{text}");
     for flags in [&["-x", "-n"][..], &["-n"][..]] {
         let out = run(redmutex(&server)
             .arg("exec")
@@ -1510,6 +1520,10 @@ fn elect_runs_the_command_while_leading_and_leader_shows_who() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
+    let watched = lines_of(&mut watch);
+    // The watcher's first line is the state it found: wait for it, so that it cannot
+    // find the first leader already in place.
+    assert_eq!(next_line(&watched), "none");
     let release = dir.join("release");
     let lead = |name: &str| {
         format!(
@@ -1568,24 +1582,22 @@ fn elect_runs_the_command_while_leading_and_leader_shows_who() {
     assert!(wait_child(&mut second, Duration::from_secs(10)).success());
     let out = run(redmutex(&server).args(["leader", "svc"]));
     assert_eq!(stdout(&out).trim(), "none");
-    thread::sleep(ms(300));
+    // The watcher saw each leader in turn (perhaps nobody between them), then nobody;
+    // a missing line is a panic of next_line's.
+    let first_line = next_line(&watched);
+    assert!(
+        first_line.starts_with(&format!("first term {term_a} ")),
+        "{first_line}"
+    );
+    let second_term = format!("second term {term_b} ");
+    let mut between = next_line(&watched);
+    if between == "none" {
+        between = next_line(&watched);
+    }
+    assert!(between.starts_with(&second_term), "{between}");
+    assert_eq!(next_line(&watched), "none");
     watch.kill().unwrap();
-    let seen = String::from_utf8(watch.wait_with_output().unwrap().stdout).unwrap();
-    let lines: Vec<&str> = seen.lines().collect();
-    assert_eq!(lines.first(), Some(&"none"), "{seen}");
-    assert!(
-        lines
-            .iter()
-            .any(|l| l.starts_with(&format!("first term {term_a} "))),
-        "{seen}"
-    );
-    assert!(
-        lines
-            .iter()
-            .any(|l| l.starts_with(&format!("second term {term_b} "))),
-        "{seen}"
-    );
-    assert_eq!(lines.last(), Some(&"none"), "{seen}");
+    watch.wait().unwrap();
 
     // --again: the key deleted under the leader (its leadership lost) stops the command,
     // and the next campaign runs it again.

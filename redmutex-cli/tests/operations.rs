@@ -221,33 +221,6 @@ fn release_force_takes_the_lock_says_from_whom_and_the_holder_loses_it() {
     }
 }
 
-/// Reads lines from a child's stdout as they come.
-fn lines_of(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
-    let mut out = child.stdout.take().unwrap();
-    let (send, lines) = std::sync::mpsc::channel();
-    thread::spawn(move || {
-        let mut text = String::new();
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = out.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            text.push_str(&String::from_utf8_lossy(&buf[..n]));
-            while let Some(end) = text.find('\n') {
-                let _ = send.send(text[..end].to_owned());
-                text.drain(..=end);
-            }
-        }
-    });
-    lines
-}
-
-fn next_line(lines: &std::sync::mpsc::Receiver<String>) -> String {
-    lines
-        .recv_timeout(Duration::from_secs(5))
-        .expect("a line within 5 s")
-}
-
 #[test]
 fn watch_prints_a_line_per_change_of_holder() {
     let server = RedisServer::spawn();

@@ -2,6 +2,7 @@
 //! server, and reading what it did.
 #![allow(dead_code)] // each test file uses a different subset
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::thread;
@@ -83,4 +84,32 @@ pub fn process_alive(pid: &str) -> bool {
         Ok(stat) => !stat.rsplit(") ").next().unwrap_or("").starts_with('Z'),
         Err(_) => false,
     }
+}
+
+/// The lines a child prints, as they come (its stdout taken), read on a thread of their own.
+pub fn lines_of(child: &mut Child) -> std::sync::mpsc::Receiver<String> {
+    let mut out = child.stdout.take().unwrap();
+    let (send, lines) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        let mut text = String::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = out.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            text.push_str(&String::from_utf8_lossy(&buf[..n]));
+            while let Some(end) = text.find('\n') {
+                let _ = send.send(text[..end].to_owned());
+                text.drain(..=end);
+            }
+        }
+    });
+    lines
+}
+
+/// The next line from [`lines_of`], or a panic after 10 s.
+pub fn next_line(lines: &std::sync::mpsc::Receiver<String>) -> String {
+    lines
+        .recv_timeout(Duration::from_secs(10))
+        .expect("a line within 10 s")
 }
