@@ -62,6 +62,21 @@ pub(crate) fn ttl_millis(ttl: Duration) -> Result<u64, Error> {
 /// The keys of one lock, with the locker's prefix, checked: at least one, none empty or too
 /// long, none named like a fence counter, no duplicates. What a [`Lock`](crate::Lock) holds
 /// (its `P`, the default); read them with [`Lock::keys`](crate::Lock::keys).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// use std::time::Duration;
+/// use redmutex::{memory::MemoryRedis, Keys, Lock};
+/// fn stored(lock: &Lock<MemoryRedis, Keys>) -> Vec<String> {
+///     lock.keys().map(|key| String::from_utf8_lossy(key).into_owned()).collect()
+/// }
+/// let locker = redmutex::Locker::in_memory().with_prefix("app:");
+/// let lock = locker.acquire_all(["payment", "stock"], Duration::from_secs(10)).await?;
+/// assert_eq!(stored(&lock), ["app:payment", "app:stock"]);
+/// # lock.release().await?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Keys(Box<[Box<[u8]>]>);
 

@@ -16,6 +16,18 @@ const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What [`Locker::check_server`](crate::Locker::check_server) found: one finding per
 /// check and node, fine ones included.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let locker = redmutex::Locker::in_memory();
+/// let check = locker.check_server().await;
+/// for finding in &check.findings {
+///     println!("node {} {}: {}", finding.node, finding.check.name(), finding.detail);
+/// }
+/// assert!(check.reached_any() && check.is_fit());
+/// # }
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ServerCheck {
@@ -25,11 +37,40 @@ pub struct ServerCheck {
 
 impl ServerCheck {
     /// No finding makes locks unsafe (warnings and checks that could not be made aside).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use redmutex::Level;
+    /// let check = locker.check_server().await;
+    /// // The in-memory server never evicts, but keeps nothing on disk: fit, with a warning.
+    /// assert!(check.is_fit());
+    /// assert_eq!(check.at(Level::Unsafe).count(), 0);
+    /// assert!(check.at(Level::Warning).count() > 0);
+    /// # }
+    /// ```
     pub fn is_fit(&self) -> bool {
         !self.findings.iter().any(|f| f.level == Level::Unsafe)
     }
 
     /// Some node answered at all.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use redmutex::{memory::MemoryRedis, Check, Locker};
+    /// let nodes = [MemoryRedis::new(), MemoryRedis::new(), MemoryRedis::new()];
+    /// let locker = Locker::redlock(nodes.clone())?;
+    /// nodes[2].fail_next(u64::MAX); // node 2 is down
+    /// let check = locker.check_server().await;
+    /// assert!(check.reached_any());
+    /// assert!(check.findings.iter().any(|f| f.node == 2 && f.check == Check::Reachable));
+    /// nodes[0].fail_next(u64::MAX);
+    /// nodes[1].fail_next(u64::MAX); // all of them are
+    /// assert!(!locker.check_server().await.reached_any());
+    /// # Ok(()) }
+    /// ```
     pub fn reached_any(&self) -> bool {
         let nodes: std::collections::BTreeSet<usize> =
             self.findings.iter().map(|f| f.node).collect();
@@ -42,12 +83,35 @@ impl ServerCheck {
     }
 
     /// The findings at `level`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use redmutex::{Check, Level};
+    /// let check = locker.check_server().await;
+    /// let warned: Vec<Check> = check.at(Level::Warning).map(|f| f.check).collect();
+    /// assert_eq!(warned, [Check::Persistence]); // the in-memory server keeps nothing on disk
+    /// # }
+    /// ```
     pub fn at(&self, level: Level) -> impl Iterator<Item = &Finding> {
         self.findings.iter().filter(move |f| f.level == level)
     }
 }
 
 /// One thing [`ServerCheck`] looked at, on one node.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// # let locker = redmutex::Locker::in_memory();
+/// use redmutex::{Check, Level};
+/// let check = locker.check_server().await;
+/// let eviction = check.findings.iter().find(|f| f.check == Check::Eviction).unwrap();
+/// assert_eq!((eviction.node, eviction.level), (0, Level::Fine));
+/// assert_eq!(eviction.detail, "noeviction");
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Finding {
@@ -63,6 +127,19 @@ pub struct Finding {
 }
 
 /// What a [`Finding`] is about.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// # let locker = redmutex::Locker::in_memory();
+/// use redmutex::Check;
+/// let check = locker.check_server().await;
+/// let checked: Vec<Check> = check.findings.iter().map(|f| f.check).collect();
+/// assert!(checked.contains(&Check::Eviction) && checked.contains(&Check::Permissions));
+/// assert!(!checked.contains(&Check::Reachable), "it answered");
+/// assert!(!checked.contains(&Check::Cluster), "not a cluster");
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum Check {
@@ -90,6 +167,13 @@ pub enum Check {
 impl Check {
     /// A short name: `maxmemory-policy`, `appendfsync`, … (as `redmutex doctor --json`
     /// prints it).
+    ///
+    /// ```
+    /// use redmutex::Check;
+    /// assert_eq!(Check::Eviction.name(), "maxmemory-policy");
+    /// assert_eq!(Check::Fsync.name(), "appendfsync");
+    /// assert_eq!(Check::WakeUp.name(), "wake-up");
+    /// ```
     pub fn name(self) -> &'static str {
         match self {
             Check::Reachable => "reachable",
@@ -106,6 +190,18 @@ impl Check {
 }
 
 /// How a [`Finding`] affects locks.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// # let locker = redmutex::Locker::in_memory();
+/// use redmutex::Level;
+/// assert!(Level::Fine < Level::Unknown && Level::Warning < Level::Unsafe); // worse is greater
+/// let check = locker.check_server().await;
+/// let worst = check.findings.iter().map(|f| f.level).max();
+/// assert_eq!(worst, Some(Level::Warning)); // no persistence on the in-memory server
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum Level {
@@ -121,6 +217,12 @@ pub enum Level {
 
 impl Level {
     /// `ok`, `unknown`, `warning` or `unsafe`.
+    ///
+    /// ```
+    /// use redmutex::Level;
+    /// assert_eq!(Level::Fine.name(), "ok");
+    /// assert_eq!(Level::Unsafe.name(), "unsafe");
+    /// ```
     pub fn name(self) -> &'static str {
         match self {
             Level::Fine => "ok",

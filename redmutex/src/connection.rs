@@ -8,12 +8,30 @@ use crate::error::Error;
 
 /// Any redis-rs async connection that can be cloned cheaply and shared between tasks:
 /// [`ConnectionManager`] (reconnects by itself; recommended for long-lived lockers),
-/// [`MultiplexedConnection`](redis::aio::MultiplexedConnection), and later the cluster
-/// connection. Implemented automatically.
+/// [`MultiplexedConnection`](redis::aio::MultiplexedConnection), the cluster connection
+/// (feature `cluster`, see [`Locker::cluster`](crate::Locker::cluster)) and the in-memory
+/// `memory::MemoryRedis` (feature `memory`). Implemented automatically.
 ///
 /// redmutex clones the connection for each operation and never opens connections of its
 /// own, so the connection's settings apply: in particular its *response timeout* (500 ms
 /// by default in redis-rs) bounds how long one request to an unresponsive server waits.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// use std::time::Duration;
+/// use redmutex::{Connection, Locker};
+/// // Works over any connection: a ConnectionManager in production, MemoryRedis in tests.
+/// async fn nightly<C: Connection>(locker: &Locker<C>) -> Result<bool, redmutex::Error> {
+///     match locker.acquire("nightly", Duration::from_secs(60)).await {
+///         Ok(lock) => lock.release().await.map(|()| true),
+///         Err(e) if e.is_not_obtained() => Ok(false),
+///         Err(e) => Err(e),
+///     }
+/// }
+/// assert!(nightly(&Locker::in_memory()).await?);
+/// # Ok(()) }
+/// ```
 pub trait Connection: ConnectionLike + Clone + Send + Sync + 'static {}
 
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> Connection for C {}
@@ -55,6 +73,15 @@ pub async fn connect(url: &str) -> Result<ConnectionManager, Error> {
 ///
 /// # Cancel safety
 /// Cancel safe: a dropped connect leaves nothing behind.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), redmutex::Error> {
+/// let client = redis::Client::open("redis://:s3cret@127.0.0.1:6379/2")?;
+/// let conn = redmutex::connect_client(client.clone()).await?;
+/// let locker = redmutex::Locker::new(conn).with_wake_up([client])?; // the same server twice
+/// assert!(locker.wakes_up());
+/// # Ok(()) }
+/// ```
 pub async fn connect_client(client: redis::Client) -> Result<ConnectionManager, Error> {
     Ok(ConnectionManager::new_with_config(client, manager_config()).await?)
 }
@@ -87,6 +114,18 @@ pub fn connect_lazy(url: &str) -> Result<ConnectionManager, Error> {
 ///
 /// # Panics
 /// Outside a tokio runtime (the manager starts a task on it).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// let nodes = ["redis://127.0.0.1:6379", "redis://127.0.0.1:6380", "redis://127.0.0.1:6381"]
+///     .into_iter()
+///     .map(|url| redmutex::connect_lazy_client(redis::Client::open(url)?))
+///     .collect::<Result<Vec<_>, redmutex::Error>>()?;
+/// let locker = redmutex::Locker::redlock(nodes)?; // nothing sent yet: nodes may be down
+/// assert_eq!(locker.nodes().len(), 3);
+/// # Ok(()) }
+/// ```
 pub fn connect_lazy_client(client: redis::Client) -> Result<ConnectionManager, Error> {
     Ok(ConnectionManager::new_lazy_with_config(
         client,

@@ -64,6 +64,24 @@ pub enum Error {
 }
 
 /// Details of [`Error::NotObtained`].
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// # let locker = redmutex::Locker::in_memory();
+/// use std::time::Duration;
+/// use redmutex::{retry, Error};
+/// let _held = locker.acquire("report", Duration::from_secs(30)).await?;
+/// let tried = locker.acquire("report", Duration::from_secs(30))
+///     .retry(retry::constant(Duration::from_millis(100)))
+///     .deadline(Duration::from_secs(1))
+///     .await;
+/// let Err(Error::NotObtained(why)) = tried else { panic!("held all along") };
+/// assert_eq!(why.attempts, 11); // at 0 ms, 100 ms, ..., 1 s
+/// assert_eq!(why.elapsed, Duration::from_secs(1));
+/// assert!(why.last_error.is_none(), "every try found it held");
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct NotObtained {
@@ -79,6 +97,25 @@ pub struct NotObtained {
 }
 
 /// Details of [`Error::NotReplicated`].
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// use std::time::Duration;
+/// use redmutex::{Error, Locker, Replication};
+/// let conn = redmutex::connect("redis://127.0.0.1:6379").await?;
+/// let replication = Replication::new(2, Duration::from_millis(50));
+/// let locker = Locker::new(conn).with_replication(replication)?;
+/// match locker.acquire("payout:7", Duration::from_secs(10)).await {
+///     Ok(lock) => lock.release().await?,
+///     Err(Error::NotReplicated(why)) => {
+///         assert!(why.acked < why.wanted && !why.on_disk); // the acquire was undone
+///         eprintln!("{why}"); // e.g. "confirmed by 1 of 2 replicas within 50ms"
+///     }
+///     Err(e) => return Err(e),
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct NotReplicated {
@@ -107,6 +144,16 @@ impl fmt::Display for NotReplicated {
 }
 
 /// Details of [`Error::InvalidArgument`].
+///
+/// ```
+/// use redmutex::{Argument, Error};
+/// let metadata = "x".repeat(redmutex::MAX_METADATA_LEN + 1);
+/// let Err(Error::InvalidArgument(bad)) = redmutex::check_metadata(&metadata) else {
+///     panic!("too much metadata is refused");
+/// };
+/// assert_eq!(bad.argument, Argument::Metadata);
+/// assert!(bad.reason.contains("above the maximum"), "{}", bad.reason);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct InvalidArgument {
@@ -117,6 +164,15 @@ pub struct InvalidArgument {
 }
 
 /// The argument named by an [`InvalidArgument`].
+///
+/// ```
+/// use redmutex::{Argument, Error};
+/// let Err(Error::InvalidArgument(bad)) = redmutex::check_keys("app:", ["job", "job"]) else {
+///     panic!("a key given twice is refused");
+/// };
+/// assert_eq!(bad.argument, Argument::Keys);
+/// assert_eq!(bad.argument.to_string(), "keys"); // as the error's message names it
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Argument {
@@ -158,24 +214,77 @@ impl Error {
         })
     }
 
-    /// The lock is held by someone else: trying again later may succeed.
+    /// The lock is held by someone else (or, for a [fair lock](crate::FairLock), others are
+    /// ahead in line): trying again later may succeed.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let held = locker.acquire("report", Duration::from_secs(30)).await?;
+    /// let busy = locker.acquire("report", Duration::from_secs(30)).await.unwrap_err();
+    /// assert!(busy.is_not_obtained());
+    /// held.release().await?;
+    /// let lock = locker.acquire("report", Duration::from_secs(30)).await?; // later, it is free
+    /// # lock.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn is_not_obtained(&self) -> bool {
         matches!(self, Error::NotObtained(_))
     }
 
     /// The lock was lost (expired or taken over): stop relying on it at once.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let mut lock = locker.acquire("report", Duration::from_secs(30)).await?;
+    /// locker.connection().expire_now("report"); // the TTL ran out while the work went on
+    /// let lost = lock.refresh(Duration::from_secs(30)).await.unwrap_err();
+    /// assert!(lost.is_not_held() && !lost.is_transient());
+    /// # Ok(()) }
+    /// ```
     pub fn is_not_held(&self) -> bool {
         matches!(self, Error::NotHeld)
     }
 
     /// The call itself was wrong; retrying the same call cannot help.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let sent = locker.connection().requests();
+    /// let refused = locker.acquire("report", Duration::ZERO).await.unwrap_err();
+    /// assert!(refused.is_invalid_argument() && !refused.is_transient());
+    /// assert_eq!(locker.connection().requests(), sent, "caught before any request");
+    /// # Ok(()) }
+    /// ```
     pub fn is_invalid_argument(&self) -> bool {
         matches!(self, Error::InvalidArgument(_))
     }
 
-    /// Retrying later may help: the lock was busy, or Redis was unreachable, timed out,
-    /// was loading, failing over or redirecting. False for lost locks, bad arguments,
+    /// Retrying later may help: the lock was busy, too few replicas confirmed it, or Redis
+    /// was unreachable, timed out, was loading, failing over or redirecting. False for lost locks, bad arguments,
     /// authentication and permission failures, and script errors.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// locker.connection().fail_next(1); // the connection drops once
+    /// let dropped = locker.acquire("report", Duration::from_secs(30)).await.unwrap_err();
+    /// assert!(dropped.is_transient());
+    /// let lock = locker.acquire("report", Duration::from_secs(30)).await?; // so try again
+    /// lock.release().await?;
+    /// assert!(!redmutex::Error::NotHeld.is_transient());
+    /// # Ok(()) }
+    /// ```
     pub fn is_transient(&self) -> bool {
         match self {
             Error::NotObtained(_) | Error::NotReplicated(_) => true,
@@ -190,6 +299,18 @@ impl Error {
     /// needs, or not on this key or channel (`NOPERM`). Not transient: the user needs the
     /// rule [`acl_rule`](crate::acl_rule) prints (commands, `~PREFIX*`, `~{PREFIX*` and `&PREFIX*`).
     /// Redlock: so many nodes refused that no quorum can agree.
+    ///
+    /// ```
+    /// use redis::{ErrorKind, RedisError, ServerErrorKind};
+    /// let refusal = RedisError::from((
+    ///     ErrorKind::Server(ServerErrorKind::NoPerm),
+    ///     "NOPERM",
+    ///     "this user has no permissions to run the 'evalsha' command".to_string(),
+    /// ));
+    /// let e = redmutex::Error::from(refusal);
+    /// assert!(e.is_permission_denied() && !e.is_transient());
+    /// assert!(redmutex::acl_rule("app:").contains("~app:*")); // what the user needs
+    /// ```
     pub fn is_permission_denied(&self) -> bool {
         match self {
             Error::Redis(e) => is_no_permission(e),
@@ -208,6 +329,24 @@ impl Error {
     /// The Redis error behind this one, if any (for [`Error::NotObtained`], the last
     /// transient error seen while retrying). `None` for [`Error::NoQuorum`], whose
     /// per-node errors are in its [`QuorumFailure::failures`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// use redmutex::retry;
+    /// let _held = locker.acquire("report", Duration::from_secs(30)).await?;
+    /// locker.connection().fail_next(1); // the first try is lost on the way
+    /// let e = locker.acquire("report", Duration::from_secs(30))
+    ///     .retry(retry::constant(Duration::from_millis(100)))
+    ///     .deadline(Duration::from_millis(500))
+    ///     .await
+    ///     .unwrap_err();
+    /// assert!(e.is_not_obtained());
+    /// assert_eq!(e.redis_error().map(|r| r.kind()), Some(redis::ErrorKind::Io));
+    /// # Ok(()) }
+    /// ```
     pub fn redis_error(&self) -> Option<&redis::RedisError> {
         match self {
             Error::Redis(e) => Some(e),

@@ -84,6 +84,27 @@ impl Locker<crate::memory::MemoryRedis> {
 
     /// Another locker over the same in-memory server as `redis` (a clone of its handle):
     /// what another process would be over one Redis server, with push wake-up.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::{Duration, Instant};
+    /// use redmutex::{memory::MemoryRedis, retry, Locker};
+    /// let redis = MemoryRedis::new();
+    /// // Two "processes" over one server:
+    /// let (a, b) = (Locker::in_memory_on(&redis), Locker::in_memory_on(&redis));
+    /// let lock = a.acquire("job", Duration::from_secs(30)).await?;
+    /// let waiter = tokio::spawn(async move {
+    ///     let every_10s = retry::constant(Duration::from_secs(10));
+    ///     b.acquire("job", Duration::from_secs(30)).retry(every_10s).await
+    /// });
+    /// tokio::time::sleep(Duration::from_millis(20)).await; // `b` waits
+    /// let released = Instant::now();
+    /// lock.release().await?;
+    /// waiter.await??;
+    /// assert!(released.elapsed() < Duration::from_secs(1)); // woken by the release
+    /// # Ok(()) }
+    /// ```
     pub fn in_memory_on(redis: &crate::memory::MemoryRedis) -> Locker<crate::memory::MemoryRedis> {
         Locker::new(redis.clone())
             .with_wake_up([redis])
@@ -93,6 +114,19 @@ impl Locker<crate::memory::MemoryRedis> {
 
 impl<C: Connection> Locker<C> {
     /// A locker over `conn`, storing each lock under exactly its key.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// // Any redis-rs async connection will do; here the in-memory server (feature `memory`).
+    /// let locker = redmutex::Locker::new(redmutex::memory::MemoryRedis::new());
+    /// let lock = locker.acquire("daily-export", Duration::from_secs(30)).await?;
+    /// assert_eq!(locker.connection().keys(), [b"daily-export".to_vec()]);
+    /// assert!(!locker.wakes_up()); // waiters poll, unless built `with_wake_up`
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn new(conn: C) -> Locker<C> {
         Locker::over(Backend::single(conn))
     }
@@ -181,6 +215,21 @@ impl<C: Connection> Locker<C> {
     }
 
     /// Whether this locker was built with [`Locker::cluster`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// use redmutex::{memory::MemoryRedis, Locker};
+    /// assert!(!Locker::in_memory().is_cluster());
+    /// let cluster = Locker::cluster(MemoryRedis::new()); // a `ClusterConnection` in production
+    /// assert!(cluster.is_cluster());
+    /// // Keys of one lock must share a hash slot there: refused before anything is sent.
+    /// let keys = ["order-7:payment", "order-7:stock"];
+    /// let refused = cluster.acquire_all(keys, Duration::from_secs(10)).await;
+    /// assert!(refused.unwrap_err().is_invalid_argument());
+    /// # Ok(()) }
+    /// ```
     pub fn is_cluster(&self) -> bool {
         self.context.backend.is_cluster()
     }
@@ -231,6 +280,21 @@ impl<C: Connection> Locker<C> {
     /// # Errors
     /// [`Error::InvalidArgument`] for a retention below a second or above
     /// [`MAX_TTL`](crate::MAX_TTL).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// use redmutex::Locker;
+    /// let locker = Locker::in_memory().with_fence_retention(Duration::from_secs(3600))?;
+    /// let lock = locker.acquire("ledger", Duration::from_secs(10)).with_fence().await?;
+    /// lock.release().await?;
+    /// let left = locker.connection().keys(); // the fence counter, kept for an hour
+    /// assert_eq!(left.len(), 1);
+    /// assert_eq!(locker.connection().ttl(&left[0]), Some(Duration::from_secs(3600)));
+    /// assert!(Locker::in_memory().with_fence_retention(Duration::ZERO).is_err());
+    /// # Ok(()) }
+    /// ```
     pub fn with_fence_retention(self, retention: Duration) -> Result<Locker<C>, Error> {
         if retention < MIN_FENCE_RETENTION || retention > args::MAX_TTL {
             return Err(Error::invalid(
@@ -246,6 +310,17 @@ impl<C: Connection> Locker<C> {
     }
 
     /// How long fence counters are kept after their last use.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// let locker = redmutex::Locker::in_memory();
+    /// assert_eq!(locker.fence_retention(), redmutex::DEFAULT_FENCE_RETENTION); // a day
+    /// let locker = locker.with_fence_retention(Duration::from_secs(3600))?;
+    /// assert_eq!(locker.fence_retention(), Duration::from_secs(3600));
+    /// # Ok(()) }
+    /// ```
     pub fn fence_retention(&self) -> Duration {
         Duration::from_millis(self.context.fences.retention_ms)
     }
@@ -263,6 +338,19 @@ impl<C: Connection> Locker<C> {
     }
 
     /// Whether fences may be taken (see [`without_fences`](Locker::without_fences)).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// let locker = redmutex::Locker::in_memory().without_fences();
+    /// assert!(!locker.fences());
+    /// let acquire = locker.acquire("ledger", Duration::from_secs(10));
+    /// let lock = if locker.fences() { acquire.with_fence().await? } else { acquire.await? };
+    /// assert_eq!(lock.fence_if_taken(), None);
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn fences(&self) -> bool {
         self.context.fences.enabled
     }
@@ -331,6 +419,18 @@ impl<C: Connection> Locker<C> {
     }
 
     /// Whether [`with_wake_up`](Locker::with_wake_up) is on.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use redmutex::{memory::MemoryRedis, Locker};
+    /// let redis = MemoryRedis::new();
+    /// let polling = Locker::new(redis.clone());
+    /// assert!(!polling.wakes_up());
+    /// assert!(polling.with_wake_up([&redis])?.wakes_up());
+    /// assert!(Locker::in_memory_on(&redis).wakes_up());
+    /// # Ok(()) }
+    /// ```
     pub fn wakes_up(&self) -> bool {
         self.context.hub.is_some()
     }
@@ -353,6 +453,22 @@ impl<C: Connection> Locker<C> {
 
     /// Redlock: judge quorums with `settings` (node timeout, drift allowance, minimum
     /// validity). No effect on a single-node locker.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// use redmutex::{memory::MemoryRedis, Locker, QuorumSettings};
+    /// let nodes = [MemoryRedis::new(), MemoryRedis::new(), MemoryRedis::new()];
+    /// let drift = QuorumSettings::new().drift_factor(0.0).fixed_drift(Duration::from_millis(100));
+    /// let locker = Locker::redlock(nodes)?.with_quorum_settings(drift);
+    /// let start = tokio::time::Instant::now();
+    /// let lock = locker.acquire("billing-run", Duration::from_secs(10)).await?;
+    /// // Valid for the TTL less the time taken (none here) and the 100 ms drift allowance:
+    /// assert_eq!(lock.valid_until(), start + Duration::from_millis(9_900));
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn with_quorum_settings(self, settings: QuorumSettings) -> Locker<C> {
         match self.context.backend.with_settings(settings) {
             Some(backend) => self.edit(|context| {
@@ -406,17 +522,57 @@ impl<C: Connection> Locker<C> {
     }
 
     /// The quorum settings of a Redlock locker; `None` for a single node.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// use redmutex::{memory::MemoryRedis, Locker, QuorumSettings};
+    /// let settings = QuorumSettings::new().node_timeout(Duration::from_millis(50));
+    /// let nodes = [MemoryRedis::new(), MemoryRedis::new(), MemoryRedis::new()];
+    /// let redlock = Locker::redlock(nodes)?.with_quorum_settings(settings);
+    /// assert_eq!(redlock.quorum_settings(), Some(&settings));
+    /// let single = Locker::in_memory().with_quorum_settings(settings); // no effect
+    /// assert_eq!(single.quorum_settings(), None);
+    /// # Ok(()) }
+    /// ```
     pub fn quorum_settings(&self) -> Option<&QuorumSettings> {
         self.context.backend.quorum_settings()
     }
 
     /// Prepends `prefix` to every key this locker touches, e.g. `"myapp:lock:"`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// let locker = redmutex::Locker::in_memory().with_prefix("myapp:lock:");
+    /// let lock = locker.acquire("daily-export", Duration::from_secs(30)).await?;
+    /// assert_eq!(locker.connection().keys(), [b"myapp:lock:daily-export".to_vec()]);
+    /// assert!(locker.inspect("daily-export").await?.held); // every call adds the prefix
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn with_prefix(mut self, prefix: impl AsRef<[u8]>) -> Locker<C> {
         self.prefix = Arc::from(prefix.as_ref());
         self
     }
 
     /// The key prefix (empty by default).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// let locker = redmutex::Locker::in_memory();
+    /// assert_eq!(locker.prefix(), b"");
+    /// let locker = locker.with_prefix("myapp:lock:");
+    /// let stored = [locker.prefix(), b"daily-export"].concat(); // the key as Redis has it
+    /// let lock = locker.acquire("daily-export", Duration::from_secs(30)).await?;
+    /// assert!(locker.connection().ttl(&stored).is_some());
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn prefix(&self) -> &[u8] {
         &self.prefix
     }
@@ -525,6 +681,16 @@ impl<C: Connection> Locker<C> {
     }
 
     /// The name given with [`with_name`](Locker::with_name), if any.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// let locker = redmutex::Locker::in_memory();
+    /// assert_eq!(locker.name(), None);
+    /// let billing = locker.with_name("billing");
+    /// assert_eq!(billing.clone().name(), Some("billing")); // clones keep it
+    /// # Ok(()) }
+    /// ```
     pub fn name(&self) -> Option<&str> {
         self.context.meter.name()
     }
@@ -548,11 +714,39 @@ impl<C: Connection> Locker<C> {
     }
 
     /// The connection this locker uses (for Redlock, the first node's).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// let locker = redmutex::Locker::in_memory();
+    /// let lock = locker.acquire("job", Duration::from_secs(30)).await?;
+    /// let redis = locker.connection(); // here the in-memory server, with its test helpers
+    /// assert!(redis.ttl("job").is_some());
+    /// redis.expire_now("job");
+    /// assert!(lock.release().await.unwrap_err().is_not_held());
+    /// # Ok(()) }
+    /// ```
     pub fn connection(&self) -> &C {
         &self.nodes()[0]
     }
 
     /// The connection of every node: one for a single-node locker, N for Redlock.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// use redmutex::{memory::MemoryRedis, Locker};
+    /// assert_eq!(Locker::in_memory().nodes().len(), 1);
+    /// let nodes = [MemoryRedis::new(), MemoryRedis::new(), MemoryRedis::new()];
+    /// let redlock = Locker::redlock(nodes)?;
+    /// let lock = redlock.acquire("billing-run", Duration::from_secs(10)).await?;
+    /// let holding = redlock.nodes().iter().filter(|node| node.ttl("billing-run").is_some());
+    /// assert!(holding.count() >= 2); // a quorum of the three
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn nodes(&self) -> &[C] {
         self.context.backend.nodes()
     }
@@ -763,6 +957,20 @@ impl<C: Connection> Locker<C> {
     ///
     /// # Cancel safety
     /// See [`Acquire`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// let locker = redmutex::Locker::in_memory();
+    /// let lock = locker.acquire("daily-export", Duration::from_secs(30)).await?;
+    /// let again = locker.acquire("daily-export", Duration::from_secs(30)).await; // one try
+    /// assert!(again.unwrap_err().is_not_obtained());
+    /// let empty = locker.acquire("", Duration::from_secs(30)).await;
+    /// assert!(empty.unwrap_err().is_invalid_argument());
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn acquire<'a>(&self, key: impl AsRef<[u8]>, ttl: Duration) -> Acquire<'a, C> {
         self.acquire_all([key], ttl)
     }
@@ -797,6 +1005,23 @@ impl<C: Connection> Locker<C> {
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let acquire = locker.acquire("deploy", Duration::from_secs(30)).metadata("by=ci job=812");
+    /// let lock = acquire.with_fence().await?;
+    /// let info = locker.inspect("deploy").await?;
+    /// assert!(info.held);
+    /// assert_eq!(info.metadata.as_deref(), Some("by=ci job=812"));
+    /// assert!(info.ttl.is_some_and(|ttl| ttl <= Duration::from_secs(30)));
+    /// assert_eq!(info.fence, lock.fence_if_taken());
+    /// lock.release().await?;
+    /// assert!(!locker.inspect("deploy").await?.held);
+    /// # Ok(()) }
+    /// ```
     pub async fn inspect(&self, key: impl AsRef<[u8]>) -> Result<LockInfo, Error> {
         let keys = Keys::new(&self.prefix, [key])?;
         let key = keys.get(0).expect("one key");
@@ -862,6 +1087,21 @@ impl<C: Connection> Locker<C> {
     ///
     /// # Cancel safety
     /// If cancelled, the release may or may not have reached Redis.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let lock = locker.acquire("nightly", Duration::from_secs(600)).await?;
+    /// let saved = lock.detach().to_string(); // e.g. written to a file for a later step
+    /// // Another process, with the token it was given:
+    /// let other = redmutex::Locker::in_memory_on(locker.connection());
+    /// let token: redmutex::Token = saved.parse()?;
+    /// other.release_with_token(["nightly"], &token).await?;
+    /// assert!(other.release_with_token(["nightly"], &token).await.unwrap_err().is_not_held());
+    /// # Ok(()) }
+    /// ```
     pub async fn release_with_token<K: AsRef<[u8]>>(
         &self,
         keys: impl IntoIterator<Item = K>,
@@ -881,6 +1121,22 @@ impl<C: Connection> Locker<C> {
     ///
     /// # Cancel safety
     /// If cancelled, the new TTL may or may not have been applied.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let token = locker.acquire("nightly", Duration::from_secs(60)).await?.detach();
+    /// let other = redmutex::Locker::in_memory_on(locker.connection());
+    /// other.refresh_with_token(["nightly"], &token, Duration::from_secs(600)).await?;
+    /// assert!(locker.connection().ttl("nightly").unwrap() > Duration::from_secs(60));
+    /// let stranger = redmutex::Token::generate()?;
+    /// let refused = other.refresh_with_token(["nightly"], &stranger, Duration::from_secs(600));
+    /// assert!(refused.await.unwrap_err().is_not_held());
+    /// # other.release_with_token(["nightly"], &token).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn refresh_with_token<K: AsRef<[u8]>>(
         &self,
         keys: impl IntoIterator<Item = K>,

@@ -16,6 +16,21 @@ use std::fmt;
 use std::time::Duration;
 
 /// How Redlock judges an attempt. See the module docs for the formulas.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// use std::time::Duration;
+/// use redmutex::{memory::MemoryRedis, Locker, QuorumSettings};
+/// let settings = QuorumSettings::new().min_validity(Duration::from_secs(5));
+/// let nodes = [MemoryRedis::new(), MemoryRedis::new(), MemoryRedis::new()];
+/// let locker = Locker::redlock(nodes)?.with_quorum_settings(settings);
+/// assert_eq!(locker.quorum_settings(), Some(&settings));
+/// let lock = locker.acquire("billing", Duration::from_secs(30)).await?;
+/// assert!(lock.remaining_validity() >= Duration::from_secs(5));
+/// # lock.release().await?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct QuorumSettings {
     drift_factor: f64,
@@ -38,12 +53,31 @@ impl Default for QuorumSettings {
 impl QuorumSettings {
     /// Defaults: drift = TTL × 0.01 + 2 ms; node timeout derived from the TTL; no
     /// minimum validity beyond "positive".
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let settings = redmutex::QuorumSettings::new();
+    /// assert_eq!(settings.drift(Duration::from_secs(10)), Duration::from_millis(102));
+    /// assert_eq!(settings.timeout_for(Duration::from_secs(1)), Duration::from_millis(50));
+    /// let left = settings.validity(Duration::from_secs(1), Duration::ZERO);
+    /// assert_eq!(left, Some(Duration::from_millis(988)));
+    /// ```
     pub fn new() -> QuorumSettings {
         QuorumSettings::default()
     }
 
     /// The share of the TTL allowed for clock drift (default 0.01). Negative or NaN
     /// values count as 0; values above 1 as 1.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redmutex::QuorumSettings;
+    /// let ms = Duration::from_millis;
+    /// // Nodes on hosts whose clocks may run 5% apart: 5% of 1 s, plus the 2 ms fixed part.
+    /// assert_eq!(QuorumSettings::new().drift_factor(0.05).drift(ms(1000)), ms(52));
+    /// assert_eq!(QuorumSettings::new().drift_factor(-1.0).drift(ms(1000)), ms(2));
+    /// assert_eq!(QuorumSettings::new().drift_factor(7.0).drift(ms(1000)), ms(1002));
+    /// ```
     pub fn drift_factor(mut self, factor: f64) -> QuorumSettings {
         self.drift_factor = if factor.is_nan() {
             0.0
@@ -54,6 +88,15 @@ impl QuorumSettings {
     }
 
     /// The fixed part of the drift allowance (default 2 ms).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redmutex::QuorumSettings;
+    /// let ms = Duration::from_millis;
+    /// let settings = QuorumSettings::new().fixed_drift(ms(20)); // coarse clocks
+    /// assert_eq!(settings.drift(ms(1000)), ms(30));
+    /// assert_eq!(QuorumSettings::new().fixed_drift(Duration::ZERO).drift(ms(1000)), ms(10));
+    /// ```
     pub fn fixed_drift(mut self, drift: Duration) -> QuorumSettings {
         self.fixed_drift = drift;
         self
@@ -61,18 +104,53 @@ impl QuorumSettings {
 
     /// How long one node may take to answer one request; a slower node counts as failed
     /// for that attempt. Default: [`default_node_timeout`] of the TTL.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redmutex::{memory::MemoryRedis, Locker, QuorumSettings};
+    /// let ms = Duration::from_millis;
+    /// let settings = QuorumSettings::new().node_timeout(ms(200)); // nodes across a slow link
+    /// assert_eq!(settings.timeout_for(Duration::from_secs(1)), ms(200));
+    /// assert_eq!(QuorumSettings::new().timeout_for(Duration::from_secs(1)), ms(50));
+    /// let nodes = [MemoryRedis::new(), MemoryRedis::new(), MemoryRedis::new()];
+    /// let locker = Locker::redlock(nodes)?.with_quorum_settings(settings);
+    /// assert_eq!(locker.quorum_settings().map(|q| q.timeout_for(ms(1000))), Some(ms(200)));
+    /// # Ok::<(), redmutex::Error>(())
+    /// ```
     pub fn node_timeout(mut self, timeout: Duration) -> QuorumSettings {
         self.node_timeout = Some(timeout);
         self
     }
 
     /// Refuse leases with less validity left than this (default: any positive validity).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// use redmutex::{memory::MemoryRedis, Error, Locker, QuorumSettings};
+    /// let settings = QuorumSettings::new().min_validity(Duration::from_secs(5));
+    /// let nodes = [MemoryRedis::new(), MemoryRedis::new(), MemoryRedis::new()];
+    /// let locker = Locker::redlock(nodes.clone())?.with_quorum_settings(settings);
+    /// // A 2 s lease can never have 5 s left: the quorum agrees, but the lease is refused.
+    /// let err = locker.acquire("job", Duration::from_secs(2)).await.unwrap_err();
+    /// assert!(matches!(&err, Error::NoQuorum(f) if f.too_late && f.agreed == 3));
+    /// assert!(nodes.iter().all(|node| node.keys().is_empty()), "undone on every node");
+    /// # Ok(()) }
+    /// ```
     pub fn min_validity(mut self, min: Duration) -> QuorumSettings {
         self.min_validity = min;
         self
     }
 
     /// The clock-drift allowance for `ttl`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let settings = redmutex::QuorumSettings::new();
+    /// // A 30 s lease is trusted for 300 ms + 2 ms less than its TTL.
+    /// assert_eq!(settings.drift(Duration::from_secs(30)), Duration::from_millis(302));
+    /// ```
     pub fn drift(&self, ttl: Duration) -> Duration {
         let proportional = Duration::try_from_secs_f64(ttl.as_secs_f64() * self.drift_factor)
             .unwrap_or(Duration::MAX);
@@ -80,6 +158,14 @@ impl QuorumSettings {
     }
 
     /// The timeout for one node's answer, for a lease of `ttl`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redmutex::QuorumSettings;
+    /// let ms = Duration::from_millis;
+    /// assert_eq!(QuorumSettings::new().timeout_for(ms(4000)), ms(200)); // a twentieth
+    /// assert_eq!(QuorumSettings::new().node_timeout(ms(75)).timeout_for(ms(4000)), ms(75));
+    /// ```
     pub fn timeout_for(&self, ttl: Duration) -> Duration {
         self.node_timeout
             .unwrap_or_else(|| default_node_timeout(ttl))
@@ -87,6 +173,17 @@ impl QuorumSettings {
 
     /// The validity left of a lease of `ttl` that took `elapsed` to obtain, or `None` when
     /// it is not positive or below the minimum: such a lease must not be handed out.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redmutex::QuorumSettings;
+    /// let ms = Duration::from_millis;
+    /// let settings = QuorumSettings::new();
+    /// // 10 s − 50 ms taken − 102 ms drift.
+    /// assert_eq!(settings.validity(ms(10_000), ms(50)), Some(ms(9848)));
+    /// assert_eq!(settings.validity(ms(1000), ms(988)), None, "nothing left");
+    /// assert_eq!(settings.min_validity(ms(500)).validity(ms(1000), ms(489)), None);
+    /// ```
     pub fn validity(&self, ttl: Duration, elapsed: Duration) -> Option<Duration> {
         let left = ttl.checked_sub(elapsed)?.checked_sub(self.drift(ttl))?;
         (!left.is_zero() && left >= self.min_validity).then_some(left)
@@ -94,6 +191,13 @@ impl QuorumSettings {
 }
 
 /// How many of `nodes` make a quorum: a strict majority.
+///
+/// ```
+/// use redmutex::quorum::quorum;
+/// assert_eq!(quorum(5), 3); // five nodes survive the loss of two
+/// assert_eq!(quorum(4), 3); // an even count buys nothing: four also survive only one
+/// assert_eq!(quorum(1), 1);
+/// ```
 pub fn quorum(nodes: usize) -> usize {
     nodes / 2 + 1
 }
@@ -106,11 +210,33 @@ pub(crate) fn blocks_quorum(count: usize, nodes: usize, needed: usize) -> bool {
 
 /// A twentieth of the TTL, between 10 ms and 500 ms: short next to the TTL, so that one
 /// dead node cannot eat the validity, yet long enough for a healthy node on a slow link.
+///
+/// ```
+/// use std::time::Duration;
+/// use redmutex::quorum::default_node_timeout;
+/// let ms = Duration::from_millis;
+/// assert_eq!(default_node_timeout(ms(2000)), ms(100));
+/// assert_eq!(default_node_timeout(ms(100)), ms(10)); // not below 10 ms
+/// assert_eq!(default_node_timeout(Duration::from_secs(60)), ms(500)); // nor above 500 ms
+/// ```
 pub fn default_node_timeout(ttl: Duration) -> Duration {
     (ttl / 20).clamp(Duration::from_millis(10), Duration::from_millis(500))
 }
 
 /// Why one node did not agree, in a [`QuorumFailure`].
+///
+/// ```
+/// use std::time::Duration;
+/// use redmutex::NodeError;
+/// let advice = |error: &NodeError| match error {
+///     NodeError::Held => "wait for its owner",
+///     NodeError::NotHeld => "stop the work",
+///     _ if error.is_unreachable() => "check the node",
+///     _ => "look closer",
+/// };
+/// assert_eq!(advice(&NodeError::TimedOut(Duration::from_millis(50))), "check the node");
+/// assert_eq!(NodeError::Held.to_string(), "held by another owner");
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum NodeError {
@@ -128,6 +254,16 @@ pub enum NodeError {
 impl NodeError {
     /// The node could not be asked (timeout or Redis error), as opposed to answering
     /// "held" or "not held".
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redmutex::NodeError;
+    /// let refused: redis::RedisError =
+    ///     std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into();
+    /// assert!(NodeError::Redis(refused).is_unreachable());
+    /// assert!(NodeError::TimedOut(Duration::from_millis(50)).is_unreachable());
+    /// assert!(!NodeError::Held.is_unreachable() && !NodeError::NotHeld.is_unreachable());
+    /// ```
     pub fn is_unreachable(&self) -> bool {
         matches!(self, NodeError::TimedOut(_) | NodeError::Redis(_))
     }
@@ -145,6 +281,24 @@ impl fmt::Display for NodeError {
 }
 
 /// One node that did not agree.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// use std::time::Duration;
+/// use redmutex::{memory::MemoryRedis, Error, Locker, NodeError};
+/// let nodes = [MemoryRedis::new(), MemoryRedis::new(), MemoryRedis::new()];
+/// let locker = Locker::redlock(nodes.clone())?;
+/// nodes[1].take_over("job", Duration::from_secs(60)); // another owner on nodes 1 and 2
+/// nodes[2].take_over("job", Duration::from_secs(60));
+/// let Err(Error::NotObtained(why)) = locker.acquire("job", Duration::from_secs(30)).await else {
+///     panic!("held by another owner")
+/// };
+/// let failures = why.no_quorum.expect("a Redlock try").failures;
+/// assert_eq!(failures.iter().map(|f| f.node).collect::<Vec<_>>(), [1, 2]);
+/// assert!(failures.iter().all(|f| f.error == NodeError::Held));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct NodeFailure {
@@ -159,6 +313,27 @@ pub struct NodeFailure {
 ///
 /// [`held`](QuorumFailure::held) tells "someone else holds it" (wait and retry) from
 /// [`unreachable`](QuorumFailure::unreachable) "the nodes could not be asked" (an outage).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// use std::time::Duration;
+/// use redmutex::{memory::MemoryRedis, Error, Locker};
+/// let nodes = [MemoryRedis::new(), MemoryRedis::new(), MemoryRedis::new()];
+/// let locker = Locker::redlock(nodes.clone())?;
+/// # // The first acquire loads the script and has the servers looked at, in a task of its own.
+/// # locker.acquire("warm-up", Duration::from_secs(1)).await?.release().await?;
+/// # tokio::task::yield_now().await;
+/// nodes[0].take_over("job", Duration::from_secs(60)); // a stale key on node 0
+/// nodes[1].fail_next(1); // node 1 down
+/// let tried = locker.acquire("job", Duration::from_secs(30)).await;
+/// let Err(Error::NoQuorum(failure)) = tried else { panic!("no quorum") };
+/// assert_eq!((failure.agreed, failure.needed, failure.nodes), (1, 2, 3));
+/// assert_eq!((failure.held(), failure.unreachable()), (1, 1)); // an outage, not "held"
+/// let text = failure.to_string();
+/// assert!(text.starts_with("no quorum: 1 of 3 nodes agreed, 2 needed (node 0: held"));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct QuorumFailure {
@@ -179,22 +354,95 @@ pub struct QuorumFailure {
 
 impl QuorumFailure {
     /// How many nodes answered that another owner holds the lock.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// use redmutex::{memory::MemoryRedis, Error, Locker};
+    /// let nodes = [MemoryRedis::new(), MemoryRedis::new(), MemoryRedis::new()];
+    /// let (a, b) = (Locker::redlock(nodes.clone())?, Locker::redlock(nodes.clone())?);
+    /// let lock = a.acquire("job", Duration::from_secs(30)).await?;
+    /// let Err(Error::NotObtained(why)) = b.acquire("job", Duration::from_secs(30)).await else {
+    ///     panic!("held by a")
+    /// };
+    /// assert_eq!(why.no_quorum.expect("a Redlock try").held(), 3);
+    /// # lock.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn held(&self) -> usize {
         self.count(|e| matches!(e, NodeError::Held))
     }
 
     /// How many nodes answered that this owner's lock is gone.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// use redmutex::{memory::MemoryRedis, Error, Locker};
+    /// let nodes = [MemoryRedis::new(), MemoryRedis::new(), MemoryRedis::new()];
+    /// let locker = Locker::redlock(nodes.clone())?;
+    /// # // The first acquire loads the script and has the servers looked at, in a task of its own.
+    /// # locker.acquire("warm-up", Duration::from_secs(1)).await?.release().await?;
+    /// # tokio::task::yield_now().await;
+    /// let mut lock = locker.acquire("job", Duration::from_secs(30)).await?;
+    /// nodes[0].expire_now("job"); // gone on node 0
+    /// nodes[1].fail_next(1); // node 1 does not answer the refresh
+    /// let Err(Error::NoQuorum(failure)) = lock.refresh(Duration::from_secs(30)).await else {
+    ///     panic!("no quorum")
+    /// };
+    /// assert_eq!((failure.agreed, failure.not_held(), failure.unreachable()), (1, 1, 1));
+    /// # Ok(()) }
+    /// ```
     pub fn not_held(&self) -> usize {
         self.count(|e| matches!(e, NodeError::NotHeld))
     }
 
     /// How many nodes timed out or failed with an error.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// use redmutex::{memory::MemoryRedis, Error, Locker};
+    /// let nodes = [MemoryRedis::new(), MemoryRedis::new(), MemoryRedis::new()];
+    /// let locker = Locker::redlock(nodes.clone())?;
+    /// # // The first acquire loads the script and has the servers looked at, in a task of its own.
+    /// # locker.acquire("warm-up", Duration::from_secs(1)).await?.release().await?;
+    /// # tokio::task::yield_now().await;
+    /// nodes[1].fail_next(1);
+    /// nodes[2].fail_next(1);
+    /// let tried = locker.acquire("job", Duration::from_secs(30)).await;
+    /// let Err(Error::NoQuorum(failure)) = tried else { panic!("no quorum") };
+    /// assert_eq!((failure.agreed, failure.unreachable(), failure.held()), (1, 2, 0));
+    /// # Ok(()) }
+    /// ```
     pub fn unreachable(&self) -> usize {
         self.count(NodeError::is_unreachable)
     }
 
     /// So many nodes refused for good (authentication, permission — errors that retrying
     /// cannot change) that no quorum can ever agree: retrying is futile.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// use redmutex::{memory::MemoryRedis, Error, Locker};
+    /// let nodes = [MemoryRedis::new(), MemoryRedis::new(), MemoryRedis::new()];
+    /// let locker = Locker::redlock(nodes.clone())?;
+    /// # // The first acquire loads the script and has the servers looked at, in a task of its own.
+    /// # locker.acquire("warm-up", Duration::from_secs(1)).await?.release().await?;
+    /// # tokio::task::yield_now().await;
+    /// nodes[1].fail_next(1); // a dropped connection: it may be back for the next try
+    /// nodes[2].fail_next(1);
+    /// let tried = locker.acquire("job", Duration::from_secs(30)).await;
+    /// let Err(Error::NoQuorum(failure)) = tried else { panic!("no quorum") };
+    /// assert!(!failure.is_refused_for_good());
+    /// assert!(Error::NoQuorum(failure).is_transient(), "worth retrying");
+    /// # Ok(()) }
+    /// ```
     pub fn is_refused_for_good(&self) -> bool {
         let refusing = self
             .count(|e| matches!(e, NodeError::Redis(e) if !crate::classify::is_transient_redis(e)));
@@ -203,6 +451,28 @@ impl QuorumFailure {
 
     /// So many nodes answered "not held" that no quorum can hold this owner's lock: the
     /// lock is lost, not merely unreachable.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// use redmutex::{memory::MemoryRedis, Error, Locker};
+    /// let nodes = [MemoryRedis::new(), MemoryRedis::new(), MemoryRedis::new()];
+    /// let locker = Locker::redlock(nodes.clone())?;
+    /// # // The first acquire loads the script and has the servers looked at, in a task of its own.
+    /// # locker.acquire("warm-up", Duration::from_secs(1)).await?.release().await?;
+    /// # tokio::task::yield_now().await;
+    /// let mut lock = locker.acquire("job", Duration::from_secs(30)).await?;
+    /// nodes[0].expire_now("job");
+    /// nodes[1].fail_next(1);
+    /// let Err(Error::NoQuorum(failure)) = lock.refresh(Duration::from_secs(30)).await else {
+    ///     panic!("no quorum")
+    /// };
+    /// assert!(!failure.is_lost(), "node 1 may still hold it");
+    /// nodes[1].expire_now("job"); // now two of three have lost it: nobody can hold a quorum
+    /// assert!(lock.refresh(Duration::from_secs(30)).await.unwrap_err().is_not_held());
+    /// # Ok(()) }
+    /// ```
     pub fn is_lost(&self) -> bool {
         self.blocks(self.not_held())
     }

@@ -47,16 +47,47 @@ pub fn none() -> std::iter::Empty<Duration> {
 
 /// Retry at once, without pausing, until the deadline. Every try is a Redis round trip,
 /// so prefer a small [`constant`] interval unless the lock is known to be short-lived.
+///
+/// ```
+/// use std::time::Duration;
+/// use redmutex::retry::{self, RetryExt};
+/// // A lock held for microseconds: up to three quick retries.
+/// let delays: Vec<_> = retry::immediate().max_tries(4).collect();
+/// assert_eq!(delays, [Duration::ZERO; 3]);
+/// ```
 pub fn immediate() -> Constant {
     constant(Duration::ZERO)
 }
 
 /// Retry every `interval`, until the deadline (bsm/redislock's `LinearBackoff`).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// use std::time::Duration;
+/// use redmutex::retry;
+/// let locker = redmutex::Locker::in_memory();
+/// locker.connection().take_over("job", Duration::from_millis(30)); // someone else's, for 30 ms
+/// let started = tokio::time::Instant::now();
+/// let lock = (locker.acquire("job", Duration::from_secs(10)))
+///     .retry(retry::constant(Duration::from_millis(10)))
+///     .await?;
+/// assert!(started.elapsed() >= Duration::from_millis(30));
+/// # lock.release().await?;
+/// # Ok(()) }
+/// ```
 pub fn constant(interval: Duration) -> Constant {
     Constant { interval }
 }
 
 /// Wait `start`, then `start + step`, `start + 2·step`, …; cap it with [`Linear::max`].
+///
+/// ```
+/// use std::time::Duration;
+/// let ms = Duration::from_millis;
+/// let delays: Vec<_> = redmutex::retry::linear(ms(100), ms(50)).take(4).collect();
+/// assert_eq!(delays, [100, 150, 200, 250].map(ms));
+/// ```
 pub fn linear(start: Duration, step: Duration) -> Linear {
     Linear {
         next: start,
@@ -68,6 +99,15 @@ pub fn linear(start: Duration, step: Duration) -> Linear {
 /// Wait `min`, then twice as long each time (see [`Exponential::factor`]), never more
 /// than `max`; once at `max` it stays there (it does not stop: the deadline or
 /// [`RetryExt::max_tries`] does). A `max` below `min` is raised to `min`.
+///
+/// ```
+/// use std::time::Duration;
+/// let ms = Duration::from_millis;
+/// let delays: Vec<_> = redmutex::retry::exponential(ms(10), ms(50)).take(5).collect();
+/// assert_eq!(delays, [10, 20, 40, 50, 50].map(ms));
+/// // max below min:
+/// assert_eq!(redmutex::retry::exponential(ms(30), ms(5)).next(), Some(ms(30)));
+/// ```
 pub fn exponential(min: Duration, max: Duration) -> Exponential {
     Exponential {
         next: min,
@@ -95,6 +135,16 @@ pub fn ticks(delays: impl IntoIterator<Item = Duration>) -> Ticks {
 }
 
 /// See [`constant`] and [`immediate`].
+///
+/// ```
+/// use std::time::Duration;
+/// use redmutex::retry::{self, Constant};
+/// struct Settings {
+///     retry: Constant, // a fresh clone for every acquire
+/// }
+/// let settings = Settings { retry: retry::constant(Duration::from_millis(50)) };
+/// assert!(settings.retry.clone().take(1000).all(|d| d == Duration::from_millis(50)));
+/// ```
 #[derive(Clone, Debug)]
 pub struct Constant {
     interval: Duration,
@@ -108,6 +158,15 @@ impl Iterator for Constant {
 }
 
 /// See [`linear`].
+///
+/// ```
+/// use std::time::Duration;
+/// use redmutex::retry::{self, Linear};
+/// let ms = Duration::from_millis;
+/// let strategy: Linear = retry::linear(ms(100), ms(100)).max(ms(300));
+/// let delays: Vec<_> = strategy.clone().take(5).collect();
+/// assert_eq!(delays, [100, 200, 300, 300, 300].map(ms));
+/// ```
 #[derive(Clone, Debug)]
 pub struct Linear {
     next: Duration,
@@ -117,6 +176,13 @@ pub struct Linear {
 
 impl Linear {
     /// Never wait longer than `max`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let ms = Duration::from_millis;
+    /// let delays: Vec<_> = redmutex::retry::linear(ms(10), ms(15)).max(ms(50)).take(6).collect();
+    /// assert_eq!(delays, [10, 25, 40, 50, 50, 50].map(ms));
+    /// ```
     pub fn max(mut self, max: Duration) -> Linear {
         self.max = max;
         self
@@ -133,6 +199,15 @@ impl Iterator for Linear {
 }
 
 /// See [`exponential`].
+///
+/// ```
+/// use std::time::Duration;
+/// use redmutex::retry::{self, Exponential, RetryExt};
+/// let ms = Duration::from_millis;
+/// let strategy: Exponential = retry::exponential(ms(20), ms(1000));
+/// let total: Duration = strategy.max_tries(6).sum(); // five retries
+/// assert_eq!(total, ms(20 + 40 + 80 + 160 + 320));
+/// ```
 #[derive(Clone, Debug)]
 pub struct Exponential {
     next: Duration,
@@ -142,6 +217,16 @@ pub struct Exponential {
 
 impl Exponential {
     /// Grow by `factor` instead of 2. Values below 1 (and NaN) are treated as 1.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redmutex::retry;
+    /// let ms = Duration::from_millis;
+    /// let delays: Vec<_> = retry::exponential(ms(100), ms(1000)).factor(3.0).take(4).collect();
+    /// assert_eq!(delays, [100, 300, 900, 1000].map(ms));
+    /// let flat: Vec<_> = retry::exponential(ms(100), ms(1000)).factor(0.5).take(2).collect();
+    /// assert_eq!(flat, [ms(100), ms(100)]);
+    /// ```
     pub fn factor(mut self, factor: f64) -> Exponential {
         self.factor = if factor >= 1.0 { factor } else { 1.0 };
         self
@@ -158,6 +243,20 @@ impl Iterator for Exponential {
 }
 
 /// See [`ticks`].
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// use std::time::Duration;
+/// use redmutex::{retry, Error};
+/// let ms = Duration::from_millis;
+/// let locker = redmutex::Locker::in_memory();
+/// locker.connection().take_over("job", Duration::from_secs(60));
+/// let plan: retry::Ticks = retry::ticks([ms(10), ms(20)]);
+/// let tried = locker.acquire("job", Duration::from_secs(30)).retry(plan).await;
+/// assert!(matches!(tried, Err(Error::NotObtained(why)) if why.attempts == 3));
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug)]
 pub struct Ticks {
     delays: std::vec::IntoIter<Duration>,
@@ -176,6 +275,18 @@ impl Iterator for Ticks {
 /// Jitter keeps waiters that started together from retrying together. The random source
 /// is a small non-cryptographic generator seeded from the OS for every acquire; give a
 /// [`seed`](Jitter::seed) for a reproducible sequence (tests, simulations).
+///
+/// ```
+/// use std::time::Duration;
+/// use redmutex::retry::{self, Jitter, RetryExt};
+/// let ms = Duration::from_millis;
+/// // Ten waiters that all found the lock held at once come back at different moments.
+/// let firsts: Vec<Duration> = (0..10)
+///     .map(|_| retry::constant(ms(100)).jitter(Jitter::full()).next().unwrap())
+///     .collect();
+/// assert!(firsts.iter().all(|d| *d < ms(100)));
+/// assert!(firsts.iter().any(|d| *d != firsts[0]));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Jitter {
     low: f64,
@@ -185,23 +296,59 @@ pub struct Jitter {
 
 impl Jitter {
     /// "Full jitter": `[0, d)`. Spreads waiters the most.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redmutex::retry::{self, Jitter, RetryExt};
+    /// let ms = Duration::from_millis;
+    /// let delays = retry::constant(ms(100)).jitter(Jitter::full());
+    /// assert!(delays.take(100).all(|d| d < ms(100)));
+    /// ```
     pub fn full() -> Jitter {
         Jitter::between(0.0, 1.0)
     }
 
     /// "Equal jitter": `[d/2, d)`. Keeps at least half of every delay.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redmutex::retry::{self, Jitter, RetryExt};
+    /// let ms = Duration::from_millis;
+    /// let delays = retry::constant(ms(100)).jitter(Jitter::equal());
+    /// assert!(delays.take(100).all(|d| d >= ms(50) && d < ms(100)));
+    /// ```
     pub fn equal() -> Jitter {
         Jitter::between(0.5, 1.0)
     }
 
     /// `[d·(1−p), d·(1+p))`, e.g. `spread(0.5)` is the `[0.5d, 1.5d)` of classic
     /// go-style backoff libraries. `p` is clamped to `[0, 1]`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redmutex::retry::{self, Jitter, RetryExt};
+    /// let ms = Duration::from_millis;
+    /// let delays = retry::constant(ms(100)).jitter(Jitter::spread(0.5));
+    /// assert!(delays.take(100).all(|d| d >= ms(50) && d < ms(150)));
+    /// assert_eq!(Jitter::spread(3.0), Jitter::between(0.0, 2.0)); // clamped to 1
+    /// ```
     pub fn spread(p: f64) -> Jitter {
         let p = if p.is_nan() { 0.0 } else { p.clamp(0.0, 1.0) };
         Jitter::between(1.0 - p, 1.0 + p)
     }
 
     /// `[d·low, d·high)`. Negative or NaN bounds count as 0; if `high < low` they swap.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redmutex::retry::{self, Jitter, RetryExt};
+    /// let ms = Duration::from_millis;
+    /// // Never shorter than asked, up to twice as long.
+    /// let delays = retry::constant(ms(100)).jitter(Jitter::between(1.0, 2.0));
+    /// assert!(delays.take(100).all(|d| d >= ms(100) && d < ms(200)));
+    /// assert_eq!(Jitter::between(2.0, 1.0), Jitter::between(1.0, 2.0));
+    /// assert_eq!(Jitter::between(-1.0, f64::NAN), Jitter::between(0.0, 0.0));
+    /// ```
     pub fn between(low: f64, high: f64) -> Jitter {
         let clean = |x: f64| if x.is_nan() || x < 0.0 { 0.0 } else { x };
         let (low, high) = (clean(low), clean(high));
@@ -213,6 +360,16 @@ impl Jitter {
     }
 
     /// Use a fixed seed: the same strategy then yields the same delays every time.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redmutex::retry::{self, Jitter, RetryExt};
+    /// let strategy = retry::exponential(Duration::from_millis(20), Duration::from_secs(1))
+    ///     .jitter(Jitter::full().seed(42));
+    /// let run1: Vec<_> = strategy.clone().take(5).collect();
+    /// let run2: Vec<_> = strategy.take(5).collect();
+    /// assert_eq!(run1, run2);
+    /// ```
     pub fn seed(mut self, seed: u64) -> Jitter {
         self.seed = Some(seed);
         self
@@ -224,6 +381,16 @@ impl Jitter {
 }
 
 /// Adapters available on every retry strategy.
+///
+/// ```
+/// use std::time::Duration;
+/// use redmutex::retry::{Jitter, RetryExt};
+/// let ms = Duration::from_millis;
+/// // Any iterator of delays is a strategy, and gets the adapters.
+/// let tripling = std::iter::successors(Some(ms(10)), |d| Some(*d * 3));
+/// assert_eq!(tripling.clone().max_tries(4).collect::<Vec<_>>(), [10, 30, 90].map(ms));
+/// assert!(vec![ms(50), ms(80)].jitter(Jitter::equal()).all(|d| d >= ms(25) && d < ms(80)));
+/// ```
 pub trait RetryExt: IntoIterator<Item = Duration> + Sized {
     /// Make at most `tries` tries in all (the first one included), i.e. at most
     /// `tries − 1` retries. `max_tries(0)` and `max_tries(1)` both mean a single try.
@@ -241,6 +408,18 @@ pub trait RetryExt: IntoIterator<Item = Duration> + Sized {
     }
 
     /// Randomise every delay of this strategy as `jitter` says.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redmutex::retry::{self, Jitter, RetryExt};
+    /// let ms = Duration::from_millis;
+    /// let base = [100, 200, 400, 800].map(ms);
+    /// let strategy = retry::exponential(ms(100), ms(800)).jitter(Jitter::equal());
+    /// let jittered: Vec<_> = strategy.take(4).collect();
+    /// for (d, b) in jittered.into_iter().zip(base) {
+    ///     assert!(d >= b / 2 && d < b);
+    /// }
+    /// ```
     fn jitter(self, jitter: Jitter) -> Jittered<Self::IntoIter> {
         Jittered {
             inner: self.into_iter(),
@@ -253,6 +432,20 @@ pub trait RetryExt: IntoIterator<Item = Duration> + Sized {
 impl<S: IntoIterator<Item = Duration>> RetryExt for S {}
 
 /// See [`RetryExt::jitter`].
+///
+/// ```
+/// use std::time::Duration;
+/// use redmutex::retry::{self, Constant, Jitter, Jittered, RetryExt};
+/// struct Settings {
+///     retry: Jittered<Constant>,
+/// }
+/// let jittered = retry::constant(Duration::from_secs(1)).jitter(Jitter::full());
+/// let settings = Settings { retry: jittered };
+/// // Each acquire gets a clone, which draws delays of its own.
+/// let a: Vec<_> = settings.retry.clone().take(4).collect();
+/// let b: Vec<_> = settings.retry.clone().take(4).collect();
+/// assert_ne!(a, b);
+/// ```
 #[derive(Clone, Debug)]
 pub struct Jittered<I> {
     inner: I,

@@ -24,6 +24,21 @@ use crate::error::Error;
 /// is gone, and the lease is reported lost at its next renewal — never assumed held while
 /// someone else can take it. Waiters' wake-up is tied to one server: on Sentinel they
 /// rely on their polling.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), redmutex::Error> {
+/// use std::time::Duration;
+/// use redmutex::{retry, Locker, SentinelConnection};
+/// let sentinels = ["redis://127.0.0.1:26379", "redis://127.0.0.1:26380"];
+/// let conn: SentinelConnection = redmutex::connect_sentinel(&sentinels, "mymaster").await?;
+/// let locker = Locker::new(conn);
+/// // A try that meets the failover fails, transiently; the retry goes to the new master.
+/// let lock = (locker.acquire("nightly", Duration::from_secs(30)))
+///     .retry(retry::constant(Duration::from_millis(200)))
+///     .await?;
+/// lock.release().await?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct SentinelConnection {
     inner: Arc<Inner>,
@@ -89,6 +104,20 @@ impl SentinelConnection {
     /// Wraps a [`SentinelClient`] built for [`SentinelServerType::Master`] (with the
     /// master's credentials, TLS or database as you need). Nothing is sent until the first
     /// request.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
+    /// use redis::ConnectionAddr;
+    /// let sentinels = [26379, 26380].map(|port| ConnectionAddr::Tcp("127.0.0.1".into(), port));
+    /// let client = SentinelClientBuilder::new(sentinels, "mymaster", SentinelServerType::Master)?
+    ///     .set_client_to_redis_password("s3cret")
+    ///     .set_client_to_redis_db(2)
+    ///     .build()?;
+    /// let locker = redmutex::Locker::new(redmutex::SentinelConnection::new(client));
+    /// assert!(format!("{:?}", locker.connection()).contains("connected: false")); // nothing sent
+    /// # Ok(()) }
+    /// ```
     pub fn new(client: SentinelClient) -> SentinelConnection {
         SentinelConnection {
             inner: Arc::new(Inner {

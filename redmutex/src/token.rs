@@ -39,17 +39,51 @@ impl Token {
     ///
     /// # Errors
     /// [`Error::Random`] in the practically impossible case that the OS has no randomness.
+    ///
+    /// ```
+    /// let a = redmutex::Token::generate()?;
+    /// let b = redmutex::Token::generate()?;
+    /// assert_ne!(a, b);
+    /// # Ok::<(), redmutex::Error>(())
+    /// ```
     pub fn generate() -> Result<Token, Error> {
         Ok(Token(encode_base64url(&pool::draw()?)))
     }
 
     /// The token as text.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// let locker = redmutex::Locker::in_memory();
+    /// let lock = locker.acquire("deploy", Duration::from_secs(600)).await?;
+    /// let text = lock.detach().as_str().to_owned(); // e.g. printed for the script that finishes
+    /// assert_eq!(text.len(), redmutex::TOKEN_LEN);
+    /// let token: redmutex::Token = text.parse()?;
+    /// locker.release_with_token(["deploy"], &token).await?;
+    /// # Ok(()) }
+    /// ```
     pub fn as_str(&self) -> &str {
         // Only ALPHABET bytes are ever stored, all ASCII.
         std::str::from_utf8(&self.0).expect("token is ASCII")
     }
 
     /// The token as bytes.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// let locker = redmutex::Locker::in_memory();
+    /// let lock = locker.acquire("job", Duration::from_secs(30)).await?;
+    /// // The value at the key starts with the owner's token.
+    /// let mut conn = locker.connection().clone();
+    /// let value: Vec<u8> = redis::cmd("GET").arg("job").query_async(&mut conn).await?;
+    /// assert!(value.starts_with(lock.token().as_bytes()));
+    /// # lock.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
     }

@@ -447,6 +447,9 @@ fn calls_inside_an_async_runtime_are_refused() {
         assert!(!refused.is_transient());
         assert!(matches!(locker.inspect("held"), Err(Error::InsideRuntime)));
         assert!(matches!(held.ttl(), Err(Error::InsideRuntime)));
+        let mut changes = locker.election("vote").unwrap().observe();
+        assert!(matches!(changes.next(), Some(Err(Error::InsideRuntime))));
+        assert!(changes.next().is_none(), "the refused iterator has ended");
         let built = Locker::build(|| async { Ok(redmutex::Locker::in_memory()) });
         assert!(matches!(built, Err(Error::InsideRuntime)));
         assert_eq!(redis.requests(), before, "nothing was sent");

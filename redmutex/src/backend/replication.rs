@@ -30,6 +30,21 @@ pub struct Replication {
 
 impl Replication {
     /// `replicas` replicas must acknowledge each write within `timeout` (`WAIT`).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// use redmutex::{Argument, Error, Replication};
+    /// let one = Replication::new(1, Duration::from_millis(50));
+    /// assert_eq!((one.replicas(), one.timeout()), (1, Duration::from_millis(50)));
+    /// // Checked when given to a locker: none would confirm nothing.
+    /// let none = locker.with_replication(Replication::new(0, Duration::from_millis(50)));
+    /// let Err(Error::InvalidArgument(bad)) = none else { panic!("0 replicas accepted") };
+    /// assert_eq!(bad.argument, Argument::Replication);
+    /// # Ok(()) }
+    /// ```
     pub fn new(replicas: u32, timeout: Duration) -> Replication {
         Replication {
             replicas,
@@ -42,22 +57,52 @@ impl Replication {
     /// append-only file (`WAITAOF 1 replicas timeout`; Redis 7.2+, Valkey 8; every one of
     /// them needs `appendonly yes`). On a server without `WAITAOF`, or without an
     /// append-only file, every acquire fails with the server's error.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redmutex::Replication;
+    /// let durable = Replication::new(2, Duration::from_millis(200)).on_disk();
+    /// assert!(durable.is_on_disk());
+    /// assert_eq!(durable.replicas(), 2); // plus the master's own file
+    /// ```
     pub fn on_disk(mut self) -> Replication {
         self.on_disk = true;
         self
     }
 
     /// How many replicas must confirm.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let replication = redmutex::Replication::new(2, Duration::from_millis(100));
+    /// assert_eq!(replication.replicas(), 2);
+    /// ```
     pub fn replicas(&self) -> u32 {
         self.replicas
     }
 
     /// How long to wait for them.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let replication = redmutex::Replication::new(1, Duration::from_millis(100));
+    /// assert_eq!(replication.timeout(), Duration::from_millis(100));
+    /// // Short, and below the connection's response timeout, which the wait holds up.
+    /// assert!(replication.timeout() < redmutex::RESPONSE_TIMEOUT);
+    /// ```
     pub fn timeout(&self) -> Duration {
         self.timeout
     }
 
     /// Whether the write must be on disk too ([`on_disk`](Replication::on_disk)).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redmutex::Replication;
+    /// let in_memory = Replication::new(1, Duration::from_millis(100));
+    /// assert!(!in_memory.is_on_disk());
+    /// assert!(in_memory.on_disk().is_on_disk());
+    /// ```
     pub fn is_on_disk(&self) -> bool {
         self.on_disk
     }

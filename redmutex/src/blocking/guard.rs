@@ -50,17 +50,56 @@ impl<C: Connection, P: Send + Sync + 'static> Acquire<C, P> {
     }
 
     /// Metadata stored with the token: [`crate::Acquire::metadata`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lock = locker.acquire("job", Duration::from_secs(30)).metadata("host=build-7").call()?;
+    /// // Anyone can see who holds it:
+    /// assert_eq!(locker.inspect("job")?.metadata.as_deref(), Some("host=build-7"));
+    /// # lock.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn metadata(self, metadata: impl Into<String>) -> Self {
         let metadata = metadata.into();
         self.map(|inner| inner.metadata(metadata))
     }
 
     /// Takes a fence with the lock: [`crate::Acquire::with_fence`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lock = locker.acquire("ledger", Duration::from_secs(30)).with_fence().call()?;
+    /// let fence = lock.fence_if_taken().expect("taken with the lock");
+    /// lock.release()?;
+    /// let next = locker.acquire("ledger", Duration::from_secs(30)).with_fence().call()?;
+    /// assert!(next.fence_if_taken().unwrap() > fence); // storage can refuse the older one
+    /// # next.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn with_fence(self) -> Self {
         self.map(|inner| inner.with_fence())
     }
 
     /// How to wait for a held lock: [`crate::Acquire::retry`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let held = locker.acquire("job", Duration::from_millis(50)).call()?;
+    /// std::mem::forget(held); // a holder that died: the key expires after 50 ms
+    /// let lock = locker
+    ///     .acquire("job", Duration::from_secs(30))
+    ///     .retry(redmutex::retry::constant(Duration::from_millis(10)))
+    ///     .deadline(Duration::from_secs(1))
+    ///     .call()?; // tried every 10 ms until it was free
+    /// # lock.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn retry<S>(self, strategy: S) -> Self
     where
         S: IntoIterator<Item = Duration>,
@@ -70,17 +109,66 @@ impl<C: Connection, P: Send + Sync + 'static> Acquire<C, P> {
     }
 
     /// How long to wait in all: [`crate::Acquire::deadline`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let held = locker.acquire("job", Duration::from_secs(30)).call()?;
+    /// let started = std::time::Instant::now();
+    /// let busy = locker.acquire("job", Duration::from_secs(30));
+    /// let busy = busy.deadline(Duration::from_millis(50)).call();
+    /// assert!(busy.unwrap_err().is_not_obtained());
+    /// assert!(started.elapsed() < Duration::from_secs(1)); // gave up at the deadline
+    /// # held.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn deadline(self, deadline: Duration) -> Self {
         self.map(|inner| inner.deadline(deadline))
     }
 
     /// Called after each failed try: [`crate::Acquire::on_failed_try`]. It runs on the
     /// blocking API's own thread.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// use std::sync::{Arc, Mutex};
+    /// let held = locker.acquire("job", Duration::from_secs(30)).call()?;
+    /// let tries = Arc::new(Mutex::new(Vec::new()));
+    /// let seen = tries.clone();
+    /// let busy = locker
+    ///     .acquire("job", Duration::from_secs(30))
+    ///     .retry(redmutex::retry::constant(Duration::from_millis(10)))
+    ///     .deadline(Duration::from_millis(200))
+    ///     .on_failed_try(move |failed| seen.lock().unwrap().push(failed.attempt))
+    ///     .call();
+    /// assert!(busy.unwrap_err().is_not_obtained());
+    /// assert_eq!(tries.lock().unwrap()[..2], [1, 2]); // told of every failed try
+    /// # held.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn on_failed_try(self, observer: impl FnMut(&FailedTry<'_>) + Send + 'static) -> Self {
         self.map(|inner| inner.on_failed_try(observer))
     }
 
     /// Keeps what is released held until then: [`crate::Acquire::min_hold`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// // Hourly: a fast run keeps the key for the hour, so no other host runs it again.
+    /// let lock = locker.acquire("report:hourly", Duration::from_secs(60))
+    ///     .min_hold(Duration::from_secs(3600))
+    ///     .call()?;
+    /// lock.release()?; // done quickly
+    /// assert!(locker.inspect("report:hourly")?.held);
+    /// let again = locker.acquire("report:hourly", Duration::from_secs(60)).call();
+    /// assert!(again.unwrap_err().is_not_obtained());
+    /// # Ok(()) }
+    /// ```
     pub fn min_hold(self, min_hold: Duration) -> Self {
         self.map(|inner| inner.min_hold(min_hold))
     }
@@ -90,6 +178,18 @@ impl<C: Connection, P: Send + Sync + 'static> Acquire<C, P> {
     /// # Errors
     /// As the async acquire; [`Error::InsideRuntime`] on a thread that runs an async
     /// runtime.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// match locker.acquire("job", Duration::from_secs(30)).call() {
+    ///     Ok(lock) => lock.release()?, // ... after the work
+    ///     Err(e) if e.is_not_obtained() => println!("someone else runs it"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn call(self) -> Result<Lock<C, P>, Error> {
         let inner = self.runtime.call(self.inner.into_future())??;
         Ok(Lock::new(inner, self.runtime))
@@ -136,31 +236,99 @@ impl<C: Connection, P: Send + Sync + 'static> Lock<C, P> {
     }
 
     /// This owner's token: [`crate::Lock::token`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lock = locker.acquire("deploy", Duration::from_secs(30)).call()?;
+    /// let token = lock.token(); // whoever knows it can release the lock
+    /// locker.release_with_token(["deploy"], &token)?;
+    /// assert!(lock.release().unwrap_err().is_not_held());
+    /// # Ok(()) }
+    /// ```
     pub fn token(&self) -> Token {
         self.inner().token()
     }
 
     /// The metadata stored with the token.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lock = locker.acquire("job", Duration::from_secs(30)).metadata("pid=42").call()?;
+    /// assert_eq!(lock.metadata(), Some("pid=42"));
+    /// # lock.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn metadata(&self) -> Option<&str> {
         self.inner().metadata()
     }
 
     /// The fence taken with the lock, if one was.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lock = locker.acquire("ledger", Duration::from_secs(30)).call()?;
+    /// assert_eq!(lock.fence_if_taken(), None); // not asked for
+    /// let fence = lock.fence()?;
+    /// assert_eq!(lock.fence_if_taken(), Some(fence));
+    /// # lock.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn fence_if_taken(&self) -> Option<u64> {
         self.inner().fence_if_taken()
     }
 
     /// The TTL the lock was taken or last refreshed with.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let mut lock = locker.acquire("job", Duration::from_secs(30)).call()?;
+    /// assert_eq!(lock.lease_ttl(), Duration::from_secs(30));
+    /// lock.refresh(Duration::from_secs(90))?;
+    /// assert_eq!(lock.lease_ttl(), Duration::from_secs(90));
+    /// # lock.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn lease_ttl(&self) -> Duration {
         self.inner().lease_ttl()
     }
 
     /// Until when the lock is certainly held unless refreshed, on this process's clock.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// use std::time::Instant;
+    /// let lock = locker.acquire("job", Duration::from_secs(30)).call()?;
+    /// assert!(lock.valid_until() <= Instant::now() + Duration::from_secs(30));
+    /// assert!(lock.valid_until() > Instant::now()); // act only before it
+    /// # lock.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn valid_until(&self) -> StdInstant {
         self.inner().valid_until().into_std()
     }
 
     /// How long the lock is certainly held unless refreshed.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lock = locker.acquire("job", Duration::from_secs(30)).call()?;
+    /// let left = lock.remaining_validity();
+    /// assert!(left > Duration::from_secs(29) && left <= Duration::from_secs(30));
+    /// # lock.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn remaining_validity(&self) -> Duration {
         self.inner().remaining_validity()
     }
@@ -169,6 +337,20 @@ impl<C: Connection, P: Send + Sync + 'static> Lock<C, P> {
     ///
     /// # Errors
     /// As the async call; [`Error::InsideRuntime`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lock = locker.acquire("ledger", Duration::from_secs(30)).call()?;
+    /// let fence = lock.fence()?; // send it with every write the lock guards
+    /// assert_eq!(lock.fence()?, fence); // one per acquisition
+    /// lock.release()?;
+    /// let next = locker.acquire("ledger", Duration::from_secs(30)).call()?;
+    /// assert!(next.fence()? > fence);
+    /// # next.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn fence(&self) -> Result<u64, Error> {
         self.runtime.call(self.inner().fence())?
     }
@@ -177,6 +359,18 @@ impl<C: Connection, P: Send + Sync + 'static> Lock<C, P> {
     ///
     /// # Errors
     /// As the async call; [`Error::InsideRuntime`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lock = locker.acquire("job", Duration::from_secs(30)).call()?;
+    /// let ttl = lock.ttl()?; // as the server counts it
+    /// assert!(ttl <= Duration::from_secs(30) && ttl > Duration::from_secs(29));
+    /// locker.connection().expire_now("job"); // expired meanwhile
+    /// assert!(lock.ttl().unwrap_err().is_not_held());
+    /// # Ok(()) }
+    /// ```
     pub fn ttl(&self) -> Result<Duration, Error> {
         self.runtime.call(self.inner().ttl())?
     }
@@ -185,6 +379,18 @@ impl<C: Connection, P: Send + Sync + 'static> Lock<C, P> {
     ///
     /// # Errors
     /// As the async call; [`Error::InsideRuntime`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let mut lock = locker.acquire("job", Duration::from_secs(10)).call()?;
+    /// lock.refresh(Duration::from_secs(60))?; // the work takes longer than planned
+    /// assert!(lock.ttl()? > Duration::from_secs(10));
+    /// locker.connection().take_over("job", Duration::from_secs(60)); // someone else has it
+    /// assert!(lock.refresh(Duration::from_secs(60)).unwrap_err().is_not_held());
+    /// # Ok(()) }
+    /// ```
     pub fn refresh(&mut self, ttl: Duration) -> Result<(), Error> {
         let inner = self.inner.as_mut().expect("held until given up");
         self.runtime.call(inner.refresh(ttl))?
@@ -195,6 +401,19 @@ impl<C: Connection, P: Send + Sync + 'static> Lock<C, P> {
     /// # Errors
     /// As the async call; [`Error::InsideRuntime`] (the lock is then released in the
     /// background, as a dropped one is).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lock = locker.acquire("job", Duration::from_secs(30)).call()?;
+    /// lock.release()?;
+    /// assert!(!locker.inspect("job")?.held);
+    /// let late = locker.acquire("job", Duration::from_secs(30)).call()?;
+    /// locker.connection().expire_now("job");
+    /// assert!(late.release().unwrap_err().is_not_held()); // it had expired
+    /// # Ok(()) }
+    /// ```
     pub fn release(self) -> Result<(), Error> {
         let (inner, runtime) = self.take();
         runtime.call(inner.release())?
@@ -205,6 +424,17 @@ impl<C: Connection, P: Send + Sync + 'static> Lock<C, P> {
     ///
     /// # Errors
     /// As the async call; [`Error::InsideRuntime`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lease = locker.acquire("job", Duration::from_millis(600)).call()?.keep_alive()?;
+    /// std::thread::sleep(Duration::from_millis(800)); // longer than the TTL: renewed meanwhile
+    /// assert!(!lease.is_lost() && lease.renewals() >= 1);
+    /// lease.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn keep_alive(self) -> Result<Lease<C, P>, Error> {
         self.keep_alive_with(KeepAlive::new())
     }
@@ -213,6 +443,23 @@ impl<C: Connection, P: Send + Sync + 'static> Lock<C, P> {
     ///
     /// # Errors
     /// As the async call; [`Error::InsideRuntime`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// use redmutex::KeepAlive;
+    /// let settings = KeepAlive::new().interval(Duration::from_millis(50));
+    /// let lock = locker.acquire("job", Duration::from_millis(600)).call()?;
+    /// let lease = lock.keep_alive_with(settings)?;
+    /// std::thread::sleep(Duration::from_millis(200)); // renewed every 50 ms
+    /// assert!(lease.renewals() >= 2);
+    /// let too_slow = KeepAlive::new().interval(Duration::from_secs(1)); // not below the TTL
+    /// let lock = locker.acquire("other", Duration::from_millis(300)).call()?;
+    /// assert!(lock.keep_alive_with(too_slow).unwrap_err().is_invalid_argument());
+    /// # lease.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn keep_alive_with(self, settings: KeepAlive) -> Result<Lease<C, P>, Error> {
         let (inner, runtime) = self.take();
         // Inside the runtime, where the renewer is started.
@@ -221,6 +468,17 @@ impl<C: Connection, P: Send + Sync + 'static> Lock<C, P> {
     }
 
     /// Gives the lock up without releasing it: [`crate::Lock::detach`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lock = locker.acquire("deploy", Duration::from_secs(300)).call()?;
+    /// let token = lock.detach(); // not released on drop: it lives on until its TTL
+    /// assert!(locker.inspect("deploy")?.held);
+    /// locker.release_with_token(["deploy"], &token)?; // later, maybe by another program
+    /// # Ok(()) }
+    /// ```
     pub fn detach(self) -> Token {
         let (inner, _) = self.take();
         inner.detach()
@@ -233,6 +491,21 @@ impl<C: Connection> Lock<C, WriteKey> {
     ///
     /// # Errors
     /// As the async call; [`Error::InsideRuntime`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let catalog = locker.rw_lock("catalog")?;
+    /// let writer = catalog.write(Duration::from_secs(30)).call()?;
+    /// // ... write ...; then keep reading without letting another writer in between:
+    /// let reader = writer.downgrade()?;
+    /// let another = catalog.read(Duration::from_secs(30)).call()?; // readers share again
+    /// assert!(catalog.write(Duration::from_secs(30)).call().unwrap_err().is_not_obtained());
+    /// # reader.release()?;
+    /// # another.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn downgrade(self) -> Result<Lock<C, ReadKey>, Error> {
         let (inner, runtime) = self.take();
         let read = runtime.call(inner.downgrade())??;
@@ -302,46 +575,153 @@ impl<C: Connection, P: Send + Sync + 'static> Lease<C, P> {
     }
 
     /// This owner's token.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lease = locker.acquire("job", Duration::from_secs(30)).call()?.keep_alive()?;
+    /// locker.release_with_token(["job"], &lease.token())?; // e.g. by an operator's script
+    /// assert!(!locker.inspect("job")?.held);
+    /// # Ok(()) }
+    /// ```
     pub fn token(&self) -> Token {
         self.inner().token()
     }
 
     /// The metadata stored with the token.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lock = locker.acquire("job", Duration::from_secs(30)).metadata("pid=42").call()?;
+    /// let lease = lock.keep_alive()?;
+    /// assert_eq!(lease.metadata(), Some("pid=42"));
+    /// # lease.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn metadata(&self) -> Option<&str> {
         self.inner().metadata()
     }
 
     /// The fence taken with the lock, if one was.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lock = locker.acquire("ledger", Duration::from_secs(30)).with_fence().call()?;
+    /// let lease = lock.keep_alive()?;
+    /// assert!(lease.fence_if_taken().is_some()); // renewals keep it
+    /// # lease.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn fence_if_taken(&self) -> Option<u64> {
         self.inner().fence_if_taken()
     }
 
     /// The TTL each renewal sets.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lease = locker.acquire("job", Duration::from_secs(30)).call()?.keep_alive()?;
+    /// assert_eq!(lease.lease_ttl(), Duration::from_secs(30)); // each renewal sets it again
+    /// # lease.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn lease_ttl(&self) -> Duration {
         self.inner().lease_ttl()
     }
 
     /// Until when the lock is certainly held, as of the last renewal.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lease = locker.acquire("job", Duration::from_millis(600)).call()?.keep_alive()?;
+    /// let first = lease.valid_until();
+    /// std::thread::sleep(Duration::from_millis(300));
+    /// assert!(lease.valid_until() > first); // moved on by the renewal
+    /// # lease.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn valid_until(&self) -> StdInstant {
         self.inner().valid_until().into_std()
     }
 
     /// How many renewals succeeded.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lease = locker.acquire("job", Duration::from_millis(600)).call()?.keep_alive()?;
+    /// assert_eq!(lease.renewals(), 0);
+    /// std::thread::sleep(Duration::from_millis(300)); // a renewal every 200 ms
+    /// assert!(lease.renewals() >= 1);
+    /// # lease.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn renewals(&self) -> u64 {
         self.inner().renewals()
     }
 
     /// Whether the lease has ended (lost, or stopped): check it between steps of the work.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lease = locker.acquire("job", Duration::from_millis(300)).call()?.keep_alive()?;
+    /// assert!(!lease.is_lost());
+    /// locker.connection().expire_now("job"); // e.g. evicted
+    /// lease.lost()?; // the next renewal finds out
+    /// assert!(lease.is_lost());
+    /// # Ok(()) }
+    /// ```
     pub fn is_lost(&self) -> bool {
         self.inner().is_lost()
     }
 
     /// A clonable view of the lease's fate, for other threads.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lease = locker.acquire("job", Duration::from_millis(300)).call()?.keep_alive()?;
+    /// let signal = lease.signal(); // cheap to clone, for the threads doing the work
+    /// let worker = std::thread::spawn(move || {
+    ///     while !signal.is_lost() {
+    ///         std::thread::sleep(Duration::from_millis(5)); // a step of the work
+    ///     }
+    /// });
+    /// locker.connection().take_over("job", Duration::from_secs(60));
+    /// worker.join().unwrap(); // stopped when the lease was lost
+    /// # Ok(()) }
+    /// ```
     pub fn signal(&self) -> LostSignal {
         self.inner().signal()
     }
 
     /// A token cancelled when the lease ends.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lease = locker.acquire("job", Duration::from_millis(300)).call()?.keep_alive()?;
+    /// let cancel = lease.cancellation_token(); // for async work on another runtime
+    /// assert!(!cancel.is_cancelled());
+    /// locker.connection().expire_now("job");
+    /// lease.lost()?;
+    /// assert!(cancel.is_cancelled());
+    /// # Ok(()) }
+    /// ```
     pub fn cancellation_token(&self) -> CancellationToken {
         self.inner().cancellation_token()
     }
@@ -350,6 +730,17 @@ impl<C: Connection, P: Send + Sync + 'static> Lease<C, P> {
     ///
     /// # Errors
     /// [`Error::InsideRuntime`] only.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lease = locker.acquire("job", Duration::from_millis(300)).call()?.keep_alive()?;
+    /// locker.connection().take_over("job", Duration::from_secs(60));
+    /// let reason = lease.lost()?; // blocks until the lease is lost
+    /// assert!(matches!(reason, redmutex::LostReason::NotHeld));
+    /// # Ok(()) }
+    /// ```
     pub fn lost(&self) -> Result<LostReason, Error> {
         self.runtime.call(self.inner().lost())
     }
@@ -358,6 +749,17 @@ impl<C: Connection, P: Send + Sync + 'static> Lease<C, P> {
     ///
     /// # Errors
     /// [`Error::InsideRuntime`] only.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lease = locker.acquire("job", Duration::from_millis(300)).call()?.keep_alive()?;
+    /// assert!(lease.lost_within(Duration::from_millis(50))?.is_none()); // still held
+    /// locker.connection().expire_now("job");
+    /// assert!(lease.lost_within(Duration::from_secs(5))?.is_some());
+    /// # Ok(()) }
+    /// ```
     pub fn lost_within(&self, timeout: Duration) -> Result<Option<LostReason>, Error> {
         // The timer is made inside the runtime (the async block runs there).
         let waited = async { tokio::time::timeout(timeout, self.inner().lost()).await };
@@ -368,6 +770,17 @@ impl<C: Connection, P: Send + Sync + 'static> Lease<C, P> {
     ///
     /// # Errors
     /// As the async call; [`Error::InsideRuntime`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lease = locker.acquire("job", Duration::from_secs(30)).call()?.keep_alive()?;
+    /// let fence = lease.fence()?; // taken once, kept by every renewal
+    /// assert_eq!(lease.fence()?, fence);
+    /// # lease.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn fence(&self) -> Result<u64, Error> {
         self.runtime.call(self.inner().fence())?
     }
@@ -376,12 +789,34 @@ impl<C: Connection, P: Send + Sync + 'static> Lease<C, P> {
     ///
     /// # Errors
     /// As the async call; [`Error::InsideRuntime`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lease = locker.acquire("job", Duration::from_secs(30)).call()?.keep_alive()?;
+    /// lease.release()?; // renewal stops, the key is freed
+    /// assert!(!locker.inspect("job")?.held);
+    /// # Ok(()) }
+    /// ```
     pub fn release(self) -> Result<(), Error> {
         let (inner, runtime) = self.take();
         runtime.call(inner.release())?
     }
 
     /// Stops renewal and gives back the lock, still held: [`crate::Lease::stop`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lease = locker.acquire("job", Duration::from_secs(30)).call()?.keep_alive()?;
+    /// let mut lock = lease.stop(); // no more renewals; still held
+    /// assert!(locker.inspect("job")?.held);
+    /// lock.refresh(Duration::from_secs(60))?; // by hand from now on
+    /// # lock.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn stop(self) -> Lock<C, P> {
         let (inner, runtime) = self.take();
         Lock::new(inner.stop(), runtime)

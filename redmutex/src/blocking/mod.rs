@@ -95,6 +95,14 @@ impl Locker<ConnectionManager> {
     ///
     /// # Errors
     /// As [`crate::connect`]; [`Error::InsideRuntime`].
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// let locker = redmutex::blocking::Locker::connect("redis://127.0.0.1:6379")?;
+    /// let lock = locker.acquire("nightly", std::time::Duration::from_secs(30)).call()?;
+    /// lock.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn connect(url: &str) -> Result<Locker<ConnectionManager>, Error> {
         let url = url.to_string();
         Locker::build(move || async move {
@@ -155,16 +163,51 @@ impl<C: Connection> Locker<C> {
     }
 
     /// The async locker inside, for its settings and getters.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let locker = locker.clone(); // clones share the runtime
+    /// assert_eq!(locker.as_async().prefix(), b"");
+    /// assert!(!locker.as_async().is_cluster());
+    /// # Ok(()) }
+    /// ```
     pub fn as_async(&self) -> &crate::Locker<C> {
         &self.inner
     }
 
     /// The connection (the first node's, on Redlock).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lock = locker.acquire("job", Duration::from_secs(30)).call()?;
+    /// // Here a `MemoryRedis`, with its helpers for tests:
+    /// assert_eq!(locker.connection().keys(), [b"job".to_vec()]);
+    /// # lock.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn connection(&self) -> &C {
         self.inner.connection()
     }
 
     /// Counters of this locker's acquisitions, waits, renewals and losses.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lock = locker.acquire("job", Duration::from_secs(30)).call()?;
+    /// let busy = locker.acquire("job", Duration::from_secs(30)).call();
+    /// assert!(busy.unwrap_err().is_not_obtained());
+    /// let stats = locker.stats();
+    /// assert_eq!((stats.acquired, stats.not_obtained, stats.held), (1, 1, 1));
+    /// lock.release()?;
+    /// assert_eq!(locker.stats().held, 0);
+    /// # Ok(()) }
+    /// ```
     pub fn stats(&self) -> LockerStats {
         self.inner.stats()
     }
@@ -181,11 +224,39 @@ impl<C: Connection> Locker<C> {
 
     /// A lock on `key` for `ttl`: set it up, then [`call`](Acquire::call) it. See
     /// [`crate::Locker::acquire`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lock = locker
+    ///     .acquire("nightly-report", Duration::from_secs(30))
+    ///     .metadata("host=web-3")
+    ///     .deadline(Duration::from_secs(5)) // wait up to 5 s for it
+    ///     .call()?;
+    /// assert_eq!(lock.metadata(), Some("host=web-3"));
+    /// lock.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn acquire(&self, key: impl AsRef<[u8]>, ttl: Duration) -> Acquire<C> {
         self.wrap(self.inner.acquire(key, ttl))
     }
 
     /// One lock on all of `keys`, all or nothing: [`crate::Locker::acquire_all`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let both = locker.acquire_all(["account:1", "account:2"], Duration::from_secs(10)).call()?;
+    /// // All or nothing: one of the keys taken means none is.
+    /// let overlap = locker.acquire_all(["account:2", "account:3"], Duration::from_secs(10));
+    /// let overlap = overlap.call();
+    /// assert!(overlap.unwrap_err().is_not_obtained());
+    /// assert!(!locker.inspect("account:3")?.held);
+    /// both.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn acquire_all<K: AsRef<[u8]>>(
         &self,
         keys: impl IntoIterator<Item = K>,
@@ -198,6 +269,21 @@ impl<C: Connection> Locker<C> {
     ///
     /// # Errors
     /// As the async call.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let uploads = locker.semaphore("uploads", 2)?; // at most 2 at a time
+    /// let first = uploads.acquire(1, Duration::from_secs(30)).call()?;
+    /// let second = uploads.acquire(1, Duration::from_secs(30)).call()?;
+    /// assert!(uploads.acquire(1, Duration::from_secs(30)).call().unwrap_err().is_not_obtained());
+    /// first.release()?;
+    /// let third = uploads.acquire(1, Duration::from_secs(30)).call()?;
+    /// # second.release()?;
+    /// # third.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn semaphore(&self, name: impl AsRef<[u8]>, limit: u32) -> Result<Semaphore<C>, Error> {
         Ok(Semaphore::new(
             self.inner.semaphore(name, limit)?,
@@ -209,6 +295,17 @@ impl<C: Connection> Locker<C> {
     ///
     /// # Errors
     /// As the async call.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let ledger = locker.fair_lock("ledger")?;
+    /// let guard = ledger.acquire(Duration::from_secs(10)).call()?;
+    /// assert!(ledger.inspect()?.lock.held);
+    /// guard.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn fair_lock(&self, key: impl AsRef<[u8]>) -> Result<FairLock<C>, Error> {
         Ok(FairLock::new(
             self.inner.fair_lock(key)?,
@@ -220,6 +317,19 @@ impl<C: Connection> Locker<C> {
     ///
     /// # Errors
     /// As the async call.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let catalog = locker.rw_lock("catalog")?;
+    /// let reader = catalog.read(Duration::from_secs(10)).call()?;
+    /// let another = catalog.read(Duration::from_secs(10)).call()?; // readers share
+    /// assert!(catalog.write(Duration::from_secs(10)).call().unwrap_err().is_not_obtained());
+    /// # reader.release()?;
+    /// # another.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn rw_lock(&self, key: impl AsRef<[u8]>) -> Result<RwLock<C>, Error> {
         Ok(RwLock::new(self.inner.rw_lock(key)?, self.runtime.clone()))
     }
@@ -228,6 +338,17 @@ impl<C: Connection> Locker<C> {
     ///
     /// # Errors
     /// As the async call.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let election = locker.election("scheduler")?;
+    /// let leadership = election.campaign("host-7").call()?;
+    /// assert_eq!(election.leader()?.map(|leader| leader.value).as_deref(), Some("host-7"));
+    /// leadership.resign()?;
+    /// # Ok(()) }
+    /// ```
     pub fn election(&self, key: impl AsRef<[u8]>) -> Result<Election<C>, Error> {
         Ok(Election::new(
             self.inner.election(key)?,
@@ -239,6 +360,19 @@ impl<C: Connection> Locker<C> {
     ///
     /// # Errors
     /// As the async call; [`Error::InsideRuntime`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lock = locker.acquire("job", Duration::from_secs(30)).metadata("host=a").call()?;
+    /// let info = locker.inspect("job")?;
+    /// assert!(info.held && info.metadata.as_deref() == Some("host=a"));
+    /// assert!(info.ttl.unwrap() <= Duration::from_secs(30));
+    /// lock.release()?;
+    /// assert!(!locker.inspect("job")?.held);
+    /// # Ok(()) }
+    /// ```
     pub fn inspect(&self, key: impl AsRef<[u8]>) -> Result<LockInfo, Error> {
         self.runtime.call(self.inner.inspect(key))?
     }
@@ -247,6 +381,17 @@ impl<C: Connection> Locker<C> {
     ///
     /// # Errors
     /// As the async call; [`Error::InsideRuntime`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lock = locker.acquire("job", Duration::from_secs(30)).call()?;
+    /// assert!(!locker.wait_released("job", Duration::from_millis(20))?); // still held
+    /// lock.release()?;
+    /// assert!(locker.wait_released("job", Duration::from_secs(1))?); // free now
+    /// # Ok(()) }
+    /// ```
     pub fn wait_released(&self, key: impl AsRef<[u8]>, timeout: Duration) -> Result<bool, Error> {
         self.runtime.call(self.inner.wait_released(key, timeout))?
     }
@@ -255,6 +400,20 @@ impl<C: Connection> Locker<C> {
     ///
     /// # Errors
     /// As the async call; [`Error::InsideRuntime`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// // One process takes the lock and hands its token on, e.g. to a script:
+    /// let token = locker.acquire("deploy", Duration::from_secs(300)).call()?.detach();
+    /// // ... which releases it later, by that token:
+    /// locker.release_with_token(["deploy"], &token)?;
+    /// assert!(!locker.inspect("deploy")?.held);
+    /// // Released once: a second release finds it not held.
+    /// assert!(locker.release_with_token(["deploy"], &token).unwrap_err().is_not_held());
+    /// # Ok(()) }
+    /// ```
     pub fn release_with_token<K: AsRef<[u8]>>(
         &self,
         keys: impl IntoIterator<Item = K>,
@@ -268,6 +427,17 @@ impl<C: Connection> Locker<C> {
     ///
     /// # Errors
     /// As the async call; [`Error::InsideRuntime`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let token = locker.acquire("deploy", Duration::from_secs(30)).call()?.detach();
+    /// locker.refresh_with_token(["deploy"], &token, Duration::from_secs(600))?;
+    /// assert!(locker.inspect("deploy")?.ttl.unwrap() > Duration::from_secs(30));
+    /// # locker.release_with_token(["deploy"], &token)?;
+    /// # Ok(()) }
+    /// ```
     pub fn refresh_with_token<K: AsRef<[u8]>>(
         &self,
         keys: impl IntoIterator<Item = K>,
@@ -283,6 +453,20 @@ impl<C: Connection> Locker<C> {
     ///
     /// # Errors
     /// As the async call; [`Error::InsideRuntime`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let a = locker.acquire("jobs:a", Duration::from_secs(30)).call()?;
+    /// let b = locker.acquire("jobs:b", Duration::from_secs(30)).call()?;
+    /// let other = locker.acquire("cache", Duration::from_secs(30)).call()?;
+    /// let mut keys: Vec<_> = locker.list("jobs:*")?.into_iter().map(|lock| lock.key).collect();
+    /// keys.sort();
+    /// assert_eq!(keys, [b"jobs:a".to_vec(), b"jobs:b".to_vec()]);
+    /// # a.release()?; b.release()?; other.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn list(&self, pattern: &str) -> Result<Vec<ListedLock>, Error> {
         let listing = self.inner.list(pattern)?;
         self.runtime.call(listing.collect())?
@@ -292,6 +476,20 @@ impl<C: Connection> Locker<C> {
     ///
     /// # Errors
     /// As the async call; [`Error::InsideRuntime`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let uploads = locker.semaphore("uploads", 4)?;
+    /// let permits = uploads.acquire(3, Duration::from_secs(30)).call()?;
+    /// let seen = locker.describe("uploads")?.expect("held");
+    /// assert_eq!(seen.kind, redmutex::LockKind::Semaphore);
+    /// assert_eq!(seen.permits, Some((3, 4)));
+    /// assert_eq!(locker.describe("nothing-here")?, None);
+    /// # permits.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn describe(&self, key: impl AsRef<[u8]>) -> Result<Option<ListedLock>, Error> {
         self.runtime.call(self.inner.describe(key))?
     }
@@ -300,6 +498,20 @@ impl<C: Connection> Locker<C> {
     ///
     /// # Errors
     /// As the async call; [`Error::InsideRuntime`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let stuck = locker.acquire("deploy", Duration::from_secs(3600));
+    /// let stuck = stuck.metadata("host=gone").call()?;
+    /// let taken = locker.force_release("deploy")?.expect("it was held");
+    /// assert_eq!(taken.holders[0].metadata.as_deref(), Some("host=gone"));
+    /// assert!(!locker.inspect("deploy")?.held);
+    /// // The holder finds out when it next renews, refreshes or releases:
+    /// assert!(stuck.release().unwrap_err().is_not_held());
+    /// # Ok(()) }
+    /// ```
     pub fn force_release(&self, key: impl AsRef<[u8]>) -> Result<Option<ListedLock>, Error> {
         self.runtime.call(self.inner.force_release(key))?
     }

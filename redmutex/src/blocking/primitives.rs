@@ -51,6 +51,20 @@ impl<C: Connection> Semaphore<C> {
 
     /// `permits` permits for `ttl`: set it up, then [`call`](Acquire::call) it. See
     /// [`crate::Semaphore::acquire`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// let exports = locker.semaphore("exports", 3)?;
+    /// let two = exports.acquire(2, Duration::from_secs(30)).call()?;
+    /// let one = exports.acquire(1, Duration::from_secs(30)).call()?;
+    /// let refused = exports.acquire(1, Duration::from_secs(30)).call(); // one try: none left
+    /// assert!(refused.unwrap_err().is_not_obtained());
+    /// two.release()?;
+    /// one.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn acquire(&self, permits: u32, ttl: Duration) -> Acquire<C, Permits> {
         Acquire {
             inner: self.inner.acquire(permits, ttl),
@@ -62,16 +76,52 @@ impl<C: Connection> Semaphore<C> {
     ///
     /// # Errors
     /// As the async call; [`Error::InsideRuntime`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// let exports = locker.semaphore("exports", 3)?;
+    /// let permits = exports.acquire(2, Duration::from_secs(30)).metadata("host-7").call()?;
+    /// let info = exports.inspect()?;
+    /// assert_eq!((info.used, info.free), (2, 1));
+    /// assert_eq!(info.holders[0].metadata.as_deref(), Some("host-7"));
+    /// permits.release()?;
+    /// assert_eq!(exports.inspect()?.used, 0);
+    /// # Ok(()) }
+    /// ```
     pub fn inspect(&self) -> Result<SemaphoreInfo, Error> {
         self.runtime.call(self.inner.inspect())?
     }
 
     /// The most permits held at once.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// let exports = locker.semaphore("exports", 3)?;
+    /// assert_eq!(exports.limit(), 3);
+    /// let all = exports.acquire(exports.limit(), Duration::from_secs(30)).call()?; // all of it
+    /// assert_eq!(exports.inspect()?.free, 0);
+    /// all.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn limit(&self) -> u32 {
         self.inner.limit()
     }
 
     /// The semaphore's key, as stored in Redis.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// let locker = redmutex::blocking::Locker::build(|| async {
+    ///     Ok(redmutex::Locker::in_memory().with_prefix("app:"))
+    /// })?;
+    /// let exports = locker.semaphore("exports", 3)?;
+    /// assert_eq!(exports.key(), b"app:exports"); // with the locker's prefix
+    /// # Ok(()) }
+    /// ```
     pub fn key(&self) -> &[u8] {
         self.inner.key()
     }
@@ -107,6 +157,18 @@ impl<C: Connection> FairLock<C> {
     }
 
     /// The lock for `ttl`, in arrival order: [`crate::FairLock::acquire`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// let deploys = locker.fair_lock("deploy")?;
+    /// let guard = deploys.acquire(Duration::from_secs(60)).call()?;
+    /// assert!(deploys.inspect()?.lock.held);
+    /// guard.release()?;
+    /// assert!(!deploys.inspect()?.lock.held);
+    /// # Ok(()) }
+    /// ```
     pub fn acquire(&self, ttl: Duration) -> Acquire<C, FairKey> {
         Acquire {
             inner: self.inner.acquire(ttl),
@@ -118,11 +180,42 @@ impl<C: Connection> FairLock<C> {
     ///
     /// # Errors
     /// As the async call; [`Error::InsideRuntime`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// let deploys = locker.fair_lock("deploy")?;
+    /// let guard = deploys.acquire(Duration::from_secs(60)).call()?;
+    /// let next = deploys.clone();
+    /// let waiter = std::thread::spawn(move || {
+    ///     let queued = next.acquire(Duration::from_secs(60)).deadline(Duration::from_secs(5));
+    ///     queued.retry(redmutex::retry::constant(Duration::from_millis(10))).call()
+    /// });
+    /// while deploys.inspect()?.waiters.is_empty() {
+    ///     std::thread::sleep(Duration::from_millis(1)); // until the waiter is in line
+    /// }
+    /// guard.release()?; // the first in line gets it
+    /// waiter.join().unwrap()?.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn inspect(&self) -> Result<FairLockInfo, Error> {
         self.runtime.call(self.inner.inspect())?
     }
 
     /// The lock's key, as stored in Redis.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// let deploys = locker.fair_lock("deploy")?;
+    /// assert_eq!(deploys.key(), b"deploy");
+    /// let guard = deploys.acquire(Duration::from_secs(60)).call()?;
+    /// assert!(locker.connection().ttl(deploys.key()).is_some()); // the holder's key
+    /// guard.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn key(&self) -> &[u8] {
         self.inner.key()
     }
@@ -160,6 +253,19 @@ impl<C: Connection> RwLock<C> {
     }
 
     /// A read hold for `ttl`, shared with other readers: [`crate::RwLock::read`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// let catalog = locker.rw_lock("catalog")?;
+    /// let a = catalog.read(Duration::from_secs(30)).call()?;
+    /// let b = catalog.read(Duration::from_secs(30)).call()?; // readers share it
+    /// assert_eq!(catalog.inspect()?.readers.len(), 2);
+    /// a.release()?;
+    /// b.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn read(&self, ttl: Duration) -> Acquire<C, ReadKey> {
         Acquire {
             inner: self.inner.read(ttl),
@@ -168,6 +274,19 @@ impl<C: Connection> RwLock<C> {
     }
 
     /// The write hold for `ttl`, alone: [`crate::RwLock::write`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// let catalog = locker.rw_lock("catalog")?;
+    /// let write = catalog.write(Duration::from_secs(30)).call()?;
+    /// let read = catalog.read(Duration::from_secs(30)).call(); // one try: the writer is alone
+    /// assert!(read.unwrap_err().is_not_obtained());
+    /// write.release()?;
+    /// catalog.read(Duration::from_secs(30)).call()?.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn write(&self, ttl: Duration) -> Acquire<C, WriteKey> {
         Acquire {
             inner: self.inner.write(ttl),
@@ -179,11 +298,37 @@ impl<C: Connection> RwLock<C> {
     ///
     /// # Errors
     /// As the async call; [`Error::InsideRuntime`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// let catalog = locker.rw_lock("catalog")?;
+    /// let write = catalog.write(Duration::from_secs(30)).metadata("import").call()?;
+    /// let info = catalog.inspect()?;
+    /// assert!(info.written && info.readers.is_empty());
+    /// assert_eq!(info.writer_metadata.as_deref(), Some("import"));
+    /// write.release()?;
+    /// assert!(!catalog.inspect()?.held());
+    /// # Ok(()) }
+    /// ```
     pub fn inspect(&self) -> Result<RwLockInfo, Error> {
         self.runtime.call(self.inner.inspect())?
     }
 
     /// The lock's key, as stored in Redis.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// let catalog = locker.rw_lock("catalog")?;
+    /// assert_eq!(catalog.key(), b"catalog");
+    /// let write = catalog.write(Duration::from_secs(30)).call()?;
+    /// assert!(locker.connection().ttl(catalog.key()).is_some()); // the writer's key
+    /// write.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn key(&self) -> &[u8] {
         self.inner.key()
     }
@@ -223,6 +368,16 @@ impl<C: Connection> Election<C> {
 
     /// Runs for leader with `value`: set it up, then [`call`](Campaign::call) it. See
     /// [`crate::Election::campaign`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// let locker = redmutex::blocking::Locker::in_memory()?;
+    /// let election = locker.election("scheduler")?;
+    /// let leadership = election.campaign("host-7").call()?; // nobody leads: elected at once
+    /// assert_eq!(leadership.value(), "host-7");
+    /// leadership.resign()?;
+    /// # Ok(()) }
+    /// ```
     pub fn campaign(&self, value: impl Into<String>) -> Campaign<C> {
         Campaign {
             inner: self.inner.campaign(value),
@@ -234,25 +389,72 @@ impl<C: Connection> Election<C> {
     ///
     /// # Errors
     /// As the async call; [`Error::InsideRuntime`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// let election = locker.election("scheduler")?;
+    /// assert_eq!(election.leader()?, None);
+    /// let leadership = election.campaign("host-7").call()?;
+    /// let leader = election.leader()?.expect("elected");
+    /// assert_eq!((leader.value.as_str(), leader.term), ("host-7", Some(leadership.term())));
+    /// # Ok(()) }
+    /// ```
     pub fn leader(&self) -> Result<Option<Leader>, Error> {
         self.runtime.call(self.inner.leader())?
     }
 
     /// Every change of leader, as an iterator that blocks for the next one:
     /// [`crate::Election::observe`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// let election = locker.election("scheduler")?;
+    /// let mut changes = election.observe();
+    /// assert_eq!(changes.next().transpose()?, Some(None)); // nobody leads yet
+    /// let leadership = election.campaign("host-7").call()?;
+    /// let leader = changes.next().transpose()?.flatten().expect("a leader");
+    /// assert_eq!(leader.value, "host-7");
+    /// leadership.resign()?;
+    /// assert_eq!(changes.next().transpose()?, Some(None)); // nobody leads again
+    /// # Ok(()) }
+    /// ```
     pub fn observe(&self) -> Observe {
         Observe {
             changes: Box::pin(self.inner.observe()),
             runtime: self.runtime.clone(),
+            refused: false,
         }
     }
 
     /// The election's key, as stored in Redis.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// let election = locker.election("scheduler")?;
+    /// assert_eq!(election.key(), b"scheduler");
+    /// let leadership = election.campaign("host-7").call()?;
+    /// assert!(locker.connection().ttl(election.key()).is_some()); // the leader holds it
+    /// # Ok(()) }
+    /// ```
     pub fn key(&self) -> &[u8] {
         self.inner.key()
     }
 
     /// The leader's lease TTL.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// let election = locker.election("scheduler")?;
+    /// assert_eq!(election.ttl(), redmutex::DEFAULT_ELECTION_TTL);
+    /// let leadership = election.campaign("host-7").call()?;
+    /// let leader = election.leader()?.expect("elected");
+    /// assert!(leader.ttl.unwrap() <= election.ttl()); // renewed before it runs out
+    /// # Ok(()) }
+    /// ```
     pub fn ttl(&self) -> Duration {
         self.inner.ttl()
     }
@@ -260,10 +462,23 @@ impl<C: Connection> Election<C> {
 
 /// Leader changes, from [`Election::observe`]: each `next` waits for the next one. Inside
 /// an async runtime it yields [`Error::InsideRuntime`] and ends.
+///
+/// ```
+/// # fn main() -> Result<(), redmutex::Error> {
+/// # let locker = redmutex::blocking::Locker::in_memory()?;
+/// let election = locker.election("scheduler")?;
+/// let leadership = election.campaign("host-7").call()?;
+/// let mut changes: redmutex::blocking::Observe = election.observe();
+/// let now = changes.next().expect("it never ends")?; // first, the leader now
+/// assert_eq!(now.map(|leader| leader.value).as_deref(), Some("host-7"));
+/// # Ok(()) }
+/// ```
 #[must_use = "an iterator does nothing unless iterated"]
 pub struct Observe {
     changes: Pin<Box<dyn Stream<Item = Result<Option<Leader>, Error>> + Send>>,
     runtime: Runtime,
+    /// Set once a call was refused inside an async runtime: the iterator has ended.
+    refused: bool,
 }
 
 impl std::fmt::Debug for Observe {
@@ -276,14 +491,32 @@ impl Iterator for Observe {
     type Item = Result<Option<Leader>, Error>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        if self.refused {
+            return None;
+        }
         match self.runtime.call(self.changes.next()) {
             Ok(change) => change,
-            Err(refused) => Some(Err(refused)),
+            Err(refused) => {
+                self.refused = true;
+                Some(Err(refused))
+            }
         }
     }
 }
 
 /// A blocking campaign: set it up like [`crate::Campaign`], then [`call`](Campaign::call).
+///
+/// ```
+/// # fn main() -> Result<(), redmutex::Error> {
+/// use std::time::Duration;
+/// # let locker = redmutex::blocking::Locker::in_memory()?;
+/// let election = locker.election("scheduler")?;
+/// let campaign = election.campaign("host-7").deadline(Duration::from_secs(10));
+/// assert_eq!(election.leader()?, None); // nothing sent yet
+/// let leadership = campaign.call()?;
+/// assert_eq!(election.leader()?.map(|leader| leader.value).as_deref(), Some("host-7"));
+/// # Ok(()) }
+/// ```
 #[must_use = "a campaign does nothing until called"]
 pub struct Campaign<C: Connection> {
     inner: crate::Campaign<'static, C>,
@@ -292,6 +525,17 @@ pub struct Campaign<C: Connection> {
 
 impl<C: Connection> Campaign<C> {
     /// How long to wait for leadership: [`crate::Campaign::deadline`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// let election = locker.election("scheduler")?;
+    /// let leader = election.campaign("host-1").call()?;
+    /// let tried = election.campaign("host-2").deadline(Duration::from_millis(50)).call();
+    /// assert!(tried.unwrap_err().is_not_obtained()); // host-1 kept leading
+    /// # Ok(()) }
+    /// ```
     pub fn deadline(self, deadline: Duration) -> Self {
         Campaign {
             inner: self.inner.deadline(deadline),
@@ -300,6 +544,24 @@ impl<C: Connection> Campaign<C> {
     }
 
     /// How to wait while another leads: [`crate::Campaign::retry`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use redmutex::retry;
+    /// let election = locker.election("scheduler")?;
+    /// let first = election.campaign("host-1").call()?;
+    /// let resigns = std::thread::spawn(move || first.resign());
+    /// let second = election
+    ///     .campaign("host-2")
+    ///     .retry(retry::constant(Duration::from_millis(10)))
+    ///     .deadline(Duration::from_secs(5))
+    ///     .call()?;
+    /// assert_eq!(second.value(), "host-2");
+    /// resigns.join().unwrap()?;
+    /// # Ok(()) }
+    /// ```
     pub fn retry<S>(self, strategy: S) -> Self
     where
         S: IntoIterator<Item = Duration>,
@@ -312,6 +574,25 @@ impl<C: Connection> Campaign<C> {
     }
 
     /// Called after each failed try, on the blocking API's own thread.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::sync::{Arc, Mutex};
+    /// let election = locker.election("scheduler")?;
+    /// let leader = election.campaign("host-1").call()?;
+    /// let looks = Arc::new(Mutex::new(Vec::new()));
+    /// let log = Arc::clone(&looks);
+    /// let tried = election
+    ///     .campaign("host-2")
+    ///     .on_failed_try(move |failed| log.lock().unwrap().push(failed.attempt))
+    ///     .deadline(Duration::from_millis(50))
+    ///     .call();
+    /// assert!(tried.unwrap_err().is_not_obtained());
+    /// assert_eq!(looks.lock().unwrap()[0], 1); // the first look found host-1 leading
+    /// # Ok(()) }
+    /// ```
     pub fn on_failed_try(self, observer: impl FnMut(&FailedTry<'_>) + Send + 'static) -> Self {
         Campaign {
             inner: self.inner.on_failed_try(observer),
@@ -323,6 +604,16 @@ impl<C: Connection> Campaign<C> {
     ///
     /// # Errors
     /// As the async campaign; [`Error::InsideRuntime`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// let election = locker.election("scheduler")?;
+    /// let leadership = election.campaign("host-7").call()?;
+    /// assert!(!leadership.is_lost()); // kept alive in the background from now on
+    /// assert_eq!(election.leader()?.and_then(|leader| leader.term), Some(leadership.term()));
+    /// # Ok(()) }
+    /// ```
     pub fn call(self) -> Result<Leadership<C>, Error> {
         let inner = self.runtime.call(self.inner.into_future())??;
         Ok(Leadership {
@@ -334,6 +625,17 @@ impl<C: Connection> Campaign<C> {
 
 /// Leadership, kept alive in the background: [`crate::Leadership`], with blocking calls.
 /// Dropping it resigns, waiting at most [`RELEASE_WAIT_ON_DROP`].
+///
+/// ```
+/// # fn main() -> Result<(), redmutex::Error> {
+/// # let locker = redmutex::blocking::Locker::in_memory()?;
+/// let election = locker.election("scheduler")?;
+/// let leadership = election.campaign("host-7").call()?;
+/// assert!(!leadership.is_lost());
+/// drop(leadership); // resigns
+/// assert_eq!(election.leader()?, None);
+/// # Ok(()) }
+/// ```
 #[must_use = "dropping a Leadership resigns it"]
 pub struct Leadership<C: Connection> {
     inner: Option<crate::Leadership<C>>,
@@ -346,31 +648,106 @@ impl<C: Connection> Leadership<C> {
     }
 
     /// The term: a fence above every earlier leader's.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// let election = locker.election("scheduler")?;
+    /// let first = election.campaign("host-1").call()?;
+    /// let first_term = first.term();
+    /// first.resign()?;
+    /// let second = election.campaign("host-2").call()?;
+    /// assert!(second.term() > first_term); // a resource can refuse writes fenced with first_term
+    /// # Ok(()) }
+    /// ```
     pub fn term(&self) -> u64 {
         self.inner().term()
     }
 
     /// The value it campaigned with, or proclaimed since.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// let election = locker.election("scheduler")?;
+    /// let mut leadership = election.campaign("host-7").call()?;
+    /// assert_eq!(leadership.value(), "host-7");
+    /// leadership.proclaim("host-7 (draining)")?;
+    /// assert_eq!(leadership.value(), "host-7 (draining)");
+    /// # Ok(()) }
+    /// ```
     pub fn value(&self) -> &str {
         self.inner().value()
     }
 
     /// Until when it certainly leads, as of the last renewal.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::{Duration, Instant};
+    /// let election = locker.election("scheduler")?;
+    /// let leadership = election.campaign("host-7").call()?;
+    /// let left = leadership.valid_until().saturating_duration_since(Instant::now());
+    /// assert!(left > Duration::ZERO && left <= election.ttl());
+    /// # Ok(()) }
+    /// ```
     pub fn valid_until(&self) -> StdInstant {
         self.inner().valid_until().into_std()
     }
 
     /// Whether the leadership has ended.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// let leadership = locker.election("scheduler")?.campaign("host-7").call()?;
+    /// for _step in 0..3 {
+    ///     if leadership.is_lost() {
+    ///         break; // someone else may lead now: stop at once
+    ///     }
+    ///     // ... a step of the leader's work ...
+    /// }
+    /// assert!(!leadership.is_lost());
+    /// # Ok(()) }
+    /// ```
     pub fn is_lost(&self) -> bool {
         self.inner().is_lost()
     }
 
     /// A clonable view of the leadership's fate, for other threads.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// let leadership = locker.election("scheduler")?.campaign("host-7").call()?;
+    /// let signal = leadership.signal();
+    /// let worker = std::thread::spawn(move || {
+    ///     while !signal.is_lost() {
+    ///         std::thread::yield_now(); // ... a step of the leader's work ...
+    ///     }
+    ///     signal.reason()
+    /// });
+    /// leadership.resign()?;
+    /// assert!(matches!(worker.join().unwrap(), Some(redmutex::LostReason::Released)));
+    /// # Ok(()) }
+    /// ```
     pub fn signal(&self) -> LostSignal {
         self.inner().signal()
     }
 
     /// A token cancelled when the leadership ends.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// let leadership = locker.election("scheduler")?.campaign("host-7").call()?;
+    /// let token = leadership.cancellation_token(); // for async work: `token.cancelled().await`
+    /// assert!(!token.is_cancelled());
+    /// leadership.resign()?;
+    /// assert!(token.is_cancelled());
+    /// # Ok(()) }
+    /// ```
     pub fn cancellation_token(&self) -> CancellationToken {
         self.inner().cancellation_token()
     }
@@ -379,6 +756,21 @@ impl<C: Connection> Leadership<C> {
     ///
     /// # Errors
     /// [`Error::InsideRuntime`] only.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::sync::Arc;
+    /// let leadership = Arc::new(locker.election("scheduler")?.campaign("host-7").call()?);
+    /// let watched = Arc::clone(&leadership);
+    /// std::thread::spawn(move || match watched.lost() {
+    ///     Ok(reason) => eprintln!("no longer leading: {reason}"),
+    ///     Err(e) => eprintln!("cannot wait here: {e}"),
+    /// });
+    /// // ... lead; the watcher thread learns of a loss as soon as it happens ...
+    /// assert!(!leadership.is_lost());
+    /// # Ok(()) }
+    /// ```
     pub fn lost(&self) -> Result<LostReason, Error> {
         self.runtime.call(self.inner().lost())
     }
@@ -387,6 +779,16 @@ impl<C: Connection> Leadership<C> {
     ///
     /// # Errors
     /// As the async call; [`Error::InsideRuntime`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// let election = locker.election("scheduler")?;
+    /// let mut leadership = election.campaign("host-7").call()?;
+    /// leadership.proclaim("host-7 (draining)")?;
+    /// assert_eq!(election.leader()?.unwrap().value, "host-7 (draining)"); // for everyone
+    /// # Ok(()) }
+    /// ```
     pub fn proclaim(&mut self, value: impl Into<String>) -> Result<(), Error> {
         let inner = self.inner.as_mut().expect("held until given up");
         self.runtime.call(inner.proclaim(value))?
@@ -396,6 +798,18 @@ impl<C: Connection> Leadership<C> {
     ///
     /// # Errors
     /// As the async call; [`Error::InsideRuntime`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// let election = locker.election("scheduler")?;
+    /// let leadership = election.campaign("host-7").call()?;
+    /// leadership.resign()?;
+    /// assert_eq!(election.leader()?, None);
+    /// let next = election.campaign("host-8").call()?; // elected at once
+    /// assert!(next.term() > 0);
+    /// # Ok(()) }
+    /// ```
     pub fn resign(mut self) -> Result<(), Error> {
         let inner = self.inner.take().expect("held until given up");
         self.runtime.call(inner.resign())?

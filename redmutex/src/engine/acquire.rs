@@ -107,6 +107,23 @@ impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
     /// Stores `metadata` with the token, readable by anyone through
     /// [`Locker::inspect`](crate::Locker::inspect): who holds the lock and why.
     /// At most [`MAX_METADATA_LEN`](crate::MAX_METADATA_LEN) bytes.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let lock = locker.acquire("reports:nightly", Duration::from_secs(60))
+    ///     .metadata("host=web-3 pid=4121")
+    ///     .await?;
+    /// let seen = locker.inspect("reports:nightly").await?; // by anyone
+    /// assert_eq!(seen.metadata.as_deref(), Some("host=web-3 pid=4121"));
+    /// let too_long = "x".repeat(redmutex::MAX_METADATA_LEN + 1);
+    /// let refused = locker.acquire("reports:hourly", Duration::from_secs(60)).metadata(too_long);
+    /// assert!(refused.await.unwrap_err().is_invalid_argument());
+    /// # lock.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn metadata(mut self, metadata: impl Into<String>) -> Self {
         self.metadata = Some(metadata.into());
         self
@@ -119,6 +136,23 @@ impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
     ///
     /// A locker built [`without_fences`](crate::Locker::without_fences) refuses it with
     /// [`Error::InvalidArgument`] before anything is sent.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let lock = locker.acquire("ledger", Duration::from_secs(10)).with_fence().await?;
+    /// let requests = locker.connection().requests();
+    /// let fence = lock.fence().await?; // already taken: no request
+    /// assert_eq!(locker.connection().requests(), requests);
+    /// assert_eq!(lock.fence_if_taken(), Some(fence));
+    /// let unfenced = redmutex::Locker::in_memory().without_fences();
+    /// let refused = unfenced.acquire("ledger", Duration::from_secs(10)).with_fence().await;
+    /// assert!(refused.unwrap_err().is_invalid_argument());
+    /// # lock.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn with_fence(mut self) -> Self {
         self.with_fence = true;
         self
@@ -127,6 +161,24 @@ impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
     /// How long to wait between tries while the lock is held by someone else, or after a
     /// transient Redis error: any [`IntoIterator`] of [`Duration`]s (see [`crate::retry`]).
     /// The iterator is created here, for this acquire alone.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// use redmutex::{memory::MemoryRedis, retry, Locker};
+    /// let redis = MemoryRedis::new();
+    /// let (a, b) = (Locker::in_memory_on(&redis), Locker::in_memory_on(&redis));
+    /// let held = a.acquire("report", Duration::from_secs(2)).await?;
+    /// let once = b.acquire("report", Duration::from_secs(30)).await; // one try only
+    /// assert!(once.unwrap_err().is_not_obtained());
+    /// let lock = b.acquire("report", Duration::from_secs(30))
+    ///     .retry(retry::constant(Duration::from_millis(500)))
+    ///     .await?; // got it once `held` expired
+    /// assert!(held.release().await.unwrap_err().is_not_held());
+    /// # lock.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn retry<S>(mut self, strategy: S) -> Self
     where
         S: IntoIterator<Item = Duration>,
@@ -143,6 +195,26 @@ impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
     /// A try still in flight at the deadline (or after the TTL) is cut short when that
     /// moment is at most 5 s after the try was sent, and otherwise by the connection's
     /// response timeout; a success that comes too late is refused and undone either way.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// use redmutex::{memory::MemoryRedis, retry, Locker};
+    /// use tokio::time::Instant;
+    /// let redis = MemoryRedis::new();
+    /// let (a, b) = (Locker::in_memory_on(&redis), Locker::in_memory_on(&redis));
+    /// let held = a.acquire("report", Duration::from_secs(60)).await?;
+    /// let start = Instant::now();
+    /// let tried = b.acquire("report", Duration::from_secs(30))
+    ///     .retry(retry::constant(Duration::from_secs(2)))
+    ///     .deadline(Duration::from_secs(5)) // tries at 0, 2, 4 and 5 s
+    ///     .await;
+    /// assert!(tried.unwrap_err().is_not_obtained());
+    /// assert_eq!(start.elapsed(), Duration::from_secs(5));
+    /// # held.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = Some(deadline);
         self
@@ -150,6 +222,30 @@ impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
 
     /// Calls `observer` after every failed try, including the last, with the attempt
     /// number, the reason and the pause that follows (the "notify" of backoff libraries).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// use redmutex::{memory::MemoryRedis, retry, Locker, TryFailure};
+    /// let redis = MemoryRedis::new();
+    /// let (a, b) = (Locker::in_memory_on(&redis), Locker::in_memory_on(&redis));
+    /// let held = a.acquire("report", Duration::from_secs(60)).await?;
+    /// let mut seen = Vec::new();
+    /// let tried = b.acquire("report", Duration::from_secs(30))
+    ///     .retry(retry::constant(Duration::from_secs(1)))
+    ///     .deadline(Duration::from_secs(2))
+    ///     .on_failed_try(|t| {
+    ///         assert!(matches!(t.reason, TryFailure::Held { key: b"report" }));
+    ///         seen.push((t.attempt, t.next_delay));
+    ///     })
+    ///     .await;
+    /// assert!(tried.unwrap_err().is_not_obtained());
+    /// let pause = Some(Duration::from_secs(1));
+    /// assert_eq!(seen, [(1, pause), (2, pause), (3, None)]);
+    /// # held.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn on_failed_try(mut self, observer: impl FnMut(&FailedTry<'_>) + Send + 'a) -> Self {
         self.on_failed_try = Some(Box::new(observer));
         self

@@ -135,11 +135,39 @@ impl<C: Connection, P> Lock<C, P> {
     }
 
     /// The owner's token. Whoever knows it can refresh and release the lock.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let lock = locker.acquire("import", Duration::from_secs(30)).await?;
+    /// let token = lock.token();
+    /// // Another process that was handed the token may release the lock:
+    /// let other = redmutex::Locker::in_memory_on(locker.connection());
+    /// other.release_with_token(["import"], &token).await?;
+    /// assert!(lock.release().await.unwrap_err().is_not_held());
+    /// # Ok(()) }
+    /// ```
     pub fn token(&self) -> Token {
         self.token
     }
 
     /// The metadata stored with the token, if any.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let acquire = locker.acquire("import", Duration::from_secs(30));
+    /// let lock = acquire.metadata("host=web-3 pid=4121").await?;
+    /// assert_eq!(lock.metadata(), Some("host=web-3 pid=4121"));
+    /// let seen = locker.inspect("import").await?; // as others see it
+    /// assert_eq!(seen.metadata.as_deref(), lock.metadata());
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn metadata(&self) -> Option<&str> {
         self.metadata.as_deref()
     }
@@ -202,11 +230,40 @@ impl<C: Connection, P> Lock<C, P> {
     }
 
     /// The fence, if it was taken already (by the acquire or by [`fence`](Lock::fence)).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let lock = locker.acquire("ledger", Duration::from_secs(10)).await?;
+    /// assert_eq!(lock.fence_if_taken(), None); // not asked for yet
+    /// let fence = lock.fence().await?;
+    /// assert_eq!(lock.fence_if_taken(), Some(fence));
+    /// let fenced = locker.acquire("audit", Duration::from_secs(10)).with_fence().await?;
+    /// assert!(fenced.fence_if_taken().is_some()); // taken with the key
+    /// # lock.release().await?;
+    /// # fenced.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn fence_if_taken(&self) -> Option<u64> {
         self.fence.get().copied()
     }
 
     /// The TTL set by the acquire or the last successful refresh (in whole milliseconds).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let mut lock = locker.acquire("import", Duration::from_micros(2_500_900)).await?;
+    /// assert_eq!(lock.lease_ttl(), Duration::from_millis(2500));
+    /// lock.refresh(Duration::from_secs(60)).await?;
+    /// assert_eq!(lock.lease_ttl(), Duration::from_secs(60));
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn lease_ttl(&self) -> Duration {
         self.lease_ttl
     }
@@ -215,11 +272,42 @@ impl<C: Connection, P> Lock<C, P> {
     /// the moment the acquire (or last refresh) request was *sent*, plus the TTL, on the
     /// client's monotonic clock (Redlock: minus the clock-drift allowance). Past it, assume
     /// the lock is gone.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// let start = Instant::now();
+    /// let lock = locker.acquire("import", Duration::from_secs(30)).await?;
+    /// assert!(lock.valid_until() <= start + Duration::from_secs(30));
+    /// tokio::time::sleep_until(lock.valid_until()).await;
+    /// assert!(lock.release().await.unwrap_err().is_not_held()); // gone by then
+    /// # Ok(()) }
+    /// ```
     pub fn valid_until(&self) -> Instant {
         self.valid_until
     }
 
     /// Time left until [`valid_until`](Lock::valid_until); zero once past it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let mut lock = locker.acquire("import", Duration::from_secs(30)).await?;
+    /// tokio::time::sleep(Duration::from_secs(20)).await; // work
+    /// assert_eq!(lock.remaining_validity(), Duration::from_secs(10));
+    /// if lock.remaining_validity() < Duration::from_secs(15) {
+    ///     lock.refresh(Duration::from_secs(30)).await?;
+    /// }
+    /// assert_eq!(lock.remaining_validity(), Duration::from_secs(30));
+    /// tokio::time::sleep(Duration::from_secs(40)).await;
+    /// assert_eq!(lock.remaining_validity(), Duration::ZERO);
+    /// # Ok(()) }
+    /// ```
     pub fn remaining_validity(&self) -> Duration {
         self.valid_until.saturating_duration_since(Instant::now())
     }
@@ -237,6 +325,19 @@ impl<C: Connection, P> Lock<C, P> {
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let lock = locker.acquire("import", Duration::from_secs(30)).await?;
+    /// tokio::time::sleep(Duration::from_secs(10)).await;
+    /// assert_eq!(lock.ttl().await?, Duration::from_secs(20));
+    /// locker.connection().take_over("import", Duration::from_secs(60)); // another owner
+    /// assert!(lock.ttl().await.unwrap_err().is_not_held());
+    /// # Ok(()) }
+    /// ```
     pub async fn ttl(&self) -> Result<Duration, Error> {
         let backend = &self.context.backend;
         backend
@@ -261,6 +362,21 @@ impl<C: Connection, P> Lock<C, P> {
     /// If cancelled, the new TTL may or may not have been applied in Redis;
     /// [`valid_until`](Lock::valid_until) then keeps the earlier of the old and the new
     /// expiry, which is the safe assumption.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let mut lock = locker.acquire("import", Duration::from_secs(10)).await?;
+    /// tokio::time::sleep(Duration::from_secs(8)).await; // the work takes longer than planned
+    /// lock.refresh(Duration::from_secs(30)).await?;
+    /// assert_eq!(lock.ttl().await?, Duration::from_secs(30));
+    /// assert!(lock.refresh(Duration::ZERO).await.unwrap_err().is_invalid_argument());
+    /// locker.connection().expire_now("import");
+    /// assert!(lock.refresh(Duration::from_secs(30)).await.unwrap_err().is_not_held());
+    /// # Ok(()) }
+    /// ```
     pub async fn refresh(&mut self, ttl: Duration) -> Result<(), Error> {
         let ttl_ms = args::ttl_millis(ttl)?;
         let ttl = Duration::from_millis(ttl_ms);
@@ -289,6 +405,21 @@ impl<C: Connection, P> Lock<C, P> {
     /// # Cancel safety
     /// If cancelled, the release may or may not have reached Redis; the dropped lock then
     /// starts a background release, as on any drop.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let lock = locker.acquire("import", Duration::from_secs(30)).await?;
+    /// lock.release().await?;
+    /// assert!(!locker.inspect("import").await?.held);
+    /// let lock = locker.acquire("import", Duration::from_secs(30)).await?;
+    /// locker.connection().take_over("import", Duration::from_secs(60)); // another owner's now
+    /// assert!(lock.release().await.unwrap_err().is_not_held());
+    /// assert!(locker.inspect("import").await?.held); // left alone
+    /// # Ok(()) }
+    /// ```
     pub async fn release(mut self) -> Result<(), Error> {
         let keys = self.claim.keys();
         let span = tracing::debug_span!(
@@ -359,6 +490,21 @@ impl<C: Connection, P> Lock<C, P> {
 
     /// Forgets the lock without releasing it: it stays in Redis until its TTL runs out or
     /// someone with the returned token releases it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let lock = locker.acquire("handoff", Duration::from_secs(30)).await?;
+    /// let token = lock.detach(); // e.g. to hand to the process that finishes the job
+    /// tokio::time::sleep(Duration::from_secs(10)).await;
+    /// assert!(locker.inspect("handoff").await?.held); // not released
+    /// let finisher = redmutex::Locker::in_memory_on(locker.connection());
+    /// finisher.release_with_token(["handoff"], &token).await?;
+    /// assert!(!locker.inspect("handoff").await?.held);
+    /// # Ok(()) }
+    /// ```
     pub fn detach(mut self) -> Token {
         self.release_on_drop = false;
         self.token

@@ -11,6 +11,21 @@ use crate::quorum::{blocks_quorum, NodeError};
 use crate::token::{parse_value, StoredValue, Token};
 
 /// What [`Locker::inspect`](crate::Locker::inspect) sees at a key.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// use std::time::Duration;
+/// # let locker = redmutex::Locker::in_memory();
+/// let lock = locker.acquire("job", Duration::from_secs(30)).metadata("host-7").await?;
+/// let info = locker.inspect("job").await?;
+/// assert!(info.held && !info.foreign);
+/// assert_eq!(info.metadata.as_deref(), Some("host-7"));
+/// assert_eq!(info.ttl, Some(Duration::from_secs(30))); // no time passed: the clock is paused
+/// lock.release().await?;
+/// assert!(!locker.inspect("job").await?.held);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct LockInfo {
@@ -45,6 +60,22 @@ pub struct LockInfo {
 }
 
 /// One node's view of a key, in [`LockInfo::nodes`].
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// use std::time::Duration;
+/// use redmutex::{memory::MemoryRedis, Locker};
+/// let nodes = [MemoryRedis::new(), MemoryRedis::new(), MemoryRedis::new()];
+/// let locker = Locker::redlock(nodes.clone())?;
+/// let lock = locker.acquire("job", Duration::from_secs(30)).await?;
+/// nodes[2].fail_next(1); // node 2 cannot be asked this time
+/// let info = locker.inspect("job").await?;
+/// assert!(info.held); // on a quorum: nodes 0 and 1
+/// assert!(info.nodes[0].info.as_ref().is_ok_and(|node| node.held));
+/// assert!(info.nodes[2].info.is_err());
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct NodeInfo {
@@ -206,6 +237,15 @@ impl LockInfo {
     }
 
     /// The key as text (invalid UTF-8 replaced).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// let locker = redmutex::Locker::in_memory().with_prefix("app:");
+    /// let info = locker.inspect("job").await?;
+    /// assert_eq!(info.key_lossy(), "app:job"); // as stored, with the prefix
+    /// # Ok(()) }
+    /// ```
     pub fn key_lossy(&self) -> Cow<'_, str> {
         String::from_utf8_lossy(&self.key)
     }

@@ -34,20 +34,69 @@ pub struct KeepAlive {
 
 impl KeepAlive {
     /// Renew every third of the TTL, for as long as the lease is kept.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let lock = locker.acquire("reindex", Duration::from_secs(30)).await?;
+    /// let lease = lock.keep_alive_with(redmutex::KeepAlive::new())?; // as `keep_alive()`
+    /// tokio::time::sleep(Duration::from_secs(25)).await; // renewed at 10 s and 20 s
+    /// assert_eq!(lease.renewals(), 2);
+    /// lease.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn new() -> KeepAlive {
         KeepAlive::default()
     }
 
     /// Renew this often. Must be at least 1 ms and shorter than the lock's TTL; a third of
     /// the TTL (the default) leaves room for two failed renewals before the lease runs out.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// use redmutex::KeepAlive;
+    /// let often = KeepAlive::new().interval(Duration::from_secs(2));
+    /// let lock = locker.acquire("reindex", Duration::from_secs(30)).await?;
+    /// let lease = lock.keep_alive_with(often)?;
+    /// tokio::time::sleep(Duration::from_secs(9)).await; // renewed at 2, 4, 6 and 8 s
+    /// assert_eq!(lease.renewals(), 4);
+    /// lease.release().await?;
+    /// let ttl = Duration::from_secs(30);
+    /// assert!(KeepAlive::new().interval(Duration::ZERO).check(ttl, None).is_err());
+    /// assert!(KeepAlive::new().interval(ttl).check(ttl, None).is_err());
+    /// # Ok(()) }
+    /// ```
     pub fn interval(mut self, interval: Duration) -> KeepAlive {
         self.interval = Some(interval);
         self
     }
 
     /// Hold the lock for at most this long in all, counted from the acquire: the last
-    /// renewals are shortened so that the lock expires at that point, and the lease then
-    /// ends with [`LostReason::HoldLimitReached`].
+    /// renewals are shortened so that the lock expires at that point. The lease reports
+    /// [`LostReason::HoldLimitReached`] just before that (by the loss margin, as every loss
+    /// is reported before the key can expire).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// use redmutex::{KeepAlive, LostReason};
+    /// let start = tokio::time::Instant::now();
+    /// let at_most = KeepAlive::new().max_hold(Duration::from_secs(90));
+    /// let lock = locker.acquire("export", Duration::from_secs(30)).await?;
+    /// let lease = lock.keep_alive_with(at_most)?;
+    /// assert!(matches!(lease.lost().await, LostReason::HoldLimitReached)); // just before 90 s
+    /// assert!(start.elapsed() > Duration::from_secs(89));
+    /// tokio::time::sleep_until(start + Duration::from_secs(90)).await;
+    /// assert!(locker.connection().keys().is_empty()); // expired: free for others
+    /// # Ok(()) }
+    /// ```
     pub fn max_hold(mut self, max_hold: Duration) -> KeepAlive {
         self.max_hold = Some(max_hold);
         self
@@ -60,7 +109,8 @@ impl KeepAlive {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when the interval is below 1 ms, or the interval plus the
-    /// loss margin (TTL/100 + 2 ms) plus the drift allowance is not below the TTL.
+    /// loss margin (TTL/100 + 2 ms, at most half the TTL) plus the drift allowance is not
+    /// below the TTL.
     ///
     /// ```
     /// use std::time::Duration;
@@ -146,11 +196,28 @@ impl<C: Connection, P> Lock<C, P> {
     /// with a "lost" signal. See [`Lease`].
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when the TTL is too short to renew in time (below about
-    /// 5 ms); the lock is then dropped, which releases it.
+    /// [`Error::InvalidArgument`] when the TTL is too short to renew in time (as
+    /// [`KeepAlive::check`] says: on one node, below 3 ms); the lock is then dropped, which
+    /// releases it.
     ///
     /// # Panics
     /// Outside a tokio runtime (the renewal runs on it).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let lease = locker.acquire("reindex", Duration::from_secs(3)).await?.keep_alive()?;
+    /// tokio::time::sleep(Duration::from_secs(10)).await; // well past the 3 s TTL
+    /// assert!(!lease.is_lost());
+    /// assert!(lease.renewals() >= 9); // one a second
+    /// lease.release().await?;
+    /// // Too short to be renewed in time:
+    /// let brief = locker.acquire("flash", Duration::from_millis(2)).await?;
+    /// assert!(brief.keep_alive().unwrap_err().is_invalid_argument());
+    /// # Ok(()) }
+    /// ```
     pub fn keep_alive(self) -> Result<Lease<C, P>, Error> {
         self.keep_alive_with(KeepAlive::new())
     }
@@ -159,12 +226,29 @@ impl<C: Connection, P> Lock<C, P> {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an interval below 1 ms, or too long to renew before
-    /// the lease runs out (interval + TTL/100 + 2 ms, plus the drift allowance on Redlock,
-    /// must stay below the TTL); the lock is
-    /// then dropped, which releases it.
+    /// the lease runs out (see [`KeepAlive::check`]); the lock is then dropped, which
+    /// releases it.
     ///
     /// # Panics
     /// Outside a tokio runtime.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// use redmutex::KeepAlive;
+    /// let settings = KeepAlive::new().interval(Duration::from_secs(5));
+    /// let lock = locker.acquire("reindex", Duration::from_secs(30)).await?;
+    /// let lease = lock.keep_alive_with(settings)?;
+    /// tokio::time::sleep(Duration::from_secs(12)).await; // renewed at 5 s and 10 s
+    /// assert_eq!(lease.renewals(), 2);
+    /// lease.release().await?;
+    /// let too_slow = KeepAlive::new().interval(Duration::from_secs(30)); // the TTL runs out first
+    /// let lock = locker.acquire("reindex", Duration::from_secs(30)).await?;
+    /// assert!(lock.keep_alive_with(too_slow).unwrap_err().is_invalid_argument());
+    /// # Ok(()) }
+    /// ```
     pub fn keep_alive_with(self, settings: KeepAlive) -> Result<Lease<C, P>, Error> {
         Lease::start(self, settings)
     }
@@ -210,11 +294,36 @@ impl<C: Connection, P> Lease<C, P> {
     }
 
     /// The owner's token.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let lock = locker.acquire("reindex", Duration::from_secs(30)).await?;
+    /// let token = lock.token();
+    /// let lease = lock.keep_alive()?;
+    /// assert_eq!(lease.token(), token); // the same owner, now renewed
+    /// lease.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn token(&self) -> Token {
         self.lock().token()
     }
 
     /// The metadata stored with the token, if any.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let acquire = locker.acquire("reindex", Duration::from_secs(30)).metadata("host=web-3");
+    /// let lease = acquire.await?.keep_alive()?;
+    /// assert_eq!(lease.metadata(), Some("host=web-3"));
+    /// lease.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn metadata(&self) -> Option<&str> {
         self.lock().metadata()
     }
@@ -223,10 +332,30 @@ impl<C: Connection, P> Lease<C, P> {
     /// take it (see [`Lock::fence`]); renewals keep it.
     ///
     /// # Errors
-    /// As [`Lock::fence`]; [`Error::NotHeld`] once the lease is lost.
+    /// As [`Lock::fence`]; [`Error::NotHeld`] once the lease is lost, unless the fence was
+    /// taken before (it is then returned: it was valid while held, and a later holder's is
+    /// greater).
     ///
     /// # Cancel safety
     /// Cancel safe, as [`Lock::fence`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let lease = locker.acquire("ledger", Duration::from_secs(30)).await?.keep_alive()?;
+    /// tokio::time::sleep(Duration::from_secs(60)).await; // renewed meanwhile
+    /// let fence = lease.fence().await?; // pass it with every write to the ledger
+    /// assert_eq!(lease.fence().await?, fence);
+    /// // Never taken, and lost: no fence is handed out.
+    /// let audit = locker.acquire("audit", Duration::from_secs(30)).await?.keep_alive()?;
+    /// locker.connection().expire_now("audit");
+    /// audit.lost().await;
+    /// assert!(audit.fence().await.unwrap_err().is_not_held());
+    /// # lease.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn fence(&self) -> Result<u64, Error> {
         if let Some(fence) = self.lock().fence_if_taken() {
             return Ok(fence);
@@ -238,26 +367,101 @@ impl<C: Connection, P> Lease<C, P> {
     }
 
     /// The fence, if it was taken already (see [`Lock::fence_if_taken`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let ttl = Duration::from_secs(30);
+    /// let lease = locker.acquire("ledger", ttl).with_fence().await?.keep_alive()?;
+    /// let fence = lease.fence_if_taken().expect("taken with the key");
+    /// assert_eq!(lease.fence().await?, fence);
+    /// let plain = locker.acquire("audit", ttl).await?.keep_alive()?;
+    /// assert_eq!(plain.fence_if_taken(), None); // until `fence()` takes it
+    /// # lease.release().await?;
+    /// # plain.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn fence_if_taken(&self) -> Option<u64> {
         self.lock().fence_if_taken()
     }
 
     /// The TTL each renewal sets (see [`Lock::lease_ttl`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let lease = locker.acquire("reindex", Duration::from_secs(30)).await?.keep_alive()?;
+    /// assert_eq!(lease.lease_ttl(), Duration::from_secs(30));
+    /// tokio::time::sleep(Duration::from_secs(15)).await; // renewed at 10 s, for 30 s
+    /// assert_eq!(locker.connection().ttl("reindex"), Some(Duration::from_secs(25)));
+    /// lease.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn lease_ttl(&self) -> Duration {
         self.lock().lease_ttl()
     }
 
     /// Until when the lock is certainly held, as of the last successful renewal.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// let lease = locker.acquire("reindex", Duration::from_secs(30)).await?.keep_alive()?;
+    /// let first = lease.valid_until();
+    /// tokio::time::sleep(Duration::from_secs(15)).await; // renewed at 10 s
+    /// assert!(lease.valid_until() > first);
+    /// assert!(lease.valid_until() - Instant::now() > Duration::from_secs(20));
+    /// lease.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn valid_until(&self) -> Instant {
         self.state.valid_until()
     }
 
     /// How many renewals succeeded so far.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let lease = locker.acquire("reindex", Duration::from_secs(3)).await?.keep_alive()?;
+    /// assert_eq!(lease.renewals(), 0);
+    /// tokio::time::sleep(Duration::from_millis(3500)).await; // renewed every second
+    /// assert_eq!(lease.renewals(), 3);
+    /// lease.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn renewals(&self) -> u64 {
         self.state.renewals()
     }
 
     /// Whether the lease was lost. Cheap: one atomic read.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let lease = locker.acquire("reindex", Duration::from_secs(30)).await?.keep_alive()?;
+    /// let mut steps = 0;
+    /// while !lease.is_lost() {
+    ///     tokio::time::sleep(Duration::from_secs(3)).await; // one step of the work
+    ///     steps += 1;
+    ///     if steps == 2 {
+    ///         locker.connection().take_over("reindex", Duration::from_secs(60)); // someone else
+    ///     }
+    /// }
+    /// assert_eq!(steps, 4); // the renewal at 10 s found the lock lost
+    /// # Ok(()) }
+    /// ```
     pub fn is_lost(&self) -> bool {
         self.state.reason().is_some()
     }
@@ -266,17 +470,68 @@ impl<C: Connection, P> Lease<C, P> {
     ///
     /// # Cancel safety
     /// Cancel safe: it only waits.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// use redmutex::LostReason;
+    /// let lease = locker.acquire("reindex", Duration::from_secs(30)).await?.keep_alive()?;
+    /// let work = tokio::time::sleep(Duration::from_secs(3600)); // an hour of work
+    /// locker.connection().expire_now("reindex"); // ... but the key is gone
+    /// tokio::select! {
+    ///     reason = lease.lost() => assert!(matches!(reason, LostReason::NotHeld)),
+    ///     () = work => unreachable!("the next renewal finds the lock lost"),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn lost(&self) -> LostReason {
         self.state.ended().await
     }
 
     /// A clonable watcher of this lease, e.g. for another task.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// use redmutex::LostReason;
+    /// let lease = locker.acquire("reindex", Duration::from_secs(30)).await?.keep_alive()?;
+    /// let signal = lease.signal();
+    /// let watcher = tokio::spawn(async move { signal.lost().await });
+    /// lease.release().await?;
+    /// assert!(matches!(watcher.await?, LostReason::Released));
+    /// # Ok(()) }
+    /// ```
     pub fn signal(&self) -> LostSignal {
         LostSignal(self.state.clone())
     }
 
     /// A token cancelled when the lease ends (lost, released, stopped or dropped), for work
     /// that checks in cooperatively. Cancelling it yourself does not affect the lease.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let lease = locker.acquire("reindex", Duration::from_secs(30)).await?.keep_alive()?;
+    /// let token = lease.cancellation_token();
+    /// let worker = tokio::spawn(async move {
+    ///     let mut steps = 0;
+    ///     while !token.is_cancelled() {
+    ///         tokio::time::sleep(Duration::from_secs(1)).await; // one step of the work
+    ///         steps += 1;
+    ///     }
+    ///     steps
+    /// });
+    /// tokio::time::sleep(Duration::from_millis(4500)).await;
+    /// lease.release().await?;
+    /// assert_eq!(worker.await?, 5);
+    /// # Ok(()) }
+    /// ```
     pub fn cancellation_token(&self) -> CancellationToken {
         self.state.cancellation_token()
     }
@@ -288,6 +543,24 @@ impl<C: Connection, P> Lease<C, P> {
     /// # Cancel safety
     /// If this future is dropped, `work` is dropped with it and the lease is dropped, which
     /// releases the lock in the background.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// use redmutex::LostReason;
+    /// let hour = Duration::from_secs(3600);
+    /// let lease = locker.acquire("reindex", Duration::from_secs(30)).await?.keep_alive()?;
+    /// let rows = lease.run(async { tokio::time::sleep(hour).await; 42 }).await?;
+    /// assert_eq!(rows, 42);
+    /// assert!(locker.connection().keys().is_empty()); // released when done
+    /// let lease = locker.acquire("reindex", Duration::from_secs(30)).await?.keep_alive()?;
+    /// locker.connection().expire_now("reindex");
+    /// let cut_short = lease.run(tokio::time::sleep(hour)).await;
+    /// assert!(matches!(cut_short, Err(LostReason::NotHeld)));
+    /// # Ok(()) }
+    /// ```
     pub async fn run<F: Future>(self, work: F) -> Result<F::Output, LostReason> {
         let outcome = tokio::select! {
             biased;
@@ -313,6 +586,24 @@ impl<C: Connection, P> Lease<C, P> {
     /// # Cancel safety
     /// Renewal stops at once; if cancelled, the release may or may not have reached Redis,
     /// and the dropped lock is released in the background.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// use redmutex::LostReason;
+    /// let lease = locker.acquire("reindex", Duration::from_secs(30)).await?.keep_alive()?;
+    /// let signal = lease.signal();
+    /// lease.release().await?;
+    /// assert!(matches!(signal.reason(), Some(LostReason::Released)));
+    /// assert!(locker.connection().keys().is_empty());
+    /// let lease = locker.acquire("reindex", Duration::from_secs(30)).await?.keep_alive()?;
+    /// locker.connection().expire_now("reindex");
+    /// lease.lost().await;
+    /// assert!(lease.release().await.unwrap_err().is_not_held());
+    /// # Ok(()) }
+    /// ```
     pub async fn release(mut self) -> Result<(), Error> {
         self.registration.unregister();
         self.state.end(LostReason::Released);
@@ -322,6 +613,22 @@ impl<C: Connection, P> Lease<C, P> {
     /// Stops renewal without releasing: the lock stays held until its TTL runs out (or
     /// it is refreshed or released through the returned [`Lock`]). Watchers see
     /// [`LostReason::Stopped`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// use redmutex::LostReason;
+    /// let lease = locker.acquire("handoff", Duration::from_secs(30)).await?.keep_alive()?;
+    /// let signal = lease.signal();
+    /// let lock = lease.stop();
+    /// assert!(matches!(signal.reason(), Some(LostReason::Stopped)));
+    /// assert!(locker.inspect("handoff").await?.held); // still held, no longer renewed
+    /// tokio::time::sleep(Duration::from_secs(31)).await;
+    /// assert!(lock.release().await.unwrap_err().is_not_held()); // expired by its TTL
+    /// # Ok(()) }
+    /// ```
     pub fn stop(mut self) -> Lock<C, P> {
         self.registration.unregister();
         self.state.end(LostReason::Stopped);

@@ -10,6 +10,20 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// Why a lease ended.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// use std::time::Duration;
+/// use redmutex::LostReason;
+/// # let locker = redmutex::Locker::in_memory();
+/// let lease = locker.acquire("job", Duration::from_secs(30)).await?.keep_alive()?;
+/// locker.connection().take_over("job", Duration::from_secs(60)); // another owner has it now
+/// let reason = lease.lost().await; // the next renewal finds out
+/// assert!(matches!(reason, LostReason::NotHeld));
+/// assert_eq!(reason.to_string(), "lock lost: it expired or another owner took it");
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum LostReason {
@@ -121,16 +135,63 @@ impl LeaseState {
 }
 
 /// A cheap, clonable view of a lease's fate, for code that does not own the lease.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// use std::time::Duration;
+/// use redmutex::LostReason;
+/// # let locker = redmutex::Locker::in_memory();
+/// let lease = locker.acquire("job", Duration::from_secs(30)).await?.keep_alive()?;
+/// let signal = lease.signal(); // for a task that does not own the lease
+/// let work = tokio::spawn(async move {
+///     tokio::select! {
+///         reason = signal.lost() => Err(reason), // stop at once
+///         () = tokio::time::sleep(Duration::from_secs(60)) => Ok("done"), // the work
+///     }
+/// });
+/// lease.release().await?;
+/// assert!(matches!(work.await.unwrap(), Err(LostReason::Released)));
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct LostSignal(pub(crate) Arc<LeaseState>);
 
 impl LostSignal {
     /// Whether the lease has ended, for any [`LostReason`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// # let locker = redmutex::Locker::in_memory();
+    /// let lease = locker.acquire("job", Duration::from_secs(30)).await?.keep_alive()?;
+    /// let signal = lease.signal();
+    /// assert!(!signal.is_lost());
+    /// lease.release().await?;
+    /// assert!(signal.is_lost()); // released counts too: the guarded work must stop
+    /// # Ok(()) }
+    /// ```
     pub fn is_lost(&self) -> bool {
         self.0.reason.get().is_some()
     }
 
     /// Why the lease ended, if it has.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// use redmutex::LostReason;
+    /// # let locker = redmutex::Locker::in_memory();
+    /// let lease = locker.acquire("job", Duration::from_secs(30)).await?.keep_alive()?;
+    /// let signal = lease.signal();
+    /// assert!(signal.reason().is_none());
+    /// let lock = lease.stop(); // still held, but nothing renews it
+    /// assert!(matches!(signal.reason(), Some(LostReason::Stopped)));
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn reason(&self) -> Option<LostReason> {
         self.0.reason.get().cloned()
     }
@@ -139,6 +200,20 @@ impl LostSignal {
     ///
     /// # Cancel safety
     /// Cancel safe: it only waits.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// use redmutex::LostReason;
+    /// # let locker = redmutex::Locker::in_memory();
+    /// let lease = locker.acquire("job", Duration::from_secs(3)).await?.keep_alive()?;
+    /// let signal = lease.signal();
+    /// locker.connection().fail_next(1_000); // Redis unreachable from now on
+    /// let reason = signal.lost().await; // before the lease runs out
+    /// assert!(matches!(reason, LostReason::Unreachable { last_error: Some(_) }));
+    /// # Ok(()) }
+    /// ```
     pub async fn lost(&self) -> LostReason {
         self.0.ended().await
     }

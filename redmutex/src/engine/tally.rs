@@ -12,6 +12,27 @@ use crate::quorum::QuorumFailure;
 
 /// What [`Acquire::on_failed_try`](crate::Acquire::on_failed_try) is told about each
 /// failed try.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// use std::sync::{Arc, Mutex};
+/// use std::time::Duration;
+/// use redmutex::retry;
+/// # let locker = redmutex::Locker::in_memory();
+/// let held = locker.acquire("job", Duration::from_secs(30)).await?;
+/// let tries = Arc::new(Mutex::new(Vec::new()));
+/// let log = Arc::clone(&tries);
+/// let tried = locker
+///     .acquire("job", Duration::from_secs(30))
+///     .retry(retry::constant(Duration::from_secs(1)).take(2))
+///     .on_failed_try(move |failed| log.lock().unwrap().push((failed.attempt, failed.next_delay)))
+///     .await;
+/// assert!(tried.unwrap_err().is_not_obtained());
+/// let pause = Some(Duration::from_secs(1));
+/// assert_eq!(*tries.lock().unwrap(), [(1, pause), (2, pause), (3, None)]);
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct FailedTry<'e> {
@@ -30,6 +51,31 @@ pub struct FailedTry<'e> {
 }
 
 /// Why one try failed.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// use std::sync::{Arc, Mutex};
+/// use std::time::Duration;
+/// use redmutex::{retry, TryFailure};
+/// # let locker = redmutex::Locker::in_memory();
+/// let held = locker.acquire("job", Duration::from_secs(30)).await?;
+/// locker.connection().fail_next(1); // the next try meets a dropped connection
+/// let reasons = Arc::new(Mutex::new(Vec::new()));
+/// let log = Arc::clone(&reasons);
+/// let tried = locker
+///     .acquire("job", Duration::from_secs(30))
+///     .retry(retry::constant(Duration::from_millis(10)).take(1))
+///     .on_failed_try(move |failed| log.lock().unwrap().push(match failed.reason {
+///         TryFailure::Held { key } => format!("held: {}", String::from_utf8_lossy(key)),
+///         TryFailure::Redis(_) => "redis error".to_string(),
+///         _ => "no quorum".to_string(),
+///     }))
+///     .await;
+/// assert!(tried.unwrap_err().is_not_obtained());
+/// assert_eq!(*reasons.lock().unwrap(), ["redis error", "held: job"]);
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum TryFailure<'e> {

@@ -117,6 +117,25 @@ enum NodeStatus {
 /// as they always do for what no release announces.
 ///
 /// [`Locker::wake_up_state`]: crate::Locker::wake_up_state
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// use std::time::Duration;
+/// use redmutex::{memory::MemoryRedis, retry, Locker, WakeUpState};
+/// assert!(matches!(Locker::new(MemoryRedis::new()).wake_up_state(), WakeUpState::Off));
+/// let locker = Locker::in_memory(); // with wake-up
+/// assert!(matches!(locker.wake_up_state(), WakeUpState::Idle)); // nobody waited yet
+/// let held = locker.acquire("job", Duration::from_secs(30)).await?;
+/// let waited = locker
+///     .acquire("job", Duration::from_secs(30))
+///     .retry(retry::constant(Duration::from_millis(100)))
+///     .deadline(Duration::from_secs(1))
+///     .await;
+/// assert!(waited.unwrap_err().is_not_obtained());
+/// assert!(matches!(locker.wake_up_state(), WakeUpState::Working));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum WakeUpState {
@@ -142,6 +161,16 @@ pub enum WakeUpState {
 impl WakeUpState {
     /// Failing because the ACL user may not subscribe (to the keys' channels): no retry
     /// helps until the user gets the permission.
+    ///
+    /// ```
+    /// use redis::{ErrorKind, RedisError, ServerErrorKind};
+    /// use redmutex::WakeUpState;
+    /// let noperm = RedisError::from((ErrorKind::Server(ServerErrorKind::NoPerm), "denied"));
+    /// let refused = WakeUpState::Failing { node: 0, error: noperm };
+    /// assert!(refused.is_permission_denied()); // grant SUBSCRIBE: no retry helps
+    /// let down = std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into();
+    /// assert!(!WakeUpState::Failing { node: 0, error: down }.is_permission_denied());
+    /// ```
     pub fn is_permission_denied(&self) -> bool {
         matches!(self, WakeUpState::Failing { error, .. } if crate::classify::is_no_permission(error))
     }

@@ -9,7 +9,9 @@
 //! keep-alive and the lost signal, semaphores, fair and read-write locks, elections —
 //! because the server runs redmutex's own Lua scripts (in Lua 5.1, the version inside
 //! Redis) over an implementation of the commands they use. A conformance suite runs the
-//! same cases against it and against real servers.
+//! same cases against it and against real servers. It has no replicas and answers no
+//! `WAIT`, so a locker [with replication](crate::Locker::with_replication) fails every
+//! acquire on it with Redis's "unknown command" error.
 //!
 //! Time is tokio's: keys expire on [`tokio::time::Instant`], so a test that pauses the
 //! clock (`#[tokio::test(start_paused = true)]`, `tokio::time::advance`) decides when a
@@ -110,6 +112,19 @@ const FOREIGN_VALUE: &[u8] = b"taken-over-by-another-owner";
 impl MemoryRedis {
     /// A new, empty server. Its clock starts at the system's time and then runs on tokio's
     /// clock (paused when the test pauses it).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// use redmutex::{memory::MemoryRedis, Locker};
+    /// let (one, other) = (MemoryRedis::new(), MemoryRedis::new());
+    /// let lock = Locker::in_memory_on(&one).acquire("job", Duration::from_secs(30)).await?;
+    /// assert_eq!(one.clone().keys(), [b"job".to_vec()]); // a clone: the same server
+    /// assert!(other.keys().is_empty()); // another server knows nothing of it
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn new() -> MemoryRedis {
         let broker = Arc::new(Broker::default());
         let origin_unix_us = (SystemTime::now().duration_since(UNIX_EPOCH))
@@ -230,11 +245,38 @@ impl MemoryRedis {
 
     /// How many requests this server was sent (those [`fail_next`](Self::fail_next) failed
     /// included): to check what an operation costs.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// let locker = redmutex::Locker::in_memory();
+    /// let redis = locker.connection();
+    /// locker.inspect("job").await?; // the first call also loads its script
+    /// let before = redis.requests();
+    /// assert!(!locker.inspect("job").await?.held);
+    /// assert_eq!(redis.requests() - before, 1); // one script call
+    /// redis.fail_next(1);
+    /// assert!(!locker.inspect("job").await?.held); // retried after the failure
+    /// assert_eq!(redis.requests() - before, 3); // the failed request counted too
+    /// # Ok(()) }
+    /// ```
     pub fn requests(&self) -> u64 {
         self.shared.requests.load(Ordering::SeqCst)
     }
 
     /// Every key that exists now, sorted (to check that nothing was left behind).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// let locker = redmutex::Locker::in_memory();
+    /// let lock = locker.acquire_all(["b", "a"], Duration::from_secs(30)).await?;
+    /// assert_eq!(locker.connection().keys(), [b"a".to_vec(), b"b".to_vec()]);
+    /// lock.release().await?;
+    /// assert!(locker.connection().keys().is_empty()); // nothing left behind
+    /// # Ok(()) }
+    /// ```
     pub fn keys(&self) -> Vec<Vec<u8>> {
         let now_us = self.now_us();
         let mut keys =
@@ -245,6 +287,18 @@ impl MemoryRedis {
 
     /// How long `key` has left: `None` when it does not exist or never expires (redmutex
     /// writes no such key).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// let locker = redmutex::Locker::in_memory();
+    /// let lock = locker.acquire("job", Duration::from_secs(30)).await?;
+    /// tokio::time::advance(Duration::from_secs(10)).await; // the server's clock is tokio's
+    /// assert_eq!(locker.connection().ttl("job"), Some(Duration::from_secs(20)));
+    /// assert_eq!(locker.connection().ttl("no-such-key"), None);
+    /// # Ok(()) }
+    /// ```
     pub fn ttl(&self, key: impl AsRef<[u8]>) -> Option<Duration> {
         let now_us = self.now_us();
         let ttl = (self.server()).with_keyspace(now_us, |keyspace, now_ms| {

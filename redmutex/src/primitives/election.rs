@@ -89,6 +89,19 @@ impl<C: Connection> std::fmt::Debug for Election<C> {
 }
 
 /// The leader as anyone reads it ([`Election::leader`], [`Election::observe`]).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// # let locker = redmutex::Locker::in_memory();
+/// let election = locker.election("scheduler")?;
+/// let leadership = election.campaign("host-7:8080").await?;
+/// let leader = election.leader().await?.expect("someone leads");
+/// assert_eq!((leader.value.as_str(), leader.term), ("host-7:8080", Some(leadership.term())));
+/// assert!(leader.ttl.unwrap() <= election.ttl());
+/// # drop(leadership);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Leader {
@@ -141,6 +154,21 @@ impl<C: Connection> Election<C> {
     /// # Errors
     /// [`Error::InvalidArgument`] ([`Argument::Ttl`]) for a TTL a lease could not keep
     /// alive (as [`Lock::keep_alive`](crate::Lock::keep_alive) checks it).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let election = locker.election("scheduler")?.with_ttl(Duration::from_secs(3))?;
+    /// let leadership = election.campaign("host-7:8080").await?;
+    /// assert!(locker.connection().ttl("scheduler").unwrap() <= Duration::from_secs(3));
+    /// let too_short = locker.election("scheduler")?.with_ttl(Duration::from_millis(2));
+    /// assert!(matches!(too_short, Err(redmutex::Error::InvalidArgument(e))
+    ///     if e.argument == redmutex::Argument::Ttl));
+    /// # drop(leadership);
+    /// # Ok(()) }
+    /// ```
     pub fn with_ttl(mut self, ttl: Duration) -> Result<Self, Error> {
         args::ttl_millis(ttl)?;
         let quorum = self.context.backend.quorum_settings();
@@ -150,11 +178,35 @@ impl<C: Connection> Election<C> {
     }
 
     /// The leader's lease TTL.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let election = locker.election("scheduler")?;
+    /// assert_eq!(election.ttl(), redmutex::DEFAULT_ELECTION_TTL);
+    /// let election = election.with_ttl(Duration::from_secs(6))?;
+    /// assert_eq!(election.ttl(), Duration::from_secs(6));
+    /// # Ok(()) }
+    /// ```
     pub fn ttl(&self) -> Duration {
         self.ttl
     }
 
     /// The election's key as stored in Redis (with the locker's prefix).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// let locker = redmutex::Locker::in_memory().with_prefix("app:");
+    /// let election = locker.election("scheduler")?;
+    /// assert_eq!(election.key(), b"app:scheduler");
+    /// let leadership = election.campaign("host-7:8080").await?;
+    /// assert!(locker.connection().keys().contains(&election.key().to_vec()));
+    /// # drop(leadership);
+    /// # Ok(()) }
+    /// ```
     pub fn key(&self) -> &[u8] {
         self.key.get(0).expect("one key")
     }
@@ -179,6 +231,23 @@ impl<C: Connection> Election<C> {
     /// # Cancel safety
     /// Cancel safe: a campaign dropped while it waits leaves nothing behind (an attempt
     /// whose fate is unknown is released in the background, as for any acquire).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use redmutex::{memory::MemoryRedis, Locker};
+    /// let redis = MemoryRedis::new();
+    /// let (a, b) = (Locker::in_memory_on(&redis), Locker::in_memory_on(&redis)); // two processes
+    /// let first = a.election("scheduler")?.campaign("host-a").await?;
+    /// let election = b.election("scheduler")?;
+    /// let waiting = tokio::spawn(async move { election.campaign("host-b").await });
+    /// let first_term = first.term();
+    /// first.resign().await?; // wakes the waiting candidate
+    /// let second = waiting.await.unwrap()?;
+    /// assert!(second.term() > first_term);
+    /// # drop(second);
+    /// # Ok(()) }
+    /// ```
     pub fn campaign<'a>(&self, value: impl Into<String>) -> Campaign<'a, C> {
         let key = Arc::new(ElectionKey::new(self.key.clone()));
         let pauses = retry::exponential(Duration::from_millis(10), self.ttl / 3);
@@ -198,6 +267,21 @@ impl<C: Connection> Election<C> {
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// let election = locker.election("scheduler")?;
+    /// assert_eq!(election.leader().await?, None);
+    /// let leadership = election.campaign("host-7:8080").await?;
+    /// let leader = election.leader().await?.expect("someone leads");
+    /// assert_eq!(leader.value, "host-7:8080");
+    /// assert_eq!(leader.term, Some(leadership.term()));
+    /// leadership.resign().await?;
+    /// assert_eq!(election.leader().await?, None);
+    /// # Ok(()) }
+    /// ```
     pub async fn leader(&self) -> Result<Option<Leader>, Error> {
         let key = self.key();
         let call = mutex::inspect_call(key);
@@ -252,6 +336,19 @@ impl<C: Connection> Election<C> {
 
 /// A campaign being configured: `.await` it to wait until this candidate leads (see
 /// [`Election::campaign`]).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// # let locker = redmutex::Locker::in_memory();
+/// use std::time::Duration;
+/// let election = locker.election("scheduler")?;
+/// let campaign = election.campaign("host-7:8080").deadline(Duration::from_secs(5));
+/// let leadership = campaign.await?; // nobody leads: won at the first look
+/// assert_eq!(leadership.value(), "host-7:8080");
+/// # drop(leadership);
+/// # Ok(()) }
+/// ```
 #[must_use = "a campaign does nothing until awaited"]
 pub struct Campaign<'a, C: Connection> {
     acquire: Acquire<'a, C, ElectionKey>,
@@ -260,6 +357,21 @@ pub struct Campaign<'a, C: Connection> {
 impl<'a, C: Connection> Campaign<'a, C> {
     /// Gives up after `deadline` ([`Error::NotObtained`]); without one, a campaign waits
     /// until it leads.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// let redis = redmutex::memory::MemoryRedis::new();
+    /// let a = redmutex::Locker::in_memory_on(&redis);
+    /// let b = redmutex::Locker::in_memory_on(&redis);
+    /// let leader = a.election("scheduler")?.campaign("host-a").await?;
+    /// let campaign = b.election("scheduler")?.campaign("host-b");
+    /// let tried = campaign.deadline(Duration::from_secs(2)).await;
+    /// assert!(tried.unwrap_err().is_not_obtained()); // host-a led all along
+    /// # drop(leader);
+    /// # Ok(()) }
+    /// ```
     pub fn deadline(self, deadline: Duration) -> Self {
         Campaign {
             acquire: self.acquire.deadline(deadline),
@@ -268,6 +380,21 @@ impl<'a, C: Connection> Campaign<'a, C> {
 
     /// How long to pause between looks while another leads (the leader's release wakes
     /// the campaign sooner with wake-up, and no pause lasts past the leader's expiry).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use redmutex::retry;
+    /// let redis = redmutex::memory::MemoryRedis::new();
+    /// let a = redmutex::Locker::in_memory_on(&redis);
+    /// let b = redmutex::Locker::in_memory_on(&redis);
+    /// let leader = a.election("scheduler")?.campaign("host-a").await?;
+    /// // One look and no waiting: lead now or not at all.
+    /// let tried = b.election("scheduler")?.campaign("host-b").retry(retry::none()).await;
+    /// assert!(tried.unwrap_err().is_not_obtained());
+    /// # drop(leader);
+    /// # Ok(()) }
+    /// ```
     pub fn retry<S>(self, strategy: S) -> Self
     where
         S: IntoIterator<Item = Duration>,
@@ -280,6 +407,27 @@ impl<'a, C: Connection> Campaign<'a, C> {
 
     /// Called after every look that found another leader, as
     /// [`Acquire::on_failed_try`] is.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// use redmutex::retry;
+    /// # let redis = redmutex::memory::MemoryRedis::new();
+    /// # let a = redmutex::Locker::in_memory_on(&redis);
+    /// # let b = redmutex::Locker::in_memory_on(&redis);
+    /// let leader = a.election("scheduler")?.campaign("host-a").await?;
+    /// let mut looks = Vec::new();
+    /// let tried = (b.election("scheduler")?.campaign("host-b"))
+    ///     .retry(retry::constant(Duration::from_millis(100)))
+    ///     .deadline(Duration::from_secs(1))
+    ///     .on_failed_try(|failed| looks.push(failed.attempt))
+    ///     .await;
+    /// assert!(tried.unwrap_err().is_not_obtained());
+    /// assert!(looks.len() >= 5 && looks[0] == 1);
+    /// # drop(leader);
+    /// # Ok(()) }
+    /// ```
     pub fn on_failed_try(self, observer: impl FnMut(&crate::FailedTry<'_>) + Send + 'a) -> Self {
         Campaign {
             acquire: self.acquire.on_failed_try(observer),
@@ -357,6 +505,20 @@ fn observers_channel(key: &[u8]) -> Vec<u8> {
 /// A leader's hold on an election: its term, its value, and the [`Lease`] that keeps it
 /// (renewed in the background; its lost signal says the leadership is over). Dropping it
 /// resigns in the background.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// # let locker = redmutex::Locker::in_memory();
+/// use std::time::Duration;
+/// let election = locker.election("scheduler")?;
+/// let leadership = election.campaign("host-7:8080").await?;
+/// assert!(!leadership.is_lost());
+/// drop(leadership); // resigns in the background
+/// tokio::time::sleep(Duration::from_millis(10)).await;
+/// assert_eq!(election.leader().await?, None);
+/// # Ok(()) }
+/// ```
 #[must_use = "dropping a Leadership resigns it"]
 pub struct Leadership<C: Connection> {
     lease: Lease<C, ElectionKey>,
@@ -377,11 +539,37 @@ impl<C: Connection> std::fmt::Debug for Leadership<C> {
 impl<C: Connection> Leadership<C> {
     /// The term: the fence taken when this candidate won, above every earlier leader's —
     /// pass it to resources that must refuse a deposed leader's writes.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// let election = locker.election("scheduler")?;
+    /// let first = election.campaign("host-a").await?;
+    /// let deposed = first.term();
+    /// first.resign().await?;
+    /// let second = election.campaign("host-b").await?;
+    /// assert!(second.term() > deposed); // a resource refuses writes tagged `deposed` from now on
+    /// # drop(second);
+    /// # Ok(()) }
+    /// ```
     pub fn term(&self) -> u64 {
         self.term
     }
 
     /// The value it leads with (campaigned with, or proclaimed since).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// let election = locker.election("scheduler")?;
+    /// let leadership = election.campaign("host-7:8080").await?;
+    /// assert_eq!(leadership.value(), "host-7:8080");
+    /// assert_eq!(election.leader().await?.unwrap().value, leadership.value());
+    /// # drop(leadership);
+    /// # Ok(()) }
+    /// ```
     pub fn value(&self) -> &str {
         &self.value
     }
@@ -399,6 +587,21 @@ impl<C: Connection> Leadership<C> {
     /// # Cancel safety
     /// If cancelled, the new value may or may not have been set; [`value`](Self::value)
     /// keeps the old one.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// let election = locker.election("scheduler")?;
+    /// let mut leadership = election.campaign("host-7:8080").await?;
+    /// leadership.proclaim("host-7:9090").await?;
+    /// assert_eq!(leadership.value(), "host-7:9090");
+    /// assert_eq!(election.leader().await?.unwrap().value, "host-7:9090");
+    /// locker.connection().expire_now("scheduler"); // the lease ran out
+    /// assert!(leadership.proclaim("host-7:7070").await.unwrap_err().is_not_held());
+    /// assert_eq!(leadership.value(), "host-7:9090");
+    /// # Ok(()) }
+    /// ```
     pub async fn proclaim(&mut self, value: impl Into<String>) -> Result<(), Error> {
         let value = value.into();
         args::check_metadata(&value)?;
@@ -430,6 +633,20 @@ impl<C: Connection> Leadership<C> {
     ///
     /// # Cancel safety
     /// As [`Lease::release`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// let election = locker.election("scheduler")?;
+    /// let leadership = election.campaign("host-7:8080").await?;
+    /// leadership.resign().await?;
+    /// assert_eq!(election.leader().await?, None);
+    /// let leadership = election.campaign("host-7:8080").await?;
+    /// locker.connection().expire_now("scheduler"); // lost before it resigns
+    /// assert!(leadership.resign().await.unwrap_err().is_not_held());
+    /// # Ok(()) }
+    /// ```
     pub async fn resign(self) -> Result<(), Error> {
         self.lease.release().await
     }
@@ -438,26 +655,93 @@ impl<C: Connection> Leadership<C> {
     ///
     /// # Cancel safety
     /// Cancel safe.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let leadership = locker.election("scheduler")?.campaign("host-7:8080").await?;
+    /// locker.connection().take_over("scheduler", Duration::from_secs(60)); // someone else's now
+    /// let reason = leadership.lost().await; // noticed at the next renewal
+    /// assert!(matches!(reason, redmutex::LostReason::NotHeld));
+    /// # Ok(()) }
+    /// ```
     pub async fn lost(&self) -> LostReason {
         self.lease.lost().await
     }
 
     /// Whether the leadership is lost (see [`Lease::is_lost`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let election = locker.election("scheduler")?;
+    /// let leadership = election.campaign("host-7:8080").await?;
+    /// locker.connection().expire_now("scheduler");
+    /// assert!(!leadership.is_lost()); // not known yet...
+    /// tokio::time::sleep(election.ttl() / 2).await;
+    /// assert!(leadership.is_lost()); // ...but after the next renewal
+    /// # Ok(()) }
+    /// ```
     pub fn is_lost(&self) -> bool {
         self.lease.is_lost()
     }
 
     /// The lost signal, to hand to other tasks (see [`Lease::signal`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// let leadership = locker.election("scheduler")?.campaign("host-7:8080").await?;
+    /// let signal = leadership.signal();
+    /// let watcher = tokio::spawn(async move { signal.lost().await });
+    /// leadership.resign().await?;
+    /// assert!(matches!(watcher.await.unwrap(), redmutex::LostReason::Released));
+    /// # Ok(()) }
+    /// ```
     pub fn signal(&self) -> LostSignal {
         self.lease.signal()
     }
 
     /// A token cancelled when the leadership is lost (see [`Lease::cancellation_token`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// let leadership = locker.election("scheduler")?.campaign("host-7:8080").await?;
+    /// let token = leadership.cancellation_token();
+    /// let scheduler = tokio::spawn(async move {
+    ///     token.cancelled().await; // ... schedules jobs until then ...
+    ///     "stopped"
+    /// });
+    /// locker.connection().expire_now("scheduler");
+    /// assert_eq!(scheduler.await.unwrap(), "stopped"); // at the next renewal
+    /// # drop(leadership);
+    /// # Ok(()) }
+    /// ```
     pub fn cancellation_token(&self) -> CancellationToken {
         self.lease.cancellation_token()
     }
 
     /// Until when this leadership is valid at least, on this client's monotonic clock.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use tokio::time::Instant;
+    /// let election = locker.election("scheduler")?;
+    /// let leadership = election.campaign("host-7:8080").await?;
+    /// let left = leadership.valid_until().saturating_duration_since(Instant::now());
+    /// assert!(left > election.ttl() / 2 && left <= election.ttl());
+    /// # drop(leadership);
+    /// # Ok(()) }
+    /// ```
     pub fn valid_until(&self) -> Instant {
         self.lease.valid_until()
     }
@@ -467,17 +751,61 @@ impl<C: Connection> Leadership<C> {
     ///
     /// # Cancel safety
     /// As [`Lease::run`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let election = locker.election("scheduler")?;
+    /// let leadership = election.campaign("host-7:8080").await?;
+    /// let scheduled = leadership.run(async { 3 /* jobs scheduled */ }).await;
+    /// assert!(matches!(scheduled, Ok(3)));
+    /// assert_eq!(election.leader().await?, None); // resigned when done
+    /// let leadership = election.campaign("host-7:8080").await?;
+    /// locker.connection().take_over("scheduler", Duration::from_secs(60));
+    /// let cut_short = leadership.run(std::future::pending::<()>()).await;
+    /// assert!(matches!(cut_short, Err(redmutex::LostReason::NotHeld)));
+    /// # Ok(()) }
+    /// ```
     pub async fn run<F: Future>(self, work: F) -> Result<F::Output, LostReason> {
         self.lease.run(work).await
     }
 
     /// The lease that keeps the leadership.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// let election = locker.election("scheduler")?;
+    /// let leadership = election.campaign("host-7:8080").await?;
+    /// let term = leadership.term();
+    /// let lease = leadership.into_lease();
+    /// assert_eq!(lease.fence().await?, term);
+    /// assert_eq!(lease.metadata(), Some("host-7:8080"));
+    /// assert_eq!(lease.lease_ttl(), election.ttl());
+    /// lease.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn into_lease(self) -> Lease<C, ElectionKey> {
         self.lease
     }
 }
 
 /// What a [`Leadership`]'s lease holds: the election's key, as its leader.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// # let locker = redmutex::Locker::in_memory();
+/// use redmutex::{ElectionKey, Lease};
+/// let leadership = locker.election("scheduler")?.campaign("host-7:8080").await?;
+/// let lease: Lease<_, ElectionKey> = leadership.into_lease();
+/// assert!(!lease.is_lost());
+/// lease.release().await?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct ElectionKey {
     keys: Keys,
@@ -490,8 +818,9 @@ impl ElectionKey {
         ElectionKey { keys, channel }
     }
 
-    /// The election's key, as stored in Redis.
-    pub fn key(&self) -> &[u8] {
+    /// The key, as stored in Redis (users read it from the guard: this type only
+    /// appears as a guard's type parameter).
+    pub(crate) fn key(&self) -> &[u8] {
         self.keys.get(0).expect("one key")
     }
 }

@@ -112,17 +112,49 @@ impl<C: Connection> FairLock<C> {
     /// # Errors
     /// [`Error::InvalidArgument`] ([`Argument::Heartbeat`]) below [`MIN_HEARTBEAT`](crate::MIN_HEARTBEAT) or
     /// above [`MAX_TTL`](crate::MAX_TTL).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// use redmutex::{Argument, Error};
+    /// let ledger = locker.fair_lock("ledger")?.with_heartbeat(Duration::from_millis(600))?;
+    /// assert_eq!(ledger.heartbeat(), Duration::from_millis(600)); // waiters try every 200 ms
+    /// let too_short = locker.fair_lock("ledger")?.with_heartbeat(Duration::from_millis(1));
+    /// let Err(Error::InvalidArgument(bad)) = too_short else { panic!("1 ms accepted") };
+    /// assert_eq!(bad.argument, Argument::Heartbeat);
+    /// # Ok(()) }
+    /// ```
     pub fn with_heartbeat(mut self, heartbeat: Duration) -> Result<Self, Error> {
         self.heartbeat = args::check_heartbeat(heartbeat, "a fair lock's")?;
         Ok(self)
     }
 
     /// The waiters' heartbeat.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// let ledger = locker.fair_lock("ledger")?;
+    /// assert_eq!(ledger.heartbeat(), redmutex::DEFAULT_HEARTBEAT);
+    /// # Ok(()) }
+    /// ```
     pub fn heartbeat(&self) -> Duration {
         self.heartbeat
     }
 
     /// The lock key as stored in Redis (with the locker's prefix).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// let locker = redmutex::Locker::in_memory().with_prefix("app:");
+    /// let ledger = locker.fair_lock("ledger")?;
+    /// assert_eq!(ledger.key(), b"app:ledger");
+    /// # Ok(()) }
+    /// ```
     pub fn key(&self) -> &[u8] {
         self.key.get(0).expect("one key")
     }
@@ -142,6 +174,27 @@ impl<C: Connection> FairLock<C> {
     ///
     /// # Cancel safety
     /// See [`Acquire`]: a dropped acquire also leaves the queue (in the background).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// use redmutex::retry;
+    /// let ledger = locker.fair_lock("ledger")?;
+    /// let first = ledger.acquire(Duration::from_secs(10)).await?;
+    /// let waiter = ledger.acquire(Duration::from_secs(10))
+    ///     .retry(retry::constant(Duration::from_millis(100)))
+    ///     .deadline(Duration::from_secs(60));
+    /// let second = tokio::spawn(async move { waiter.await });
+    /// tokio::time::sleep(Duration::from_millis(50)).await; // it takes its place in line
+    /// first.release().await?;
+    /// assert!(!ledger.inspect().await?.lock.held, "free, but someone is in line");
+    /// let late = ledger.acquire(Duration::from_secs(10)).await; // one try: not its turn
+    /// assert!(late.unwrap_err().is_not_obtained());
+    /// second.await.unwrap()?.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn acquire<'a>(&self, ttl: Duration) -> Acquire<'a, C, FairKey> {
         let key = FairKey::new(self.key.clone(), self.heartbeat);
         let key = Arc::new(key);
@@ -157,6 +210,24 @@ impl<C: Connection> FairLock<C> {
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// use redmutex::retry;
+    /// let ledger = locker.fair_lock("ledger")?;
+    /// let _held = ledger.acquire(Duration::from_secs(10)).await?;
+    /// let waiter = ledger.acquire(Duration::from_secs(10))
+    ///     .retry(retry::constant(Duration::from_millis(100)));
+    /// let _waiting = tokio::spawn(async move { waiter.await });
+    /// tokio::time::sleep(Duration::from_millis(50)).await;
+    /// let seen = ledger.inspect().await?;
+    /// assert!(seen.lock.held);
+    /// assert_eq!(seen.waiters.len(), 1);
+    /// # Ok(()) }
+    /// ```
     pub async fn inspect(&self) -> Result<FairLockInfo, Error> {
         let key = FairKey::new(self.key.clone(), self.heartbeat);
         let mut call = INSPECT.script().prepare_invoke();
@@ -179,6 +250,19 @@ impl<C: Connection> std::fmt::Debug for FairLock<C> {
 }
 
 /// What a [`FairGuard`] holds: a lock key taken in turn.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// # let locker = redmutex::Locker::in_memory();
+/// use std::time::Duration;
+/// use redmutex::{FairKey, Lock};
+/// let ledger = locker.fair_lock("ledger")?;
+/// let guard: Lock<_, FairKey> = ledger.acquire(Duration::from_secs(10)).await?;
+/// assert_eq!(guard.key(), b"ledger");
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct FairKey {
     keys: Keys,
@@ -201,8 +285,9 @@ impl FairKey {
         }
     }
 
-    /// The lock key, as stored in Redis.
-    pub fn key(&self) -> &[u8] {
+    /// The key, as stored in Redis (users read it from the guard: this type only
+    /// appears as a guard's type parameter).
+    pub(crate) fn key(&self) -> &[u8] {
         self.keys.get(0).expect("one key")
     }
 }
@@ -320,6 +405,17 @@ fn turn_channel(key: &[u8], token: &Token) -> Vec<u8> {
 
 impl<C: Connection> Lock<C, FairKey> {
     /// The lock key, as stored in Redis (with the locker's prefix).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// let locker = redmutex::Locker::in_memory().with_prefix("app:");
+    /// let guard = locker.fair_lock("ledger")?.acquire(Duration::from_secs(10)).await?;
+    /// assert_eq!(guard.key(), b"app:ledger");
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn key(&self) -> &[u8] {
         self.what().key()
     }
@@ -327,12 +423,39 @@ impl<C: Connection> Lock<C, FairKey> {
 
 impl<C: Connection> Lease<C, FairKey> {
     /// The lock key, as stored in Redis.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// let locker = redmutex::Locker::in_memory().with_prefix("app:");
+    /// let guard = locker.fair_lock("ledger")?.acquire(Duration::from_secs(10)).await?;
+    /// let lease = guard.keep_alive()?;
+    /// assert_eq!(lease.key(), b"app:ledger");
+    /// lease.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn key(&self) -> &[u8] {
         self.lock().what().key()
     }
 }
 
 /// What [`FairLock::inspect`] sees.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// # let locker = redmutex::Locker::in_memory();
+/// use std::time::Duration;
+/// let ledger = locker.fair_lock("ledger")?;
+/// let guard = ledger.acquire(Duration::from_secs(10)).metadata("host=web-3").await?;
+/// let info = ledger.inspect().await?;
+/// assert_eq!(info.lock.metadata.as_deref(), Some("host=web-3"));
+/// assert!(info.lock.held && info.waiters.is_empty() && !info.foreign_queue);
+/// guard.release().await?;
+/// assert!(!ledger.inspect().await?.lock.held);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct FairLockInfo {

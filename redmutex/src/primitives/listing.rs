@@ -26,6 +26,24 @@ pub const LIST_PAGE: usize = 100;
 const SCAN_COUNT: usize = 250;
 
 /// What kind of lock a listed key holds.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// # let locker = redmutex::Locker::in_memory();
+/// use std::time::Duration;
+/// use redmutex::LockKind;
+/// let ttl = Duration::from_secs(30);
+/// let _lock = locker.acquire("report", ttl).await?;
+/// let _permit = locker.semaphore("uploads", 4)?.acquire(1, ttl).await?;
+/// let _reader = locker.rw_lock("config")?.read(ttl).await?;
+/// locker.connection().take_over("legacy", ttl); // a key someone else wrote
+/// for (key, kind) in [("report", LockKind::Lock), ("uploads", LockKind::Semaphore),
+///     ("config", LockKind::Readers), ("legacy", LockKind::Foreign)] {
+///     assert_eq!(locker.describe(key).await?.unwrap().kind, kind);
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LockKind {
@@ -50,6 +68,13 @@ pub enum LockKind {
 impl LockKind {
     /// `lock`, `fair_lock`, `rw_lock_write`, `rw_lock_read`, `semaphore`, `foreign`: the
     /// names the CLI's `list --json` prints.
+    ///
+    /// ```
+    /// use redmutex::LockKind;
+    /// assert_eq!(LockKind::Lock.name(), "lock");
+    /// assert_eq!(LockKind::Readers.name(), "rw_lock_read");
+    /// assert_eq!(LockKind::FairLock.name(), "fair_lock");
+    /// ```
     pub fn name(self) -> &'static str {
         match self {
             LockKind::Lock => "lock",
@@ -75,6 +100,20 @@ impl LockKind {
 }
 
 /// One holder of a listed lock.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// # let locker = redmutex::Locker::in_memory();
+/// use std::time::Duration;
+/// let uploads = locker.semaphore("uploads", 4)?;
+/// let _permits = uploads.acquire(3, Duration::from_secs(30)).metadata("host=web-3").await?;
+/// let listed = locker.describe("uploads").await?.expect("held");
+/// let holder = &listed.holders[0];
+/// assert_eq!((holder.permits, holder.metadata.as_deref()), (Some(3), Some("host=web-3")));
+/// assert!(holder.ttl.unwrap() <= Duration::from_secs(30));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ListedHolder {
@@ -88,6 +127,25 @@ pub struct ListedHolder {
 }
 
 /// A lock found by [`Locker::list`](crate::Locker::list).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// # let locker = redmutex::Locker::in_memory();
+/// use std::time::Duration;
+/// use redmutex::LockKind;
+/// let lock = locker.acquire("report", Duration::from_secs(30))
+///     .metadata("host=web-3")
+///     .with_fence()
+///     .await?;
+/// let listed = locker.describe("report").await?.expect("held");
+/// assert_eq!((listed.kind, listed.holder_count), (LockKind::Lock, 1));
+/// assert_eq!(listed.holders[0].metadata.as_deref(), Some("host=web-3"));
+/// assert_eq!(listed.holders[0].ttl, None); // a lock's holder has the key's TTL
+/// assert!(listed.ttl.unwrap() <= Duration::from_secs(30));
+/// assert_eq!(listed.fence, Some(lock.fence().await?));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ListedLock {
@@ -118,12 +176,39 @@ pub struct ListedLock {
 
 impl ListedLock {
     /// The key as text (invalid UTF-8 replaced).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// let locker = redmutex::Locker::in_memory().with_prefix("app:");
+    /// let _lock = locker.acquire("jobs:report", Duration::from_secs(30)).await?;
+    /// let listed = locker.list("*")?.collect().await?;
+    /// assert_eq!(listed[0].key_lossy(), "app:jobs:report");
+    /// # Ok(()) }
+    /// ```
     pub fn key_lossy(&self) -> std::borrow::Cow<'_, str> {
         String::from_utf8_lossy(&self.key)
     }
 }
 
 /// The locks under a prefix, a page at a time: see [`Locker::list`](crate::Locker::list).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// # let locker = redmutex::Locker::in_memory();
+/// use std::time::Duration;
+/// let ttl = Duration::from_secs(30);
+/// let (_a, _b) = (locker.acquire("jobs:a", ttl).await?, locker.acquire("jobs:b", ttl).await?);
+/// let _mail = locker.acquire("mail:c", ttl).await?;
+/// let listing = locker.list("jobs:*")?;
+/// let locks = listing.collect().await?;
+/// let mut keys: Vec<String> = locks.iter().map(|l| l.key_lossy().into()).collect();
+/// keys.sort();
+/// assert_eq!(keys, ["jobs:a", "jobs:b"]);
+/// # Ok(()) }
+/// ```
 pub struct Listing<C: Connection> {
     backend: Backend<C>,
     /// The `SCAN` pattern: the escaped prefix, then the caller's glob.
@@ -175,6 +260,25 @@ impl<C: Connection> Listing<C> {
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads; a cancelled page is read again by the next call.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// # for n in 0..150 {
+    /// #     let ttl = std::time::Duration::from_secs(30);
+    /// #     locker.acquire(format!("jobs:{n}"), ttl).await?.detach();
+    /// # }
+    /// // 150 jobs hold locks.
+    /// let mut listing = locker.list("jobs:*")?;
+    /// let mut total = 0;
+    /// while let Some(page) = listing.next_page().await? {
+    ///     assert!(page.len() <= redmutex::LIST_PAGE);
+    ///     total += page.len();
+    /// }
+    /// assert_eq!(total, 150);
+    /// # Ok(()) }
+    /// ```
     pub async fn next_page(&mut self) -> Result<Option<Vec<ListedLock>>, Error> {
         loop {
             if self.pending.is_empty() {
@@ -202,6 +306,22 @@ impl<C: Connection> Listing<C> {
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// # for n in 0..150 {
+    /// #     let ttl = std::time::Duration::from_secs(30);
+    /// #     locker.acquire(format!("jobs:{n}"), ttl).await?.detach();
+    /// # }
+    /// // 150 jobs hold locks.
+    /// let mut listing = locker.list("jobs:*")?;
+    /// let first = listing.next_page().await?.expect("some locks");
+    /// let rest = listing.collect().await?;
+    /// assert_eq!(first.len() + rest.len(), 150);
+    /// # Ok(()) }
+    /// ```
     pub async fn collect(mut self) -> Result<Vec<ListedLock>, Error> {
         let mut all = Vec::new();
         while let Some(page) = self.next_page().await? {

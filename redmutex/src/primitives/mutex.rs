@@ -180,6 +180,19 @@ async fn set_nx(
 
 impl<C: Connection> Lock<C, Keys> {
     /// The keys of this lock as stored in Redis (with the locker's prefix).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// let locker = redmutex::Locker::in_memory().with_prefix("bank:");
+    /// let lock = locker.acquire_all(["account:17", "account:42"], Duration::from_secs(5)).await?;
+    /// let keys: Vec<&[u8]> = lock.keys().collect();
+    /// assert_eq!(keys, [b"bank:account:17", b"bank:account:42"]);
+    /// assert_eq!(locker.connection().keys(), keys); // exactly these, in Redis
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn keys(&self) -> impl ExactSizeIterator<Item = &[u8]> {
         self.what().iter()
     }
@@ -187,6 +200,19 @@ impl<C: Connection> Lock<C, Keys> {
 
 impl<C: Connection> Lease<C, Keys> {
     /// The keys, as stored in Redis.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// let locker = redmutex::Locker::in_memory().with_prefix("bank:");
+    /// let lock = locker.acquire_all(["account:17", "account:42"], Duration::from_secs(5)).await?;
+    /// let lease = lock.keep_alive()?;
+    /// assert_eq!(lease.keys().len(), 2);
+    /// assert!(lease.keys().all(|key| key.starts_with(b"bank:account:")));
+    /// lease.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn keys(&self) -> impl ExactSizeIterator<Item = &[u8]> {
         self.lock().what().iter()
     }

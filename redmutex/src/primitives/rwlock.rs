@@ -123,17 +123,48 @@ impl<C: Connection> RwLock<C> {
     /// # Errors
     /// [`Error::InvalidArgument`] ([`Argument::Heartbeat`]) below
     /// [`MIN_HEARTBEAT`](crate::MIN_HEARTBEAT) or above [`MAX_TTL`](crate::MAX_TTL).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let config = locker.rw_lock("config")?.with_heartbeat(Duration::from_secs(1))?;
+    /// assert_eq!(config.heartbeat(), Duration::from_secs(1));
+    /// let too_short = locker.rw_lock("config")?.with_heartbeat(Duration::from_millis(1));
+    /// assert!(matches!(too_short, Err(redmutex::Error::InvalidArgument(e))
+    ///     if e.argument == redmutex::Argument::Heartbeat));
+    /// # Ok(()) }
+    /// ```
     pub fn with_heartbeat(mut self, heartbeat: Duration) -> Result<Self, Error> {
         self.heartbeat = args::check_heartbeat(heartbeat, "a waiting writer's")?;
         Ok(self)
     }
 
     /// The waiting writers' heartbeat.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// let config = locker.rw_lock("config")?;
+    /// assert_eq!(config.heartbeat(), redmutex::DEFAULT_HEARTBEAT);
+    /// # Ok(()) }
+    /// ```
     pub fn heartbeat(&self) -> Duration {
         self.heartbeat
     }
 
     /// The lock key as stored in Redis (with the locker's prefix).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// let locker = redmutex::Locker::in_memory().with_prefix("app:");
+    /// let config = locker.rw_lock("config")?;
+    /// assert_eq!(config.key(), b"app:config");
+    /// # Ok(()) }
+    /// ```
     pub fn key(&self) -> &[u8] {
         self.key.get(0).expect("one key")
     }
@@ -150,6 +181,21 @@ impl<C: Connection> RwLock<C> {
     ///
     /// # Cancel safety
     /// See [`Acquire`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let config = locker.rw_lock("config")?;
+    /// let first = config.read(Duration::from_secs(10)).await?;
+    /// let second = config.read(Duration::from_secs(10)).metadata("host=web-2").await?;
+    /// assert_eq!(config.inspect().await?.readers.len(), 2); // readers share
+    /// let writer = config.write(Duration::from_secs(10)).await;
+    /// assert!(writer.unwrap_err().is_not_obtained());
+    /// # drop((first, second));
+    /// # Ok(()) }
+    /// ```
     pub fn read<'a>(&self, ttl: Duration) -> Acquire<'a, C, ReadKey> {
         let key = Arc::new(ReadKey {
             keys: RwKeys::new(self.key.clone()),
@@ -169,6 +215,25 @@ impl<C: Connection> RwLock<C> {
     ///
     /// # Cancel safety
     /// See [`Acquire`]: a dropped acquire also ends its intent (in the background).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// use redmutex::retry;
+    /// let (config, ttl) = (locker.rw_lock("config")?, Duration::from_secs(10));
+    /// let reader = config.read(ttl).await?;
+    /// let write = config.write(ttl).retry(retry::constant(Duration::from_millis(100)));
+    /// let waiting = tokio::spawn(async move { write.deadline(Duration::from_secs(5)).await });
+    /// tokio::time::sleep(Duration::from_millis(10)).await; // it found the lock read
+    /// assert!(config.read(ttl).await.unwrap_err().is_not_obtained()); // no new readers
+    /// reader.release().await?;
+    /// let writer = waiting.await.unwrap()?;
+    /// assert!(config.inspect().await?.written);
+    /// # drop(writer);
+    /// # Ok(()) }
+    /// ```
     pub fn write<'a>(&self, ttl: Duration) -> Acquire<'a, C, WriteKey> {
         let key = Arc::new(WriteKey {
             keys: RwKeys::new(self.key.clone()),
@@ -185,6 +250,22 @@ impl<C: Connection> RwLock<C> {
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let config = locker.rw_lock("config")?;
+    /// let write = config.write(Duration::from_secs(10)).metadata("deploy-42");
+    /// let writer = write.with_fence().await?;
+    /// let info = config.inspect().await?;
+    /// assert!(info.written && info.readers.is_empty());
+    /// assert_eq!(info.writer_metadata.as_deref(), Some("deploy-42"));
+    /// assert!(info.writer_ttl.unwrap() <= Duration::from_secs(10));
+    /// assert_eq!(info.fence, writer.fence_if_taken());
+    /// # Ok(()) }
+    /// ```
     pub async fn inspect(&self) -> Result<RwLockInfo, Error> {
         let keys = RwKeys::new(self.key.clone());
         let mut call = INSPECT.script().prepare_invoke();
@@ -268,19 +349,44 @@ impl RwKeys {
 }
 
 /// What a [`ReadGuard`] holds: a reader's place in a read-write lock.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// # let locker = redmutex::Locker::in_memory();
+/// use std::time::Duration;
+/// use redmutex::{Lock, ReadKey};
+/// let config = locker.rw_lock("config")?;
+/// let reader: Lock<_, ReadKey> = config.read(Duration::from_secs(10)).await?;
+/// assert_eq!(reader.key(), b"config");
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct ReadKey {
     keys: RwKeys,
 }
 
 impl ReadKey {
-    /// The lock key, as stored in Redis.
-    pub fn key(&self) -> &[u8] {
+    /// The key, as stored in Redis (users read it from the guard: this type only
+    /// appears as a guard's type parameter).
+    pub(crate) fn key(&self) -> &[u8] {
         self.keys.key()
     }
 }
 
 /// What a [`WriteGuard`] holds: a read-write lock's key, as its writer.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// # let locker = redmutex::Locker::in_memory();
+/// use std::time::Duration;
+/// use redmutex::{Lock, WriteKey};
+/// let config = locker.rw_lock("config")?;
+/// let writer: Lock<_, WriteKey> = config.write(Duration::from_secs(10)).await?;
+/// assert_eq!(writer.key(), b"config");
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct WriteKey {
     keys: RwKeys,
@@ -288,8 +394,9 @@ pub struct WriteKey {
 }
 
 impl WriteKey {
-    /// The lock key, as stored in Redis.
-    pub fn key(&self) -> &[u8] {
+    /// The key, as stored in Redis (users read it from the guard: this type only
+    /// appears as a guard's type parameter).
+    pub(crate) fn key(&self) -> &[u8] {
         self.keys.key()
     }
 }
@@ -449,6 +556,16 @@ fn readers_channel(key: &[u8]) -> Vec<u8> {
 
 impl<C: Connection> Lock<C, WriteKey> {
     /// The lock key, as stored in Redis (with the locker's prefix).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// let locker = redmutex::Locker::in_memory().with_prefix("app:");
+    /// let writer = locker.rw_lock("config")?.write(Duration::from_secs(10)).await?;
+    /// assert_eq!(writer.key(), b"app:config");
+    /// # Ok(()) }
+    /// ```
     pub fn key(&self) -> &[u8] {
         self.what().key()
     }
@@ -467,6 +584,22 @@ impl<C: Connection> Lock<C, WriteKey> {
     /// # Cancel safety
     /// Not cancel safe: a downgrade cancelled in flight may or may not have happened; the
     /// guard is consumed, and the key (writer's or reader's) expires by its TTL.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let config = locker.rw_lock("config")?;
+    /// let writer = config.write(Duration::from_secs(10)).await?;
+    /// let token = writer.token();
+    /// let reader = writer.downgrade().await?; // keeps reading what it wrote
+    /// assert_eq!(reader.token(), token);
+    /// let other = config.read(Duration::from_secs(10)).await?; // others may read now too
+    /// assert_eq!(config.inspect().await?.readers.len(), 2);
+    /// # drop((reader, other));
+    /// # Ok(()) }
+    /// ```
     pub async fn downgrade(self) -> Result<ReadGuard<C>, Error> {
         let keys = self.what().keys.clone();
         let ttl_ms = args::ttl_millis(self.lease_ttl())?;
@@ -486,6 +619,16 @@ impl<C: Connection> Lock<C, WriteKey> {
 
 impl<C: Connection> Lock<C, ReadKey> {
     /// The lock key, as stored in Redis (with the locker's prefix).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// let locker = redmutex::Locker::in_memory().with_prefix("app:");
+    /// let reader = locker.rw_lock("config")?.read(Duration::from_secs(10)).await?;
+    /// assert_eq!(reader.key(), b"app:config");
+    /// # Ok(()) }
+    /// ```
     pub fn key(&self) -> &[u8] {
         self.what().key()
     }
@@ -493,6 +636,17 @@ impl<C: Connection> Lock<C, ReadKey> {
 
 impl<C: Connection> Lease<C, ReadKey> {
     /// The lock key, as stored in Redis.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let reader = locker.rw_lock("config")?.read(Duration::from_secs(10)).await?;
+    /// let lease = reader.keep_alive()?;
+    /// assert_eq!(lease.key(), b"config");
+    /// # Ok(()) }
+    /// ```
     pub fn key(&self) -> &[u8] {
         self.lock().what().key()
     }
@@ -500,12 +654,38 @@ impl<C: Connection> Lease<C, ReadKey> {
 
 impl<C: Connection> Lease<C, WriteKey> {
     /// The lock key, as stored in Redis.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let writer = locker.rw_lock("config")?.write(Duration::from_secs(10)).await?;
+    /// let lease = writer.keep_alive()?;
+    /// assert_eq!(lease.key(), b"config");
+    /// # Ok(()) }
+    /// ```
     pub fn key(&self) -> &[u8] {
         self.lock().what().key()
     }
 }
 
 /// What [`RwLock::inspect`] sees.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// # let locker = redmutex::Locker::in_memory();
+/// use std::time::Duration;
+/// let (config, ttl) = (locker.rw_lock("config")?, Duration::from_secs(10));
+/// let (a, b) = (config.read(ttl).await?, config.read(ttl).await?);
+/// let info = config.inspect().await?;
+/// assert_eq!(info.key, b"config");
+/// assert!(!info.written && info.readers.len() == 2 && info.writers_waiting == 0);
+/// assert!(!info.foreign);
+/// # drop((a, b));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct RwLockInfo {
@@ -531,6 +711,20 @@ pub struct RwLockInfo {
 }
 
 /// One reader in a [`RwLockInfo`].
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// # let locker = redmutex::Locker::in_memory();
+/// use std::time::Duration;
+/// let config = locker.rw_lock("config")?;
+/// let reader = config.read(Duration::from_secs(10)).metadata("host=web-1").await?;
+/// let info = config.inspect().await?;
+/// assert_eq!(info.readers[0].metadata.as_deref(), Some("host=web-1"));
+/// assert!(info.readers[0].ttl <= Duration::from_secs(10));
+/// # drop(reader);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ReaderInfo {
@@ -555,6 +749,20 @@ impl RwLockInfo {
     }
 
     /// Whether anyone holds the lock (a writer, or readers).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let config = locker.rw_lock("config")?;
+    /// assert!(!config.inspect().await?.held());
+    /// let reader = config.read(Duration::from_secs(10)).await?;
+    /// assert!(config.inspect().await?.held()); // by a reader: not `written`
+    /// reader.release().await?;
+    /// assert!(!config.inspect().await?.held());
+    /// # Ok(()) }
+    /// ```
     pub fn held(&self) -> bool {
         self.written || !self.readers.is_empty()
     }

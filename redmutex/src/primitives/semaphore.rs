@@ -113,12 +113,41 @@ impl<C: Connection> Semaphore<C> {
     }
 
     /// The most permits held at once.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let exports = locker.semaphore("exports", 4)?;
+    /// assert_eq!(exports.limit(), 4);
+    /// let permit = exports.acquire(1, Duration::from_secs(30)).await?;
+    /// // Every holder must pass the same limit while some hold permits.
+    /// let other = locker.semaphore("exports", 5)?.acquire(1, Duration::from_secs(30)).await;
+    /// assert!(matches!(other, Err(redmutex::Error::InvalidArgument(e))
+    ///     if e.argument == redmutex::Argument::Limit));
+    /// # drop(permit);
+    /// # Ok(()) }
+    /// ```
     pub fn limit(&self) -> u32 {
         self.limit
     }
 
     /// The semaphore's key as stored in Redis (with the locker's prefix): a sorted set of
     /// its holders.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// let locker = redmutex::Locker::in_memory().with_prefix("app:");
+    /// let exports = locker.semaphore("exports", 4)?;
+    /// assert_eq!(exports.key(), b"app:exports");
+    /// let permit = exports.acquire(1, Duration::from_secs(30)).await?;
+    /// assert!(locker.connection().keys().contains(&exports.key().to_vec()));
+    /// # drop(permit);
+    /// # Ok(()) }
+    /// ```
     pub fn key(&self) -> &[u8] {
         self.key.get(0).expect("one key")
     }
@@ -137,6 +166,20 @@ impl<C: Connection> Semaphore<C> {
     ///
     /// # Cancel safety
     /// See [`Acquire`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let (exports, ttl) = (locker.semaphore("exports", 3)?, Duration::from_secs(30));
+    /// let two = exports.acquire(2, ttl).await?;
+    /// assert!(exports.acquire(2, ttl).await.unwrap_err().is_not_obtained()); // all or none
+    /// let one = exports.acquire(1, ttl).await?;
+    /// assert!(exports.acquire(4, ttl).await.unwrap_err().is_invalid_argument()); // over the limit
+    /// # drop((two, one));
+    /// # Ok(()) }
+    /// ```
     pub fn acquire<'a>(&self, permits: u32, ttl: Duration) -> Acquire<'a, C, Permits> {
         let claim = match permits {
             0 => Err("at least 1".to_owned()),
@@ -163,6 +206,20 @@ impl<C: Connection> Semaphore<C> {
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let exports = locker.semaphore("exports", 4)?;
+    /// let permit = exports.acquire(3, Duration::from_secs(30)).metadata("job=export-17").await?;
+    /// let info = exports.inspect().await?;
+    /// assert_eq!((info.limit, info.used, info.free), (Some(4), 3, 1));
+    /// assert_eq!(info.holders[0].metadata.as_deref(), Some("job=export-17"));
+    /// # drop(permit);
+    /// # Ok(()) }
+    /// ```
     pub async fn inspect(&self) -> Result<SemaphoreInfo, Error> {
         let permits = Permits::new(self.key.clone(), 0, self.limit);
         let call = permits.call(&INSPECT, true);
@@ -184,6 +241,19 @@ impl<C: Connection> std::fmt::Debug for Semaphore<C> {
 }
 
 /// What a [`Permit`] holds: some permits of one semaphore.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// # let locker = redmutex::Locker::in_memory();
+/// use std::time::Duration;
+/// use redmutex::{Lock, Permits};
+/// let exports = locker.semaphore("exports", 4)?;
+/// let permit: Lock<_, Permits> = exports.acquire(2, Duration::from_secs(30)).await?;
+/// assert_eq!(permit.permits(), 2);
+/// # drop(permit);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Permits {
     /// The holders key.
@@ -210,11 +280,25 @@ impl Permits {
     }
 
     /// How many permits.
+    ///
+    /// ```
+    /// // Only redmutex hands out `Permits`, inside a `Permit` (see `Lock::permits`):
+    /// fn share(held: &redmutex::Permits) -> f64 {
+    ///     f64::from(held.count()) / f64::from(held.limit())
+    /// }
+    /// ```
     pub fn count(&self) -> u32 {
         self.permits
     }
 
     /// The semaphore's limit.
+    ///
+    /// ```
+    /// // Only redmutex hands out `Permits`, inside a `Permit` (see `Lock::permits`):
+    /// fn free_for_others(held: &redmutex::Permits) -> u32 {
+    ///     held.limit() - held.count()
+    /// }
+    /// ```
     pub fn limit(&self) -> u32 {
         self.limit
     }
@@ -318,6 +402,19 @@ impl Permits {
 
 impl<C: Connection> Lock<C, Permits> {
     /// How many permits this holds.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let exports = locker.semaphore("exports", 4)?;
+    /// let permit = exports.acquire(3, Duration::from_secs(30)).await?;
+    /// assert_eq!(permit.permits(), 3);
+    /// assert_eq!(exports.inspect().await?.free, 4 - permit.permits());
+    /// # drop(permit);
+    /// # Ok(()) }
+    /// ```
     pub fn permits(&self) -> u32 {
         self.what().count()
     }
@@ -325,12 +422,39 @@ impl<C: Connection> Lock<C, Permits> {
 
 impl<C: Connection> Lease<C, Permits> {
     /// How many permits this lease holds.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let exports = locker.semaphore("exports", 4)?;
+    /// let lease = exports.acquire(2, Duration::from_secs(30)).await?.keep_alive()?;
+    /// assert_eq!(lease.permits(), 2);
+    /// lease.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn permits(&self) -> u32 {
         self.lock().what().count()
     }
 }
 
 /// What [`Semaphore::inspect`] sees.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// # let locker = redmutex::Locker::in_memory();
+/// use std::time::Duration;
+/// let exports = locker.semaphore("exports", 4)?;
+/// let idle = exports.inspect().await?;
+/// assert_eq!((idle.limit, idle.used, idle.free), (None, 0, 4)); // nobody holds any
+/// let permit = exports.acquire(1, Duration::from_secs(30)).with_fence().await?;
+/// let info = exports.inspect().await?;
+/// assert_eq!((info.limit, info.used, info.free), (Some(4), 1, 3));
+/// assert_eq!(info.fence, permit.fence_if_taken());
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct SemaphoreInfo {
@@ -355,6 +479,22 @@ pub struct SemaphoreInfo {
 
 /// One holder in a [`SemaphoreInfo`]. (Its token is not shown: whoever knows it can
 /// release the permits.)
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// # let locker = redmutex::Locker::in_memory();
+/// use std::time::Duration;
+/// let exports = locker.semaphore("exports", 4)?;
+/// let long = exports.acquire(1, Duration::from_secs(60)).metadata("host=web-1").await?;
+/// let short = exports.acquire(2, Duration::from_secs(10)).await?;
+/// let holders = exports.inspect().await?.holders; // soonest to expire first
+/// assert_eq!((holders[0].permits, holders[0].metadata.as_deref()), (2, None));
+/// assert_eq!((holders[1].permits, holders[1].metadata.as_deref()), (1, Some("host=web-1")));
+/// assert!(holders[1].ttl > Duration::from_secs(50));
+/// # drop((long, short));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct PermitHolder {
