@@ -15,46 +15,50 @@ ensure_pip
 # rebuild them and everything above them. Nothing of ours may use an unstable feature,
 # which the next line checks (RUSTC_BOOTSTRAP would let one compile).
 export RUSTC_BOOTSTRAP=1
-echo "--- no unstable language features"
+# Each step's heading says when it started, so a slow CI run shows where the time went.
+step() { printf -- '--- [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
+step "no unstable language features"
 if git grep -n '#!\[feature' -- '*.rs'; then
     echo "unstable features are not allowed: redmutex builds on stable Rust" >&2
     exit 1
 fi
-echo "--- cargo fmt --check"
+step "cargo fmt --check"
 cargo fmt --all -- --check
-echo "--- cargo clippy (all targets, all features, -D warnings)"
+step "cargo clippy (all targets, all features, -D warnings)"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
-echo "--- cargo doc (all features, warnings are errors)"
+step "cargo doc (all features, warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --quiet
-echo "--- every public item of the library has a code example"
+step "every public item of the library has a code example"
 RUSTDOCFLAGS="-D warnings -Z unstable-options --output-format json" \
     cargo doc -p redmutex --all-features --no-deps --quiet
 python3 scripts/check-examples.py target/doc/redmutex.json
-echo "--- cargo test (unit and integration tests, the conformance suite; builds the examples)"
+step "build the tests"
+cargo test --workspace --all-targets --all-features --no-run
+step "cargo test (unit and integration tests, the conformance suite; builds the examples)"
 cargo test --workspace --all-targets --all-features
 # The examples and binaries as programs (cargo test builds examples only to check them).
 # The steps below use what these builds made: building with another package selection
 # (`-p redmutex`, `-p redmutex-cli`) would compile the library again with other features.
 cargo build --workspace --all-features --bins --examples
 export REDMUTEX_PREBUILT=1
-echo "--- library examples, run against a private redis-server"
+step "library examples, run against a private redis-server"
 bash scripts/examples.sh
-echo "--- the demo (the README's main command)"
+step "the demo (the README's main command)"
 bash scripts/demo.sh
-echo "--- doc tests"
+step "doc tests"
 # Compiled into one program, as edition 2024 does, rather than one per example.
 RUSTDOCFLAGS="-Z unstable-options --merge-doctests=yes" \
     cargo test --workspace --doc --all-features
-echo "--- packaging: what a publish would upload, each package built from its own files"
+step "packaging: what a publish would upload, each package built from its own files"
 cargo package --locked -p redmutex -p redmutex-cli --quiet
-echo "--- cargo install, then the installed binary"
+step "cargo install, then the installed binary"
 install_root=$(mktemp -d)
 trap 'rm -rf "$install_root"' EXIT
 # --debug and the workspace's target directory: the build above is reused where it can be.
 cargo install --locked --quiet --debug --path redmutex-cli --root "$install_root" --target-dir target
 "$install_root/bin/redmutex" --version
 "$install_root/bin/redmutex" demo
-echo "--- the library's integration tests against the other servers"
+step "the library's integration tests against the other servers"
 # The library's test executables from the build above (listed, not rebuilt).
 library_tests=$(cargo test --workspace --all-targets --all-features --no-run --message-format=json \
     | python3 -c '
@@ -71,7 +75,7 @@ for line in sys.stdin:
 servers=$(bash scripts/install-servers.sh)
 for name in valkey redis62; do
     binary=$(echo "$servers" | sed -n "s/^$name=//p")
-    echo "--- library integration tests against $("$binary" --version)"
+    step "library integration tests against $("$binary" --version)"
     for test in $library_tests; do
         # Run from the package's directory, as cargo test would.
         (cd redmutex && REDMUTEX_REDIS_SERVER=$binary "$test" -q)
