@@ -81,7 +81,7 @@ for name in valkey redis62; do
         (cd redmutex && REDMUTEX_REDIS_SERVER=$binary "$test" -q)
     done
     # The TLS tests print why they checked nothing (these builds have no TLS).
-    tls_acl=$(echo "$library_tests" | grep '/tls_acl-')
-    (cd redmutex && REDMUTEX_REDIS_SERVER=$binary "$tls_acl" --show-output \
-        locks_work_over_tls a_client_that_does_not_trust 2>&1) | grep -i "skipped" || true
+    integration=$(echo "$library_tests" | grep '/integration-')
+    (cd redmutex && REDMUTEX_REDIS_SERVER=$binary "$integration" --show-output \
+        tls_acl::locks_work_over_tls tls_acl::a_client_that_does_not_trust 2>&1) | grep -i "skipped" || true
 done

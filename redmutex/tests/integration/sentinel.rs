@@ -2,13 +2,10 @@
 //! while a lease is kept alive leaves it held on the new master (and nobody else can take
 //! it) or reports it lost — never silently lost; new acquisitions work after it; a wrong
 //! group name is a prompt error.
-#![cfg(feature = "sentinel")]
-
-mod common;
 
 use std::time::Duration;
 
-use common::ms;
+use crate::common::ms;
 use redmutex::{retry, Locker};
 use testkit::SentinelGroup;
 

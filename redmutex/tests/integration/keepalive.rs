@@ -1,12 +1,11 @@
 //! Keep-alive: leases renewed in the background, and the lost signal.
 
-mod common;
-
+use crate::common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{manager, ms, multiplexed_with_timeout, Raw};
+use crate::common::{manager, ms, multiplexed_with_timeout, Raw};
 use redis::aio::ConnectionManager;
 use redmutex::{Argument, Connection, Error, KeepAlive, Lease, Locker, LostReason};
 use testkit::RedisServer;

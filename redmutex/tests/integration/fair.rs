@@ -4,13 +4,11 @@
 //! only the first in line may take a free key; a release wakes the next waiter on its own
 //! channel; bad input, Redlock and foreign data are refused; every key has a TTL.
 
-mod common;
-
 use std::future::IntoFuture;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{blamed, ms, own_locker, Raw};
+use crate::common::{blamed, ms, own_locker, Raw};
 use redis::aio::MultiplexedConnection;
 use redmutex::{retry, Argument, FairLock, Locker, MIN_HEARTBEAT};
 use testkit::RedisServer;

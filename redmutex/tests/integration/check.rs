@@ -2,8 +2,7 @@
 //! weakens a guarantee (no persistence, appendfsync, a replica, a cluster's state, missing
 //! permissions), and what an ACL user may not read — on real servers of each kind.
 
-mod common;
-
+use crate::common;
 use redmutex::{Check, Level, Locker, ServerCheck};
 use testkit::{RedisCluster, RedisServer, ServerOptions};
 

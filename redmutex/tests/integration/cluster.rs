@@ -3,15 +3,12 @@
 //! need one hash slot (checked before sending); keep-alive batches per slot and wake-up
 //! work; ASK and MOVED during a slot migration are followed; a master killed while a lease
 //! is kept alive leaves the lease held or reported lost, never silently lost.
-#![cfg(feature = "cluster")]
-
-mod common;
 
 use std::collections::BTreeSet;
 use std::future::IntoFuture;
 use std::time::Duration;
 
-use common::ms;
+use crate::common::ms;
 use redis::cluster_async::ClusterConnection;
 use redmutex::{retry, Argument, Error, Locker};
 use testkit::RedisCluster;

@@ -1,11 +1,9 @@
 //! Replica confirmation (`Locker::with_replication`) against a primary with a real replica,
 //! which the tests pause (SIGSTOP) to make it fall behind.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{blamed, ms, multiplexed, Raw};
+use crate::common::{blamed, ms, multiplexed, Raw};
 use redmutex::{Argument, Error, Locker, LostReason, Replication};
 use testkit::RedisServer;
 

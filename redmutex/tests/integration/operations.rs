@@ -1,10 +1,9 @@
 //! Every lock operation against a real redis-server, including the not-held paths.
 
-mod common;
-
+use crate::common;
 use std::time::Duration;
 
-use common::{manager, ms, multiplexed, Raw};
+use crate::common::{manager, ms, multiplexed, Raw};
 use redmutex::{Connection, Error, Locker};
 use testkit::RedisServer;
 

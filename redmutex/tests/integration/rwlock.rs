@@ -4,14 +4,13 @@
 //! renew; a plain lock of the same name excludes both; downgrade; fences; wake-up of every
 //! reader at once; Redlock; foreign data; bad input; every key has a TTL and none is left.
 
-mod common;
-
+use crate::common;
 use std::future::IntoFuture;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{blamed, ms, multiplexed, own_locker, Raw};
+use crate::common::{blamed, ms, multiplexed, own_locker, Raw};
 use redmutex::{retry, Argument, Locker, LostReason, MIN_HEARTBEAT};
 use testkit::RedisServer;
 use tokio::time::Instant;

@@ -1,11 +1,10 @@
 //! Bad input, unreachable servers, wrong passwords, restarts: typed errors, promptly, and
 //! nothing left behind.
 
-mod common;
-
+use crate::common;
 use std::time::{Duration, Instant};
 
-use common::{manager, ms, multiplexed, Raw};
+use crate::common::{manager, ms, multiplexed, Raw};
 use redmutex::retry::{self, RetryExt};
 use redmutex::{Argument, Error, Locker};
 use testkit::{RedisServer, ServerOptions};

@@ -1,14 +1,11 @@
 //! TLS (`rediss://` with a CA made for the test; a client that does not trust it) and ACL
 //! users (the minimal rule in docs/OPERATIONS.md works for everything; a user without it gets a
 //! clear "no permission" error and nothing is written).
-#![cfg(feature = "tls")]
-
-mod common;
 
 use std::future::IntoFuture;
 use std::time::Duration;
 
-use common::ms;
+use crate::common::ms;
 use redmutex::{retry, Locker};
 use testkit::{RedisServer, ServerOptions, TestCa};
 
@@ -20,7 +17,7 @@ fn minimal_rule(user: &str, password: &str) -> String {
 
 #[test]
 fn the_operations_guide_prints_the_rule() {
-    let readme = include_str!("../../docs/OPERATIONS.md");
+    let readme = include_str!("../../../docs/OPERATIONS.md");
     let line = format!(
         "ACL SETUSER locker on >PASSWORD {}",
         redmutex::acl_rule("app:")

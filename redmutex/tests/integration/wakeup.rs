@@ -2,14 +2,13 @@
 //! release is missed; deadlines still hold; a dropped subscriber connection falls back to
 //! polling and subscribes again. Real redis-servers from the test kit.
 
-mod common;
-
+use crate::common;
 use std::future::IntoFuture;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{ms, multiplexed, Raw};
+use crate::common::{ms, multiplexed, Raw};
 use redis::aio::MultiplexedConnection;
 use redmutex::retry;
 use redmutex::{Lock, Locker};

@@ -3,11 +3,9 @@
 //! announcements and noticing an expiry; a leader cut off loses its leadership loudly and
 //! is replaced; a campaign ends at once when its connection dies; Redlock; bad input.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{blamed, ms, multiplexed, Raw};
+use crate::common::{blamed, ms, multiplexed, Raw};
 use futures_util::StreamExt;
 use redis::aio::MultiplexedConnection;
 use redmutex::{Argument, Election, Error, Leader, Locker};

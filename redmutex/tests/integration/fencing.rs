@@ -3,12 +3,11 @@
 //! whose counters drifted apart), inspect, counters that expire after their retention
 //! period, reserved names, turning them off, and a counter that holds garbage.
 
-mod common;
-
+use crate::common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{ms, multiplexed, Raw};
+use crate::common::{ms, multiplexed, Raw};
 use redis::aio::MultiplexedConnection;
 use redmutex::retry::{self, Jitter, RetryExt};
 use redmutex::{Argument, Error, Locker, QuorumSettings};

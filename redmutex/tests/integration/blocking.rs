@@ -4,8 +4,6 @@
 //! from inside an async runtime, renewals while the caller's thread is busy, dropped
 //! guards, many threads contending.
 
-mod common;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -17,7 +15,7 @@ use redmutex::memory::MemoryRedis;
 use redmutex::{retry, Argument, Connection, Error, KeepAlive, LostReason};
 use testkit::RedisServer;
 
-use common::{blamed, is_fence_counter, lock_key_count, ms};
+use crate::common::{blamed, is_fence_counter, lock_key_count, ms};
 
 const TTL: Duration = Duration::from_secs(5);
 const SHORT_TTL: Duration = Duration::from_millis(400);

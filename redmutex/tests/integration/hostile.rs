@@ -3,12 +3,11 @@
 //! values written by someone else (any type, a foreign or look-alike value, huge) give
 //! typed errors and are never overwritten; hostile fence counters leave nothing behind.
 
-mod common;
-
+use crate::common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::ms;
+use crate::common::ms;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use redis::aio::MultiplexedConnection;

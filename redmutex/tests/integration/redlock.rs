@@ -1,13 +1,12 @@
 //! Redlock over five independent test-kit nodes: quorum, validity, undo after failure,
 //! faults (killed, paused, slow nodes), keep-alive, and the restart hazard.
 
-mod common;
-
+use crate::common;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::ms;
+use crate::common::ms;
 use redis::aio::ConnectionManager;
 use redmutex::retry::{self, Jitter, RetryExt};
 use redmutex::{Argument, Error, KeepAlive, Locker, LostReason, NodeError, QuorumSettings};

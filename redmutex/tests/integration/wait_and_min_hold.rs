@@ -1,12 +1,11 @@
 //! Waiting for a release without taking the key (`Locker::wait_released`), and holding a
 //! lock for at least a period however early it is released (`Acquire::min_hold`).
 
-mod common;
-
+use crate::common;
 use std::future::IntoFuture;
 use std::time::Duration;
 
-use common::{manager, ms, multiplexed, Raw};
+use crate::common::{manager, ms, multiplexed, Raw};
 use redis::aio::MultiplexedConnection;
 use redmutex::{retry, Argument, Error, Locker};
 use testkit::RedisServer;

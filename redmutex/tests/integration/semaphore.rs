@@ -2,14 +2,13 @@
 //! reclaimed from crashed holders, refused on bad input and disagreeing limits, kept alive,
 //! fenced, released on drop, and never over-admitted by many contending lockers.
 
-mod common;
-
+use crate::common;
 use std::future::IntoFuture;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{blamed, manager, ms, multiplexed, Raw};
+use crate::common::{blamed, manager, ms, multiplexed, Raw};
 use redis::aio::MultiplexedConnection;
 use redmutex::{retry, Argument, Locker, LostReason, MAX_PERMITS};
 use testkit::RedisServer;

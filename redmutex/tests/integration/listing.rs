@@ -1,10 +1,9 @@
 //! `Locker::list`: every lock under a prefix, of every kind, against real servers.
 
-mod common;
-
+use crate::common;
 use std::time::Duration;
 
-use common::{multiplexed, Raw};
+use crate::common::{multiplexed, Raw};
 use redmutex::{ListedLock, LockKind, Locker, LIST_PAGE};
 use testkit::RedisServer;
 

@@ -1,13 +1,12 @@
 //! Mutual exclusion under contention, retry strategies, deadlines and cancellation.
 
-mod common;
-
+use crate::common;
 use std::future::IntoFuture;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{ms, multiplexed, multiplexed_with_timeout, Raw};
+use crate::common::{ms, multiplexed, multiplexed_with_timeout, Raw};
 use redmutex::retry::{self, Jitter, RetryExt};
 use redmutex::{Error, Locker, TryFailure};
 use testkit::RedisServer;

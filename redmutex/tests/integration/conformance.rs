@@ -8,8 +8,7 @@
 //! taking a key. Every case ends by checking that nothing but fence counters (which expire
 //! by design) was left behind, and that every key left has a TTL.
 
-mod common;
-
+use crate::common;
 use std::future::Future;
 use std::time::Duration;
 
@@ -19,7 +18,7 @@ use redmutex::{retry, Argument, Connection, KeepAlive, Locker, LostReason};
 use testkit::RedisServer;
 use tokio::time::Instant;
 
-use common::{blamed, is_fence_counter, ms};
+use crate::common::{blamed, is_fence_counter, ms};
 
 /// Where state lives for one case, and what a test may do to it from outside.
 trait World: Sync {
