@@ -4,7 +4,7 @@
 
 use crate::common;
 use redmutex::{Check, Level, Locker, ServerCheck};
-use testkit::{RedisCluster, RedisServer, ServerOptions};
+use testkit::{RedisServer, ServerOptions};
 
 fn server(args: &[&str]) -> RedisServer {
     RedisServer::spawn_with(ServerOptions {
@@ -176,9 +176,10 @@ async fn redlock_nodes_are_checked_one_by_one() {
 }
 
 /// A cluster connection: every master is looked at, and the cluster's state.
+#[cfg(feature = "cluster")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_is_checked_master_by_master() {
-    let cluster = RedisCluster::spawn();
+    let cluster = testkit::RedisCluster::spawn();
     let conn = redis::cluster::ClusterClient::new(cluster.urls())
         .unwrap()
         .get_async_connection()
