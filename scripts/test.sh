@@ -32,11 +32,15 @@ step "every public item of the library has a code example"
 RUSTDOCFLAGS="-D warnings -Z unstable-options --output-format json" \
     cargo doc -p redmutex --all-features --no-deps --quiet
 python3 scripts/check-examples.py target/doc/redmutex.json
+# The targets that hold tests: libraries, binaries (their unit tests) and tests/. Not the
+# examples, which have none: `--all-targets` would compile each of them a second time,
+# as an empty test program, besides the program built below.
+test_targets=(--workspace --all-features --lib --bins --tests)
 step "build the tests"
-cargo test --workspace --all-targets --all-features --no-run
-step "cargo test (unit and integration tests, the conformance suite; builds the examples)"
-cargo test --workspace --all-targets --all-features
-# The examples and binaries as programs (cargo test builds examples only to check them).
+cargo test "${test_targets[@]}" --no-run
+step "cargo test (unit and integration tests, the conformance suite)"
+cargo test "${test_targets[@]}"
+# The examples and binaries as programs.
 # The steps below use what these builds made: building with another package selection
 # (`-p redmutex`, `-p redmutex-cli`) would compile the library again with other features.
 cargo build --workspace --all-features --bins --examples
@@ -60,7 +64,7 @@ cargo install --locked --quiet --debug --path redmutex-cli --root "$install_root
 "$install_root/bin/redmutex" demo
 step "the library's integration tests against the other servers"
 # The library's test executables from the build above (listed, not rebuilt).
-library_tests=$(cargo test --workspace --all-targets --all-features --no-run --message-format=json \
+library_tests=$(cargo test "${test_targets[@]}" --no-run --message-format=json \
     | python3 -c '
 import json, sys
 root = sys.argv[1]
