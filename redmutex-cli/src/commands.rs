@@ -151,11 +151,8 @@ pub async fn inspect<C: Connection>(
     } else if let Some(listed) = other_kind(locker, &args.key, &info).await {
         // A semaphore's or readers' key is not a lock's: say what holds it instead of
         // calling it foreign.
-        let (holders, details) = (describe::held_by(&listed), describe::details(&listed));
-        outln!(
-            "{}: held by {holders} ({details})",
-            printable(&info.key_lossy())
-        )?;
+        let holding = describe::holding(&listed);
+        outln!("{}: {holding}", printable(&info.key_lossy()))?;
     } else {
         outln!("{}: {}", printable(&info.key_lossy()), text_view(&info))?;
     }

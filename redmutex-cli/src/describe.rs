@@ -68,6 +68,12 @@ pub fn held_by(lock: &ListedLock) -> String {
     text
 }
 
+/// `held by host=b pid=9 (for 3m12s) (lock, fence 42, ttl 12s)`: who holds it and the rest
+/// of its line, as `inspect`, `watch` and `release --force` say it.
+pub fn holding(lock: &ListedLock) -> String {
+    format!("held by {} ({})", held_by(lock), details(lock))
+}
+
 fn holder_text(holder: &ListedHolder) -> String {
     let metadata = holder.metadata.as_deref().unwrap_or("(no metadata)");
     // The time it was taken is said as "for …" instead.
@@ -86,7 +92,7 @@ fn holder_text(holder: &ListedHolder) -> String {
 }
 
 /// `fence 42, ttl 12s` and the waiters: the rest of a lock's line.
-pub fn details(lock: &ListedLock) -> String {
+fn details(lock: &ListedLock) -> String {
     let mut parts = vec![lock.kind.name().to_owned()];
     if let Some(fence) = lock.fence {
         parts.push(format!("fence {fence}"));

@@ -195,11 +195,7 @@ fn watch_line(args: &WatchArgs, lock: Option<&ListedLock>) -> String {
             "{{\"time\":\"{time}\",\"key\":{},\"held\":false,\"lock\":null}}",
             crate::describe::json_string(&args.key)
         ),
-        (false, Some(lock)) => format!(
-            "{time} {key} held by {} ({})",
-            describe::held_by(lock),
-            describe::details(lock)
-        ),
+        (false, Some(lock)) => format!("{time} {key} {}", describe::holding(lock)),
         (false, None) => format!("{time} {key} free"),
     }
 }
@@ -220,10 +216,9 @@ pub async fn force_release<C: Connection>(
         match was {
             Some(lock) if lock.kind != LockKind::Foreign => {
                 outln!(
-                    "released {shown}: held by {} ({}). The holder is not told: it finds out \
-                     at its next renewal or refresh, and may work on until then.",
-                    describe::held_by(&lock),
-                    describe::details(&lock)
+                    "released {shown}: {}. The holder is not told: it finds out at its next \
+                     renewal or refresh, and may work on until then.",
+                    describe::holding(&lock)
                 )?;
                 let _ = writeln!(std::io::stderr(), "{}", audit(key, &lock));
             }
