@@ -415,3 +415,34 @@ fn json_output_has_the_shapes_the_cli_docs_document() {
     let _ = leader.kill();
     let _ = leader.wait();
 }
+
+/// `inspect` on a semaphore's key says who holds its permits, not "foreign data" (the key
+/// is not a lock's); once the permits are given back, the key is free.
+#[test]
+fn inspect_says_what_holds_a_semaphore() {
+    let server = RedisServer::spawn();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let permit = runtime.block_on(async {
+        let client = redis::Client::open(server.url()).unwrap();
+        let conn = client.get_multiplexed_async_connection().await.unwrap();
+        let exports = redmutex::Locker::new(conn).semaphore("exports", 3).unwrap();
+        (exports.acquire(2, Duration::from_secs(30)))
+            .metadata("job=export-17")
+            .await
+            .unwrap()
+    });
+    let out = run(redmutex(&server).args(["inspect", "exports"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.starts_with("exports: held by job=export-17 [2 permits] (semaphore, ttl "),
+        "{text}"
+    );
+    assert!(text.trim_end().ends_with(", 2/3 permits)"), "{text}");
+    runtime.block_on(permit.release()).unwrap();
+    let out = run(redmutex(&server).args(["inspect", "exports"]));
+    assert_eq!(stdout(&out).trim(), "exports: free");
+}
