@@ -254,6 +254,9 @@ pub mod retry;
 mod scripts;
 #[cfg(feature = "sentinel")]
 mod sentinel;
+#[cfg(feature = "simulation")]
+#[doc(hidden)]
+pub mod simulation;
 mod token;
 
 pub use acl::acl_rule;

@@ -477,6 +477,10 @@ pub(crate) struct SplitMix64(pub(crate) u64);
 
 impl SplitMix64 {
     fn from_os() -> SplitMix64 {
+        #[cfg(feature = "simulation")]
+        if let Some(seed) = crate::simulation::next_u64() {
+            return SplitMix64(seed);
+        }
         let mut seed = [0u8; 8];
         if getrandom::fill(&mut seed).is_err() {
             // Jitter needs spread, not secrecy: the clock will do if the OS has no entropy.

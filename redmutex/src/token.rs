@@ -163,6 +163,10 @@ mod pool {
 
     /// 16 bytes no other call (in this process or a forked one) returns.
     pub(super) fn draw() -> Result<[u8; 16], Error> {
+        #[cfg(feature = "simulation")]
+        if let Some(bytes) = crate::simulation::draw_16() {
+            return Ok(bytes);
+        }
         WATCH_FORKS.call_once(|| {
             // SAFETY: registers a handler that only increments an atomic, which is
             // async-signal-safe as a fork child handler must be. Registration failure

@@ -9,7 +9,7 @@
 //! renewals do not come back in time is declared lost when its validity ends, even while
 //! the requests are still hanging on a frozen server.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -100,7 +100,7 @@ impl<C: Connection> RenewerSlot<C> {
                 let renewer = Renewer {
                     backend: backend.clone(),
                     meter: meter.clone(),
-                    leases: HashMap::new(),
+                    leases: BTreeMap::new(),
                     commands,
                 };
                 tokio::spawn(renewer.run());
@@ -169,7 +169,7 @@ struct BatchDone {
 struct Renewer<C> {
     backend: Backend<C>,
     meter: Arc<Meter>,
-    leases: HashMap<u64, Tracked>,
+    leases: BTreeMap<u64, Tracked>,
     commands: UnboundedReceiver<Command>,
 }
 
@@ -178,7 +178,7 @@ impl<C> Drop for Renewer<C> {
     /// than left to expire behind their owners' backs.
     fn drop(&mut self) {
         let lost = || LostReason::Unreachable { last_error: None };
-        for (_, tracked) in self.leases.drain() {
+        for (_, tracked) in std::mem::take(&mut self.leases) {
             tracked.entry.state.end(lost());
         }
         while let Ok(command) = self.commands.try_recv() {
@@ -240,7 +240,7 @@ impl<C: Connection> Renewer<C> {
     }
 }
 
-fn register_or_drop(leases: &mut HashMap<u64, Tracked>, command: Command) {
+fn register_or_drop(leases: &mut BTreeMap<u64, Tracked>, command: Command) {
     match command {
         Command::Register(id, mut entry) => {
             // A hold limit that ends before the lock would expire: shorten it now.
@@ -269,7 +269,7 @@ async fn sleep_until(wake: Option<Instant>) {
 }
 
 /// Declares lost every lease whose validity is (about to be) over.
-fn expire<C: Connection>(leases: &mut HashMap<u64, Tracked>, now: Instant, ends: &Ends<'_, C>) {
+fn expire<C: Connection>(leases: &mut BTreeMap<u64, Tracked>, now: Instant, ends: &Ends<'_, C>) {
     let expired: Vec<u64> = leases
         .iter()
         .filter(|(_, t)| t.lost_at() <= now)
@@ -333,7 +333,7 @@ fn lock_name(claim: &dyn Claim) -> String {
 /// Sends one renewal call per batch of leases that are due: per renewal script (one per
 /// primitive) and, on a cluster, per hash slot.
 fn send_due<C: Connection>(
-    leases: &mut HashMap<u64, Tracked>,
+    leases: &mut BTreeMap<u64, Tracked>,
     now: Instant,
     backend: &Backend<C>,
     done_tx: &UnboundedSender<BatchDone>,
@@ -363,7 +363,7 @@ fn send_due<C: Connection>(
 
 /// The leases whose renewal is due (within a quarter of their interval), marked in flight,
 /// with the TTL each renewal sets (cut short at a hold limit).
-fn collect_due(leases: &mut HashMap<u64, Tracked>, now: Instant) -> Vec<Due> {
+fn collect_due(leases: &mut BTreeMap<u64, Tracked>, now: Instant) -> Vec<Due> {
     let mut due: Vec<Due> = Vec::new();
     for (id, tracked) in leases.iter_mut() {
         let entry = &tracked.entry;
@@ -402,7 +402,7 @@ fn collect_due(leases: &mut HashMap<u64, Tracked>, now: Instant) -> Vec<Due> {
 
 /// Groups due leases into calls: one renewal script per call (a primitive's), keys of one
 /// hash slot per call on a cluster, at most [`MAX_BATCH_LEASES`] each.
-fn batches(leases: &HashMap<u64, Tracked>, due: Vec<Due>, per_slot: bool) -> Vec<Vec<Due>> {
+fn batches(leases: &BTreeMap<u64, Tracked>, due: Vec<Due>, per_slot: bool) -> Vec<Vec<Due>> {
     // One script hash and (on a cluster) one hash-slot computation — a CRC of the key — per
     // lease, not one per comparison.
     let mut keyed: Vec<(&str, u16, Due)> = due
@@ -426,7 +426,7 @@ fn batches(leases: &HashMap<u64, Tracked>, due: Vec<Due>, per_slot: bool) -> Vec
 }
 
 /// Takes in the answer to a renewal call.
-fn apply<C: Connection>(leases: &mut HashMap<u64, Tracked>, done: BatchDone, ends: &Ends<'_, C>) {
+fn apply<C: Connection>(leases: &mut BTreeMap<u64, Tracked>, done: BatchDone, ends: &Ends<'_, C>) {
     let renewals = match done.result {
         Ok(renewals) => renewals,
         Err(e) => return retry_later(leases, &done.leases, e, ends.meter),
@@ -466,7 +466,7 @@ fn apply<C: Connection>(leases: &mut HashMap<u64, Tracked>, done: BatchDone, end
 /// A renewal call failed: try those leases again soon; they are declared lost if no
 /// renewal gets through before their validity ends.
 fn retry_later(
-    leases: &mut HashMap<u64, Tracked>,
+    leases: &mut BTreeMap<u64, Tracked>,
     batch: &[Due],
     error: redis::RedisError,
     meter: &Meter,

@@ -79,6 +79,12 @@ const PRECISE_BELOW: Duration = Duration::from_millis(100);
 /// millisecond does not matter, on tokio's timer.
 pub(crate) async fn pause_until(wake: Instant) {
     let left = wake.saturating_duration_since(Instant::now());
+    // A simulated run's time is tokio's alone (see `crate::simulation`).
+    #[cfg(feature = "simulation")]
+    let left = match crate::simulation::active() {
+        true => PRECISE_BELOW,
+        false => left,
+    };
     match left < PRECISE_BELOW {
         true => futures_timer::Delay::new(left).await,
         false => tokio::time::sleep_until(wake).await,

@@ -110,9 +110,12 @@ impl Waiting {
     /// re-check: the subscription was confirmed, and a release may have gone unheard.
     pub(crate) async fn pause(&mut self, wake: Instant) -> bool {
         match self.member.as_mut() {
+            // In a fixed order (a turn handed out is taken up before a timer that is due
+            // too), so that a run is a function of its inputs: the simulator replays runs.
             Some(member) => tokio::select! {
-                _ = pause_until(wake) => false,
+                biased;
                 why = member.woken() => why == Wake::Subscribed,
+                _ = pause_until(wake) => false,
             },
             None => {
                 pause_until(wake).await;

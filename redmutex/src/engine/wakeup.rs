@@ -34,7 +34,7 @@
 //!   key in between, or a subscriber connection that dropped (it reconnects with backoff
 //!   and, once subscribed again, wakes one waiter to re-check).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -83,7 +83,7 @@ pub(crate) enum Outcome {
 
 /// The wake-up machinery of one locker (and its clones).
 pub(crate) struct Hub {
-    channels: Mutex<HashMap<Box<[u8]>, Arc<Channel>>>,
+    channels: Mutex<BTreeMap<Box<[u8]>, Arc<Channel>>>,
     subscribers: Vec<Subscriber>,
     /// Nodes that must confirm a subscription before it counts: all of one, a quorum of N.
     needed: usize,
@@ -238,7 +238,7 @@ impl Hub {
     /// nodes confirmed it.
     pub(crate) fn new(sources: Vec<WakeUpSource>, needed: usize) -> Hub {
         Hub {
-            channels: Mutex::new(HashMap::new()),
+            channels: Mutex::new(BTreeMap::new()),
             subscribers: sources
                 .into_iter()
                 .map(|source| Subscriber {
@@ -703,7 +703,10 @@ async fn relay(
     let mut sweep = tokio::time::interval(LINGER);
     sweep.reset();
     loop {
+        // In a fixed order: announcements first, so that a run is a function of its
+        // inputs (the simulator replays runs).
         tokio::select! {
+            biased;
             message = stream.next() => {
                 let Some(message) = message else { return Ended::ConnectionLost };
                 let Some(hub) = hub.upgrade() else { return Ended::HubGone };

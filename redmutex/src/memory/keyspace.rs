@@ -200,7 +200,8 @@ impl Entry {
 }
 
 /// A hash's fields and values.
-type Fields = HashMap<Vec<u8>, Vec<u8>>;
+/// (Ordered, so that `HGETALL` answers alike from run to run.)
+type Fields = BTreeMap<Vec<u8>, Vec<u8>>;
 
 /// A key's place in the key space: ordered by a hash of its bytes, so that a `SCAN`
 /// cursor (the hash to go on from) stays valid while keys come and go.

@@ -86,6 +86,8 @@ struct Shared {
     /// The server's Unix time, in microseconds, at `origin`.
     origin_unix_us: u64,
     origin: Instant,
+    /// How fast the server's clock runs against tokio's (1.0: as fast).
+    rate: f64,
     /// Requests still to fail ([`MemoryRedis::fail_next`]).
     failures: AtomicU64,
     /// Requests answered or failed so far.
@@ -126,15 +128,44 @@ impl MemoryRedis {
     /// # Ok(()) }
     /// ```
     pub fn new() -> MemoryRedis {
+        MemoryRedis::with_clock(SystemTime::now(), 1.0)
+    }
+
+    /// A new, empty server whose clock reads `start` now and then runs `rate` times as
+    /// fast as tokio's clock: 1.0 exactly as fast, 1.01 one percent fast (its keys expire
+    /// early by the clients' clocks), 0.99 one percent slow. For tests of what a drifting
+    /// server clock does, and of runs that must not depend on the time of day. A `rate`
+    /// outside 0.5 to 2.0 counts as the nearest of the two; NaN as 1.0.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::{Duration, UNIX_EPOCH};
+    /// use redmutex::{memory::MemoryRedis, Locker};
+    /// let fast = MemoryRedis::with_clock(UNIX_EPOCH + Duration::from_secs(1_700_000_000), 1.01);
+    /// let lock = Locker::in_memory_on(&fast).acquire("job", Duration::from_secs(10)).await?;
+    /// tokio::time::advance(Duration::from_millis(9_850)).await; // 9.95 s on the server's clock
+    /// assert!(fast.ttl("job").is_some());
+    /// tokio::time::advance(Duration::from_millis(60)).await; // 9.91 s here, 10.01 s there
+    /// assert_eq!(fast.ttl("job"), None, "expired by the server's fast clock");
+    /// assert!(lock.release().await.unwrap_err().is_not_held());
+    /// # Ok(()) }
+    /// ```
+    pub fn with_clock(start: SystemTime, rate: f64) -> MemoryRedis {
         let broker = Arc::new(Broker::default());
-        let origin_unix_us = (SystemTime::now().duration_since(UNIX_EPOCH))
-            .map_or(0, |since| since.as_micros() as u64);
+        let origin_unix_us =
+            (start.duration_since(UNIX_EPOCH)).map_or(0, |since| since.as_micros() as u64);
+        let rate = match rate.is_nan() {
+            true => 1.0,
+            false => rate.clamp(0.5, 2.0),
+        };
         MemoryRedis {
             shared: Arc::new(Shared {
                 server: Mutex::new(Server::new(broker.clone())),
                 broker,
                 origin_unix_us,
                 origin: Instant::now(),
+                rate,
                 failures: AtomicU64::new(0),
                 requests: AtomicU64::new(0),
             }),
@@ -146,9 +177,15 @@ impl MemoryRedis {
         (self.shared.server.lock()).unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The server's time in Unix microseconds: where it started, plus tokio's clock since.
+    /// The server's time in Unix microseconds: where it started, plus tokio's clock since
+    /// (at the server's rate).
     fn now_us(&self) -> u64 {
-        self.shared.origin_unix_us + self.shared.origin.elapsed().as_micros() as u64
+        let elapsed = self.shared.origin.elapsed().as_micros() as u64;
+        let elapsed = match self.shared.rate == 1.0 {
+            true => elapsed,
+            false => (elapsed as f64 * self.shared.rate) as u64,
+        };
+        self.shared.origin_unix_us + elapsed
     }
 
     /// Ends `key`'s time to live now, as if it had run out (the key as stored, with the

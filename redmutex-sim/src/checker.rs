@@ -1,0 +1,296 @@
+//! The checker: every claim of docs/SAFETY.md that a run can test, as a rule over the
+//! recorded history alone. It trusts nothing the library says about other holders —
+//! only each holder's own times, validity and fence, the watchers' answers, and the
+//! samples of what the servers held.
+//!
+//! | rule | claim (docs/SAFETY.md) |
+//! |---|---|
+//! | `exclusion` | 1, 8, 10, 11: no two holders of a name within their validity (readers share), plain, fair, read-write and leaders mixed |
+//! | `min-hold` | 7: a minimum hold keeps the key however early it was released (part of `exclusion`: a kept section ends no sooner) |
+//! | `limit` | 6: a semaphore's holders within their validity never exceed its limit |
+//! | `fence` | 4, 6, 11: fences (terms) of holders that asked after another held are greater; no two alike |
+//! | `watch` | `wait_released` never answers "free" while one holder held the key throughout the wait |
+//! | `lost-late` | 3: a kept-alive lease is told "lost" before its validity ends |
+//! | `ttl`, `left-behind` | 5: every key has a TTL; nothing but fence counters outlives its holders |
+//! | `liveness` | 8, 9, principle 12: once faults stop, a waiter with wake-up is served within [`SERVED_WITHIN`] of its name being free |
+//!
+//! A holder is vouched for only while the conditions hold: a breach (a server restarted
+//! empty or a key evicted — data lost — or a forced release) between its acquire and a
+//! rival's exempts the pair.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::history::{Attempt, History, Section};
+use crate::plan::{Plan, Primitive};
+
+/// How soon a waiter with wake-up must get a name that became free, once the run is
+/// quiet: a hand-off (50 ms), a few round trips, and room to spare.
+pub const SERVED_WITHIN: Duration = Duration::from_millis(300);
+
+/// One broken rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    pub rule: &'static str,
+    pub at: Duration,
+    pub text: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "[{:>11.6}] {}: {}",
+            self.at.as_secs_f64(),
+            self.rule,
+            self.text
+        )
+    }
+}
+
+/// Every rule over `history`.
+pub fn check(plan: &Plan, history: &History) -> Vec<Violation> {
+    let mut found: Vec<Violation> = (history.found.iter())
+        .map(|(at, rule, text)| Violation {
+            rule,
+            at: *at,
+            text: text.clone(),
+        })
+        .collect();
+    exclusion(history, &mut found);
+    limit(history, &mut found);
+    fences(history, &mut found);
+    watches(history, &mut found);
+    liveness(plan, history, &mut found);
+    found.sort_by_key(|v| v.at);
+    // A run whose clients spun without time passing was stopped there: what came after
+    // (every request refused) says nothing more.
+    if let Some(stopped) = found.iter().find(|v| v.rule == "livelock").map(|v| v.at) {
+        found.retain(|v| v.at <= stopped);
+    }
+    found
+}
+
+fn describe(s: &Section) -> String {
+    format!(
+        "t{} (p{}) {} {} {:?}: asked {:?}, held from {:?}, valid to {:?}, released {:?}{}",
+        s.task,
+        s.process,
+        s.primitive.name(),
+        s.style.name(),
+        s.name,
+        s.asked,
+        s.start,
+        s.valid,
+        s.released,
+        match s.keep_until {
+            Some(keep) => format!(", kept to {keep:?}"),
+            None => String::new(),
+        }
+    )
+}
+
+/// Whether a breach of the conditions touched `name` between `from` and `to`.
+fn breached(history: &History, name: &str, from: Duration, to: Duration) -> bool {
+    (history.breaches.iter())
+        .any(|b| b.at >= from && b.at <= to && b.name.as_deref().is_none_or(|n| n.contains(name)))
+}
+
+/// Whether two holders of one name may not hold at once.
+fn conflict(a: Primitive, b: Primitive) -> bool {
+    match (a, b) {
+        (Primitive::Read, Primitive::Read) => false,
+        (Primitive::Permit(_), Primitive::Permit(_)) => false,
+        _ => true,
+    }
+}
+
+fn exclusion(history: &History, found: &mut Vec<Violation>) {
+    let sections = &history.sections;
+    for (i, a) in sections.iter().enumerate() {
+        for b in sections.iter().skip(i + 1) {
+            if a.name != b.name || !conflict(a.primitive, b.primitive) {
+                continue;
+            }
+            let (first, second) = if a.start <= b.start { (a, b) } else { (b, a) };
+            if second.start >= first.protected_end() {
+                continue;
+            }
+            if breached(history, first.name, first.asked, second.start) {
+                continue;
+            }
+            let rule = match first.keep_until.is_some()
+                && first.released.is_some_and(|r| r <= second.start)
+            {
+                true => "min-hold",
+                false => "exclusion",
+            };
+            found.push(Violation {
+                rule,
+                at: second.start,
+                text: format!(
+                    "{} got in {:?} before the end of {}",
+                    describe(second),
+                    first.protected_end() - second.start,
+                    describe(first)
+                ),
+            });
+        }
+    }
+}
+
+fn limit(history: &History, found: &mut Vec<Violation>) {
+    let permits: Vec<&Section> = (history.sections.iter())
+        .filter(|s| matches!(s.primitive, Primitive::Permit(_)))
+        .collect();
+    for s in &permits {
+        let Primitive::Permit(limit) = s.primitive else {
+            continue;
+        };
+        let at = s.start;
+        let holding: Vec<&&Section> = (permits.iter())
+            .filter(|o| o.name == s.name && o.start <= at && at < o.protected_end())
+            .filter(|o| !breached(history, o.name, o.asked, at))
+            .collect();
+        if holding.len() > limit as usize {
+            found.push(Violation {
+                rule: "limit",
+                at,
+                text: format!(
+                    "{} holders of a semaphore of {limit} at once: {}",
+                    holding.len(),
+                    (holding.iter().map(|h| describe(h)))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ),
+            });
+        }
+    }
+}
+
+fn fences(history: &History, found: &mut Vec<Violation>) {
+    let fenced: Vec<&Section> = (history.sections.iter())
+        .filter(|s| s.fence.is_some() && s.primitive != Primitive::Read)
+        .collect();
+    for (i, a) in fenced.iter().enumerate() {
+        for b in fenced.iter().skip(i + 1) {
+            if a.name != b.name {
+                continue;
+            }
+            let (fa, fb) = (a.fence.unwrap_or(0), b.fence.unwrap_or(0));
+            let wrong = match () {
+                _ if fa == fb => true,
+                _ if b.asked >= a.start => fb < fa,
+                _ if a.asked >= b.start => fa < fb,
+                _ => false,
+            };
+            if wrong {
+                found.push(Violation {
+                    rule: "fence",
+                    at: a.start.max(b.start),
+                    text: format!(
+                        "fence {fa} of {} against fence {fb} of {}",
+                        describe(a),
+                        describe(b)
+                    ),
+                });
+            }
+        }
+    }
+}
+
+fn watches(history: &History, found: &mut Vec<Violation>) {
+    for watch in history.watches.iter().filter(|w| w.free) {
+        let covering = (history.sections.iter()).find(|s| {
+            s.name == watch.name
+                && s.primitive.exclusive()
+                && s.start <= watch.asked
+                && watch.answered < s.protected_end()
+                && !breached(history, s.name, s.asked, watch.answered)
+        });
+        if let Some(s) = covering {
+            found.push(Violation {
+                rule: "watch",
+                at: watch.answered,
+                text: format!(
+                    "t{} was told {:?} was free (waited {:?} to {:?}) while {}",
+                    watch.task,
+                    watch.name,
+                    watch.asked,
+                    watch.answered,
+                    describe(s)
+                ),
+            });
+        }
+    }
+}
+
+/// Once the run is quiet and settled, a waiter with wake-up gets its name within
+/// [`SERVED_WITHIN`] of its being free. (A fair lock serves its line's first: while a
+/// waiter without wake-up, which may be first, waits too, it is not counted.)
+fn liveness(plan: &Plan, history: &History, found: &mut Vec<Violation>) {
+    let settled = plan.settled();
+    for w in history.attempts.iter() {
+        if !w.wake_up || w.cancelled || w.asked < settled {
+            continue;
+        }
+        let until = (w.ended.unwrap_or(plan.end())).min(w.asked + w.deadline);
+        if let Some((from, to)) = idle_while_free(history, w, until) {
+            found.push(Violation {
+                rule: "liveness",
+                at: to,
+                text: format!(
+                    "t{} (p{}) waited for {} {:?} (asked {:?}, ended {:?}) while it was free from {from:?} to {to:?}",
+                    w.task,
+                    w.process,
+                    w.primitive.name(),
+                    w.name,
+                    w.asked,
+                    w.ended
+                ),
+            });
+        }
+    }
+}
+
+/// A stretch of [`SERVED_WITHIN`] or more, between `w`'s asking and `until`, in which every
+/// sample found its name free for it.
+fn idle_while_free(
+    history: &History,
+    w: &Attempt,
+    until: Duration,
+) -> Option<(Duration, Duration)> {
+    let mut from: Option<Duration> = None;
+    for (at, name, free) in history.samples.iter() {
+        if *name != w.name || *at <= w.asked {
+            continue;
+        }
+        if *at >= until {
+            break;
+        }
+        match (free.for_primitive(w.primitive), from) {
+            (true, None) => from = Some(*at),
+            (true, Some(start)) if *at - start >= SERVED_WITHIN => {
+                if !fair_line_may_block(history, w, start, *at) {
+                    return Some((start, *at));
+                }
+            }
+            (false, _) => from = None,
+            _ => {}
+        }
+    }
+    None
+}
+
+/// A fair lock's waiter without wake-up (which may be first in line, and polls) waited
+/// during the stretch.
+fn fair_line_may_block(history: &History, w: &Attempt, from: Duration, to: Duration) -> bool {
+    w.primitive == Primitive::Fair
+        && (history.attempts.iter()).any(|o| {
+            o.name == w.name
+                && o.primitive == Primitive::Fair
+                && !o.wake_up
+                && o.asked < to
+                && o.ended.is_none_or(|e| e > from)
+        })
+}

@@ -1,0 +1,135 @@
+//! What a run records, for the checker: every critical section as its holder saw it,
+//! every acquire and wait, every forced release and fault, and what the servers held
+//! while the run was quiet. Times are [`Duration`]s since the run began, on the
+//! processes' clock (tokio's; each server's clock runs at its own rate against it).
+
+use std::time::Duration;
+
+use crate::plan::{Primitive, Style};
+
+/// One holder's critical section: from the moment its acquire returned to the moment it
+/// released, gave up or stopped.
+#[derive(Clone, Debug)]
+pub struct Section {
+    pub task: usize,
+    pub process: usize,
+    pub primitive: Primitive,
+    pub style: Style,
+    pub name: &'static str,
+    /// The fence (a leader's term) when taken.
+    pub fence: Option<u64>,
+    /// When the acquire was called (its first request is sent then, unless it waits).
+    pub asked: Duration,
+    /// When the acquire returned.
+    pub start: Duration,
+    /// The latest end of its validity that the library gave it.
+    pub valid: Duration,
+    /// A minimum hold: from `asked` (no later than the library's own start of it).
+    pub keep_until: Option<Duration>,
+    /// The last time it acted believing it held the lock.
+    pub last_act: Option<Duration>,
+    /// It acted after `valid` (a naive holder, or one paused between check and act).
+    pub overran: bool,
+    /// When it called the release (or downgraded, resigned); `None` when it never did.
+    pub released: Option<Duration>,
+    /// The release found the claim still held.
+    pub release_held: Option<bool>,
+    /// When it was told "lost".
+    pub told_lost: Option<Duration>,
+}
+
+impl Section {
+    /// Until when no other holder may get in, by the guarantees: its validity, ended
+    /// early by its release — unless the release kept it for a minimum hold.
+    pub fn protected_end(&self) -> Duration {
+        let mut end = match self.released {
+            Some(released) => self.valid.min(released),
+            None => self.valid,
+        };
+        if let (Some(keep), Some(true)) = (self.keep_until, self.release_held) {
+            end = end.max(keep);
+        }
+        end
+    }
+}
+
+/// One acquire (or campaign), for the liveness rule.
+#[derive(Clone, Debug)]
+pub struct Attempt {
+    pub task: usize,
+    pub process: usize,
+    pub primitive: Primitive,
+    pub name: &'static str,
+    pub asked: Duration,
+    /// When it returned (or was dropped); `None` while still running at the end.
+    pub ended: Option<Duration>,
+    pub obtained: bool,
+    /// Its locker waits with push wake-up.
+    pub wake_up: bool,
+    /// It was dropped before it returned.
+    pub cancelled: bool,
+    /// Its deadline, from `asked`.
+    pub deadline: Duration,
+}
+
+/// One `wait_released`.
+#[derive(Clone, Debug)]
+pub struct Watch {
+    pub task: usize,
+    pub name: &'static str,
+    pub asked: Duration,
+    pub answered: Duration,
+    /// It answered "free".
+    pub free: bool,
+}
+
+/// Something that ends what holders are vouched for: data lost (a restart, an
+/// eviction), or a forced release.
+#[derive(Clone, Debug)]
+pub struct Breach {
+    pub at: Duration,
+    /// The names it touched; `None`: every name on the node.
+    pub name: Option<String>,
+    pub what: String,
+}
+
+/// One sample of what the servers hold, per name: whether an acquire of each primitive
+/// could succeed now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Free {
+    /// The name's key is free (a lock, a fair lock, a leader, a writer: no writer and no
+    /// readers).
+    pub exclusive: bool,
+    /// A reader could get in (no writer, no waiting writer).
+    pub read: bool,
+    /// A semaphore permit is free.
+    pub permit: bool,
+}
+
+impl Free {
+    pub fn for_primitive(&self, primitive: Primitive) -> bool {
+        match primitive {
+            Primitive::Read => self.read,
+            Primitive::Permit(_) => self.permit,
+            _ => self.exclusive,
+        }
+    }
+}
+
+/// What a run recorded.
+#[derive(Clone, Debug, Default)]
+pub struct History {
+    pub sections: Vec<Section>,
+    pub attempts: Vec<Attempt>,
+    pub watches: Vec<Watch>,
+    pub breaches: Vec<Breach>,
+    /// Samples of the quiet part, per name: (when, what was free).
+    pub samples: Vec<(Duration, &'static str, Free)>,
+    /// Violations found while the run went on (a lease past its validity, not told; a
+    /// key without a TTL; a panic).
+    pub found: Vec<(Duration, &'static str, String)>,
+    /// Writes the fenced store accepted and refused.
+    pub writes: (u64, u64),
+    /// The fenced store: per name, the highest fence it accepted.
+    pub highest: Vec<(&'static str, u64)>,
+}

@@ -1,0 +1,603 @@
+//! A run's plan, drawn from its seed: the world (one node or Redlock, each node's clock
+//! rate), the simulated processes and their tasks (who holds, waits, watches or forces a
+//! release, on which primitive, with which TTLs, pauses and deadlines), and the faults and
+//! when they strike. Everything a run does follows from its plan and the streams forked
+//! from its seed; shrinking a failing run removes tasks and faults from its plan.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::rng::Rng;
+
+/// Where the locks live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Topology {
+    /// One server.
+    Single,
+    /// Redlock over this many independent servers.
+    Redlock(usize),
+}
+
+impl Topology {
+    pub fn nodes(self) -> usize {
+        match self {
+            Topology::Single => 1,
+            Topology::Redlock(n) => n,
+        }
+    }
+
+    pub fn name(self) -> String {
+        match self {
+            Topology::Single => "single".into(),
+            Topology::Redlock(n) => format!("redlock{n}"),
+        }
+    }
+}
+
+/// What a holding task takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Primitive {
+    /// A plain lock (`Locker::acquire`).
+    Lock,
+    /// One permit of a semaphore of this limit.
+    Permit(u32),
+    /// A reader of a read-write lock.
+    Read,
+    /// A writer of a read-write lock; sometimes downgrades.
+    Write,
+    /// A fair lock.
+    Fair,
+    /// An election's leadership.
+    Leader,
+}
+
+impl Primitive {
+    /// Holds alone: excludes every other holder of its name but readers' and permits'
+    /// own kind.
+    pub fn exclusive(self) -> bool {
+        !matches!(self, Primitive::Read | Primitive::Permit(_))
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Primitive::Lock => "lock",
+            Primitive::Permit(_) => "permit",
+            Primitive::Read => "read",
+            Primitive::Write => "write",
+            Primitive::Fair => "fair",
+            Primitive::Leader => "leader",
+        }
+    }
+}
+
+/// How a holder behaves once it holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Style {
+    /// Acts a few times, each time only within `valid_until`; then releases.
+    Careful,
+    /// Keeps the lock alive and acts while not told "lost"; then releases.
+    Lease,
+    /// Acts after its work without looking at the clock, writing with its fence: only the
+    /// fenced store protects the resource from it.
+    Naive,
+    /// Takes a minimum hold of one TTL and releases at once.
+    Periodic,
+    /// Stops caring (as a process that stopped would): neither renews nor releases.
+    Abandon,
+}
+
+impl Style {
+    pub fn name(self) -> &'static str {
+        match self {
+            Style::Careful => "careful",
+            Style::Lease => "lease",
+            Style::Naive => "naive",
+            Style::Periodic => "periodic",
+            Style::Abandon => "abandon",
+        }
+    }
+}
+
+/// What a task does, again and again, until the run ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Hold(Primitive, Style),
+    /// Waits for the name to be free without taking it (`wait_released`).
+    Watch,
+    /// An operator: forces the release of whatever holds the name.
+    Force,
+}
+
+/// One task of a simulated process.
+#[derive(Clone, Debug)]
+pub struct TaskPlan {
+    /// Its number in the plan as drawn (kept when shrinking leaves others out).
+    pub id: usize,
+    pub process: usize,
+    pub role: Role,
+    /// The name (key) it works on.
+    pub name: &'static str,
+    pub ttl: Duration,
+    /// The pause between tries while it waits.
+    pub pause: Duration,
+    /// How long an acquire may wait.
+    pub deadline: Duration,
+    /// Takes the fence with the claim.
+    pub fenced: bool,
+    /// Chance that an acquire is cancelled (dropped) at a random moment.
+    pub cancel: f64,
+    pub seed: u64,
+}
+
+/// One simulated process.
+#[derive(Clone, Debug)]
+pub struct ProcessPlan {
+    /// Its locker waits with push wake-up.
+    pub wake_up: bool,
+}
+
+/// A fault, struck at a moment of the run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Fault {
+    /// Every request of `process` to `node` takes `extra` longer, for `lasting`.
+    Slow {
+        process: usize,
+        node: usize,
+        extra: Duration,
+        lasting: Duration,
+    },
+    /// The next request of `process` to `node` is cut: before the server sees it, or
+    /// after it applied it (the reply is lost). The client cannot tell which.
+    Cut {
+        process: usize,
+        node: usize,
+        applied: bool,
+    },
+    /// `node` goes down for `down`, then comes back empty (no persistence).
+    Restart { node: usize, down: Duration },
+    /// `node` cannot be reached for `lasting` (its data kept); for the rest of the run
+    /// when `lasting` is zero.
+    Down { node: usize, lasting: Duration },
+    /// `node` stops answering for `lasting` (as `SIGSTOP`): requests wait, then run.
+    Freeze { node: usize, lasting: Duration },
+    /// `process` stops for `lasting`: it sends nothing, hears nothing, acts on nothing.
+    Pause { process: usize, lasting: Duration },
+    /// `process` dies: its connections close, its tasks stop where they are.
+    Crash { process: usize },
+    /// One of `node`'s keys is evicted (picked by `pick` among those that exist).
+    Evict { node: usize, pick: u64 },
+}
+
+impl Fault {
+    /// Whether the fault breaks a condition of the guarantees (the servers keep their
+    /// data): holders at the time are no longer vouched for.
+    pub fn loses_data(&self) -> bool {
+        matches!(self, Fault::Restart { .. } | Fault::Evict { .. })
+    }
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Fault::Slow {
+                process,
+                node,
+                extra,
+                lasting,
+            } => write!(f, "slow p{process}->n{node} +{extra:?} for {lasting:?}"),
+            Fault::Cut {
+                process,
+                node,
+                applied,
+            } => {
+                let when = if *applied { "after" } else { "before" };
+                write!(f, "cut p{process}->n{node} {when} the server applies")
+            }
+            Fault::Restart { node, down } => write!(f, "restart n{node} empty after {down:?}"),
+            Fault::Down { node, lasting } if lasting.is_zero() => write!(f, "lose n{node}"),
+            Fault::Down { node, lasting } => write!(f, "n{node} down for {lasting:?}"),
+            Fault::Freeze { node, lasting } => write!(f, "freeze n{node} for {lasting:?}"),
+            Fault::Pause { process, lasting } => write!(f, "pause p{process} for {lasting:?}"),
+            Fault::Crash { process } => write!(f, "crash p{process}"),
+            Fault::Evict { node, pick } => write!(f, "evict key #{pick} of n{node}"),
+        }
+    }
+}
+
+/// A fault and when it strikes.
+#[derive(Clone, Debug)]
+pub struct Strike {
+    /// Its number in the plan as drawn.
+    pub id: usize,
+    pub at: Duration,
+    pub fault: Fault,
+}
+
+/// Everything a run does.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub seed: u64,
+    pub topology: Topology,
+    /// Each node's clock rate against the processes' clocks.
+    pub rates: Vec<f64>,
+    /// Longest one-way delay of a request or a reply (each is drawn up to it).
+    pub latency: Duration,
+    pub processes: Vec<ProcessPlan>,
+    pub tasks: Vec<TaskPlan>,
+    pub faults: Vec<Strike>,
+    /// Faults strike within this; then the run is quiet.
+    pub active: Duration,
+    /// The quiet part after it: liveness is checked there, once crashed holders' keys and
+    /// dead waiters' places have run out.
+    pub quiet: Duration,
+}
+
+/// The shape of the runs drawn: how long, how many processes and tasks, and whether
+/// the servers' clocks drift.
+#[derive(Clone, Copy, Debug)]
+pub struct Scale {
+    /// The faulty part's length, drawn between these.
+    pub active: (Duration, Duration),
+    /// The quiet part's length, drawn between these.
+    pub quiet: (Duration, Duration),
+    pub max_processes: usize,
+    pub max_tasks: usize,
+    /// The servers' clocks may run up to 1 % fast or slow.
+    pub drift: bool,
+    /// Only this topology (otherwise any).
+    pub topology: Option<Topology>,
+}
+
+impl Default for Scale {
+    fn default() -> Scale {
+        Scale {
+            active: (Duration::from_secs(3), Duration::from_secs(8)),
+            quiet: (Duration::from_secs(8), Duration::from_secs(10)),
+            max_processes: 4,
+            max_tasks: 8,
+            drift: true,
+            topology: None,
+        }
+    }
+}
+
+impl Scale {
+    /// The short runs of the CI budget: a few seconds of faults, a quiet part just long
+    /// enough for liveness to count.
+    pub fn short() -> Scale {
+        Scale {
+            active: (Duration::from_secs(2), Duration::from_secs(4)),
+            quiet: (
+                SETTLE + Duration::from_secs(1),
+                SETTLE + Duration::from_secs(2),
+            ),
+            max_processes: 3,
+            max_tasks: 6,
+            ..Scale::default()
+        }
+    }
+}
+
+/// The longest TTL a task draws; with the fair lock's and the writers' heartbeats (3 s),
+/// what the quiet part waits for before liveness counts.
+pub const LONGEST_TTL: Duration = Duration::from_secs(2);
+pub const SETTLE: Duration = Duration::from_secs(6);
+
+/// Which primitives a run puts on which names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mix {
+    Mutex,
+    Semaphore,
+    RwLock,
+    Fair,
+    Election,
+    /// A lock, a fair lock, a read-write lock and an election on one name.
+    Mixed,
+}
+
+impl Plan {
+    /// The plan of seed `seed`.
+    pub fn draw(seed: u64, scale: Scale) -> Plan {
+        let mut rng = Rng::new(seed);
+        let topology = match rng.below(10) {
+            0..=4 => Topology::Single,
+            5..=7 => Topology::Redlock(3),
+            _ => Topology::Redlock(5),
+        };
+        let topology = scale.topology.unwrap_or(topology);
+        let mixes: &[Mix] = match topology {
+            Topology::Single => &[
+                Mix::Mutex,
+                Mix::Semaphore,
+                Mix::RwLock,
+                Mix::Fair,
+                Mix::Election,
+                Mix::Mixed,
+            ],
+            // Semaphores and fair locks refuse Redlock.
+            Topology::Redlock(_) => &[Mix::Mutex, Mix::RwLock, Mix::Election, Mix::Mixed],
+        };
+        let mix = rng.pick(mixes);
+        // A server's clock runs up to 1 % fast or slow against the processes' (within the
+        // drift allowance a lease is valid under).
+        let rates = (0..topology.nodes())
+            .map(|_| match rng.below(3) {
+                0 => 1.0,
+                _ => rng.float(0.99, 1.0099),
+            })
+            .map(|rate| if scale.drift { rate } else { 1.0 })
+            .collect();
+        let latency = rng.pick(&[0u64, 50, 300, 2_000]);
+        let processes: Vec<ProcessPlan> = (0..2 + rng.below(scale.max_processes as u64 - 1))
+            .map(|_| ProcessPlan {
+                wake_up: rng.chance(0.75),
+            })
+            .collect();
+        let count = 2 + rng.below(scale.max_tasks as u64 - 1) as usize;
+        let mut tasks: Vec<TaskPlan> = (0..count)
+            .map(|i| task(&mut rng, mix, topology, i % processes.len()))
+            .collect();
+        if !tasks.iter().any(|t| matches!(t.role, Role::Hold(..))) {
+            tasks[0] = task(&mut rng, mix, topology, 0);
+            tasks[0].role = Role::Hold(holder(&mut rng, mix, topology), Style::Careful);
+        }
+        for (id, task) in tasks.iter_mut().enumerate() {
+            task.id = id;
+        }
+        let active = rng.between(scale.active.0, scale.active.1);
+        let quiet = rng.between(scale.quiet.0, scale.quiet.1);
+        let mut faults: Vec<Strike> = (0..rng.below(7) as usize)
+            .map(|id| Strike {
+                id,
+                at: rng.between(Duration::ZERO, active),
+                fault: fault(&mut rng, topology, processes.len()),
+            })
+            .collect();
+        // At most one node is lost for good: Redlock keeps its quorum.
+        let mut lost = 0;
+        for strike in faults.iter_mut() {
+            if let Fault::Down { lasting, .. } = &mut strike.fault {
+                if lasting.is_zero() {
+                    lost += 1;
+                    if lost > 1 {
+                        *lasting = Duration::from_millis(2500);
+                    }
+                }
+            }
+        }
+        Plan {
+            seed,
+            topology,
+            rates,
+            latency: Duration::from_micros(latency),
+            processes,
+            tasks,
+            faults,
+            active,
+            quiet,
+        }
+    }
+
+    /// The same plan with only these tasks and faults (by their numbers as drawn), and
+    /// its active and quiet parts cut to `active` and `quiet` when given.
+    pub fn keep(
+        &self,
+        tasks: Option<&[usize]>,
+        faults: Option<&[usize]>,
+        active: Option<Duration>,
+        quiet: Option<Duration>,
+    ) -> Plan {
+        let mut plan = self.clone();
+        if let Some(keep) = tasks {
+            plan.tasks.retain(|t| keep.contains(&t.id));
+        }
+        if let Some(keep) = faults {
+            plan.faults.retain(|f| keep.contains(&f.id));
+        }
+        if let Some(active) = active {
+            plan.active = active.min(plan.active);
+            plan.faults.retain(|f| f.at <= plan.active);
+        }
+        if let Some(quiet) = quiet {
+            plan.quiet = quiet.min(plan.quiet);
+        }
+        plan
+    }
+
+    /// When the run ends.
+    pub fn end(&self) -> Duration {
+        self.active + self.quiet
+    }
+
+    /// When liveness starts to count: faults have stopped and what they left behind has
+    /// run out.
+    pub fn settled(&self) -> Duration {
+        self.active + SETTLE
+    }
+
+    /// The plan, as lines for a trace.
+    pub fn describe(&self) -> Vec<String> {
+        let mut lines = vec![format!(
+            "seed {} on {}: clocks {:?}, latency up to {:?}, active {:?}, quiet {:?}",
+            self.seed,
+            self.topology.name(),
+            self.rates,
+            self.latency,
+            self.active,
+            self.quiet
+        )];
+        for (p, process) in self.processes.iter().enumerate() {
+            lines.push(format!("  p{p}: wake-up {}", process.wake_up));
+        }
+        for t in &self.tasks {
+            let i = t.id;
+            let role = match t.role {
+                Role::Hold(primitive, style) => format!("{} {}", primitive.name(), style.name()),
+                Role::Watch => "watch".into(),
+                Role::Force => "force".into(),
+            };
+            lines.push(format!(
+                "  t{i} on p{}: {role} {:?} ttl {:?} pause {:?} deadline {:?} fenced {} cancel {}",
+                t.process, t.name, t.ttl, t.pause, t.deadline, t.fenced, t.cancel
+            ));
+        }
+        for strike in &self.faults {
+            lines.push(format!(
+                "  f{} at {:?}: {}",
+                strike.id, strike.at, strike.fault
+            ));
+        }
+        lines
+    }
+}
+
+fn holder(rng: &mut Rng, mix: Mix, topology: Topology) -> Primitive {
+    let limit = 2 + rng.below(2) as u32;
+    match mix {
+        Mix::Mutex => Primitive::Lock,
+        Mix::Semaphore => Primitive::Permit(limit),
+        Mix::RwLock => rng.pick(&[Primitive::Read, Primitive::Write]),
+        Mix::Fair => Primitive::Fair,
+        Mix::Election => Primitive::Leader,
+        Mix::Mixed => match topology {
+            Topology::Single => rng.pick(&[
+                Primitive::Lock,
+                Primitive::Fair,
+                Primitive::Read,
+                Primitive::Write,
+                Primitive::Leader,
+            ]),
+            Topology::Redlock(_) => rng.pick(&[
+                Primitive::Lock,
+                Primitive::Read,
+                Primitive::Write,
+                Primitive::Leader,
+            ]),
+        },
+    }
+}
+
+/// The one name a run's tasks share (the mixed run puts several primitives on it).
+fn name_of(mix: Mix) -> &'static str {
+    match mix {
+        Mix::Mutex => "job",
+        Mix::Semaphore => "pool",
+        Mix::RwLock => "table",
+        Mix::Fair => "line",
+        Mix::Election => "office",
+        Mix::Mixed => "shared",
+    }
+}
+
+fn task(rng: &mut Rng, mix: Mix, topology: Topology, process: usize) -> TaskPlan {
+    let mut primitive = holder(rng, mix, topology);
+    if let Primitive::Permit(_) = primitive {
+        // One limit per semaphore: its holders agree on it.
+        primitive = Primitive::Permit(2);
+    }
+    let role = match rng.below(20) {
+        0 => Role::Force,
+        // Waiting for a release reads a lock's key: not a semaphore's or readers'.
+        1 | 2 if !matches!(mix, Mix::Semaphore | Mix::RwLock) => Role::Watch,
+        _ => {
+            let style = match primitive {
+                // Leadership is always kept alive by its lease.
+                Primitive::Leader => Style::Lease,
+                p if p.exclusive() => rng.pick(&[
+                    Style::Careful,
+                    Style::Careful,
+                    Style::Lease,
+                    Style::Lease,
+                    Style::Naive,
+                    Style::Periodic,
+                    Style::Abandon,
+                ]),
+                _ => rng.pick(&[
+                    Style::Careful,
+                    Style::Careful,
+                    Style::Lease,
+                    Style::Lease,
+                    Style::Periodic,
+                    Style::Abandon,
+                ]),
+            };
+            Role::Hold(primitive, style)
+        }
+    };
+    let ttl = Duration::from_millis(rng.pick(&[50, 100, 300, 500, 1000, 2000]));
+    let pause = Duration::from_millis(rng.pick(&[20, 100, 500, 1000, 3000]));
+    let deadline = rng.pick(&[ttl, Duration::from_secs(2), Duration::from_secs(10)]);
+    TaskPlan {
+        id: 0,
+        process,
+        role,
+        name: name_of(mix),
+        ttl,
+        pause,
+        deadline,
+        fenced: rng.chance(0.5),
+        cancel: rng.pick(&[0.0, 0.0, 0.1, 0.3]),
+        seed: rng.next_u64(),
+    }
+}
+
+fn fault(rng: &mut Rng, topology: Topology, processes: usize) -> Fault {
+    let nodes = topology.nodes() as u64;
+    let node = rng.below(nodes) as usize;
+    let process = rng.below(processes as u64) as usize;
+    let lasting = rng.between(Duration::from_millis(10), Duration::from_millis(2500));
+    match rng.below(10) {
+        0 => Fault::Slow {
+            process,
+            node,
+            extra: rng.between(Duration::from_millis(1), Duration::from_millis(400)),
+            lasting,
+        },
+        1 | 2 => Fault::Cut {
+            process,
+            node,
+            applied: rng.chance(0.5),
+        },
+        3 => Fault::Restart {
+            node,
+            down: rng.between(Duration::ZERO, Duration::from_millis(500)),
+        },
+        4 => Fault::Down {
+            node,
+            // Redlock loses a minority for good now and then.
+            lasting: match topology {
+                Topology::Redlock(_) if rng.chance(0.3) => Duration::ZERO,
+                _ => lasting,
+            },
+        },
+        5 => Fault::Freeze { node, lasting },
+        6 | 7 => Fault::Pause { process, lasting },
+        8 => Fault::Crash { process },
+        _ => Fault::Evict {
+            node,
+            pick: rng.next_u64(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seed_draws_one_plan_and_redlock_gets_no_semaphore_or_fair_lock() {
+        let scale = Scale::default();
+        for seed in 0..500 {
+            let (a, b) = (Plan::draw(seed, scale), Plan::draw(seed, scale));
+            assert_eq!(a.describe(), b.describe());
+            assert!(a.tasks.iter().any(|t| matches!(t.role, Role::Hold(..))));
+            if let Topology::Redlock(_) = a.topology {
+                assert!(a.tasks.iter().all(|t| !matches!(
+                    t.role,
+                    Role::Hold(Primitive::Permit(_) | Primitive::Fair, _)
+                )));
+            }
+            assert!(a.faults.iter().all(|f| f.at <= a.active));
+        }
+    }
+}

@@ -1,0 +1,572 @@
+//! What the simulated processes' tasks do, again and again until the run ends: hold a
+//! primitive (carefully, kept alive, naively, for a minimum hold, or abandoning it), wait
+//! for a name to be free, or force its release. Each records what it saw — and nothing
+//! it was told about other holders — for the checker.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redmutex::{retry, Acquire, Error, KeepAlive, Lock, Locker};
+
+use crate::history::{Attempt, Section, Watch};
+use crate::net::SimConn;
+use crate::plan::{Primitive, Role, Style, TaskPlan};
+use crate::rng::Rng;
+use crate::world::{breach, Shared};
+
+/// One task: its plan, its stream of random numbers, and where it records.
+struct Task {
+    world: Arc<Shared>,
+    locker: Locker<SimConn>,
+    wake_up: bool,
+    index: usize,
+    plan: TaskPlan,
+    rng: Rng,
+    end: Duration,
+}
+
+pub(crate) async fn run(
+    world: Arc<Shared>,
+    locker: Locker<SimConn>,
+    wake_up: bool,
+    index: usize,
+    plan: TaskPlan,
+    end: Duration,
+) {
+    let mut task = Task {
+        world,
+        locker,
+        wake_up,
+        index,
+        rng: Rng::new(plan.seed),
+        plan,
+        end,
+    };
+    loop {
+        let think = task.rng.between(Duration::ZERO, Duration::from_millis(300));
+        tokio::time::sleep(think).await;
+        task.gate().await;
+        if task.over() {
+            return;
+        }
+        match task.plan.role {
+            Role::Hold(primitive, style) => task.hold(primitive, style).await,
+            Role::Watch => task.watch().await,
+            Role::Force => task.force().await,
+        }
+    }
+}
+
+/// How an acquire ended.
+enum Got<T> {
+    Held(T),
+    Failed(Error),
+    Cancelled,
+}
+
+impl Task {
+    fn over(&self) -> bool {
+        self.world.stopping() || self.world.now() >= self.end
+    }
+
+    /// A paused process does nothing until it resumes.
+    async fn gate(&self) {
+        self.world.processes[self.plan.process].resumed().await;
+    }
+
+    fn name(&self) -> &'static str {
+        self.plan.name
+    }
+
+    /// The acquire's options: the plan's pause and deadline, a fence when asked for (a
+    /// naive holder always takes one: it writes with it), a minimum hold of a TTL or two
+    /// for a periodic holder.
+    fn configure<'a, P: Send + Sync + 'a>(
+        &mut self,
+        acquire: Acquire<'a, SimConn, P>,
+        style: Style,
+    ) -> (Acquire<'a, SimConn, P>, Option<Duration>) {
+        let mut acquire = acquire
+            .retry(retry::constant(self.plan.pause))
+            .deadline(self.plan.deadline);
+        if self.plan.fenced || style == Style::Naive {
+            acquire = acquire.with_fence();
+        }
+        let mut keep = None;
+        if style == Style::Periodic {
+            let hold = self.plan.ttl * (1 + self.rng.below(2) as u32);
+            acquire = acquire.min_hold(hold);
+            keep = Some(hold);
+        }
+        (acquire, keep)
+    }
+
+    /// Awaits `acquire`, or drops it at a random moment (cancellation) when the plan says.
+    async fn obtain<T>(
+        &mut self,
+        acquire: impl std::future::IntoFuture<Output = Result<T, Error>>,
+    ) -> Got<T> {
+        let cancel = match self.rng.chance(self.plan.cancel) {
+            true => Some(self.rng.between(Duration::ZERO, self.plan.deadline)),
+            false => None,
+        };
+        let outcome = match cancel {
+            Some(after) => match tokio::time::timeout(after, acquire.into_future()).await {
+                Ok(outcome) => outcome,
+                Err(_) => return Got::Cancelled,
+            },
+            None => acquire.await,
+        };
+        match outcome {
+            Ok(held) => Got::Held(held),
+            Err(e) => Got::Failed(e),
+        }
+    }
+
+    fn begin_attempt(&self, primitive: Primitive) -> usize {
+        let mut history = self.world.history();
+        history.attempts.push(Attempt {
+            task: self.index,
+            process: self.plan.process,
+            primitive,
+            name: self.name(),
+            asked: self.world.now(),
+            ended: None,
+            obtained: false,
+            wake_up: self.wake_up,
+            cancelled: false,
+            deadline: self.plan.deadline,
+        });
+        history.attempts.len() - 1
+    }
+
+    fn end_attempt<T>(&self, attempt: usize, got: &Got<T>) {
+        let now = self.world.now();
+        let mut history = self.world.history();
+        let record = &mut history.attempts[attempt];
+        record.ended = Some(now);
+        record.obtained = matches!(got, Got::Held(_));
+        record.cancelled = matches!(got, Got::Cancelled);
+        drop(history);
+        if let Got::Failed(e) = got {
+            self.world
+                .note(|| format!("t{}: {} failed: {e}", self.index, self.name()));
+            if e.is_invalid_argument() {
+                self.world.found(
+                    "invalid-argument",
+                    format!("t{} was refused: {e}", self.index),
+                );
+            }
+        }
+        if let Got::Cancelled = got {
+            self.world
+                .note(|| format!("t{}: acquire cancelled", self.index));
+        }
+    }
+
+    async fn hold(&mut self, primitive: Primitive, style: Style) {
+        let attempt = self.begin_attempt(primitive);
+        let asked = self.world.now();
+        let ttl = self.plan.ttl;
+        let locker = self.locker.clone();
+        let name = self.name();
+        match primitive {
+            Primitive::Lock => {
+                let (acquire, keep) = self.configure(locker.acquire(name, ttl), style);
+                let got = self.obtain(acquire).await;
+                self.end_attempt(attempt, &got);
+                if let Got::Held(lock) = got {
+                    self.section(lock, primitive, style, asked, keep).await;
+                }
+            }
+            Primitive::Permit(limit) => {
+                let Ok(semaphore) = locker.semaphore(name, limit) else {
+                    return;
+                };
+                let (acquire, keep) = self.configure(semaphore.acquire(1, ttl), style);
+                let got = self.obtain(acquire).await;
+                self.end_attempt(attempt, &got);
+                if let Got::Held(lock) = got {
+                    self.section(lock, primitive, style, asked, keep).await;
+                }
+            }
+            Primitive::Read => {
+                let Ok(rw) = locker.rw_lock(name) else { return };
+                let (acquire, keep) = self.configure(rw.read(ttl), style);
+                let got = self.obtain(acquire).await;
+                self.end_attempt(attempt, &got);
+                if let Got::Held(lock) = got {
+                    self.section(lock, primitive, style, asked, keep).await;
+                }
+            }
+            Primitive::Write => {
+                let Ok(rw) = locker.rw_lock(name) else { return };
+                let (acquire, keep) = self.configure(rw.write(ttl), style);
+                let got = self.obtain(acquire).await;
+                self.end_attempt(attempt, &got);
+                if let Got::Held(lock) = got {
+                    self.writer(lock, style, asked, keep).await;
+                }
+            }
+            Primitive::Fair => {
+                let Ok(fair) = locker.fair_lock(name) else {
+                    return;
+                };
+                let (acquire, keep) = self.configure(fair.acquire(ttl), style);
+                let got = self.obtain(acquire).await;
+                self.end_attempt(attempt, &got);
+                if let Got::Held(lock) = got {
+                    self.section(lock, primitive, style, asked, keep).await;
+                }
+            }
+            Primitive::Leader => self.lead(attempt, asked).await,
+        }
+    }
+
+    /// Records a new section; returns its index.
+    fn open(&self, primitive: Primitive, style: Style, asked: Duration) -> usize {
+        let now = self.world.now();
+        let mut history = self.world.history();
+        history.sections.push(Section {
+            task: self.index,
+            process: self.plan.process,
+            primitive,
+            style,
+            name: self.name(),
+            fence: None,
+            asked,
+            start: now,
+            valid: now,
+            keep_until: None,
+            last_act: None,
+            overran: false,
+            released: None,
+            release_held: None,
+            told_lost: None,
+        });
+        history.sections.len() - 1
+    }
+
+    fn edit(&self, section: usize, change: impl FnOnce(&mut Section)) {
+        change(&mut self.world.history().sections[section]);
+    }
+
+    /// The holder acts now: it believes it holds the lock (and writes with its fence).
+    fn act(&self, section: usize, valid: tokio::time::Instant, fence: Option<u64>) {
+        let now = self.world.now();
+        let valid = self.world.at(valid);
+        let mut history = self.world.history();
+        if let Some(fence) = fence {
+            let accepted = store(&mut history, self.name(), fence);
+            match accepted {
+                true => history.writes.0 += 1,
+                false => history.writes.1 += 1,
+            }
+        }
+        let record = &mut history.sections[section];
+        record.last_act = Some(now);
+        record.valid = record.valid.max(valid);
+        if now >= valid {
+            record.overran = true;
+        }
+    }
+
+    fn released(&self, section: usize, at: Duration, outcome: &Result<(), Error>) {
+        self.world.note(|| {
+            format!(
+                "t{}: released {} at {at:?}: {outcome:?}",
+                self.index,
+                self.name()
+            )
+        });
+        self.edit(section, |s| {
+            s.released = Some(at);
+            s.release_held = match outcome {
+                Ok(()) => Some(true),
+                Err(e) if e.is_not_held() => Some(false),
+                Err(_) => None,
+            };
+        });
+    }
+
+    /// Holds `lock` as `style` says, then lets it go.
+    async fn section<P: Send + Sync + 'static>(
+        &mut self,
+        lock: Lock<SimConn, P>,
+        primitive: Primitive,
+        style: Style,
+        asked: Duration,
+        keep: Option<Duration>,
+    ) {
+        let section = self.open(primitive, style, asked);
+        let valid = self.world.at(lock.valid_until());
+        let fence = lock.fence_if_taken();
+        self.edit(section, |s| {
+            s.valid = valid;
+            s.fence = fence;
+            s.keep_until = keep.map(|keep| asked + keep);
+        });
+        self.world.note(|| {
+            format!(
+                "t{}: holds {} {} ({}), fence {fence:?}, valid until {valid:?}",
+                self.index,
+                primitive.name(),
+                self.name(),
+                style.name()
+            )
+        });
+        let ttl = self.plan.ttl;
+        match style {
+            Style::Careful | Style::Periodic => {
+                let acts = match style {
+                    Style::Periodic => 1,
+                    _ => 1 + self.rng.below(4),
+                };
+                for _ in 0..acts {
+                    let gap = self.rng.between(Duration::ZERO, ttl / 2);
+                    tokio::time::sleep(gap).await;
+                    self.gate().await;
+                    if tokio::time::Instant::now() >= lock.valid_until() {
+                        break;
+                    }
+                    self.act(section, lock.valid_until(), fence);
+                }
+                let at = self.world.now();
+                let outcome = lock.release().await;
+                self.released(section, at, &outcome);
+            }
+            Style::Naive => {
+                let work = self.rng.between(Duration::ZERO, ttl * 3 / 2);
+                tokio::time::sleep(work).await;
+                self.gate().await;
+                self.act(section, lock.valid_until(), fence);
+                let at = self.world.now();
+                let outcome = lock.release().await;
+                self.released(section, at, &outcome);
+            }
+            Style::Abandon => {
+                self.gate().await;
+                if tokio::time::Instant::now() < lock.valid_until() {
+                    self.act(section, lock.valid_until(), fence);
+                }
+                // Neither renewed nor released: it runs out on its own.
+                let _token = lock.detach();
+            }
+            Style::Lease => {
+                let redlock = self.locker.quorum_settings().copied();
+                if KeepAlive::new().check(ttl, redlock.as_ref()).is_err() {
+                    let at = self.world.now();
+                    let outcome = lock.release().await;
+                    self.released(section, at, &outcome);
+                    return;
+                }
+                let lease = match lock.keep_alive() {
+                    Ok(lease) => lease,
+                    Err(e) => {
+                        self.world.found("keep-alive", format!("refused: {e}"));
+                        return;
+                    }
+                };
+                let hold = self.rng.between(Duration::ZERO, ttl * 3);
+                let until = tokio::time::Instant::now() + hold;
+                let gap = (ttl / 4).max(Duration::from_millis(5));
+                loop {
+                    tokio::time::sleep(gap).await;
+                    self.gate().await;
+                    let now = tokio::time::Instant::now();
+                    if lease.is_lost() {
+                        let at = self.world.now();
+                        self.world.note(|| format!("t{}: told lost", self.index));
+                        self.edit(section, |s| s.told_lost = Some(at));
+                        break;
+                    }
+                    if now >= lease.valid_until() {
+                        self.world.found(
+                            "lost-late",
+                            format!(
+                                "t{}'s lease of {} is past its validity ({:?}) and was not told lost",
+                                self.index,
+                                self.name(),
+                                self.world.at(lease.valid_until())
+                            ),
+                        );
+                        break;
+                    }
+                    self.act(section, lease.valid_until(), fence);
+                    if now >= until || self.over() {
+                        break;
+                    }
+                }
+                let at = self.world.now();
+                let outcome = lease.release().await;
+                self.released(section, at, &outcome);
+            }
+        }
+    }
+
+    /// A writer: holds as any section does, or (now and then) downgrades to a reader and
+    /// holds that.
+    async fn writer(
+        &mut self,
+        lock: Lock<SimConn, redmutex::WriteKey>,
+        style: Style,
+        asked: Duration,
+        keep: Option<Duration>,
+    ) {
+        if style != Style::Careful || !self.rng.chance(0.3) {
+            return self
+                .section(lock, Primitive::Write, style, asked, keep)
+                .await;
+        }
+        let section = self.open(Primitive::Write, style, asked);
+        let (valid, fence) = (self.world.at(lock.valid_until()), lock.fence_if_taken());
+        self.edit(section, |s| {
+            s.valid = valid;
+            s.fence = fence;
+        });
+        self.act(section, lock.valid_until(), fence);
+        let at = self.world.now();
+        match lock.downgrade().await {
+            Ok(read) => {
+                self.released(section, at, &Ok(()));
+                self.world
+                    .note(|| format!("t{}: downgraded to a reader", self.index));
+                self.section(read, Primitive::Read, Style::Careful, at, None)
+                    .await;
+            }
+            Err(e) => self.released(section, at, &Err(e)),
+        }
+    }
+
+    /// A candidate: campaigns, leads as a kept-alive lease while not told "lost", resigns.
+    async fn lead(&mut self, attempt: usize, asked: Duration) {
+        let ttl = self.plan.ttl;
+        let redlock = self.locker.quorum_settings().copied();
+        let election = match self.locker.election(self.name()) {
+            Ok(election) => election,
+            Err(_) => return,
+        };
+        let election = match KeepAlive::new().check(ttl, redlock.as_ref()) {
+            Ok(()) => election.with_ttl(ttl),
+            Err(_) => election.with_ttl(Duration::from_secs(1)),
+        };
+        let Ok(election) = election else { return };
+        let campaign = election
+            .campaign(format!("t{}", self.index))
+            .retry(retry::constant(self.plan.pause))
+            .deadline(self.plan.deadline);
+        let got = self.obtain(campaign).await;
+        self.end_attempt(attempt, &got);
+        let Got::Held(mut leadership) = got else {
+            return;
+        };
+        let section = self.open(Primitive::Leader, Style::Lease, asked);
+        let term = leadership.term();
+        let valid = self.world.at(leadership.valid_until());
+        self.edit(section, |s| {
+            s.fence = Some(term);
+            s.valid = valid;
+        });
+        self.world
+            .note(|| format!("t{}: leads {} in term {term}", self.index, self.name()));
+        let hold = self.rng.between(Duration::ZERO, election.ttl() * 3);
+        let until = tokio::time::Instant::now() + hold;
+        let gap = (election.ttl() / 4).max(Duration::from_millis(5));
+        loop {
+            tokio::time::sleep(gap).await;
+            self.gate().await;
+            let now = tokio::time::Instant::now();
+            if leadership.is_lost() {
+                let at = self.world.now();
+                self.edit(section, |s| s.told_lost = Some(at));
+                break;
+            }
+            if now >= leadership.valid_until() {
+                self.world.found(
+                    "lost-late",
+                    format!(
+                        "t{}'s leadership is past its validity, not told lost",
+                        self.index
+                    ),
+                );
+                break;
+            }
+            self.act(section, leadership.valid_until(), Some(term));
+            if self.rng.chance(0.2) {
+                let _ = leadership
+                    .proclaim(format!("t{}-{}", self.index, self.rng.below(100)))
+                    .await;
+            }
+            if now >= until || self.over() {
+                break;
+            }
+        }
+        let at = self.world.now();
+        let outcome = leadership.resign().await;
+        self.released(section, at, &outcome);
+    }
+
+    /// Waits for the name to be free, without taking it.
+    async fn watch(&mut self) {
+        let timeout = self
+            .rng
+            .between(Duration::from_millis(10), self.plan.deadline);
+        let asked = self.world.now();
+        let answer = self.locker.wait_released(self.name(), timeout).await;
+        let answered = self.world.now();
+        self.world
+            .note(|| format!("t{}: wait_released answered {answer:?}", self.index));
+        if let Ok(free) = answer {
+            self.world.history().watches.push(Watch {
+                task: self.index,
+                name: self.name(),
+                asked,
+                answered,
+                free,
+            });
+        }
+    }
+
+    /// An operator forces the release of whatever holds the name.
+    async fn force(&mut self) {
+        let pause = self
+            .rng
+            .between(Duration::from_millis(200), Duration::from_secs(3));
+        tokio::time::sleep(pause).await;
+        self.gate().await;
+        if self.over() {
+            return;
+        }
+        // What held the name is no longer vouched for from now on.
+        breach(
+            &self.world,
+            Some(self.name().to_string()),
+            format!("t{} forces a release", self.index),
+        );
+        let taken = self.locker.force_release(self.name()).await;
+        self.world.note(|| {
+            format!(
+                "t{}: forced the release of {}: {:?}",
+                self.index,
+                self.name(),
+                taken.as_ref().map(|t| t.as_ref().map(|l| l.kind))
+            )
+        });
+    }
+}
+
+/// The fenced store of a name: accepts a write whose fence is at least the highest it
+/// accepted.
+fn store(history: &mut crate::history::History, name: &'static str, fence: u64) -> bool {
+    match history.highest.iter_mut().find(|(n, _)| *n == name) {
+        Some((_, highest)) if fence < *highest => false,
+        Some((_, highest)) => {
+            *highest = fence;
+            true
+        }
+        None => {
+            history.highest.push((name, fence));
+            true
+        }
+    }
+}

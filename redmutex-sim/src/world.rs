@@ -1,0 +1,496 @@
+//! The simulated world of one run: the servers (in-memory, each on a clock of its own
+//! rate), the processes (each a locker of its own over its own connections, with or
+//! without push wake-up), the faults as the plan strikes them, and the monitor that
+//! samples what the servers hold while the run is quiet.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, UNIX_EPOCH};
+
+use redmutex::memory::MemoryRedis;
+use redmutex::{Locker, WakeUpSource};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::history::{Breach, Free, History};
+use crate::net::SimConn;
+use crate::plan::{Fault, Plan, Primitive, Role, Topology};
+use crate::rng::Rng;
+use crate::workload;
+
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// How many requests may reach the servers at one instant before the run counts as
+/// spinning.
+const SPIN_LIMIT: u64 = 5_000;
+
+/// The servers' clocks start here (a fixed moment, so that runs do not depend on the day).
+const EPOCH_SECS: u64 = 1_800_000_000;
+
+/// A server, and what the faults do to it.
+pub(crate) struct NodeState {
+    pub(crate) redis: MemoryRedis,
+    /// Unreachable until then (far away: for good).
+    down_until: Mutex<Option<Instant>>,
+    /// Answers nothing until then.
+    frozen_until: Mutex<Option<Instant>>,
+}
+
+impl NodeState {
+    pub(crate) fn is_down(&self) -> bool {
+        lock(&self.down_until).is_some_and(|until| until > Instant::now())
+    }
+
+    /// Waits until the node is not frozen.
+    pub(crate) async fn thawed(&self) {
+        loop {
+            let until = *lock(&self.frozen_until);
+            match until {
+                Some(until) if until > Instant::now() => tokio::time::sleep_until(until).await,
+                _ => return,
+            }
+        }
+    }
+}
+
+/// A process, and what the faults do to it.
+pub(crate) struct ProcState {
+    paused_until: Mutex<Option<Instant>>,
+    crashed: AtomicBool,
+    /// Per node: until when its requests are slower, and by how much.
+    slow: Mutex<Vec<(usize, Instant, Duration)>>,
+    /// Per node: the next request is cut (after the server applied it: `true`).
+    cuts: Mutex<Vec<(usize, bool)>>,
+}
+
+impl ProcState {
+    pub(crate) fn is_crashed(&self) -> bool {
+        self.crashed.load(Ordering::SeqCst)
+    }
+
+    /// Waits until the process is not paused.
+    pub(crate) async fn resumed(&self) {
+        loop {
+            let until = *lock(&self.paused_until);
+            match until {
+                Some(until) if until > Instant::now() => tokio::time::sleep_until(until).await,
+                _ => return,
+            }
+        }
+    }
+
+    pub(crate) fn slowness(&self, node: usize, at: Instant) -> Duration {
+        (lock(&self.slow).iter())
+            .filter(|(n, until, _)| *n == node && *until > at)
+            .map(|(_, _, extra)| *extra)
+            .sum()
+    }
+
+    pub(crate) fn take_cut(&self, node: usize) -> Option<bool> {
+        let mut cuts = lock(&self.cuts);
+        let index = cuts.iter().position(|(n, _)| *n == node)?;
+        Some(cuts.remove(index).1)
+    }
+}
+
+/// What every part of a run shares.
+pub(crate) struct Shared {
+    pub(crate) t0: Instant,
+    pub(crate) latency: Duration,
+    pub(crate) nodes: Vec<NodeState>,
+    pub(crate) processes: Vec<Arc<ProcState>>,
+    pub(crate) history: Mutex<History>,
+    trace: Option<Mutex<Vec<String>>>,
+    closed: AtomicBool,
+    /// The run is ending: tasks finish what they hold and stop.
+    stopping: AtomicBool,
+    /// Requests at the latest instant: (when, how many).
+    instant: Mutex<(Instant, u64)>,
+    /// The tasks of each process (aborted when it crashes).
+    tasks: Mutex<Vec<Vec<JoinHandle<()>>>>,
+}
+
+impl Shared {
+    /// Now, since the run began.
+    pub(crate) fn now(&self) -> Duration {
+        Instant::now() - self.t0
+    }
+
+    pub(crate) fn at(&self, instant: Instant) -> Duration {
+        instant.saturating_duration_since(self.t0)
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// Adds a line to the trace, when one is kept.
+    pub(crate) fn note(&self, line: impl FnOnce() -> String) {
+        if let Some(trace) = &self.trace {
+            let at = self.now();
+            let line = format!("[{:>11.6}] {}", at.as_secs_f64(), line());
+            if std::env::var_os("REDMUTEX_SIM_LIVE").is_some() {
+                eprintln!("{line}");
+            }
+            lock(trace).push(line);
+        }
+    }
+
+    /// Counts a request the servers answer; `false` once requests pile up at one instant
+    /// (the clients spin without time passing: a livelock, reported once), which closes
+    /// the run.
+    pub(crate) fn count_request(&self) -> bool {
+        if self.is_closed() {
+            return false;
+        }
+        let now = Instant::now();
+        let mut instant = lock(&self.instant);
+        match instant.0 == now {
+            true => instant.1 += 1,
+            false => *instant = (now, 1),
+        }
+        if instant.1 < SPIN_LIMIT {
+            return true;
+        }
+        drop(instant);
+        self.found(
+            "livelock",
+            format!("{SPIN_LIMIT} requests at one instant: the clients spin without time passing"),
+        );
+        self.closed.store(true, Ordering::SeqCst);
+        false
+    }
+
+    pub(crate) fn history(&self) -> MutexGuard<'_, History> {
+        lock(&self.history)
+    }
+
+    /// A violation seen as it happened.
+    pub(crate) fn found(&self, rule: &'static str, text: String) {
+        let at = self.now();
+        self.note(|| format!("VIOLATION {rule}: {text}"));
+        self.history().found.push((at, rule, text));
+    }
+}
+
+/// What one run gave.
+pub struct Outcome {
+    pub history: History,
+    pub trace: Vec<String>,
+    /// Requests the servers answered.
+    pub requests: u64,
+}
+
+/// Runs `plan` in a fresh, paused-clock runtime on this thread; `trace` keeps a trace.
+pub fn run(plan: &Plan, trace: bool) -> Outcome {
+    let _deterministic = redmutex::simulation::deterministic(plan.seed);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime");
+    runtime.block_on(run_world(plan, trace))
+}
+
+async fn run_world(plan: &Plan, trace: bool) -> Outcome {
+    let mut rng = Rng::new(plan.seed ^ 0xA11C_E5ED);
+    let start = UNIX_EPOCH + Duration::from_secs(EPOCH_SECS);
+    let world = Arc::new(Shared {
+        t0: Instant::now(),
+        latency: plan.latency,
+        nodes: (plan.rates.iter())
+            .map(|rate| NodeState {
+                redis: MemoryRedis::with_clock(start, *rate),
+                down_until: Mutex::new(None),
+                frozen_until: Mutex::new(None),
+            })
+            .collect(),
+        processes: (plan.processes.iter())
+            .map(|_| {
+                Arc::new(ProcState {
+                    paused_until: Mutex::new(None),
+                    crashed: AtomicBool::new(false),
+                    slow: Mutex::new(Vec::new()),
+                    cuts: Mutex::new(Vec::new()),
+                })
+            })
+            .collect(),
+        history: Mutex::new(History::default()),
+        trace: trace.then(|| Mutex::new(plan.describe())),
+        closed: AtomicBool::new(false),
+        stopping: AtomicBool::new(false),
+        instant: Mutex::new((Instant::now(), 0)),
+        tasks: Mutex::new(plan.processes.iter().map(|_| Vec::new()).collect()),
+    });
+    let lockers: Vec<Locker<SimConn>> = (0..plan.processes.len())
+        .map(|p| locker_of(&world, plan, p, &mut rng))
+        .collect();
+    for task in plan.tasks.iter() {
+        let handle = tokio::spawn(workload::run(
+            world.clone(),
+            lockers[task.process].clone(),
+            plan.processes[task.process].wake_up,
+            task.id,
+            task.clone(),
+            plan.end(),
+        ));
+        lock(&world.tasks)[task.process].push(handle);
+    }
+    drop(lockers);
+    let faults = tokio::spawn(strike_faults(world.clone(), plan.clone()));
+    let monitor = tokio::spawn(monitor(world.clone(), plan.clone()));
+    tokio::time::sleep_until(world.t0 + plan.end()).await;
+    world.stopping.store(true, Ordering::SeqCst);
+    world.note(|| "the run ends: tasks finish what they hold".into());
+    let handles: Vec<JoinHandle<()>> = lock(&world.tasks).drain(..).flatten().collect();
+    for handle in handles {
+        if let Err(e) = handle.await {
+            if e.is_panic() {
+                world.found("panic", format!("a task panicked: {e}"));
+            }
+        }
+    }
+    faults.abort();
+    let _ = monitor.await;
+    // What the tasks left (abandoned locks, waiters' places) runs out within a TTL and a
+    // heartbeat; after that, only fence counters may remain.
+    tokio::time::sleep(crate::plan::SETTLE).await;
+    left_behind(&world);
+    world.closed.store(true, Ordering::SeqCst);
+    let requests = world.nodes.iter().map(|n| n.redis.requests()).sum();
+    let history = std::mem::take(&mut *world.history());
+    let trace = match &world.trace {
+        Some(trace) => std::mem::take(&mut *lock(trace)),
+        None => Vec::new(),
+    };
+    Outcome {
+        history,
+        trace,
+        requests,
+    }
+}
+
+/// A process's locker: its own connection to every node, and push wake-up if it has it.
+fn locker_of(world: &Arc<Shared>, plan: &Plan, process: usize, rng: &mut Rng) -> Locker<SimConn> {
+    let conns: Vec<SimConn> = (0..plan.topology.nodes())
+        .map(|node| SimConn::new(world.clone(), process, node, rng.next_u64()))
+        .collect();
+    let locker = match plan.topology {
+        Topology::Single => Locker::new(conns.into_iter().next().expect("one node")),
+        Topology::Redlock(_) => Locker::redlock(conns).expect("an odd number of nodes"),
+    };
+    match plan.processes[process].wake_up {
+        true => {
+            let sources = (world.nodes.iter()).map(|node| WakeUpSource::from(&node.redis));
+            locker.with_wake_up(sources).expect("one source per node")
+        }
+        false => locker,
+    }
+}
+
+/// Strikes the plan's faults at their moments.
+async fn strike_faults(world: Arc<Shared>, plan: Plan) {
+    let mut strikes = plan.faults.clone();
+    strikes.sort_by_key(|s| s.at);
+    for strike in strikes {
+        tokio::time::sleep_until(world.t0 + strike.at).await;
+        world.note(|| format!("FAULT {}", strike.fault));
+        let now = Instant::now();
+        match strike.fault {
+            Fault::Slow {
+                process,
+                node,
+                extra,
+                lasting,
+            } => lock(&world.processes[process].slow).push((node, now + lasting, extra)),
+            Fault::Cut {
+                process,
+                node,
+                applied,
+            } => lock(&world.processes[process].cuts).push((node, applied)),
+            Fault::Restart { node, down } => {
+                *lock(&world.nodes[node].down_until) = Some(now + down);
+                breach(&world, None, format!("n{node} restarted empty"));
+                let world = world.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(down).await;
+                    world.nodes[node].redis.restart_empty();
+                    *lock(&world.nodes[node].down_until) = None;
+                });
+            }
+            Fault::Down { node, lasting } => {
+                let until = match lasting.is_zero() {
+                    true => now + Duration::from_secs(86_400),
+                    false => now + lasting,
+                };
+                *lock(&world.nodes[node].down_until) = Some(until);
+            }
+            Fault::Freeze { node, lasting } => {
+                *lock(&world.nodes[node].frozen_until) = Some(now + lasting);
+            }
+            Fault::Pause { process, lasting } => {
+                let mut paused = lock(&world.processes[process].paused_until);
+                *paused = Some(paused.map_or(now + lasting, |p| p.max(now + lasting)));
+            }
+            Fault::Crash { process } => {
+                world.processes[process]
+                    .crashed
+                    .store(true, Ordering::SeqCst);
+                for handle in lock(&world.tasks)[process].iter() {
+                    handle.abort();
+                }
+            }
+            Fault::Evict { node, pick } => {
+                let keys = world.nodes[node].redis.keys();
+                if !keys.is_empty() {
+                    let key = keys[(pick % keys.len() as u64) as usize].clone();
+                    world.nodes[node].redis.expire_now(&key);
+                    let key = String::from_utf8_lossy(&key).into_owned();
+                    breach(
+                        &world,
+                        Some(key.clone()),
+                        format!("n{node} evicted {key:?}"),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Records a breach of the guarantees' conditions.
+pub(crate) fn breach(world: &Shared, name: Option<String>, what: String) {
+    let at = world.now();
+    world.history().breaches.push(Breach { at, name, what });
+}
+
+/// Every key a server holds has a TTL: checked every 50 ms of the run. While the run is
+/// settled, also samples, every 10 ms, what each name's holders leave free.
+async fn monitor(world: Arc<Shared>, plan: Plan) {
+    let names: Vec<(&'static str, Vec<Primitive>)> = names_of(&plan);
+    let mut tick = 0u64;
+    loop {
+        let now = world.now();
+        if now >= plan.end() {
+            return;
+        }
+        if tick % 5 == 0 {
+            every_key_has_a_ttl(&world).await;
+        }
+        if now >= plan.settled() {
+            for (name, primitives) in &names {
+                let free = free_now(&world, name, primitives).await;
+                world.history().samples.push((now, name, free));
+            }
+        }
+        tick += 1;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The names the tasks work on, with the primitives used on each.
+fn names_of(plan: &Plan) -> Vec<(&'static str, Vec<Primitive>)> {
+    let mut names: Vec<(&'static str, Vec<Primitive>)> = Vec::new();
+    for task in &plan.tasks {
+        let primitive = match task.role {
+            Role::Hold(primitive, _) => primitive,
+            _ => continue,
+        };
+        match names.iter_mut().find(|(n, _)| *n == task.name) {
+            Some((_, list)) if !list.contains(&primitive) => list.push(primitive),
+            Some(_) => {}
+            None => names.push((task.name, vec![primitive])),
+        }
+    }
+    names
+}
+
+async fn query<T: redis::FromRedisValue>(redis: &MemoryRedis, cmd: &redis::Cmd) -> Option<T> {
+    cmd.query_async(&mut redis.clone()).await.ok()
+}
+
+async fn every_key_has_a_ttl(world: &Shared) {
+    for (n, node) in world.nodes.iter().enumerate() {
+        for key in node.redis.keys() {
+            let pttl: Option<i64> = query(&node.redis, redis::cmd("PTTL").arg(&key)).await;
+            if pttl == Some(-1) {
+                let key = String::from_utf8_lossy(&key).into_owned();
+                world.found("ttl", format!("n{n} holds {key:?} without a TTL"));
+            }
+        }
+    }
+}
+
+/// What `name` leaves free now: per node, then over the quorum.
+async fn free_now(world: &Shared, name: &str, primitives: &[Primitive]) -> Free {
+    let mut counts = (0, 0, 0);
+    for node in &world.nodes {
+        let free = free_on(&node.redis, name, primitives).await;
+        counts.0 += usize::from(free.exclusive);
+        counts.1 += usize::from(free.read);
+        counts.2 += usize::from(free.permit);
+    }
+    let needed = world.nodes.len() / 2 + 1;
+    Free {
+        exclusive: counts.0 >= needed,
+        read: counts.1 >= needed,
+        permit: counts.2 >= needed,
+    }
+}
+
+async fn free_on(redis: &MemoryRedis, name: &str, primitives: &[Primitive]) -> Free {
+    let time: Vec<u64> = query(redis, &redis::cmd("TIME")).await.unwrap_or_default();
+    let now_ms =
+        time.first().copied().unwrap_or(0) * 1000 + time.get(1).copied().unwrap_or(0) / 1000;
+    let kind: String = query(redis, redis::cmd("TYPE").arg(name))
+        .await
+        .unwrap_or_default();
+    let live = |key: String| async move {
+        let count: Option<u64> = query(
+            redis,
+            redis::cmd("ZCOUNT")
+                .arg(key)
+                .arg(format!("({now_ms}"))
+                .arg("+inf"),
+        )
+        .await;
+        count.unwrap_or(0)
+    };
+    let limit = primitives.iter().find_map(|p| match p {
+        Primitive::Permit(limit) => Some(u64::from(*limit)),
+        _ => None,
+    });
+    let holders = match kind.as_str() {
+        "zset" => live(name.to_string()).await,
+        _ => 0,
+    };
+    let intents = live(format!("{{{name}}}:intents")).await;
+    Free {
+        exclusive: kind == "none" || (kind == "zset" && holders == 0),
+        read: kind != "string" && intents == 0,
+        permit: match kind.as_str() {
+            "none" => true,
+            "zset" => holders < limit.unwrap_or(1),
+            _ => false,
+        },
+    }
+}
+
+/// After the settling time, only fence counters may be left.
+fn left_behind(world: &Shared) {
+    for (n, node) in world.nodes.iter().enumerate() {
+        for key in node.redis.keys() {
+            let key = String::from_utf8_lossy(&key).into_owned();
+            if !key.ends_with(":fence") {
+                world.found("left-behind", format!("n{n} still holds {key:?}"));
+            }
+        }
+    }
+}
