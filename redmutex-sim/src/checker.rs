@@ -204,7 +204,7 @@ fn watches(history: &History, found: &mut Vec<Violation>) {
         let covering = (history.sections.iter()).find(|s| {
             s.name == watch.name
                 && s.primitive.exclusive()
-                && s.start <= watch.asked
+                && s.start < watch.asked
                 && watch.answered < s.protected_end()
                 && !breached(history, s.name, s.asked, watch.answered)
         });
@@ -240,13 +240,14 @@ fn liveness(plan: &Plan, history: &History, found: &mut Vec<Violation>) {
                 rule: "liveness",
                 at: to,
                 text: format!(
-                    "t{} (p{}) waited for {} {:?} (asked {:?}, ended {:?}) while it was free from {from:?} to {to:?}",
+                    "t{} (p{}) waited for {} {:?} (asked {:?}, ended {:?}) while it was free from {from:?} to {to:?}, {}",
                     w.task,
                     w.process,
                     w.primitive.name(),
                     w.name,
                     w.asked,
-                    w.ended
+                    w.ended,
+                    freed_by(history, w.name, from)
                 ),
             });
         }
@@ -293,4 +294,27 @@ fn fair_line_may_block(history: &History, w: &Attempt, from: Duration, to: Durat
                 && o.asked < to
                 && o.ended.is_none_or(|e| e > from)
         })
+}
+
+/// What freed `name` just before `at` (a sample later): a forced release, a release, or
+/// nothing (its holder's key ran out).
+fn freed_by(history: &History, name: &str, at: Duration) -> String {
+    let window = Duration::from_millis(15);
+    let recent = |t: Duration| t <= at && at - t <= window;
+    if let Some(breach) = (history.breaches.iter()).find(|b| recent(b.at) && b.name.as_deref() == Some(name)) {
+        return format!("freed by {} at {:?}", breach.what, breach.at);
+    }
+    let released = (history.sections.iter())
+        .filter(|s| s.name == name)
+        .find(|s| s.released.is_some_and(recent));
+    if let Some(s) = released {
+        return format!("freed by t{}'s release at {:?}", s.task, s.released.unwrap_or_default());
+    }
+    let expired = (history.sections.iter())
+        .filter(|s| s.name == name)
+        .find(|s| recent(s.valid));
+    match expired {
+        Some(s) => format!("freed when t{}'s key ran out (valid to {:?}, released {:?})", s.task, s.valid, s.released),
+        None => "freed (by what, unseen)".into(),
+    }
 }

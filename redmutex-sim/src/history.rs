@@ -49,6 +49,11 @@ impl Section {
         if let (Some(keep), Some(true)) = (self.keep_until, self.release_held) {
             end = end.max(keep);
         }
+        // Once told "lost", a holder believes nothing more (the library may already have
+        // let the key go, to spare others the wait).
+        if let Some(told) = self.told_lost {
+            end = end.min(told);
+        }
         end
     }
 }

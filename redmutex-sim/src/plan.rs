@@ -269,7 +269,7 @@ impl Scale {
             active: (Duration::from_secs(2), Duration::from_secs(4)),
             quiet: (
                 SETTLE + Duration::from_secs(1),
-                SETTLE + Duration::from_secs(2),
+                SETTLE + Duration::from_secs(3),
             ),
             max_processes: 3,
             max_tasks: 6,
@@ -412,7 +412,10 @@ impl Plan {
     /// When liveness starts to count: faults have stopped and what they left behind has
     /// run out.
     pub fn settled(&self) -> Duration {
-        self.active + SETTLE
+        match self.faults.is_empty() {
+            true => Duration::ZERO,
+            false => self.active + SETTLE,
+        }
     }
 
     /// The plan, as lines for a trace.
@@ -496,7 +499,7 @@ fn task(rng: &mut Rng, mix: Mix, topology: Topology, process: usize) -> TaskPlan
         primitive = Primitive::Permit(2);
     }
     let role = match rng.below(20) {
-        0 => Role::Force,
+        0 | 3 => Role::Force,
         // Waiting for a release reads a lock's key: not a semaphore's or readers'.
         1 | 2 if !matches!(mix, Mix::Semaphore | Mix::RwLock) => Role::Watch,
         _ => {
@@ -525,7 +528,9 @@ fn task(rng: &mut Rng, mix: Mix, topology: Topology, process: usize) -> TaskPlan
         }
     };
     let ttl = Duration::from_millis(rng.pick(&[50, 100, 300, 500, 1000, 2000]));
-    let pause = Duration::from_millis(rng.pick(&[20, 100, 500, 1000, 3000]));
+    // From a poll every millisecond (where a margin too thin shows) to pauses long
+    // enough that a waiter not woken when it should be is seen waiting.
+    let pause = Duration::from_millis(rng.pick(&[1, 2, 5, 20, 100, 500, 1000, 3000]));
     let deadline = rng.pick(&[ttl, Duration::from_secs(2), Duration::from_secs(10)]);
     TaskPlan {
         id: 0,

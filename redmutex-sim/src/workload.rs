@@ -9,7 +9,7 @@ use std::time::Duration;
 use redmutex::{retry, Acquire, Error, KeepAlive, Lock, Locker};
 
 use crate::history::{Attempt, Section, Watch};
-use crate::net::SimConn;
+use crate::net::{precise_sleep_until, SimConn};
 use crate::plan::{Primitive, Role, Style, TaskPlan};
 use crate::rng::Rng;
 use crate::world::{breach, Shared};
@@ -43,8 +43,9 @@ pub(crate) async fn run(
         end,
     };
     loop {
+        // (To the microsecond: moments between the timer's milliseconds matter.)
         let think = task.rng.between(Duration::ZERO, Duration::from_millis(300));
-        tokio::time::sleep(think).await;
+        precise_sleep_until(tokio::time::Instant::now() + think).await;
         task.gate().await;
         if task.over() {
             return;
@@ -265,7 +266,7 @@ impl Task {
         }
         let record = &mut history.sections[section];
         record.last_act = Some(now);
-        record.valid = record.valid.max(valid);
+        record.valid = valid;
         if now >= valid {
             record.overran = true;
         }
@@ -322,7 +323,11 @@ impl Task {
                     Style::Periodic => 1,
                     _ => 1 + self.rng.below(4),
                 };
+                let mut lock = lock;
                 for _ in 0..acts {
+                    if style == Style::Careful && self.rng.chance(0.2) {
+                        self.refresh(section, &mut lock).await;
+                    }
                     let gap = self.rng.between(Duration::ZERO, ttl / 2);
                     tokio::time::sleep(gap).await;
                     self.gate().await;
@@ -345,6 +350,10 @@ impl Task {
                 self.released(section, at, &outcome);
             }
             Style::Abandon => {
+                let mut lock = lock;
+                if self.rng.chance(0.5) {
+                    self.refresh(section, &mut lock).await;
+                }
                 self.gate().await;
                 if tokio::time::Instant::now() < lock.valid_until() {
                     self.act(section, lock.valid_until(), fence);
@@ -371,13 +380,36 @@ impl Task {
                 let until = tokio::time::Instant::now() + hold;
                 let gap = (ttl / 4).max(Duration::from_millis(5));
                 loop {
-                    tokio::time::sleep(gap).await;
+                    // Told "lost" at once, not at the next act: from then on it is not
+                    // vouched for.
+                    let told = tokio::select! {
+                        biased;
+                        _ = lease.lost() => true,
+                        () = tokio::time::sleep(gap) => false,
+                    };
+                    if told {
+                        let at = self.world.now();
+                        self.edit(section, |s| s.told_lost = Some(at));
+                    }
                     self.gate().await;
                     let now = tokio::time::Instant::now();
                     if lease.is_lost() {
                         let at = self.world.now();
                         self.world.note(|| format!("t{}: told lost", self.index));
-                        self.edit(section, |s| s.told_lost = Some(at));
+                        if now < lease.valid_until() {
+                            self.world.found(
+                                "lost-valid",
+                                format!(
+                                    "t{}'s lease of {} was told lost yet says it is valid until {:?}",
+                                    self.index,
+                                    self.name(),
+                                    self.world.at(lease.valid_until())
+                                ),
+                            );
+                        }
+                        self.edit(section, |s| {
+                            s.told_lost.get_or_insert(at);
+                        });
                         break;
                     }
                     if now >= lease.valid_until() {
@@ -402,6 +434,23 @@ impl Task {
                 self.released(section, at, &outcome);
             }
         }
+    }
+
+    /// Sets a new TTL, drawn as the acquire's was; the section's validity follows.
+    async fn refresh<P: Send + Sync + 'static>(
+        &mut self,
+        section: usize,
+        lock: &mut Lock<SimConn, P>,
+    ) {
+        let ttl = Duration::from_millis(self.rng.pick(&[50, 100, 300, 500, 1000, 2000]));
+        let outcome = lock.refresh(ttl).await;
+        let valid = self.world.at(lock.valid_until());
+        self.world.note(|| {
+            format!("t{}: refreshed to {ttl:?}: {outcome:?}, valid until {valid:?}", self.index)
+        });
+        // (A refresh that failed may still have set a shorter TTL: the library then
+        // shortens the validity all the same.)
+        self.edit(section, |s| s.valid = valid);
     }
 
     /// A writer: holds as any section does, or (now and then) downgrades to a reader and
@@ -473,12 +522,21 @@ impl Task {
         let until = tokio::time::Instant::now() + hold;
         let gap = (election.ttl() / 4).max(Duration::from_millis(5));
         loop {
-            tokio::time::sleep(gap).await;
+            let told = tokio::select! {
+                biased;
+                _ = leadership.lost() => true,
+                () = tokio::time::sleep(gap) => false,
+            };
+            let at = self.world.now();
+            if told {
+                self.edit(section, |s| s.told_lost = Some(at));
+            }
             self.gate().await;
             let now = tokio::time::Instant::now();
             if leadership.is_lost() {
-                let at = self.world.now();
-                self.edit(section, |s| s.told_lost = Some(at));
+                self.edit(section, |s| {
+                    s.told_lost.get_or_insert(at);
+                });
                 break;
             }
             if now >= leadership.valid_until() {
