@@ -46,6 +46,10 @@ struct Cli {
     /// Short runs (as the CI budget's).
     #[arg(long)]
     short: bool,
+    /// List each failing seed's first violation of every rule it broke (not only its
+    /// first violation).
+    #[arg(long)]
+    every_rule: bool,
     /// Servers' clocks exactly as fast as the processes'.
     #[arg(long)]
     no_drift: bool,
@@ -146,7 +150,11 @@ fn replay_command(plan: &Plan, cli: &Cli) -> String {
 /// Sweeps seeds; true when any run failed.
 fn sweep(cli: &Cli, scale: Scale) -> bool {
     let found = redmutex_sim::sweep(cli.from, cli.runs, scale, cli.threads, None);
-    for (seed, violation) in &found.failed {
+    let listed = match cli.every_rule {
+        true => &found.all,
+        false => &found.failed,
+    };
+    for (seed, violation) in listed {
         println!("seed {seed}: {violation}");
     }
     println!(

@@ -15,6 +15,8 @@ pub struct Sweep {
     pub runs: u64,
     /// Each failing seed with its first violation.
     pub failed: Vec<(u64, Violation)>,
+    /// Each failing seed's first violation of each rule it broke.
+    pub all: Vec<(u64, Violation)>,
     /// Per rule: how many runs broke it, and the first seed that did.
     pub rules: BTreeMap<&'static str, (u64, u64)>,
     pub simulated: Duration,
@@ -61,9 +63,13 @@ pub fn sweep(
                 sweep.runs += 1;
                 sweep.simulated += report.simulated();
                 sweep.requests += report.outcome.requests;
-                let mut rules: Vec<&'static str> =
-                    report.violations.iter().map(|v| v.rule).collect();
-                rules.dedup();
+                let mut rules: Vec<&'static str> = Vec::new();
+                for v in &report.violations {
+                    if !rules.contains(&v.rule) {
+                        rules.push(v.rule);
+                        sweep.all.push((seed, v.clone()));
+                    }
+                }
                 for rule in rules {
                     let entry = sweep.rules.entry(rule).or_insert((0, seed));
                     entry.0 += 1;
@@ -77,6 +83,7 @@ pub fn sweep(
     });
     let mut sweep = found.into_inner().unwrap_or_else(|p| p.into_inner());
     sweep.failed.sort_by_key(|(seed, _)| *seed);
+    sweep.all.sort_by_key(|(seed, _)| *seed);
     sweep.wall = started.elapsed();
     sweep
 }

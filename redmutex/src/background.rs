@@ -81,6 +81,15 @@ fn lock<T>(mutex: &'static Mutex<T>) -> MutexGuard<'static, T> {
 }
 
 fn hand_over(release: Try) {
+    // A simulated run stays on its own thread and clock (see `crate::simulation`): the
+    // release is retried there, or goes with the run.
+    #[cfg(feature = "simulation")]
+    if crate::simulation::active() {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(retry(release));
+        }
+        return;
+    }
     *lock(&PENDING) += 1;
     let mut finisher = lock(&FINISHER);
     let pid = std::process::id();
@@ -140,7 +149,13 @@ fn start() -> Option<UnboundedSender<Try>> {
 }
 
 /// Tries `release` until Redis answers, a few times within [`GIVE_UP_AFTER`].
-async fn finish(mut release: Try) {
+async fn finish(release: Try) {
+    retry(release).await;
+    finished();
+}
+
+/// Tries `release` until Redis answers, a few times within [`GIVE_UP_AFTER`].
+async fn retry(mut release: Try) {
     let give_up = Instant::now() + GIVE_UP_AFTER;
     let mut pause = Duration::from_millis(10);
     for _ in 0..TRIES {
@@ -157,7 +172,6 @@ async fn finish(mut release: Try) {
         tokio::time::sleep(pause.min(left)).await;
         pause *= 2;
     }
-    finished();
 }
 
 fn finished() {
