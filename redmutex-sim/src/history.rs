@@ -36,6 +36,9 @@ pub struct Section {
     pub release_held: Option<bool>,
     /// When it was told "lost".
     pub told_lost: Option<Duration>,
+    /// A refresh set its key to end sooner than it would have: waiters in other processes
+    /// learned the longer TTL from their last try.
+    pub shortened: bool,
 }
 
 impl Section {
@@ -92,7 +95,10 @@ pub struct Watch {
 /// eviction), or a forced release.
 #[derive(Clone, Debug)]
 pub struct Breach {
+    /// When it may have taken effect, from `at` to `until` (a forced release runs
+    /// somewhere between its call and its answer).
     pub at: Duration,
+    pub until: Duration,
     /// The names it touched; `None`: every name on the node.
     pub name: Option<String>,
     pub what: String,

@@ -3,6 +3,7 @@
 //! its trace; otherwise it sweeps seeds and reports what failed, with the seed to replay.
 //! Exit code 0: no violation; 1: some; 64: bad arguments.
 
+use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -104,12 +105,16 @@ fn replay(cli: &Cli, seed: u64, scale: Scale) -> bool {
         ms(cli.quiet_ms),
     );
     let report = redmutex_sim::run(plan.clone(), !cli.shrink);
-    for line in &report.outcome.trace {
-        println!("{line}");
+    let mut out = std::io::stdout().lock();
+    let lines = (report.outcome.trace.iter().cloned())
+        .chain(report.violations.iter().map(|v| v.to_string()));
+    for line in lines {
+        // (Into a closed pipe — `| head` — the rest is not wanted: stop quietly.)
+        if writeln!(out, "{line}").is_err() {
+            return !report.violations.is_empty();
+        }
     }
-    for v in &report.violations {
-        println!("{v}");
-    }
+    drop(out);
     if cli.shrink {
         if let Some(first) = report.violations.first() {
             let small = redmutex_sim::shrink(&plan, first.rule);

@@ -341,6 +341,12 @@ impl Plan {
             tasks[0] = task(&mut rng, mix, topology, 0);
             tasks[0].role = Role::Hold(holder(&mut rng, mix, topology), Style::Careful);
         }
+        // One limit per semaphore: its holders agree on it.
+        for task in tasks.iter_mut() {
+            if let Role::Hold(Primitive::Permit(_), style) = task.role {
+                task.role = Role::Hold(Primitive::Permit(2), style);
+            }
+        }
         for (id, task) in tasks.iter_mut().enumerate() {
             task.id = id;
         }
@@ -435,6 +441,9 @@ impl Plan {
         for t in &self.tasks {
             let i = t.id;
             let role = match t.role {
+                Role::Hold(Primitive::Permit(limit), style) => {
+                    format!("permit (of {limit}) {}", style.name())
+                }
                 Role::Hold(primitive, style) => format!("{} {}", primitive.name(), style.name()),
                 Role::Watch => "watch".into(),
                 Role::Force => "force".into(),
@@ -493,11 +502,7 @@ fn name_of(mix: Mix) -> &'static str {
 }
 
 fn task(rng: &mut Rng, mix: Mix, topology: Topology, process: usize) -> TaskPlan {
-    let mut primitive = holder(rng, mix, topology);
-    if let Primitive::Permit(_) = primitive {
-        // One limit per semaphore: its holders agree on it.
-        primitive = Primitive::Permit(2);
-    }
+    let primitive = holder(rng, mix, topology);
     let role = match rng.below(20) {
         0 | 3 => Role::Force,
         // Waiting for a release reads a lock's key: not a semaphore's or readers'.

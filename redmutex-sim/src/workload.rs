@@ -12,7 +12,7 @@ use crate::history::{Attempt, Section, Watch};
 use crate::net::{precise_sleep_until, SimConn};
 use crate::plan::{Primitive, Role, Style, TaskPlan};
 use crate::rng::Rng;
-use crate::world::{breach, Shared};
+use crate::world::{breach_between, Shared};
 
 /// One task: its plan, its stream of random numbers, and where it records.
 struct Task {
@@ -244,6 +244,7 @@ impl Task {
             released: None,
             release_held: None,
             told_lost: None,
+            shortened: false,
         });
         history.sections.len() - 1
     }
@@ -446,11 +447,17 @@ impl Task {
         let outcome = lock.refresh(ttl).await;
         let valid = self.world.at(lock.valid_until());
         self.world.note(|| {
-            format!("t{}: refreshed to {ttl:?}: {outcome:?}, valid until {valid:?}", self.index)
+            format!(
+                "t{}: refreshed to {ttl:?}: {outcome:?}, valid until {valid:?}",
+                self.index
+            )
         });
         // (A refresh that failed may still have set a shorter TTL: the library then
         // shortens the validity all the same.)
-        self.edit(section, |s| s.valid = valid);
+        self.edit(section, |s| {
+            s.shortened |= valid < s.valid;
+            s.valid = valid;
+        });
     }
 
     /// A writer: holds as any section does, or (now and then) downgrades to a reader and
@@ -595,13 +602,23 @@ impl Task {
         if self.over() {
             return;
         }
-        // What held the name is no longer vouched for from now on.
-        breach(
-            &self.world,
-            Some(self.name().to_string()),
-            format!("t{} forces a release", self.index),
-        );
+        let called = self.world.now();
         let taken = self.locker.force_release(self.name()).await;
+        // What held the name is no longer vouched for once the release ran: somewhere
+        // between the call and its answer — or, unanswered, whenever it reaches the
+        // server.
+        let until = match &taken {
+            Ok(_) => self.world.now(),
+            Err(_) => self.end + crate::plan::SETTLE,
+        };
+        let what = format!("t{} forcing a release", self.index);
+        breach_between(
+            &self.world,
+            called,
+            until,
+            Some(self.name().to_string()),
+            what,
+        );
         self.world.note(|| {
             format!(
                 "t{}: forced the release of {}: {:?}",

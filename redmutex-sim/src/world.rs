@@ -41,6 +41,12 @@ pub(crate) struct NodeState {
 }
 
 impl NodeState {
+    /// Unreachable until `until` at least (faults that overlap add up).
+    fn down_until(&self, until: Instant) {
+        let mut down = lock(&self.down_until);
+        *down = Some(down.map_or(until, |d| d.max(until)));
+    }
+
     pub(crate) fn is_down(&self) -> bool {
         lock(&self.down_until).is_some_and(|until| until > Instant::now())
     }
@@ -317,13 +323,13 @@ async fn strike_faults(world: Arc<Shared>, plan: Plan) {
                 applied,
             } => lock(&world.processes[process].cuts).push((node, applied)),
             Fault::Restart { node, down } => {
-                *lock(&world.nodes[node].down_until) = Some(now + down);
-                breach(&world, None, format!("n{node} restarted empty"));
+                world.nodes[node].down_until(now + down);
                 let world = world.clone();
                 tokio::spawn(async move {
                     tokio::time::sleep(down).await;
+                    // The data is gone from here on (unreachable until now).
                     world.nodes[node].redis.restart_empty();
-                    *lock(&world.nodes[node].down_until) = None;
+                    breach(&world, None, format!("n{node} restarted empty"));
                 });
             }
             Fault::Down { node, lasting } => {
@@ -331,10 +337,11 @@ async fn strike_faults(world: Arc<Shared>, plan: Plan) {
                     true => now + Duration::from_secs(86_400),
                     false => now + lasting,
                 };
-                *lock(&world.nodes[node].down_until) = Some(until);
+                world.nodes[node].down_until(until);
             }
             Fault::Freeze { node, lasting } => {
-                *lock(&world.nodes[node].frozen_until) = Some(now + lasting);
+                let mut frozen = lock(&world.nodes[node].frozen_until);
+                *frozen = Some(frozen.map_or(now + lasting, |f| f.max(now + lasting)));
             }
             Fault::Pause { process, lasting } => {
                 let mut paused = lock(&world.processes[process].paused_until);
@@ -368,7 +375,23 @@ async fn strike_faults(world: Arc<Shared>, plan: Plan) {
 /// Records a breach of the guarantees' conditions.
 pub(crate) fn breach(world: &Shared, name: Option<String>, what: String) {
     let at = world.now();
-    world.history().breaches.push(Breach { at, name, what });
+    breach_between(world, at, at, name, what);
+}
+
+/// Records a breach that took effect at some moment between `at` and `until`.
+pub(crate) fn breach_between(
+    world: &Shared,
+    at: Duration,
+    until: Duration,
+    name: Option<String>,
+    what: String,
+) {
+    world.history().breaches.push(Breach {
+        at,
+        until,
+        name,
+        what,
+    });
 }
 
 /// Every key a server holds has a TTL: checked every 50 ms of the run. While the run is

@@ -480,6 +480,40 @@ impl<C: Connection> Locker<C> {
         }
     }
 
+    /// How much less than its TTL every claim is trusted for, because the servers' clocks
+    /// may run faster than this client's: `ttl × factor + fixed` (see
+    /// [`safety`](crate::safety), "The holder's validity"). One node's default is 1 % of the
+    /// TTL; Redlock's, 1 % and 2 ms ([`QuorumSettings`], whose drift part this sets). The
+    /// same allowance lengthens what a [minimum hold](crate::Acquire::min_hold) asks the
+    /// servers to keep. A `factor` outside 0..=1 counts as the nearest of the two; NaN as
+    /// 0. Claims held already keep the allowance they were taken with.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// let ttl = Duration::from_secs(10);
+    /// let locker = redmutex::Locker::in_memory();
+    /// let start = tokio::time::Instant::now();
+    /// let lock = locker.acquire("job", ttl).await?;
+    /// assert_eq!(lock.valid_until(), start + Duration::from_millis(9_900)); // 1 % less
+    /// lock.release().await?;
+    /// // Hosts whose clocks may run 5 % apart, and a coarse clock on top:
+    /// let careful = locker.with_drift(0.05, Duration::from_millis(20));
+    /// let lock = careful.acquire("job", ttl).await?;
+    /// assert_eq!(lock.valid_until(), start + Duration::from_millis(9_480));
+    /// # lock.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_drift(self, factor: f64, fixed: Duration) -> Locker<C> {
+        let drift = crate::quorum::Drift::new(factor, fixed);
+        self.edit(|context| {
+            context.backend = context.backend.with_drift(drift);
+            // Leases already kept alive stay with the renewer of the old allowance.
+            context.renewer = Arc::new(RenewerSlot::new());
+        })
+    }
+
     /// Makes every write of a lock count only once replicas confirm it: each acquire try
     /// that obtains, each refresh, keep-alive renewal and fence is followed by `WAIT`
     /// (`WAITAOF` with [`Replication::on_disk`]) on the same connection. An acquire that

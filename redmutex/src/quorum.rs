@@ -79,11 +79,7 @@ impl QuorumSettings {
     /// assert_eq!(QuorumSettings::new().drift_factor(7.0).drift(ms(1000)), ms(1002));
     /// ```
     pub fn drift_factor(mut self, factor: f64) -> QuorumSettings {
-        self.drift_factor = if factor.is_nan() {
-            0.0
-        } else {
-            factor.clamp(0.0, 1.0)
-        };
+        self.drift_factor = Drift::new(factor, Duration::ZERO).factor;
         self
     }
 
@@ -152,9 +148,15 @@ impl QuorumSettings {
     /// assert_eq!(settings.drift(Duration::from_secs(30)), Duration::from_millis(302));
     /// ```
     pub fn drift(&self, ttl: Duration) -> Duration {
-        let proportional = Duration::try_from_secs_f64(ttl.as_secs_f64() * self.drift_factor)
-            .unwrap_or(Duration::MAX);
-        proportional.saturating_add(self.fixed_drift)
+        self.allowance().of(ttl)
+    }
+
+    /// The drift part of the settings.
+    pub(crate) fn allowance(&self) -> Drift {
+        Drift {
+            factor: self.drift_factor,
+            fixed: self.fixed_drift,
+        }
     }
 
     /// The timeout for one node's answer, for a lease of `ttl`.
@@ -187,6 +189,51 @@ impl QuorumSettings {
     pub fn validity(&self, ttl: Duration, elapsed: Duration) -> Option<Duration> {
         let left = ttl.checked_sub(elapsed)?.checked_sub(self.drift(ttl))?;
         (!left.is_zero() && left >= self.min_validity).then_some(left)
+    }
+}
+
+/// A clock-drift allowance, `ttl × factor + fixed`: how much less than its TTL a claim is
+/// trusted for, because the server's clock may run faster than the client's (see
+/// docs/SAFETY.md, "The holder's validity"). One rule for one node and for Redlock.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Drift {
+    pub(crate) factor: f64,
+    pub(crate) fixed: Duration,
+}
+
+impl Drift {
+    /// One node's default: 1 % of the TTL. Clocks that NTP disciplines differ in rate by
+    /// well under 0.1 %; 1 % also covers a host whose clock is not disciplined at all (a
+    /// VM's, typically 0.01–0.5 %). No fixed part: a server keeps a key through the last
+    /// millisecond of its expiry, which already makes up for its clock counting in whole
+    /// milliseconds. (Redlock's default keeps its 2 ms, as the algorithm states it.)
+    pub(crate) const ONE_NODE: Drift = Drift {
+        factor: 0.01,
+        fixed: Duration::ZERO,
+    };
+
+    /// `factor` as [`QuorumSettings::drift_factor`] takes it: NaN as 0, within 0..=1.
+    pub(crate) fn new(factor: f64, fixed: Duration) -> Drift {
+        let factor = if factor.is_nan() {
+            0.0
+        } else {
+            factor.clamp(0.0, 1.0)
+        };
+        Drift { factor, fixed }
+    }
+
+    /// The allowance for a claim of `ttl`.
+    pub(crate) fn of(&self, ttl: Duration) -> Duration {
+        let proportional =
+            Duration::try_from_secs_f64(ttl.as_secs_f64() * self.factor).unwrap_or(Duration::MAX);
+        proportional.saturating_add(self.fixed)
+    }
+
+    /// How long a server must be told to keep a claim for it to last `left` by this
+    /// client's clock: `left` and its allowance (a minimum hold, kept at least as long as
+    /// promised even by a server clock that runs fast).
+    pub(crate) fn keep(&self, left: Duration) -> Duration {
+        left.saturating_add(self.of(left))
     }
 }
 

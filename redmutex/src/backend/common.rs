@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use crate::background;
 use crate::connection::Connection;
 use crate::error::InvalidArgument;
-use crate::quorum::{NodeError, QuorumFailure};
+use crate::quorum::{Drift, NodeError, QuorumFailure};
 use crate::scripts::Claim;
 use crate::token::Token;
 
@@ -101,17 +101,19 @@ pub(crate) fn check_renewal_reply(answers: &[i64], leases: usize) -> Result<(), 
 }
 
 /// One try of an owner-checked release of `claim` on `conn`, for [`background::release`];
-/// what is held is kept until `keep_until` (a minimum hold time), whenever the try runs.
+/// what is held is kept until `keep_until` (a minimum hold time, by a server clock that
+/// may drift as `drift` allows), whenever the try runs.
 pub(crate) fn release_try<C: Connection>(
     conn: C,
     claim: Arc<dyn Claim>,
     token: Token,
     keep_until: Option<Instant>,
+    drift: Drift,
 ) -> background::Try {
     Box::new(move || {
         let (mut conn, claim) = (conn.clone(), claim.clone());
         Box::pin(async move {
-            let keep = keep_ms(keep_until);
+            let keep = keep_ms(keep_until, drift);
             claim
                 .release_unattended(&mut conn, &token, keep)
                 .await
@@ -120,11 +122,16 @@ pub(crate) fn release_try<C: Connection>(
     })
 }
 
-/// How long from now a release must keep what is held: until `keep_until`, in whole
-/// milliseconds rounded up (never shorter); 0 when it has passed or there is none.
-pub(crate) fn keep_ms(keep_until: Option<Instant>) -> u64 {
+/// How long from now a release must keep what is held: until `keep_until` by this
+/// client's clock, with the drift allowance on top (a server clock running fast keeps it
+/// that long all the same), in whole milliseconds rounded up (never shorter); 0 when it
+/// has passed or there is none.
+pub(crate) fn keep_ms(keep_until: Option<Instant>, drift: Drift) -> u64 {
     let left = keep_until.map_or(Duration::ZERO, |until| {
         until.saturating_duration_since(Instant::now())
     });
-    u64::try_from(left.as_micros().div_ceil(1000)).unwrap_or(u64::MAX)
+    if left.is_zero() {
+        return 0;
+    }
+    u64::try_from(drift.keep(left).as_micros().div_ceil(1000)).unwrap_or(u64::MAX)
 }

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::connection::Connection;
 use crate::error::{Argument, Error};
-use crate::quorum::QuorumSettings;
+use crate::quorum::{Drift, QuorumSettings};
 use crate::scripts::{Claim, ObtainTry};
 use crate::token::Token;
 use common::{Attempt, Renewal, View};
@@ -122,11 +122,31 @@ impl<C: Connection> Backend<C> {
         }
     }
 
-    /// The clock-drift allowance subtracted from a lease of `ttl`: none on one node, whose
-    /// own clock both sets and expires the key; the Redlock allowance on a quorum.
+    /// The clock-drift allowance subtracted from a lease of `ttl`: one node's, or the
+    /// Redlock allowance of the quorum's settings.
     pub(crate) fn drift(&self, ttl: Duration) -> Duration {
-        self.quorum_settings()
-            .map_or(Duration::ZERO, |settings| settings.drift(ttl))
+        self.allowance().of(ttl)
+    }
+
+    /// The clock-drift allowance, as a rule.
+    pub(crate) fn allowance(&self) -> Drift {
+        match self {
+            Backend::Single(single) => single.drift(),
+            Backend::Quorum(quorum) => quorum.settings().allowance(),
+        }
+    }
+
+    /// The same nodes, their claims trusted with this drift allowance (on Redlock, the
+    /// drift part of the quorum's settings).
+    pub(crate) fn with_drift(&self, drift: Drift) -> Backend<C> {
+        match self {
+            Backend::Single(single) => Backend::Single(single.with_drift(drift)),
+            Backend::Quorum(quorum) => {
+                let settings =
+                    (quorum.settings().drift_factor(drift.factor)).fixed_drift(drift.fixed);
+                Backend::redlock(quorum.nodes().to_vec(), settings)
+            }
+        }
     }
 
     /// One try, sent now (`sent_at`, read by the caller, which needs it too), answering by

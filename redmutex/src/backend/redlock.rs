@@ -341,7 +341,8 @@ impl<C: Connection> Quorum<C> {
     ) {
         for node in nodes {
             let conn = self.conns[node].clone();
-            background::release(release_try(conn, claim.clone(), token, keep_until));
+            let drift = self.settings.allowance();
+            background::release(release_try(conn, claim.clone(), token, keep_until, drift));
         }
     }
 
@@ -356,7 +357,7 @@ impl<C: Connection> Quorum<C> {
         keep_until: Option<Instant>,
     ) -> Result<(), Error> {
         let started = Instant::now();
-        let keep = keep_ms(keep_until);
+        let keep = keep_ms(keep_until, self.settings.allowance());
         let timeout = self.settings.timeout_for(ttl.unwrap_or(TTL_FOR_TIMEOUTS));
         let replies = self
             .fan_out(timeout, |_, mut conn| async move {

@@ -15,6 +15,7 @@ use crate::background;
 use crate::classify::is_transient_redis;
 use crate::connection::Connection;
 use crate::error::Error;
+use crate::quorum::Drift;
 use crate::scripts::{idempotent, Claim, Obtain, ObtainTry, Remaining};
 use crate::token::Token;
 
@@ -26,6 +27,8 @@ pub(crate) struct Single<C> {
     cluster: bool,
     /// Writes count only once replicas confirm them.
     replication: Option<Replication>,
+    /// How much less than its TTL a claim is trusted for.
+    drift: Drift,
 }
 
 impl<C: Connection> Single<C> {
@@ -34,6 +37,7 @@ impl<C: Connection> Single<C> {
             conn,
             cluster,
             replication: None,
+            drift: Drift::ONE_NODE,
         }
     }
 
@@ -70,6 +74,24 @@ impl<C: Connection> Single<C> {
             error => TryResult::Unconfirmed(error),
         };
         Attempt::plain(result, !undone)
+    }
+
+    /// The same server, its claims trusted with this drift allowance.
+    pub(crate) fn with_drift(&self, drift: Drift) -> Single<C> {
+        Single {
+            drift,
+            ..self.clone()
+        }
+    }
+
+    pub(crate) fn drift(&self) -> Drift {
+        self.drift
+    }
+
+    /// Until when a claim of `ttl_ms` sent at `sent_at` is valid: its TTL less the drift
+    /// allowance (see docs/SAFETY.md, "The holder's validity").
+    fn valid_until(&self, sent_at: Instant, ttl: Duration) -> Instant {
+        sent_at + ttl.saturating_sub(self.drift.of(ttl))
     }
 
     pub(crate) fn nodes(&self) -> &[C] {
@@ -116,7 +138,7 @@ impl<C: Connection> Single<C> {
                 if let Err(error) = self.confirm(&mut conn).await {
                     return (self.unconfirmed(&mut conn, claim, request.token, error)).await;
                 }
-                let valid_until = sent_at + Duration::from_millis(request.ttl_ms);
+                let valid_until = self.valid_until(sent_at, Duration::from_millis(request.ttl_ms));
                 Attempt::plain(TryResult::Obtained { valid_until, fence }, false)
             }
             // Nothing was written by this try; an earlier, unseen success may still stand.
@@ -143,7 +165,8 @@ impl<C: Connection> Single<C> {
         keep_until: Option<Instant>,
     ) -> Result<(), Error> {
         let mut conn = self.conn.clone();
-        match idempotent!(claim.release(&mut conn, token, keep_ms(keep_until)))? {
+        let keep = keep_ms(keep_until, self.drift);
+        match idempotent!(claim.release(&mut conn, token, keep))? {
             true => Ok(()),
             false => Err(Error::NotHeld),
         }
@@ -168,7 +191,8 @@ impl<C: Connection> Single<C> {
         token: Token,
         keep_until: Option<Instant>,
     ) {
-        background::release(release_try(self.conn.clone(), claim, token, keep_until));
+        let conn = self.conn.clone();
+        background::release(release_try(conn, claim, token, keep_until, self.drift));
     }
 
     /// Owner-checked refresh to `ttl_ms`. Returns the new validity.
@@ -184,7 +208,7 @@ impl<C: Connection> Single<C> {
             true => self.confirm(&mut conn).await?,
             false => return Err(Error::NotHeld),
         }
-        Ok(sent_at + Duration::from_millis(ttl_ms))
+        Ok(self.valid_until(sent_at, Duration::from_millis(ttl_ms)))
     }
 
     /// Sends one keep-alive call for leases of these `ttls` and says, lease by lease, what
@@ -215,7 +239,7 @@ impl<C: Connection> Single<C> {
         let renewal = |(answer, ttl): (&i64, &Duration)| match answer {
             1 => Renewal::Renewed {
                 sent_at,
-                valid_until: sent_at + *ttl,
+                valid_until: self.valid_until(sent_at, *ttl),
             },
             _ => Renewal::NotHeld,
         };

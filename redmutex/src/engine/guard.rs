@@ -385,12 +385,30 @@ impl<C: Connection, P> Lock<C, P> {
         let sent_at = Instant::now();
         let backend = &self.context.backend;
         self.valid_until = current.min(sent_at + ttl.saturating_sub(backend.drift(ttl)));
-        let valid_until = (backend)
+        let refreshed = (backend)
             .refresh(&*self.claim, &self.token, ttl_ms, Some(current))
-            .await?;
-        self.lease_ttl = ttl;
-        self.valid_until = valid_until;
-        Ok(())
+            .await;
+        let outcome = match refreshed {
+            Ok(valid_until) => {
+                self.lease_ttl = ttl;
+                self.valid_until = valid_until;
+                Ok(())
+            }
+            Err(Error::NotHeld) => {
+                // Lost: no longer valid, whatever the clock says.
+                self.valid_until = self.valid_until.min(Instant::now());
+                Err(Error::NotHeld)
+            }
+            Err(e) => Err(e),
+        };
+        // This locker's waiters learned how long the key lasts from their last try: one
+        // that now ends sooner (a shorter TTL, or lost) must not keep them waiting longer.
+        if let (Some(hub), true) = (&self.context.hub, self.valid_until < current) {
+            for key in self.claim.keys().iter() {
+                hub.held_until(key, self.valid_until);
+            }
+        }
+        outcome
     }
 
     /// Deletes every key that still holds this owner's token (Redlock: on every node; done

@@ -91,9 +91,20 @@ impl LeaseState {
         }
     }
 
-    /// Records why the lease ended (the first reason wins) and wakes every watcher.
+    /// Records why the lease ended (the first reason wins) and wakes every watcher. A
+    /// lost lease's validity ends with it: a lease declared lost may be released at once (so that
+    /// nobody waits for a lock its owner gave up on), and a holder that looks at
+    /// `valid_until` rather than at the signal must not go on believing.
     pub(crate) fn end(&self, reason: LostReason) {
         let _ = self.reason.set(reason);
+        let lost = !matches!(
+            self.reason.get(),
+            Some(LostReason::Released | LostReason::Stopped)
+        );
+        if lost {
+            let mut valid_until = self.valid_until.lock().unwrap_or_else(|p| p.into_inner());
+            *valid_until = (*valid_until).min(Instant::now());
+        }
         self.cancel.cancel();
     }
 

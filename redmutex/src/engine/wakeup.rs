@@ -202,6 +202,9 @@ struct ChannelState {
     /// baton was out (counted as one); otherwise, permits freed while every waiter was
     /// already trying.
     pending: usize,
+    /// The nodes that announced a release since the last announcement that counted (on
+    /// Redlock, a release counts once a quorum of nodes announced it).
+    heard: Vec<bool>,
     /// A waiter of this locker got the key and no release was announced since: the holder
     /// is marked, and newcomers can queue even when nobody else waits — until this instant,
     /// when its lease runs out unless renewed: a holder that lets it expire announces
@@ -296,6 +299,7 @@ impl Hub {
                         unclaimed: 0,
                         why: Wake::Released,
                         pending: 0,
+                        heard: vec![false; self.subscribers.len()],
                         held_by_waiter: None,
                     }),
                 })
@@ -318,6 +322,21 @@ impl Hub {
 
     fn subscribed(&self, state: &ChannelState) -> bool {
         state.confirmed.iter().filter(|c| **c).count() >= self.needed
+    }
+
+    /// A claim at `key` held by this locker now ends sooner than it did, at `until` (it
+    /// was refreshed to a shorter TTL, or lost): newcomers that queue behind it without a
+    /// try wait no longer than that, and one waiter tries again to learn it — the others'
+    /// waits were set by what their tries saw.
+    pub(crate) fn held_until(&self, key: &[u8], until: Instant) {
+        let channel = lock(&self.channels).get(key).cloned();
+        if let Some(channel) = channel {
+            let mut state = lock(&channel.state);
+            if state.held_by_waiter.is_some() {
+                state.held_by_waiter = Some(until);
+            }
+            channel.announce(&mut state, Wake::Released, 1);
+        }
     }
 
     /// Whether `member`'s channel is subscribed: a release announced there reaches it.
@@ -379,12 +398,23 @@ impl Hub {
         }
     }
 
-    /// A release announced on `key` by one node, with what it freed: `freed` permits of a
-    /// semaphore (a lock's release says no number: it frees the one key).
-    fn released(&self, key: &[u8], freed: usize) {
+    /// A release announced on `key` by `node`, with what it freed: `freed` permits of a
+    /// semaphore (a lock's release says no number: it frees the one key). Where a quorum
+    /// decides, it counts once a quorum of nodes announced a release: one node's alone
+    /// frees nothing anyone can take — it is usually a failed try undone there, and
+    /// waking the waiters for it would have them try, fail and undo in turn, waking each
+    /// other without end while the key is held elsewhere.
+    fn released(&self, node: usize, key: &[u8], freed: usize) {
         let channel = lock(&self.channels).get(key).cloned();
         if let Some(channel) = channel {
             let mut state = lock(&channel.state);
+            if let Some(heard) = state.heard.get_mut(node) {
+                *heard = true;
+            }
+            if state.heard.iter().filter(|h| **h).count() < self.needed {
+                return;
+            }
+            state.heard.iter_mut().for_each(|h| *h = false);
             tracing::trace!(
                 channel = %String::from_utf8_lossy(key),
                 freed,
@@ -712,7 +742,7 @@ async fn relay(
                 let Some(hub) = hub.upgrade() else { return Ended::HubGone };
                 // A semaphore's release says how many permits it freed.
                 let freed = std::str::from_utf8(&message.payload).ok().and_then(|p| p.parse().ok());
-                hub.released(&message.channel, freed.unwrap_or(1));
+                hub.released(node, &message.channel, freed.unwrap_or(1));
             }
             key = keys.recv() => {
                 let Some(key) = key else { return Ended::HubGone };

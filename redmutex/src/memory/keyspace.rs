@@ -194,8 +194,10 @@ struct Entry {
 }
 
 impl Entry {
+    /// As Redis keeps a key: through the last millisecond of its expiry (it is expired
+    /// once the clock, in whole milliseconds, is past it).
     fn alive_at(&self, now_ms: u64) -> bool {
-        self.expires_at_ms.is_none_or(|at| at > now_ms)
+        self.expires_at_ms.is_none_or(|at| at >= now_ms)
     }
 }
 

@@ -35,12 +35,12 @@ end
 -- Drops the waiters whose heartbeat ran out by `now`, and, once it is first in line, a
 -- waiter with no heartbeat at all (its entry lost with the beats key, deleted or evicted).
 local function reclaim(queue, beats, now)
-  local dead = redis.call('zrangebyscore', beats, '-inf', now)
+  local dead = redis.call('zrangebyscore', beats, '-inf', over_by(now))
   for _, token in ipairs(dead) do
     redis.call('zrem', queue, token)
   end
   if #dead > 0 then
-    redis.call('zremrangebyscore', beats, '-inf', now)
+    redis.call('zremrangebyscore', beats, '-inf', over_by(now))
   end
   local first = head(queue)
   while first and not redis.call('zscore', beats, first) do
@@ -69,13 +69,6 @@ local function leave(queue, beats, token)
   redis.call('zrem', beats, token)
 end
 
--- Tells the waiter `token` that it is first in line and the key is free. A hint (waiters
--- also try at least once per heartbeat interval): a PUBLISH refused must not fail the
--- script, so it goes through pcall.
-local function turn(key, token)
-  redis.pcall('publish', key .. ':~' .. string.sub(redis.sha1hex(token), 1, 16), 'turn')
-end
-
 --- op: obtain
 -- 'obtain': take the key if it is free and this waiter is first in line (or nobody waits).
 -- KEYS:    the lock key, the queue, the beats, then (fenced) the key's fence counter.
@@ -92,7 +85,8 @@ end
 --          { -2, 0 } when the queue keys hold data of another kind (nothing written).
 -- A key that already holds our own token counts as free (a retry after a lost reply).
 -- When the try finds the waiter first in line gone (its heartbeat ran out) and the key
--- free, the new first waiter is told that it is its turn.
+-- free, the new first waiter is told that it is its turn; when it takes the key and others
+-- wait, the next in line is told too (see below).
 local key, queue, beats = KEYS[1], KEYS[2], KEYS[3]
 if not queue_ours(queue, beats) then
   return { -2, 0 }
@@ -135,6 +129,14 @@ if #KEYS > 3 then
 end
 redis.call('set', key, ARGV[1], 'px', ARGV[2])
 leave(queue, beats, token)
+-- The next waiter last heard that the key was free and someone else's turn: it does not
+-- know until when it is held now. Told, it tries once and learns it, so that it is first
+-- to try when this holder's key runs out unreleased (a holder that died), not at its
+-- next heartbeat's try.
+local next = head(queue)
+if next then
+  turn(key, next)
+end
 expire_with(beats, queue)
 return { 0, fence }
 
@@ -200,7 +202,7 @@ end
 local now = now_ms()
 for _, token in ipairs(redis.call('zrange', queue, 0, -1)) do
   local beat = redis.call('zscore', beats, token)
-  if beat and tonumber(beat) > now then
+  if beat and live_at(beat, now) then
     reply[#reply + 1] = tonumber(beat) - now
   end
 end

@@ -24,8 +24,8 @@ end
 local function describe_at(i, now)
   local key, counter, beats = KEYS[i], KEYS[i + 1], KEYS[i + 2]
   local permits, readers, intents = KEYS[i + 3], KEYS[i + 4], KEYS[i + 5]
-  -- Live: expiring after now (what the primitives' own scripts keep).
-  local live_from = '(' .. now
+  -- Live as the primitives' own scripts count it (see live_from in helpers.lua).
+  local live = live_from(now)
   local kind = kind_of(key)
   local ttl = redis.call('pttl', key)
   local fence = redis.pcall('get', counter)
@@ -43,10 +43,10 @@ local function describe_at(i, now)
       entry[1], entry[4], entry[5] = 'foreign', false, 0
     elseif kind_of(beats) == 'zset' then
       entry[1] = 'fair_lock'
-      entry[6] = redis.call('zcount', beats, live_from, '+inf')
+      entry[6] = redis.call('zcount', beats, live, '+inf')
     elseif kind_of(intents) == 'zset' then
       entry[1] = 'rw_lock_write'
-      entry[6] = redis.call('zcount', intents, live_from, '+inf')
+      entry[6] = redis.call('zcount', intents, live, '+inf')
     end
   elseif kind == 'zset' then
     local details = false
@@ -60,17 +60,17 @@ local function describe_at(i, now)
     elseif kind_of(readers) == 'hash' then
       entry[1], details = 'rw_lock_read', readers
       if kind_of(intents) == 'zset' then
-        entry[6] = redis.call('zcount', intents, live_from, '+inf')
+        entry[6] = redis.call('zcount', intents, live, '+inf')
       else
         entry[6] = 0
       end
     end
     if details then
-      entry[5] = redis.call('zcount', key, live_from, '+inf')
-      local live = redis.call('zrangebyscore', key, live_from, '+inf', 'withscores', 'limit', 0, SAMPLE)
+      entry[5] = redis.call('zcount', key, live, '+inf')
+      local members = redis.call('zrangebyscore', key, live, '+inf', 'withscores', 'limit', 0, SAMPLE)
       local sample = {}
-      for j = 1, #live, 2 do
-        sample[#sample + 1] = { tonumber(live[j + 1]) - now, redis.call('hget', details, live[j]) or '' }
+      for j = 1, #members, 2 do
+        sample[#sample + 1] = { tonumber(members[j + 1]) - now, redis.call('hget', details, members[j]) or '' }
       end
       entry[8] = sample
     end
@@ -101,15 +101,31 @@ return described
 --- op: force
 -- an operator's release of whatever redmutex holds at a key, whoever holds it: the key, and
 -- the holders' details beside it (a semaphore's, readers'); a line of waiters and the fence
--- counter stay. Waiters hear of it as of a release. Something redmutex did not write is
--- left alone. The holders are not told: each finds out at its next renewal or refresh.
--- KEYS:    the key and its five companions, as for `describe`.
+-- counter stay. Waiters hear of it as of a release: a plain lock's and writers' on the
+-- key's channel, a fair lock's first live waiter on its own, readers on theirs. Something
+-- redmutex did not write is left alone. The holders are not told: each finds out at its
+-- next renewal or refresh.
+-- KEYS:    the key and its five companions, as for `describe`, then its fair lock's queue.
 -- Returns: { entry }: the key's entry as `describe` reads it, before the release.
-local entry = describe_at(1, now_ms())
+local now = now_ms()
+local entry = describe_at(1, now)
 local kind = entry[1]
 if kind == 'lock' or kind == 'fair_lock' or kind == 'rw_lock_write' then
   redis.call('del', KEYS[1])
   redis.pcall('publish', KEYS[1], 'released')
+  if kind == 'fair_lock' then
+    for _, token in ipairs(redis.call('zrange', KEYS[7], 0, -1)) do
+      local beat = redis.call('zscore', KEYS[3], token)
+      if beat and live_at(beat, now) then
+        turn(KEYS[1], token)
+        break
+      end
+    end
+  elseif entry[6] <= 0 then
+    -- A writer's or a plain lock's key (either keeps readers out), and no writer waits:
+    -- readers may come in.
+    redis.pcall('publish', readers_channel(KEYS[1]), EVERYONE)
+  end
 elseif kind == 'semaphore' then
   redis.call('del', KEYS[1], KEYS[4])
   redis.pcall('publish', KEYS[1], tostring(entry[9]))

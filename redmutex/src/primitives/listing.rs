@@ -370,7 +370,8 @@ pub(crate) async fn force_release<C: Connection>(
     backend: &Backend<C>,
     key: &[u8],
 ) -> Result<Option<ListedLock>, Error> {
-    one_key(backend, &FORCE, key).await
+    // It tells a fair lock's first waiter: it reads the line too.
+    one_key(backend, &FORCE, key, Some(Companion::Queue)).await
 }
 
 /// What `key` (with the prefix) holds, as a listing would show it; `None` when free.
@@ -378,18 +379,22 @@ pub(crate) async fn describe<C: Connection>(
     backend: &Backend<C>,
     key: &[u8],
 ) -> Result<Option<ListedLock>, Error> {
-    one_key(backend, &DESCRIBE, key).await
+    one_key(backend, &DESCRIBE, key, None).await
 }
 
-/// Runs `operation` of `listing.lua` for one key.
+/// Runs `operation` of `listing.lua` for one key (its companions, and `extra` after them).
 async fn one_key<C: Connection>(
     backend: &Backend<C>,
     operation: &'static Operation,
     key: &[u8],
+    extra: Option<Companion>,
 ) -> Result<Option<ListedLock>, Error> {
     let keys = [key.to_vec()];
     let mut call = operation.script().prepare_invoke();
     add_keys(&mut call, &keys[0]);
+    if let Some(extra) = extra {
+        call.key(fence::companion_key(key, extra));
+    }
     let view = PageView { keys: &keys };
     Ok(backend.inspect(&view, &call).await?.pop())
 }

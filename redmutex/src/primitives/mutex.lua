@@ -57,7 +57,7 @@ local function line_up(key, value, length, locker, waited, left)
   local since = now - tonumber(waited)
   local named = tonumber(string.sub(value, length + 24, length + 38))
   local until_ = tonumber(string.sub(value, length + 39, length + 1 + NEXT_LEN))
-  if (flag == 'W' or flag == 'r') and named and until_ and named <= since and until_ > now then
+  if (flag == 'W' or flag == 'r') and named and until_ and named <= since and live_at(until_, now) then
     return
   end
   local next = locker .. string.format('%015d%015d', since, now + tonumber(left))
@@ -73,7 +73,7 @@ end
 -- waiter still waits: the key holds the id with the flag 'r' for HANDOFF_MS. Whether it did.
 local function hand_over(key, next)
   local id_len = NEXT_LEN - 30
-  if #next < NEXT_LEN or (tonumber(string.sub(next, id_len + 16, NEXT_LEN)) or 0) <= now_ms() then
+  if #next < NEXT_LEN or not live_at(tonumber(string.sub(next, id_len + 16, NEXT_LEN)) or 0, now_ms()) then
     return false
   end
   redis.call('set', key, string.sub(next, 1, id_len) .. 'r', 'px', HANDOFF_MS)

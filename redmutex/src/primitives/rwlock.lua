@@ -27,13 +27,6 @@
 -- release, a downgrade, and the last intent's end announce themselves there, for every
 -- reader at once.
 
--- How many readers one announcement lets try: all of them.
-local EVERYONE = '1000000'
-
--- The channel readers wait on.
-local function readers_channel(key)
-  return key .. ':~r'
-end
 
 -- What the lock key holds: 'free', 'writer' (a string: a writer, a plain lock, or data of
 -- someone else's — it excludes readers either way), 'readers' (a reader set with its
@@ -59,23 +52,23 @@ end
 -- Drops the intents whose heartbeat ran out by `now`; returns how many are live, and when
 -- the last of them runs out (ms, server clock) unless renewed.
 local function live_intents(intents, now)
-  redis.call('zremrangebyscore', intents, '-inf', now)
+  redis.call('zremrangebyscore', intents, '-inf', over_by(now))
   local last = redis.call('zrevrange', intents, 0, 0, 'withscores')
   if last[2] == nil then
     return 0, now
   end
-  redis.call('pexpireat', intents, last[2])
+  redis.call('pexpireat', intents, key_expiry(last[2]))
   return redis.call('zcard', intents), tonumber(last[2])
 end
 
 -- Drops the readers whose expiry passed by `now`; the keys go with the last of them.
 local function reclaim(lock, details, now)
-  local expired = redis.call('zrangebyscore', lock, '-inf', now)
+  local expired = redis.call('zrangebyscore', lock, '-inf', over_by(now))
   for _, token in ipairs(expired) do
     redis.call('hdel', details, token)
   end
   if #expired > 0 then
-    redis.call('zremrangebyscore', lock, '-inf', now)
+    redis.call('zremrangebyscore', lock, '-inf', over_by(now))
     expire_with(lock, details)
   end
 end
@@ -83,7 +76,7 @@ end
 -- Whether `token` reads (unexpired by `now`).
 local function reading(lock, token, now)
   local score = redis.call('zscore', lock, token)
-  return score ~= false and tonumber(score) > now
+  return score ~= false and live_at(score, now)
 end
 
 -- Sets the expiry of the reader `token` to now + `ttl` ms if it reads; never adds a
@@ -348,7 +341,7 @@ if holder_kind(KEYS[1], KEYS[2]) ~= 'readers' then
 end
 local now = now_ms()
 local score = redis.call('zscore', KEYS[1], ARGV[1])
-if score == false or tonumber(score) <= now then
+if score == false or not live_at(score, now) then
   return -2
 end
 return tonumber(score) - now
@@ -395,7 +388,7 @@ local kind = holder_kind(lock, details)
 local now = now_ms()
 local waiting = 0
 if intents_ours(intents) then
-  waiting = redis.call('zcount', intents, '(' .. now, '+inf')
+  waiting = redis.call('zcount', intents, live_from(now), '+inf')
 end
 if kind == nil then
   return { -1, fence, waiting, -2, false }
@@ -405,7 +398,7 @@ elseif kind == 'writer' then
   return { 1, fence, waiting, redis.call('pttl', lock), redis.call('get', lock) }
 end
 local reply = { 2, fence, waiting, -2, false }
-local live = redis.call('zrangebyscore', lock, '(' .. now, '+inf', 'withscores')
+local live = redis.call('zrangebyscore', lock, live_from(now), '+inf', 'withscores')
 for i = 1, #live, 2 do
   reply[#reply + 1] = tonumber(live[i + 1]) - now
   reply[#reply + 1] = redis.call('hget', details, live[i]) or ''

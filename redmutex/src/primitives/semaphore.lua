@@ -41,7 +41,7 @@ end
 -- Drops the holders whose expiry has passed by `now`; returns how many permits came back.
 -- When none is left, the details go too (the limit with them), as when the keys expire.
 local function reclaim(holders, details, now)
-  local expired = redis.call('zrangebyscore', holders, '-inf', now)
+  local expired = redis.call('zrangebyscore', holders, '-inf', over_by(now))
   if #expired == 0 then
     return 0
   end
@@ -50,7 +50,7 @@ local function reclaim(holders, details, now)
     freed = freed + permits_of(details, token)
     redis.call('hdel', details, token)
   end
-  redis.call('zremrangebyscore', holders, '-inf', now)
+  redis.call('zremrangebyscore', holders, '-inf', over_by(now))
   if redis.call('zcard', holders) == 0 then
     redis.call('del', details)
   else
@@ -62,7 +62,7 @@ end
 -- Whether `token` holds permits (unexpired by `now`).
 local function holding(holders, token, now)
   local score = redis.call('zscore', holders, token)
-  return score ~= false and tonumber(score) > now
+  return score ~= false and live_at(score, now)
 end
 
 -- Sets the expiry of the holder `token` to now + `ttl` ms if it holds permits; never adds a
@@ -213,7 +213,7 @@ if not ours(KEYS[1], KEYS[2]) then
 end
 local now = now_ms()
 local score = redis.call('zscore', KEYS[1], ARGV[1])
-if score == false or tonumber(score) <= now then
+if score == false or not live_at(score, now) then
   return -2
 end
 return tonumber(score) - now
@@ -258,7 +258,7 @@ end
 local now = now_ms()
 local reply = { 1, redis.call('hget', details, '#limit'), fence,
   redis.call('hexists', details, '#awaited') }
-local live = redis.call('zrangebyscore', holders, '(' .. now, '+inf', 'withscores')
+local live = redis.call('zrangebyscore', holders, live_from(now), '+inf', 'withscores')
 for i = 1, #live, 2 do
   local entry = redis.call('hget', details, live[i]) or '0:'
   local permits, metadata = string.match(entry, '^(%d+):(.*)$')

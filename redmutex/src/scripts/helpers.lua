@@ -125,6 +125,34 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- Expiries scored in sorted sets (a semaphore's holders, readers, a fair line's
+-- heartbeats, writers' intents: milliseconds on the server's clock) end as Redis's own key
+-- expiry does: an expiry is live through its last millisecond — while now_ms() <= it —
+-- and over once the clock is past it. (The clock in whole milliseconds is the time
+-- rounded down, so a claim scored now_ms() + ttl lasts longer than ttl: never shorter
+-- than the holder's validity.) Every comparison of an expiry with the clock is one of
+-- these three.
+local function live_at(expiry, now)
+  return tonumber(expiry) >= now
+end
+
+-- The ZRANGEBYSCORE / ZREMRANGEBYSCORE / ZCOUNT bounds of the expiries over by `now`
+-- (-inf to OVER_BY(now)), and of those still live (LIVE_FROM(now) to +inf).
+local function over_by(now)
+  return '(' .. now
+end
+
+local function live_from(now)
+  return now
+end
+
+-- The PEXPIREAT that keeps a key as long as its latest expiry `expiry` is live. (One
+-- millisecond on: PEXPIREAT at the current millisecond deletes the key at once, while an
+-- expiry lives through it.)
+local function key_expiry(expiry)
+  return tonumber(expiry) + 1
+end
+
 -- Deletes `scores`, a sorted set scored by expiries (ms on the server's clock), and
 -- `other`, the key that goes with it, when the set is empty; otherwise both expire at its
 -- highest score: a semaphore's holders and details, a fair lock's heartbeats and queue.
@@ -134,9 +162,25 @@ local function expire_with(scores, other)
     redis.call('del', scores, other)
     return
   end
-  redis.call('pexpireat', scores, last[2])
-  redis.call('pexpireat', other, last[2])
+  redis.call('pexpireat', scores, key_expiry(last[2]))
+  redis.call('pexpireat', other, key_expiry(last[2]))
 end
+
+-- Tells the fair lock waiter `token` that it is first in line and the key is free, on a
+-- channel of its own: the lock key, ':~', and 16 hex digits of its token's SHA-1 —
+-- public, and useless for taking anyone's lock. A hint (waiters also try at least once
+-- per heartbeat interval): a PUBLISH refused must not fail the script, so it goes through
+-- pcall.
+local function turn(key, token)
+  redis.pcall('publish', key .. ':~' .. string.sub(redis.sha1hex(token), 1, 16), 'turn')
+end
+
+-- The channel a read-write lock's readers wait on, and what a writer's release announces
+-- there: how many readers may try — all of them.
+local function readers_channel(key)
+  return key .. ':~r'
+end
+local EVERYONE = '1000000'
 
 -- What `key` holds, and the latest fence of its counter `counter`: { pttl, type, fence,
 -- value }. pttl is -2 for a missing key and -1 for a key without expiry; fence is the
