@@ -400,6 +400,7 @@ async fn run_command(cli: Cli, urls: &[String], access: &target::Access) -> Resu
 /// What can be refused before connecting is: a TTL `exec` could not keep alive, and
 /// `acquire` with nowhere to put its token; then the keys and metadata.
 fn check_arguments(command: &Command, prefix: &str, urls: &[String]) -> Result<(), Failure> {
+    check_ttls(command)?;
     match command {
         Command::Exec(args) => {
             // Several URLs are Redlock nodes, whose drift allowance shortens the lease.
@@ -430,6 +431,32 @@ fn check_arguments(command: &Command, prefix: &str, urls: &[String]) -> Result<(
         _ => {}
     }
     check_sizes(command, prefix)
+}
+
+/// TTLs (and a minimum hold) beyond what a lock can hold, [`redmutex::MAX_TTL`]: a usage
+/// error before any connection, as the library would answer once connected.
+fn check_ttls(command: &Command) -> Result<(), Failure> {
+    let (ttl, min_hold) = match command {
+        Command::Exec(a) => (a.lock.ttl, a.min_hold),
+        Command::Acquire(a) => (a.lock.ttl, None),
+        Command::Refresh(a) => (a.ttl, None),
+        Command::Elect(a) => (a.ttl, None),
+        _ => return Ok(()),
+    };
+    let too_long = |what: &str, d: Duration| {
+        Failure::usage(format!(
+            "{what} {} is longer than the longest a lock can be held ({} ms)",
+            duration::format(d),
+            redmutex::MAX_TTL.as_millis()
+        ))
+    };
+    if ttl > redmutex::MAX_TTL {
+        return Err(too_long("--ttl", ttl));
+    }
+    match min_hold {
+        Some(hold) if hold > redmutex::MAX_TTL => Err(too_long("--min-hold", hold)),
+        _ => Ok(()),
+    }
 }
 
 /// Bad keys (empty, oversized, duplicate, named like a fence counter) and oversized

@@ -1325,7 +1325,8 @@ fn exec_min_hold_runs_at_most_once_per_period() {
         .trim_start_matches(':')
         .parse()
         .unwrap();
-    assert!(left > 1_000 && left <= 2_000, "kept for the period: {left}");
+    // The period, and the 1 % drift allowance on top (never shorter).
+    assert!(left > 1_000 && left <= 2_021, "kept for the period: {left}");
     let out = run(redmutex(&server).args(["exec", "-n", "daily", "--", "true"]));
     assert_eq!(code(&out), 75, "{}", stderr(&out));
     let out = run(redmutex(&server).args(["exec", "--min-hold", "0s", "x", "--", "true"]));

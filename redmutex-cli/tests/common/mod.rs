@@ -19,7 +19,25 @@ pub fn redmutex(server: &RedisServer) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_redmutex"));
     cmd.arg("--redis").arg(server.url());
     cmd.env_remove("REDMUTEX_REDIS").env_remove("REDIS_URL");
+    with_signals(&mut cmd, libc::SIG_DFL);
     cmd
+}
+
+/// The signals `exec` forwards (INT, TERM, HUP, QUIT) start out as `disposition` in the
+/// child, whatever this test process inherited: a test run in the background of a
+/// non-interactive shell inherits SIGINT ignored, and `exec` (by design) leaves a signal
+/// ignored on entry ignored for its command too.
+pub fn with_signals(cmd: &mut Command, disposition: libc::sighandler_t) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only `signal`, which is async-signal-safe, between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+                libc::signal(sig, disposition);
+            }
+            Ok(())
+        });
+    }
 }
 
 pub fn run(cmd: &mut Command) -> Output {

@@ -15,7 +15,7 @@ use crate::engine::guard::Lock;
 use crate::engine::lost::{loss_margin, LeaseState, LostReason, LostSignal};
 use crate::engine::renewer::{Entry, Registration};
 use crate::error::{Argument, Error};
-use crate::quorum::QuorumSettings;
+use crate::quorum::{Drift, QuorumSettings};
 use crate::token::Token;
 
 /// Keep-alive settings for [`Lock::keep_alive_with`].
@@ -102,9 +102,10 @@ impl KeepAlive {
         self
     }
 
-    /// Whether a lock of `ttl` can be kept alive with these settings — on a Redlock locker
-    /// judged with `redlock` (its drift allowance shortens the lease) — checked without
-    /// Redis, so that a caller can refuse before it acquires anything.
+    /// Whether a lock of `ttl` can be kept alive with these settings — on one node with
+    /// its default drift allowance (1 %), on a Redlock locker with `redlock`'s (both
+    /// shorten the lease; see [`Locker::with_drift`](crate::Locker::with_drift)) — checked
+    /// without Redis, so that a caller can refuse before it acquires anything.
     /// [`Lock::keep_alive_with`] makes the same check.
     ///
     /// # Errors
@@ -123,7 +124,7 @@ impl KeepAlive {
     /// assert!(KeepAlive::new().check(Duration::from_millis(6), Some(&redlock)).is_err());
     /// ```
     pub fn check(&self, ttl: Duration, redlock: Option<&QuorumSettings>) -> Result<(), Error> {
-        let drift = redlock.map_or(Duration::ZERO, |settings| settings.drift(ttl));
+        let drift = redlock.map_or(Drift::ONE_NODE.of(ttl), |settings| settings.drift(ttl));
         self.check_with_drift(ttl, drift).map(|_| ())
     }
 
@@ -258,8 +259,8 @@ impl<C: Connection, P> Lease<C, P> {
     fn start(lock: Lock<C, P>, settings: KeepAlive) -> Result<Lease<C, P>, Error> {
         let acquired_at = lock.acquired_at();
         let ttl = lock.lease_ttl();
-        let drift = lock.context().backend.drift(ttl);
-        let interval = settings.check_with_drift(ttl, drift)?;
+        let drift = lock.context().backend.allowance();
+        let interval = settings.check_with_drift(ttl, drift.of(ttl))?;
         let state = Arc::new(LeaseState::new(lock.valid_until()));
         let entry = Entry {
             claim: lock.claim().clone(),

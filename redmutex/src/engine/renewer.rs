@@ -55,8 +55,9 @@ pub(crate) struct Entry {
     pub(crate) claim: Arc<dyn Claim>,
     pub(crate) token: Token,
     pub(crate) ttl: Duration,
-    /// The clock-drift allowance the store subtracts from a lease of `ttl`.
-    pub(crate) drift: Duration,
+    /// The clock-drift allowance the servers' clocks call for (of a lease's TTL, or of a
+    /// last renewal's shorter one).
+    pub(crate) drift: crate::quorum::Drift,
     pub(crate) interval: Duration,
     pub(crate) next_renewal: Instant,
     pub(crate) valid_until: Instant,
@@ -387,7 +388,9 @@ fn collect_due(leases: &mut BTreeMap<u64, Tracked>, now: Instant) -> Vec<Due> {
         if last {
             // The shortened TTL may take effect even if the reply never comes.
             let entry = &mut tracked.entry;
-            entry.valid_until = entry.valid_until.min(now + ttl.saturating_sub(entry.drift));
+            entry.valid_until = entry
+                .valid_until
+                .min(now + ttl.saturating_sub(entry.drift.of(ttl)));
             entry.state.set_valid_until(entry.valid_until);
         }
         tracked.in_flight = true;

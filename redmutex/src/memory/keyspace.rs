@@ -1000,9 +1000,12 @@ mod tests {
         );
         assert_eq!(run(&mut ks, 1_050, &["pttl", "k"]), Ok(Reply::Int(50)));
         assert_eq!(run(&mut ks, 1_099, &["get", "k"]), Ok(bulk("v")));
-        assert_eq!(run(&mut ks, 1_100, &["get", "k"]), Ok(Reply::Nil));
-        assert_eq!(run(&mut ks, 1_100, &["pttl", "k"]), Ok(Reply::Int(-2)));
-        assert!(ks.keys(1_100).is_empty());
+        // As Redis keeps it: through the last millisecond of its expiry.
+        assert_eq!(run(&mut ks, 1_100, &["get", "k"]), Ok(bulk("v")));
+        assert_eq!(run(&mut ks, 1_100, &["pttl", "k"]), Ok(Reply::Int(0)));
+        assert_eq!(run(&mut ks, 1_101, &["get", "k"]), Ok(Reply::Nil));
+        assert_eq!(run(&mut ks, 1_101, &["pttl", "k"]), Ok(Reply::Int(-2)));
+        assert!(ks.keys(1_101).is_empty());
     }
 
     #[test]

@@ -11,7 +11,7 @@ use redmutex::{retry, KeepAlive, Locker, LostReason};
 const MINUTE: Duration = Duration::from_secs(60);
 
 #[tokio::test(start_paused = true)]
-async fn a_ttl_runs_out_exactly_when_the_paused_clock_passes_it() {
+async fn a_ttl_runs_out_when_the_paused_clock_is_past_its_last_millisecond() {
     let locker = Locker::in_memory();
     let other = Locker::in_memory_on(locker.connection());
     let lock = locker.acquire("job", MINUTE).await.unwrap();
@@ -25,6 +25,11 @@ async fn a_ttl_runs_out_exactly_when_the_paused_clock_passes_it() {
         locker.connection().ttl("job"),
         Some(Duration::from_millis(1))
     );
+    // As Redis keeps a key: through the last millisecond of its expiry.
+    tokio::time::advance(Duration::from_millis(1)).await;
+    assert_eq!(locker.connection().ttl("job"), Some(Duration::ZERO));
+    let refused = other.acquire("job", MINUTE).await;
+    assert!(refused.unwrap_err().is_not_obtained());
     tokio::time::advance(Duration::from_millis(1)).await;
     let taken = other.acquire("job", MINUTE).await.unwrap();
     assert!(lock.release().await.unwrap_err().is_not_held());

@@ -452,6 +452,8 @@ async fn a_lease_survives_a_minority_of_dead_nodes_and_is_lost_with_the_quorum()
 
     servers[2].kill();
     let killed = Instant::now();
+    // No renewal reaches a quorum from here on: the validity known now is the last.
+    let valid = lease.valid_until();
     let reason = tokio::time::timeout(ms(2000), lease.lost()).await.unwrap();
     let noticed = Instant::now();
     assert!(
@@ -459,10 +461,11 @@ async fn a_lease_survives_a_minority_of_dead_nodes_and_is_lost_with_the_quorum()
         "lost only after {:?}",
         noticed - killed
     );
-    // Noticed before the lock could have run out.
+    // Noticed before the lock could have run out; and from then on not valid.
+    assert!(noticed <= valid, "signalled after the validity");
     assert!(
-        noticed <= lease.valid_until(),
-        "signalled after the validity"
+        lease.valid_until() <= noticed,
+        "a lost lease claims no validity"
     );
     match reason {
         LostReason::Unreachable {

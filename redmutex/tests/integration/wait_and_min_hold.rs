@@ -118,8 +118,9 @@ async fn an_early_release_keeps_the_key_until_the_minimum_hold_ends() {
         .unwrap();
     lock.release().await.unwrap();
     let left = raw.pttl("hourly").await;
+    // The rest of the period, and the 1 % drift allowance on top (never shorter).
     assert!(
-        left > 700 && left <= 1_000,
+        left > 700 && left <= 1_011,
         "kept for the rest of the period: {left}"
     );
     let error = locker.acquire("hourly", ms(10_000)).await.unwrap_err();
@@ -155,8 +156,8 @@ async fn the_minimum_hold_outlasts_a_short_ttl_and_holds_for_dropped_guards_and_
         .unwrap();
     lease.run(tokio::time::sleep(ms(100))).await.unwrap();
     let left = raw.pttl("nightly").await;
-    assert!(left > 1_100 && left <= 1_400, "{left}");
-    // A guard dropped without a release: the background release keeps it too.
+    assert!(left > 1_100 && left <= 1_415, "{left}"); // (with the drift allowance)
+                                                      // A guard dropped without a release: the background release keeps it too.
     drop(
         locker
             .acquire("dropped", ms(10_000))
@@ -232,7 +233,7 @@ async fn a_semaphores_permits_are_kept_for_the_minimum_hold_too() {
     assert!(s.acquire(1, ms(1_000)).await.unwrap_err().is_not_obtained());
     let info = s.inspect().await.unwrap();
     assert_eq!(info.used, 1);
-    assert!(info.holders[0].ttl <= ms(800));
+    assert!(info.holders[0].ttl <= ms(809)); // (with the 1 % drift allowance)
     tokio::time::sleep(ms(850)).await;
     s.acquire(1, ms(1_000))
         .await
