@@ -42,12 +42,14 @@ pub async fn acquire<C: Connection>(
             let acquire =
                 (args.lock.acquire_fair(locker, &args.keys, what, false)).map_err(failed)?;
             let waited = waiting::show(locker, progress, first, acquire.into_future());
-            hand_over(waited.await.map_err(failed)?).await
+            let waited = crate::reach::bounded(&args.lock.reach, urls, waited).await?;
+            hand_over(waited.map_err(failed)?).await
         }
         false => {
             let acquire = args.lock.acquire(locker, &args.keys, what, false);
             let waited = waiting::show(locker, progress, first, acquire.into_future());
-            hand_over(waited.await.map_err(failed)?).await
+            let waited = crate::reach::bounded(&args.lock.reach, urls, waited).await?;
+            hand_over(waited.map_err(failed)?).await
         }
     }
 }
@@ -174,17 +176,29 @@ pub async fn wait<C: Connection>(
     urls: &[String],
 ) -> Result<u8, Failure> {
     let timeout = args.timeout.unwrap_or(Duration::MAX);
-    match locker.wait_released(&args.key, timeout).await {
-        Ok(true) => Ok(0),
-        Ok(false) => Err(Failure::new(
-            exit::NOT_OBTAINED,
-            format!(
-                "{}: still held after {}",
-                printable(&args.key),
-                duration::format(timeout)
-            ),
-        )),
-        Err(e) => Err(Failure::from_lock_error(&e, urls)),
+    let until = tokio::time::Instant::now().checked_add(timeout);
+    // In spans of at most REACH_WAIT: a quorum that stops answering mid-wait is reported
+    // (the span ends with that error) rather than waited on in silence.
+    loop {
+        let left = until.map_or(Duration::MAX, |u| {
+            u.saturating_duration_since(tokio::time::Instant::now())
+        });
+        let span = left.min(crate::reach::REACH_WAIT);
+        match locker.wait_released(&args.key, span).await {
+            Ok(true) => return Ok(0),
+            Ok(false) if span < left => continue,
+            Ok(false) => {
+                return Err(Failure::new(
+                    exit::NOT_OBTAINED,
+                    format!(
+                        "{}: still held after {}",
+                        printable(&args.key),
+                        duration::format(timeout)
+                    ),
+                ))
+            }
+            Err(e) => return Err(Failure::from_lock_error(&e, urls)),
+        }
     }
 }
 

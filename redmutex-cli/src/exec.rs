@@ -172,7 +172,7 @@ async fn take_lease<C: Connection, P: Send + Sync>(
     }
     let progress = args.lock.progress.as_ref();
     let waited = crate::waiting::show(locker, progress, &args.keys[0], acquire.into_future());
-    let lock = match waited.await {
+    let lock = match crate::reach::bounded(&args.lock.reach, urls, waited).await? {
         Ok(lock) => lock,
         Err(e) if e.is_not_obtained() => {
             return Err(Failure::new(args.conflict_exit_code, e.to_string()))

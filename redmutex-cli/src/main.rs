@@ -15,6 +15,7 @@ mod exit;
 mod guard;
 mod ops;
 mod output;
+mod reach;
 mod redact;
 mod target;
 mod waiting;
@@ -148,6 +149,10 @@ struct LockArgs {
     /// The waiting line's state, when it is shown (set once the arguments are read).
     #[arg(skip)]
     progress: Option<waiting::Progress>,
+
+    /// Whether the tries found Redis unreachable, and since when.
+    #[arg(skip)]
+    reach: reach::Reach,
 }
 
 /// `exec`'s read-write lock, as `flock -s` / `flock -x`.
@@ -372,6 +377,15 @@ async fn run_command(cli: Cli, urls: &[String], access: &target::Access) -> Resu
     check_arguments(&cli.command, &cli.prefix, urls)?;
     let no_fences = cli.no_fences || env_flag("REDMUTEX_NO_FENCES")?;
     let mut locker = target::locker(urls, access).await?.with_prefix(&cli.prefix);
+    // Several nodes are connected lazily: a command that needs them waits (a bounded time,
+    // saying so) for a quorum to answer rather than hang or answer what nobody knows.
+    if urls.len() > 1 && !matches!(cli.command, Command::Doctor(_)) {
+        let within = match &cli.command {
+            Command::Wait(args) => args.timeout.map_or(reach::REACH_WAIT, |t| t.min(reach::REACH_WAIT)),
+            _ => reach::REACH_WAIT,
+        };
+        reach::quorum_answers(&locker, urls, within).await?;
+    }
     let mut command = cli.command;
     if let Command::Exec(ExecArgs { lock, .. }) | Command::Acquire(AcquireArgs { lock, .. }) =
         &mut command
@@ -591,9 +605,13 @@ impl LockArgs {
         if fenced {
             acquire = acquire.with_fence();
         }
-        if let Some(progress) = &self.progress {
-            acquire = acquire.on_failed_try(progress.observer());
-        }
+        let (progress, reach) = (self.progress.clone(), self.reach.clone());
+        acquire = acquire.on_failed_try(move |failed| {
+            reach.observe(failed);
+            if let Some(progress) = &progress {
+                progress.record(failed);
+            }
+        });
         if self.nonblock {
             return acquire;
         }

@@ -33,16 +33,13 @@ impl Progress {
         shown.then(Progress::default)
     }
 
-    /// The acquire's failed-try callback that keeps this up to date.
-    pub fn observer(&self) -> impl FnMut(&FailedTry<'_>) + Send + 'static {
-        let seen = self.0.clone();
-        move |failed: &FailedTry<'_>| {
-            let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
-            if let TryFailure::Held { key } = failed.reason {
-                seen.held = Some(key.to_vec());
-            }
-            seen.ahead = failed.ahead;
+    /// Takes in a failed try of the acquire (its failed-try callback calls it).
+    pub fn record(&self, failed: &FailedTry<'_>) {
+        let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let TryFailure::Held { key } = failed.reason {
+            seen.held = Some(key.to_vec());
         }
+        seen.ahead = failed.ahead;
     }
 }
 

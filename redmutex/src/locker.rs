@@ -1035,7 +1035,8 @@ impl<C: Connection> Locker<C> {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty or oversized key; [`Error::Redis`] (single
-    /// node only).
+    /// node); [`Error::NoQuorum`] (Redlock) when too few nodes answer to tell whether the
+    /// key is held: unknown is never reported as free or held.
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
@@ -1075,7 +1076,9 @@ impl<C: Connection> Locker<C> {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad key, before any request; [`Error::Redis`] (one
-    /// node) when Redis cannot be asked.
+    /// node) when Redis cannot be asked; [`Error::NoQuorum`] (Redlock) when, at the
+    /// timeout, too few nodes answer to tell whether the key is free — unknown is never
+    /// answered as free or held (until then the wait goes on).
     ///
     /// # Cancel safety
     /// Cancel safe: it never takes the key; a holder it marked as awaited only publishes
@@ -1097,18 +1100,11 @@ impl<C: Connection> Locker<C> {
         let keys = Keys::new(&self.prefix, [key])?;
         let key = keys.get(0).expect("one key");
         let backend = &self.context.backend;
+        // (Redlock: free only when a quorum of nodes answered "free", held when the holders
+        // leave too few for a quorum; otherwise unknown, an error — see `KeyView`.)
         let read = |mark: bool| async move {
             let call = mutex::await_call(key, mark);
-            let mut info = backend.inspect(&KeyView { key }, &call).await?;
-            // Redlock: free only when a quorum of nodes answered "free" — a node that could
-            // not be asked may hold the key for a holder with a quorum.
-            let answered_free = (info.nodes.iter())
-                .filter(|node| node.info.as_ref().is_ok_and(|view| !view.held))
-                .count();
-            if !info.nodes.is_empty() && answered_free < crate::quorum::quorum(info.nodes.len()) {
-                info.held = true;
-            }
-            Ok(info)
+            backend.inspect(&KeyView { key }, &call).await
         };
         waiting::until_free(self.context.hub.as_ref(), key, timeout, read).await
     }

@@ -69,7 +69,10 @@ pub async fn scene<C: Connection>(
         .metadata(default_metadata("./deploy.sh"))
         .retry(retry::constant(Duration::from_millis(50)))
         .deadline(Duration::from_secs(10))
-        .on_failed_try(progress.observer());
+        .on_failed_try({
+            let progress = progress.clone();
+            move |failed| progress.record(failed)
+        });
     let started = Instant::now();
     let wait = tokio::spawn(waiter.into_future());
     let mut waiting_lines = 0;

@@ -84,8 +84,13 @@ pub(crate) trait View {
     type Info;
     /// One node's reply (a single-node backend, or a cluster).
     fn one(&self, reply: Value) -> Result<Self::Info, RedisError>;
-    /// Every node's reply, in node order, where `needed` nodes make a quorum.
-    fn each(&self, replies: Vec<Reply<Value>>, needed: usize) -> Self::Info;
+    /// Every node's reply, in node order, where `needed` nodes make a quorum; an error
+    /// (no quorum) when they cannot tell — unknown is never reported as free or held.
+    fn each(
+        &self,
+        replies: Vec<Reply<Value>>,
+        needed: usize,
+    ) -> Result<Self::Info, crate::error::Error>;
 }
 
 /// A renewal reply must answer every lease of the call.

@@ -281,7 +281,7 @@ impl<C: Connection> Backend<C> {
     ) -> Result<V::Info, Error> {
         match self {
             Backend::Single(single) => single.inspect(view, call).await,
-            Backend::Quorum(quorum) => Ok(quorum.inspect(view, call).await),
+            Backend::Quorum(quorum) => quorum.inspect(view, call).await,
         }
     }
 }

@@ -478,13 +478,29 @@ impl<C: Connection> Quorum<C> {
         &self,
         view: &V,
         call: &ScriptInvocation<'static>,
-    ) -> V::Info {
+    ) -> Result<V::Info, Error> {
         let timeout = self.settings.timeout_for(TTL_FOR_TIMEOUTS);
+        let started = Instant::now();
         let replies: Vec<Reply<Value>> = self
             .fan_out(timeout, |_, mut conn| async move {
                 call.invoke_async::<Value>(&mut conn).await
             })
             .await;
+        // Fewer answers than a quorum cannot tell free from held: unknown is an error.
+        let answered = replies.iter().filter(|reply| reply.is_ok()).count();
+        if answered < self.needed() {
+            let failures = (replies.into_iter().enumerate())
+                .filter_map(|(node, reply)| reply.err().map(|error| NodeFailure { node, error }))
+                .collect();
+            return Err(Error::NoQuorum(Box::new(QuorumFailure {
+                agreed: answered,
+                needed: self.needed(),
+                nodes: self.conns.len(),
+                too_late: false,
+                elapsed: started.elapsed(),
+                failures,
+            })));
+        }
         view.each(replies, self.needed())
     }
 

@@ -56,9 +56,10 @@ impl Runtime {
     /// Runs `work` to completion on the calling thread, with the runtime's thread driving
     /// its I/O and timers and running what it spawns (renewers, wake-up subscribers).
     /// Refused with [`Error::InsideRuntime`] on a thread that runs an async runtime, where
-    /// waiting would stall that runtime (and tokio would panic).
+    /// waiting would stall that runtime (and tokio would panic); allowed in
+    /// `spawn_blocking`, whose threads are there to block.
     pub(crate) fn call<F: Future>(&self, work: F) -> Result<F::Output, Error> {
-        if tokio::runtime::Handle::try_current().is_ok() {
+        if !may_block() {
             return Err(Error::InsideRuntime);
         }
         Ok(self.0.handle.block_on(work))
@@ -76,8 +77,20 @@ impl Runtime {
             work.await;
             let _ = done.send(());
         });
-        if tokio::runtime::Handle::try_current().is_err() {
+        if may_block() {
             let _ = finished.recv_timeout(wait);
         }
     }
+}
+
+/// Whether the calling thread may wait: it runs no async runtime. Outside any runtime, it
+/// may; a runtime's worker — an async task, or the thread driving a current-thread
+/// runtime — may not; nor the thread running a multi-thread runtime's `block_on`, which
+/// tokio tells apart from a plain thread only by its having no task; a `spawn_blocking`
+/// closure runs as a task on a thread that is no worker, and may.
+fn may_block() -> bool {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return true;
+    }
+    tokio::runtime::worker_index().is_none() && tokio::task::try_id().is_some()
 }

@@ -7,7 +7,8 @@ use std::time::Duration;
 use redis::{RedisError, Value};
 
 use crate::backend::common::{Reply, View};
-use crate::quorum::{blocks_quorum, NodeError};
+use crate::error::Error;
+use crate::quorum::{blocks_quorum, NodeError, NodeFailure, QuorumFailure};
 use crate::token::{parse_value, StoredValue, Token};
 
 /// What [`Locker::inspect`](crate::Locker::inspect) sees at a key.
@@ -165,8 +166,11 @@ impl View for KeyView<'_> {
         Ok(RawKey::parse(reply)?.info(self.key))
     }
 
-    /// Every node's view, and who holds the key by quorum.
-    fn each(&self, replies: Vec<Reply<Value>>, needed: usize) -> LockInfo {
+    /// Every node's view, and who holds the key by quorum: held when the occupied nodes
+    /// leave too few for a quorum, free when a quorum answered free; otherwise — nodes
+    /// that did not answer might hold it for someone with a quorum — nobody can tell, and
+    /// that is an error, not an answer.
+    fn each(&self, replies: Vec<Reply<Value>>, needed: usize) -> Result<LockInfo, Error> {
         // Which owner's token is on a quorum of nodes, with each of those nodes' TTL.
         let mut owners: Vec<(Token, Option<String>, Vec<i64>)> = Vec::new();
         let mut nodes = Vec::with_capacity(replies.len());
@@ -196,11 +200,29 @@ impl View for KeyView<'_> {
             .filter(|n| n.info.as_ref().is_ok_and(|info| info.held))
             .count();
         let held = blocks_quorum(occupied, nodes.len(), needed);
+        let free = (nodes.iter())
+            .filter(|n| n.info.as_ref().is_ok_and(|info| !info.held))
+            .count();
+        if !held && free < needed {
+            return Err(Error::NoQuorum(Box::new(QuorumFailure {
+                agreed: free,
+                needed,
+                nodes: nodes.len(),
+                too_late: false,
+                elapsed: Duration::ZERO,
+                failures: (nodes.iter())
+                    .filter_map(|n| {
+                        let error = n.info.as_ref().err()?.clone();
+                        Some(NodeFailure { node: n.node, error })
+                    })
+                    .collect(),
+            })));
+        }
         let fence = nodes
             .iter()
             .filter_map(|n| n.info.as_ref().ok()?.fence)
             .max();
-        LockInfo {
+        Ok(LockInfo {
             key: self.key.to_vec(),
             held,
             ttl,
@@ -209,7 +231,7 @@ impl View for KeyView<'_> {
             awaited,
             fence,
             nodes,
-        }
+        })
     }
 }
 

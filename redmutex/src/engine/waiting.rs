@@ -149,7 +149,23 @@ where
     let mut polls = retry::exponential(Duration::from_millis(10), Duration::from_secs(1))
         .jitter(Jitter::equal());
     loop {
-        let info = read(waiting.is_member()).await?;
+        // Without a quorum of answers the key's state is unknown: the wait goes on, polling,
+        // and ends with that error if it is still unknown at the timeout — never "free",
+        // never "still held".
+        let info = match read(waiting.is_member()).await {
+            Ok(info) => info,
+            Err(unknown @ Error::NoQuorum(_)) => {
+                let now = Instant::now();
+                if deadline.is_some_and(|deadline| now >= deadline) {
+                    return Err(unknown);
+                }
+                let poll = polls.next().unwrap_or(Duration::from_secs(1));
+                let wake = deadline.map_or(now + poll, |d| (now + poll).min(d));
+                waiting.pause(wake).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         if !info.held {
             // A turn this wait was given passes on to the next waiter as the member goes.
             return Ok(true);

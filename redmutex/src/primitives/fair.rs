@@ -495,14 +495,18 @@ impl View for FairView<'_> {
 
     /// A fair lock is never kept by a quorum ([`FairLock::new`] refuses it): the first
     /// node that answered is read.
-    fn each(&self, replies: Vec<Reply<Value>>, _needed: usize) -> FairLockInfo {
+    fn each(
+        &self,
+        replies: Vec<Reply<Value>>,
+        _needed: usize,
+    ) -> Result<FairLockInfo, crate::error::Error> {
         let first = replies.into_iter().find_map(|reply| reply.ok());
         let read = first.map(|reply| self.one(reply));
-        read.and_then(Result::ok).unwrap_or_else(|| FairLockInfo {
+        Ok(read.and_then(Result::ok).unwrap_or_else(|| FairLockInfo {
             lock: LockInfo::free(self.key),
             waiters: Vec::new(),
             foreign_queue: false,
-        })
+        }))
     }
 }
 

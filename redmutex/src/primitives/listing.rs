@@ -450,7 +450,11 @@ impl View for PageView<'_> {
 
     /// Redlock: every key found on any node, as the first node that has it describes it,
     /// with the count of nodes that have it and the highest fence among them.
-    fn each(&self, replies: Vec<Reply<Value>>, _needed: usize) -> Vec<ListedLock> {
+    fn each(
+        &self,
+        replies: Vec<Reply<Value>>,
+        _needed: usize,
+    ) -> Result<Vec<ListedLock>, crate::error::Error> {
         let parsed: Vec<Option<Vec<Described>>> = (replies.into_iter())
             .map(|reply| reply.ok().and_then(|value| self.parse(value).ok()))
             .collect();
@@ -467,7 +471,7 @@ impl View for PageView<'_> {
             listed.fence = found.iter().filter_map(|l| l.fence).max();
             page.push(listed);
         }
-        page
+        Ok(page)
     }
 }
 

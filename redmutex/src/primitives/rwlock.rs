@@ -809,15 +809,20 @@ impl View for RwView<'_> {
 
     /// A quorum's view: written when a quorum of nodes says so; the readers and the
     /// waiting writers as at least a quorum of nodes has them; the highest fence.
-    fn each(&self, replies: Vec<Reply<Value>>, needed: usize) -> RwLockInfo {
+    fn each(
+        &self,
+        replies: Vec<Reply<Value>>,
+        needed: usize,
+    ) -> Result<RwLockInfo, crate::error::Error> {
         let mut infos: Vec<RwLockInfo> = (replies.into_iter())
             .filter_map(|reply| self.one(reply.ok()?).ok())
             .collect();
         let mut merged = RwLockInfo::free(self.key);
         merged.fence = infos.iter().filter_map(|i| i.fence).max();
         if infos.len() < needed {
-            // Too few nodes answered to say anything by quorum.
-            return merged;
+            // Too few nodes answered to say anything by quorum (the backend says so before
+            // asking this: kept for a reply that answered but could not be read).
+            return Ok(merged);
         }
         merged.foreign = infos.iter().any(|i| i.foreign);
         let writers: Vec<&RwLockInfo> = infos.iter().filter(|i| i.written).collect();
@@ -833,7 +838,7 @@ impl View for RwView<'_> {
         merged.writers_waiting = waiting[needed - 1];
         infos.sort_by_key(|info| std::cmp::Reverse(info.readers.len()));
         merged.readers = std::mem::take(&mut infos[needed - 1].readers);
-        merged
+        Ok(merged)
     }
 }
 

@@ -549,10 +549,14 @@ impl View for SemaphoreView<'_> {
 
     /// A semaphore is never kept by a quorum ([`Semaphore::new`] refuses it): the first
     /// node that answered is read.
-    fn each(&self, replies: Vec<Reply<Value>>, _needed: usize) -> SemaphoreInfo {
+    fn each(
+        &self,
+        replies: Vec<Reply<Value>>,
+        _needed: usize,
+    ) -> Result<SemaphoreInfo, crate::error::Error> {
         let first = replies.into_iter().find_map(|reply| reply.ok());
         let read = first.map(|reply| self.one(reply));
-        read.and_then(Result::ok).unwrap_or_else(|| SemaphoreInfo {
+        Ok(read.and_then(Result::ok).unwrap_or_else(|| SemaphoreInfo {
             key: self.key.to_vec(),
             limit: None,
             used: 0,
@@ -561,7 +565,7 @@ impl View for SemaphoreView<'_> {
             fence: None,
             awaited: false,
             foreign: false,
-        })
+        }))
     }
 }
 

@@ -465,6 +465,47 @@ fn calls_inside_an_async_runtime_are_refused() {
     }
 }
 
+/// `spawn_blocking` is where blocking belongs: the calls work there, on either runtime
+/// flavour, while the runtime's own threads — an async task, the thread running a
+/// multi-thread runtime's `block_on` — are refused.
+#[test]
+fn calls_inside_spawn_blocking_work_and_async_threads_are_refused() {
+    let redis = MemoryRedis::new();
+    let server = redis.clone();
+    let locker =
+        Locker::build(move || async move { Ok(redmutex::Locker::in_memory_on(&server)) }).unwrap();
+    let multi = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let current = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for (flavour, runtime) in [("multi-thread", &multi), ("current-thread", &current)] {
+        let blocking = locker.clone();
+        let held = runtime.block_on(async move {
+            let refused = blocking.acquire("job", TTL).call();
+            assert!(matches!(refused, Err(Error::InsideRuntime)), "{flavour}: block_on's thread");
+            let in_task = blocking.clone();
+            let task = tokio::spawn(async move { in_task.inspect("job").map(|_| ()) });
+            let refused = task.await.unwrap();
+            assert!(matches!(refused, Err(Error::InsideRuntime)), "{flavour}: an async task");
+            tokio::task::spawn_blocking(move || {
+                let lock = blocking.acquire("job", TTL).call().unwrap();
+                assert!(blocking.inspect("job").unwrap().held);
+                lock
+            })
+            .await
+            .unwrap()
+        });
+        assert!(locker.inspect("job").unwrap().held, "{flavour}");
+        held.release().unwrap();
+    }
+    assert!(redis.keys().is_empty());
+}
+
 /// The request count once nothing has been sent for 200 ms.
 fn settled_requests(redis: &MemoryRedis) -> u64 {
     let until = Instant::now() + Duration::from_secs(5);

@@ -393,3 +393,43 @@ async fn a_waiter_is_told_how_many_wait_ahead_of_it() {
         waiter.await.unwrap();
     }
 }
+
+/// A fair waiter that last tried while the key was free but another's turn learned no TTL:
+/// when that other took the key and died, its waiter tried only at its next heartbeat's
+/// try (the simulator found a second of idle lock). A waiter that takes the key now tells
+/// the next in line, which learns until when it is held and is first to try then.
+#[tokio::test]
+async fn the_next_in_line_tries_when_a_crashed_holders_key_runs_out() {
+    let server = RedisServer::spawn();
+    let heartbeat = ms(9_000); // tries every 3 s: far longer than the holder's key lasts
+    let fair = |locker: Locker<MultiplexedConnection>| {
+        locker.fair_lock("line").unwrap().with_heartbeat(heartbeat).unwrap()
+    };
+    let (first, second) = (
+        fair(own_locker(&server, true).await),
+        fair(own_locker(&server, true).await),
+    );
+    let held = fair(own_locker(&server, false).await).acquire(ms(60_000)).await.unwrap();
+    let wait = |fair: FairLock<MultiplexedConnection>| async move {
+        fair.acquire(ms(300))
+            .retry(retry::constant(ms(10_000)))
+            .deadline(ms(20_000))
+            .await
+    };
+    let first_waits = tokio::spawn(wait(first.clone()));
+    until_in_line(&first, 1).await;
+    let second_waits = tokio::spawn(wait(second));
+    until_in_line(&first, 2).await;
+    held.release().await.unwrap();
+    // The first in line holds for 300 ms and dies: never renewed, never released.
+    let crashed = first_waits.await.unwrap().unwrap();
+    let taken = Instant::now();
+    let _token = crashed.detach();
+    let next = second_waits.await.unwrap().unwrap();
+    assert!(
+        taken.elapsed() < ms(1_500),
+        "the next in line got the key {:?} after its holder took it for 300 ms",
+        taken.elapsed()
+    );
+    next.release().await.unwrap();
+}

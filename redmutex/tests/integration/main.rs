@@ -21,6 +21,7 @@ mod fencing;
 mod hostile;
 mod keepalive;
 mod listing;
+mod margins;
 mod operations;
 mod redlock;
 mod replication;
@@ -35,6 +36,8 @@ mod wakeup;
 mod blocking;
 #[cfg(feature = "memory")]
 mod conformance;
+#[cfg(feature = "memory")]
+mod differential;
 #[cfg(feature = "memory")]
 mod memory;
 

@@ -792,3 +792,91 @@ async fn lockers_that_want_the_key_again_at_once_all_get_their_share() {
         "acquisitions per locker: {shares:?}"
     );
 }
+
+/// A newcomer on a locker whose own waiter holds the key queues behind it without a try —
+/// and was bounded only by that holder's validity when it got the key. The holder then set
+/// a 300 ms TTL and stopped (its process gone, the lock never released): the newcomer
+/// waited a whole retry pause (2.75 s after the key expired, measured). A refresh to a
+/// shorter TTL now bounds the locker's waiters and newcomers by it.
+#[tokio::test]
+async fn a_newcomer_behind_a_holder_that_shortened_its_ttl_gets_the_key_when_it_runs_out() {
+    let server = RedisServer::spawn();
+    let locker = common::own_locker(&server, true).await;
+    let other = common::own_locker(&server, false).await;
+    // The key is contended: A waits for it on `locker` and gets it through a release, so
+    // that its value says "awaited".
+    let first = other.acquire("k", ms(60_000)).await.unwrap();
+    let waiting = locker
+        .acquire("k", ms(60_000))
+        .retry(retry::constant(LONG_POLL))
+        .deadline(ms(30_000))
+        .into_future();
+    let releasing = async {
+        tokio::time::sleep(ms(200)).await;
+        first.release().await.unwrap();
+    };
+    let (held, ()) = tokio::join!(waiting, releasing);
+    let mut held = held.unwrap();
+    held.refresh(ms(300)).await.unwrap();
+    let refreshed = Instant::now();
+    // Its process stopped: the lock is neither renewed nor released.
+    let _token = held.detach();
+    tokio::time::sleep(ms(50)).await;
+    let newcomer = locker
+        .acquire("k", ms(10_000))
+        .retry(retry::constant(ms(3_000)))
+        .deadline(ms(10_000))
+        .await
+        .unwrap();
+    let waited = refreshed.elapsed();
+    assert!(
+        waited < ms(300) + WOKEN_WITHIN,
+        "got the key {waited:?} after the holder's 300 ms TTL began"
+    );
+    newcomer.release().await.unwrap();
+}
+
+/// Redlock waiters with wake-up, the key held on a quorum and free on the third node:
+/// each waiter's try takes the free node, fails the quorum and is undone there — which
+/// announced a release, waking the other waiter, whose try did the same, without end (a
+/// livelock the simulator found: thousands of requests while the key was held). A
+/// release now counts once a quorum of nodes announced it.
+#[tokio::test]
+async fn redlock_waiters_do_not_wake_each_other_with_their_failed_tries() {
+    let servers = RedisServer::spawn_many(3);
+    let waking = |conns: Vec<MultiplexedConnection>| {
+        let clients = servers.iter().map(|s| redis::Client::open(s.url()).unwrap());
+        Locker::redlock(conns).unwrap().with_wake_up(clients).unwrap()
+    };
+    let mut conns = Vec::new();
+    for server in &servers {
+        conns.push(multiplexed(server).await);
+    }
+    let holder = Locker::redlock(conns.clone()).unwrap();
+    let held = holder.acquire("k", ms(60_000)).await.unwrap();
+    servers[2].command(&["DEL", "k"]);
+    let (a, b) = (waking(conns.clone()), waking(conns));
+    let before = script_calls(&servers[2]);
+    let wait = |locker: Locker<MultiplexedConnection>| async move {
+        let waited = locker
+            .acquire("k", ms(60_000))
+            .retry(retry::constant(ms(500)))
+            .deadline(ms(1_500))
+            .await;
+        assert!(waited.unwrap_err().is_not_obtained());
+    };
+    tokio::join!(wait(a), wait(b));
+    let calls = script_calls(&servers[2]) - before;
+    // Polling every 500 ms for 1.5 s: about four tries each, and their undos.
+    assert!(calls < 60, "{calls} script calls on the free node in 1.5 s");
+    held.release().await.unwrap();
+}
+
+/// Script calls a server has answered (EVAL and EVALSHA).
+fn script_calls(server: &RedisServer) -> u64 {
+    let stats = server.command(&["INFO", "commandstats"]);
+    (stats.lines())
+        .filter(|l| l.starts_with("cmdstat_eval"))
+        .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
+        .sum()
+}

@@ -1,0 +1,163 @@
+//! Honest answers when Redis cannot be reached. Unknown is never an answer: without a
+//! server — or, over several nodes, without a quorum of them — redmutex waits a bounded
+//! time for them, saying on stderr what it waits for, then exits 69. It never waits in
+//! silence, and never prints "free", "none" or "held" for what nobody can know.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redmutex::{FailedTry, Locker, QuorumFailure, TryFailure};
+use tokio::time::Instant;
+
+use crate::exit::{self, Failure};
+use crate::redact::name_nodes;
+
+/// How long redmutex waits for Redis (a quorum of nodes) to answer before it gives up.
+pub const REACH_WAIT: Duration = Duration::from_secs(10);
+
+/// How often it asks again meanwhile.
+const ASK_EVERY: Duration = Duration::from_millis(500);
+
+/// Waits until a quorum of the locker's nodes answer, at most `within`; says so on stderr
+/// when they do not at once. Exit 69 when they do not in time.
+pub async fn quorum_answers(
+    locker: &Locker<ConnectionManager>,
+    urls: &[String],
+    within: Duration,
+) -> Result<(), Failure> {
+    let give_up = Instant::now() + within;
+    let needed = urls.len() / 2 + 1;
+    let mut said = false;
+    loop {
+        let answers = ping_all(locker).await;
+        let up = answers.iter().filter(|a| a.is_ok()).count();
+        if up >= needed {
+            return Ok(());
+        }
+        let why = unanswered(&answers, urls);
+        let state = format!("{up} of {} nodes answer, {needed} needed ({why})", urls.len());
+        if Instant::now() >= give_up {
+            return Err(Failure::new(
+                exit::UNAVAILABLE,
+                format!("no quorum of Redis nodes answered within {within:?}: {state}"),
+            ));
+        }
+        if !said {
+            crate::exec::say(&format!(
+                "waiting up to {within:?} for a quorum of Redis nodes: {state}"
+            ));
+            said = true;
+        }
+        tokio::time::sleep(ASK_EVERY.min(give_up.saturating_duration_since(Instant::now())))
+            .await;
+    }
+}
+
+/// Every node's answer to a PING.
+async fn ping_all(locker: &Locker<ConnectionManager>) -> Vec<Result<(), String>> {
+    let pings = locker.nodes().iter().map(|conn| {
+        let mut conn = conn.clone();
+        async move {
+            let ping = redis::cmd("PING");
+            let ping = ping.query_async::<String>(&mut conn);
+            match tokio::time::timeout(redmutex::CONNECT_TIMEOUT, ping).await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err("no answer".to_string()),
+            }
+        }
+    });
+    futures_util::future::join_all(pings).await
+}
+
+fn unanswered(answers: &[Result<(), String>], urls: &[String]) -> String {
+    let failures: Vec<String> = (answers.iter().enumerate())
+        .filter_map(|(node, answer)| {
+            let error = answer.as_ref().err()?;
+            let url = urls.get(node).map(|u| crate::redact::redact(u)).unwrap_or_default();
+            Some(format!("{url}: {error}"))
+        })
+        .collect();
+    failures.join("; ")
+}
+
+/// Whether the latest failed tries of an acquire found Redis unreachable — one node's
+/// transient error, or too few nodes of a quorum answering — and since when.
+#[derive(Clone, Default, Debug)]
+pub struct Reach(Arc<Mutex<Option<Unreachable>>>);
+
+#[derive(Debug)]
+struct Unreachable {
+    since: Instant,
+    why: String,
+}
+
+impl Reach {
+    /// Takes in a failed try (the acquire's observer calls it).
+    pub fn observe(&self, failed: &FailedTry<'_>) {
+        let why = match failed.reason {
+            TryFailure::Redis(e) => Some(e.to_string()),
+            TryFailure::NoQuorum(failure) if too_few_answer(failure) => Some(failure.to_string()),
+            _ => None,
+        };
+        let mut state = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match why {
+            Some(why) => {
+                let since = state.as_ref().map_or_else(Instant::now, |u| u.since);
+                *state = Some(Unreachable { since, why });
+            }
+            None => *state = None,
+        }
+    }
+
+    /// Resolves once Redis has been unreachable for `within` without a break, saying on
+    /// stderr when it first finds it so; the failure to exit with.
+    pub async fn lost_for(&self, within: Duration, urls: &[String]) -> Failure {
+        let mut said = false;
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let state = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(unreachable) = state.as_ref() else {
+                said = false;
+                continue;
+            };
+            let why = name_nodes(&unreachable.why, urls);
+            if unreachable.since.elapsed() >= within {
+                return Failure::new(
+                    exit::UNAVAILABLE,
+                    format!("Redis did not answer for {within:?}: {why}"),
+                );
+            }
+            if !said {
+                crate::exec::say(&format!(
+                    "Redis does not answer; waiting up to {within:?} for it: {why}"
+                ));
+                said = true;
+            }
+        }
+    }
+}
+
+/// A quorum failure where fewer nodes answered than make a quorum (rather than nodes that
+/// answered "held").
+fn too_few_answer(failure: &QuorumFailure) -> bool {
+    let unreachable = (failure.failures.iter())
+        .filter(|f| f.error.is_unreachable())
+        .count();
+    failure.nodes.saturating_sub(unreachable) < failure.needed
+}
+
+/// Awaits `wait` — an acquire fed back into `reach` — unless Redis stays unreachable for
+/// [`REACH_WAIT`] first: then the failure to exit with (69). The acquire is dropped, which
+/// cleans up whatever its tries may have left.
+pub async fn bounded<T>(
+    reach: &Reach,
+    urls: &[String],
+    wait: impl std::future::Future<Output = T>,
+) -> Result<T, Failure> {
+    tokio::select! {
+        out = wait => Ok(out),
+        failure = reach.lost_for(REACH_WAIT, urls) => Err(failure),
+    }
+}
