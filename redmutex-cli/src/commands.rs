@@ -174,16 +174,17 @@ pub async fn wait<C: Connection>(
     locker: &Locker<C>,
     args: WaitArgs,
     urls: &[String],
+    wait_redis: Duration,
 ) -> Result<u8, Failure> {
     let timeout = args.timeout.unwrap_or(Duration::MAX);
     let until = tokio::time::Instant::now().checked_add(timeout);
-    // In spans of at most REACH_WAIT: a quorum that stops answering mid-wait is reported
-    // (the span ends with that error) rather than waited on in silence.
+    // In spans of at most --wait-redis: a quorum that stops answering mid-wait is
+    // reported (the span ends with that error) rather than waited on in silence.
     loop {
         let left = until.map_or(Duration::MAX, |u| {
             u.saturating_duration_since(tokio::time::Instant::now())
         });
-        let span = left.min(crate::reach::REACH_WAIT);
+        let span = left.min(wait_redis);
         match locker.wait_released(&args.key, span).await {
             Ok(true) => return Ok(0),
             Ok(false) if span < left => continue,

@@ -72,6 +72,11 @@ struct Cli {
     #[arg(long, value_name = "PW", global = true)]
     password: Option<String>,
 
+    /// How long to wait for Redis — over several nodes, a quorum of them — to answer,
+    /// before giving up with exit 69 (said on stderr while waiting).
+    #[arg(long = "wait-redis", value_name = "DUR", global = true, default_value = "10s", value_parser = duration::parse)]
+    wait_redis: Duration,
+
     /// Take no fencing tokens: exec sets no REDMUTEX_FENCE and no fence counter is
     /// written [env: REDMUTEX_NO_FENCES=1].
     #[arg(long = "no-fences", global = true)]
@@ -381,8 +386,10 @@ async fn run_command(cli: Cli, urls: &[String], access: &target::Access) -> Resu
     // saying so) for a quorum to answer rather than hang or answer what nobody knows.
     if urls.len() > 1 && !matches!(cli.command, Command::Doctor(_)) {
         let within = match &cli.command {
-            Command::Wait(args) => args.timeout.map_or(reach::REACH_WAIT, |t| t.min(reach::REACH_WAIT)),
-            _ => reach::REACH_WAIT,
+            Command::Wait(args) => args
+                .timeout
+                .map_or(cli.wait_redis, |t| t.min(cli.wait_redis)),
+            _ => cli.wait_redis,
         };
         reach::quorum_answers(&locker, urls, within).await?;
     }
@@ -391,6 +398,7 @@ async fn run_command(cli: Cli, urls: &[String], access: &target::Access) -> Resu
         &mut command
     {
         lock.progress = waiting::Progress::for_terminal(lock.quiet, lock.nonblock);
+        lock.reach = reach::Reach::new(cli.wait_redis);
     }
     if no_fences {
         locker = locker.without_fences();
@@ -405,7 +413,7 @@ async fn run_command(cli: Cli, urls: &[String], access: &target::Access) -> Resu
         Command::Inspect(args) => commands::inspect(&locker, args, urls).await,
         Command::List(args) => ops::list(&locker, args, urls).await,
         Command::Watch(args) => ops::watch(&locker, args, urls).await,
-        Command::Wait(args) => commands::wait(&locker, args, urls).await,
+        Command::Wait(args) => commands::wait(&locker, args, urls, cli.wait_redis).await,
         Command::Doctor(args) => commands::doctor(&locker, args, urls).await,
         Command::Demo(_) => unreachable!("handled above"),
     }

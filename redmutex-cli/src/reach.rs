@@ -13,9 +13,6 @@ use tokio::time::Instant;
 use crate::exit::{self, Failure};
 use crate::redact::name_nodes;
 
-/// How long redmutex waits for Redis (a quorum of nodes) to answer before it gives up.
-pub const REACH_WAIT: Duration = Duration::from_secs(10);
-
 /// How often it asks again meanwhile.
 const ASK_EVERY: Duration = Duration::from_millis(500);
 
@@ -36,7 +33,10 @@ pub async fn quorum_answers(
             return Ok(());
         }
         let why = unanswered(&answers, urls);
-        let state = format!("{up} of {} nodes answer, {needed} needed ({why})", urls.len());
+        let state = format!(
+            "{up} of {} nodes answer, {needed} needed ({why})",
+            urls.len()
+        );
         if Instant::now() >= give_up {
             return Err(Failure::new(
                 exit::UNAVAILABLE,
@@ -49,8 +49,7 @@ pub async fn quorum_answers(
             ));
             said = true;
         }
-        tokio::time::sleep(ASK_EVERY.min(give_up.saturating_duration_since(Instant::now())))
-            .await;
+        tokio::time::sleep(ASK_EVERY.min(give_up.saturating_duration_since(Instant::now()))).await;
     }
 }
 
@@ -75,7 +74,10 @@ fn unanswered(answers: &[Result<(), String>], urls: &[String]) -> String {
     let failures: Vec<String> = (answers.iter().enumerate())
         .filter_map(|(node, answer)| {
             let error = answer.as_ref().err()?;
-            let url = urls.get(node).map(|u| crate::redact::redact(u)).unwrap_or_default();
+            let url = urls
+                .get(node)
+                .map(|u| crate::redact::redact(u))
+                .unwrap_or_default();
             Some(format!("{url}: {error}"))
         })
         .collect();
@@ -85,7 +87,11 @@ fn unanswered(answers: &[Result<(), String>], urls: &[String]) -> String {
 /// Whether the latest failed tries of an acquire found Redis unreachable — one node's
 /// transient error, or too few nodes of a quorum answering — and since when.
 #[derive(Clone, Default, Debug)]
-pub struct Reach(Arc<Mutex<Option<Unreachable>>>);
+pub struct Reach {
+    state: Arc<Mutex<Option<Unreachable>>>,
+    /// How long it may last before the acquire gives up (`--wait-redis`).
+    within: Duration,
+}
 
 #[derive(Debug)]
 struct Unreachable {
@@ -94,6 +100,13 @@ struct Unreachable {
 }
 
 impl Reach {
+    pub fn new(within: Duration) -> Reach {
+        Reach {
+            state: Arc::default(),
+            within,
+        }
+    }
+
     /// Takes in a failed try (the acquire's observer calls it).
     pub fn observe(&self, failed: &FailedTry<'_>) {
         let why = match failed.reason {
@@ -101,7 +114,7 @@ impl Reach {
             TryFailure::NoQuorum(failure) if too_few_answer(failure) => Some(failure.to_string()),
             _ => None,
         };
-        let mut state = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         match why {
             Some(why) => {
                 let since = state.as_ref().map_or_else(Instant::now, |u| u.since);
@@ -113,11 +126,12 @@ impl Reach {
 
     /// Resolves once Redis has been unreachable for `within` without a break, saying on
     /// stderr when it first finds it so; the failure to exit with.
-    pub async fn lost_for(&self, within: Duration, urls: &[String]) -> Failure {
+    pub async fn lost_for(&self, urls: &[String]) -> Failure {
+        let within = self.within;
         let mut said = false;
         loop {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            let state = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
             let Some(unreachable) = state.as_ref() else {
                 said = false;
                 continue;
@@ -149,7 +163,7 @@ fn too_few_answer(failure: &QuorumFailure) -> bool {
 }
 
 /// Awaits `wait` — an acquire fed back into `reach` — unless Redis stays unreachable for
-/// [`REACH_WAIT`] first: then the failure to exit with (69). The acquire is dropped, which
+/// as long as `reach` allows first: then the failure to exit with (69). The acquire is dropped, which
 /// cleans up whatever its tries may have left.
 pub async fn bounded<T>(
     reach: &Reach,
@@ -158,6 +172,6 @@ pub async fn bounded<T>(
 ) -> Result<T, Failure> {
     tokio::select! {
         out = wait => Ok(out),
-        failure = reach.lost_for(REACH_WAIT, urls) => Err(failure),
+        failure = reach.lost_for(urls) => Err(failure),
     }
 }

@@ -520,9 +520,10 @@ fn redis_url_sources_and_prefix() {
         "k",
     ]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    // Several URLs in the environment: Redlock nodes, each shown by inspect.
+    // Several URLs in the environment: Redlock nodes, each shown by inspect (a quorum of
+    // two of three answer: the same server named twice, and one that is down).
     let out = run(Command::new(bin)
-        .env("REDMUTEX_REDIS", format!("{},{dead}", server.url()))
+        .env("REDMUTEX_REDIS", format!("{0},{0},{dead}", server.url()))
         .args(["inspect", "k"]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let text = stdout(&out);
@@ -637,15 +638,17 @@ fn several_urls_make_every_command_use_redlock() {
     let out = run(redlock(&servers).args(["acquire", "-n", "busy"]));
     assert_eq!(code(&out), 75, "{}", stderr(&out));
 
-    // No quorum reachable: unavailable (69), naming each failing node by address.
+    // No quorum reachable: unavailable (69) once --wait-redis has passed, naming each
+    // failing node by address.
     servers[3].kill();
     servers[2].kill();
     let started = Instant::now();
-    let out = run(redlock(&servers).args(["acquire", "--wait", "300ms", "job"]));
+    let out =
+        run(redlock(&servers).args(["--wait-redis", "300ms", "acquire", "--wait", "300ms", "job"]));
     assert_eq!(code(&out), 69, "{}", stderr(&out));
     assert!(started.elapsed() < ms(3000));
     let err = stderr(&out);
-    assert!(err.contains("2 of 5 nodes agreed, 3 needed"), "{err}");
+    assert!(err.contains("2 of 5 nodes answer, 3 needed"), "{err}");
     assert!(err.contains(&servers[2].url()), "{err}");
     assert!(
         servers[..2].iter().all(|s| !exists(s, "job")),
@@ -1637,4 +1640,169 @@ fn version_prints_the_crate_version() {
         stdout(&out),
         format!("redmutex {}\n", env!("CARGO_PKG_VERSION"))
     );
+}
+
+/// `redmutex` over several nodes, none of them listening (the servers were stopped), with a
+/// short wait for them.
+fn unreachable_redlock(servers: &[RedisServer]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_redmutex"));
+    for server in servers {
+        cmd.arg("--redis").arg(server.url());
+    }
+    cmd.args(["--wait-redis", "500ms"]);
+    cmd.env_remove("REDMUTEX_REDIS").env_remove("REDIS_URL");
+    with_signals(&mut cmd, libc::SIG_DFL);
+    cmd
+}
+
+/// Without a quorum, nothing hangs and nothing answers what nobody can know: each command
+/// waits --wait-redis for a quorum (saying so), then exits 69 — never "free", "none",
+/// "held" or 75 "still held". With one node of three up, the same. Before: `exec` and
+/// `acquire` waited forever in silence, `wait` said "still held", `leader` "none" (exit 0),
+/// `inspect --json` "held":false (exit 0).
+#[test]
+fn without_a_quorum_every_command_says_so_and_exits_69() {
+    let servers = RedisServer::spawn_many(3);
+    for live in [0, 1] {
+        for server in &servers[live..] {
+            server.kill();
+        }
+        let marker = scratch(&format!("no-quorum-{live}")).join("ran");
+        let touch = format!("touch {}", marker.display());
+        let commands: Vec<Vec<&str>> = vec![
+            vec!["exec", "job", "--", "sh", "-c", &touch],
+            vec!["acquire", "job"],
+            vec!["wait", "--timeout", "2s", "job"],
+            vec!["leader", "job"],
+            vec!["inspect", "--json", "job"],
+        ];
+        for args in commands {
+            let started = Instant::now();
+            let out = run(unreachable_redlock(&servers).args(&args));
+            let took = started.elapsed();
+            assert_eq!(
+                code(&out),
+                69,
+                "{args:?} with {live} of 3 up: {}",
+                stderr(&out)
+            );
+            assert!(
+                stderr(&out).contains("quorum"),
+                "{args:?}: {}",
+                stderr(&out)
+            );
+            assert!(
+                stdout(&out).is_empty(),
+                "{args:?} printed {:?}",
+                stdout(&out)
+            );
+            assert!(took < Duration::from_secs(8), "{args:?} took {took:?}");
+        }
+        assert!(!marker.exists(), "the command never ran");
+        for server in &servers[live..] {
+            server.restart();
+        }
+    }
+}
+
+/// A waiting `exec` whose quorum stops answering does not wait on in silence: it says so
+/// and exits 69 once --wait-redis has passed without a quorum.
+#[test]
+fn a_waiting_exec_whose_quorum_goes_away_exits_69() {
+    let servers = RedisServer::spawn_many(3);
+    let mut holder = unreachable_redlock(&servers);
+    let holder = run(holder.args(["acquire", "--ttl", "60s", "job"]));
+    assert_eq!(code(&holder), 0, "{}", stderr(&holder));
+    let mut waiting = unreachable_redlock(&servers)
+        .args(["exec", "job", "--", "true"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    thread::sleep(Duration::from_millis(500));
+    servers[0].kill();
+    servers[1].kill();
+    let status = wait_child(&mut waiting, Duration::from_secs(8));
+    assert_eq!(status.code(), Some(69));
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut waiting.stderr.take().unwrap(), &mut said).unwrap();
+    assert!(said.contains("does not answer"), "{said}");
+}
+
+/// A signal ignored when `exec` starts (`nohup`, a non-interactive shell's background
+/// job) stays ignored — for redmutex, which then does not forward it, and for the command,
+/// which inherits it — as flock and nohup chains do; the signals it does not ignore are
+/// forwarded as ever.
+#[test]
+fn a_signal_ignored_on_entry_stays_ignored_for_the_command() {
+    let server = RedisServer::spawn();
+    let dir = scratch("ignored-on-entry");
+    let (status_file, ready) = (dir.join("status"), dir.join("ready"));
+    let script = format!(
+        "grep SigIgn /proc/self/status > {s}; trap 'exit 7' TERM; echo up > {r}; while :; do sleep 0.05; done",
+        s = status_file.display(),
+        r = ready.display()
+    );
+    let mut cmd = redmutex(&server);
+    // SIGINT ignored on entry (after the default dispositions the helper sets).
+    {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: only `signal`, async-signal-safe, between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::signal(libc::SIGINT, libc::SIG_IGN);
+                Ok(())
+            });
+        }
+    }
+    let mut child = cmd
+        .args(["exec", "job", "--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_file(&ready, Duration::from_secs(5));
+    let ignored = std::fs::read_to_string(&status_file).unwrap();
+    let mask =
+        u64::from_str_radix(ignored.trim().trim_start_matches("SigIgn:").trim(), 16).unwrap();
+    assert_ne!(
+        mask & (1 << (libc::SIGINT - 1)),
+        0,
+        "the command inherits SIGINT ignored"
+    );
+    assert_eq!(mask & (1 << (libc::SIGTERM - 1)), 0, "and SIGTERM not");
+    let pid = child.id().to_string();
+    let kill = |sig: &str| Command::new("kill").args([sig, &pid]).status().unwrap();
+    kill("-INT");
+    thread::sleep(Duration::from_millis(300));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "SIGINT is ignored by redmutex too"
+    );
+    kill("-TERM");
+    let status = wait_child(&mut child, Duration::from_secs(5));
+    assert_eq!(
+        status.code(),
+        Some(7),
+        "SIGTERM was forwarded to the command"
+    );
+}
+
+/// A TTL no lock can have is a usage error before any connection: 64 whether or not Redis
+/// answers (before: 69 with Redis down, 64 with it up).
+#[test]
+fn an_impossible_ttl_is_refused_before_connecting() {
+    let server = RedisServer::spawn();
+    let down = RedisServer::spawn();
+    down.kill();
+    for target in [&server, &down] {
+        for args in [
+            vec!["exec", "--ttl", "200000000d", "k", "--", "true"],
+            vec!["acquire", "--ttl", "200000000d", "k"],
+            vec!["exec", "--min-hold", "200000000d", "k", "--", "true"],
+        ] {
+            let out = run(redmutex(target).args(&args));
+            assert_eq!(code(&out), 64, "{args:?}: {}", stderr(&out));
+            assert!(stderr(&out).contains("longer than"), "{}", stderr(&out));
+        }
+    }
 }

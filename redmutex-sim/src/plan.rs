@@ -238,8 +238,12 @@ pub struct Plan {
 pub struct Scale {
     /// The faulty part's length, drawn between these.
     pub active: (Duration, Duration),
-    /// The quiet part's length, drawn between these.
+    /// The quiet part's length once what faults left behind has run out ([`SETTLE`],
+    /// added when the run has faults), drawn between these.
     pub quiet: (Duration, Duration),
+    /// Waiters may poll every millisecond or two (where a margin too thin shows): many
+    /// requests.
+    pub fast_polls: bool,
     pub max_processes: usize,
     pub max_tasks: usize,
     /// The servers' clocks may run up to 1 % fast or slow.
@@ -252,9 +256,10 @@ impl Default for Scale {
     fn default() -> Scale {
         Scale {
             active: (Duration::from_secs(3), Duration::from_secs(8)),
-            quiet: (Duration::from_secs(8), Duration::from_secs(10)),
+            quiet: (Duration::from_secs(2), Duration::from_secs(4)),
             max_processes: 4,
             max_tasks: 8,
+            fast_polls: true,
             drift: true,
             topology: None,
         }
@@ -266,13 +271,11 @@ impl Scale {
     /// enough for liveness to count.
     pub fn short() -> Scale {
         Scale {
-            active: (Duration::from_secs(2), Duration::from_secs(4)),
-            quiet: (
-                SETTLE + Duration::from_secs(1),
-                SETTLE + Duration::from_secs(3),
-            ),
+            active: (Duration::from_secs(1), Duration::from_secs(3)),
+            quiet: (Duration::from_secs(1), Duration::from_secs(3)),
             max_processes: 3,
             max_tasks: 6,
+            fast_polls: false,
             ..Scale::default()
         }
     }
@@ -335,10 +338,10 @@ impl Plan {
             .collect();
         let count = 2 + rng.below(scale.max_tasks as u64 - 1) as usize;
         let mut tasks: Vec<TaskPlan> = (0..count)
-            .map(|i| task(&mut rng, mix, topology, i % processes.len()))
+            .map(|i| task(&mut rng, mix, topology, i % processes.len(), scale))
             .collect();
         if !tasks.iter().any(|t| matches!(t.role, Role::Hold(..))) {
-            tasks[0] = task(&mut rng, mix, topology, 0);
+            tasks[0] = task(&mut rng, mix, topology, 0, scale);
             tasks[0].role = Role::Hold(holder(&mut rng, mix, topology), Style::Careful);
         }
         // One limit per semaphore: its holders agree on it.
@@ -351,7 +354,7 @@ impl Plan {
             task.id = id;
         }
         let active = rng.between(scale.active.0, scale.active.1);
-        let quiet = rng.between(scale.quiet.0, scale.quiet.1);
+        let mut quiet = rng.between(scale.quiet.0, scale.quiet.1);
         let mut faults: Vec<Strike> = (0..rng.below(7) as usize)
             .map(|id| Strike {
                 id,
@@ -370,6 +373,10 @@ impl Plan {
                     }
                 }
             }
+        }
+        // With faults, the quiet part first waits for what they left behind to run out.
+        if !faults.is_empty() {
+            quiet += SETTLE;
         }
         Plan {
             seed,
@@ -501,7 +508,7 @@ fn name_of(mix: Mix) -> &'static str {
     }
 }
 
-fn task(rng: &mut Rng, mix: Mix, topology: Topology, process: usize) -> TaskPlan {
+fn task(rng: &mut Rng, mix: Mix, topology: Topology, process: usize, scale: Scale) -> TaskPlan {
     let primitive = holder(rng, mix, topology);
     let role = match rng.below(20) {
         0 | 3 => Role::Force,
@@ -535,7 +542,11 @@ fn task(rng: &mut Rng, mix: Mix, topology: Topology, process: usize) -> TaskPlan
     let ttl = Duration::from_millis(rng.pick(&[50, 100, 300, 500, 1000, 2000]));
     // From a poll every millisecond (where a margin too thin shows) to pauses long
     // enough that a waiter not woken when it should be is seen waiting.
-    let pause = Duration::from_millis(rng.pick(&[1, 2, 5, 20, 100, 500, 1000, 3000]));
+    let pauses: &[u64] = match scale.fast_polls {
+        true => &[1, 2, 5, 20, 100, 500, 1000, 3000],
+        false => &[5, 20, 100, 500, 1000, 3000],
+    };
+    let pause = Duration::from_millis(rng.pick(pauses));
     let deadline = rng.pick(&[ttl, Duration::from_secs(2), Duration::from_secs(10)]);
     TaskPlan {
         id: 0,

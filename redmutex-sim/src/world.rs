@@ -394,8 +394,8 @@ pub(crate) fn breach_between(
     });
 }
 
-/// Every key a server holds has a TTL: checked every 50 ms of the run. While the run is
-/// settled, also samples, every 10 ms, what each name's holders leave free.
+/// Every key a server holds has a TTL: checked every 60 ms of the run. While the run is
+/// settled, also samples, every 20 ms, what each name's holders leave free.
 async fn monitor(world: Arc<Shared>, plan: Plan) {
     let names: Vec<(&'static str, Vec<Primitive>)> = names_of(&plan);
     let mut tick = 0u64;
@@ -404,7 +404,7 @@ async fn monitor(world: Arc<Shared>, plan: Plan) {
         if now >= plan.end() {
             return;
         }
-        if tick % 5 == 0 {
+        if tick % 3 == 0 {
             every_key_has_a_ttl(&world).await;
         }
         if now >= plan.settled() {
@@ -414,7 +414,7 @@ async fn monitor(world: Arc<Shared>, plan: Plan) {
             }
         }
         tick += 1;
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

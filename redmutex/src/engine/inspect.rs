@@ -213,7 +213,10 @@ impl View for KeyView<'_> {
                 failures: (nodes.iter())
                     .filter_map(|n| {
                         let error = n.info.as_ref().err()?.clone();
-                        Some(NodeFailure { node: n.node, error })
+                        Some(NodeFailure {
+                            node: n.node,
+                            error,
+                        })
                     })
                     .collect(),
             })));

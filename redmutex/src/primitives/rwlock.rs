@@ -870,16 +870,18 @@ mod tests {
     fn a_quorum_sees_what_a_quorum_of_nodes_holds() {
         let view = RwView { key: b"k" };
         // Readers: on 3 of 5 nodes there are at least 2; a writer on 2 only.
-        let info = view.each(
-            vec![
-                node(2, 1, &[100, 200, 300]),
-                node(2, 0, &[100, 200]),
-                node(2, 2, &[100, 200]),
-                node(1, 0, &[]),
-                node(1, 0, &[]),
-            ],
-            3,
-        );
+        let info = view
+            .each(
+                vec![
+                    node(2, 1, &[100, 200, 300]),
+                    node(2, 0, &[100, 200]),
+                    node(2, 2, &[100, 200]),
+                    node(1, 0, &[]),
+                    node(1, 0, &[]),
+                ],
+                3,
+            )
+            .unwrap();
         assert!(!info.written);
         assert_eq!(info.readers.len(), 2);
         assert_eq!(info.writers_waiting, 0);
@@ -888,30 +890,34 @@ mod tests {
         let down = Err(crate::quorum::NodeError::TimedOut(Duration::from_millis(
             50,
         )));
-        let info = view.each(
-            vec![
-                node(1, 1, &[]),
-                node(1, 1, &[]),
-                node(1, 1, &[]),
-                node(0, 0, &[]),
-                down,
-            ],
-            3,
-        );
+        let info = view
+            .each(
+                vec![
+                    node(1, 1, &[]),
+                    node(1, 1, &[]),
+                    node(1, 1, &[]),
+                    node(0, 0, &[]),
+                    down,
+                ],
+                3,
+            )
+            .unwrap();
         assert!(info.written && info.readers.is_empty());
         assert_eq!(info.writer_metadata.as_deref(), Some("w=1"));
         assert_eq!(info.writer_ttl, Some(Duration::from_millis(900)));
         assert_eq!(info.writers_waiting, 1);
         // Too few answers: nothing by quorum.
-        let info = view.each(
-            vec![
-                node(1, 1, &[]),
-                Err(crate::quorum::NodeError::TimedOut(Duration::from_millis(
-                    50,
-                ))),
-            ],
-            2,
-        );
+        let info = view
+            .each(
+                vec![
+                    node(1, 1, &[]),
+                    Err(crate::quorum::NodeError::TimedOut(Duration::from_millis(
+                        50,
+                    ))),
+                ],
+                2,
+            )
+            .unwrap();
         assert!(!info.held() && info.fence == Some(7));
     }
 

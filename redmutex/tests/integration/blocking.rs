@@ -487,11 +487,17 @@ fn calls_inside_spawn_blocking_work_and_async_threads_are_refused() {
         let blocking = locker.clone();
         let held = runtime.block_on(async move {
             let refused = blocking.acquire("job", TTL).call();
-            assert!(matches!(refused, Err(Error::InsideRuntime)), "{flavour}: block_on's thread");
+            assert!(
+                matches!(refused, Err(Error::InsideRuntime)),
+                "{flavour}: block_on's thread"
+            );
             let in_task = blocking.clone();
             let task = tokio::spawn(async move { in_task.inspect("job").map(|_| ()) });
             let refused = task.await.unwrap();
-            assert!(matches!(refused, Err(Error::InsideRuntime)), "{flavour}: an async task");
+            assert!(
+                matches!(refused, Err(Error::InsideRuntime)),
+                "{flavour}: an async task"
+            );
             tokio::task::spawn_blocking(move || {
                 let lock = blocking.acquire("job", TTL).call().unwrap();
                 assert!(blocking.inspect("job").unwrap().held);

@@ -69,7 +69,12 @@ fn command(rng: &mut Rng) -> Vec<String> {
             }
             set
         }
-        2 => vec!["SETRANGE".into(), key, rng.below(4).to_string(), "xy".into()],
+        2 => vec![
+            "SETRANGE".into(),
+            key,
+            rng.below(4).to_string(),
+            "xy".into(),
+        ],
         3 => vec!["DEL".into(), key, rng.pick(KEYS).into()],
         4 => vec!["EXISTS".into(), key],
         5 => vec!["TYPE".into(), key],
@@ -103,7 +108,13 @@ fn command(rng: &mut Rng) -> Vec<String> {
             }
             range
         }
-        21 => vec!["ZREVRANGE".into(), key, "0".into(), "0".into(), "WITHSCORES".into()],
+        21 => vec![
+            "ZREVRANGE".into(),
+            key,
+            "0".into(),
+            "0".into(),
+            "WITHSCORES".into(),
+        ],
         22 => {
             let mut range = vec!["ZRANGEBYSCORE".into(), key, score(rng), score(rng)];
             if rng.below(2) == 0 {
@@ -131,10 +142,7 @@ fn comparable(args: &[String], reply: redis::RedisResult<Value>) -> String {
     match (args[0].as_str(), value) {
         ("PTTL", Value::Int(ms)) if ms > 1_000 => format!("ttl ~{}", (ms + 50_000) / 100_000),
         ("HGETALL", Value::Array(items)) => {
-            let mut pairs: Vec<String> = items
-                .chunks(2)
-                .map(|pair| format!("{pair:?}"))
-                .collect();
+            let mut pairs: Vec<String> = items.chunks(2).map(|pair| format!("{pair:?}")).collect();
             pairs.sort();
             pairs.join(",")
         }
@@ -213,7 +221,10 @@ async fn expiry_is_the_same_to_the_millisecond_on_both_servers() {
             Value::Array(vec![Value::BulkString(b"over".to_vec())]),
             Value::Int(2),
         ]);
-        assert_eq!(theirs, expected, "the server keeps a key through its last millisecond");
+        assert_eq!(
+            theirs, expected,
+            "the server keeps a key through its last millisecond"
+        );
         tokio::time::sleep(Duration::from_micros(300)).await;
     }
 }

@@ -403,13 +403,20 @@ async fn the_next_in_line_tries_when_a_crashed_holders_key_runs_out() {
     let server = RedisServer::spawn();
     let heartbeat = ms(9_000); // tries every 3 s: far longer than the holder's key lasts
     let fair = |locker: Locker<MultiplexedConnection>| {
-        locker.fair_lock("line").unwrap().with_heartbeat(heartbeat).unwrap()
+        locker
+            .fair_lock("line")
+            .unwrap()
+            .with_heartbeat(heartbeat)
+            .unwrap()
     };
     let (first, second) = (
         fair(own_locker(&server, true).await),
         fair(own_locker(&server, true).await),
     );
-    let held = fair(own_locker(&server, false).await).acquire(ms(60_000)).await.unwrap();
+    let held = fair(own_locker(&server, false).await)
+        .acquire(ms(60_000))
+        .await
+        .unwrap();
     let wait = |fair: FairLock<MultiplexedConnection>| async move {
         fair.acquire(ms(300))
             .retry(retry::constant(ms(10_000)))

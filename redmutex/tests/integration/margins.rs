@@ -136,10 +136,16 @@ async fn a_crashed_holders_claim_outlives_its_validity_to_the_last_millisecond()
         // The millisecond the claim's expiry is scored at: still the holder's.
         advance_to(start + ms(100)).await;
         let refused = rival(&other, claim).await.unwrap_err();
-        assert!(refused.is_not_obtained(), "{claim:?} taken in its last millisecond");
+        assert!(
+            refused.is_not_obtained(),
+            "{claim:?} taken in its last millisecond"
+        );
         tokio::time::advance(ms(1)).await;
         rival(&other, claim).await.unwrap();
-        assert!(redis.keys().iter().all(|k| k.ends_with(b":fence")), "{claim:?}");
+        assert!(
+            redis.keys().iter().all(|k| k.ends_with(b":fence")),
+            "{claim:?}"
+        );
     }
 }
 
@@ -152,7 +158,9 @@ async fn a_minimum_hold_is_never_shorter_than_promised() {
         let (_redis, holder, other) = memory();
         let start = Instant::now();
         tokio::time::advance(us(500)).await;
-        let held = take(&holder, claim, ms(1_000), Some(ms(200))).await.unwrap();
+        let held = take(&holder, claim, ms(1_000), Some(ms(200)))
+            .await
+            .unwrap();
         held.release().await.unwrap();
         // Promised: until 200 ms after the request (sent at 0.5 ms).
         advance_to(start + ms(200) + us(500)).await;
@@ -195,7 +203,11 @@ async fn rivals_never_overtake_a_crashed_holder_on_a_real_server() {
                 got >= until,
                 "{claim:?}, round {round}: a rival got in {:?} before the holder's {}",
                 until - got,
-                if min_hold.is_some() { "hold ended" } else { "validity ended" },
+                if min_hold.is_some() {
+                    "hold ended"
+                } else {
+                    "validity ended"
+                },
             );
         }
     }

@@ -364,7 +364,11 @@ async fn a_forced_release_wakes_a_fair_locks_first_waiter_and_waiting_readers() 
     let waiter = crate::common::own_locker(&server, true).await;
     let holder = crate::common::own_locker(&server, false).await;
     let fair = |locker: &Locker<redis::aio::MultiplexedConnection>| {
-        locker.fair_lock("line").unwrap().with_heartbeat(ms(9_000)).unwrap()
+        locker
+            .fair_lock("line")
+            .unwrap()
+            .with_heartbeat(ms(9_000))
+            .unwrap()
     };
     let _held = fair(&holder).acquire(ms(60_000)).await.unwrap();
     let waiting = fair(&waiter)
@@ -378,10 +382,18 @@ async fn a_forced_release_wakes_a_fair_locks_first_waiter_and_waiting_readers() 
     };
     let (got, forced) = tokio::join!(waiting, forcing);
     let woken = forced.elapsed();
-    assert!(woken < ms(1_500), "the fair waiter got the key {woken:?} after the forced release");
+    assert!(
+        woken < ms(1_500),
+        "the fair waiter got the key {woken:?} after the forced release"
+    );
     got.unwrap().release().await.unwrap();
 
-    let _writer = holder.rw_lock("table").unwrap().write(ms(60_000)).await.unwrap();
+    let _writer = holder
+        .rw_lock("table")
+        .unwrap()
+        .write(ms(60_000))
+        .await
+        .unwrap();
     let reading = waiter
         .rw_lock("table")
         .unwrap()
@@ -395,6 +407,9 @@ async fn a_forced_release_wakes_a_fair_locks_first_waiter_and_waiting_readers() 
     };
     let (read, forced) = tokio::join!(reading, forcing);
     let woken = forced.elapsed();
-    assert!(woken < ms(1_500), "the reader got in {woken:?} after the forced release");
+    assert!(
+        woken < ms(1_500),
+        "the reader got in {woken:?} after the forced release"
+    );
     read.unwrap().release().await.unwrap();
 }

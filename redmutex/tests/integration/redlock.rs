@@ -590,10 +590,14 @@ async fn inspect_shows_each_node_including_unreachable_ones() {
     let info = locker.inspect("job").await.unwrap();
     assert!(info.held && info.foreign && info.metadata.is_none() && info.ttl.is_none());
     servers[1].command(&["DEL", "job"]);
-    assert!(
-        !locker.inspect("job").await.unwrap().held,
-        "2 occupied, 2 free + 1 down"
-    );
+    // 1 occupied, 3 free + 1 down: free by a quorum.
+    servers[0].command(&["DEL", "job"]);
+    assert!(!locker.inspect("job").await.unwrap().held);
+    // 2 occupied, 2 free + 1 down: the node that is down may hold it for someone with a
+    // quorum — nobody can tell, and that is an error, not "free".
+    servers[0].command(&["SET", "job", "x"]);
+    let unknown = locker.inspect("job").await.unwrap_err();
+    assert!(matches!(unknown, Error::NoQuorum(_)), "{unknown}");
 }
 
 #[tokio::test]

@@ -845,8 +845,13 @@ async fn a_newcomer_behind_a_holder_that_shortened_its_ttl_gets_the_key_when_it_
 async fn redlock_waiters_do_not_wake_each_other_with_their_failed_tries() {
     let servers = RedisServer::spawn_many(3);
     let waking = |conns: Vec<MultiplexedConnection>| {
-        let clients = servers.iter().map(|s| redis::Client::open(s.url()).unwrap());
-        Locker::redlock(conns).unwrap().with_wake_up(clients).unwrap()
+        let clients = servers
+            .iter()
+            .map(|s| redis::Client::open(s.url()).unwrap());
+        Locker::redlock(conns)
+            .unwrap()
+            .with_wake_up(clients)
+            .unwrap()
     };
     let mut conns = Vec::new();
     for server in &servers {
@@ -877,6 +882,13 @@ fn script_calls(server: &RedisServer) -> u64 {
     let stats = server.command(&["INFO", "commandstats"]);
     (stats.lines())
         .filter(|l| l.starts_with("cmdstat_eval"))
-        .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
         .sum()
 }
