@@ -269,9 +269,11 @@ impl<C: Connection, P> Lock<C, P> {
     }
 
     /// The instant until which the lock is certainly held, as far as this client can know:
-    /// the moment the acquire (or last refresh) request was *sent*, plus the TTL, on the
-    /// client's monotonic clock (Redlock: minus the clock-drift allowance). Past it, assume
-    /// the lock is gone.
+    /// the moment the acquire (or last refresh) request was *sent*, plus the TTL less the
+    /// clock-drift allowance (1 % of it by default; Redlock also subtracts the time the
+    /// quorum took), on the client's monotonic clock. It ends strictly before the server
+    /// lets anyone else in (see [`safety`](crate::safety), "The holder's validity"). Past
+    /// it, assume the lock is gone.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -281,8 +283,11 @@ impl<C: Connection, P> Lock<C, P> {
     /// use tokio::time::Instant;
     /// let start = Instant::now();
     /// let lock = locker.acquire("import", Duration::from_secs(30)).await?;
-    /// assert!(lock.valid_until() <= start + Duration::from_secs(30));
+    /// assert_eq!(lock.valid_until(), start + Duration::from_millis(29_700));
     /// tokio::time::sleep_until(lock.valid_until()).await;
+    /// // Past its validity the holder must stop; the server keeps the key a little longer.
+    /// assert_eq!(lock.ttl().await?, Duration::from_millis(300));
+    /// tokio::time::sleep(Duration::from_millis(301)).await;
     /// assert!(lock.release().await.unwrap_err().is_not_held()); // gone by then
     /// # Ok(()) }
     /// ```
@@ -299,11 +304,12 @@ impl<C: Connection, P> Lock<C, P> {
     /// use std::time::Duration;
     /// let mut lock = locker.acquire("import", Duration::from_secs(30)).await?;
     /// tokio::time::sleep(Duration::from_secs(20)).await; // work
-    /// assert_eq!(lock.remaining_validity(), Duration::from_secs(10));
+    /// // The TTL less 1 % (the drift allowance), less the 20 s of work:
+    /// assert_eq!(lock.remaining_validity(), Duration::from_millis(9_700));
     /// if lock.remaining_validity() < Duration::from_secs(15) {
     ///     lock.refresh(Duration::from_secs(30)).await?;
     /// }
-    /// assert_eq!(lock.remaining_validity(), Duration::from_secs(30));
+    /// assert_eq!(lock.remaining_validity(), Duration::from_millis(29_700));
     /// tokio::time::sleep(Duration::from_secs(40)).await;
     /// assert_eq!(lock.remaining_validity(), Duration::ZERO);
     /// # Ok(()) }
