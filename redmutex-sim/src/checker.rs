@@ -31,8 +31,11 @@ pub const SERVED_WITHIN: Duration = Duration::from_millis(300);
 /// One broken rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Violation {
+    /// The rule broken (see the module docs' table).
     pub rule: &'static str,
+    /// When, since the run began.
     pub at: Duration,
+    /// What happened, with the sections or waits involved.
     pub text: String,
 }
 
@@ -104,11 +107,10 @@ fn breached(history: &History, name: &str, from: Duration, to: Duration) -> bool
 
 /// Whether two holders of one name may not hold at once.
 fn conflict(a: Primitive, b: Primitive) -> bool {
-    match (a, b) {
-        (Primitive::Read, Primitive::Read) => false,
-        (Primitive::Permit(_), Primitive::Permit(_)) => false,
-        _ => true,
-    }
+    !matches!(
+        (a, b),
+        (Primitive::Read, Primitive::Read) | (Primitive::Permit(_), Primitive::Permit(_))
+    )
 }
 
 fn exclusion(history: &History, found: &mut Vec<Violation>) {

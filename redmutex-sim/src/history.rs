@@ -11,10 +11,15 @@ use crate::plan::{Primitive, Style};
 /// released, gave up or stopped.
 #[derive(Clone, Debug)]
 pub struct Section {
+    /// The task that recorded it (its number in the plan).
     pub task: usize,
+    /// The task's simulated process.
     pub process: usize,
+    /// What it held or waited for.
     pub primitive: Primitive,
+    /// How the holder behaved.
     pub style: Style,
+    /// The name (key) worked on.
     pub name: &'static str,
     /// The fence (a leader's term) when taken.
     pub fence: Option<u64>,
@@ -64,13 +69,19 @@ impl Section {
 /// One acquire (or campaign), for the liveness rule.
 #[derive(Clone, Debug)]
 pub struct Attempt {
+    /// The task that recorded it (its number in the plan).
     pub task: usize,
+    /// The task's simulated process.
     pub process: usize,
+    /// What it held or waited for.
     pub primitive: Primitive,
+    /// The name (key) worked on.
     pub name: &'static str,
+    /// When it was called.
     pub asked: Duration,
     /// When it returned (or was dropped); `None` while still running at the end.
     pub ended: Option<Duration>,
+    /// It returned a lock.
     pub obtained: bool,
     /// Its locker waits with push wake-up.
     pub wake_up: bool,
@@ -83,9 +94,13 @@ pub struct Attempt {
 /// One `wait_released`.
 #[derive(Clone, Debug)]
 pub struct Watch {
+    /// The task that recorded it (its number in the plan).
     pub task: usize,
+    /// The name (key) worked on.
     pub name: &'static str,
+    /// When it was called.
     pub asked: Duration,
+    /// When it answered.
     pub answered: Duration,
     /// It answered "free".
     pub free: bool,
@@ -98,9 +113,11 @@ pub struct Breach {
     /// When it may have taken effect, from `at` to `until` (a forced release runs
     /// somewhere between its call and its answer).
     pub at: Duration,
+    /// See `at`.
     pub until: Duration,
     /// The names it touched; `None`: every name on the node.
     pub name: Option<String>,
+    /// What it was, for messages.
     pub what: String,
 }
 
@@ -118,6 +135,7 @@ pub struct Free {
 }
 
 impl Free {
+    /// Whether an acquire of `primitive` could get in.
     pub fn for_primitive(&self, primitive: Primitive) -> bool {
         match primitive {
             Primitive::Read => self.read,
@@ -130,9 +148,13 @@ impl Free {
 /// What a run recorded.
 #[derive(Clone, Debug, Default)]
 pub struct History {
+    /// Every critical section.
     pub sections: Vec<Section>,
+    /// Every acquire and campaign.
     pub attempts: Vec<Attempt>,
+    /// Every `wait_released` that answered.
     pub watches: Vec<Watch>,
+    /// Every breach of the guarantees' conditions.
     pub breaches: Vec<Breach>,
     /// Samples of the quiet part, per name: (when, what was free).
     pub samples: Vec<(Duration, &'static str, Free)>,

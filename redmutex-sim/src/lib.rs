@@ -1,4 +1,3 @@
-#![allow(missing_docs)] // (for now)
 //! `redmutex-sim`: a deterministic simulator for redmutex.
 //!
 //! A run is a world of simulated processes — each with its own lockers, connections and
@@ -33,8 +32,11 @@ pub use world::Outcome;
 
 /// What one run found.
 pub struct Report {
+    /// What ran.
     pub plan: Plan,
+    /// What the checker found, in time order.
     pub violations: Vec<Violation>,
+    /// What the run recorded.
     pub outcome: Outcome,
 }
 

@@ -19,6 +19,7 @@ pub enum Topology {
 }
 
 impl Topology {
+    /// How many servers.
     pub fn nodes(self) -> usize {
         match self {
             Topology::Single => 1,
@@ -26,6 +27,7 @@ impl Topology {
         }
     }
 
+    /// Its name in reports and on the command line.
     pub fn name(self) -> String {
         match self {
             Topology::Single => "single".into(),
@@ -58,6 +60,7 @@ impl Primitive {
         !matches!(self, Primitive::Read | Primitive::Permit(_))
     }
 
+    /// Its name in plans and reports.
     pub fn name(self) -> &'static str {
         match self {
             Primitive::Lock => "lock",
@@ -87,6 +90,7 @@ pub enum Style {
 }
 
 impl Style {
+    /// Its name in plans and reports.
     pub fn name(self) -> &'static str {
         match self {
             Style::Careful => "careful",
@@ -101,6 +105,7 @@ impl Style {
 /// What a task does, again and again, until the run ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
+    /// Takes the primitive and holds it as the style says.
     Hold(Primitive, Style),
     /// Waits for the name to be free without taking it (`wait_released`).
     Watch,
@@ -113,10 +118,13 @@ pub enum Role {
 pub struct TaskPlan {
     /// Its number in the plan as drawn (kept when shrinking leaves others out).
     pub id: usize,
+    /// Its process (an index into the plan's processes).
     pub process: usize,
+    /// What it does.
     pub role: Role,
     /// The name (key) it works on.
     pub name: &'static str,
+    /// The TTL it asks for.
     pub ttl: Duration,
     /// The pause between tries while it waits.
     pub pause: Duration,
@@ -126,6 +134,7 @@ pub struct TaskPlan {
     pub fenced: bool,
     /// Chance that an acquire is cancelled (dropped) at a random moment.
     pub cancel: f64,
+    /// Its own stream of random numbers.
     pub seed: u64,
 }
 
@@ -140,6 +149,7 @@ pub struct ProcessPlan {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Fault {
     /// Every request of `process` to `node` takes `extra` longer, for `lasting`.
+    #[allow(missing_docs)]
     Slow {
         process: usize,
         node: usize,
@@ -148,23 +158,30 @@ pub enum Fault {
     },
     /// The next request of `process` to `node` is cut: before the server sees it, or
     /// after it applied it (the reply is lost). The client cannot tell which.
+    #[allow(missing_docs)]
     Cut {
         process: usize,
         node: usize,
         applied: bool,
     },
     /// `node` goes down for `down`, then comes back empty (no persistence).
+    #[allow(missing_docs)] // (as the line above says)
     Restart { node: usize, down: Duration },
     /// `node` cannot be reached for `lasting` (its data kept); for the rest of the run
     /// when `lasting` is zero.
+    #[allow(missing_docs)] // (as the line above says)
     Down { node: usize, lasting: Duration },
     /// `node` stops answering for `lasting` (as `SIGSTOP`): requests wait, then run.
+    #[allow(missing_docs)] // (as the line above says)
     Freeze { node: usize, lasting: Duration },
     /// `process` stops for `lasting`: it sends nothing, hears nothing, acts on nothing.
+    #[allow(missing_docs)] // (as the line above says)
     Pause { process: usize, lasting: Duration },
     /// `process` dies: its connections close, its tasks stop where they are.
+    #[allow(missing_docs)] // (as the line above says)
     Crash { process: usize },
     /// One of `node`'s keys is evicted (picked by `pick` among those that exist).
+    #[allow(missing_docs)] // (as the line above says)
     Evict { node: usize, pick: u64 },
 }
 
@@ -209,21 +226,28 @@ impl fmt::Display for Fault {
 pub struct Strike {
     /// Its number in the plan as drawn.
     pub id: usize,
+    /// When it strikes, since the run began.
     pub at: Duration,
+    /// What it does.
     pub fault: Fault,
 }
 
 /// Everything a run does.
 #[derive(Clone, Debug)]
 pub struct Plan {
+    /// Its own stream of random numbers.
     pub seed: u64,
+    /// Where the locks live.
     pub topology: Topology,
     /// Each node's clock rate against the processes' clocks.
     pub rates: Vec<f64>,
     /// Longest one-way delay of a request or a reply (each is drawn up to it).
     pub latency: Duration,
+    /// The simulated processes.
     pub processes: Vec<ProcessPlan>,
+    /// Every task, of every process.
     pub tasks: Vec<TaskPlan>,
+    /// The faults, each at its moment (within the active part).
     pub faults: Vec<Strike>,
     /// Faults strike within this; then the run is quiet.
     pub active: Duration,
@@ -244,7 +268,9 @@ pub struct Scale {
     /// Waiters may poll every millisecond or two (where a margin too thin shows): many
     /// requests.
     pub fast_polls: bool,
+    /// At most this many processes (at least two).
     pub max_processes: usize,
+    /// At most this many tasks (at least two).
     pub max_tasks: usize,
     /// The servers' clocks may run up to 1 % fast or slow.
     pub drift: bool,
@@ -284,6 +310,8 @@ impl Scale {
 /// The longest TTL a task draws; with the fair lock's and the writers' heartbeats (3 s),
 /// what the quiet part waits for before liveness counts.
 pub const LONGEST_TTL: Duration = Duration::from_secs(2);
+/// How long what faults left behind (crashed holders' keys, dead waiters' places) takes to
+/// run out: the longest TTL, a heartbeat (3 s), and a second.
 pub const SETTLE: Duration = Duration::from_secs(6);
 
 /// Which primitives a run puts on which names.

@@ -10,10 +10,12 @@ use std::time::Duration;
 pub struct Rng(u64);
 
 impl Rng {
+    /// The stream of `seed`.
     pub fn new(seed: u64) -> Rng {
         Rng(seed ^ 0x5DEE_CE66_D1CE_4E5B)
     }
 
+    /// The next 64 bits.
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
@@ -37,6 +39,7 @@ impl Rng {
         (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
     }
 
+    /// True with probability `p`.
     pub fn chance(&mut self, p: f64) -> bool {
         self.unit() < p
     }

@@ -12,6 +12,7 @@ use crate::{run, Violation};
 /// What a sweep found.
 #[derive(Default)]
 pub struct Sweep {
+    /// Runs made.
     pub runs: u64,
     /// Each failing seed with its first violation.
     pub failed: Vec<(u64, Violation)>,
@@ -19,8 +20,11 @@ pub struct Sweep {
     pub all: Vec<(u64, Violation)>,
     /// Per rule: how many runs broke it, and the first seed that did.
     pub rules: BTreeMap<&'static str, (u64, u64)>,
+    /// Simulated time, over all runs.
     pub simulated: Duration,
+    /// Requests the servers answered, over all runs.
     pub requests: u64,
+    /// Wall-clock time the sweep took.
     pub wall: Duration,
 }
 

@@ -189,7 +189,9 @@ impl Shared {
 
 /// What one run gave.
 pub struct Outcome {
+    /// What the tasks, faults and monitor recorded.
     pub history: History,
+    /// The trace, when asked for: the plan, every request, fault and section.
     pub trace: Vec<String>,
     /// Requests the servers answered.
     pub requests: u64,
@@ -404,7 +406,7 @@ async fn monitor(world: Arc<Shared>, plan: Plan) {
         if now >= plan.end() {
             return;
         }
-        if tick % 3 == 0 {
+        if tick.is_multiple_of(3) {
             every_key_has_a_ttl(&world).await;
         }
         if now >= plan.settled() {
