@@ -110,18 +110,11 @@ return described
 local now = now_ms()
 local entry = describe_at(1, now)
 local kind = entry[1]
+local freed = true
 if kind == 'lock' or kind == 'fair_lock' or kind == 'rw_lock_write' then
   redis.call('del', KEYS[1])
   redis.pcall('publish', KEYS[1], 'released')
-  if kind == 'fair_lock' then
-    for _, token in ipairs(redis.call('zrange', KEYS[7], 0, -1)) do
-      local beat = redis.call('zscore', KEYS[3], token)
-      if beat and live_at(beat, now) then
-        turn(KEYS[1], token)
-        break
-      end
-    end
-  elseif entry[6] <= 0 then
+  if kind ~= 'fair_lock' and entry[6] <= 0 then
     -- A writer's or a plain lock's key (either keeps readers out), and no writer waits:
     -- readers may come in.
     redis.pcall('publish', readers_channel(KEYS[1]), EVERYONE)
@@ -132,5 +125,18 @@ elseif kind == 'semaphore' then
 elseif kind == 'rw_lock_read' then
   redis.call('del', KEYS[1], KEYS[5])
   redis.pcall('publish', KEYS[1], 'released')
+else
+  freed = false
+end
+-- Whatever held the key, a fair line waiting for it hears of its turn: the first live
+-- waiter, on its own channel.
+if freed and redis.call('type', KEYS[7])['ok'] == 'zset' then
+  for _, token in ipairs(redis.call('zrange', KEYS[7], 0, -1)) do
+    local beat = redis.pcall('zscore', KEYS[3], token)
+    if type(beat) == 'string' and live_at(beat, now) then
+      turn(KEYS[1], token)
+      break
+    end
+  end
 end
 return { entry }
