@@ -28,6 +28,10 @@ use crate::plan::{Plan, Primitive};
 /// quiet: a hand-off (50 ms), a few round trips, and room to spare.
 pub const SERVED_WITHIN: Duration = Duration::from_millis(300);
 
+/// How far apart what freed a name and the first sample that saw it free may be: two of
+/// the monitor's samples (20 ms apart), and the millisecond a key lives on by.
+const SAMPLE_WINDOW: Duration = Duration::from_millis(45);
+
 /// One broken rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Violation {
@@ -124,7 +128,15 @@ fn exclusion(history: &History, found: &mut Vec<Violation>) {
             if second.start >= first.protected_end() {
                 continue;
             }
-            if breached(history, first.name, first.asked, second.start) {
+            // Each was granted somewhere between its asking and its return (a reply may be
+            // slow): a breach anywhere from the first asking to the last return may have
+            // come between the two grants.
+            if breached(
+                history,
+                first.name,
+                first.asked.min(second.asked),
+                second.start,
+            ) {
                 continue;
             }
             let rule = match first.keep_until.is_some()
@@ -287,13 +299,41 @@ fn idle_while_free(
         let waited_from = since.max(w.asked);
         if *at > w.asked && *at - waited_from >= SERVED_WITHIN {
             let excused = fair_line_may_block(history, w, waited_from, *at)
-                || shortened_elsewhere(history, w, since);
+                || shortened_elsewhere(history, w, since)
+                || pausing_after_an_error(w, *at)
+                || freed_by_a_non_writer(history, w, since);
             if !excused {
                 return Some((waited_from, *at));
             }
         }
     }
     None
+}
+
+/// `w`'s last try before `at` failed for another reason than the name being held (no
+/// quorum, an error): it waits out its retry pause, by design, not for a release.
+fn pausing_after_an_error(w: &Attempt, at: Duration) -> bool {
+    (w.failures.iter())
+        .filter(|(failed, _)| *failed <= at)
+        .next_back()
+        .is_some_and(|(_, held)| !held)
+}
+
+/// `w` reads, and what freed the name was a plain lock, a fair lock or a leader — which
+/// keep readers out but announce their release on the key's channel, not the readers' —
+/// so `w` waits by the TTL it saw (docs/SAFETY.md, 10).
+fn freed_by_a_non_writer(history: &History, w: &Attempt, at: Duration) -> bool {
+    w.primitive == Primitive::Read
+        && (history.sections.iter()).any(|s| {
+            let ended = s.released.unwrap_or(s.valid).min(s.valid);
+            s.name == w.name
+                && matches!(
+                    s.primitive,
+                    Primitive::Lock | Primitive::Fair | Primitive::Leader
+                )
+                && ended <= at
+                && at - ended <= SAMPLE_WINDOW
+        })
 }
 
 /// A fair lock's waiter without wake-up (which may be first in line, and polls) waited
@@ -312,7 +352,7 @@ fn fair_line_may_block(history: &History, w: &Attempt, from: Duration, to: Durat
 /// What freed `name` just before `at` (a sample later): a forced release, a release, or
 /// nothing (its holder's key ran out).
 fn freed_by(history: &History, name: &str, at: Duration) -> String {
-    let window = Duration::from_millis(15);
+    let window = SAMPLE_WINDOW;
     let recent = |t: Duration| t <= at && at - t <= window;
     let took_effect = |b: &&crate::history::Breach| b.at <= at && recent(b.until.min(at));
     if let Some(breach) =
@@ -346,7 +386,7 @@ fn freed_by(history: &History, name: &str, at: Duration) -> String {
 /// than `w`'s, refreshed it to a shorter TTL: `w` learned the longer one from its last try
 /// (nobody announces a shorter TTL to other processes), and waits by that.
 fn shortened_elsewhere(history: &History, w: &Attempt, at: Duration) -> bool {
-    let window = Duration::from_millis(15);
+    let window = SAMPLE_WINDOW;
     (history.sections.iter()).any(|s| {
         s.name == w.name
             && s.shortened

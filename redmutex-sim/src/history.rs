@@ -89,6 +89,9 @@ pub struct Attempt {
     pub cancelled: bool,
     /// Its deadline, from `asked`.
     pub deadline: Duration,
+    /// Its failed tries: when, and whether the try found the name held (otherwise it
+    /// failed for another reason — no quorum, an error — and the retry pause follows).
+    pub failures: Vec<(Duration, bool)>,
 }
 
 /// One `wait_released`.

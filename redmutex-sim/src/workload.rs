@@ -86,10 +86,12 @@ impl Task {
         &mut self,
         acquire: Acquire<'a, SimConn, P>,
         style: Style,
+        attempt: usize,
     ) -> (Acquire<'a, SimConn, P>, Option<Duration>) {
         let mut acquire = acquire
             .retry(retry::constant(self.plan.pause))
-            .deadline(self.plan.deadline);
+            .deadline(self.plan.deadline)
+            .on_failed_try(self.failures(attempt));
         if self.plan.fenced || style == Style::Naive {
             acquire = acquire.with_fence();
         }
@@ -100,6 +102,17 @@ impl Task {
             keep = Some(hold);
         }
         (acquire, keep)
+    }
+
+    /// The failed-try callback that records, for attempt `attempt`, when each try failed
+    /// and whether it found the name held (rather than an error: the retry pause follows).
+    fn failures(&self, attempt: usize) -> impl FnMut(&redmutex::FailedTry<'_>) + Send + 'static {
+        let world = self.world.clone();
+        move |failed| {
+            let held = matches!(failed.reason, redmutex::TryFailure::Held { .. });
+            let at = world.now();
+            world.history().attempts[attempt].failures.push((at, held));
+        }
     }
 
     /// Awaits `acquire`, or drops it at a random moment (cancellation) when the plan says.
@@ -137,6 +150,7 @@ impl Task {
             wake_up: self.wake_up,
             cancelled: false,
             deadline: self.plan.deadline,
+            failures: Vec::new(),
         });
         history.attempts.len() - 1
     }
@@ -173,7 +187,7 @@ impl Task {
         let name = self.name();
         match primitive {
             Primitive::Lock => {
-                let (acquire, keep) = self.configure(locker.acquire(name, ttl), style);
+                let (acquire, keep) = self.configure(locker.acquire(name, ttl), style, attempt);
                 let got = self.obtain(acquire).await;
                 self.end_attempt(attempt, &got);
                 if let Got::Held(lock) = got {
@@ -184,7 +198,7 @@ impl Task {
                 let Ok(semaphore) = locker.semaphore(name, limit) else {
                     return;
                 };
-                let (acquire, keep) = self.configure(semaphore.acquire(1, ttl), style);
+                let (acquire, keep) = self.configure(semaphore.acquire(1, ttl), style, attempt);
                 let got = self.obtain(acquire).await;
                 self.end_attempt(attempt, &got);
                 if let Got::Held(lock) = got {
@@ -193,7 +207,7 @@ impl Task {
             }
             Primitive::Read => {
                 let Ok(rw) = locker.rw_lock(name) else { return };
-                let (acquire, keep) = self.configure(rw.read(ttl), style);
+                let (acquire, keep) = self.configure(rw.read(ttl), style, attempt);
                 let got = self.obtain(acquire).await;
                 self.end_attempt(attempt, &got);
                 if let Got::Held(lock) = got {
@@ -202,7 +216,7 @@ impl Task {
             }
             Primitive::Write => {
                 let Ok(rw) = locker.rw_lock(name) else { return };
-                let (acquire, keep) = self.configure(rw.write(ttl), style);
+                let (acquire, keep) = self.configure(rw.write(ttl), style, attempt);
                 let got = self.obtain(acquire).await;
                 self.end_attempt(attempt, &got);
                 if let Got::Held(lock) = got {
@@ -213,7 +227,7 @@ impl Task {
                 let Ok(fair) = locker.fair_lock(name) else {
                     return;
                 };
-                let (acquire, keep) = self.configure(fair.acquire(ttl), style);
+                let (acquire, keep) = self.configure(fair.acquire(ttl), style, attempt);
                 let got = self.obtain(acquire).await;
                 self.end_attempt(attempt, &got);
                 if let Got::Held(lock) = got {
@@ -271,6 +285,14 @@ impl Task {
         if now >= valid {
             record.overran = true;
         }
+    }
+
+    /// The holder lets go now: from here on a rival may get in, whenever the release
+    /// reaches the server — and whether or not the task lives to see its answer.
+    fn releasing(&self, section: usize) -> Duration {
+        let at = self.world.now();
+        self.edit(section, |s| s.released = Some(at));
+        at
     }
 
     fn released(&self, section: usize, at: Duration, outcome: &Result<(), Error>) {
@@ -337,7 +359,7 @@ impl Task {
                     }
                     self.act(section, lock.valid_until(), fence);
                 }
-                let at = self.world.now();
+                let at = self.releasing(section);
                 let outcome = lock.release().await;
                 self.released(section, at, &outcome);
             }
@@ -346,7 +368,7 @@ impl Task {
                 tokio::time::sleep(work).await;
                 self.gate().await;
                 self.act(section, lock.valid_until(), fence);
-                let at = self.world.now();
+                let at = self.releasing(section);
                 let outcome = lock.release().await;
                 self.released(section, at, &outcome);
             }
@@ -365,7 +387,7 @@ impl Task {
             Style::Lease => {
                 let redlock = self.locker.quorum_settings().copied();
                 if KeepAlive::new().check(ttl, redlock.as_ref()).is_err() {
-                    let at = self.world.now();
+                    let at = self.releasing(section);
                     let outcome = lock.release().await;
                     self.released(section, at, &outcome);
                     return;
@@ -430,7 +452,7 @@ impl Task {
                         break;
                     }
                 }
-                let at = self.world.now();
+                let at = self.releasing(section);
                 let outcome = lease.release().await;
                 self.released(section, at, &outcome);
             }
@@ -481,7 +503,7 @@ impl Task {
             s.fence = fence;
         });
         self.act(section, lock.valid_until(), fence);
-        let at = self.world.now();
+        let at = self.releasing(section);
         match lock.downgrade().await {
             Ok(read) => {
                 self.released(section, at, &Ok(()));
@@ -510,7 +532,8 @@ impl Task {
         let campaign = election
             .campaign(format!("t{}", self.index))
             .retry(retry::constant(self.plan.pause))
-            .deadline(self.plan.deadline);
+            .deadline(self.plan.deadline)
+            .on_failed_try(self.failures(attempt));
         let got = self.obtain(campaign).await;
         self.end_attempt(attempt, &got);
         let Got::Held(mut leadership) = got else {
@@ -566,7 +589,7 @@ impl Task {
                 break;
             }
         }
-        let at = self.world.now();
+        let at = self.releasing(section);
         let outcome = leadership.resign().await;
         self.released(section, at, &outcome);
     }

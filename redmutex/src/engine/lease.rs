@@ -256,6 +256,17 @@ impl<C: Connection, P> Lock<C, P> {
 }
 
 impl<C: Connection, P> Lease<C, P> {
+    /// What tells this locker's waiters that the lease was lost, when it has wake-up.
+    fn waiters_told(lock: &Lock<C, P>) -> Option<Box<dyn Fn() + Send + Sync>> {
+        let hub = lock.context().hub.clone()?;
+        let keys: Vec<Vec<u8>> = lock.claim().keys().iter().map(<[u8]>::to_vec).collect();
+        Some(Box::new(move || {
+            for key in &keys {
+                hub.held_until(key, Instant::now());
+            }
+        }))
+    }
+
     fn start(lock: Lock<C, P>, settings: KeepAlive) -> Result<Lease<C, P>, Error> {
         let acquired_at = lock.acquired_at();
         let ttl = lock.lease_ttl();
@@ -277,6 +288,7 @@ impl<C: Connection, P> Lease<C, P> {
             }),
             keep_until: lock.keep_until(),
             state: state.clone(),
+            on_loss: Self::waiters_told(&lock),
         };
         let context = lock.context();
         let registration = context

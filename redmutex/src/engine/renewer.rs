@@ -65,6 +65,9 @@ pub(crate) struct Entry {
     /// A minimum hold time's end: a lost lease's release keeps what is held until then.
     pub(crate) keep_until: Option<Instant>,
     pub(crate) state: Arc<LeaseState>,
+    /// Tells the locker's waiters that the lease is lost (its key gone or soon to be):
+    /// those that queued behind it without a try must not wait for its validity.
+    pub(crate) on_loss: Option<Box<dyn Fn() + Send + Sync>>,
 }
 
 pub(crate) enum Command {
@@ -321,6 +324,9 @@ impl<C: Connection> Ends<'_, C> {
             );
         }
         entry.state.end(reason);
+        if let Some(on_loss) = &entry.on_loss {
+            on_loss();
+        }
         (self.backend).release_in_background(entry.claim, entry.token, entry.keep_until);
     }
 }

@@ -167,7 +167,11 @@ where
             Err(e) => return Err(e),
         };
         if !info.held {
-            // A turn this wait was given passes on to the next waiter as the member goes.
+            // A turn this wait was given passes on to the next waiter as the member goes;
+            // and waiters that queued behind this wait hear that the key is free.
+            if let Some(member) = waiting.member.as_mut() {
+                member.saw_free();
+            }
             return Ok(true);
         }
         if let Some(member) = waiting.member.as_mut() {

@@ -506,6 +506,27 @@ impl Hub {
 }
 
 impl Channel {
+    /// Wakes one waiter just after `until`, when a waiter of this locker's lease, obtained
+    /// with that validity, may have run out without a release: unless a release (or a new
+    /// validity) was heard meanwhile.
+    fn wake_at_expiry(self: &Arc<Self>, until: Instant) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let channel = Arc::downgrade(self);
+        runtime.spawn(async move {
+            tokio::time::sleep_until(until + Duration::from_millis(1)).await;
+            let Some(channel) = channel.upgrade() else {
+                return;
+            };
+            let mut state = lock(&channel.state);
+            if state.held_by_waiter == Some(until) {
+                state.held_by_waiter = None;
+                channel.announce(&mut state, Wake::Released, 1);
+            }
+        });
+    }
+
     /// Hands out turns for what a release freed. Exclusive: the longest waiter gets the
     /// turn, unless one is already trying; then the announcement is remembered. Otherwise:
     /// up to `freed` waiters that are not trying get one each.
@@ -585,12 +606,29 @@ impl Member {
         }
     }
 
+    /// This member saw the key free without taking it (a wait for its release): the
+    /// others of this locker, which may have queued behind it without a try, are told —
+    /// one of them tries now — as no release may have been announced (a key that ran out).
+    pub(crate) fn saw_free(&mut self) {
+        let mut state = lock(&self.channel.state);
+        if state.members > 1 {
+            state.held_by_waiter = None;
+            self.channel.announce(&mut state, Wake::Released, 1);
+        }
+    }
+
     /// Reports what this member's try found. After a wake-up, that settles its turn.
     pub(crate) fn tried(&mut self, outcome: Outcome) {
         let mut state = lock(&self.channel.state);
         if let (Outcome::Obtained { until }, true) = (outcome, self.channel.exclusive) {
             // Our value says "awaited": its release will be announced.
             state.held_by_waiter = Some(until);
+            // The others of this locker that wait may have queued without a try: they do not
+            // know how long the key is held now. Should it run out unreleased (a holder
+            // that stopped), one of them is woken then to try.
+            if state.members > 1 {
+                self.channel.wake_at_expiry(until);
+            }
         }
         if !std::mem::take(&mut self.turn) {
             return;
