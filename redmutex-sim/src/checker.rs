@@ -200,8 +200,9 @@ fn fences(history: &History, found: &mut Vec<Violation>) {
             let (fa, fb) = (a.fence.unwrap_or(0), b.fence.unwrap_or(0));
             let wrong = match () {
                 _ if fa == fb => true,
-                _ if b.asked >= a.start => fb < fa,
-                _ if a.asked >= b.start => fa < fb,
+                // (Strictly after: within one instant the order is not known.)
+                _ if b.asked > a.start => fb < fa,
+                _ if a.asked > b.start => fa < fb,
                 _ => false,
             };
             if wrong {
@@ -321,16 +322,17 @@ fn pausing_after_an_error(w: &Attempt, at: Duration) -> bool {
 
 /// `w` reads, and what freed the name was a plain lock, a fair lock or a leader — which
 /// keep readers out but announce their release on the key's channel, not the readers' —
-/// so `w` waits by the TTL it saw (docs/SAFETY.md, 10).
+/// or a writer's key that ran out unreleased (readers that waited while it waited learned
+/// only its intent's heartbeat): `w` waits by what its last try saw (docs/SAFETY.md, 10).
 fn freed_by_a_non_writer(history: &History, w: &Attempt, at: Duration) -> bool {
     w.primitive == Primitive::Read
         && (history.sections.iter()).any(|s| {
             let ended = s.released.unwrap_or(s.valid).min(s.valid);
+            let announced =
+                s.primitive == Primitive::Write && s.released.is_some_and(|r| r < s.valid);
             s.name == w.name
-                && matches!(
-                    s.primitive,
-                    Primitive::Lock | Primitive::Fair | Primitive::Leader
-                )
+                && s.primitive != Primitive::Read
+                && !announced
                 && ended <= at
                 && at - ended <= SAMPLE_WINDOW
         })

@@ -26,6 +26,12 @@ pub struct Sweep {
     pub requests: u64,
     /// Wall-clock time the sweep took.
     pub wall: Duration,
+    /// How many runs had each topology ("single", "redlock3", "redlock5") and each kind
+    /// of holder ("lock", "permit", "read", "write", "fair", "leader"), and watchers and
+    /// operators ("watch", "force").
+    pub covered: BTreeMap<String, u64>,
+    /// Sections recorded (critical sections held), over all runs.
+    pub sections: u64,
 }
 
 impl Sweep {
@@ -65,6 +71,10 @@ pub fn sweep(
                 let report = run(Plan::draw(seed, scale), false);
                 let mut sweep = found.lock().unwrap_or_else(|p| p.into_inner());
                 sweep.runs += 1;
+                sweep.sections += report.outcome.history.sections.len() as u64;
+                for what in covered(&report.plan) {
+                    *sweep.covered.entry(what).or_insert(0) += 1;
+                }
                 sweep.simulated += report.simulated();
                 sweep.requests += report.outcome.requests;
                 let mut rules: Vec<&'static str> = Vec::new();
@@ -90,6 +100,22 @@ pub fn sweep(
     sweep.all.sort_by_key(|(seed, _)| *seed);
     sweep.wall = started.elapsed();
     sweep
+}
+
+/// What a plan puts to the test: its topology, and the kinds of its tasks.
+fn covered(plan: &Plan) -> Vec<String> {
+    let mut what = vec![plan.topology.name()];
+    for task in &plan.tasks {
+        let kind = match task.role {
+            Role::Hold(primitive, _) => primitive.name(),
+            Role::Watch => "watch",
+            Role::Force => "force",
+        };
+        if !what.iter().any(|w| w == kind) {
+            what.push(kind.to_string());
+        }
+    }
+    what
 }
 
 /// A smaller plan that still breaks `rule`: faults and tasks left out one at a time, and

@@ -625,23 +625,25 @@ impl Task {
         if self.over() {
             return;
         }
-        let called = self.world.now();
-        let taken = self.locker.force_release(self.name()).await;
         // What held the name is no longer vouched for once the release ran: somewhere
-        // between the call and its answer — or, unanswered, whenever it reaches the
-        // server.
-        let until = match &taken {
-            Ok(_) => self.world.now(),
-            Err(_) => self.end + crate::plan::SETTLE,
-        };
+        // between the call and its answer — or, unanswered (the task may not even live to
+        // see it), whenever it reaches the server. Recorded before the call, open-ended,
+        // and closed at the answer.
+        let called = self.world.now();
         let what = format!("t{} forcing a release", self.index);
-        breach_between(
+        let open = self.end + crate::plan::SETTLE;
+        let breach = breach_between(
             &self.world,
             called,
-            until,
+            open,
             Some(self.name().to_string()),
             what,
         );
+        let taken = self.locker.force_release(self.name()).await;
+        if taken.is_ok() {
+            let now = self.world.now();
+            self.world.history().breaches[breach].until = now;
+        }
         self.world.note(|| {
             format!(
                 "t{}: forced the release of {}: {:?}",

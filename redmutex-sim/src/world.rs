@@ -380,20 +380,22 @@ pub(crate) fn breach(world: &Shared, name: Option<String>, what: String) {
     breach_between(world, at, at, name, what);
 }
 
-/// Records a breach that took effect at some moment between `at` and `until`.
+/// Records a breach that took effect at some moment between `at` and `until`; its index.
 pub(crate) fn breach_between(
     world: &Shared,
     at: Duration,
     until: Duration,
     name: Option<String>,
     what: String,
-) {
-    world.history().breaches.push(Breach {
+) -> usize {
+    let mut history = world.history();
+    history.breaches.push(Breach {
         at,
         until,
         name,
         what,
     });
+    history.breaches.len() - 1
 }
 
 /// Every key a server holds has a TTL: checked every 60 ms of the run. While the run is

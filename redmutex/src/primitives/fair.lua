@@ -162,7 +162,9 @@ if queued then
 end
 local value = redis.pcall('get', key)
 local missing = 1
-local freed = was_first and value == false
+-- The first in line leaving makes the next the first: told, it tries — takes a free key,
+-- or learns until when the key is held (it last heard another's place, not that).
+local freed = was_first
 if owned(value, token) then
   missing = 0
   local flag = string.sub(value, #token + 1, #token + 1)

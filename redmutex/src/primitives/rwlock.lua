@@ -265,7 +265,10 @@ return missing
 -- ARGV[2]: (optional) keep: instead of leaving now, stay until this many milliseconds from
 --          now (a minimum hold time), no longer renewable.
 -- Returns: 0 when it read (now gone); 1 when it did not.
--- The last reader to leave announces itself on the lock key's channel when a writer waits.
+-- When a writer waits, a reader whose leaving brings the readers' end forward (the last
+-- reader leaving, or the one that would have stayed the longest) announces itself on the
+-- lock key's channel: the writer tries at once — and takes the lock, or learns the earlier
+-- end (a reader kept for its minimum hold runs out unannounced).
 local lock, details, intents = KEYS[1], KEYS[2], KEYS[3]
 if holder_kind(lock, details) ~= 'readers' then
   return 1
@@ -277,6 +280,11 @@ reclaim(lock, details, now)
 if not reading(lock, token, now) then
   return 1
 end
+local function latest()
+  local last = redis.call('zrange', lock, -1, -1, 'withscores')
+  return tonumber(last[2] or '0')
+end
+local ended = latest()
 local metadata = redis.call('hget', details, token) or ''
 redis.call('zrem', lock, token)
 redis.call('hdel', details, token)
@@ -287,7 +295,7 @@ if keep > 0 then
   redis.call('hset', details, '~' .. token, metadata)
 end
 expire_with(lock, details)
-if redis.call('exists', lock) == 0 and intents_ours(intents) and live_intents(intents, now) > 0 then
+if latest() < ended and intents_ours(intents) and live_intents(intents, now) > 0 then
   redis.pcall('publish', lock, 'released')
 end
 return 0

@@ -344,6 +344,49 @@ async fn a_release_wakes_every_waiting_reader_and_the_last_reader_wakes_a_writer
     assert_eq!(raw.dbsize().await, 0);
 }
 
+/// A reader held for a minimum hold leaves early: it stays until its hold ends, and a
+/// waiting writer (which last saw it reading for 10 s) hears of its leaving, learns the
+/// earlier end and gets the lock then — not at its poll, nor at the TTL it saw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_leaving_before_its_minimum_hold_tells_a_waiting_writer_when_it_ends() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let rw = own_locker(&server, true).await.rw_lock("kept").unwrap();
+    let asked = Instant::now();
+    let reader = rw.read(ms(10_000)).min_hold(ms(800)).await.unwrap();
+    let other = (own_locker(&server, true).await.rw_lock("kept").unwrap())
+        .read(ms(10_000))
+        .await
+        .unwrap();
+    let waiting = tokio::spawn(
+        (own_locker(&server, true).await.rw_lock("kept").unwrap())
+            .with_heartbeat(ms(60_000))
+            .unwrap()
+            .write(ms(30_000))
+            .retry(retry::constant(ms(20_000)))
+            .deadline(ms(8_000))
+            .into_future(),
+    );
+    until_writers_wait(&rw, true).await;
+    tokio::time::sleep(ms(300)).await; // subscribed, and re-checked
+                                       // The other reader leaves: the kept one still reads, the writer waits on.
+    other.release().await.unwrap();
+    reader.release().await.unwrap();
+    assert_eq!(rw.inspect().await.unwrap().readers.len(), 1);
+    let writer = waiting.await.unwrap().expect("the writer gets the lock");
+    let waited = asked.elapsed();
+    assert!(
+        waited >= ms(790),
+        "in before the minimum hold ended: {waited:?}"
+    );
+    assert!(
+        waited < ms(5_000),
+        "not told of the earlier end: {waited:?}"
+    );
+    writer.release().await.unwrap();
+    assert_eq!(raw.dbsize().await, 0);
+}
+
 /// Mixed use never leaves a reader and a writer (or a plain lock) in at once: many tasks
 /// of separate lockers, counting who is inside.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
