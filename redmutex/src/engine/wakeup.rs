@@ -227,6 +227,8 @@ pub(crate) struct Member {
     channel: Arc<Channel>,
     /// Woken, and its try not reported yet.
     turn: bool,
+    /// Its last try obtained what it waited for.
+    obtained: bool,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -570,6 +572,7 @@ impl Member {
             key: key.into(),
             channel: channel.clone(),
             turn: false,
+            obtained: false,
         }
     }
 
@@ -620,6 +623,7 @@ impl Member {
     /// Reports what this member's try found. After a wake-up, that settles its turn.
     pub(crate) fn tried(&mut self, outcome: Outcome) {
         let mut state = lock(&self.channel.state);
+        self.obtained = matches!(outcome, Outcome::Obtained { .. });
         if let (Outcome::Obtained { until }, true) = (outcome, self.channel.exclusive) {
             // Our value says "awaited": its release will be announced.
             state.held_by_waiter = Some(until);
@@ -661,6 +665,12 @@ impl Drop for Member {
             } else {
                 state.pending = 0;
             }
+        } else if !self.obtained && state.members > 0 && state.turns == 0 && self.channel.exclusive
+        {
+            // Gone without the key (given up, cancelled) while others of this locker wait
+            // — perhaps queued behind it without a try of their own, counting on its
+            // tries: one of them tries now, and learns how long the key is held.
+            self.channel.announce(&mut state, Wake::Released, 1);
         }
         // Turns nobody is left to take up are no turns: more unclaimed than members
         // without a turn.

@@ -836,6 +836,43 @@ async fn a_newcomer_behind_a_holder_that_shortened_its_ttl_gets_the_key_when_it_
     newcomer.release().await.unwrap();
 }
 
+/// Two waiters of one locker: the first tries and polls; the second queues behind it
+/// without a try of its own. The first gives up (its deadline) before the dead holder's
+/// key runs out: the second tries then — and gets the key when it runs out, not at its
+/// own poll (the simulator found it left to its 10 s poll, nobody of its locker trying).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_queued_behind_one_that_gives_up_gets_the_key_when_it_runs_out() {
+    let server = RedisServer::spawn();
+    let dead = common::locker(&server).await;
+    let locker = waking_locker(&server, &server.url()).await;
+    let _token = dead.acquire("left", ms(1_200)).await.unwrap().detach();
+    let expires = Instant::now() + ms(1_200);
+    let giving_up = locker
+        .acquire("left", ms(10_000))
+        .retry(retry::constant(LONG_POLL))
+        .deadline(ms(500))
+        .into_future();
+    let giving_up = tokio::spawn(giving_up);
+    wait_for_subscribers(&server, "left", 1, ms(3_000)).await;
+    let tries = Arc::new(AtomicU32::new(0));
+    let queued = wait_for(&locker, "left", LONG_POLL, tries.clone());
+    let gave_up = giving_up.await.unwrap().unwrap_err();
+    assert!(gave_up.is_not_obtained(), "{gave_up}");
+    let (lock, got_at) = queued.await.unwrap();
+    lock.expect("the queued waiter gets the key")
+        .release()
+        .await
+        .unwrap();
+    let late = got_at.saturating_duration_since(expires);
+    assert!(got_at >= expires - ms(5), "in before the key ran out");
+    assert!(
+        late < WOKEN_WITHIN,
+        "got the key {late:?} after it ran out (poll {LONG_POLL:?})"
+    );
+    // It queued without a try, then tried once the other gave up, then when the key ran out.
+    assert!(tries.load(Ordering::SeqCst) <= 2, "{tries:?}");
+}
+
 /// Redlock waiters with wake-up, the key held on a quorum and free on the third node:
 /// each waiter's try takes the free node, fails the quorum and is undone there — which
 /// announced a release, waking the other waiter, whose try did the same, without end (a
