@@ -315,8 +315,7 @@ fn idle_while_free(
 /// quorum, an error): it waits out its retry pause, by design, not for a release.
 fn pausing_after_an_error(w: &Attempt, at: Duration) -> bool {
     (w.failures.iter())
-        .filter(|(failed, _)| *failed <= at)
-        .next_back()
+        .rfind(|(failed, _)| *failed <= at)
         .is_some_and(|(_, held)| !held)
 }
 
