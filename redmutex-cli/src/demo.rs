@@ -223,17 +223,41 @@ async fn redlock(clock: &Clock) -> Result<RedlockScene, Failure> {
     nodes[2] = None;
     let killed = Instant::now();
     clock.say("node 2 killed — 2 of 5 left: no quorum can renew the lease");
-    let reason = tokio::time::timeout(Duration::from_secs(3), lease.lost()).await;
-    let detected_after = killed.elapsed();
-    let lost_in_time = matches!(reason, Ok(LostReason::Unreachable { .. }))
-        && Instant::now() <= lease.valid_until();
-    match reason {
-        Ok(_) => clock.say(format!(
-            "LOST: no quorum for the renewal — signalled {} after the kill, before the \
+    // A lease declared lost ends its validity then and there, so the validity it had is
+    // sampled while it lasts: the greatest value seen (a renewal only moves it later).
+    let mut validity = lease.valid_until();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let reason = loop {
+        tokio::select! {
+            reason = lease.lost() => break Some(reason),
+            () = tokio::time::sleep(Duration::from_millis(5)) => {}
+        }
+        validity = validity.max(lease.valid_until());
+        if Instant::now() >= deadline {
+            break None;
+        }
+    };
+    let signalled = Instant::now();
+    let detected_after = signalled - killed;
+    let lost_in_time =
+        matches!(reason, Some(LostReason::Unreachable { .. })) && signalled < validity;
+    match (&reason, lost_in_time) {
+        (Some(_), true) => clock.say(format!(
+            "LOST: no quorum for the renewal — signalled {} after the kill, {} before the \
              lock's validity ended",
-            format(detected_after)
+            format(detected_after),
+            format(validity - signalled)
         )),
-        Err(_) => clock.say("the loss was not signalled"),
+        (Some(reason), false) => clock.say(format!(
+            "LOST ({reason}) {} after the kill, {} the lock's validity ended — must never be",
+            format(detected_after),
+            if signalled < validity {
+                "before"
+            } else {
+                "after"
+            }
+        )),
+        (None, _) => clock.say("the loss was not signalled"),
     }
     drop(lease);
     Ok(RedlockScene {

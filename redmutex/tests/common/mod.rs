@@ -63,6 +63,28 @@ pub async fn own_locker(server: &RedisServer, waking: bool) -> Locker<Multiplexe
     }
 }
 
+/// A Redlock locker over `conns` (one per server of `servers`, in order) that waits with
+/// push wake-up, a subscriber per server.
+pub fn waking_redlock(
+    conns: Vec<MultiplexedConnection>,
+    servers: &[RedisServer],
+) -> Locker<MultiplexedConnection> {
+    let clients = (servers.iter()).map(|s| redis::Client::open(s.url()).unwrap());
+    Locker::redlock(conns)
+        .unwrap()
+        .with_wake_up(clients)
+        .unwrap()
+}
+
+/// A connection to each of `servers`, in order.
+pub async fn multiplexed_all(servers: &[RedisServer]) -> Vec<MultiplexedConnection> {
+    let mut conns = Vec::new();
+    for server in servers {
+        conns.push(multiplexed(server).await);
+    }
+    conns
+}
+
 pub async fn locker(server: &RedisServer) -> Locker<MultiplexedConnection> {
     Locker::new(multiplexed(server).await)
 }

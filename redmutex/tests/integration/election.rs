@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::common::{blamed, ms, multiplexed, Raw};
+use crate::common::{self, blamed, ms, multiplexed, Raw};
 use futures_util::StreamExt;
 use redis::aio::MultiplexedConnection;
 use redmutex::{Argument, Election, Error, Leader, Locker};
@@ -214,17 +214,8 @@ async fn a_campaign_ends_at_once_when_its_connection_dies() {
 async fn an_election_over_redlock() {
     let servers = RedisServer::spawn_many(3);
     let locker = |_: usize| async {
-        let mut conns = Vec::new();
-        for server in &servers {
-            conns.push(multiplexed(server).await);
-        }
-        let clients = servers
-            .iter()
-            .map(|s| redis::Client::open(s.url()).unwrap());
-        Locker::redlock(conns)
-            .unwrap()
-            .with_wake_up(clients)
-            .unwrap()
+        let conns = common::multiplexed_all(&servers).await;
+        (common::waking_redlock(conns, &servers))
             .election("leader")
             .unwrap()
     };

@@ -881,19 +881,8 @@ async fn a_waiter_queued_behind_one_that_gives_up_gets_the_key_when_it_runs_out(
 #[tokio::test]
 async fn redlock_waiters_do_not_wake_each_other_with_their_failed_tries() {
     let servers = RedisServer::spawn_many(3);
-    let waking = |conns: Vec<MultiplexedConnection>| {
-        let clients = servers
-            .iter()
-            .map(|s| redis::Client::open(s.url()).unwrap());
-        Locker::redlock(conns)
-            .unwrap()
-            .with_wake_up(clients)
-            .unwrap()
-    };
-    let mut conns = Vec::new();
-    for server in &servers {
-        conns.push(multiplexed(server).await);
-    }
+    let waking = |conns: Vec<MultiplexedConnection>| common::waking_redlock(conns, &servers);
+    let conns = common::multiplexed_all(&servers).await;
     let holder = Locker::redlock(conns.clone()).unwrap();
     let held = holder.acquire("k", ms(60_000)).await.unwrap();
     servers[2].command(&["DEL", "k"]);
