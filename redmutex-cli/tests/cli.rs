@@ -50,7 +50,7 @@ fn exec_passes_increasing_fences_and_inspect_shows_the_latest() {
         assert_eq!(code(&out), 0, "{}", stderr(&out));
         fences.push(stdout(&out).trim().parse::<u64>().unwrap());
     }
-    assert_eq!(fences, [fences[0], fences[0] + 1, fences[0] + 2]);
+    assert!(fences[0] < fences[1] && fences[1] < fences[2], "{fences:?}");
     let out = run(redmutex(&server).args(["inspect", "orders"]));
     assert_eq!(
         stdout(&out),

@@ -15,8 +15,9 @@
 //! | `liveness` | 8, 9, principle 12: once faults stop, a waiter with wake-up is served within [`SERVED_WITHIN`] of its name being free |
 //!
 //! A holder is vouched for only while the conditions hold: a breach (a server restarted
-//! empty or a key evicted — data lost — or a forced release) between its acquire and a
-//! rival's exempts the pair.
+//! empty, a key evicted, a failover to a replica that may have missed writes nobody
+//! waited for it to confirm — data lost — or a forced release) between its acquire and a
+//! rival's exempts the pair. [`lost_to_failover`] counts what the failovers cost.
 
 use std::fmt;
 use std::time::Duration;
@@ -53,6 +54,23 @@ impl fmt::Display for Violation {
             self.text
         )
     }
+}
+
+/// What the failovers of a run without replica confirmation cost: the violations of the
+/// safety rules (a lock, a permit or a minimum hold lost to a rival, a fence out of
+/// order, "free" answered while held) that the check excuses only because a master failed
+/// over to a replica that had not received the last writes.
+pub fn lost_to_failover(plan: &Plan, history: &History) -> Vec<Violation> {
+    if !history.breaches.iter().any(|b| b.failover) {
+        return Vec::new();
+    }
+    let excused = check(plan, history);
+    let mut without = history.clone();
+    without.breaches.retain(|b| !b.failover);
+    let safety = ["exclusion", "min-hold", "limit", "fence", "watch"];
+    (check(plan, &without).into_iter())
+        .filter(|v| safety.contains(&v.rule) && !excused.contains(v))
+        .collect()
 }
 
 /// Every rule over `history`.

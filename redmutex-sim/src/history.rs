@@ -122,6 +122,9 @@ pub struct Breach {
     pub name: Option<String>,
     /// What it was, for messages.
     pub what: String,
+    /// A failover to a replica that may have missed the last writes (the lockers did not
+    /// wait for it to confirm them).
+    pub failover: bool,
 }
 
 /// One sample of what the servers hold, per name: whether an acquire of each primitive

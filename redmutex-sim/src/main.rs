@@ -54,7 +54,7 @@ struct Cli {
     /// Servers' clocks exactly as fast as the processes'.
     #[arg(long)]
     no_drift: bool,
-    /// Only this topology: single, redlock3 or redlock5.
+    /// Only this topology: single, replicated, replicated-wait, redlock3 or redlock5.
     #[arg(long, value_parser = topology)]
     topology: Option<Topology>,
 }
@@ -62,9 +62,11 @@ struct Cli {
 fn topology(text: &str) -> Result<Topology, String> {
     match text {
         "single" => Ok(Topology::Single),
+        "replicated" => Ok(Topology::Replicated { confirmed: false }),
+        "replicated-wait" => Ok(Topology::Replicated { confirmed: true }),
         "redlock3" => Ok(Topology::Redlock(3)),
         "redlock5" => Ok(Topology::Redlock(5)),
-        _ => Err("single, redlock3 or redlock5".into()),
+        _ => Err("single, replicated, replicated-wait, redlock3 or redlock5".into()),
     }
 }
 
@@ -143,13 +145,23 @@ fn replay_command(plan: &Plan, cli: &Cli) -> String {
         plan.active.as_millis(),
         plan.quiet.as_millis()
     );
+    command.push_str(&flags(cli));
+    command
+}
+
+/// The flags that shape the runs drawn, as typed: a seed replays only with them.
+fn flags(cli: &Cli) -> String {
+    let mut flags = String::new();
     if cli.short {
-        command.push_str(" --short");
+        flags.push_str(" --short");
     }
     if cli.no_drift {
-        command.push_str(" --no-drift");
+        flags.push_str(" --no-drift");
     }
-    command
+    if let Some(topology) = cli.topology {
+        flags.push_str(&format!(" --topology {}", topology.name()));
+    }
+    flags
 }
 
 /// Sweeps seeds; true when any run failed.
@@ -173,9 +185,14 @@ fn sweep(cli: &Cli, scale: Scale) -> bool {
     );
     for (rule, (count, first)) in &found.rules {
         println!(
-            "  {rule}: {count} runs, first seed {first} (replay: redmutex-sim --seed {first}{}{})",
-            if cli.short { " --short" } else { "" },
-            if cli.no_drift { " --no-drift" } else { "" }
+            "  {rule}: {count} runs, first seed {first} (replay: redmutex-sim --seed {first}{})",
+            flags(cli)
+        );
+    }
+    for (topology, (runs, lost)) in &found.failovers {
+        println!(
+            "  {topology}: {runs} runs with a failover, {lost} of them lost a lock, a permit, \
+             a minimum hold or fence order to it"
         );
     }
     !found.failed.is_empty()

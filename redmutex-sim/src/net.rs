@@ -189,6 +189,20 @@ impl Wire {
         }
         let mut redis = node.redis.clone();
         let answer = match request {
+            Request::One(cmd) if wait_timeout(&cmd).is_some() => {
+                let timeout = wait_timeout(&cmd).unwrap_or_default();
+                let reply = self.confirm(timeout).await;
+                self.world.note(|| {
+                    format!(
+                        "p{}->n{}: {} => {}",
+                        self.process,
+                        self.node,
+                        describe_cmd(&cmd),
+                        describe_reply(&reply)
+                    )
+                });
+                reply.map(Answer::One)
+            }
             Request::One(cmd) => {
                 let reply = redis.req_packed_command(&cmd).await;
                 self.world.note(|| {
@@ -220,6 +234,57 @@ impl Wire {
         }
         answer
     }
+}
+
+impl Wire {
+    /// `WAIT 1 timeout`: how many replicas have every write this connection sent — the
+    /// replica catches up as soon as it receives, and its acknowledgement travels back; 0
+    /// once the timeout passed without.
+    async fn confirm(&self, timeout: Duration) -> RedisResult<Value> {
+        let node = &self.world.nodes[self.node];
+        let Some(replica) = &node.replica else {
+            return Err(io_error(
+                std::io::ErrorKind::Unsupported,
+                "ERR unknown command 'WAIT' (no replica)",
+            ));
+        };
+        let deadline = Instant::now() + timeout;
+        loop {
+            let now = Instant::now();
+            let from = lock(replica).receives_from(now);
+            if from > now {
+                if now >= deadline {
+                    return Ok(Value::Int(0));
+                }
+                tokio::time::sleep_until(from.min(deadline)).await;
+                continue;
+            }
+            node.replicate();
+            let back = {
+                let mut draws = lock(&self.draws);
+                draws.rng.between(Duration::ZERO, self.world.latency)
+            };
+            precise_sleep_until((now + back).min(deadline)).await;
+            if node.is_down() {
+                return Err(io_error(std::io::ErrorKind::ConnectionReset, "master died"));
+            }
+            return Ok(Value::Int(1));
+        }
+    }
+}
+
+/// The timeout of a `WAIT numreplicas timeout` command; `None` for any other.
+fn wait_timeout(cmd: &Cmd) -> Option<Duration> {
+    let mut args = cmd.args_iter().map(|arg| match arg {
+        redis::Arg::Simple(bytes) => bytes,
+        _ => &[],
+    });
+    if !args.next()?.eq_ignore_ascii_case(b"WAIT") {
+        return None;
+    }
+    let timeout = args.nth(1)?;
+    let ms: u64 = std::str::from_utf8(timeout).ok()?.parse().ok()?;
+    Some(Duration::from_millis(ms))
 }
 
 impl ConnectionLike for SimConn {

@@ -14,15 +14,20 @@ use crate::rng::Rng;
 pub enum Topology {
     /// One server.
     Single,
+    /// One master with a replica that lags behind it and may be promoted (a failover);
+    /// `confirmed`: the lockers wait for the replica to confirm each write
+    /// (`Locker::with_replication`).
+    #[allow(missing_docs)] // (as the line above says)
+    Replicated { confirmed: bool },
     /// Redlock over this many independent servers.
     Redlock(usize),
 }
 
 impl Topology {
-    /// How many servers.
+    /// How many servers the clients address (a replica is not one of them).
     pub fn nodes(self) -> usize {
         match self {
-            Topology::Single => 1,
+            Topology::Single | Topology::Replicated { .. } => 1,
             Topology::Redlock(n) => n,
         }
     }
@@ -31,6 +36,8 @@ impl Topology {
     pub fn name(self) -> String {
         match self {
             Topology::Single => "single".into(),
+            Topology::Replicated { confirmed: false } => "replicated".into(),
+            Topology::Replicated { confirmed: true } => "replicated-wait".into(),
             Topology::Redlock(n) => format!("redlock{n}"),
         }
     }
@@ -183,13 +190,26 @@ pub enum Fault {
     /// One of `node`'s keys is evicted (picked by `pick` among those that exist).
     #[allow(missing_docs)] // (as the line above says)
     Evict { node: usize, pick: u64 },
+    /// The master dies; after `down` its replica, promoted, answers in its place with
+    /// what it had (the writes it had not received yet are lost).
+    #[allow(missing_docs)] // (as the line above says)
+    Failover { down: Duration },
+    /// The replica receives nothing for `lasting` (a slow or cut replication link): it
+    /// falls behind, and confirms nothing meanwhile.
+    #[allow(missing_docs)] // (as the line above says)
+    ReplicaBehind { lasting: Duration },
 }
 
 impl Fault {
     /// Whether the fault breaks a condition of the guarantees (the servers keep their
-    /// data): holders at the time are no longer vouched for.
-    pub fn loses_data(&self) -> bool {
-        matches!(self, Fault::Restart { .. } | Fault::Evict { .. })
+    /// data): holders at the time are no longer vouched for. A failover does unless the
+    /// replica confirmed every write (`confirmed`).
+    pub fn loses_data(&self, confirmed: bool) -> bool {
+        match self {
+            Fault::Restart { .. } | Fault::Evict { .. } => true,
+            Fault::Failover { .. } => !confirmed,
+            _ => false,
+        }
     }
 }
 
@@ -217,6 +237,12 @@ impl fmt::Display for Fault {
             Fault::Pause { process, lasting } => write!(f, "pause p{process} for {lasting:?}"),
             Fault::Crash { process } => write!(f, "crash p{process}"),
             Fault::Evict { node, pick } => write!(f, "evict key #{pick} of n{node}"),
+            Fault::Failover { down } => {
+                write!(f, "fail n0 over to its replica after {down:?}")
+            }
+            Fault::ReplicaBehind { lasting } => {
+                write!(f, "n0's replica receives nothing for {lasting:?}")
+            }
         }
     }
 }
@@ -243,6 +269,8 @@ pub struct Plan {
     pub rates: Vec<f64>,
     /// Longest one-way delay of a request or a reply (each is drawn up to it).
     pub latency: Duration,
+    /// How often a replica receives what its master wrote (zero: no replica).
+    pub replica_lag: Duration,
     /// The simulated processes.
     pub processes: Vec<ProcessPlan>,
     /// Every task, of every process.
@@ -338,7 +366,7 @@ impl Plan {
         };
         let topology = scale.topology.unwrap_or(topology);
         let mixes: &[Mix] = match topology {
-            Topology::Single => &[
+            Topology::Single | Topology::Replicated { .. } => &[
                 Mix::Mutex,
                 Mix::Semaphore,
                 Mix::RwLock,
@@ -403,6 +431,21 @@ impl Plan {
                 }
             }
         }
+        // The replicated world is drawn from a stream of its own, so that every other
+        // seed's plan stays what it was.
+        let mut side = Rng::new(seed ^ 0x005E_ED0F_FA11_0FE4);
+        let (replicated, confirmed) = (side.below(3) == 0, side.chance(0.5));
+        let topology = match (scale.topology, topology) {
+            (None, Topology::Single) if replicated => Topology::Replicated { confirmed },
+            _ => topology,
+        };
+        let replica_lag = match topology {
+            Topology::Replicated { .. } => Duration::from_millis(side.pick(&[1, 5, 20, 100, 300])),
+            _ => Duration::ZERO,
+        };
+        if let Topology::Replicated { .. } = topology {
+            replicated_faults(&mut side, active, &mut faults);
+        }
         // With faults, the quiet part first waits for what they left behind to run out.
         if !faults.is_empty() {
             quiet += SETTLE;
@@ -412,6 +455,7 @@ impl Plan {
             topology,
             rates,
             latency: Duration::from_micros(latency),
+            replica_lag,
             processes,
             tasks,
             faults,
@@ -463,11 +507,13 @@ impl Plan {
     /// The plan, as lines for a trace.
     pub fn describe(&self) -> Vec<String> {
         let mut lines = vec![format!(
-            "seed {} on {}: clocks {:?}, latency up to {:?}, active {:?}, quiet {:?}",
+            "seed {} on {}: clocks {:?}, latency up to {:?}, replica lag {:?}, active {:?}, \
+             quiet {:?}",
             self.seed,
             self.topology.name(),
             self.rates,
             self.latency,
+            self.replica_lag,
             self.active,
             self.quiet
         )];
@@ -499,6 +545,28 @@ impl Plan {
     }
 }
 
+/// A replicated world's own faults: one or two failovers, and the replica falling behind
+/// now and then.
+fn replicated_faults(side: &mut Rng, active: Duration, faults: &mut Vec<Strike>) {
+    let first = faults.iter().map(|f| f.id + 1).max().unwrap_or(0);
+    let count = 1 + side.below(3) as usize;
+    for id in first..first + count {
+        let fault = match side.below(3) {
+            0 => Fault::ReplicaBehind {
+                lasting: side.between(Duration::from_millis(10), Duration::from_millis(1500)),
+            },
+            _ => Fault::Failover {
+                down: side.between(Duration::ZERO, Duration::from_millis(1200)),
+            },
+        };
+        faults.push(Strike {
+            id,
+            at: side.between(Duration::ZERO, active),
+            fault,
+        });
+    }
+}
+
 fn holder(rng: &mut Rng, mix: Mix, topology: Topology) -> Primitive {
     let limit = 2 + rng.below(2) as u32;
     match mix {
@@ -508,7 +576,7 @@ fn holder(rng: &mut Rng, mix: Mix, topology: Topology) -> Primitive {
         Mix::Fair => Primitive::Fair,
         Mix::Election => Primitive::Leader,
         Mix::Mixed => match topology {
-            Topology::Single => rng.pick(&[
+            Topology::Single | Topology::Replicated { .. } => rng.pick(&[
                 Primitive::Lock,
                 Primitive::Fair,
                 Primitive::Read,

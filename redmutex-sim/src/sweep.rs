@@ -6,8 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::plan::{Plan, Role, Scale};
-use crate::{run, Violation};
+use crate::checker::lost_to_failover;
+use crate::plan::{Fault, Plan, Role, Scale};
+use crate::{run, Report, Violation};
 
 /// What a sweep found.
 #[derive(Default)]
@@ -26,12 +27,18 @@ pub struct Sweep {
     pub requests: u64,
     /// Wall-clock time the sweep took.
     pub wall: Duration,
-    /// How many runs had each topology ("single", "redlock3", "redlock5") and each kind
+    /// How many runs had each topology ("single", "replicated", "replicated-wait",
+    /// "redlock3", "redlock5"), a failover ("failover"), and each kind
     /// of holder ("lock", "permit", "read", "write", "fair", "leader"), and watchers and
     /// operators ("watch", "force").
     pub covered: BTreeMap<String, u64>,
     /// Sections recorded (critical sections held), over all runs.
     pub sections: u64,
+    /// Per replicated topology ("replicated", "replicated-wait"): runs with a failover,
+    /// and how many of them lost a lock, a permit, a minimum hold or fence order to it
+    /// ([`lost_to_failover`](crate::checker::lost_to_failover); with replica confirmation,
+    /// any such violation at all).
+    pub failovers: BTreeMap<String, (u64, u64)>,
 }
 
 impl Sweep {
@@ -69,7 +76,15 @@ pub fn sweep(
                     return;
                 }
                 let report = run(Plan::draw(seed, scale), false);
+                let failover = failover_cost(&report);
                 let mut sweep = found.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(lost) = failover {
+                    let entry = (sweep.failovers)
+                        .entry(report.plan.topology.name())
+                        .or_insert((0, 0));
+                    entry.0 += 1;
+                    entry.1 += u64::from(lost);
+                }
                 sweep.runs += 1;
                 sweep.sections += report.outcome.history.sections.len() as u64;
                 for what in covered(&report.plan) {
@@ -102,9 +117,25 @@ pub fn sweep(
     sweep
 }
 
+/// For a run with a failover: whether it cost a lock, a permit, a minimum hold or fence
+/// order (excused, without replica confirmation; a violation, with it).
+fn failover_cost(report: &Report) -> Option<bool> {
+    let failover = (report.plan.faults.iter()).any(|f| matches!(f.fault, Fault::Failover { .. }));
+    if !failover {
+        return None;
+    }
+    let safety = ["exclusion", "min-hold", "limit", "fence", "watch"];
+    let violated = report.violations.iter().any(|v| safety.contains(&v.rule));
+    let excused = !lost_to_failover(&report.plan, &report.outcome.history).is_empty();
+    Some(violated || excused)
+}
+
 /// What a plan puts to the test: its topology, and the kinds of its tasks.
 fn covered(plan: &Plan) -> Vec<String> {
     let mut what = vec![plan.topology.name()];
+    if (plan.faults.iter()).any(|f| matches!(f.fault, Fault::Failover { .. })) {
+        what.push("failover".into());
+    }
     for task in &plan.tasks {
         let kind = match task.role {
             Role::Hold(primitive, _) => primitive.name(),

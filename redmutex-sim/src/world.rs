@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, UNIX_EPOCH};
 
-use redmutex::memory::MemoryRedis;
-use redmutex::{Locker, WakeUpSource};
+use redmutex::memory::{MemoryRedis, Snapshot};
+use redmutex::{Locker, Replication, WakeUpSource};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -38,9 +38,39 @@ pub(crate) struct NodeState {
     down_until: Mutex<Option<Instant>>,
     /// Answers nothing until then.
     frozen_until: Mutex<Option<Instant>>,
+    /// Its replica, in the replicated world.
+    pub(crate) replica: Option<Mutex<Replica>>,
 }
 
+/// What a master's replica has received, and when its link works.
+pub(crate) struct Replica {
+    /// The master's keys as of the last time the replica caught up.
+    pub(crate) data: Snapshot,
+    /// Receives nothing until then.
+    behind_until: Option<Instant>,
+}
+
+impl Replica {
+    /// When the replica receives again (now if it does).
+    pub(crate) fn receives_from(&self, now: Instant) -> Instant {
+        self.behind_until.map_or(now, |until| until.max(now))
+    }
+}
+
+/// How long the lockers of the replicated world wait for their replica to confirm a write.
+pub(crate) const CONFIRM_TIMEOUT: Duration = Duration::from_millis(20);
+
 impl NodeState {
+    /// The replica catches up with everything the master holds now, if it receives.
+    pub(crate) fn replicate(&self) {
+        if let Some(replica) = &self.replica {
+            let mut replica = lock(replica);
+            if replica.receives_from(Instant::now()) <= Instant::now() && !self.is_down() {
+                replica.data = self.redis.snapshot();
+            }
+        }
+    }
+
     /// Unreachable until `until` at least (faults that overlap add up).
     fn down_until(&self, until: Instant) {
         let mut down = lock(&self.down_until);
@@ -215,10 +245,21 @@ async fn run_world(plan: &Plan, trace: bool) -> Outcome {
         t0: Instant::now(),
         latency: plan.latency,
         nodes: (plan.rates.iter())
-            .map(|rate| NodeState {
-                redis: MemoryRedis::with_clock(start, *rate),
-                down_until: Mutex::new(None),
-                frozen_until: Mutex::new(None),
+            .map(|rate| {
+                let redis = MemoryRedis::with_clock(start, *rate);
+                let replica = match plan.topology {
+                    Topology::Replicated { .. } => Some(Mutex::new(Replica {
+                        data: redis.snapshot(),
+                        behind_until: None,
+                    })),
+                    _ => None,
+                };
+                NodeState {
+                    redis,
+                    down_until: Mutex::new(None),
+                    frozen_until: Mutex::new(None),
+                    replica,
+                }
             })
             .collect(),
         processes: (plan.processes.iter())
@@ -254,6 +295,7 @@ async fn run_world(plan: &Plan, trace: bool) -> Outcome {
     }
     drop(lockers);
     let faults = tokio::spawn(strike_faults(world.clone(), plan.clone()));
+    let replication = tokio::spawn(replicate(world.clone(), plan.replica_lag));
     let monitor = tokio::spawn(monitor(world.clone(), plan.clone()));
     tokio::time::sleep_until(world.t0 + plan.end()).await;
     world.stopping.store(true, Ordering::SeqCst);
@@ -267,6 +309,7 @@ async fn run_world(plan: &Plan, trace: bool) -> Outcome {
         }
     }
     faults.abort();
+    replication.abort();
     let _ = monitor.await;
     // What the tasks left (abandoned locks, waiters' places) runs out within a TTL and a
     // heartbeat; after that, only fence counters may remain.
@@ -291,8 +334,12 @@ fn locker_of(world: &Arc<Shared>, plan: &Plan, process: usize, rng: &mut Rng) ->
     let conns: Vec<SimConn> = (0..plan.topology.nodes())
         .map(|node| SimConn::new(world.clone(), process, node, rng.next_u64()))
         .collect();
+    let one = |conns: Vec<SimConn>| Locker::new(conns.into_iter().next().expect("one node"));
     let locker = match plan.topology {
-        Topology::Single => Locker::new(conns.into_iter().next().expect("one node")),
+        Topology::Single | Topology::Replicated { confirmed: false } => one(conns),
+        Topology::Replicated { confirmed: true } => one(conns)
+            .with_replication(Replication::new(1, CONFIRM_TIMEOUT))
+            .expect("one replica, a timeout within bounds"),
         Topology::Redlock(_) => Locker::redlock(conns).expect("an odd number of nodes"),
     };
     match plan.processes[process].wake_up {
@@ -304,8 +351,22 @@ fn locker_of(world: &Arc<Shared>, plan: &Plan, process: usize, rng: &mut Rng) ->
     }
 }
 
+/// The replicas catch up with their masters every `lag` (never when it is zero).
+async fn replicate(world: Arc<Shared>, lag: Duration) {
+    if lag.is_zero() {
+        return;
+    }
+    loop {
+        tokio::time::sleep(lag).await;
+        for node in &world.nodes {
+            node.replicate();
+        }
+    }
+}
+
 /// Strikes the plan's faults at their moments.
 async fn strike_faults(world: Arc<Shared>, plan: Plan) {
+    let confirmed = matches!(plan.topology, Topology::Replicated { confirmed: true });
     let mut strikes = plan.faults.clone();
     strikes.sort_by_key(|s| s.at);
     for strike in strikes {
@@ -325,14 +386,15 @@ async fn strike_faults(world: Arc<Shared>, plan: Plan) {
                 applied,
             } => lock(&world.processes[process].cuts).push((node, applied)),
             Fault::Restart { node, down } => {
+                // Unreachable until it is back, empty: the data goes at once (a timer
+                // would let it answer into the millisecond it fires in).
                 world.nodes[node].down_until(now + down);
-                let world = world.clone();
-                tokio::spawn(async move {
-                    tokio::time::sleep(down).await;
-                    // The data is gone from here on (unreachable until now).
-                    world.nodes[node].redis.restart_empty();
-                    breach(&world, None, format!("n{node} restarted empty"));
-                });
+                world.nodes[node].redis.restart_empty();
+                breach(
+                    &world,
+                    None,
+                    format!("n{node} restarts empty after {down:?}"),
+                );
             }
             Fault::Down { node, lasting } => {
                 let until = match lasting.is_zero() {
@@ -357,6 +419,13 @@ async fn strike_faults(world: Arc<Shared>, plan: Plan) {
                     handle.abort();
                 }
             }
+            Fault::Failover { down } => fail_over(&world, down, confirmed),
+            Fault::ReplicaBehind { lasting } => {
+                if let Some(replica) = &world.nodes[0].replica {
+                    let mut replica = lock(replica);
+                    replica.behind_until = Some(replica.receives_from(now).max(now + lasting));
+                }
+            }
             Fault::Evict { node, pick } => {
                 let keys = world.nodes[node].redis.keys();
                 if !keys.is_empty() {
@@ -371,6 +440,31 @@ async fn strike_faults(world: Arc<Shared>, plan: Plan) {
                 }
             }
         }
+    }
+}
+
+/// The master (node 0) dies now; after `down`, its replica answers in its place with what
+/// it had received — the writes it had not are lost: a breach of the guarantees' conditions
+/// unless the lockers waited for the replica to confirm each write. (The data is replaced
+/// at once: nobody reaches the node meanwhile, and a timer would let the old data answer
+/// into the millisecond it fires in.)
+fn fail_over(world: &Shared, down: Duration, confirmed: bool) {
+    let node = &world.nodes[0];
+    let Some(replica) = &node.replica else {
+        return;
+    };
+    node.down_until(Instant::now() + down);
+    // What the replica has when its master dies is all it will have; the old master comes
+    // back as the new one's replica, in sync with it.
+    let data = lock(replica).data.clone();
+    node.redis.fail_over(&data);
+    let what = "n0 fails over to a replica that may have missed the last writes";
+    match confirmed {
+        false => {
+            let index = breach_between(world, world.now(), world.now(), None, what.into());
+            world.history().breaches[index].failover = true;
+        }
+        true => world.note(|| format!("{what} (every write it confirmed is there)")),
     }
 }
 
@@ -394,6 +488,7 @@ pub(crate) fn breach_between(
         until,
         name,
         what,
+        failover: false,
     });
     history.breaches.len() - 1
 }

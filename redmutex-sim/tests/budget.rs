@@ -1,6 +1,8 @@
 //! The simulator's budget in CI: ten thousand short schedules — every primitive, one node
-//! and Redlock over three and five, faults struck at seeded moments — each checked against
-//! every claim of docs/SAFETY.md; and a run replays bit for bit from its seed.
+//! (alone, or with a lagging replica it fails over to, with and without replica
+//! confirmation) and Redlock over three and five, faults struck at seeded moments — each
+//! checked against every claim of docs/SAFETY.md; and a run replays bit for bit from its
+//! seed.
 
 use redmutex_sim::{sweep, Plan, Scale};
 
@@ -10,14 +12,16 @@ fn ten_thousand_schedules_break_no_claim() {
     let found = sweep(0, runs, Scale::short(), 2, None);
     println!(
         "{} schedules in {:.1?}: {:.0} per minute, {:.0} simulated seconds per second, {} \
-         sections, {} requests per schedule; covered: {:?}",
+         sections, {} requests per schedule; covered: {:?}; failovers (runs, runs that lost \
+         a lock to one): {:?}",
         found.runs,
         found.wall,
         found.per_minute(),
         found.speed(),
         found.sections,
         found.requests / found.runs.max(1),
-        found.covered
+        found.covered,
+        found.failovers
     );
     assert_eq!(found.runs, runs);
     let failures: Vec<String> = (found.all.iter())
@@ -26,8 +30,20 @@ fn ten_thousand_schedules_break_no_claim() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     // Every world and every kind of holder was put to the test, many times.
     for what in [
-        "single", "redlock3", "redlock5", "lock", "permit", "read", "write", "fair", "leader",
-        "watch", "force",
+        "single",
+        "replicated",
+        "replicated-wait",
+        "failover",
+        "redlock3",
+        "redlock5",
+        "lock",
+        "permit",
+        "read",
+        "write",
+        "fair",
+        "leader",
+        "watch",
+        "force",
     ] {
         let count = found.covered.get(what).copied().unwrap_or(0);
         assert!(count >= 300, "{what}: only {count} schedules");

@@ -138,7 +138,12 @@ fn min_hold(key: u32, sections: &[&Section], verdict: &mut Verdict) {
         .iter()
         .filter(|p| p.holder == Holder::Periodic && p.release == Release::Released);
     for periodic in kept {
-        let within = |s: &&&Section| s.start >= periodic.end && s.start < periodic.valid;
+        // Only a holder that was valid when it started: one whose reply (or whose paused
+        // process) came after its validity ended held nothing by then, and was granted
+        // before (its fence says so).
+        let within = |s: &&&Section| {
+            s.start >= periodic.end && s.start < periodic.valid && s.start < s.valid
+        };
         for early in sections.iter().filter(within) {
             verdict.min_hold_violations += 1;
             let text = format!(
@@ -541,6 +546,11 @@ mod tests {
         let v = check(&[periodic.clone(), early.clone()]);
         assert_eq!(v.min_hold_violations, 1, "{v:?}");
         assert!(!v.upheld());
+        // One whose validity had ended when it started (a frozen process records its
+        // start late) held nothing within the hold.
+        let mut stale = section(Holder::Writer, 0, 60, 80, 50);
+        stale.outcome = Outcome::Expired;
+        assert_eq!(check(&[periodic.clone(), stale]).min_hold_violations, 0);
         // A holder whose lock was gone by its release keeps nothing.
         let mut lost = periodic;
         lost.release = Release::NotHeld;

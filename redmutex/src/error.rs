@@ -54,8 +54,9 @@ pub enum Error {
     Random(String),
     /// Too few replicas confirmed the write in time (see
     /// [`Locker::with_replication`](crate::Locker::with_replication)): an acquire was undone,
-    /// a refresh or fence does not count (the lock stays valid only as long as before).
-    /// Transient: the replicas may catch up.
+    /// a refresh or fence does not count (the lock stays valid only as long as before); a
+    /// release that keeps the lock for its minimum hold went through on the master, but a
+    /// failover may end that hold early. Transient: the replicas may catch up.
     NotReplicated(NotReplicated),
     /// A call of the [blocking API](crate::blocking) was made on a thread that runs an
     /// async runtime, where waiting would stall that runtime: use the async API there.

@@ -131,15 +131,16 @@
 //! release script) and writes no counter. A holder that lost its lock gets
 //! [`Error::NotHeld`], never a fence.
 //!
-//! **How they grow.** A fence is one more than the highest counter of the lock's keys —
-//! a missing counter counting from the server's clock in microseconds — taken while the
-//! keys are held and stored in all of them; multi-key locks get one fence. On Redlock the
+//! **How they grow.** A fence is one more than the highest counter of the lock's keys, or
+//! the server's clock in microseconds if that is greater (so a counter lost or set back
+//! with the node's data is passed by the clock), taken while the keys are held and stored
+//! in all of them; multi-key locks get one fence. On Redlock the
 //! candidate (the highest next fence among the nodes that hold the keys) is handed out only
 //! once a quorum of nodes stores it while the keys are still held there; usually the nodes
 //! agree and this costs nothing, otherwise one more round trip raises the lower ones.
 //! (Taking the maximum over the answering quorum alone is not enough: failed tries raise
 //! counters on minorities, and a later quorum without those nodes would count from lower.)
-//! Fences may skip numbers; they are below 2⁵³. What this guarantees, and under which
+//! Fences skip numbers (compare them; never count on `fence + 1`); they are below 2⁵³. What this guarantees, and under which
 //! conditions: [`safety`], "What redmutex guarantees" (4) and "Fence counters".
 //!
 //! **Where they live.** Each key's counter is a key in the same Redis Cluster hash slot —

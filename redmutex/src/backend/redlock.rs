@@ -255,7 +255,7 @@ impl<C: Connection> Quorum<C> {
         Err(self.lost_or_no_quorum(failure))
     }
 
-    /// The fence for a claim taken on a quorum: one more than every fence handed out
+    /// The fence for a claim taken on a quorum: above every fence handed out
     /// before, made durable on a quorum before it is handed out.
     ///
     /// Each node that took the claim answered its own next fence (its counter, raised in

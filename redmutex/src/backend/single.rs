@@ -49,11 +49,18 @@ impl<C: Connection> Single<C> {
         }
     }
 
-    /// Waits for the replicas, when asked to, to confirm what `conn` wrote so far.
-    async fn confirm(&self, conn: &mut C) -> Result<(), Error> {
-        match &self.replication {
-            Some(replication) => replication.confirm(conn).await,
-            None => Ok(()),
+    /// Waits for the replicas, when asked to, to confirm what `conn` wrote so far — by
+    /// `until` at the latest, when given: a confirmation that comes after the try's end
+    /// (its claim's validity, or the deadline) is of no use, as a late reply is not.
+    async fn confirm(&self, conn: &mut C, until: Option<Instant>) -> Result<(), Error> {
+        match (&self.replication, until) {
+            (None, _) => Ok(()),
+            (Some(replication), None) => replication.confirm(conn).await,
+            (Some(replication), Some(until)) => {
+                tokio::time::timeout_at(until, replication.confirm(conn))
+                    .await
+                    .unwrap_or_else(|_| Err(Error::Redis(no_reply_error())))
+            }
         }
     }
 
@@ -135,7 +142,7 @@ impl<C: Connection> Single<C> {
         let retrying_own = request.retrying_own;
         match outcome {
             Ok(Obtain::Obtained { fence }) => {
-                if let Err(error) = self.confirm(&mut conn).await {
+                if let Err(error) = self.confirm(&mut conn, try_until).await {
                     return (self.unconfirmed(&mut conn, claim, request.token, error)).await;
                 }
                 let valid_until = self.valid_until(sent_at, Duration::from_millis(request.ttl_ms));
@@ -167,6 +174,9 @@ impl<C: Connection> Single<C> {
         let mut conn = self.conn.clone();
         let keep = keep_ms(keep_until, self.drift);
         match idempotent!(claim.release(&mut conn, token, keep))? {
+            // A release that keeps the key for a minimum hold writes its expiry: one the
+            // replicas must have, or a failover ends the hold early.
+            true if keep > 0 => self.confirm(&mut conn, None).await,
             true => Ok(()),
             false => Err(Error::NotHeld),
         }
@@ -205,7 +215,7 @@ impl<C: Connection> Single<C> {
         let mut conn = self.conn.clone();
         let sent_at = Instant::now();
         match idempotent!(claim.refresh(&mut conn, token, ttl_ms))? {
-            true => self.confirm(&mut conn).await?,
+            true => self.confirm(&mut conn, None).await?,
             false => return Err(Error::NotHeld),
         }
         Ok(self.valid_until(sent_at, Duration::from_millis(ttl_ms)))
@@ -225,7 +235,7 @@ impl<C: Connection> Single<C> {
         check_renewal_reply(&answers, ttls.len())?;
         // Renewals the replicas did not confirm do not count: the call fails as a whole,
         // and the renewer tries again while the leases are valid.
-        match self.confirm(&mut self.conn.clone()).await {
+        match self.confirm(&mut self.conn.clone(), None).await {
             Ok(()) => {}
             Err(Error::Redis(e)) => return Err(e),
             Err(e) => {
@@ -258,7 +268,7 @@ impl<C: Connection> Single<C> {
         // out, and the repeat takes a greater one.
         match idempotent!(claim.fence(&mut conn, token, retention_ms))? {
             // A fence the replicas do not have could be handed out again after a failover.
-            Some(fence) => self.confirm(&mut conn).await.map(|()| fence),
+            Some(fence) => self.confirm(&mut conn, None).await.map(|()| fence),
             None => Err(Error::NotHeld),
         }
     }

@@ -221,7 +221,7 @@ fn slot(key: &[u8]) -> Slot {
 }
 
 /// Every key with its data and expiry.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Keyspace {
     entries: BTreeMap<Slot, Entry>,
     /// Commands since expired keys were last swept out (lazily expired keys are dropped
@@ -262,6 +262,11 @@ impl Keyspace {
             .filter(|(_, entry)| entry.alive_at(now_ms))
             .map(|((_, key), _)| key.clone())
             .collect()
+    }
+
+    /// Whether there is no key at all, expired or not.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.entries.is_empty()
     }
 
     /// Forgets every key, as a server restarted without persistence has.

@@ -18,7 +18,8 @@
 //! TTL runs out, without sleeping. For faults, [`MemoryRedis::expire_now`] ends a key's
 //! TTL at once, [`MemoryRedis::take_over`] lets another owner take a key,
 //! [`MemoryRedis::restart_empty`] forgets everything as a server restarted without
-//! persistence does, and [`MemoryRedis::fail_next`] makes the next requests fail as a
+//! persistence does, [`MemoryRedis::fail_over`] promotes a replica that had only what a
+//! [`MemoryRedis::snapshot`] took, and [`MemoryRedis::fail_next`] makes the next requests fail as a
 //! dropped connection would.
 //!
 //! ```
@@ -78,6 +79,24 @@ use server::Server;
 #[derive(Clone)]
 pub struct MemoryRedis {
     shared: Arc<Shared>,
+}
+
+/// The keys a replica holds: what [`MemoryRedis::snapshot`] took, for
+/// [`MemoryRedis::fail_over`].
+///
+/// ```
+/// let redis = redmutex::memory::MemoryRedis::new();
+/// let replica = redis.snapshot();
+/// assert!(replica.is_empty());
+/// ```
+#[derive(Clone, Debug)]
+pub struct Snapshot(keyspace::Keyspace);
+
+impl Snapshot {
+    /// Whether it holds no key at all (expired ones included).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 struct Shared {
@@ -254,6 +273,55 @@ impl MemoryRedis {
     /// ```
     pub fn restart_empty(&self) {
         self.server().restart_empty();
+        self.shared.broker.disconnect_all();
+    }
+
+    /// What a replica in sync with this server holds at this moment: every key, with its
+    /// data and its expiry (replicas receive expiries as absolute times). Give it to
+    /// [`fail_over`](Self::fail_over) later to promote that replica, having missed every
+    /// write since.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// let locker = redmutex::Locker::in_memory();
+    /// let before = locker.connection().snapshot(); // the replica's last sync
+    /// let lock = locker.acquire("job", Duration::from_secs(30)).await?;
+    /// let after = locker.connection().snapshot();
+    /// assert!(before.is_empty() && !after.is_empty());
+    /// # lock.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot(self.server().snapshot())
+    }
+
+    /// A failover to a replica that holds `replica` (from [`snapshot`](Self::snapshot)):
+    /// the server's keys become exactly those — every write since the snapshot is lost,
+    /// a key deleted since is back, with its old expiry — its loaded scripts are
+    /// forgotten, and subscriber connections are dropped (push wake-up connects again by
+    /// itself), as clients reconnecting to a promoted replica find. The clock runs on.
+    /// Holders whose writes were lost find their locks lost at their next renewal,
+    /// refresh or release; this is the fault
+    /// [`Locker::with_replication`](crate::Locker::with_replication) narrows.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// let locker = redmutex::Locker::in_memory();
+    /// let replica = locker.connection().snapshot(); // before the lock: it missed it
+    /// let mut lock = locker.acquire("job", Duration::from_secs(30)).await?;
+    /// locker.connection().fail_over(&replica);
+    /// assert!(lock.refresh(Duration::from_secs(30)).await.unwrap_err().is_not_held());
+    /// // A rival now takes the lock the holder was told it has.
+    /// let rival = locker.acquire("job", Duration::from_secs(30)).await?;
+    /// # rival.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fail_over(&self, replica: &Snapshot) {
+        self.server().fail_over(&replica.0);
         self.shared.broker.disconnect_all();
     }
 

@@ -78,6 +78,26 @@ impl Server {
         state.keyspace.clear();
     }
 
+    /// A copy of every key, as a replica in sync holds them.
+    pub(crate) fn snapshot(&self) -> Keyspace {
+        let state = self
+            .lua
+            .app_data_ref::<State>()
+            .expect("the state is installed");
+        state.keyspace.clone()
+    }
+
+    /// Becomes the promoted replica that held `keyspace`: its keys, and no loaded
+    /// script (a replica is sent what scripts did, not the scripts).
+    pub(crate) fn fail_over(&mut self, keyspace: &Keyspace) {
+        self.scripts.clear();
+        let mut state = self
+            .lua
+            .app_data_mut::<State>()
+            .expect("the state is installed");
+        state.keyspace = keyspace.clone();
+    }
+
     /// Answers one request (`args[0]` is the command's name) at server time `now_us`.
     pub(crate) fn execute(&mut self, args: &[Vec<u8>], now_us: u64) -> Result<Reply, CommandError> {
         let name = args

@@ -65,26 +65,22 @@ local function now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- The next fence for the counters KEYS[first..last]: above every one of them. A counter
--- counts on from its value; a missing one from the server's clock in microseconds, which
--- has passed every fence the counter handed out before it expired (as long as the clock
--- was not set back by the retention period or more: docs/SAFETY.md). Nil and an error
--- message for a counter that is someone else's value.
+-- The next fence for the counters KEYS[first..last]: above every one of them, and never
+-- below the server's clock in microseconds. A counter gone with its node's data — expired
+-- after its retention period, a restart without persistence — or set back, as a failover
+-- to a replica that had not received the last increments sets it, is passed by the clock,
+-- which has passed every fence handed out before (as long as the clock was not set back
+-- in between: docs/SAFETY.md). Nil and an error message for a counter that is someone
+-- else's value.
 local function next_fence(first, last)
-  local fence = 0
+  local fence = now_us()
   for i = first, last do
     local value, err = read_counter(KEYS[i])
     if value == nil then
       return nil, err
     end
-    local candidate
-    if value == false then
-      candidate = now_us()
-    else
-      candidate = value + 1
-    end
-    if candidate > fence then
-      fence = candidate
+    if value and value + 1 > fence then
+      fence = value + 1
     end
   end
   return fence

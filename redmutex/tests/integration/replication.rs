@@ -97,6 +97,63 @@ async fn writes_count_only_once_the_replica_has_them() {
     drop(lease);
 }
 
+/// A confirmation that comes after the lock's validity is of no use: the acquire fails
+/// (the claim undone) rather than return a lock already over.
+#[tokio::test]
+async fn a_confirmation_later_than_the_lock_lasts_is_no_lock() {
+    let primary = RedisServer::spawn();
+    let replica = primary.spawn_replica(&[]);
+    let mut raw = Raw::new(&primary).await;
+    // The replica confirms after 400 ms: within the wait allowed, after the lock's 200 ms.
+    let locker = Locker::new(multiplexed(&primary).await)
+        .with_replication(Replication::new(1, ms(480)))
+        .unwrap();
+
+    replica.pause();
+    let started = tokio::time::Instant::now();
+    let acquire = async {
+        let outcome = locker.acquire("repl:late", ms(200)).await;
+        (outcome, started.elapsed())
+    };
+    let resume = async {
+        tokio::time::sleep(ms(400)).await;
+        replica.resume();
+    };
+    let ((outcome, took), ()) = tokio::join!(acquire, resume);
+    match outcome {
+        Ok(lock) => panic!(
+            "a lock returned after {took:?}, valid until {:?} (now {:?})",
+            lock.valid_until(),
+            tokio::time::Instant::now()
+        ),
+        Err(error) => assert!(error.is_transient(), "{error}"),
+    }
+    assert!(raw.wait_until_gone("repl:late", secs(2)).await);
+}
+
+/// A release that keeps the lock for its minimum hold writes an expiry the replica must
+/// have: unconfirmed, the holder is told (a failover could end the hold early).
+#[tokio::test]
+async fn an_unconfirmed_minimum_hold_is_reported() {
+    let primary = RedisServer::spawn();
+    let replica = primary.spawn_replica(&[]);
+    let mut raw = Raw::new(&primary).await;
+    // (A wait shorter than the connection's response timeout, as the docs advise.)
+    let locker = Locker::new(multiplexed(&primary).await)
+        .with_replication(Replication::new(1, ms(200)))
+        .unwrap();
+    let lock = (locker.acquire("repl:kept", secs(10)))
+        .min_hold(secs(5))
+        .await
+        .unwrap();
+    replica.pause();
+    let error = lock.release().await.unwrap_err();
+    replica.resume();
+    assert_eq!(not_replicated(&error), (0, 1));
+    let pttl = raw.pttl("repl:kept").await;
+    assert!(pttl > 4_000, "kept on the primary all the same: {pttl}");
+}
+
 #[tokio::test]
 async fn more_replicas_than_answer_never_confirm_and_bad_settings_are_refused() {
     let primary = RedisServer::spawn();
