@@ -1,12 +1,14 @@
 //! `redmutex-sim`: a deterministic simulator for redmutex.
 //!
 //! A run is a world of simulated processes — each with its own lockers, connections and
-//! wake-up subscriber — on one in-memory server or Redlock over three or five, whose
-//! clocks run up to 1 % fast or slow against the processes', over a network whose
-//! requests and replies take their time, while faults strike at seeded moments: requests
-//! slowed, connections cut before or after the server applied a command, servers
-//! restarted empty, lost, frozen, keys evicted, processes paused past their TTLs or
-//! crashed, acquires dropped mid-flight, locks forced free by an operator. Every task
+//! wake-up subscriber — on one in-memory server (alone, or with a lagging replica it
+//! fails over to, its lockers waiting for the replica's confirmation or not) or Redlock
+//! over three or five, whose clocks run up to 1 % fast or slow against the processes',
+//! over a network whose requests and replies take their time, while faults strike at
+//! seeded moments: requests slowed, connections cut before or after the server applied a
+//! command, servers restarted empty, lost, frozen, failed over to a replica that missed
+//! the last writes, keys evicted, processes paused past their TTLs or crashed, acquires
+//! dropped mid-flight, locks forced free by an operator. Every task
 //! records what it saw; the [`checker`] then holds the history to each claim of
 //! docs/SAFETY.md.
 //!
