@@ -71,6 +71,25 @@ impl Verdict {
             && self.store_violations == 0
     }
 
+    /// What must hold even when a failover lost writes the lockers were told had
+    /// succeeded (rivals then get in, and are counted, not failed): fences unique and in
+    /// order — none is below the server's clock — every overlap with an overrunning
+    /// holder caught by fence order, and the resource consistent.
+    pub fn upheld_apart_from_lost_writes(&self) -> bool {
+        self.overrun_fenced == self.overrun_overlaps
+            && self.fence_violations == 0
+            && self.store_violations == 0
+    }
+
+    /// Locks, permits, minimum holds and "free" answers that rivals broke: what a failover
+    /// that lost writes costs (zero everywhere else, or the run fails).
+    pub fn broken_by_rivals(&self) -> usize {
+        self.unsafe_overlaps
+            + self.permit_overflows
+            + self.min_hold_violations
+            + self.watch_violations
+    }
+
     fn example(&mut self, text: String) {
         if self.examples.len() < 8 {
             self.examples.push(text);

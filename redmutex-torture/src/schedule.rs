@@ -14,6 +14,13 @@ pub enum Mode {
     Redlock,
     /// A six-node Redis Cluster (three masters, three replicas; append-only files).
     Cluster,
+    /// A master and a replica under three sentinels (no persistence), failed over to the
+    /// replica after it missed the master's last writes; the lockers do not wait for the
+    /// replica.
+    Sentinel,
+    /// As [`Mode::Sentinel`], the lockers waiting for the replica to confirm each write
+    /// (`Locker::with_replication`).
+    SentinelConfirmed,
 }
 
 impl Mode {
@@ -23,7 +30,22 @@ impl Mode {
             Mode::Single => "single",
             Mode::Redlock => "redlock",
             Mode::Cluster => "cluster",
+            Mode::Sentinel => "sentinel",
+            Mode::SentinelConfirmed => "sentinel-confirmed",
         }
+    }
+
+    /// Whether a fault of the mode loses writes the lockers were told had succeeded: a
+    /// failover to a replica that had not received them, with nobody waiting for the
+    /// replica. Locks lost that way are counted, not failed: they are the documented price
+    /// of asynchronous replication (docs/SAFETY.md, "Replica confirmation").
+    pub fn loses_writes(self) -> bool {
+        self == Mode::Sentinel
+    }
+
+    /// Whether the workers reach the servers through Sentinel.
+    pub fn is_sentinel(self) -> bool {
+        matches!(self, Mode::Sentinel | Mode::SentinelConfirmed)
     }
 
     /// The kinds of fault this mode's topology allows. Cluster clients talk to each node at
@@ -40,6 +62,7 @@ impl Mode {
                 ClientKill,
             ],
             Mode::Cluster => &[NodePause, NodeRestart, HolderPause, ClientKill],
+            Mode::Sentinel | Mode::SentinelConfirmed => &[Failover, HolderPause, ClientKill],
         }
     }
 }
@@ -59,6 +82,9 @@ pub enum FaultKind {
     HolderPause,
     /// `CLIENT KILL` on a node: every client connection (normal or pub/sub) is dropped.
     ClientKill,
+    /// The replica stops receiving (frozen, its link cut) while the master takes writes
+    /// for a while; the master is killed, and Sentinel promotes the replica without them.
+    Failover,
 }
 
 impl FaultKind {
@@ -71,6 +97,17 @@ impl FaultKind {
             FaultKind::NodeRestart => "node kill/restart",
             FaultKind::HolderPause => "holder pause",
             FaultKind::ClientKill => "CLIENT KILL",
+            FaultKind::Failover => "failover to a lagging replica",
+        }
+    }
+
+    /// How long the servers take to be whole again after the fault itself (`lasts`): for
+    /// a failover, Sentinel's detection (1 s) and election, and the old master's resync as
+    /// the new replica.
+    pub fn recovery(self) -> Duration {
+        match self {
+            FaultKind::Failover => Duration::from_secs(5),
+            _ => Duration::ZERO,
         }
     }
 }
@@ -155,8 +192,11 @@ pub fn schedule(seed: u64, plan: &Plan) -> Vec<Fault> {
                 ms(rng.between(ttl * 3 / 2, ttl * 3)),
                 ms(0),
             ),
+            // The writes the replica misses: shorter than Sentinel's down-after (1 s), so
+            // that the frozen replica is not itself taken for down.
+            FaultKind::Failover => (0, ms(rng.between(200, 800)), ms(0)),
         };
-        if at + lasts > end {
+        if at + lasts + kind.recovery() > end {
             break;
         }
         faults.push(Fault {
@@ -166,7 +206,7 @@ pub fn schedule(seed: u64, plan: &Plan) -> Vec<Fault> {
             lasts,
             latency,
         });
-        at += lasts + ms(rng.between(200, 800));
+        at += lasts + kind.recovery() + ms(rng.between(200, 800));
     }
     faults
 }
@@ -175,6 +215,14 @@ pub fn schedule(seed: u64, plan: &Plan) -> Vec<Fault> {
 mod tests {
     use super::*;
 
+    const MODES: [Mode; 5] = [
+        Mode::Single,
+        Mode::Redlock,
+        Mode::Cluster,
+        Mode::Sentinel,
+        Mode::SentinelConfirmed,
+    ];
+
     fn plan(mode: Mode, seconds: u64) -> Plan {
         Plan {
             mode,
@@ -182,6 +230,7 @@ mod tests {
                 Mode::Single => 1,
                 Mode::Redlock => 5,
                 Mode::Cluster => 6,
+                Mode::Sentinel | Mode::SentinelConfirmed => 2,
             },
             workers: 3,
             ttl: Duration::from_millis(500),
@@ -198,16 +247,23 @@ mod tests {
 
     #[test]
     fn faults_come_one_at_a_time_and_end_before_the_workers() {
-        for mode in [Mode::Single, Mode::Redlock, Mode::Cluster] {
+        for mode in MODES {
             for seed in 0..50 {
                 let p = plan(mode, 20);
                 let faults = schedule(seed, &p);
-                assert!(faults.len() >= 10, "{mode:?} seed {seed}: {}", faults.len());
+                let least = if mode.is_sentinel() { 4 } else { 10 };
+                assert!(
+                    faults.len() >= least,
+                    "{mode:?} seed {seed}: {}",
+                    faults.len()
+                );
                 for pair in faults.windows(2) {
-                    assert!(pair[0].at + pair[0].lasts < pair[1].at, "{pair:?}");
+                    let over = pair[0].at + pair[0].lasts + pair[0].kind.recovery();
+                    assert!(over < pair[1].at, "{pair:?}");
                 }
                 let last = faults.last().unwrap();
-                assert!(last.at + last.lasts <= p.run - Duration::from_millis(500));
+                let over = last.at + last.lasts + last.kind.recovery();
+                assert!(over <= p.run - Duration::from_millis(500));
                 for f in &faults {
                     let bound = match f.kind {
                         FaultKind::HolderPause => p.workers,
@@ -221,7 +277,7 @@ mod tests {
 
     #[test]
     fn a_short_run_injects_every_kind_its_mode_allows() {
-        for mode in [Mode::Single, Mode::Redlock, Mode::Cluster] {
+        for mode in MODES {
             for seed in 0..50 {
                 let mut kinds: Vec<FaultKind> = schedule(seed, &plan(mode, 15))
                     .iter()

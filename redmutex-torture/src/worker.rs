@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redmutex::retry::{self, Jitter, RetryExt};
-use redmutex::{Acquire, Connection, Error, Keys, Locker};
+use redmutex::{Acquire, Connection, Error, Keys, Locker, Replication};
 use tokio::time::Instant;
 
 use crate::clock::{instant_ns, now_ns};
@@ -44,7 +44,8 @@ pub struct WorkerArgs {
     /// The topology.
     #[arg(long, value_enum)]
     pub mode: Mode,
-    /// Where to lock: one URL (single), five (redlock), or the cluster's nodes.
+    /// Where to lock: one URL (single), five (redlock), the cluster's nodes, or the
+    /// sentinels.
     #[arg(long = "url", required = true)]
     pub urls: Vec<String>,
     /// The guarded resource's server.
@@ -135,6 +136,18 @@ async fn run(args: WorkerArgs) -> Result<(), String> {
             let locker = Locker::cluster(conn);
             // One subscriber is enough: the cluster bus carries releases to every node.
             drive(locker, clients[..1].to_vec(), storage, args).await
+        }
+        Mode::Sentinel | Mode::SentinelConfirmed => {
+            let conn = redmutex::connect_sentinel(&args.urls, testkit::MASTER_NAME)
+                .await
+                .map_err(|e| format!("sentinel: {e}"))?;
+            let locker = match args.mode {
+                Mode::SentinelConfirmed => Locker::new(conn)
+                    .with_replication(Replication::new(1, Duration::from_millis(100)))
+                    .map_err(|e| e.to_string())?,
+                _ => Locker::new(conn),
+            };
+            drive(locker, Vec::new(), storage, args).await
         }
     }
 }

@@ -26,7 +26,7 @@ mod tls;
 
 pub use cluster::{ClusterNode, RedisCluster};
 pub use proxy::Proxy;
-pub use sentinel::SentinelGroup;
+pub use sentinel::{SentinelGroup, MASTER_NAME};
 pub use tls::TestCa;
 
 use std::fs;

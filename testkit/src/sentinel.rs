@@ -130,6 +130,23 @@ impl SentinelGroup {
                     .is_some_and(|s| s.command(&["ROLE"]).contains("master"))
         });
     }
+
+    /// Makes the server that is not the master a replica of the master (as Sentinel does
+    /// with an old master that comes back, at its next look) and waits until it is in
+    /// sync, so that it can be promoted again.
+    ///
+    /// # Panics
+    /// After 30 s.
+    pub fn resync_replica(&self) {
+        let master = self.master();
+        let port = self.servers[master].port().to_string();
+        let replica = &self.servers[1 - master];
+        replica.command(&["REPLICAOF", "127.0.0.1", &port]);
+        wait_for("the replica to sync", || {
+            let info = replica.command(&["INFO", "replication"]);
+            info.contains("master_link_status:up") && info.contains(&format!("master_port:{port}"))
+        });
+    }
 }
 
 fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
