@@ -189,22 +189,12 @@ impl Wire {
         }
         let mut redis = node.redis.clone();
         let answer = match request {
-            Request::One(cmd) if wait_timeout(&cmd).is_some() => {
-                let timeout = wait_timeout(&cmd).unwrap_or_default();
-                let reply = self.confirm(timeout).await;
-                self.world.note(|| {
-                    format!(
-                        "p{}->n{}: {} => {}",
-                        self.process,
-                        self.node,
-                        describe_cmd(&cmd),
-                        describe_reply(&reply)
-                    )
-                });
-                reply.map(Answer::One)
-            }
             Request::One(cmd) => {
-                let reply = redis.req_packed_command(&cmd).await;
+                // `WAIT` is the replica's to answer, not the master's.
+                let reply = match wait_timeout(&cmd) {
+                    Some(timeout) => self.confirm(timeout).await,
+                    None => redis.req_packed_command(&cmd).await,
+                };
                 self.world.note(|| {
                     format!(
                         "p{}->n{}: {} => {}",

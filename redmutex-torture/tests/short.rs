@@ -36,6 +36,13 @@ fn field(line: &str, name: &str) -> u64 {
         .unwrap_or_else(|_| panic!("{name} is not a number in {line}"))
 }
 
+/// Each of `names` is 0 in the report line.
+fn assert_zero(line: &str, names: &[&str], mode: &str, context: &str) {
+    for name in names {
+        assert_eq!(field(line, name), 0, "{mode} {name}: {context}");
+    }
+}
+
 #[test]
 fn mutual_exclusion_holds_in_every_mode_under_every_fault() {
     let seed = std::env::var("REDMUTEX_TORTURE_SEED").unwrap_or_else(|_| {
@@ -78,7 +85,7 @@ fn mutual_exclusion_holds_in_every_mode_under_every_fault() {
                 _ => assert!(field(line, kind) >= 10, "{mode} {kind}: {context}"),
             }
         }
-        for name in [
+        let must_be_zero = [
             "unsafe_overlaps",
             "permit_overflows",
             "min_hold_violations",
@@ -88,9 +95,8 @@ fn mutual_exclusion_holds_in_every_mode_under_every_fault() {
             "other_errors",
             "leftover_after_ttl",
             "keys_without_ttl",
-        ] {
-            assert_eq!(field(line, name), 0, "{mode} {name}: {context}");
-        }
+        ];
+        assert_zero(line, &must_be_zero, mode, &context);
         assert_eq!(
             field(line, "overrun_overlaps"),
             field(line, "overrun_fenced"),
@@ -137,15 +143,14 @@ fn a_failover_to_a_lagging_replica_loses_no_confirmed_lock() {
         assert!(line.ends_with("\"passed\":true}"), "{mode}: {context}");
         assert!(field(line, "acquisitions") >= 100, "{mode}: {context}");
         assert!(field(line, "failover") >= 1, "{mode}: {context}");
-        for name in [
+        let must_be_zero = [
             "fence_violations",
             "store_violations",
             "other_errors",
             "leftover_after_ttl",
             "keys_without_ttl",
-        ] {
-            assert_eq!(field(line, name), 0, "{mode} {name}: {context}");
-        }
+        ];
+        assert_zero(line, &must_be_zero, mode, &context);
     }
     assert_eq!(field(&lines[1], "broken_by_rivals"), 0, "{context}");
     assert_eq!(code, Some(0), "{context}");

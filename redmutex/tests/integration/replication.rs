@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::common::{blamed, ms, multiplexed, Raw};
+use redis::aio::MultiplexedConnection;
 use redmutex::{Argument, Error, Locker, LostReason, Replication};
 use testkit::RedisServer;
 
@@ -18,14 +19,23 @@ fn not_replicated(error: &Error) -> (u32, u32) {
     }
 }
 
-#[tokio::test]
-async fn writes_count_only_once_the_replica_has_them() {
+/// A primary with one replica, a raw connection to the primary, and a locker on it whose
+/// writes the replica must confirm within `wait`.
+async fn primary_with_replica(
+    wait: Duration,
+) -> (RedisServer, RedisServer, Raw, Locker<MultiplexedConnection>) {
     let primary = RedisServer::spawn();
     let replica = primary.spawn_replica(&[]);
-    let mut raw = Raw::new(&primary).await;
+    let raw = Raw::new(&primary).await;
     let locker = Locker::new(multiplexed(&primary).await)
-        .with_replication(Replication::new(1, ms(200)))
+        .with_replication(Replication::new(1, wait))
         .unwrap();
+    (primary, replica, raw, locker)
+}
+
+#[tokio::test]
+async fn writes_count_only_once_the_replica_has_them() {
+    let (primary, replica, mut raw, locker) = primary_with_replica(ms(200)).await;
 
     // Confirmed: the replica has the key, its new TTL and its fence when each call returns.
     let mut lock = locker.acquire("repl:a", secs(10)).await.unwrap();
@@ -101,13 +111,8 @@ async fn writes_count_only_once_the_replica_has_them() {
 /// (the claim undone) rather than return a lock already over.
 #[tokio::test]
 async fn a_confirmation_later_than_the_lock_lasts_is_no_lock() {
-    let primary = RedisServer::spawn();
-    let replica = primary.spawn_replica(&[]);
-    let mut raw = Raw::new(&primary).await;
     // The replica confirms after 400 ms: within the wait allowed, after the lock's 200 ms.
-    let locker = Locker::new(multiplexed(&primary).await)
-        .with_replication(Replication::new(1, ms(480)))
-        .unwrap();
+    let (_primary, replica, mut raw, locker) = primary_with_replica(ms(480)).await;
 
     replica.pause();
     let started = tokio::time::Instant::now();
@@ -135,13 +140,8 @@ async fn a_confirmation_later_than_the_lock_lasts_is_no_lock() {
 /// have: unconfirmed, the holder is told (a failover could end the hold early).
 #[tokio::test]
 async fn an_unconfirmed_minimum_hold_is_reported() {
-    let primary = RedisServer::spawn();
-    let replica = primary.spawn_replica(&[]);
-    let mut raw = Raw::new(&primary).await;
     // (A wait shorter than the connection's response timeout, as the docs advise.)
-    let locker = Locker::new(multiplexed(&primary).await)
-        .with_replication(Replication::new(1, ms(200)))
-        .unwrap();
+    let (_primary, replica, mut raw, locker) = primary_with_replica(ms(200)).await;
     let lock = (locker.acquire("repl:kept", secs(10)))
         .min_hold(secs(5))
         .await
