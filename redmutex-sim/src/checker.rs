@@ -10,6 +10,7 @@
 //! | `limit` | 6: a semaphore's holders within their validity never exceed its limit |
 //! | `fence` | 4, 6, 11: fences (terms) of holders that asked after another held are greater; no two alike |
 //! | `watch` | `wait_released` never answers "free" while one holder held the key throughout the wait |
+//! | `observe` | 11: an election's observer sees a leader vouched for throughout its read with that leader's own term, leaders' terms never going back, and never "nobody leads" while one leader was vouched for from its asking to the answer (one node; not yet on Redlock) |
 //! | `lost-late` | 3: a kept-alive lease is told "lost" before its validity ends |
 //! | `ttl`, `left-behind` | 5: every key has a TTL; nothing but fence counters outlives its holders |
 //! | `liveness` | 8, 9, principle 12: once faults stop, a waiter with wake-up is served within [`SERVED_WITHIN`] of its name being free |
@@ -22,8 +23,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::history::{Attempt, History, Section};
-use crate::plan::{Plan, Primitive};
+use crate::history::{Attempt, History, Observation, Section};
+use crate::plan::{Plan, Primitive, Topology};
 
 /// How soon a waiter with wake-up must get a name that became free, once the run is
 /// quiet: a hand-off (50 ms), a few round trips, and room to spare.
@@ -91,6 +92,10 @@ pub fn check(plan: &Plan, history: &History) -> Vec<Violation> {
     limit(history, &mut found);
     fences(history, &mut found);
     watches(history, &mut found);
+    // (Redlock: not yet — see "observe" in RELIABILITY.md, "What it found".)
+    if !matches!(plan.topology, Topology::Redlock(_)) {
+        observations(history, &mut found);
+    }
     liveness(plan, history, &mut found);
     found.sort_by_key(|v| v.at);
     // A run whose clients spun without time passing was stopped there: what came after
@@ -233,6 +238,89 @@ fn fences(history: &History, found: &mut Vec<Violation>) {
                         describe(b)
                     ),
                 });
+            }
+        }
+    }
+}
+
+/// What an election's observer sees: a leader vouched for throughout the read is
+/// reported with its own term, terms of leaders never go back, and "nobody leads" is never
+/// said while one leader was vouched for from before it asked until the answer came.
+/// (Only terms a leader was given are compared: a candidate that holds the key on a quorum
+/// while its campaign has yet to store its term there is seen with the term it asks for,
+/// which may change or come to nothing.)
+fn observations(history: &History, found: &mut Vec<Violation>) {
+    let leaders: Vec<&Section> = (history.sections.iter())
+        .filter(|s| s.primitive == Primitive::Leader)
+        .collect();
+    let given = |term: u64| leaders.iter().any(|s| s.fence == Some(term));
+    let leader_term = |o: &Observation| match &o.leader {
+        Some((_, Some(term))) if given(*term) => Some(*term),
+        _ => None,
+    };
+    // Vouched for from before the observer asked until the answer: what the read saw.
+    let throughout = |s: &&&Section, o: &Observation| {
+        s.name == o.name
+            && s.start < o.since
+            && o.at < s.protected_end()
+            && !breached(history, s.name, s.asked, o.at)
+    };
+    let seen = &history.observations;
+    let mut report = |at: Duration, text: String| {
+        found.push(Violation {
+            rule: "observe",
+            at,
+            text,
+        })
+    };
+    for (i, item) in seen.iter().enumerate() {
+        match &item.leader {
+            None => {
+                if let Some(leader) = leaders.iter().find(|s| throughout(s, item)) {
+                    report(
+                        item.at,
+                        format!(
+                            "t{} was told nobody leads {:?} (asked {:?}, told {:?}) while {}",
+                            item.task,
+                            item.name,
+                            item.since,
+                            item.at,
+                            describe(leader)
+                        ),
+                    );
+                }
+            }
+            Some((value, term)) => {
+                let own = |s: &&&Section| {
+                    let tag = format!("t{}", s.task);
+                    value == &tag || value.starts_with(&format!("{tag}-"))
+                };
+                let leader = leaders.iter().find(|s| own(s) && throughout(s, item));
+                if let Some(leader) = leader.filter(|s| s.fence != *term) {
+                    report(
+                        item.at,
+                        format!(
+                            "t{} saw {value} lead in term {term:?} at {:?}, its term being {:?}",
+                            item.task, item.at, leader.fence
+                        ),
+                    );
+                }
+            }
+        }
+        let earlier = seen[..i]
+            .iter()
+            .rev()
+            .find(|o| o.task == item.task && leader_term(o).is_some());
+        if let (Some(before), Some(term)) = (earlier, leader_term(item)) {
+            let was = leader_term(before).unwrap_or(0);
+            if term < was && !breached(history, item.name, before.at, item.at) {
+                report(
+                    item.at,
+                    format!(
+                        "t{} saw term {term} at {:?} after term {was} at {:?}",
+                        item.task, item.at, before.at
+                    ),
+                );
             }
         }
     }

@@ -109,6 +109,21 @@ pub struct Watch {
     pub free: bool,
 }
 
+/// One item an election's observer saw.
+#[derive(Clone, Debug)]
+pub struct Observation {
+    /// The task that recorded it (its number in the plan).
+    pub task: usize,
+    /// The election's name.
+    pub name: &'static str,
+    /// When the observer asked for the next change (the item read after this).
+    pub since: Duration,
+    /// When the item came.
+    pub at: Duration,
+    /// The leader's value and term (`None`: nobody leads).
+    pub leader: Option<(String, Option<u64>)>,
+}
+
 /// Something that ends what holders are vouched for: data lost (a restart, an
 /// eviction), or a forced release.
 #[derive(Clone, Debug)]
@@ -160,6 +175,8 @@ pub struct History {
     pub attempts: Vec<Attempt>,
     /// Every `wait_released` that answered.
     pub watches: Vec<Watch>,
+    /// What elections' observers saw (errors left out).
+    pub observations: Vec<Observation>,
     /// Every breach of the guarantees' conditions.
     pub breaches: Vec<Breach>,
     /// Samples of the quiet part, per name: (when, what was free).

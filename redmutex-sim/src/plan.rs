@@ -118,6 +118,8 @@ pub enum Role {
     Watch,
     /// An operator: forces the release of whatever holds the name.
     Force,
+    /// Follows an election (`Election::observe`): who leads, and in which term.
+    Observe,
 }
 
 /// One task of a simulated process.
@@ -529,6 +531,7 @@ impl Plan {
                 Role::Hold(primitive, style) => format!("{} {}", primitive.name(), style.name()),
                 Role::Watch => "watch".into(),
                 Role::Force => "force".into(),
+                Role::Observe => "observe".into(),
             };
             lines.push(format!(
                 "  t{i} on p{}: {role} {:?} ttl {:?} pause {:?} deadline {:?} fenced {} cancel {}",
@@ -649,6 +652,15 @@ fn task(rng: &mut Rng, mix: Mix, topology: Topology, process: usize, scale: Scal
     };
     let pause = Duration::from_millis(rng.pick(pauses));
     let deadline = rng.pick(&[ttl, Duration::from_secs(2), Duration::from_secs(10)]);
+    let fenced = rng.chance(0.5);
+    let cancel = rng.pick(&[0.0, 0.0, 0.1, 0.3]);
+    let seed = rng.next_u64();
+    // One candidate in four observes the election instead (decided by the task's own
+    // stream, so that every other draw stays what it was).
+    let role = match role {
+        Role::Hold(Primitive::Leader, _) if seed.is_multiple_of(4) => Role::Observe,
+        role => role,
+    };
     TaskPlan {
         id: 0,
         process,
@@ -657,9 +669,9 @@ fn task(rng: &mut Rng, mix: Mix, topology: Topology, process: usize, scale: Scal
         ttl,
         pause,
         deadline,
-        fenced: rng.chance(0.5),
-        cancel: rng.pick(&[0.0, 0.0, 0.1, 0.3]),
-        seed: rng.next_u64(),
+        fenced,
+        cancel,
+        seed,
     }
 }
 

@@ -36,7 +36,7 @@ pub struct Sweep {
     pub sections: u64,
     /// Per replicated topology ("replicated", "replicated-wait"): runs with a failover,
     /// and how many of them lost a lock, a permit, a minimum hold or fence order to it
-    /// ([`lost_to_failover`](crate::checker::lost_to_failover); with replica confirmation,
+    /// ([`lost_to_failover`]; with replica confirmation,
     /// any such violation at all).
     pub failovers: BTreeMap<String, (u64, u64)>,
 }
@@ -141,6 +141,7 @@ fn covered(plan: &Plan) -> Vec<String> {
             Role::Hold(primitive, _) => primitive.name(),
             Role::Watch => "watch",
             Role::Force => "force",
+            Role::Observe => "observe",
         };
         if !what.iter().any(|w| w == kind) {
             what.push(kind.to_string());

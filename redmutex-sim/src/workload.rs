@@ -6,9 +6,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use redmutex::{retry, Acquire, Error, KeepAlive, Lock, Locker};
 
-use crate::history::{Attempt, Section, Watch};
+use crate::history::{Attempt, Observation, Section, Watch};
 use crate::net::{precise_sleep_until, SimConn};
 use crate::plan::{Primitive, Role, Style, TaskPlan};
 use crate::rng::Rng;
@@ -54,6 +55,7 @@ pub(crate) async fn run(
             Role::Hold(primitive, style) => task.hold(primitive, style).await,
             Role::Watch => task.watch().await,
             Role::Force => task.force().await,
+            Role::Observe => task.observe().await,
         }
     }
 }
@@ -612,6 +614,45 @@ impl Task {
                 answered,
                 free,
             });
+        }
+    }
+
+    /// Follows the election until the run ends (or for a while, then again later),
+    /// recording each change it is told of.
+    async fn observe(&mut self) {
+        let Ok(election) = self.locker.election(self.name()) else {
+            return;
+        };
+        let Ok(election) = election.with_ttl(self.plan.ttl) else {
+            return;
+        };
+        let until = (self.world.t0 + self.end).min(
+            tokio::time::Instant::now()
+                + self
+                    .rng
+                    .between(Duration::from_millis(100), Duration::from_secs(5)),
+        );
+        let mut changes = Box::pin(election.observe());
+        loop {
+            let since = self.world.now();
+            let item = tokio::select! {
+                item = changes.next() => item,
+                () = tokio::time::sleep_until(until) => return,
+            };
+            let Some(item) = item else { return };
+            self.gate().await;
+            let at = self.world.now();
+            self.world
+                .note(|| format!("t{}: observed {item:?}", self.index));
+            if let Ok(leader) = item {
+                self.world.history().observations.push(Observation {
+                    task: self.index,
+                    name: self.name(),
+                    since,
+                    at,
+                    leader: leader.map(|l| (l.value, l.term)),
+                });
+            }
         }
     }
 

@@ -44,6 +44,7 @@ fn ten_thousand_schedules_break_no_claim() {
         "leader",
         "watch",
         "force",
+        "observe",
     ] {
         let count = found.covered.get(what).copied().unwrap_or(0);
         assert!(count >= 300, "{what}: only {count} schedules");

@@ -53,8 +53,10 @@ pub struct LockInfo {
     pub awaited: bool,
     /// The latest fence handed out for this key ([`Lock::fence`](crate::Lock::fence)),
     /// whether or not the lock is held now; `None` when no fenced acquisition took it yet.
-    /// Redlock: the highest over the nodes that answered (a failed try may have raised a
-    /// minority of nodes past the last fence actually handed out).
+    /// Redlock: while an owner holds the key on a quorum, the highest over the nodes that
+    /// hold its key (its own fence, if it took one); otherwise the highest over the nodes
+    /// that answered (a failed try may have raised a minority of nodes past the last fence
+    /// actually handed out).
     pub fence: Option<u64>,
     /// Redlock: each node's view, in node order (empty for a single-node locker).
     pub nodes: Vec<NodeInfo>,
@@ -171,25 +173,31 @@ impl View for KeyView<'_> {
     /// that did not answer might hold it for someone with a quorum — nobody can tell, and
     /// that is an error, not an answer.
     fn each(&self, replies: Vec<Reply<Value>>, needed: usize) -> Result<LockInfo, Error> {
-        // Which owner's token is on a quorum of nodes, with each of those nodes' TTL.
-        let mut owners: Vec<(Token, Option<String>, Vec<i64>)> = Vec::new();
+        // Which owner's token is on a quorum of nodes, with each of those nodes' TTL, and
+        // which nodes they are.
+        let mut owners: Vec<Owner> = Vec::new();
         let mut nodes = Vec::with_capacity(replies.len());
         for (node, reply) in replies.into_iter().enumerate() {
             let raw = reply.and_then(|value| RawKey::parse(value).map_err(NodeError::Redis));
             if let Some((token, metadata)) = raw.as_ref().ok().and_then(RawKey::owner) {
                 let pttl = raw.as_ref().map_or(-2, |raw| raw.pttl);
-                match owners.iter_mut().find(|(t, _, _)| *t == token) {
-                    Some((_, _, ttls)) => ttls.push(pttl),
-                    None => owners.push((token, metadata, vec![pttl])),
+                match owners.iter_mut().find(|(t, _, _, _)| *t == token) {
+                    Some((_, _, ttls, at)) => {
+                        ttls.push(pttl);
+                        at.push(node);
+                    }
+                    None => owners.push((token, metadata, vec![pttl], vec![node])),
                 }
             }
             let info = raw.map(|raw| raw.info(self.key));
             nodes.push(NodeInfo { node, info });
         }
-        let holder = owners.into_iter().find(|(_, _, ttls)| ttls.len() >= needed);
-        let (metadata, ttl) = match holder {
-            Some((_, metadata, ttls)) => (metadata, quorum_ttl(ttls, needed)),
-            None => (None, None),
+        let holder = owners
+            .into_iter()
+            .find(|(_, _, ttls, _)| ttls.len() >= needed);
+        let (metadata, ttl, holder_nodes) = match holder {
+            Some((_, metadata, ttls, at)) => (metadata, quorum_ttl(ttls, needed), Some(at)),
+            None => (None, None, None),
         };
         let any =
             |what: fn(&LockInfo) -> bool| (nodes.iter()).any(|n| n.info.as_ref().is_ok_and(what));
@@ -221,8 +229,11 @@ impl View for KeyView<'_> {
                     .collect(),
             })));
         }
-        let fence = nodes
-            .iter()
+        // The holder's fence is what the nodes that hold its key say: nobody else can raise
+        // their counters while it holds them, and it stored its fence there. Elsewhere a
+        // failed try may have raised a counter (on a minority) above any fence handed out.
+        let fence = (nodes.iter())
+            .filter(|n| holder_nodes.as_ref().is_none_or(|at| at.contains(&n.node)))
             .filter_map(|n| n.info.as_ref().ok()?.fence)
             .max();
         Ok(LockInfo {
@@ -237,6 +248,10 @@ impl View for KeyView<'_> {
         })
     }
 }
+
+/// An owner's token as the nodes answered it: its metadata, and the TTL of its key on
+/// each node that holds it, with those nodes' numbers.
+type Owner = (Token, Option<String>, Vec<i64>, Vec<usize>);
 
 /// How long an owner holding a key on a quorum keeps it: while a quorum of its nodes still
 /// has it, the quorum-th longest TTL. (-1, no expiry, sorts as the longest.)

@@ -94,6 +94,18 @@ pub struct Snapshot(keyspace::Keyspace);
 
 impl Snapshot {
     /// Whether it holds no key at all (expired ones included).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// let locker = redmutex::Locker::in_memory();
+    /// let lock = locker.acquire("job", Duration::from_secs(30)).await?;
+    /// assert!(!locker.connection().snapshot().is_empty()); // the lock's key
+    /// lock.release().await?;
+    /// assert!(locker.connection().snapshot().is_empty());
+    /// # Ok(()) }
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

@@ -107,8 +107,8 @@ impl<C: Connection> std::fmt::Debug for Election<C> {
 pub struct Leader {
     /// The value it campaigned with, or proclaimed since.
     pub value: String,
-    /// Its term: the fence it took when it won, above every earlier leader's. Redlock: the
-    /// highest over the nodes that answered.
+    /// Its term: the fence it took when it won, above every earlier leader's (Redlock: as
+    /// the nodes that hold its key say, whatever a rival's failed try left elsewhere).
     pub term: Option<u64>,
     /// How long its lease lasts unless renewed.
     pub ttl: Option<Duration>,

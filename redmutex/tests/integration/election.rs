@@ -236,6 +236,34 @@ async fn an_election_over_redlock() {
     assert!(observer.leader().await.unwrap().is_none());
 }
 
+/// On Redlock, the leader's term is what the nodes that hold its key say: a counter raised
+/// elsewhere (a rival's failed try on a node where the leader's key was lost) is no term
+/// anyone holds, and observers must not report it.
+#[tokio::test]
+async fn a_redlock_leaders_term_is_its_own_whatever_a_minority_counter_says() {
+    let servers = RedisServer::spawn_many(3);
+    let locker = || async {
+        let conns = common::multiplexed_all(&servers).await;
+        (common::waking_redlock(conns, &servers))
+            .election("leader")
+            .unwrap()
+    };
+    let leadership = locker().await.campaign("a").await.unwrap();
+    let election = locker().await;
+    let key = String::from_utf8(election.key().to_vec()).unwrap();
+    let counter = format!("{{{key}}}:fence");
+    // Node 2 lost the leader's key; a rival's try got it there, raised the counter, and
+    // was undone.
+    servers[2].command(&["DEL", &key]);
+    let raised = (leadership.term() + 1_000_000).to_string();
+    assert_eq!(servers[2].command(&["SET", &counter, &raised]), "+OK\r\n");
+    let leader = election.leader().await.unwrap().unwrap();
+    assert_eq!(leader.value, "a");
+    assert_eq!(leader.term, Some(leadership.term()));
+    leadership.resign().await.unwrap();
+    assert!(election.leader().await.unwrap().is_none());
+}
+
 /// A campaign can be bounded and watched as any acquire: a deadline ends it with "not
 /// obtained", each look that found another leader is reported, and its pauses follow the
 /// strategy given.
