@@ -1,7 +1,7 @@
 //! What the simulated processes' tasks do, again and again until the run ends: hold a
 //! primitive (carefully, kept alive, naively, for a minimum hold, or abandoning it), wait
-//! for a name to be free, or force its release. Each records what it saw — and nothing
-//! it was told about other holders — for the checker.
+//! for a name to be free, force its release, or follow an election. Each records what it
+//! saw — and nothing it was told about other holders — for the checker.
 
 use std::sync::Arc;
 use std::time::Duration;
