@@ -34,10 +34,10 @@ pub async fn elect<C: Connection>(
     };
     loop {
         let leadership = election.campaign(value.as_str()).await.map_err(failed)?;
-        exec::say(&format!("leading in term {}", leadership.term()));
+        crate::output::say(&format!("leading in term {}", leadership.term()));
         match exec::hold(leadership.into_lease(), &job, &program).await {
             Err(failure) if args.again && failure.code == exit::LOST => {
-                exec::say(&format!("{}; campaigning again", failure.message));
+                crate::output::say(&format!("{}; campaigning again", failure.message));
             }
             result => return result,
         }
@@ -63,7 +63,7 @@ pub async fn leader<C: Connection>(
         match change {
             Ok(leader) => outln!("{}", line(&args, leader.as_ref()))?,
             // A read that failed: said on stderr; the watch goes on.
-            Err(e) => exec::say(&format!("warning: {}", failed(e).message)),
+            Err(e) => crate::output::say(&format!("warning: {}", failed(e).message)),
         }
     }
     Ok(0)

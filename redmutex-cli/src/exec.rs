@@ -11,7 +11,7 @@
 use std::ffi::OsString;
 use std::fs::File;
 use std::future::IntoFuture;
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
@@ -23,6 +23,7 @@ use tokio::time::Instant;
 
 use crate::exit::{self, Failure};
 use crate::guard::{group_exists, Guard};
+use crate::output::say;
 use crate::{duration, ExecArgs};
 
 pub async fn run<C: Connection>(
@@ -298,11 +299,6 @@ async fn stop_after_loss(
         signal_group(pgid, libc::SIGKILL);
     }
     let _ = child.wait().await;
-}
-
-/// A line on stderr that can never fail redmutex (a closed or broken stderr is ignored).
-pub fn say(message: &str) {
-    let _ = writeln!(io::stderr(), "redmutex: {message}");
 }
 
 /// The exit status redmutex passes on: the command's code, or 128 + N for signal N.

@@ -51,3 +51,8 @@ extern "C" fn look_at_stdout() {
     let closed = unsafe { libc::fcntl(libc::STDOUT_FILENO, libc::F_GETFD) } == -1;
     STDOUT_CLOSED.store(closed, std::sync::atomic::Ordering::Relaxed);
 }
+
+/// A line on stderr that can never fail redmutex (a closed or broken stderr is ignored).
+pub fn say(message: &str) {
+    let _ = writeln!(std::io::stderr(), "redmutex: {message}");
+}

@@ -44,7 +44,7 @@ pub async fn quorum_answers(
             ));
         }
         if !said {
-            crate::exec::say(&format!(
+            crate::output::say(&format!(
                 "waiting up to {within:?} for a quorum of Redis nodes: {state}"
             ));
             said = true;
@@ -144,7 +144,7 @@ impl Reach {
                 );
             }
             if !said {
-                crate::exec::say(&format!(
+                crate::output::say(&format!(
                     "Redis does not answer; waiting up to {within:?} for it: {why}"
                 ));
                 said = true;

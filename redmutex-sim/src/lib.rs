@@ -21,6 +21,7 @@ pub mod history;
 mod net;
 pub mod plan;
 pub mod rng;
+mod state;
 pub mod sweep;
 mod workload;
 mod world;

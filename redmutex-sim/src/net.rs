@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::rng::Rng;
-use crate::world::{lock, Shared};
+use crate::state::{lock, Shared};
 
 /// How long a request waits for its reply, as with `redmutex::connect`.
 pub const RESPONSE_TIMEOUT: Duration = redmutex::RESPONSE_TIMEOUT;

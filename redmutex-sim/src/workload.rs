@@ -13,7 +13,7 @@ use crate::history::{Attempt, Observation, Section, Watch};
 use crate::net::{precise_sleep_until, SimConn};
 use crate::plan::{Primitive, Role, Style, TaskPlan};
 use crate::rng::Rng;
-use crate::world::{breach_between, Shared};
+use crate::state::{breach_between, Shared};
 
 /// One task: its plan, its stream of random numbers, and where it records.
 struct Task {

@@ -258,6 +258,7 @@ mod sentinel;
 #[cfg(feature = "simulation")]
 #[doc(hidden)]
 pub mod simulation;
+mod splitmix;
 mod token;
 
 pub use acl::acl_rule;

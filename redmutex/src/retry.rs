@@ -34,6 +34,7 @@
 //! assert!(jittered.take(5).all(|d| d < ms(1000)));
 //! ```
 
+use crate::splitmix::SplitMix64;
 use std::time::Duration;
 
 /// One try, no retry.
@@ -459,7 +460,7 @@ impl<I: Iterator<Item = Duration>> Iterator for Jittered<I> {
     type Item = Duration;
     fn next(&mut self) -> Option<Duration> {
         let delay = self.inner.next()?;
-        let rng = self.rng.get_or_insert_with(SplitMix64::from_os);
+        let rng = self.rng.get_or_insert_with(seeded_from_os);
         Some(self.jitter.apply(delay, rng.next_unit()))
     }
 }
@@ -471,37 +472,19 @@ fn scale(d: Duration, factor: f64) -> Duration {
     Duration::from_nanos(nanos as u64)
 }
 
-/// SplitMix64 (Steele, Lea, Flood 2014): tiny, fast, and good enough to spread retries.
-#[derive(Clone, Debug)]
-pub(crate) struct SplitMix64(pub(crate) u64);
-
-impl SplitMix64 {
-    fn from_os() -> SplitMix64 {
-        #[cfg(feature = "simulation")]
-        if let Some(seed) = crate::simulation::next_u64() {
-            return SplitMix64(seed);
-        }
-        let mut seed = [0u8; 8];
-        if getrandom::fill(&mut seed).is_err() {
-            // Jitter needs spread, not secrecy: the clock will do if the OS has no entropy.
-            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-            seed = (now.map_or(0, |d| d.as_nanos() as u64)).to_le_bytes();
-        }
-        SplitMix64(u64::from_le_bytes(seed))
+/// A generator seeded from the OS (or, in a simulation, from its seed).
+fn seeded_from_os() -> SplitMix64 {
+    #[cfg(feature = "simulation")]
+    if let Some(seed) = crate::simulation::next_u64() {
+        return SplitMix64(seed);
     }
-
-    pub(crate) fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+    let mut seed = [0u8; 8];
+    if getrandom::fill(&mut seed).is_err() {
+        // Jitter needs spread, not secrecy: the clock will do if the OS has no entropy.
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        seed = (now.map_or(0, |d| d.as_nanos() as u64)).to_le_bytes();
     }
-
-    /// Uniform in `[0, 1)`, from the top 53 bits.
-    pub(crate) fn next_unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-    }
+    SplitMix64(u64::from_le_bytes(seed))
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@
 
 use std::cell::RefCell;
 
-use crate::retry::SplitMix64;
+use crate::splitmix::SplitMix64;
 
 thread_local! {
     static DRAWS: RefCell<Option<SplitMix64>> = const { RefCell::new(None) };
