@@ -62,6 +62,14 @@ fn assert_strictly_increasing(fences: &[u64]) {
     }
 }
 
+/// Takes `key` with its fence, releases it, and returns the fence.
+async fn fenced_turn(locker: &Locker<MultiplexedConnection>, key: &str) -> u64 {
+    let lock = locker.acquire(key, ms(5_000)).with_fence().await.unwrap();
+    let fence = lock.fence_if_taken().unwrap();
+    lock.release().await.unwrap();
+    fence
+}
+
 /// The server's clock in microseconds (`TIME`).
 async fn server_micros(raw: &mut Raw) -> u64 {
     let (secs, micros): (u64, u64) = raw.run(&mut redis::cmd("TIME")).await;
@@ -290,19 +298,11 @@ async fn counters_expire_after_their_retention_and_fences_still_increase() {
         "kept for the retention period: {ttl}"
     );
     assert!(raw.wait_until_gone("{brief}:fence", ms(3_000)).await);
-    let lock = locker
-        .acquire("brief", ms(5_000))
-        .with_fence()
-        .await
-        .unwrap();
-    fences.push(lock.fence_if_taken().unwrap());
-    lock.release().await.unwrap();
+    fences.push(fenced_turn(&locker, "brief").await);
     assert_strictly_increasing(&fences);
     assert!(fences[3] > fences[2] + 1_000_000, "counted from the clock");
 }
 
-/// Keys named like fence counters are refused before anything is sent, so a lock key and
-/// a counter can never collide, whichever is locked first.
 /// A failover to a replica that had not received the last increments leaves the counter
 /// at an older value, not missing: the next fence still passes every one handed out,
 /// because no fence is below the server's clock.
@@ -313,23 +313,11 @@ async fn a_counter_set_back_as_a_lagging_replica_has_it_is_passed_by_the_clock()
     let mut raw = Raw::new(&server).await;
     let mut fences = Vec::new();
     for _ in 0..3 {
-        let lock = locker
-            .acquire("ledger", ms(5_000))
-            .with_fence()
-            .await
-            .unwrap();
-        fences.push(lock.fence_if_taken().unwrap());
-        lock.release().await.unwrap();
+        fences.push(fenced_turn(&locker, "ledger").await);
     }
     // What the promoted replica holds: the counter as it was before the last two fences.
     raw.set("{ledger}:fence", &fences[0].to_string()).await;
-    let lock = locker
-        .acquire("ledger", ms(5_000))
-        .with_fence()
-        .await
-        .unwrap();
-    fences.push(lock.fence_if_taken().unwrap());
-    lock.release().await.unwrap();
+    fences.push(fenced_turn(&locker, "ledger").await);
     assert_strictly_increasing(&fences);
     assert!(
         fences[3] >= server_micros(&mut raw).await - 1_000_000,
@@ -337,6 +325,8 @@ async fn a_counter_set_back_as_a_lagging_replica_has_it_is_passed_by_the_clock()
     );
 }
 
+/// Keys named like fence counters are refused before anything is sent, so a lock key and
+/// a counter can never collide, whichever is locked first.
 #[tokio::test]
 async fn keys_named_like_counters_are_refused_before_any_request() {
     let server = RedisServer::spawn();
