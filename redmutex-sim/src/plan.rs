@@ -202,19 +202,6 @@ pub enum Fault {
     ReplicaBehind { lasting: Duration },
 }
 
-impl Fault {
-    /// Whether the fault breaks a condition of the guarantees (the servers keep their
-    /// data): holders at the time are no longer vouched for. A failover does unless the
-    /// replica confirmed every write (`confirmed`).
-    pub fn loses_data(&self, confirmed: bool) -> bool {
-        match self {
-            Fault::Restart { .. } | Fault::Evict { .. } => true,
-            Fault::Failover { .. } => !confirmed,
-            _ => false,
-        }
-    }
-}
-
 impl fmt::Display for Fault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
