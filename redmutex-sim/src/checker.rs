@@ -11,6 +11,7 @@
 //! | `fence` | 4, 6, 11: fences (terms) of holders that asked after another held are greater; no two alike |
 //! | `watch` | `wait_released` never answers "free" while one holder held the key throughout the wait |
 //! | `observe` | 11: an election's observer sees a leader vouched for throughout its read with that leader's own term, leaders' terms never going back, and never "nobody leads" while one leader was vouched for from its asking to the answer (one node; not yet on Redlock) |
+//! | `fair-order` | 8: a fair lock's waiter in line is not passed by one that asked after it was in line, unless it left the line first |
 //! | `lost-late` | 3: a kept-alive lease is told "lost" before its validity ends |
 //! | `ttl`, `left-behind` | 5: every key has a TTL; nothing but fence counters outlives its holders |
 //! | `liveness` | 8, 9, principle 12: once faults stop, a waiter with wake-up is served within [`SERVED_WITHIN`] of its name being free |
@@ -24,7 +25,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::history::{Attempt, History, Observation, Section};
-use crate::plan::{Plan, Primitive, Topology};
+use crate::plan::{Fault, Plan, Primitive, Topology};
 
 /// How soon a waiter with wake-up must get a name that became free, once the run is
 /// quiet: a hand-off (50 ms), a few round trips, and room to spare.
@@ -92,6 +93,7 @@ pub fn check(plan: &Plan, history: &History) -> Vec<Violation> {
     limit(history, &mut found);
     fences(history, &mut found);
     watches(history, &mut found);
+    fair_order(plan, history, &mut found);
     // (Redlock: not yet — see "observe" in RELIABILITY.md, "What it found".)
     if !matches!(plan.topology, Topology::Redlock(_)) {
         observations(history, &mut found);
@@ -352,6 +354,81 @@ fn watches(history: &History, found: &mut Vec<Violation>) {
     }
 }
 
+/// A fair lock's waiters get the key in the order their first try reached the server
+/// (docs/SAFETY.md, 8): of two waiters of one name, one whose try found the name held
+/// — it was in line then — before the other was even called is not passed by it, while it
+/// is still waiting. Unless a fault may have cost it its place: its process paused,
+/// slowed, cut off or dead (its heartbeat may have run out: it drops out, and comes back
+/// at the end of the line), or a server fault (the line lost, or nobody's heartbeat
+/// renewed).
+fn fair_order(plan: &Plan, history: &History, found: &mut Vec<Violation>) {
+    let fair = |a: &&Attempt| a.primitive == Primitive::Fair;
+    for first in history.attempts.iter().filter(fair) {
+        let Some(in_line) = (first.failures.iter()).find(|(_, held)| *held).map(|f| f.0) else {
+            continue;
+        };
+        for second in history.attempts.iter().filter(fair) {
+            let Some(got) = second.ended.filter(|_| second.obtained) else {
+                continue;
+            };
+            let still_waiting = first.ended.is_none_or(|ended| ended > got);
+            if second.name != first.name
+                || second.asked <= in_line
+                || !still_waiting
+                || may_lose_place(plan, first.process, in_line, got)
+            {
+                continue;
+            }
+            found.push(Violation {
+                rule: "fair-order",
+                at: got,
+                text: format!(
+                    "t{} (p{}) got fair lock {:?} at {got:?} (asked {:?}) ahead of t{} (p{}), in line since {in_line:?} and still waiting (ended {:?}, obtained {})",
+                    second.task,
+                    second.process,
+                    second.name,
+                    second.asked,
+                    first.task,
+                    first.process,
+                    first.ended,
+                    first.obtained
+                ),
+            });
+        }
+    }
+}
+
+/// Whether a fault between `from` and `to` may have cost a waiter of `process` its place in
+/// a fair line: one of its own process's, or any server's.
+fn may_lose_place(plan: &Plan, process: usize, from: Duration, to: Duration) -> bool {
+    (plan.faults.iter()).any(|strike| {
+        let lasting = match strike.fault {
+            Fault::Slow {
+                process: p,
+                extra,
+                lasting,
+                ..
+            } if p == process => lasting + extra,
+            // A cut request's retry pause (at most a third of a heartbeat).
+            Fault::Cut { process: p, .. } if p == process => Duration::from_secs(1),
+            Fault::Pause {
+                process: p,
+                lasting,
+            } if p == process => lasting,
+            Fault::Crash { process: p } if p == process => Duration::MAX,
+            Fault::Down { lasting, .. } if lasting.is_zero() => Duration::MAX,
+            Fault::Restart { down: lasting, .. }
+            | Fault::Down { lasting, .. }
+            | Fault::Freeze { lasting, .. }
+            | Fault::Failover { down: lasting }
+            | Fault::ReplicaBehind { lasting } => lasting,
+            Fault::Evict { .. } => Duration::ZERO,
+            _ => return false,
+        };
+        strike.at <= to && strike.at.saturating_add(lasting) >= from
+    })
+}
+
 /// Once the run is quiet and settled, a waiter with wake-up gets its name within
 /// [`SERVED_WITHIN`] of its being free. (A fair lock serves its line's first: while a
 /// waiter without wake-up, which may be first, waits too, it is not counted.)
@@ -391,6 +468,17 @@ fn idle_while_free(
     // Since when the name has been free (perhaps since before `w` asked: what freed it
     // decides whether `w` could know).
     let mut freed: Option<Duration> = None;
+    // A multi-key waiter needs its second name free at the same sample too.
+    let also: Vec<(Duration, bool)> = (history.samples.iter())
+        .filter(|(_, name, _)| Some(*name) == w.also)
+        .map(|(at, _, free)| (*at, free.for_primitive(w.primitive)))
+        .collect();
+    let also_free = |at: Duration| match w.also {
+        None => true,
+        Some(_) => also
+            .binary_search_by_key(&at, |(at, _)| *at)
+            .is_ok_and(|i| also[i].1),
+    };
     for (at, name, free) in history.samples.iter() {
         if *name != w.name {
             continue;
@@ -398,7 +486,7 @@ fn idle_while_free(
         if *at >= until {
             break;
         }
-        if !free.for_primitive(w.primitive) {
+        if !free.for_primitive(w.primitive) || !also_free(*at) {
             freed = None;
             continue;
         }
@@ -503,4 +591,88 @@ fn shortened_elsewhere(history: &History, w: &Attempt, at: Duration) -> bool {
             && s.valid <= at
             && at - s.valid <= window
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{Scale, Strike};
+
+    fn secs(s: f64) -> Duration {
+        Duration::from_secs_f64(s)
+    }
+
+    /// A fair waiter of `line` in process `process`.
+    fn waiter(task: usize, process: usize, asked: f64, ended: f64, obtained: bool) -> Attempt {
+        Attempt {
+            task,
+            process,
+            primitive: Primitive::Fair,
+            name: "line",
+            also: None,
+            asked: secs(asked),
+            ended: Some(secs(ended)),
+            obtained,
+            wake_up: true,
+            cancelled: false,
+            deadline: secs(10.0),
+            failures: Vec::new(),
+        }
+    }
+
+    /// `first` in line at 1 s (its first try found the key held) and served at 3 s;
+    /// `second` asked at `asked` and served at 2 s.
+    fn fair_rule(asked: f64, first_ended: f64, faults: Vec<Strike>) -> Vec<&'static str> {
+        let mut plan = Plan::draw(1, Scale::short());
+        plan.faults = faults;
+        let mut first = waiter(0, 0, 0.5, first_ended, first_ended > 2.0);
+        first.failures = vec![(secs(0.7), false), (secs(1.0), true)];
+        let history = History {
+            attempts: vec![first, waiter(1, 1, asked, 2.0, true)],
+            ..History::default()
+        };
+        let mut found = Vec::new();
+        fair_order(&plan, &history, &mut found);
+        found.iter().map(|v| v.rule).collect()
+    }
+
+    fn pause(process: usize, at: f64, lasting: f64) -> Strike {
+        Strike {
+            id: 0,
+            at: secs(at),
+            fault: Fault::Pause {
+                process,
+                lasting: secs(lasting),
+            },
+        }
+    }
+
+    #[test]
+    fn a_fair_waiter_passed_by_a_later_one_breaks_the_order_unless_it_left_or_was_paused() {
+        // Asked after the first was in line, served ahead of it: out of order.
+        assert_eq!(fair_rule(1.5, 3.0, vec![]), ["fair-order"]);
+        // Asked before the first's try was answered: nobody can tell which reached the
+        // server first (its error at 0.7 s says nothing about the line).
+        assert!(fair_rule(0.9, 3.0, vec![]).is_empty());
+        // Still waiting, though it gave up later: passed while in line.
+        assert_eq!(fair_rule(1.5, 2.5, vec![]), ["fair-order"]);
+        // Gone (gave up) before the second was served.
+        assert!(fair_rule(1.5, 1.9, vec![]).is_empty());
+        // Its process paused while it was in line: its heartbeat may have run out.
+        assert!(fair_rule(1.5, 3.0, vec![pause(0, 1.2, 0.5)]).is_empty());
+        // Paused before it was in line, or after it was passed, or another process: no
+        // excuse.
+        assert_eq!(
+            fair_rule(1.5, 3.0, vec![pause(0, 0.2, 0.5)]),
+            ["fair-order"]
+        );
+        assert_eq!(
+            fair_rule(1.5, 3.0, vec![pause(0, 2.1, 0.5)]),
+            ["fair-order"]
+        );
+        assert_eq!(
+            fair_rule(1.5, 3.0, vec![pause(1, 1.2, 0.5)]),
+            ["fair-order"]
+        );
+    }
 }

@@ -77,6 +77,8 @@ pub struct Attempt {
     pub primitive: Primitive,
     /// The name (key) worked on.
     pub name: &'static str,
+    /// A second name taken with it, all or nothing.
+    pub also: Option<&'static str>,
     /// When it was called.
     pub asked: Duration,
     /// When it returned (or was dropped); `None` while still running at the end.

@@ -133,6 +133,9 @@ pub struct TaskPlan {
     pub role: Role,
     /// The name (key) it works on.
     pub name: &'static str,
+    /// A second name a plain lock takes with the first, all or nothing
+    /// (`Locker::acquire_all`).
+    pub also: Option<&'static str>,
     /// The TTL it asks for.
     pub ttl: Duration,
     /// The pause between tries while it waits.
@@ -435,6 +438,9 @@ impl Plan {
         if let Topology::Replicated { .. } = topology {
             replicated_faults(&mut side, active, &mut faults);
         }
+        if mix == Mix::Mutex {
+            multi_key(seed, &mut tasks);
+        }
         // With faults, the quiet part first waits for what they left behind to run out.
         if !faults.is_empty() {
             quiet += SETTLE;
@@ -520,9 +526,13 @@ impl Plan {
                 Role::Force => "force".into(),
                 Role::Observe => "observe".into(),
             };
+            let name = match t.also {
+                Some(also) => format!("{:?}+{also:?}", t.name),
+                None => format!("{:?}", t.name),
+            };
             lines.push(format!(
-                "  t{i} on p{}: {role} {:?} ttl {:?} pause {:?} deadline {:?} fenced {} cancel {}",
-                t.process, t.name, t.ttl, t.pause, t.deadline, t.fenced, t.cancel
+                "  t{i} on p{}: {role} {name} ttl {:?} pause {:?} deadline {:?} fenced {} cancel {}",
+                t.process, t.ttl, t.pause, t.deadline, t.fenced, t.cancel
             ));
         }
         for strike in &self.faults {
@@ -659,6 +669,26 @@ fn task(rng: &mut Rng, mix: Mix, topology: Topology, process: usize, scale: Scal
         fenced,
         cancel,
         seed,
+        also: None,
+    }
+}
+
+/// Half the runs of plain locks take two names, `job` and `ledger`: each holder one of
+/// them, or both at once in either order (all or nothing; a rival holding either keeps it
+/// out). Drawn from a stream of its own, so that every other seed's plan stays what it was.
+fn multi_key(seed: u64, tasks: &mut [TaskPlan]) {
+    let mut keys = Rng::new(seed ^ 0x4D55_4C54_494B_4559);
+    if !keys.chance(0.5) {
+        return;
+    }
+    for task in tasks.iter_mut() {
+        let (name, also) = match (task.role, keys.below(4)) {
+            (Role::Hold(Primitive::Lock, _), 2) => ("job", Some("ledger")),
+            (Role::Hold(Primitive::Lock, _), 3) => ("ledger", Some("job")),
+            (_, 1 | 3) => ("ledger", None),
+            _ => ("job", None),
+        };
+        (task.name, task.also) = (name, also);
     }
 }
 

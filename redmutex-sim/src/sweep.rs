@@ -29,8 +29,9 @@ pub struct Sweep {
     pub wall: Duration,
     /// How many runs had each topology ("single", "replicated", "replicated-wait",
     /// "redlock3", "redlock5"), a failover ("failover"), and each kind
-    /// of holder ("lock", "permit", "read", "write", "fair", "leader"), and watchers and
-    /// operators ("watch", "force").
+    /// of holder ("lock", "permit", "read", "write", "fair", "leader"; "multi-key": a lock
+    /// of two names), and watchers, operators and observers ("watch", "force",
+    /// "observe").
     pub covered: BTreeMap<String, u64>,
     /// Sections recorded (critical sections held), over all runs.
     pub sections: u64,
@@ -145,6 +146,9 @@ fn covered(plan: &Plan) -> Vec<String> {
         };
         if !what.iter().any(|w| w == kind) {
             what.push(kind.to_string());
+        }
+        if task.also.is_some() && !what.iter().any(|w| w == "multi-key") {
+            what.push("multi-key".into());
         }
     }
     what

@@ -24,6 +24,8 @@ struct Task {
     plan: TaskPlan,
     rng: Rng,
     end: Duration,
+    /// How many sections the open one spans: one per name it holds.
+    span: usize,
 }
 
 pub(crate) async fn run(
@@ -42,6 +44,7 @@ pub(crate) async fn run(
         rng: Rng::new(plan.seed),
         plan,
         end,
+        span: 1,
     };
     loop {
         // (To the microsecond: moments between the timer's milliseconds matter.)
@@ -79,6 +82,11 @@ impl Task {
 
     fn name(&self) -> &'static str {
         self.plan.name
+    }
+
+    /// The second name `primitive` is taken with (a plain lock, all or nothing).
+    fn also(&self, primitive: Primitive) -> Option<&'static str> {
+        self.plan.also.filter(|_| primitive == Primitive::Lock)
     }
 
     /// The acquire's options: the plan's pause and deadline, a fence when asked for (a
@@ -146,6 +154,7 @@ impl Task {
             process: self.plan.process,
             primitive,
             name: self.name(),
+            also: self.also(primitive),
             asked: self.world.now(),
             ended: None,
             obtained: false,
@@ -189,7 +198,9 @@ impl Task {
         let name = self.name();
         match primitive {
             Primitive::Lock => {
-                let (acquire, keep) = self.configure(locker.acquire(name, ttl), style, attempt);
+                let names = std::iter::once(name).chain(self.also(primitive));
+                let acquire = locker.acquire_all(names, ttl);
+                let (acquire, keep) = self.configure(acquire, style, attempt);
                 let got = self.obtain(acquire).await;
                 self.end_attempt(attempt, &got);
                 if let Got::Held(lock) = got {
@@ -240,33 +251,44 @@ impl Task {
         }
     }
 
-    /// Records a new section; returns its index.
-    fn open(&self, primitive: Primitive, style: Style, asked: Duration) -> usize {
+    /// Records a new section — one per name it holds, edited together; returns the index
+    /// of the first.
+    fn open(&mut self, primitive: Primitive, style: Style, asked: Duration) -> usize {
         let now = self.world.now();
+        let names: Vec<&'static str> = std::iter::once(self.name())
+            .chain(self.also(primitive))
+            .collect();
+        self.span = names.len();
         let mut history = self.world.history();
-        history.sections.push(Section {
-            task: self.index,
-            process: self.plan.process,
-            primitive,
-            style,
-            name: self.name(),
-            fence: None,
-            asked,
-            start: now,
-            valid: now,
-            keep_until: None,
-            last_act: None,
-            overran: false,
-            released: None,
-            release_held: None,
-            told_lost: None,
-            shortened: false,
-        });
-        history.sections.len() - 1
+        let first = history.sections.len();
+        history
+            .sections
+            .extend(names.into_iter().map(|name| Section {
+                task: self.index,
+                process: self.plan.process,
+                primitive,
+                style,
+                name,
+                fence: None,
+                asked,
+                start: now,
+                valid: now,
+                keep_until: None,
+                last_act: None,
+                overran: false,
+                released: None,
+                release_held: None,
+                told_lost: None,
+                shortened: false,
+            }));
+        first
     }
 
-    fn edit(&self, section: usize, change: impl FnOnce(&mut Section)) {
-        change(&mut self.world.history().sections[section]);
+    fn edit(&self, section: usize, mut change: impl FnMut(&mut Section)) {
+        let mut history = self.world.history();
+        history.sections[section..section + self.span]
+            .iter_mut()
+            .for_each(&mut change);
     }
 
     /// The holder acts now: it believes it holds the lock (and writes with its fence).
@@ -274,18 +296,21 @@ impl Task {
         let now = self.world.now();
         let valid = self.world.at(valid);
         let mut history = self.world.history();
-        if let Some(fence) = fence {
-            let accepted = store(&mut history, self.name(), fence);
-            match accepted {
-                true => history.writes.0 += 1,
-                false => history.writes.1 += 1,
+        for at in section..section + self.span {
+            if let Some(fence) = fence {
+                let name = history.sections[at].name;
+                let accepted = store(&mut history, name, fence);
+                match accepted {
+                    true => history.writes.0 += 1,
+                    false => history.writes.1 += 1,
+                }
             }
-        }
-        let record = &mut history.sections[section];
-        record.last_act = Some(now);
-        record.valid = valid;
-        if now >= valid {
-            record.overran = true;
+            let record = &mut history.sections[at];
+            record.last_act = Some(now);
+            record.valid = valid;
+            if now >= valid {
+                record.overran = true;
+            }
         }
     }
 

@@ -308,10 +308,12 @@ fn names_of(plan: &Plan) -> Vec<(&'static str, Vec<Primitive>)> {
             Role::Hold(primitive, _) => primitive,
             _ => continue,
         };
-        match names.iter_mut().find(|(n, _)| *n == task.name) {
-            Some((_, list)) if !list.contains(&primitive) => list.push(primitive),
-            Some(_) => {}
-            None => names.push((task.name, vec![primitive])),
+        for name in std::iter::once(task.name).chain(task.also) {
+            match names.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, list)) if !list.contains(&primitive) => list.push(primitive),
+                Some(_) => {}
+                None => names.push((name, vec![primitive])),
+            }
         }
     }
     names

@@ -37,6 +37,7 @@ fn ten_thousand_schedules_break_no_claim() {
         "redlock3",
         "redlock5",
         "lock",
+        "multi-key",
         "permit",
         "read",
         "write",

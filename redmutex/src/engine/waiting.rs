@@ -102,6 +102,9 @@ impl Waiting {
             return;
         };
         if self.member.as_ref().is_none_or(|m| m.key() != channel) {
+            if let Some(left) = self.member.take() {
+                left.move_on();
+            }
             self.member = Some(hub.join(channel, self.exclusive));
         }
     }

@@ -210,6 +210,9 @@ struct ChannelState {
     /// when its lease runs out unless renewed: a holder that lets it expire announces
     /// nothing, so no newcomer waits for it longer than that.
     held_by_waiter: Option<Instant>,
+    /// Waiters that queued without a try and have not tried since (see [`Entry::Queue`]):
+    /// they count on the others' tries to learn how long the key is held.
+    untried: usize,
 }
 
 /// How a newcomer joins the waiters of a key (see [`Hub::enter`]).
@@ -229,6 +232,10 @@ pub(crate) struct Member {
     turn: bool,
     /// Its last try obtained what it waited for.
     obtained: bool,
+    /// Its acquire goes on waiting, for another of its keys (see [`Member::move_on`]).
+    moved: bool,
+    /// It queued without a try and has not tried since.
+    untried: bool,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -278,7 +285,12 @@ impl Hub {
             (0, None) => Entry::Try,
             (_, expires) => Entry::Queue { expires },
         };
-        Some((Member::admit(key, channel, &mut state), entry))
+        let mut member = Member::admit(key, channel, &mut state);
+        if let Entry::Queue { .. } = entry {
+            member.untried = true;
+            state.untried += 1;
+        }
+        Some((member, entry))
     }
 
     /// Joins (or starts) the waiters of `key`; the key is subscribed to if it was not.
@@ -303,6 +315,7 @@ impl Hub {
                         pending: 0,
                         heard: vec![false; self.subscribers.len()],
                         held_by_waiter: None,
+                        untried: 0,
                     }),
                 })
             })
@@ -573,6 +586,8 @@ impl Member {
             channel: channel.clone(),
             turn: false,
             obtained: false,
+            moved: false,
+            untried: false,
         }
     }
 
@@ -620,9 +635,24 @@ impl Member {
         }
     }
 
+    /// Leaves this key's waiters for another key of the same acquire (several keys, all or
+    /// nothing: its last try found this other one held). The acquire is not gone — it goes
+    /// on trying every key on its schedule — and the holder it marked still announces its
+    /// release to the waiters left here; only those that queued without a try of their
+    /// own (and so do not know how long the key is held) are owed a turn, as when a
+    /// waiter gives up. (Waking one of any kind made two such acquires of one locker, each
+    /// finding the other's key in turn, wake each other without end, and without time
+    /// passing.)
+    pub(crate) fn move_on(mut self) {
+        self.moved = true;
+    }
+
     /// Reports what this member's try found. After a wake-up, that settles its turn.
     pub(crate) fn tried(&mut self, outcome: Outcome) {
         let mut state = lock(&self.channel.state);
+        if std::mem::take(&mut self.untried) {
+            state.untried -= 1;
+        }
         self.obtained = matches!(outcome, Outcome::Obtained { .. });
         if let (Outcome::Obtained { until }, true) = (outcome, self.channel.exclusive) {
             // Our value says "awaited": its release will be announced.
@@ -657,6 +687,9 @@ impl Drop for Member {
     fn drop(&mut self) {
         let mut state = lock(&self.channel.state);
         state.members -= 1;
+        if self.untried {
+            state.untried -= 1;
+        }
         if self.turn {
             state.turns -= 1;
             if state.members > 0 {
@@ -665,7 +698,11 @@ impl Drop for Member {
             } else {
                 state.pending = 0;
             }
-        } else if !self.obtained && state.members > 0 && state.turns == 0 && self.channel.exclusive
+        } else if !self.obtained
+            && (!self.moved || state.untried > 0)
+            && state.members > 0
+            && state.turns == 0
+            && self.channel.exclusive
         {
             // Gone without the key (given up, cancelled) while others of this locker wait
             // — perhaps queued behind it without a try of their own, counting on its

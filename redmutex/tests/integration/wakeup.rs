@@ -903,6 +903,77 @@ async fn redlock_waiters_do_not_wake_each_other_with_their_failed_tries() {
     held.release().await.unwrap();
 }
 
+/// Two acquires of one locker with wake-up, each of two keys all or nothing, on Redlock:
+/// `b` held by a rival on two nodes, the third free. Whichever tries first takes the free
+/// node, where the other's try then finds `a` held: each finds a different key held in
+/// turn and moved to that key's waiters — and leaving the other key's waiters woke one of
+/// them as if it had given up: the other acquire, whose try did the same, without end (a
+/// livelock the simulator found with its multi-key workload: thousands of requests at
+/// one instant). Moving to another key of the same acquire now wakes nobody.
+#[tokio::test]
+async fn one_lockers_multi_key_waiters_do_not_wake_each_other_as_they_change_keys() {
+    let servers = RedisServer::spawn_many(3);
+    let conns = common::multiplexed_all(&servers).await;
+    for server in &servers[..2] {
+        server.command(&["SET", "b", "a rival's value", "PX", "60000"]);
+    }
+    let locker = common::waking_redlock(conns, &servers);
+    let before = script_calls(&servers[2]);
+    let wait = || async {
+        let waited = locker
+            .acquire_all(["a", "b"], ms(60_000))
+            .retry(retry::constant(ms(500)))
+            .deadline(ms(1_500))
+            .await;
+        assert!(waited.unwrap_err().is_not_obtained());
+    };
+    tokio::join!(wait(), wait());
+    let calls = script_calls(&servers[2]) - before;
+    // Polling every 500 ms for 1.5 s: about four tries each, and their undos.
+    assert!(calls < 60, "{calls} script calls on the free node in 1.5 s");
+}
+
+/// A waiter of two keys (all or nothing) whose try finds only its second key held moves
+/// to that key's waiters. A waiter of its locker that had queued behind it on the first
+/// key, without a try of its own, still gets that key as soon as it is free — not a whole
+/// retry pause later (the simulator's seed 2213 with the first cut of the fix above,
+/// which woke nobody when a waiter moved on).
+#[tokio::test]
+async fn a_waiter_queued_behind_a_multi_key_waiter_that_moves_on_is_not_left_behind() {
+    let server = RedisServer::spawn();
+    let rival = common::locker(&server).await;
+    let locker = waking_locker(&server, &server.url()).await;
+    let held_a = rival.acquire("a", ms(30_000)).await.unwrap();
+    let held_b = rival.acquire("b", ms(30_000)).await.unwrap();
+    let both = locker
+        .acquire_all(["a", "b"], ms(30_000))
+        .retry(retry::constant(LONG_POLL))
+        .deadline(ms(3_000))
+        .into_future();
+    let both = tokio::spawn(both);
+    wait_for_subscribers(&server, "a", 1, ms(3000)).await;
+    let queued = Arc::new(AtomicU32::new(0));
+    let one = wait_for(&locker, "a", LONG_POLL, queued.clone());
+    let until = Instant::now() + ms(3000);
+    while queued.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < until, "the second waiter never queued");
+        tokio::time::sleep(ms(10)).await;
+    }
+    let released_at = Instant::now();
+    held_a.release().await.unwrap();
+    let (lock, got_at) = one.await.unwrap();
+    let lock = lock.expect("the queued waiter gets the key its neighbour moved away from");
+    assert!(
+        got_at - released_at < WOKEN_WITHIN,
+        "got it {:?} after the release (poll interval {LONG_POLL:?})",
+        got_at - released_at
+    );
+    let both = both.await.unwrap();
+    assert!(both.unwrap_err().is_not_obtained());
+    lock.release().await.unwrap();
+    held_b.release().await.unwrap();
+}
+
 /// Script calls a server has answered (EVAL and EVALSHA).
 fn script_calls(server: &RedisServer) -> u64 {
     let stats = server.command(&["INFO", "commandstats"]);
