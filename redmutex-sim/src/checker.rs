@@ -10,7 +10,7 @@
 //! | `limit` | 6: a semaphore's holders within their validity never exceed its limit |
 //! | `fence` | 4, 6, 11: fences (terms) of holders that asked after another held are greater; no two alike |
 //! | `watch` | `wait_released` never answers "free" while one holder held the key throughout the wait |
-//! | `observe` | 11: an election's observer sees a leader vouched for throughout its read with that leader's own term, leaders' terms never going back, and never "nobody leads" while one leader was vouched for from its asking to the answer (one node; not yet on Redlock) |
+//! | `observe` | 11: an election's observer sees a leader vouched for throughout its read with that leader's own term, leaders' terms never going back, and never "nobody leads" while one leader was vouched for from its asking to the answer |
 //! | `fair-order` | 8: a fair lock's waiter in line is not passed by one that asked after it was in line, unless it left the line first |
 //! | `lost-late` | 3: a kept-alive lease is told "lost" before its validity ends |
 //! | `ttl`, `left-behind` | 5: every key has a TTL; nothing but fence counters outlives its holders |
@@ -25,7 +25,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::history::{Attempt, History, Observation, Section};
-use crate::plan::{Fault, Plan, Primitive, Topology};
+use crate::plan::{Fault, Plan, Primitive};
 
 /// How soon a waiter with wake-up must get a name that became free, once the run is
 /// quiet: a hand-off (50 ms), a few round trips, and room to spare.
@@ -94,10 +94,7 @@ pub fn check(plan: &Plan, history: &History) -> Vec<Violation> {
     fences(history, &mut found);
     watches(history, &mut found);
     fair_order(plan, history, &mut found);
-    // (Redlock: not yet — see "observe" in RELIABILITY.md, "What it found".)
-    if !matches!(plan.topology, Topology::Redlock(_)) {
-        observations(history, &mut found);
-    }
+    observations(history, &mut found);
     liveness(plan, history, &mut found);
     found.sort_by_key(|v| v.at);
     // A run whose clients spun without time passing was stopped there: what came after

@@ -264,8 +264,10 @@ impl<C: Connection> Quorum<C> {
     /// later holder whose quorum misses those nodes could be handed a smaller fence. The
     /// candidate is therefore handed out only once a quorum of nodes stores it (or more)
     /// while this owner still holds the claim there — then every later quorum includes one
-    /// of those nodes, and a later acquisition there counts past it. Usually the nodes
-    /// agree and no second request is needed; otherwise the lower nodes are raised.
+    /// of those nodes, and a later acquisition there counts past it. When the nodes agree
+    /// no second request is needed; otherwise every lower node is raised — even when a
+    /// quorum agreed already — so that all the nodes holding the claim say the same fence
+    /// (`inspect`, and an election's term, read it from them; see `holder_fence`).
     ///
     /// Returns the fence, or, when too few nodes store it, why each node that took the
     /// claim but not the fence failed.
@@ -278,7 +280,7 @@ impl<C: Connection> Quorum<C> {
     ) -> Result<u64, Vec<NodeFailure>> {
         let fence = fences.iter().flatten().copied().max().unwrap_or(0);
         let settled = fences.iter().filter(|f| **f == Some(fence)).count();
-        if settled >= self.needed() {
+        if settled == fences.iter().flatten().count() && settled >= self.needed() {
             return Ok(fence);
         }
         // Raise the nodes that took the claim with a lower fence. Those that took it with

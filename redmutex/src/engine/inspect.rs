@@ -53,13 +53,19 @@ pub struct LockInfo {
     pub awaited: bool,
     /// The latest fence handed out for this key ([`Lock::fence`](crate::Lock::fence)),
     /// whether or not the lock is held now; `None` when no fenced acquisition took it yet.
-    /// Redlock: while an owner holds the key on a quorum, the highest over the nodes that
-    /// hold its key (its own fence, if it took one); otherwise the highest over the nodes
-    /// that answered (a failed try may have raised a minority of nodes past the last fence
+    /// Redlock: while an owner holds the key on a quorum, the quorum-th highest over the
+    /// nodes that hold its key (its own fence, if it took one: a late try of its own may
+    /// have taken a higher one on a minority); otherwise the highest over the nodes that
+    /// answered (a failed try may have raised a minority of nodes past the last fence
     /// actually handed out).
     pub fence: Option<u64>,
     /// Redlock: each node's view, in node order (empty for a single-node locker).
     pub nodes: Vec<NodeInfo>,
+    /// Whether a redmutex owner holds it: its token is the value (Redlock: on a quorum of
+    /// nodes, whatever a minority holds — foreign data, or another owner's failed try).
+    /// An error when nobody can tell: nodes that did not answer could complete an owner's
+    /// quorum.
+    pub(crate) owned: Result<bool, Box<QuorumFailure>>,
 }
 
 /// One node's view of a key, in [`LockInfo::nodes`].
@@ -141,6 +147,7 @@ impl RawKey {
             awaited,
             fence: self.fence,
             nodes: Vec::new(),
+            owned: Ok(held && !foreign),
         }
     }
 
@@ -192,6 +199,11 @@ impl View for KeyView<'_> {
             let info = raw.map(|raw| raw.info(self.key));
             nodes.push(NodeInfo { node, info });
         }
+        let unanswered = (nodes.iter()).filter(|n| n.info.is_err()).count();
+        // Nobody holds a quorum among the answers; but the nodes that did not answer might
+        // complete one owner's (or be one's whole quorum).
+        let maybe_owned = unanswered >= needed
+            || (owners.iter()).any(|(_, _, ttls, _)| ttls.len() + unanswered >= needed);
         let holder = owners
             .into_iter()
             .find(|(_, _, ttls, _)| ttls.len() >= needed);
@@ -212,30 +224,19 @@ impl View for KeyView<'_> {
             .filter(|n| n.info.as_ref().is_ok_and(|info| !info.held))
             .count();
         if !held && free < needed {
-            return Err(Error::NoQuorum(Box::new(QuorumFailure {
-                agreed: free,
-                needed,
-                nodes: nodes.len(),
-                too_late: false,
-                elapsed: Duration::ZERO,
-                failures: (nodes.iter())
-                    .filter_map(|n| {
-                        let error = n.info.as_ref().err()?.clone();
-                        Some(NodeFailure {
-                            node: n.node,
-                            error,
-                        })
-                    })
-                    .collect(),
-            })));
+            return Err(Error::NoQuorum(unknown(&nodes, free, needed)));
         }
-        // The holder's fence is what the nodes that hold its key say: nobody else can raise
-        // their counters while it holds them, and it stored its fence there. Elsewhere a
-        // failed try may have raised a counter (on a minority) above any fence handed out.
-        let fence = (nodes.iter())
-            .filter(|n| holder_nodes.as_ref().is_none_or(|at| at.contains(&n.node)))
-            .filter_map(|n| n.info.as_ref().ok()?.fence)
-            .max();
+        let owned = match (&holder_nodes, maybe_owned) {
+            (Some(_), _) => Ok(true),
+            (None, true) => Err(unknown(&nodes, free, needed)),
+            (None, false) => Ok(false),
+        };
+        let fence = match &holder_nodes {
+            Some(at) => holder_fence(&nodes, at, needed),
+            None => (nodes.iter())
+                .filter_map(|n| n.info.as_ref().ok()?.fence)
+                .max(),
+        };
         Ok(LockInfo {
             key: self.key.to_vec(),
             held,
@@ -245,8 +246,45 @@ impl View for KeyView<'_> {
             awaited,
             fence,
             nodes,
+            owned,
         })
     }
+}
+
+/// Why what the nodes hold cannot be told: `agreed` of the `needed` nodes answered alike,
+/// and these did not answer.
+fn unknown(nodes: &[NodeInfo], agreed: usize, needed: usize) -> Box<QuorumFailure> {
+    Box::new(QuorumFailure {
+        agreed,
+        needed,
+        nodes: nodes.len(),
+        too_late: false,
+        elapsed: Duration::ZERO,
+        failures: (nodes.iter())
+            .filter_map(|n| {
+                let error = n.info.as_ref().err()?.clone();
+                Some(NodeFailure {
+                    node: n.node,
+                    error,
+                })
+            })
+            .collect(),
+    })
+}
+
+/// The fence of the owner holding the key on the nodes `at`: the quorum-th highest of
+/// their counters — what a quorum of its nodes vouch for, as its TTL is. Its acquire
+/// stored its fence on a quorum (see `durable_fence`), and nobody else can raise those
+/// counters while it holds the key there; but a try of its own that reached a node late
+/// (frozen, slow), or a renewal that took back a node restarted empty, took that node's
+/// next fence, above its own — on a minority, which the quorum-th highest passes over.
+fn holder_fence(nodes: &[NodeInfo], at: &[usize], needed: usize) -> Option<u64> {
+    let mut fences: Vec<u64> = (nodes.iter())
+        .filter(|n| at.contains(&n.node))
+        .filter_map(|n| n.info.as_ref().ok()?.fence)
+        .collect();
+    fences.sort_unstable_by(|a, b| b.cmp(a));
+    fences.get(needed - 1).or(fences.last()).copied()
 }
 
 /// An owner's token as the nodes answered it: its metadata, and the TTL of its key on
@@ -273,6 +311,7 @@ impl LockInfo {
             awaited: false,
             fence: None,
             nodes: Vec::new(),
+            owned: Ok(false),
         }
     }
 

@@ -115,12 +115,17 @@ pub struct Leader {
 }
 
 impl Leader {
-    fn from_info(info: LockInfo) -> Option<Leader> {
-        (info.held && !info.foreign).then(|| Leader {
+    /// Who leads, as `info` says; an error when nobody can tell (Redlock: nodes that did not
+    /// answer might complete an owner's quorum — "nobody leads" would be a guess).
+    fn from_info(info: LockInfo) -> Result<Option<Leader>, Error> {
+        // (Redlock: foreign data or a rival's claim on a minority does not unseat the
+        // owner holding a quorum.)
+        let owned = info.owned.map_err(Error::NoQuorum)?;
+        Ok(owned.then(|| Leader {
             value: info.metadata.unwrap_or_default(),
             term: info.fence,
             ttl: info.ttl,
-        })
+        }))
     }
 
     /// The same leader with the same value (the TTL aside, which runs down).
@@ -263,7 +268,10 @@ impl<C: Connection> Election<C> {
     /// The current leader, if any, as anyone reads it.
     ///
     /// # Errors
-    /// [`Error::Redis`] (one node) when Redis cannot be asked.
+    /// [`Error::Redis`] (one node) when Redis cannot be asked; [`Error::NoQuorum`]
+    /// (Redlock) when too few nodes answer to tell who leads — including when no owner
+    /// holds a quorum of the nodes that answered but the others might complete one:
+    /// "nobody leads" is never a guess.
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
@@ -290,7 +298,7 @@ impl<C: Connection> Election<C> {
             .backend
             .inspect(&KeyView { key }, &call)
             .await?;
-        Ok(Leader::from_info(info))
+        Leader::from_info(info)
     }
 
     /// The leader now, then one item per change — a new leader, a new value, no leader —

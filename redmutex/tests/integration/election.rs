@@ -264,6 +264,64 @@ async fn a_redlock_leaders_term_is_its_own_whatever_a_minority_counter_says() {
     assert!(election.leader().await.unwrap().is_none());
 }
 
+/// On Redlock, two nodes agreed on the leader's fence and the third answered a lower one
+/// (nodes' counters differ). Its term is still its own when a node that agreed is down:
+/// every node that took the claim now stores the fence handed out, not only a quorum of
+/// them (found by the simulator: an observer read the lower fence as the leader's term).
+#[tokio::test]
+async fn a_redlock_leaders_term_is_its_own_while_a_node_that_holds_it_is_down() {
+    let servers = RedisServer::spawn_many(3);
+    let locker = || async {
+        let conns = common::multiplexed_all(&servers).await;
+        (common::waking_redlock(conns, &servers))
+            .election("leader")
+            .unwrap()
+    };
+    let election = locker().await;
+    let key = String::from_utf8(election.key().to_vec()).unwrap();
+    let counter = format!("{{{key}}}:fence");
+    // Far above any server clock in microseconds: nodes 1 and 2 hand out the same fence.
+    for server in &servers[1..] {
+        server.command(&["SET", &counter, "5000000000000000", "PX", "600000"]);
+    }
+    let leadership = locker().await.campaign("a").await.unwrap();
+    assert_eq!(leadership.term(), 5_000_000_000_000_001);
+    servers[1].kill();
+    let leader = election.leader().await.unwrap().unwrap();
+    assert_eq!(
+        (leader.value.as_str(), leader.term),
+        ("a", Some(leadership.term()))
+    );
+}
+
+/// On Redlock, who leads is what a quorum says: foreign data on one node does not unseat
+/// the leader holding the others — and when one of those is down, the answers (the
+/// leader on one node, foreign data on another) cannot tell who leads: an error, never
+/// "nobody leads" (found by the simulator, with a rival's claim on a minority).
+#[tokio::test]
+async fn a_redlock_election_says_nobody_can_tell_rather_than_nobody_leads() {
+    let servers = RedisServer::spawn_many(3);
+    let locker = || async {
+        let conns = common::multiplexed_all(&servers).await;
+        (common::waking_redlock(conns, &servers))
+            .election("leader")
+            .unwrap()
+    };
+    let leadership = locker().await.campaign("a").await.unwrap();
+    let election = locker().await;
+    let key = String::from_utf8(election.key().to_vec()).unwrap();
+    servers[2].command(&["SET", &key, "not a lock", "PX", "60000"]);
+    let leader = election.leader().await.unwrap().unwrap();
+    assert_eq!(
+        (leader.value.as_str(), leader.term),
+        ("a", Some(leadership.term()))
+    );
+    servers[1].kill();
+    let unknown = election.leader().await.unwrap_err();
+    assert!(matches!(unknown, Error::NoQuorum(_)), "{unknown:?}");
+    drop(leadership);
+}
+
 /// A campaign can be bounded and watched as any acquire: a deadline ends it with "not
 /// obtained", each look that found another leader is reported, and its pauses follow the
 /// strategy given.
