@@ -547,14 +547,23 @@ fn count_out(failure: &mut QuorumFailure, unfenced: Vec<NodeFailure>) {
     failure.failures.sort_by_key(|f| f.node);
 }
 
-/// The first key found held on any node, and the shortest time any node holds it for.
+/// The key found held on the most nodes (of those, the first), and the shortest time any
+/// node holds it for. (Not simply the first key found held anywhere: a node that a release
+/// has not reached yet still shows the key it frees, while the others already show the
+/// key that keeps the claim out — which is the one to wait for. Waiting for the first, a
+/// waiter of several keys woken by that release found "held" and kept its turn, leaving
+/// the waiters that queued behind it without a try to wait out the key's TTL.)
 fn held_key_and_ttl(replies: &[Reply<Obtain>]) -> (Option<usize>, Option<Duration>) {
-    let held_key = (replies.iter())
+    let found: Vec<usize> = (replies.iter())
         .filter_map(|reply| match reply {
             Ok(Obtain::Held { index, .. }) => Some(*index),
             _ => None,
         })
-        .min();
+        .collect();
+    let nodes_holding = |key: &usize| found.iter().filter(|k| *k == key).count();
+    let held_key = (found.iter())
+        .max_by_key(|key| (nodes_holding(key), std::cmp::Reverse(**key)))
+        .copied();
     let held_ttl = (replies.iter())
         .filter_map(|reply| match reply {
             Ok(Obtain::Held { index, ttl, .. }) if Some(*index) == held_key => *ttl,

@@ -974,6 +974,59 @@ async fn a_waiter_queued_behind_a_multi_key_waiter_that_moves_on_is_not_left_beh
     held_b.release().await.unwrap();
 }
 
+/// Redlock over three nodes; one locker with wake-up has a waiter of `a` and `b` (all or
+/// nothing) and, queued behind it without a try, a waiter of `a`. A rival's `a` is released
+/// on two nodes (announced there: a quorum) and not yet on the third, while `b` is held on
+/// the two. The woken waiter of both finds `b` held on two nodes and `a` on one: what keeps
+/// it out is `b`, and it moves to `b`'s waiters, which wakes the waiter of `a` — whose try
+/// then takes `a` on the two nodes. (Going by the first key found held anywhere, it kept
+/// its turn for `a`, and the waiter of `a` waited out its whole retry pause: found by the
+/// simulator, seeds 9283 and 9416 of the budget, short.)
+#[tokio::test]
+async fn a_waiter_woken_by_a_release_still_on_its_way_waits_for_the_key_a_quorum_holds() {
+    let servers = RedisServer::spawn_many(3);
+    let conns = common::multiplexed_all(&servers).await;
+    let rival = Locker::redlock(conns.clone()).unwrap();
+    let held_a = rival.acquire("a", ms(30_000)).await.unwrap();
+    for server in &servers[..2] {
+        server.command(&["SET", "b", "a rival's value", "PX", "60000"]);
+    }
+    let locker = common::waking_redlock(conns, &servers);
+    let both = locker
+        .acquire_all(["a", "b"], ms(30_000))
+        .retry(retry::constant(LONG_POLL))
+        .deadline(ms(3_000))
+        .into_future();
+    let both = tokio::spawn(both);
+    for server in &servers {
+        wait_for_subscribers(server, "a", 1, ms(3000)).await;
+    }
+    let queued = Arc::new(AtomicU32::new(0));
+    let one = wait_for(&locker, "a", LONG_POLL, queued.clone());
+    let until = Instant::now() + ms(3000);
+    while queued.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < until, "the second waiter never queued");
+        tokio::time::sleep(ms(10)).await;
+    }
+    // The release, as far as it got: two nodes of three.
+    let released_at = Instant::now();
+    for server in &servers[..2] {
+        server.command(&["DEL", "a"]);
+        server.command(&["PUBLISH", "a", "released"]);
+    }
+    let (lock, got_at) = one.await.unwrap();
+    let lock = lock.expect("the queued waiter gets the key a quorum freed");
+    assert!(
+        got_at - released_at < WOKEN_WITHIN,
+        "got it {:?} after the release (poll interval {LONG_POLL:?})",
+        got_at - released_at
+    );
+    let both = both.await.unwrap();
+    assert!(both.unwrap_err().is_not_obtained());
+    lock.release().await.unwrap();
+    drop(held_a);
+}
+
 /// Script calls a server has answered (EVAL and EVALSHA).
 fn script_calls(server: &RedisServer) -> u64 {
     let stats = server.command(&["INFO", "commandstats"]);
