@@ -465,6 +465,14 @@ fn idle_while_free(
     // Since when the name has been free (perhaps since before `w` asked: what freed it
     // decides whether `w` could know).
     let mut freed: Option<Duration> = None;
+    // How long before a sample that found the name free it may have become free: the
+    // monitor's window — or, at the first sample (sampling starts once the run settled),
+    // any time before.
+    let first = (history.samples.iter()).find(|(_, name, _)| *name == w.name);
+    let window = |since: Duration| match first {
+        Some((at, _, _)) if *at == since => Duration::MAX,
+        _ => SAMPLE_WINDOW,
+    };
     // A multi-key waiter needs its second name free at the same sample too.
     let also: Vec<(Duration, bool)> = (history.samples.iter())
         .filter(|(_, name, _)| Some(*name) == w.also)
@@ -491,9 +499,9 @@ fn idle_while_free(
         let waited_from = since.max(w.asked);
         if *at > w.asked && *at - waited_from >= SERVED_WITHIN {
             let excused = fair_line_may_block(history, w, waited_from, *at)
-                || shortened_elsewhere(history, w, since)
+                || shortened_elsewhere(history, w, since, window(since))
                 || pausing_after_an_error(w, *at)
-                || freed_by_a_non_writer(history, w, since);
+                || freed_by_a_non_writer(history, w, since, window(since));
             if !excused {
                 return Some((waited_from, *at));
             }
@@ -514,7 +522,7 @@ fn pausing_after_an_error(w: &Attempt, at: Duration) -> bool {
 /// keep readers out but announce their release on the key's channel, not the readers' —
 /// or a writer's key that ran out unreleased (readers that waited while it waited learned
 /// only its intent's heartbeat): `w` waits by what its last try saw (docs/SAFETY.md, 10).
-fn freed_by_a_non_writer(history: &History, w: &Attempt, at: Duration) -> bool {
+fn freed_by_a_non_writer(history: &History, w: &Attempt, at: Duration, window: Duration) -> bool {
     w.primitive == Primitive::Read
         && (history.sections.iter()).any(|s| {
             let ended = s.released.unwrap_or(s.valid).min(s.valid);
@@ -524,7 +532,7 @@ fn freed_by_a_non_writer(history: &History, w: &Attempt, at: Duration) -> bool {
                 && s.primitive != Primitive::Read
                 && !announced
                 && ended <= at
-                && at - ended <= SAMPLE_WINDOW
+                && at - ended <= window
         })
 }
 
@@ -577,8 +585,7 @@ fn freed_by(history: &History, name: &str, at: Duration) -> String {
 /// The name was freed at `at` by a key that ran out after its holder, in another process
 /// than `w`'s, refreshed it to a shorter TTL: `w` learned the longer one from its last try
 /// (nobody announces a shorter TTL to other processes), and waits by that.
-fn shortened_elsewhere(history: &History, w: &Attempt, at: Duration) -> bool {
-    let window = SAMPLE_WINDOW;
+fn shortened_elsewhere(history: &History, w: &Attempt, at: Duration, window: Duration) -> bool {
     (history.sections.iter()).any(|s| {
         s.name == w.name
             && s.shortened

@@ -92,7 +92,8 @@ pub enum Style {
     Naive,
     /// Takes a minimum hold of one TTL and releases at once.
     Periodic,
-    /// Stops caring (as a process that stopped would): neither renews nor releases.
+    /// Stops caring: neither renews nor releases (as a process that stopped would), or, one
+    /// time in three, drops its guard unreleased (released in the background).
     Abandon,
 }
 

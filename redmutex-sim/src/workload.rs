@@ -408,6 +408,16 @@ impl Task {
                 if tokio::time::Instant::now() < lock.valid_until() {
                     self.act(section, lock.valid_until(), fence);
                 }
+                if self.rng.chance(1.0 / 3.0) {
+                    // Dropped without a release (an early return, a panic unwinding): the
+                    // guard releases it in the background — from now on it is not vouched
+                    // for, and nobody waits for its TTL.
+                    self.releasing(section);
+                    drop(lock);
+                    self.world
+                        .note(|| format!("t{}: dropped its guard", self.index));
+                    return;
+                }
                 // Neither renewed nor released: it runs out on its own.
                 let _token = lock.detach();
             }
