@@ -155,7 +155,15 @@ impl<C: Connection> Quorum<C> {
                         fence: 0,
                         retention_ms: request.retention_ms,
                     };
-                    let timeout = timeout.saturating_sub(started.elapsed());
+                    // A round of its own, with a node timeout of its own: the first may
+                    // have used all of its own waiting for a node that never answered (a
+                    // stalled minority), which left the raise no time at all — a healthy
+                    // quorum then failed every fenced try. Never past the try's end; the
+                    // validity left is checked once it is done.
+                    let mut timeout = self.settings.timeout_for(ttl);
+                    if let Some(until) = try_until {
+                        timeout = timeout.min(until.saturating_duration_since(Instant::now()));
+                    }
                     let durable = self.durable_fence(claim, raise, &fences, timeout).await;
                     durable.map(Some)
                 }

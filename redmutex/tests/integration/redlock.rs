@@ -701,3 +701,31 @@ async fn a_node_restarted_without_persistence_can_break_mutual_exclusion_unless_
         .unwrap();
     later.release().await.unwrap();
 }
+
+/// A stalled node (a minority: `SIGSTOP`) does not keep a healthy quorum from handing out
+/// fences: the first round waits the node timeout for it, and the fence's second round
+/// (raising the nodes whose counters were lower) gets a node timeout of its own — it had
+/// only what the first round left, nothing, and most fenced tries failed (found by an
+/// adversarial review: a campaign, which gives up at its first failed try, failed 2 of 3).
+#[tokio::test]
+async fn a_stalled_minority_node_does_not_stop_fenced_acquires() {
+    let servers = RedisServer::spawn_many(3);
+    let locker = redlock(&servers);
+    // Connected and scripts loaded before the node stalls.
+    let warm = locker
+        .acquire("warm", ms(10_000))
+        .with_fence()
+        .await
+        .unwrap();
+    warm.release().await.unwrap();
+    servers[2].pause();
+    for key in ["a", "b", "c", "d", "e"] {
+        let lock = locker.acquire(key, ms(10_000)).with_fence().await;
+        let lock = lock.unwrap_or_else(|e| panic!("{key}: {e}"));
+        assert!(lock.fence_if_taken().is_some());
+        lock.release()
+            .await
+            .unwrap_or_else(|e| panic!("{key}: {e}"));
+    }
+    servers[2].resume();
+}
