@@ -71,12 +71,18 @@ impl NodeState {
 
     /// Waits until the node is not frozen.
     pub(crate) async fn thawed(&self) {
-        loop {
-            let until = *lock(&self.frozen_until);
-            match until {
-                Some(until) if until > Instant::now() => tokio::time::sleep_until(until).await,
-                _ => return,
-            }
+        sleep_past(&self.frozen_until).await;
+    }
+}
+
+/// Sleeps until the instant `until` holds has passed — read again on waking: a fault that
+/// struck meanwhile may have moved it later.
+async fn sleep_past(until: &Mutex<Option<Instant>>) {
+    loop {
+        let at = *lock(until);
+        match at {
+            Some(at) if at > Instant::now() => tokio::time::sleep_until(at).await,
+            _ => return,
         }
     }
 }
@@ -98,13 +104,7 @@ impl ProcState {
 
     /// Waits until the process is not paused.
     pub(crate) async fn resumed(&self) {
-        loop {
-            let until = *lock(&self.paused_until);
-            match until {
-                Some(until) if until > Instant::now() => tokio::time::sleep_until(until).await,
-                _ => return,
-            }
-        }
+        sleep_past(&self.paused_until).await;
     }
 
     pub(crate) fn slowness(&self, node: usize, at: Instant) -> Duration {

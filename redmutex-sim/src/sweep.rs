@@ -134,21 +134,23 @@ fn failover_cost(report: &Report) -> Option<bool> {
 /// What a plan puts to the test: its topology, and the kinds of its tasks.
 fn covered(plan: &Plan) -> Vec<String> {
     let mut what = vec![plan.topology.name()];
+    let mut add = |kind: &str| {
+        if !what.iter().any(|w| w == kind) {
+            what.push(kind.to_string());
+        }
+    };
     if (plan.faults.iter()).any(|f| matches!(f.fault, Fault::Failover { .. })) {
-        what.push("failover".into());
+        add("failover");
     }
     for task in &plan.tasks {
-        let kind = match task.role {
+        add(match task.role {
             Role::Hold(primitive, _) => primitive.name(),
             Role::Watch => "watch",
             Role::Force => "force",
             Role::Observe => "observe",
-        };
-        if !what.iter().any(|w| w == kind) {
-            what.push(kind.to_string());
-        }
-        if task.also.is_some() && !what.iter().any(|w| w == "multi-key") {
-            what.push("multi-key".into());
+        });
+        if task.also.is_some() {
+            add("multi-key");
         }
     }
     what

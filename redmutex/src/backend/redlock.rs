@@ -113,6 +113,16 @@ impl<C: Connection> Quorum<C> {
         Some(started + ttl - self.settings.drift(ttl))
     }
 
+    /// How long one round of a try waits for the nodes, starting at `from`: the node
+    /// timeout for `ttl`, never past the try's end.
+    fn round_timeout(&self, ttl: Duration, try_until: Option<Instant>, from: Instant) -> Duration {
+        let timeout = self.settings.timeout_for(ttl);
+        match try_until {
+            Some(until) => timeout.min(until.saturating_duration_since(from)),
+            None => timeout,
+        }
+    }
+
     pub(crate) async fn try_obtain(
         &self,
         claim: &dyn Claim,
@@ -121,10 +131,7 @@ impl<C: Connection> Quorum<C> {
         try_until: Option<Instant>,
     ) -> Attempt {
         let ttl = Duration::from_millis(request.ttl_ms);
-        let mut timeout = self.settings.timeout_for(ttl);
-        if let Some(until) = try_until {
-            timeout = timeout.min(until.saturating_duration_since(started));
-        }
+        let timeout = self.round_timeout(ttl, try_until, started);
         let replies = self
             .fan_out(timeout, |_, mut conn| async move {
                 claim.obtain(&mut conn, request).await
@@ -160,10 +167,7 @@ impl<C: Connection> Quorum<C> {
                     // stalled minority), which left the raise no time at all — a healthy
                     // quorum then failed every fenced try. Never past the try's end; the
                     // validity left is checked once it is done.
-                    let mut timeout = self.settings.timeout_for(ttl);
-                    if let Some(until) = try_until {
-                        timeout = timeout.min(until.saturating_duration_since(Instant::now()));
-                    }
+                    let timeout = self.round_timeout(ttl, try_until, Instant::now());
                     let durable = self.durable_fence(claim, raise, &fences, timeout).await;
                     durable.map(Some)
                 }

@@ -236,20 +236,27 @@ async fn an_election_over_redlock() {
     assert!(observer.leader().await.unwrap().is_none());
 }
 
+/// A candidate of its own (as another process would be), with wake-up, on Redlock over
+/// `servers`.
+async fn redlock_candidate(servers: &[RedisServer]) -> Election<MultiplexedConnection> {
+    let conns = common::multiplexed_all(servers).await;
+    (common::waking_redlock(conns, servers))
+        .election("leader")
+        .unwrap()
+}
+
 /// On Redlock, the leader's term is what the nodes that hold its key say: a counter raised
 /// elsewhere (a rival's failed try on a node where the leader's key was lost) is no term
 /// anyone holds, and observers must not report it.
 #[tokio::test]
 async fn a_redlock_leaders_term_is_its_own_whatever_a_minority_counter_says() {
     let servers = RedisServer::spawn_many(3);
-    let locker = || async {
-        let conns = common::multiplexed_all(&servers).await;
-        (common::waking_redlock(conns, &servers))
-            .election("leader")
-            .unwrap()
-    };
-    let leadership = locker().await.campaign("a").await.unwrap();
-    let election = locker().await;
+    let leadership = redlock_candidate(&servers)
+        .await
+        .campaign("a")
+        .await
+        .unwrap();
+    let election = redlock_candidate(&servers).await;
     let key = String::from_utf8(election.key().to_vec()).unwrap();
     let counter = format!("{{{key}}}:fence");
     // Node 2 lost the leader's key; a rival's try got it there, raised the counter, and
@@ -271,20 +278,18 @@ async fn a_redlock_leaders_term_is_its_own_whatever_a_minority_counter_says() {
 #[tokio::test]
 async fn a_redlock_leaders_term_is_its_own_while_a_node_that_holds_it_is_down() {
     let servers = RedisServer::spawn_many(3);
-    let locker = || async {
-        let conns = common::multiplexed_all(&servers).await;
-        (common::waking_redlock(conns, &servers))
-            .election("leader")
-            .unwrap()
-    };
-    let election = locker().await;
+    let election = redlock_candidate(&servers).await;
     let key = String::from_utf8(election.key().to_vec()).unwrap();
     let counter = format!("{{{key}}}:fence");
     // Far above any server clock in microseconds: nodes 1 and 2 hand out the same fence.
     for server in &servers[1..] {
         server.command(&["SET", &counter, "5000000000000000", "PX", "600000"]);
     }
-    let leadership = locker().await.campaign("a").await.unwrap();
+    let leadership = redlock_candidate(&servers)
+        .await
+        .campaign("a")
+        .await
+        .unwrap();
     assert_eq!(leadership.term(), 5_000_000_000_000_001);
     servers[1].kill();
     let leader = election.leader().await.unwrap().unwrap();
@@ -301,14 +306,12 @@ async fn a_redlock_leaders_term_is_its_own_while_a_node_that_holds_it_is_down() 
 #[tokio::test]
 async fn a_redlock_election_says_nobody_can_tell_rather_than_nobody_leads() {
     let servers = RedisServer::spawn_many(3);
-    let locker = || async {
-        let conns = common::multiplexed_all(&servers).await;
-        (common::waking_redlock(conns, &servers))
-            .election("leader")
-            .unwrap()
-    };
-    let leadership = locker().await.campaign("a").await.unwrap();
-    let election = locker().await;
+    let leadership = redlock_candidate(&servers)
+        .await
+        .campaign("a")
+        .await
+        .unwrap();
+    let election = redlock_candidate(&servers).await;
     let key = String::from_utf8(election.key().to_vec()).unwrap();
     servers[2].command(&["SET", &key, "not a lock", "PX", "60000"]);
     let leader = election.leader().await.unwrap().unwrap();

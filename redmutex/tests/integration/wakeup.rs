@@ -933,6 +933,38 @@ async fn one_lockers_multi_key_waiters_do_not_wake_each_other_as_they_change_key
     assert!(calls < 60, "{calls} script calls on the free node in 1.5 s");
 }
 
+/// Two waiting acquires of `locker` (long poll): one of `a` and `b` at once, which gives up
+/// after 3 s, and — once it waits, subscribed on every server — one of `a`, queued behind
+/// it without a try of its own.
+async fn one_queued_behind_a_waiter_of_both(
+    locker: &Locker<MultiplexedConnection>,
+    servers: &[RedisServer],
+) -> (
+    tokio::task::JoinHandle<Result<Lock<MultiplexedConnection>, redmutex::Error>>,
+    tokio::task::JoinHandle<(
+        Result<Lock<MultiplexedConnection>, redmutex::Error>,
+        Instant,
+    )>,
+) {
+    let both = locker
+        .acquire_all(["a", "b"], ms(30_000))
+        .retry(retry::constant(LONG_POLL))
+        .deadline(ms(3_000))
+        .into_future();
+    let both = tokio::spawn(both);
+    for server in servers {
+        wait_for_subscribers(server, "a", 1, ms(3000)).await;
+    }
+    let queued = Arc::new(AtomicU32::new(0));
+    let one = wait_for(locker, "a", LONG_POLL, queued.clone());
+    let until = Instant::now() + ms(3000);
+    while queued.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < until, "the second waiter never queued");
+        tokio::time::sleep(ms(10)).await;
+    }
+    (both, one)
+}
+
 /// A waiter of two keys (all or nothing) whose try finds only its second key held moves
 /// to that key's waiters. A waiter of its locker that had queued behind it on the first
 /// key, without a try of its own, still gets that key as soon as it is free — not a whole
@@ -945,20 +977,8 @@ async fn a_waiter_queued_behind_a_multi_key_waiter_that_moves_on_is_not_left_beh
     let locker = waking_locker(&server, &server.url()).await;
     let held_a = rival.acquire("a", ms(30_000)).await.unwrap();
     let held_b = rival.acquire("b", ms(30_000)).await.unwrap();
-    let both = locker
-        .acquire_all(["a", "b"], ms(30_000))
-        .retry(retry::constant(LONG_POLL))
-        .deadline(ms(3_000))
-        .into_future();
-    let both = tokio::spawn(both);
-    wait_for_subscribers(&server, "a", 1, ms(3000)).await;
-    let queued = Arc::new(AtomicU32::new(0));
-    let one = wait_for(&locker, "a", LONG_POLL, queued.clone());
-    let until = Instant::now() + ms(3000);
-    while queued.load(Ordering::SeqCst) == 0 {
-        assert!(Instant::now() < until, "the second waiter never queued");
-        tokio::time::sleep(ms(10)).await;
-    }
+    let (both, one) =
+        one_queued_behind_a_waiter_of_both(&locker, std::slice::from_ref(&server)).await;
     let released_at = Instant::now();
     held_a.release().await.unwrap();
     let (lock, got_at) = one.await.unwrap();
@@ -992,22 +1012,7 @@ async fn a_waiter_woken_by_a_release_still_on_its_way_waits_for_the_key_a_quorum
         server.command(&["SET", "b", "a rival's value", "PX", "60000"]);
     }
     let locker = common::waking_redlock(conns, &servers);
-    let both = locker
-        .acquire_all(["a", "b"], ms(30_000))
-        .retry(retry::constant(LONG_POLL))
-        .deadline(ms(3_000))
-        .into_future();
-    let both = tokio::spawn(both);
-    for server in &servers {
-        wait_for_subscribers(server, "a", 1, ms(3000)).await;
-    }
-    let queued = Arc::new(AtomicU32::new(0));
-    let one = wait_for(&locker, "a", LONG_POLL, queued.clone());
-    let until = Instant::now() + ms(3000);
-    while queued.load(Ordering::SeqCst) == 0 {
-        assert!(Instant::now() < until, "the second waiter never queued");
-        tokio::time::sleep(ms(10)).await;
-    }
+    let (both, one) = one_queued_behind_a_waiter_of_both(&locker, &servers).await;
     // The release, as far as it got: two nodes of three.
     let released_at = Instant::now();
     for server in &servers[..2] {
