@@ -670,7 +670,10 @@ impl Task {
         let mut changes = Box::pin(election.observe());
         loop {
             let since = self.world.now();
+            // In a fixed order, as every choice in a run: a change due at the end is
+            // seen (`select!` unbiased draws its order from outside the seed).
             let item = tokio::select! {
+                biased;
                 item = changes.next() => item,
                 () = tokio::time::sleep_until(until) => return,
             };

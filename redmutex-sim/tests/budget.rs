@@ -52,20 +52,24 @@ fn ten_thousand_schedules_break_no_claim() {
     }
 }
 
-/// The same seed, run twice, gives the same trace — every request and reply, every fault,
-/// every section, at the same instants — and another seed a different one.
+/// The same seed, run again, gives the same trace — every request and reply, every fault,
+/// every section, at the same instants — and another seed a different one. (Seed 50 has
+/// election observers; an unbiased `select!` among them, whose order tokio draws from
+/// outside the seed, made a quarter of its replays differ.)
 #[test]
 fn a_seed_replays_bit_for_bit() {
-    for seed in [3, 14, 17] {
+    for seed in [3, 14, 17, 50] {
         let plan = Plan::draw(seed, Scale::short());
         let first = redmutex_sim::run(plan.clone(), true);
-        let again = redmutex_sim::run(plan, true);
         assert!(
             first.outcome.trace.len() > 20,
             "seed {seed}: a trace of substance"
         );
-        assert_eq!(first.outcome.trace, again.outcome.trace, "seed {seed}");
-        assert_eq!(first.violations, again.violations, "seed {seed}");
+        for _ in 0..3 {
+            let again = redmutex_sim::run(plan.clone(), true);
+            assert_eq!(first.outcome.trace, again.outcome.trace, "seed {seed}");
+            assert_eq!(first.violations, again.violations, "seed {seed}");
+        }
     }
     let (a, b) = (
         redmutex_sim::run(Plan::draw(3, Scale::short()), true),

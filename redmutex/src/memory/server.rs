@@ -4,9 +4,12 @@
 //! so the scripts — the rules — are the same ones a Redis server runs.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value as LuaValue, Variadic};
+use mlua::{
+    chunk::ChunkMode, Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value as LuaValue,
+    Variadic,
+};
 
 use super::broker::Broker;
 use super::keyspace::{CommandError, Keyspace, Reply};
@@ -28,10 +31,31 @@ pub(crate) struct Server {
     lua: Lua,
     /// Scripts by SHA-1, compiled once.
     scripts: HashMap<String, Function>,
-    /// The SHA-1 of each script body sent whole so far (kept across restarts: it is
-    /// arithmetic, not state).
-    /// (A few dozen at most: redmutex's own scripts.)
-    known: Vec<(Vec<u8>, String)>,
+    /// The scripts sent whole to this server so far (kept across restarts: their SHA-1
+    /// and byte code are arithmetic, not state). A few dozen at most: redmutex's own.
+    known: Vec<Arc<Compiled>>,
+}
+
+/// A script body, its SHA-1 and its Lua byte code.
+struct Compiled {
+    body: Vec<u8>,
+    sha: String,
+    bytecode: Vec<u8>,
+}
+
+/// Every script body compiled in this process, shared by all its servers: a test or a
+/// simulation starts many servers (and restarts them), each of which would otherwise
+/// parse the same scripts again — most of the time a short simulated run spent. Bounded,
+/// in case a program sends endless distinct bodies: past the bound, a body is compiled
+/// per server.
+static COMPILED: Mutex<Vec<Arc<Compiled>>> = Mutex::new(Vec::new());
+const COMPILED_BOUND: usize = 256;
+
+/// The entry of `body` in `list`, if it holds one.
+fn find(list: &[Arc<Compiled>], body: &[u8]) -> Option<Arc<Compiled>> {
+    (list.iter())
+        .find(|known| known.body.len() == body.len() && known.body == body)
+        .cloned()
 }
 
 impl Server {
@@ -150,27 +174,52 @@ impl Server {
 
     /// Compiles `body` (once) and returns its SHA-1.
     fn load(&mut self, body: &[u8]) -> Result<String, CommandError> {
-        // Scripts sent whole (`EVAL`) are the same few bodies again and again: their SHA-1
-        // is looked up by the body rather than computed each time (it was most of the time
-        // a simulated run spent).
-        let known =
-            (self.known.iter()).find(|(known, _)| known.len() == body.len() && known == body);
-        let sha = match known {
-            Some((_, sha)) => sha.clone(),
+        // Scripts sent whole (`EVAL`) are the same few bodies again and again: they are
+        // looked up by the body rather than hashed and compiled each time.
+        let compiled = match find(&self.known, body) {
+            Some(compiled) => compiled,
             None => {
-                let sha = sha1_smol::Sha1::from(body).digest().to_string();
-                self.known.push((body.to_vec(), sha.clone()));
-                sha
+                let compiled = self.compile(body)?;
+                self.known.push(compiled.clone());
+                compiled
             }
         };
-        if !self.scripts.contains_key(&sha) {
-            let compiled = (self.lua.load(body))
-                .set_name(format!("@user_script:{sha}"))
+        if !self.scripts.contains_key(&compiled.sha) {
+            let function = (self.lua.load(&compiled.bytecode[..]))
+                .set_mode(ChunkMode::Binary)
                 .into_function()
-                .map_err(|e| error(format!("Error compiling script (new function): {e}")))?;
-            self.scripts.insert(sha.clone(), compiled);
+                .map_err(|e| error(format!("Error loading compiled script: {e}")))?;
+            self.scripts.insert(compiled.sha.clone(), function);
         }
-        Ok(sha)
+        Ok(compiled.sha.clone())
+    }
+
+    /// `body`'s SHA-1 and byte code: from the process's cache, or compiled here.
+    fn compile(&self, body: &[u8]) -> Result<Arc<Compiled>, CommandError> {
+        let cache = || {
+            COMPILED
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+        };
+        if let Some(compiled) = find(&cache(), body) {
+            return Ok(compiled);
+        }
+        let sha = sha1_smol::Sha1::from(body).digest().to_string();
+        let function = (self.lua.load(body))
+            .set_name(format!("@user_script:{sha}"))
+            .into_function()
+            .map_err(|e| error(format!("Error compiling script (new function): {e}")))?;
+        let compiled = Arc::new(Compiled {
+            body: body.to_vec(),
+            sha,
+            // Not stripped: error messages keep the script's name and line numbers.
+            bytecode: function.dump(false),
+        });
+        let mut cache = cache();
+        if cache.len() < COMPILED_BOUND && find(&cache, body).is_none() {
+            cache.push(compiled.clone());
+        }
+        Ok(compiled)
     }
 
     /// `EVALSHA sha numkeys key… arg…`, its arguments after the SHA.
@@ -381,4 +430,38 @@ fn reply_of(value: &LuaValue) -> Result<Reply, CommandError> {
         }
         _ => Reply::Nil,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn eval(server: &mut Server, body: &str, key: &str) -> Result<Reply, CommandError> {
+        let args = ["eval", body, "1", key].map(|a| a.as_bytes().to_vec());
+        server.execute(&args, 1_700_000_000_000_000)
+    }
+
+    /// A script compiled once in the process runs the same on another server and after a
+    /// restart (which forgets it as loaded), and a runtime error still names the script
+    /// and its line.
+    #[test]
+    fn a_compiled_script_is_the_same_on_every_server() {
+        let failing = "redis.call('set', KEYS[1], 'v')\nlocal missing = nil\nreturn missing.field";
+        let sha = sha1_smol::Sha1::from(failing).digest().to_string();
+        let fine = "redis.call('set', KEYS[1], 'x') return redis.call('get', KEYS[1])";
+        let (mut first, mut second) = (Server::new(Arc::default()), Server::new(Arc::default()));
+        for server in [&mut first, &mut second] {
+            let failed = eval(server, failing, "k").expect_err("nil has no field");
+            assert!(
+                failed.message.contains(&format!("user_script:{sha}:3:")),
+                "{}",
+                failed.message
+            );
+            server.restart_empty();
+            let evalsha = ["evalsha", &sha, "1", "k"].map(|a| a.as_bytes().to_vec());
+            let forgotten = server.execute(&evalsha, 0).expect_err("a restart forgets");
+            assert_eq!(forgotten.code, "NOSCRIPT");
+            assert_eq!(eval(server, fine, "n"), Ok(Reply::Bulk(b"x".to_vec())));
+        }
+    }
 }
