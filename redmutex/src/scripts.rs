@@ -6,7 +6,8 @@
 //! round trip to one node — and everything above (the acquire loop, the held guard, the
 //! lease and its renewer, wake-up, fences) and below (one node, a Redlock quorum, a
 //! cluster) is written once against this trait. The Lua rules every primitive needs (the
-//! owner check, fence counters) live in `scripts/helpers.lua`, prepended to each script.
+//! owner check, fence counters) live in `scripts/helpers.lua`; each script starts with
+//! those it uses ([`Operation`]).
 //!
 //! Each primitive has one Lua file with a section per operation, each run as a script of
 //! its own ([`Operation`]). Scripts are sent by SHA (`EVALSHA`) and loaded on a `NOSCRIPT`
@@ -62,11 +63,12 @@ const HELPERS: &str = include_str!("scripts/helpers.lua");
 /// The line that starts an operation's section in a primitive's Lua file.
 const SECTION: &str = "\n--- op: ";
 
-/// One operation of a primitive, compiled as a script of its own: the shared helpers, the
-/// primitive file's preamble (what comes before its first section), then the operation's
-/// section (from its `--- op: NAME` line to the next). One file per primitive keeps its
-/// rules together; one script per operation keeps each call as cheap as the operation
-/// (Lua creates every function a script defines on every call: a script holding all
+/// One operation of a primitive, compiled as a script of its own: the declarations of the
+/// shared helpers and of the primitive file's preamble (what comes before its first
+/// section) that the operation uses, then the operation's section (from its `--- op: NAME`
+/// line to the next). One file per primitive keeps its rules together; one script per
+/// operation, holding only what it uses, keeps each call as cheap as the operation (Lua
+/// creates every function a script defines on every call: a script holding all
 /// operations measured 30–80 % more server time for a release).
 pub(crate) struct Operation {
     source: String,
@@ -84,7 +86,8 @@ impl Operation {
         let section = (file.split(SECTION).skip(1))
             .find(|section| section.split('\n').next() == Some(name))
             .unwrap_or_else(|| panic!("redmutex: no Lua section `{name}`"));
-        let source = format!("{HELPERS}{preamble}\n-- {section}");
+        let used = used_declarations(&format!("{HELPERS}\n{preamble}"), section);
+        let source = format!("{used}-- {section}");
         let script = Script::new(&source);
         Operation { source, script }
     }
@@ -97,6 +100,91 @@ impl Operation {
     pub(crate) fn source(&self) -> &str {
         &self.source
     }
+}
+
+/// The top-level declarations of `shared` (Lua: `local function NAME`, `local NAME = …`,
+/// each with the comment above it) that `code` uses, directly or through another, in
+/// their order. Anything else at the top level of `shared` is kept whatever `code` uses.
+/// A name counts as used wherever it appears as a word outside a comment (in a string
+/// too: at worst a declaration too many).
+fn used_declarations(shared: &str, code: &str) -> String {
+    let blocks = top_level_blocks(shared);
+    let mut used = vec![false; blocks.len()];
+    let mut words: std::collections::HashSet<&str> = lua_words(code).collect();
+    loop {
+        let before = used.iter().filter(|u| **u).count();
+        for (block, used) in blocks.iter().zip(used.iter_mut()) {
+            let wanted = block.names.is_empty()
+                || block.names.iter().any(|name| words.contains(name.as_str()));
+            if !*used && wanted {
+                *used = true;
+                words.extend(lua_words(&block.text));
+            }
+        }
+        if used.iter().filter(|u| **u).count() == before {
+            break;
+        }
+    }
+    (blocks.iter().zip(used))
+        .filter(|(_, used)| *used)
+        .map(|(block, _)| block.text.as_str())
+        .collect()
+}
+
+/// A top-level declaration: its text (with the comment above it) and the names it
+/// declares; no names for anything else at the top level, which is always kept.
+struct Block {
+    text: String,
+    names: Vec<String>,
+}
+
+/// Splits Lua source into its top-level blocks. A comment or a `local` at the margin
+/// starts one (the declaration right under a comment joins it); every other line (indented,
+/// or a closing `end`, `}` or `)`) belongs to the block above; a blank line ends a block.
+fn top_level_blocks(source: &str) -> Vec<Block> {
+    let mut blocks: Vec<Block> = Vec::new();
+    let mut open = false;
+    for line in source.lines() {
+        if line.trim().is_empty() {
+            open = false;
+            continue;
+        }
+        let opens = line.starts_with("--") || line.starts_with("local ");
+        // Under a comment: more comment, or what it describes.
+        let under_comment =
+            (blocks.last()).is_some_and(|block| block.names.is_empty() && is_comment(&block.text));
+        if !open || (opens && !under_comment) {
+            blocks.push(Block {
+                text: String::new(),
+                names: Vec::new(),
+            });
+        }
+        let block = blocks.last_mut().expect("pushed above");
+        block.text.push_str(line);
+        block.text.push('\n');
+        if let Some(declared) = line.strip_prefix("local ") {
+            let declared = declared.strip_prefix("function ").unwrap_or(declared);
+            let names = declared.split(['(', '=']).next().unwrap_or_default();
+            (block.names).extend(names.split(',').map(|name| name.trim().to_string()));
+        }
+        open = true;
+    }
+    // A comment with no declaration under it (a file's header) is nobody's: dropped.
+    blocks.retain(|block| !block.names.is_empty() || !is_comment(&block.text));
+    blocks
+}
+
+/// Whether every line of `text` is a comment.
+fn is_comment(text: &str) -> bool {
+    text.lines().all(|line| line.starts_with("--"))
+}
+
+/// The words of Lua source, comments left out, that could be names.
+fn lua_words(source: &str) -> impl Iterator<Item = &str> {
+    (source.lines())
+        .map(|line| line.split("--").next().unwrap_or_default())
+        .flat_map(|code| code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')))
+        .filter(|word| !word.is_empty())
 }
 
 /// One node's connection, as a [`Claim`] sees it.
@@ -478,18 +566,83 @@ mod tests {
     const FILE: &str = "-- preamble\nlocal function shared() return 1 end\n--- op: one\n-- one's header\nreturn shared()\n--- op: two\nreturn 2\n";
 
     #[test]
-    fn an_operation_is_the_helpers_the_preamble_and_its_section_alone() {
+    fn an_operation_is_what_it_uses_of_the_helpers_and_preamble_then_its_section() {
         let one = Operation::new(FILE, "one");
-        assert!(one.source().starts_with(HELPERS));
-        assert!(one.source().contains("local function shared()"));
+        assert!(one
+            .source()
+            .starts_with("-- preamble\nlocal function shared() return 1 end\n-- one\n"));
         assert!(one
             .source()
             .ends_with("-- one\n-- one's header\nreturn shared()"));
         assert!(!one.source().contains("return 2"));
         let two = Operation::new(FILE, "two");
-        assert!(two.source().ends_with("-- two\nreturn 2\n"));
-        assert!(!two.source().contains("return shared()"));
+        assert_eq!(two.source(), "-- two\nreturn 2\n");
         assert_ne!(one.script().get_hash(), two.script().get_hash());
+        // The helpers come along as used: `holds` calls `owned`.
+        let three = Operation::new("\n--- op: three\nreturn holds(1, 1, ARGV[1])", "three");
+        let (owned, holds) = (
+            three.source().find("local function owned(").expect("owned"),
+            three.source().find("local function holds(").expect("holds"),
+        );
+        assert!(owned < holds, "in the helpers' order");
+        assert!(three
+            .source()
+            .contains("-- Whether every key in KEYS[first..last]"));
+        assert!(!three.source().contains("local function now_ms("));
+    }
+
+    /// Declarations kept, with their comments, by name — used in code, or by another
+    /// declaration kept — in their order; names in comments do not count; a header comment
+    /// and anything unused go.
+    #[test]
+    fn only_the_declarations_used_are_kept() {
+        let shared = "-- header\n\n-- a's comment\n-- on two lines\nlocal function a(x)\n  return x\nend\nlocal B, C = 1, 2\n\n-- d: calls a\nlocal function d()\n  return a(1) -- not e\nend\n\nlocal function e() return 0 end\n\nredis.setresp(2)\n";
+        assert_eq!(
+            used_declarations(shared, "return d() + C -- and e"),
+            "-- a's comment\n-- on two lines\nlocal function a(x)\n  return x\nend\nlocal B, C = 1, 2\n-- d: calls a\nlocal function d()\n  return a(1) -- not e\nend\nredis.setresp(2)\n"
+        );
+        assert_eq!(used_declarations(shared, "return 1"), "redis.setresp(2)\n");
+    }
+
+    /// Every operation of every primitive compiles, and declares every helper and
+    /// preamble function it calls (Redis refuses a script's access to an undeclared
+    /// global only when the call runs).
+    #[cfg(feature = "memory")]
+    #[test]
+    fn every_operation_compiles_and_declares_what_it_uses() {
+        let files = [
+            include_str!("primitives/mutex.lua"),
+            include_str!("primitives/semaphore.lua"),
+            include_str!("primitives/rwlock.lua"),
+            include_str!("primitives/fair.lua"),
+            include_str!("primitives/election.lua"),
+            include_str!("primitives/listing.lua"),
+        ];
+        let lua = mlua::Lua::new();
+        let mut operations = 0;
+        for file in files {
+            let preamble = file.split(SECTION).next().unwrap_or_default();
+            let shared = top_level_blocks(&format!("{HELPERS}\n{preamble}"));
+            for section in file.split(SECTION).skip(1) {
+                let name = section.split('\n').next().unwrap_or_default();
+                let source = Operation::new(file, name).source().to_string();
+                if let Err(e) = lua.load(&source).into_function() {
+                    panic!("{name}: {e}");
+                }
+                let declared: Vec<String> = (top_level_blocks(&source).into_iter())
+                    .flat_map(|b| b.names)
+                    .collect();
+                for word in lua_words(&source) {
+                    let shared_name = shared.iter().any(|b| b.names.iter().any(|n| n == word));
+                    assert!(
+                        !shared_name || declared.iter().any(|n| n == word),
+                        "{name} uses {word} without declaring it"
+                    );
+                }
+                operations += 1;
+            }
+        }
+        assert!(operations >= 30, "{operations} operations");
     }
 
     #[test]

@@ -526,12 +526,4 @@ mod tests {
         let other = Token::generate().unwrap();
         assert_ne!(turn_channel(b"app:job", &other), channel);
     }
-
-    #[test]
-    fn every_operation_has_its_section_after_the_shared_preamble() {
-        for operation in [&OBTAIN, &RELEASE, &INSPECT] {
-            assert!(operation.source().contains("local function reclaim("));
-            assert!(operation.source().contains("local function now_ms("));
-        }
-    }
 }

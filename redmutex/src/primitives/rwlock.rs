@@ -925,24 +925,4 @@ mod tests {
     fn readers_hear_on_a_channel_of_their_own_beside_the_key() {
         assert_eq!(readers_channel(b"app:config"), b"app:config:~r".to_vec());
     }
-
-    #[test]
-    fn every_operation_has_its_section_after_the_shared_preamble() {
-        for operation in [
-            &OBTAIN_READ,
-            &OBTAIN_WRITE,
-            &RELEASE_READ,
-            &RELEASE_WRITE,
-            &DOWNGRADE,
-            &REFRESH_READ,
-            &RENEW_READ,
-            &TTL_READ,
-            &FENCE_READ,
-            &RAISE_FENCE_READ,
-            &INSPECT,
-        ] {
-            assert!(operation.source().contains("local function holder_kind("));
-            assert!(operation.source().contains("local function now_ms("));
-        }
-    }
 }

@@ -568,27 +568,3 @@ impl View for SemaphoreView<'_> {
         }))
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_operation_has_its_section_after_the_shared_preamble() {
-        for operation in [
-            &OBTAIN,
-            &RELEASE,
-            &REFRESH,
-            &RENEW,
-            &TTL,
-            &INSPECT,
-            &FENCE,
-            &RAISE_FENCE,
-        ] {
-            assert!(operation.source().contains("local function reclaim("));
-            assert!(
-                operation.source().contains("redis.call") || operation.source().contains("extend(")
-            );
-        }
-    }
-}

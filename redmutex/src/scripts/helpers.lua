@@ -1,6 +1,7 @@
 -- helpers.lua: the rules every primitive's script shares. Redis cannot include one script
--- in another, so this file is prepended to each primitive's own source (see scripts.rs):
--- each rule is written once.
+-- in another, so the declarations below that an operation uses (directly or through one
+-- another) are put before its own source (see scripts.rs): each rule is written once, and
+-- a script defines no function it does not call (Lua creates each on every call).
 
 -- Whether `value`, a GET reply taken through pcall, belongs to the owner of `token`: a
 -- string that starts with the token, held (flag byte '-', 'w' or 'W' after it). A missing
