@@ -14,6 +14,7 @@
 //! | `fair-order` | 8: a fair lock's waiter in line is not passed by one that asked after it was in line, unless it left the line first |
 //! | `lost-late` | 3: a kept-alive lease is told "lost" before its validity ends |
 //! | `ttl`, `left-behind` | 5: every key has a TTL; nothing but fence counters outlives its holders |
+//! | `quorum` | Networks: on Redlock, a try fails for want of a node only if something hindered that node (frozen, down, restarting, its link slowed or cut, the process paused): a quorum of healthy nodes is enough |
 //! | `liveness` | 8, 9, principle 12: once faults stop, a waiter with wake-up is served within [`SERVED_WITHIN`] of its name being free |
 //!
 //! A holder is vouched for only while the conditions hold: a breach (a server restarted
@@ -25,7 +26,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::history::{Attempt, History, Observation, Section};
-use crate::plan::{Fault, Plan, Primitive};
+use crate::plan::{Fault, Plan, Primitive, Topology};
 
 /// How soon a waiter with wake-up must get a name that became free, once the run is
 /// quiet: a hand-off (50 ms), a few round trips, and room to spare.
@@ -95,6 +96,7 @@ pub fn check(plan: &Plan, history: &History) -> Vec<Violation> {
     watches(history, &mut found);
     fair_order(plan, history, &mut found);
     observations(history, &mut found);
+    healthy_nodes_answer(plan, history, &mut found);
     liveness(plan, history, &mut found);
     found.sort_by_key(|v| v.at);
     // A run whose clients spun without time passing was stopped there: what came after
@@ -361,7 +363,7 @@ fn watches(history: &History, found: &mut Vec<Violation>) {
 fn fair_order(plan: &Plan, history: &History, found: &mut Vec<Violation>) {
     let fair = |a: &&Attempt| a.primitive == Primitive::Fair;
     for first in history.attempts.iter().filter(fair) {
-        let Some(in_line) = (first.failures.iter()).find(|(_, held)| *held).map(|f| f.0) else {
+        let Some(in_line) = (first.failures.iter()).find(|f| f.held).map(|f| f.at) else {
             continue;
         };
         for second in history.attempts.iter().filter(fair) {
@@ -394,6 +396,122 @@ fn fair_order(plan: &Plan, history: &History, found: &mut Vec<Violation>) {
         }
     }
 }
+
+/// On Redlock, a node that nothing hindered answers a try in time (docs/SAFETY.md,
+/// Networks): a
+/// try may fail for want of a node — it timed out or answered an error — only if, during
+/// the try, that node was frozen, down or restarting, the process's link to it was slowed
+/// or cut, or the process itself paused or died. Whatever the other nodes do, a quorum of
+/// healthy ones is enough to be asked. (A try is taken to run from the previous one's
+/// failure, or the acquire's call; a try that ends at the acquire's deadline is left out:
+/// the deadline cuts its rounds short; and so is a try whose node timeout is not ample
+/// for three requests in a row, as a try that finds its script unloaded sends, each
+/// behind others on the connection: five round trips at the network's slowest.)
+fn healthy_nodes_answer(plan: &Plan, history: &History, found: &mut Vec<Violation>) {
+    if !matches!(plan.topology, Topology::Redlock(_)) {
+        return;
+    }
+    for attempt in &history.attempts {
+        let ttl = plan.tasks[attempt.task].ttl;
+        if redmutex::quorum::default_node_timeout(ttl) <= plan.latency * 10 {
+            continue;
+        }
+        let mut from = attempt.asked;
+        for failed in &attempt.failures {
+            let during = (from, failed.at);
+            from = failed.at;
+            if failed.at + Duration::from_millis(1) >= attempt.asked + attempt.deadline {
+                continue;
+            }
+            let unhindered: Vec<usize> = (failed.unreachable.iter().copied())
+                .filter(|node| !hindered(plan, history, attempt.process, *node, during))
+                .collect();
+            if unhindered.is_empty() {
+                continue;
+            }
+            found.push(Violation {
+                rule: "quorum",
+                at: failed.at,
+                text: format!(
+                    "t{} (p{}) {} {:?}: a try failed at {:?} for want of node(s) {unhindered:?}, which nothing hindered since {:?}",
+                    attempt.task,
+                    attempt.process,
+                    attempt.primitive.name(),
+                    attempt.name,
+                    failed.at,
+                    during.0
+                ),
+            });
+        }
+    }
+}
+
+/// Whether something may have kept `process` from asking `node` between `from` and `to`:
+/// a fault of the node's, of the link between them or of the process's, or a cut request.
+fn hindered(
+    plan: &Plan,
+    history: &History,
+    process: usize,
+    node: usize,
+    (from, to): (Duration, Duration),
+) -> bool {
+    let cut = (history.cuts.iter())
+        .any(|&(at, p, n)| p == process && n == node && from <= at && at <= to);
+    // A request slowed by every slow fault of the link at once arrives that much later, and
+    // the link's later requests queue behind it.
+    let slowed_by: Duration = (plan.faults.iter())
+        .filter_map(|strike| match strike.fault {
+            Fault::Slow {
+                process: p,
+                node: n,
+                extra,
+                ..
+            } if p == process && n == node => Some(extra),
+            _ => None,
+        })
+        .sum();
+    cut || (plan.faults.iter()).any(|strike| {
+        let lasting = match strike.fault {
+            Fault::Slow {
+                process: p,
+                node: n,
+                lasting,
+                ..
+            } if p == process && n == node => lasting + slowed_by,
+            Fault::Pause {
+                process: p,
+                lasting,
+            } if p == process => lasting,
+            Fault::Crash { process: p } if p == process => Duration::MAX,
+            Fault::Down { node: n, lasting } if n == node && lasting.is_zero() => Duration::MAX,
+            Fault::Restart {
+                node: n,
+                down: lasting,
+            }
+            | Fault::Down { node: n, lasting }
+            | Fault::Freeze { node: n, lasting }
+                if n == node =>
+            {
+                lasting
+            }
+            Fault::Failover { down } if node == 0 => down,
+            _ => return false,
+        };
+        // A fault strikes at the first timer tick at or after its moment — or later, when
+        // another task moved the clock on past it: within 2 ms.
+        strike.at <= to
+            && from
+                <= strike
+                    .at
+                    .saturating_add(lasting)
+                    .saturating_add(STRIKE_LATE)
+    })
+}
+
+/// How late a fault may strike after its planned moment, and end after its planned end: a
+/// timer fires on the first whole millisecond at or after its deadline, and a task that
+/// moves the paused clock on by a fraction of a millisecond may carry it past.
+const STRIKE_LATE: Duration = Duration::from_millis(2);
 
 /// Whether a fault between `from` and `to` may have cost a waiter of `process` its place in
 /// a fair line: one of its own process's, or any server's.
@@ -514,8 +632,8 @@ fn idle_while_free(
 /// quorum, an error): it waits out its retry pause, by design, not for a release.
 fn pausing_after_an_error(w: &Attempt, at: Duration) -> bool {
     (w.failures.iter())
-        .rfind(|(failed, _)| *failed <= at)
-        .is_some_and(|(_, held)| !held)
+        .rfind(|failed| failed.at <= at)
+        .is_some_and(|failed| !failed.held)
 }
 
 /// `w` reads, and what freed the name was a plain lock, a fair lock or a leader — which
@@ -600,7 +718,107 @@ fn shortened_elsewhere(history: &History, w: &Attempt, at: Duration, window: Dur
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::history::FailedTry;
     use crate::plan::{Scale, Strike};
+
+    fn failed(at: f64, held: bool, unreachable: Vec<usize>) -> FailedTry {
+        FailedTry {
+            at: secs(at),
+            held,
+            unreachable,
+        }
+    }
+
+    fn strike(at: f64, fault: Fault) -> Strike {
+        Strike {
+            id: 0,
+            at: secs(at),
+            fault,
+        }
+    }
+
+    /// A Redlock lock's acquire by process 0, asked at 0.5 s, whose try failed at 1 s for
+    /// want of node 1.
+    fn quorum_rule(
+        faults: Vec<Strike>,
+        cuts: Vec<(Duration, usize, usize)>,
+        deadline: f64,
+    ) -> Vec<&'static str> {
+        let mut plan = Plan::draw(1, Scale::short());
+        plan.topology = Topology::Redlock(3);
+        plan.faults = faults;
+        let mut attempt = waiter(0, 0, 0.5, 2.0, false);
+        attempt.primitive = Primitive::Lock;
+        attempt.deadline = secs(deadline);
+        attempt.failures = vec![failed(1.0, false, vec![1])];
+        let history = History {
+            attempts: vec![attempt],
+            cuts,
+            ..History::default()
+        };
+        let mut found = Vec::new();
+        healthy_nodes_answer(&plan, &history, &mut found);
+        found.iter().map(|v| v.rule).collect()
+    }
+
+    #[test]
+    fn a_redlock_try_fails_for_want_of_a_node_only_if_something_hindered_it() {
+        assert_eq!(quorum_rule(vec![], vec![], 10.0), ["quorum"]);
+        // Node 1 frozen, lost or restarting during the try; the link to it slowed; the
+        // process paused.
+        for fault in [
+            Fault::Freeze {
+                node: 1,
+                lasting: secs(0.3),
+            },
+            Fault::Down {
+                node: 1,
+                lasting: Duration::ZERO,
+            },
+            Fault::Restart {
+                node: 1,
+                down: secs(0.2),
+            },
+            Fault::Slow {
+                process: 0,
+                node: 1,
+                extra: secs(0.1),
+                lasting: secs(0.2),
+            },
+            Fault::Pause {
+                process: 0,
+                lasting: secs(0.1),
+            },
+        ] {
+            let text = fault.to_string();
+            assert!(
+                quorum_rule(vec![strike(0.8, fault)], vec![], 10.0).is_empty(),
+                "{text}"
+            );
+        }
+        // A request of the process to node 1 cut during the try.
+        assert!(quorum_rule(vec![], vec![(secs(0.9), 0, 1)], 10.0).is_empty());
+        // Another node frozen, another link cut, or node 1 frozen before the try: no excuse.
+        let elsewhere = vec![strike(
+            0.8,
+            Fault::Freeze {
+                node: 2,
+                lasting: secs(0.3),
+            },
+        )];
+        let cuts = vec![(secs(0.9), 0, 2), (secs(0.9), 1, 1)];
+        assert_eq!(quorum_rule(elsewhere, cuts, 10.0), ["quorum"]);
+        let before = vec![strike(
+            0.1,
+            Fault::Freeze {
+                node: 1,
+                lasting: secs(0.3),
+            },
+        )];
+        assert_eq!(quorum_rule(before, vec![], 10.0), ["quorum"]);
+        // A try cut short by the acquire's deadline.
+        assert!(quorum_rule(vec![], vec![], 0.5).is_empty());
+    }
 
     fn secs(s: f64) -> Duration {
         Duration::from_secs_f64(s)
@@ -630,7 +848,7 @@ mod tests {
         let mut plan = Plan::draw(1, Scale::short());
         plan.faults = faults;
         let mut first = waiter(0, 0, 0.5, first_ended, first_ended > 2.0);
-        first.failures = vec![(secs(0.7), false), (secs(1.0), true)];
+        first.failures = vec![failed(0.7, false, vec![]), failed(1.0, true, vec![])];
         let history = History {
             attempts: vec![first, waiter(1, 1, asked, 2.0, true)],
             ..History::default()

@@ -91,9 +91,20 @@ pub struct Attempt {
     pub cancelled: bool,
     /// Its deadline, from `asked`.
     pub deadline: Duration,
-    /// Its failed tries: when, and whether the try found the name held (otherwise it
-    /// failed for another reason — no quorum, an error — and the retry pause follows).
-    pub failures: Vec<(Duration, bool)>,
+    /// Its failed tries.
+    pub failures: Vec<FailedTry>,
+}
+
+/// One failed try of an acquire.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FailedTry {
+    /// When it failed.
+    pub at: Duration,
+    /// It found the name held (otherwise it failed for another reason — no quorum, an
+    /// error — and the retry pause follows).
+    pub held: bool,
+    /// Redlock: the nodes that could not be asked (they timed out, or answered an error).
+    pub unreachable: Vec<usize>,
 }
 
 /// One `wait_released`.
@@ -186,6 +197,8 @@ pub struct History {
     /// Violations found while the run went on (a lease past its validity, not told; a
     /// key without a TTL; a panic).
     pub found: Vec<(Duration, &'static str, String)>,
+    /// Requests cut, as they were: when, the process, the node.
+    pub cuts: Vec<(Duration, usize, usize)>,
     /// Writes the fenced store accepted and refused.
     pub writes: (u64, u64),
     /// The fenced store: per name, the highest fence it accepted.

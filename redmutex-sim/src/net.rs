@@ -182,6 +182,10 @@ impl Wire {
             return Err(io_error(std::io::ErrorKind::ConnectionRefused, "node down"));
         }
         let cut = process.take_cut(self.node);
+        if cut.is_some() {
+            let at = self.world.now();
+            (self.world.history().cuts).push((at, self.process, self.node));
+        }
         if cut == Some(false) {
             self.world
                 .note(|| format!("p{}->n{}: cut before the server", self.process, self.node));

@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use redmutex::{retry, Acquire, Error, KeepAlive, Lock, Locker};
 
-use crate::history::{Attempt, Observation, Section, Watch};
+use crate::history::{Attempt, FailedTry, Observation, Section, Watch};
 use crate::net::{precise_sleep_until, SimConn};
 use crate::plan::{Primitive, Role, Style, TaskPlan};
 use crate::rng::Rng;
@@ -114,14 +114,26 @@ impl Task {
         (acquire, keep)
     }
 
-    /// The failed-try callback that records, for attempt `attempt`, when each try failed
-    /// and whether it found the name held (rather than an error: the retry pause follows).
+    /// The failed-try callback that records, for attempt `attempt`, when each try failed,
+    /// whether it found the name held (rather than an error: the retry pause follows), and
+    /// which nodes could not be asked.
     fn failures(&self, attempt: usize) -> impl FnMut(&redmutex::FailedTry<'_>) + Send + 'static {
         let world = self.world.clone();
         move |failed| {
             let held = matches!(failed.reason, redmutex::TryFailure::Held { .. });
+            let unreachable = match failed.reason {
+                redmutex::TryFailure::NoQuorum(why) => (why.failures.iter())
+                    .filter(|node| node.error.is_unreachable())
+                    .map(|node| node.node)
+                    .collect(),
+                _ => Vec::new(),
+            };
             let at = world.now();
-            world.history().attempts[attempt].failures.push((at, held));
+            (world.history().attempts[attempt].failures).push(FailedTry {
+                at,
+                held,
+                unreachable,
+            });
         }
     }
 
