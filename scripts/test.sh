@@ -77,15 +77,34 @@ for line in sys.stdin:
         print(message["executable"])
 ' "$PWD")
 servers=$(bash scripts/install-servers.sh)
-for name in valkey redis62; do
-    binary=$(echo "$servers" | sed -n "s/^$name=//p")
-    step "library integration tests against $("$binary" --version)"
+# One server's run of those tests, and its TLS tests' word on why they checked nothing
+# (these builds have no TLS).
+against() {
+    local binary=$1 test integration
     for test in $library_tests; do
         # Run from the package's directory, as cargo test would.
-        (cd redmutex && REDMUTEX_REDIS_SERVER=$binary "$test" -q)
+        (cd redmutex && REDMUTEX_REDIS_SERVER=$binary "$test" -q) || return 1
     done
-    # The TLS tests print why they checked nothing (these builds have no TLS).
     integration=$(echo "$library_tests" | grep '/integration-')
     (cd redmutex && REDMUTEX_REDIS_SERVER=$binary "$integration" --show-output \
         tls_acl::locks_work_over_tls tls_acl::a_client_that_does_not_trust 2>&1) | grep -i "skipped" || true
+}
+# Both servers side by side (the tests mostly wait on timers and servers; each starts its
+# own servers on free ports), each one's output shown whole once it is done.
+logs=$(mktemp -d)
+trap 'rm -rf "$install_root" "$logs"' EXIT
+pids=()
+for name in valkey redis62; do
+    binary=$(echo "$servers" | sed -n "s/^$name=//p")
+    step "library integration tests against $("$binary" --version) (started)"
+    against "$binary" > "$logs/$name" 2>&1 &
+    pids+=($!)
 done
+failed=0
+for i in 0 1; do
+    name=$([ "$i" = 0 ] && echo valkey || echo redis62)
+    if wait "${pids[$i]}"; then status=passed; else status=FAILED; failed=1; fi
+    step "library integration tests against $name: $status"
+    cat "$logs/$name"
+done
+exit "$failed"
