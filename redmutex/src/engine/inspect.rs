@@ -54,10 +54,11 @@ pub struct LockInfo {
     /// The latest fence handed out for this key ([`Lock::fence`](crate::Lock::fence)),
     /// whether or not the lock is held now; `None` when no fenced acquisition took it yet.
     /// Redlock: while an owner holds the key on a quorum, the quorum-th highest over the
-    /// nodes that hold its key (its own fence, if it took one: a late try of its own may
-    /// have taken a higher one on a minority); otherwise the highest over the nodes that
-    /// answered (a failed try may have raised a minority of nodes past the last fence
-    /// actually handed out).
+    /// nodes that answered — every fence handed out is stored on a quorum, and only a
+    /// minority can be above the latest (a rival's failed try, or a late try of the
+    /// owner's own, raised it) — which is the owner's own fence if it took one; otherwise
+    /// the highest over the nodes that answered (a failed try may have raised a minority
+    /// of nodes past the last fence actually handed out).
     pub fence: Option<u64>,
     /// Redlock: each node's view, in node order (empty for a single-node locker).
     pub nodes: Vec<NodeInfo>,
@@ -232,7 +233,7 @@ impl View for KeyView<'_> {
             (None, false) => Ok(false),
         };
         let fence = match &holder_nodes {
-            Some(at) => holder_fence(&nodes, at, needed),
+            Some(_) => holder_fence(&nodes, needed),
             None => (nodes.iter())
                 .filter_map(|n| n.info.as_ref().ok()?.fence)
                 .max(),
@@ -272,19 +273,21 @@ fn unknown(nodes: &[NodeInfo], agreed: usize, needed: usize) -> Box<QuorumFailur
     })
 }
 
-/// The fence of the owner holding the key on the nodes `at`: the quorum-th highest of
-/// their counters — what a quorum of its nodes vouch for, as its TTL is. Its acquire
-/// stored its fence on a quorum (see `durable_fence`), and nobody else can raise those
-/// counters while it holds the key there; but a try of its own that reached a node late
-/// (frozen, slow), or a renewal that took back a node restarted empty, took that node's
-/// next fence, above its own — on a minority, which the quorum-th highest passes over.
-fn holder_fence(nodes: &[NodeInfo], at: &[usize], needed: usize) -> Option<u64> {
+/// The fence while an owner holds the key on a quorum: the quorum-th highest counter among
+/// the nodes that answered. Every fence handed out is stored on a quorum (`durable_fence`;
+/// a fenced acquire stores its fence on every node that took the claim), and only the
+/// nodes outside one such quorum — fewer than a quorum — can be above it: raised by a
+/// rival's failed try, or by a try of the holder's own that reached a node late (frozen,
+/// slow). So this is the holder's own fence when it took one, and the latest handed out
+/// when it took none, whose own nodes keep whatever earlier holders left there (their
+/// quorum-th highest was an older leader's term: simulator seed 20265). `None` when fewer
+/// than a quorum of the nodes that answered have a counter: no fence they vouch for.
+fn holder_fence(nodes: &[NodeInfo], needed: usize) -> Option<u64> {
     let mut fences: Vec<u64> = (nodes.iter())
-        .filter(|n| at.contains(&n.node))
         .filter_map(|n| n.info.as_ref().ok()?.fence)
         .collect();
     fences.sort_unstable_by(|a, b| b.cmp(a));
-    fences.get(needed - 1).or(fences.last()).copied()
+    fences.get(needed - 1).copied()
 }
 
 /// An owner's token as the nodes answered it: its metadata, and the TTL of its key on

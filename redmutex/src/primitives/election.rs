@@ -108,7 +108,7 @@ pub struct Leader {
     /// The value it campaigned with, or proclaimed since.
     pub value: String,
     /// Its term: the fence it took when it won, above every earlier leader's (Redlock: as
-    /// the nodes that hold its key say, whatever a rival's failed try left elsewhere).
+    /// a quorum of the nodes store, whatever a rival's failed try left on a minority).
     pub term: Option<u64>,
     /// How long its lease lasts unless renewed.
     pub ttl: Option<Duration>,

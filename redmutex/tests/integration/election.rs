@@ -299,6 +299,43 @@ async fn a_redlock_leaders_term_is_its_own_while_a_node_that_holds_it_is_down() 
     );
 }
 
+/// On Redlock, a holder that took no fence — a plain lock on the election's name — is
+/// reported with the latest term handed out, not with the older counters its own nodes
+/// kept: node 0 missed the last leader's term, and the lock holds nodes 0 and 1 (node 2
+/// holds foreign data). Found by the simulator (seed 20265): an observer was told the
+/// lock's "term" was an older leader's, after that leader's.
+#[tokio::test]
+async fn a_redlock_holder_without_a_fence_is_reported_with_the_latest_term() {
+    let servers = RedisServer::spawn_many(3);
+    let leadership = redlock_candidate(&servers)
+        .await
+        .campaign("a")
+        .await
+        .unwrap();
+    let term = leadership.term();
+    leadership.resign().await.unwrap();
+    let election = redlock_candidate(&servers).await;
+    let key = String::from_utf8(election.key().to_vec()).unwrap();
+    let counter = format!("{{{key}}}:fence");
+    let older = (term - 1_000).to_string();
+    assert_eq!(servers[0].command(&["SET", &counter, &older]), "+OK\r\n");
+    servers[2].command(&["SET", &key, "foreign", "PX", "60000"]);
+    let locker = common::waking_redlock(common::multiplexed_all(&servers).await, &servers);
+    let lock = locker
+        .acquire("leader", Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(locker.inspect("leader").await.unwrap().fence, Some(term));
+    let holder = election
+        .leader()
+        .await
+        .unwrap()
+        .expect("the lock holds a quorum");
+    assert_eq!((holder.value.as_str(), holder.term), ("", Some(term)));
+    lock.release().await.unwrap();
+    servers[2].command(&["DEL", &key]);
+}
+
 /// On Redlock, who leads is what a quorum says: foreign data on one node does not unseat
 /// the leader holding the others — and when one of those is down, the answers (the
 /// leader on one node, foreign data on another) cannot tell who leads: an error, never
