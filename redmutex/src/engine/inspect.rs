@@ -53,12 +53,13 @@ pub struct LockInfo {
     pub awaited: bool,
     /// The latest fence handed out for this key ([`Lock::fence`](crate::Lock::fence)),
     /// whether or not the lock is held now; `None` when no fenced acquisition took it yet.
-    /// Redlock: while an owner holds the key on a quorum, the quorum-th highest over the
-    /// nodes that answered — every fence handed out is stored on a quorum, and only a
-    /// minority can be above the latest (a rival's failed try, or a late try of the
-    /// owner's own, raised it) — which is the owner's own fence if it took one; otherwise
-    /// the highest over the nodes that answered (a failed try may have raised a minority
-    /// of nodes past the last fence actually handed out).
+    /// Redlock: while an owner holds the key on a quorum, the latest fence that a quorum of
+    /// the nodes store — every fence handed out is stored on a quorum, and only a minority
+    /// can be above the latest (a rival's failed try, or a late try of the owner's own,
+    /// raised it) — which is the owner's own fence if it took one (with nodes silent,
+    /// [`Error::NoQuorum`] when the others cannot tell it); otherwise the highest over the
+    /// nodes that answered (a failed try may have raised a minority of nodes past the last
+    /// fence actually handed out).
     pub fence: Option<u64>,
     /// Redlock: each node's view, in node order (empty for a single-node locker).
     pub nodes: Vec<NodeInfo>,
@@ -233,7 +234,13 @@ impl View for KeyView<'_> {
             (None, false) => Ok(false),
         };
         let fence = match &holder_nodes {
-            Some(_) => holder_fence(&nodes, needed),
+            Some(_) => match holder_fence(&nodes, needed) {
+                Some(fence) => fence,
+                None => {
+                    let answered = nodes.len() - unanswered;
+                    return Err(Error::NoQuorum(unknown(&nodes, answered, needed)));
+                }
+            },
             None => (nodes.iter())
                 .filter_map(|n| n.info.as_ref().ok()?.fence)
                 .max(),
@@ -273,21 +280,35 @@ fn unknown(nodes: &[NodeInfo], agreed: usize, needed: usize) -> Box<QuorumFailur
     })
 }
 
-/// The fence while an owner holds the key on a quorum: the quorum-th highest counter among
-/// the nodes that answered. Every fence handed out is stored on a quorum (`durable_fence`;
-/// a fenced acquire stores its fence on every node that took the claim), and only the
-/// nodes outside one such quorum — fewer than a quorum — can be above it: raised by a
-/// rival's failed try, or by a try of the holder's own that reached a node late (frozen,
-/// slow). So this is the holder's own fence when it took one, and the latest handed out
-/// when it took none, whose own nodes keep whatever earlier holders left there (their
-/// quorum-th highest was an older leader's term: simulator seed 20265). `None` when fewer
-/// than a quorum of the nodes that answered have a counter: no fence they vouch for.
-fn holder_fence(nodes: &[NodeInfo], needed: usize) -> Option<u64> {
-    let mut fences: Vec<u64> = (nodes.iter())
-        .filter_map(|n| n.info.as_ref().ok()?.fence)
+/// The fence while an owner holds the key on a quorum, as far as the nodes that answered
+/// can vouch for it; `None` when they cannot tell. Every fence handed out is stored on a
+/// quorum (`durable_fence`; a fenced acquire stores its fence on every node that took the
+/// claim), and only nodes outside one such quorum — fewer than a quorum — can be above the
+/// latest: raised by a rival's failed try, or by a try of the holder's own that reached a
+/// node late. So a value a quorum of the nodes store is the latest; and with every node
+/// answering, the quorum-th highest counter is. That is the holder's own fence when it took
+/// one, and the latest handed out when it took none, whose own nodes keep whatever earlier
+/// holders left (their quorum-th highest was an older leader's term: simulator seed
+/// 20265). With nodes silent, the latest lies between the quorum-th highest of the answers
+/// and the (quorum − silent)-th: told only when the two are one.
+fn holder_fence(nodes: &[NodeInfo], needed: usize) -> Option<Option<u64>> {
+    let mut answered: Vec<Option<u64>> = (nodes.iter())
+        .filter_map(|n| Some(n.info.as_ref().ok()?.fence))
         .collect();
-    fences.sort_unstable_by(|a, b| b.cmp(a));
-    fences.get(needed - 1).copied()
+    let stored_on_a_quorum = (answered.iter().flatten())
+        .find(|&&fence| answered.iter().filter(|f| **f == Some(fence)).count() >= needed);
+    if let Some(&fence) = stored_on_a_quorum {
+        return Some(Some(fence));
+    }
+    let silent = nodes.len() - answered.len();
+    // Highest first; a node without a counter last.
+    answered.sort_unstable_by(|a, b| b.cmp(a));
+    let nth_highest = |n: usize| answered.get(n.max(1) - 1).copied();
+    let (at_least, at_most) = (
+        nth_highest(needed)?,
+        nth_highest(needed.saturating_sub(silent))?,
+    );
+    (at_least == at_most).then_some(at_least)
 }
 
 /// An owner's token as the nodes answered it: its metadata, and the TTL of its key on

@@ -336,6 +336,76 @@ async fn a_redlock_holder_without_a_fence_is_reported_with_the_latest_term() {
     servers[2].command(&["DEL", &key]);
 }
 
+/// A Redlock locker over `urls`, its connections answering within 300 ms.
+async fn redlock_over(urls: &[String]) -> Locker<MultiplexedConnection> {
+    let mut conns = Vec::new();
+    for url in urls {
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let config = redis::AsyncConnectionConfig::new().set_response_timeout(Some(ms(300)));
+        conns.push(
+            client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+                .unwrap(),
+        );
+    }
+    Locker::redlock(conns).unwrap()
+}
+
+/// On Redlock, the latest fence is stored on a quorum; a holder that took no fence, on
+/// nodes that kept older counters, cannot say it. With node 0 silent, the nodes that
+/// answer hold the latest fence on one node and an older one on the other: `inspect` and
+/// `leader()` say nobody can tell, rather than the older term (they did, after reporting
+/// the latest one: found by an adversarial review). Once the holder takes a fence of its
+/// own, it is on every node the holder reaches, and told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_holder_without_a_fence_is_not_given_an_older_term_with_a_node_silent() {
+    let servers = RedisServer::spawn_many(3);
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    let direct = redlock_over(&urls).await;
+    let first = direct.acquire("e", ms(10_000)).with_fence().await.unwrap();
+    let older = first.fence().await.unwrap();
+    first.release().await.unwrap();
+    // The next fence reaches nodes 0 and 1 only.
+    let proxies: Vec<Proxy> = servers.iter().map(|s| Proxy::start(s.addr())).collect();
+    let proxied: Vec<String> = proxies.iter().map(|p| p.url()).collect();
+    let partial = redlock_over(&proxied).await;
+    proxies[2].blackhole(true);
+    let second = partial.acquire("e", ms(10_000)).with_fence().await.unwrap();
+    let latest = second.fence().await.unwrap();
+    assert!(latest > older);
+    second.release().await.unwrap();
+    // A plain lock on all three nodes, read by all of them, then without node 0.
+    let held = direct.acquire("e", ms(30_000)).await.unwrap();
+    assert_eq!(direct.inspect("e").await.unwrap().fence, Some(latest));
+    let term = direct
+        .election("e")
+        .unwrap()
+        .leader()
+        .await
+        .unwrap()
+        .unwrap()
+        .term;
+    assert_eq!(term, Some(latest));
+    proxies[2].blackhole(false);
+    let reader = redlock_over(&proxied).await;
+    proxies[0].blackhole(true);
+    let cannot_tell = reader.inspect("e").await;
+    assert!(
+        matches!(cannot_tell, Err(Error::NoQuorum(_))),
+        "{cannot_tell:?}"
+    );
+    let cannot_tell = reader.election("e").unwrap().leader().await;
+    assert!(
+        matches!(cannot_tell, Err(Error::NoQuorum(_))),
+        "{cannot_tell:?}"
+    );
+    let own = held.fence().await.unwrap();
+    assert!(own > latest);
+    assert_eq!(reader.inspect("e").await.unwrap().fence, Some(own));
+    held.release().await.unwrap();
+}
+
 /// On Redlock, who leads is what a quorum says: foreign data on one node does not unseat
 /// the leader holding the others — and when one of those is down, the answers (the
 /// leader on one node, foreign data on another) cannot tell who leads: an error, never
