@@ -93,16 +93,17 @@ against() {
 # own servers on free ports), each one's output shown whole once it is done.
 logs=$(mktemp -d)
 trap 'rm -rf "$install_root" "$logs"' EXIT
+names=(valkey redis62)
 pids=()
-for name in valkey redis62; do
+for name in "${names[@]}"; do
     binary=$(echo "$servers" | sed -n "s/^$name=//p")
     step "library integration tests against $("$binary" --version) (started)"
     against "$binary" > "$logs/$name" 2>&1 &
     pids+=($!)
 done
 failed=0
-for i in 0 1; do
-    name=$([ "$i" = 0 ] && echo valkey || echo redis62)
+for i in "${!names[@]}"; do
+    name=${names[$i]}
     if wait "${pids[$i]}"; then status=passed; else status=FAILED; failed=1; fi
     step "library integration tests against $name: $status"
     cat "$logs/$name"

@@ -859,14 +859,8 @@ mod tests {
     }
 
     fn pause(process: usize, at: f64, lasting: f64) -> Strike {
-        Strike {
-            id: 0,
-            at: secs(at),
-            fault: Fault::Pause {
-                process,
-                lasting: secs(lasting),
-            },
-        }
+        let lasting = secs(lasting);
+        strike(at, Fault::Pause { process, lasting })
     }
 
     #[test]

@@ -27,7 +27,13 @@ pub async fn multiplexed_with_timeout(
     server: &RedisServer,
     timeout: Duration,
 ) -> MultiplexedConnection {
-    let client = redis::Client::open(server.url()).unwrap();
+    multiplexed_url(&server.url(), timeout).await
+}
+
+/// A multiplexed connection to `url` (a server, or a proxy in front of one) with the given
+/// response timeout.
+pub async fn multiplexed_url(url: &str, timeout: Duration) -> MultiplexedConnection {
+    let client = redis::Client::open(url).unwrap();
     let config = AsyncConnectionConfig::new().set_response_timeout(Some(timeout));
     client
         .get_multiplexed_async_connection_with_config(&config)
@@ -133,6 +139,17 @@ impl Raw {
 
     pub async fn run<T: redis::FromRedisValue>(&mut self, cmd: &mut redis::Cmd) -> T {
         cmd.query_async(&mut self.0).await.unwrap()
+    }
+
+    /// The server's clock in microseconds (`TIME`).
+    pub async fn server_micros(&mut self) -> u64 {
+        let (secs, micros): (u64, u64) = self.run(&mut redis::cmd("TIME")).await;
+        secs * 1_000_000 + micros
+    }
+
+    /// The server's clock in whole milliseconds.
+    pub async fn server_ms(&mut self) -> u64 {
+        self.server_micros().await / 1000
     }
 
     /// Polls until `key` is gone, for at most `within`; says whether it went.

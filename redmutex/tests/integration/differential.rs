@@ -11,7 +11,7 @@ use redis::Value;
 use redmutex::memory::MemoryRedis;
 use testkit::RedisServer;
 
-use crate::common::multiplexed;
+use crate::common::{multiplexed, Raw};
 
 /// SplitMix64: a seeded stream, so that a failing sequence can be named by its seed.
 struct Rng(u64);
@@ -231,11 +231,12 @@ async fn expiry_is_the_same_to_the_millisecond_on_both_servers() {
     // `TIME` and the time the server fixed for the script's keys when it began. Only the
     // runs that began and ended within one millisecond of the server's clock (`TIME`
     // before and after says so) are judged.
+    let mut clock = Raw::new(&server).await;
     let mut judged = 0;
     for _ in 0..200 {
-        let before = server_ms(&mut real).await;
+        let before = clock.server_ms().await;
         let theirs: Value = call.invoke_async(&mut real).await.unwrap();
-        let after = server_ms(&mut real).await;
+        let after = clock.server_ms().await;
         let ours: Value = call.invoke_async(&mut memory).await.unwrap();
         assert_eq!(ours, expected([Value::Int(1), Value::Int(0)]));
         if before == after {
@@ -252,10 +253,4 @@ async fn expiry_is_the_same_to_the_millisecond_on_both_servers() {
         tokio::time::sleep(Duration::from_micros(300)).await;
     }
     panic!("only {judged} of 200 runs of the script began and ended in one millisecond");
-}
-
-/// The server's clock, in whole milliseconds.
-async fn server_ms(connection: &mut impl ConnectionLike) -> u64 {
-    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query_async(connection).await.unwrap();
-    seconds * 1000 + micros / 1000
 }

@@ -15,11 +15,7 @@ use tokio::time::{timeout, Instant};
 /// A candidate of its own (as another process would be), with wake-up, on `url`.
 async fn candidate(url: &str, ttl: Duration) -> Election<MultiplexedConnection> {
     let client = redis::Client::open(url).unwrap();
-    let config = redis::AsyncConnectionConfig::new().set_response_timeout(Some(ms(300)));
-    let conn = (client.get_multiplexed_async_connection_with_config(&config))
-        .await
-        .unwrap();
-    Locker::new(conn)
+    Locker::new(common::multiplexed_url(url, ms(300)).await)
         .with_wake_up([client])
         .unwrap()
         .election("leader")
@@ -245,6 +241,13 @@ async fn redlock_candidate(servers: &[RedisServer]) -> Election<MultiplexedConne
         .unwrap()
 }
 
+/// The election's key and its fence counter's, as the servers name them.
+fn key_and_counter(election: &Election<MultiplexedConnection>) -> (String, String) {
+    let key = String::from_utf8(election.key().to_vec()).unwrap();
+    let counter = format!("{{{key}}}:fence");
+    (key, counter)
+}
+
 /// On Redlock, the leader's term is what the nodes that hold its key say: a counter raised
 /// elsewhere (a rival's failed try on a node where the leader's key was lost) is no term
 /// anyone holds, and observers must not report it.
@@ -257,8 +260,7 @@ async fn a_redlock_leaders_term_is_its_own_whatever_a_minority_counter_says() {
         .await
         .unwrap();
     let election = redlock_candidate(&servers).await;
-    let key = String::from_utf8(election.key().to_vec()).unwrap();
-    let counter = format!("{{{key}}}:fence");
+    let (key, counter) = key_and_counter(&election);
     // Node 2 lost the leader's key; a rival's try got it there, raised the counter, and
     // was undone.
     servers[2].command(&["DEL", &key]);
@@ -279,8 +281,7 @@ async fn a_redlock_leaders_term_is_its_own_whatever_a_minority_counter_says() {
 async fn a_redlock_leaders_term_is_its_own_while_a_node_that_holds_it_is_down() {
     let servers = RedisServer::spawn_many(3);
     let election = redlock_candidate(&servers).await;
-    let key = String::from_utf8(election.key().to_vec()).unwrap();
-    let counter = format!("{{{key}}}:fence");
+    let (_, counter) = key_and_counter(&election);
     // Far above any server clock in microseconds: nodes 1 and 2 hand out the same fence.
     for server in &servers[1..] {
         server.command(&["SET", &counter, "5000000000000000", "PX", "600000"]);
@@ -315,8 +316,7 @@ async fn a_redlock_holder_without_a_fence_is_reported_with_the_latest_term() {
     let term = leadership.term();
     leadership.resign().await.unwrap();
     let election = redlock_candidate(&servers).await;
-    let key = String::from_utf8(election.key().to_vec()).unwrap();
-    let counter = format!("{{{key}}}:fence");
+    let (key, counter) = key_and_counter(&election);
     let older = (term - 1_000).to_string();
     assert_eq!(servers[0].command(&["SET", &counter, &older]), "+OK\r\n");
     servers[2].command(&["SET", &key, "foreign", "PX", "60000"]);
@@ -340,14 +340,7 @@ async fn a_redlock_holder_without_a_fence_is_reported_with_the_latest_term() {
 async fn redlock_over(urls: &[String]) -> Locker<MultiplexedConnection> {
     let mut conns = Vec::new();
     for url in urls {
-        let client = redis::Client::open(url.as_str()).unwrap();
-        let config = redis::AsyncConnectionConfig::new().set_response_timeout(Some(ms(300)));
-        conns.push(
-            client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await
-                .unwrap(),
-        );
+        conns.push(common::multiplexed_url(url, ms(300)).await);
     }
     Locker::redlock(conns).unwrap()
 }

@@ -70,12 +70,6 @@ async fn fenced_turn(locker: &Locker<MultiplexedConnection>, key: &str) -> u64 {
     fence
 }
 
-/// The server's clock in microseconds (`TIME`).
-async fn server_micros(raw: &mut Raw) -> u64 {
-    let (secs, micros): (u64, u64) = raw.run(&mut redis::cmd("TIME")).await;
-    secs * 1_000_000 + micros
-}
-
 /// 2,000 acquisitions by 16 tasks over 4 lockers (separate connections): every fence is
 /// greater than the one before, the first from the server's clock, none far above it;
 /// `inspect` shows the last.
@@ -87,17 +81,17 @@ async fn fences_strictly_increase_across_thousands_of_contended_acquisitions() {
     for _ in 0..4 {
         lockers.push(Locker::new(multiplexed(&server).await));
     }
-    let before = server_micros(&mut raw).await;
+    let before = raw.server_micros().await;
     let fences = contended_fences(&lockers, "fenced", 16, 125).await;
     assert_eq!(fences.len(), 2000);
     assert_strictly_increasing(&fences);
     assert!(
-        fences[0] >= before && fences[0] <= server_micros(&mut raw).await,
+        fences[0] >= before && fences[0] <= raw.server_micros().await,
         "a new key's first fence is the server's clock in µs: {} vs {before}",
         fences[0]
     );
     assert!(
-        fences[1999] <= server_micros(&mut raw).await + 1999,
+        fences[1999] <= raw.server_micros().await + 1999,
         "then the clock, or one more than the last where the clock is behind"
     );
     let info = lockers[0].inspect("fenced").await.unwrap();
@@ -320,7 +314,7 @@ async fn a_counter_set_back_as_a_lagging_replica_has_it_is_passed_by_the_clock()
     fences.push(fenced_turn(&locker, "ledger").await);
     assert_strictly_increasing(&fences);
     assert!(
-        fences[3] >= server_micros(&mut raw).await - 1_000_000,
+        fences[3] >= raw.server_micros().await - 1_000_000,
         "from the clock"
     );
 }

@@ -176,8 +176,7 @@ async fn a_writer_that_leaves_lets_readers_in_again() {
     // Crashed: an intent as a waiting writer's try leaves it, whose process then died
     // (nothing renews it, nothing ends it): readers are kept out for its heartbeat only.
     let mut conn = multiplexed(&server).await;
-    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
-    let heartbeat_end = secs * 1000 + micros / 1000 + 300;
+    let heartbeat_end = Raw::new(&server).await.server_ms().await + 300;
     let _: () = redis::cmd("ZADD")
         .arg("{gate}:intents")
         .arg(heartbeat_end)

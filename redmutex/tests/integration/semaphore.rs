@@ -21,12 +21,6 @@ async fn setup() -> (RedisServer, Raw, Locker<MultiplexedConnection>) {
     (server, raw, locker)
 }
 
-/// The server's clock in milliseconds.
-async fn server_ms(raw: &mut Raw) -> i64 {
-    let (secs, micros): (i64, i64) = raw.run(&mut redis::cmd("TIME")).await;
-    secs * 1000 + micros / 1000
-}
-
 #[tokio::test]
 async fn at_most_the_limit_is_held_and_permits_are_taken_all_or_none() {
     let (_server, mut raw, locker) = setup().await;
@@ -153,9 +147,9 @@ async fn a_crashed_holders_permits_come_back_within_its_ttl_and_a_waiter_wakes_t
 async fn expiry_is_scored_on_the_servers_clock() {
     let (_server, mut raw, locker) = setup().await;
     let s = locker.semaphore("clock", 2).unwrap();
-    let before = server_ms(&mut raw).await;
+    let before = raw.server_ms().await as i64;
     let permit = s.acquire(1, ms(60_000)).await.unwrap();
-    let after = server_ms(&mut raw).await;
+    let after = raw.server_ms().await as i64;
     let score: f64 = raw
         .run(
             redis::cmd("ZSCORE")
