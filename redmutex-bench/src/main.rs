@@ -13,6 +13,7 @@
 
 mod contender;
 mod fairness;
+mod herd;
 mod sharing;
 mod stats;
 mod workload;
@@ -67,7 +68,7 @@ struct Args {
     fairness_seconds: f64,
 
     /// Run only the workloads whose name contains this (uncontended, contended, polling,
-    /// keyspace, redlock5, keepalive, fairness, read-mostly, permits, handover, wait).
+    /// keyspace, redlock5, keepalive, fairness, read-mostly, permits, handover, wait, herd).
     #[arg(long, value_name = "NAME")]
     only: Option<String>,
 
@@ -194,6 +195,28 @@ async fn run(args: Args) -> Result<(), String> {
             }
             let lockers = fairness_lockers(implementation, n, &single_url).await?;
             rows.push(separate_lockers(workload, lockers, duration, &single_url).await?);
+        }
+    }
+    // The herd: from 2 to 64 lockers on one key, each implementation that waits for one.
+    for n in herd::SIZES {
+        let workload = format!("herd {n}");
+        if !wanted(&workload) {
+            continue;
+        }
+        let all = [
+            "baseline",
+            "rslock",
+            "redmutex",
+            "fair",
+            "semaphore",
+            "rwlock",
+        ];
+        for implementation in all {
+            if (args.implementation.as_deref()).is_some_and(|only| only != implementation) {
+                continue;
+            }
+            let lockers = fairness_lockers(implementation, n, &single_url).await?;
+            rows.push(herd::herd(&workload, lockers, duration, &single_url).await?);
         }
     }
     if wanted("keepalive") {

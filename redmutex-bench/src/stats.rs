@@ -60,6 +60,22 @@ pub async fn command_counts(conn: &mut MultiplexedConnection) -> redis::RedisRes
     Ok(counts)
 }
 
+/// CPU time the server has used (user + system, all its threads), from `INFO cpu`.
+pub async fn server_cpu(conn: &mut MultiplexedConnection) -> redis::RedisResult<Duration> {
+    let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
+    Ok(Duration::from_secs_f64(cpu_seconds(&info)))
+}
+
+/// The sum of `used_cpu_sys` and `used_cpu_user` in an `INFO cpu` reply, in seconds.
+fn cpu_seconds(info: &str) -> f64 {
+    info.lines()
+        .filter_map(|line| {
+            let (name, value) = line.trim().split_once(':')?;
+            matches!(name, "used_cpu_sys" | "used_cpu_user").then(|| value.parse::<f64>().ok())?
+        })
+        .sum()
+}
+
 #[derive(Default, Clone)]
 pub struct Counts(Vec<(String, u64)>);
 
@@ -143,6 +159,14 @@ mod tests {
         assert_eq!(l.percentile(99.0), Duration::from_micros(10));
         assert_eq!(l.percentile(0.0), Duration::from_micros(1));
         assert_eq!(Latencies::default().percentile(50.0), Duration::ZERO);
+    }
+
+    #[test]
+    fn server_cpu_adds_user_and_system_time_of_the_main_process() {
+        let info = "# CPU\r\nused_cpu_sys:1.250000\r\nused_cpu_user:0.500000\r\n\
+                    used_cpu_sys_children:9.000000\r\nused_cpu_user_children:9.000000\r\n";
+        assert!((cpu_seconds(info) - 1.75).abs() < 1e-9);
+        assert_eq!(cpu_seconds("# CPU\r\n"), 0.0);
     }
 
     #[test]

@@ -244,6 +244,7 @@ pub async fn keep_alive(
         cpu,
         before,
         after,
+        ..
     } = window.close().await?;
     let lost = held.iter().filter(|l| l.is_lost()).count();
     let renewals: u64 = held.iter().map(Lease::renewals).sum();
@@ -315,6 +316,7 @@ pub(crate) struct Window {
     admin: MultiplexedConnection,
     before: stats::Counts,
     cpu_before: Duration,
+    server_cpu_before: Duration,
     pub(crate) started: Instant,
 }
 
@@ -323,18 +325,41 @@ pub(crate) struct Window {
 pub(crate) struct Spent {
     elapsed: Duration,
     cpu: Duration,
+    server_cpu: Duration,
     before: stats::Counts,
     after: stats::Counts,
+}
+
+impl Spent {
+    /// Script calls (`EVALSHA`, `EVAL`) the server ran.
+    pub(crate) fn script_calls(&self) -> u64 {
+        ["evalsha", "eval", "evalsha_ro", "eval_ro"]
+            .iter()
+            .map(|command| self.after.of_since(command, &self.before))
+            .sum()
+    }
+
+    /// CPU time the server used.
+    pub(crate) fn server_cpu(&self) -> Duration {
+        self.server_cpu
+    }
+
+    /// Each command's calls per op (see [`stats::Counts::per_op_since`]).
+    pub(crate) fn per_op(&self, ops: u64) -> String {
+        self.after.per_op_since(&self.before, ops)
+    }
 }
 
 impl Window {
     pub(crate) async fn open(stats_url: &str) -> Result<Window, String> {
         let mut admin = connect(stats_url).await?;
         let before = counts(&mut admin).await?;
+        let server_cpu_before = server_cpu(&mut admin).await?;
         Ok(Window {
             admin,
             before,
             cpu_before: stats::cpu_time(),
+            server_cpu_before,
             started: Instant::now(),
         })
     }
@@ -343,13 +368,19 @@ impl Window {
         let elapsed = self.started.elapsed();
         let cpu = stats::cpu_time().saturating_sub(self.cpu_before);
         let after = counts(&mut self.admin).await?;
+        let server_cpu = server_cpu(&mut self.admin).await?;
         Ok(Spent {
             elapsed,
             cpu,
+            server_cpu: server_cpu.saturating_sub(self.server_cpu_before),
             before: self.before,
             after,
         })
     }
+}
+
+async fn server_cpu(admin: &mut MultiplexedConnection) -> Result<Duration, String> {
+    stats::server_cpu(admin).await.map_err(|e| e.to_string())
 }
 
 async fn counts(admin: &mut MultiplexedConnection) -> Result<stats::Counts, String> {
