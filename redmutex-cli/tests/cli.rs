@@ -144,6 +144,65 @@ fn a_waiting_exec_is_woken_by_the_release() {
     assert!(!exists(&server, "busy"));
 }
 
+/// Lockers (processes) in the line of `key`, as the server counts them: each is a ticket
+/// and a heartbeat in `{key}:line`.
+fn in_lock_line(server: &RedisServer, key: &str) -> usize {
+    let reply = server.command(&["ZCARD", &format!("{{{key}}}:line")]);
+    let members: usize = reply.trim().trim_start_matches(':').parse().unwrap();
+    members / 2
+}
+
+/// Waits until `n` processes stand in the line of `key`.
+fn until_in_line(server: &RedisServer, key: &str, n: usize) {
+    let until = Instant::now() + Duration::from_secs(5);
+    while in_lock_line(server, key) != n {
+        assert!(
+            Instant::now() < until,
+            "{} in line, expected {n}",
+            in_lock_line(server, key)
+        );
+        thread::sleep(ms(10));
+    }
+}
+
+/// A waiting process killed while it stands first in the key's line cannot take itself
+/// out: the release hands the key to it all the same. The hand-off falls through within
+/// the line's heartbeat — the next process in line has the key a moment later (its own
+/// try, at least once per third of a heartbeat), not at the holder's TTL of a minute.
+#[test]
+fn a_hand_off_to_a_killed_waiting_process_falls_through_within_its_heartbeat() {
+    let server = RedisServer::spawn();
+    let out = run(redmutex(&server).args(["acquire", "--ttl", "1m", "hot"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let token = stdout(&out).trim().to_owned();
+    let waiter = |server: &RedisServer| {
+        redmutex(server)
+            .args(["exec", "--wait", "60s", "hot", "--", "true"])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut killed = waiter(&server);
+    until_in_line(&server, "hot", 1);
+    let mut next = waiter(&server);
+    until_in_line(&server, "hot", 2);
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    let released = Instant::now();
+    let out = run(redmutex(&server).args(["release", "--token", &token, "hot"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(wait_child(&mut next, Duration::from_secs(10)).success());
+    let heartbeat = redmutex::DEFAULT_HEARTBEAT;
+    assert!(
+        released.elapsed() < heartbeat,
+        "the next in line ran {:?} after the release",
+        released.elapsed()
+    );
+    // The dead process's place went with the hand-off; nothing is left behind.
+    assert!(!exists(&server, "hot"));
+    assert_eq!(in_lock_line(&server, "hot"), 0);
+}
+
 #[test]
 fn two_execs_on_one_key_are_serialized() {
     let server = RedisServer::spawn();

@@ -17,7 +17,8 @@ const COMMANDS: &str = "+evalsha +eval +script|load +set +get +del +pexpire +pex
 /// the lock keys (`~PREFIX*`), the keys beside them — fence counters (`~{PREFIX*}:fence`,
 /// and `~{*}:fence:PREFIX*` for keys with a hash tag or a `}`), and the same for a
 /// semaphore's details (`:permits`), a fair lock's queue (`:queue`, `:beats`) and a
-/// read-write lock's readers and waiting writers (`:readers`, `:intents`) — and the
+/// read-write lock's readers and waiting writers (`:readers`, `:intents`), a lock's line of
+/// waiting lockers (`:line`) — and the
 /// wake-up channels (`&PREFIX*`); nothing else. Glob characters in
 /// the prefix are escaped. Append it to `ACL SETUSER NAME on >PASSWORD` (or an ACL file's
 /// `user NAME on >PASSWORD` line).
@@ -31,7 +32,8 @@ const COMMANDS: &str = "+evalsha +eval +script|load +set +get +del +pexpire +pex
 ///     "resetkeys ~app:* ~{app:*}:fence ~{*}:fence:app:* ~{app:*}:permits \
 ///      ~{*}:permits:app:* ~{app:*}:queue ~{*}:queue:app:* ~{app:*}:beats \
 ///      ~{*}:beats:app:* ~{app:*}:readers ~{*}:readers:app:* ~{app:*}:intents \
-///      ~{*}:intents:app:* resetchannels &app:* -@all +evalsha +eval +script|load +set \
+///      ~{*}:intents:app:* ~{app:*}:line ~{*}:line:app:* resetchannels &app:* -@all \
+///      +evalsha +eval +script|load +set \
 ///      +get +del +pexpire +pexpireat +pttl +type +setrange +time +publish +subscribe \
 ///      +unsubscribe +ping +zadd +zrem +zscore +zrank +zcard +zcount +zrange +zrevrange \
 ///      +zrangebyscore +zremrangebyscore +hget +hset +hdel +hexists +hincrby +exists +wait"

@@ -78,7 +78,16 @@ pub(crate) fn ttl_millis(ttl: Duration) -> Result<u64, Error> {
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Keys(Box<[Box<[u8]>]>);
+pub struct Keys(Box<[Box<[u8]>]>, Lines);
+
+/// Whether a lock's waiting lockers line up beside its keys (see `mutex.lua`): not on a
+/// cluster, where a release declaring a line that does not exist yet would be refused
+/// during a slot migration (`TRYAGAIN`); waiters there hear of releases on the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lines {
+    Kept,
+    None,
+}
 
 impl Keys {
     pub(crate) fn new<K: AsRef<[u8]>>(
@@ -109,7 +118,17 @@ impl Keys {
                 "a lock needs at least one key",
             ));
         }
-        Ok(Keys(out.into_boxed_slice()))
+        Ok(Keys(out.into_boxed_slice(), Lines::Kept))
+    }
+
+    /// The same keys, whose waiters do not line up (see [`Lines`]).
+    pub(crate) fn without_lines(self) -> Keys {
+        Keys(self.0, Lines::None)
+    }
+
+    /// Whether waiting lockers line up beside these keys.
+    pub(crate) fn lined(&self) -> bool {
+        self.1 == Lines::Kept
     }
 
     pub(crate) fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> {

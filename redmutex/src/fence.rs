@@ -19,8 +19,9 @@
 //! A tag never contains `}`, so these names cannot collide with each other. Lock keys
 //! (prefix included) of the forms `{…}:fence` and `{…}:fence:…` are refused
 //! ([`reserved_as`]), so no lock key can ever be a counter; the same goes for the other
-//! companions: a semaphore's details (`:permits`) and a fair lock's queue (`:queue`) and
-//! heartbeats (`:beats`).
+//! companions: a semaphore's details (`:permits`), a fair lock's queue (`:queue`) and
+//! heartbeats (`:beats`), a read-write lock's readers and writers' intents, and a lock's
+//! line of waiting lockers (`:line`).
 //!
 //! Counters expire [`DEFAULT_RETENTION`] (configurable) after their last use, so that keys
 //! locked once do not leave a key behind forever. A missing counter counts on from the
@@ -79,17 +80,20 @@ pub(crate) enum Companion {
     Readers,
     /// A read-write lock's waiting writers' intents.
     Intents,
+    /// The lockers waiting for a mutex key, in line (see `helpers.lua`).
+    Line,
 }
 
 impl Companion {
     /// Every kind, for the reserved-name check.
-    pub(crate) const ALL: [Companion; 6] = [
+    pub(crate) const ALL: [Companion; 7] = [
         Companion::Fence,
         Companion::Permits,
         Companion::Queue,
         Companion::Beats,
         Companion::Readers,
         Companion::Intents,
+        Companion::Line,
     ];
 
     /// The part of the name after the tag's `}`.
@@ -101,6 +105,7 @@ impl Companion {
             Companion::Beats => b":beats",
             Companion::Readers => b":readers",
             Companion::Intents => b":intents",
+            Companion::Line => b":line",
         }
     }
 
@@ -113,6 +118,7 @@ impl Companion {
             Companion::Beats => "fair locks' waiters' heartbeats",
             Companion::Readers => "read-write locks' readers",
             Companion::Intents => "read-write locks' waiting writers",
+            Companion::Line => "locks' lines of waiting lockers",
         }
     }
 }

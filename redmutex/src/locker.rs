@@ -333,6 +333,7 @@ impl<C: Connection> Locker<C> {
         let keys = Keys::new(&self.prefix, keys)?;
         if self.is_cluster() {
             args::check_one_slot(&keys)?;
+            return Ok(keys.without_lines());
         }
         Ok(keys)
     }

@@ -60,6 +60,11 @@ pub(crate) use operations;
 /// The rules every primitive's script shares (owner check, fence counters).
 const HELPERS: &str = include_str!("scripts/helpers.lua");
 
+/// A locker's heartbeat in a key's line (see [`Claim::lined`]; `LINE_BEAT_MS` in
+/// `helpers.lua`): its waiters try at least every third of it, and a locker that crashed
+/// or froze is passed over once it ends.
+pub(crate) const LINE_HEARTBEAT: Duration = Duration::from_secs(3);
+
 /// The line that starts an operation's section in a primitive's Lua file.
 const SECTION: &str = "\n--- op: ";
 
@@ -229,6 +234,14 @@ pub(crate) trait Claim: Send + Sync + 'static {
     /// read-write lock's readers: one announcement lets all of them in).
     fn channel(&self) -> Option<Vec<u8>> {
         None
+    }
+
+    /// Its waiters' lockers line up beside each key (a lock, see `mutex.lua`): where one
+    /// node decides, a waiting try given the locker's id ([`ObtainTry::locker`]) joins
+    /// the line, and a release hands the key to the first locker in it, telling it alone
+    /// on its turn channel ([`crate::token::turn_channel`]).
+    fn lined(&self) -> bool {
+        false
     }
 
     /// Hands `add` the keys of a release, in order: the claim's own keys, and whatever
@@ -441,14 +454,13 @@ pub(crate) struct ObtainTry<'a> {
     /// The caller may wait: a claim whose waiters queue in Redis ([`Claim::queue`])
     /// queues it (or renews its place) when it is not its turn.
     pub(crate) queue: bool,
-    /// The locker's id, when a waiting try names it in line on what it finds held (and may
-    /// take what a release handed to it, see `mutex.lua`): only when the release's
-    /// announcement would reach it, and not on a quorum.
+    /// The locker's id, when a waiting try puts it in the line of what it finds held (and
+    /// may take what a release handed to it, see `mutex.lua`): only when the hand-off's
+    /// message would reach it, and not on a quorum.
     pub(crate) locker: Option<&'a Token>,
-    /// How long the acquire has waited so far, in milliseconds.
-    pub(crate) waited_ms: u64,
-    /// How long it waits at most from now (its deadline), in milliseconds.
-    pub(crate) left_ms: u64,
+    /// With `locker`: more of the locker's waiters wait for the claim, so a try that takes
+    /// it keeps the locker in line (at its end).
+    pub(crate) siblings: bool,
 }
 
 /// How the waiters of a claim queue in Redis (a fair lock): a try that is not the
@@ -649,5 +661,11 @@ mod tests {
     #[should_panic(expected = "no Lua section `three`")]
     fn a_missing_section_is_a_mistake_found_at_once() {
         Operation::new(FILE, "three");
+    }
+
+    #[test]
+    fn the_line_heartbeat_is_the_scripts_own() {
+        let line = format!("local LINE_BEAT_MS = {}\n", LINE_HEARTBEAT.as_millis());
+        assert!(HELPERS.contains(&line), "helpers.lua must say {line:?}");
     }
 }

@@ -205,13 +205,14 @@ mod pool {
 
 /// The flag byte of a value whose release nobody waits for.
 const NOT_AWAITED: u8 = b'-';
-/// The flag byte of a value whose release someone waits for.
+/// The flag byte of a value whose release someone waits for, not in a line (its release
+/// announces itself on the key's channel).
 const AWAITED: u8 = b'w';
-/// The flag byte of a value whose release someone waits for, that names the locker next
-/// in line: its id and two moments in 15 digits each follow the flag (see `mutex.lua`).
-const NEXT_NAMED: u8 = b'W';
-/// The bytes between a [`NEXT_NAMED`] flag and the metadata.
-const NEXT_LEN: usize = TOKEN_LEN + 30;
+/// The flag byte of a value whose release lockers wait for in the key's line (its release
+/// hands the key to the first, see `mutex.lua`).
+const LINED: u8 = b'l';
+/// The flag byte of a value awaited both ways ([`AWAITED`] and [`LINED`]).
+const LINED_AWAITED: u8 = b'L';
 /// The flag byte of a value its owner released into a minimum hold: held until it expires,
 /// and no longer the owner's (see `mutex.lua`).
 const KEPT: u8 = b'k';
@@ -229,9 +230,22 @@ pub(crate) fn lock_value(token: &Token, metadata: Option<&str>) -> Vec<u8> {
     value
 }
 
-/// Marks a value from [`lock_value`] as awaited (what a waiting acquire stores).
-pub(crate) fn mark_awaited(value: &mut [u8]) {
-    value[TOKEN_LEN] = AWAITED;
+/// Marks a value from [`lock_value`] as awaited (what a waiting acquire stores, unless its
+/// locker waits in the key's line), or not.
+pub(crate) fn set_awaited(value: &mut [u8], awaited: bool) {
+    value[TOKEN_LEN] = if awaited { AWAITED } else { NOT_AWAITED };
+}
+
+/// The channel on which `id` — a fair lock waiter's token, or a locker's id — hears that
+/// `key` is its turn: the key, `:~`, and the first 16 hex digits of the id's SHA-1 (as
+/// `helpers.lua`'s `turn` names it). Public, and of no use for taking anyone's lock.
+pub(crate) fn turn_channel(key: &[u8], id: &Token) -> Vec<u8> {
+    let digest = sha1_smol::Sha1::from(id.as_bytes()).digest().to_string();
+    let mut channel = Vec::with_capacity(key.len() + 18);
+    channel.extend_from_slice(key);
+    channel.extend_from_slice(b":~");
+    channel.extend_from_slice(&digest.as_bytes()[..16]);
+    channel
 }
 
 /// What a stored value says, read by someone who does not own it.
@@ -251,19 +265,16 @@ pub(crate) enum StoredValue {
 pub(crate) fn parse_value(value: &[u8]) -> StoredValue {
     let flag = value.get(TOKEN_LEN).copied();
     match (Token::from_prefix(value), flag) {
-        (Some(token), Some(flag @ (NOT_AWAITED | AWAITED | NEXT_NAMED | KEPT | HANDED))) => {
-            // A value naming the locker next in line has that between flag and metadata.
-            let skip = match flag {
-                NEXT_NAMED => NEXT_LEN,
-                // A handed key: the locker's id, and perhaps the one named next; no
-                // metadata of anyone's.
-                HANDED => value.len(),
-                _ => 0,
-            };
+        (
+            Some(token),
+            Some(flag @ (NOT_AWAITED | AWAITED | LINED | LINED_AWAITED | KEPT | HANDED)),
+        ) => {
+            // A handed key holds the locker's id: no metadata of anyone's.
+            let skip = if flag == HANDED { value.len() } else { 0 };
             let rest = value.get(TOKEN_LEN + 1 + skip..).unwrap_or_default();
             StoredValue::Redmutex {
                 token,
-                awaited: flag == AWAITED || flag == NEXT_NAMED,
+                awaited: matches!(flag, AWAITED | LINED | LINED_AWAITED),
                 metadata: (!rest.is_empty()).then(|| String::from_utf8_lossy(rest).into_owned()),
             }
         }
@@ -309,35 +320,40 @@ mod tests {
     }
 
     #[test]
-    fn values_are_read_past_the_locker_named_next_in_line() {
+    fn values_are_read_whatever_waits_for_them() {
         let token = Token::generate().unwrap();
-        let next = format!(
-            "{}001700000000123001700000060123",
-            Token::generate().unwrap().as_str()
-        );
-        assert_eq!(next.len(), NEXT_LEN);
-        let read = |flag: &str, middle: &str| {
-            parse_value(format!("{}{flag}{middle}host=a", token.as_str()).as_bytes())
-        };
+        let read = |flag: &str| parse_value(format!("{}{flag}host=a", token.as_str()).as_bytes());
         let expected = |awaited| StoredValue::Redmutex {
             token,
             awaited,
             metadata: Some("host=a".into()),
         };
-        assert_eq!(read("W", &next), expected(true));
-        assert_eq!(read("w", ""), expected(true));
-        assert_eq!(read("-", ""), expected(false));
-        assert_eq!(read("k", ""), expected(false));
-        // A 'W' value cut short has no metadata, and is still read as held.
-        let short = format!("{}W{}", token.as_str(), &next[..10]);
+        for (flag, awaited) in [
+            ("-", false),
+            ("w", true),
+            ("l", true),
+            ("L", true),
+            ("k", false),
+        ] {
+            assert_eq!(read(flag), expected(awaited), "{flag}");
+        }
+        // A key handed to a locker holds its id only: no metadata.
         assert!(matches!(
-            parse_value(short.as_bytes()),
-            StoredValue::Redmutex {
-                metadata: None,
-                awaited: true,
-                ..
-            }
+            read("r"),
+            StoredValue::Redmutex { metadata: None, .. }
         ));
+        assert_eq!(read("W"), StoredValue::Foreign);
+    }
+
+    #[test]
+    fn turn_channels_name_the_key_and_a_digest_of_the_id() {
+        let id: Token = "AAAAAAAAAAAAAAAAAAAAAA".parse().unwrap();
+        let digest = sha1_smol::Sha1::from(id.as_bytes()).digest().to_string();
+        let channel = turn_channel(b"app:job", &id);
+        assert_eq!(channel, format!("app:job:~{}", &digest[..16]).into_bytes());
+        assert!(!String::from_utf8_lossy(&channel).contains(id.as_str()));
+        let other = Token::generate().unwrap();
+        assert_ne!(turn_channel(b"app:job", &other), channel);
     }
 
     #[test]
@@ -432,7 +448,7 @@ mod tests {
                 metadata: Some("host=web-3 pid=4121 ✓".into())
             }
         );
-        mark_awaited(&mut value);
+        set_awaited(&mut value, true);
         assert_eq!(
             parse_value(&value),
             StoredValue::Redmutex {
@@ -489,7 +505,8 @@ mod tests {
             prop_oneof![
                 Just(b'-'),
                 Just(b'w'),
-                Just(b'W'),
+                Just(b'l'),
+                Just(b'L'),
                 Just(b'k'),
                 Just(b'r'),
                 any::<u8>()
@@ -533,9 +550,7 @@ mod tests {
             ) {
                 let token = Token(encode_base64url(&bytes));
                 let mut value = lock_value(&token, metadata.as_deref());
-                if awaited {
-                    mark_awaited(&mut value);
-                }
+                set_awaited(&mut value, awaited);
                 // Empty metadata is no metadata.
                 let metadata = metadata.filter(|m| !m.is_empty());
                 prop_assert_eq!(
@@ -559,18 +574,14 @@ mod tests {
                 for value in [&value[..], &value[..cut.min(value.len())], &tail[..]] {
                     let ours = value.len() > TOKEN_LEN
                         && value[..TOKEN_LEN].iter().all(|b| ALPHABET.contains(b))
-                        && matches!(value[TOKEN_LEN], b'-' | b'w' | b'W' | b'k' | b'r');
+                        && matches!(value[TOKEN_LEN], b'-' | b'w' | b'l' | b'L' | b'k' | b'r');
                     match parse_value(value) {
                         StoredValue::Redmutex { token, awaited, metadata } => {
                             prop_assert!(ours);
                             prop_assert_eq!(token.as_bytes(), &value[..TOKEN_LEN]);
                             let flag = value[TOKEN_LEN];
-                            prop_assert_eq!(awaited, flag == b'w' || flag == b'W');
-                            let skip = match flag {
-                                b'W' => NEXT_LEN,
-                                b'r' => value.len(),
-                                _ => 0,
-                            };
+                            prop_assert_eq!(awaited, matches!(flag, b'w' | b'l' | b'L'));
+                            let skip = if flag == b'r' { value.len() } else { 0 };
                             let rest = value.get(TOKEN_LEN + 1 + skip..).unwrap_or_default();
                             prop_assert_eq!(
                                 metadata,

@@ -24,9 +24,9 @@ use crate::engine::guard::{Grant, Lock};
 use crate::engine::meter::Outcome;
 use crate::engine::schedule::{Retry, Schedule};
 use crate::engine::tally::{FailedTry, Observer, Reason, Tally};
-use crate::engine::waiting::Waiting;
+use crate::engine::waiting::{wait_channel, Waiting};
 use crate::error::{Argument, Error};
-use crate::scripts::{Claim, ObtainTry, Queue};
+use crate::scripts::{Claim, ObtainTry, Queue, LINE_HEARTBEAT};
 use crate::token::{self, Token};
 
 /// A pending acquire: set options, then `.await` it.
@@ -304,6 +304,7 @@ impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
             claim: &claim,
             queue: claim.queue(&token),
             channel: claim.channel(),
+            lined: context.lined(&*claim),
             value: token::lock_value(&token, self.metadata.as_deref()),
             token,
             ttl_ms,
@@ -383,6 +384,9 @@ struct Tries<'r, 'a, C: Connection> {
     queue: Option<Queue>,
     /// The channel its waiters hear of releases on, when not the held key's.
     channel: Option<Vec<u8>>,
+    /// The claim's lockers line up beside its keys here (see `Claim::lined`): a lock, one
+    /// node deciding, and wake-up to hear of hand-offs.
+    lined: bool,
     token: Token,
     /// Token, awaited flag, metadata.
     value: Vec<u8>,
@@ -398,7 +402,7 @@ struct Tries<'r, 'a, C: Connection> {
     /// A try may have stored our token: the next try must accept it as ours, and giving up
     /// (or being dropped) must release it.
     armed: bool,
-    /// A try named the locker next in line: giving up (or being dropped) withdraws it,
+    /// A try put the locker in the key's line: giving up (or being dropped) withdraws it,
     /// unless another waiter of the locker waits for the key.
     named: bool,
     /// See [`Acquire::fail_fast`].
@@ -447,7 +451,12 @@ impl<C: Connection> Tries<'_, '_, C> {
             // joins them before its first try — unless waiters queue in Redis, where the
             // first try takes the newcomer's place in line.
             let queued = match first && self.queue.is_none() && self.schedule.may_wait() {
-                true => self.waiting.enter(keys),
+                true => {
+                    let channels: Vec<Vec<u8>> = (keys.iter())
+                        .map(|key| wait_channel(key, self.lined, &self.locker))
+                        .collect();
+                    self.waiting.enter(&channels, self.lined)
+                }
                 false => None,
             };
             let tried = match queued {
@@ -485,16 +494,21 @@ impl<C: Connection> Tries<'_, '_, C> {
             // A waiter in a queue hears of its turn on a channel of its own.
             let channel = match (&self.queue, &self.channel) {
                 (Some(Queue { channel, .. }), _) | (None, Some(channel)) => {
-                    held.map(|_| &channel[..])
+                    held.map(|_| channel.clone())
                 }
-                (None, None) => held.and_then(|index| keys.get(index)),
+                (None, None) => (held.and_then(|index| keys.get(index)))
+                    .map(|key| wait_channel(key, self.lined, &self.locker)),
             };
-            self.waiting.join(channel);
+            self.waiting.join(channel.as_deref());
             // A held key that expires before the next try is due is tried when it expires;
-            // a queued waiter tries at least once per heartbeat interval, which keeps its
-            // place.
+            // a waiter in a queue or a line tries at least once per heartbeat interval,
+            // which keeps its place.
             let wake = expires.map_or(wake, |expires| expires.min(wake));
             let wake = (self.queue.as_ref()).map_or(wake, |queue| wake.min(now + queue.every));
+            let wake = match self.named {
+                true => wake.min(now + LINE_HEARTBEAT / 3),
+                false => wake,
+            };
             recheck = self.waiting.pause(wake).await;
         }
     }
@@ -509,17 +523,17 @@ impl<C: Connection> Tries<'_, '_, C> {
         self.armed = true;
         let ttl = Duration::from_millis(self.ttl_ms);
         let try_until = self.schedule.try_until(sent_at, ttl);
-        // A waiter's value says "awaited": others probably wait too and must hear of its
-        // release.
         let waiting = self.waiting.is_member();
-        // (A fair waiter hears of its turn on a channel of its own: no plain waiter needs
-        // its release announced on the key's.)
-        if waiting && self.queue.is_none() {
-            token::mark_awaited(&mut self.value);
-        }
-        // A waiter names its locker in line only when the release would reach it, and
-        // where one node decides (a quorum's nodes could name different lockers).
-        let named = self.waiting.hears() && self.backend.quorum_settings().is_none();
+        // A waiter puts its locker in line only when the hand-off's message would reach
+        // it, and where one node decides (a quorum's nodes could hand to different
+        // lockers).
+        // (Once in line, it stays there, and leaves it with the try that takes the key or
+        // by withdrawing, even while its subscription is down.)
+        let named = self.lined && (self.waiting.hears() || self.named);
+        // A waiter not in a line says "awaited" in its value: others probably wait too,
+        // and must hear of its release on the key's channel. (A fair waiter hears of its
+        // turn on a channel of its own; lockers in line, of the hand-off on theirs.)
+        token::set_awaited(&mut self.value, waiting && !named && self.queue.is_none());
         let queue = self.queue.is_some() && self.schedule.may_wait();
         let request = ObtainTry {
             value: &self.value,
@@ -531,8 +545,7 @@ impl<C: Connection> Tries<'_, '_, C> {
             waiting,
             queue,
             locker: named.then_some(&self.locker),
-            waited_ms: millis(sent_at - self.schedule.started),
-            left_ms: millis(self.schedule.left(sent_at)),
+            siblings: self.waiting.others_wait(),
         };
         let claim = &**self.claim;
         let attempt = (self.backend)
@@ -542,9 +555,9 @@ impl<C: Connection> Tries<'_, '_, C> {
         let in_queue = self.queue.is_some() && (queue || retrying_own);
         let obtained = matches!(attempt.result, TryResult::Obtained { .. });
         self.armed = attempt.may_hold || (in_queue && !obtained);
-        // (Only a lock's tries name lockers in line; one obtained takes what was handed.)
-        let in_line = named && self.queue.is_none() && claim.exclusive();
-        self.named = (self.named || in_line) && !obtained;
+        // One obtained took what was handed, and left the line (or stays in it for the
+        // locker's other waiters, who keep the place).
+        self.named = (self.named || named) && !obtained;
         self.waiting.tried(&attempt);
         self.tally.ahead = attempt.ahead;
         // One millisecond more: the key is certainly gone by then.
@@ -645,7 +658,7 @@ fn with_argument(error: Error, name: &str) -> Error {
 }
 
 /// `duration` in whole milliseconds, at most 10^13 (300 years: no wait lasts longer, and
-/// it stays exact as a Lua number, and 15 digits with the server's clock added).
+/// it stays exact as a Lua number).
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).map_or(LONGEST_MS, |ms| ms.min(LONGEST_MS))
 }

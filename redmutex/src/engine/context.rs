@@ -9,9 +9,11 @@ use crate::check::EvictionWatch;
 use crate::connection::Connection;
 use crate::engine::meter::Meter;
 use crate::engine::renewer::RenewerSlot;
+use crate::engine::waiting::wait_channel;
 use crate::engine::wakeup::Hub;
 use crate::error::Error;
 use crate::fence::Fences;
+use crate::scripts::Claim;
 use crate::token::Token;
 
 /// A locker's shared state (see the module docs).
@@ -55,6 +57,25 @@ impl<C: Connection> Context<C> {
         }
         let drawn = Token::generate()?;
         Ok(*self.id.get_or_init(|| drawn))
+    }
+
+    /// Whether this locker's waiters for `claim` line up beside its keys (see
+    /// `Claim::lined`): a claim that has lines, one node deciding, and wake-up to hear of
+    /// the hand-offs.
+    pub(crate) fn lined(&self, claim: &dyn Claim) -> bool {
+        claim.lined() && self.hub.is_some() && self.backend.quorum_settings().is_none()
+    }
+
+    /// The channels this locker's waiters for `claim`'s keys hear of their release on, in
+    /// order (see `wait_channel`).
+    pub(crate) fn wait_channels(&self, claim: &dyn Claim) -> Vec<Vec<u8>> {
+        let lined = self.lined(claim);
+        let keys = claim.keys().iter();
+        match self.id.get() {
+            Some(id) => keys.map(|key| wait_channel(key, lined, id)).collect(),
+            // No waiter of this locker ever lined up.
+            None => keys.map(<[u8]>::to_vec).collect(),
+        }
     }
 }
 

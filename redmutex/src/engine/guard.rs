@@ -410,8 +410,8 @@ impl<C: Connection, P> Lock<C, P> {
         // This locker's waiters learned how long the key lasts from their last try: one
         // that now ends sooner (a shorter TTL, or lost) must not keep them waiting longer.
         if let (Some(hub), true) = (&self.context.hub, self.valid_until < current) {
-            for key in self.claim.keys().iter() {
-                hub.held_until(key, self.valid_until);
+            for channel in self.context.wait_channels(&*self.claim) {
+                hub.held_until(&channel, self.valid_until);
             }
         }
         outcome

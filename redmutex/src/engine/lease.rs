@@ -259,10 +259,10 @@ impl<C: Connection, P> Lease<C, P> {
     /// What tells this locker's waiters that the lease was lost, when it has wake-up.
     fn waiters_told(lock: &Lock<C, P>) -> Option<Box<dyn Fn() + Send + Sync>> {
         let hub = lock.context().hub.clone()?;
-        let keys: Vec<Vec<u8>> = lock.claim().keys().iter().map(<[u8]>::to_vec).collect();
+        let channels = lock.context().wait_channels(&**lock.claim());
         Some(Box::new(move || {
-            for key in &keys {
-                hub.held_until(key, Instant::now());
+            for channel in &channels {
+                hub.held_until(channel, Instant::now());
             }
         }))
     }

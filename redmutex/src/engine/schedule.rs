@@ -33,13 +33,6 @@ impl<'a> Schedule<'a> {
         self.retry.peek().is_some()
     }
 
-    /// How long the acquire may still try, from `now`: until its deadline (`Duration::MAX`
-    /// when it has none).
-    pub(crate) fn left(&self, now: Instant) -> Duration {
-        self.deadline
-            .map_or(Duration::MAX, |d| d.saturating_duration_since(now))
-    }
-
     /// How long a try sent at `sent_at` may wait for its reply: a reply after the TTL is
     /// worthless (the claim would be gone by the time we knew), and none past the deadline.
     pub(crate) fn try_until(&self, sent_at: Instant, ttl: Duration) -> Option<Instant> {

@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::args::Keys;
 use crate::backend::common::{Attempt, TryResult};
 use crate::engine::inspect::LockInfo;
 use crate::engine::schedule::pause_until;
 use crate::engine::wakeup::{Entry, Hub, Member, Outcome, Wake};
 use crate::error::Error;
 use crate::retry::{self, Jitter, RetryExt};
+use crate::token::{self, Token};
 
 /// The waiting side of one acquire; without wake-up, it only pauses.
 pub(crate) struct Waiting {
@@ -55,16 +55,29 @@ impl Waiting {
         self.member.as_ref().is_some_and(Member::alone)
     }
 
+    /// Whether other waiters of this locker wait for the key this acquire waits for (its
+    /// locker's place in line is theirs too).
+    pub(crate) fn others_wait(&self) -> bool {
+        self.member.as_ref().is_some_and(|member| !member.alone())
+    }
+
     /// Before the first try of an acquire that may wait: on a key this locker's waiters
     /// are subscribed to, it joins them. It queues behind them without a try (the holder is
     /// marked; its release will wake them in turn) — the index of that key is returned,
     /// with when it expires at the latest, if known — or, when nobody waits right now,
     /// makes its first try as a waiter. (Only for exclusive claims: where several may
     /// hold at once, there may be room for a newcomer while others wait.)
-    pub(crate) fn enter(&mut self, keys: &Keys) -> Option<(usize, Option<Instant>)> {
+    /// `channels` are those of the claim's keys, in order (see [`wait_channel`]); `lined`,
+    /// whether its locker lines up there (it then queues only behind its own waiters, not
+    /// behind a holder of its own, see [`Hub::enter`]).
+    pub(crate) fn enter(
+        &mut self,
+        channels: &[Vec<u8>],
+        lined: bool,
+    ) -> Option<(usize, Option<Instant>)> {
         let hub = (self.hub.as_ref()).filter(|_| self.member.is_none() && self.exclusive)?;
-        let (member, entry, index) = keys.iter().enumerate().find_map(|(index, key)| {
-            let (member, entry) = hub.enter(key)?;
+        let (member, entry, index) = channels.iter().enumerate().find_map(|(index, channel)| {
+            let (member, entry) = hub.enter(channel, !lined)?;
             Some((member, entry, index))
         })?;
         self.member = Some(member);
@@ -125,6 +138,17 @@ impl Waiting {
                 false
             }
         }
+    }
+}
+
+/// The channel a waiter for `key` of `claim` hears of its release on: where the claim's
+/// lockers line up (`lined`, see `Claim::lined`), the turn channel of `locker` for that
+/// key, which only a release handing the key to `locker` announces on; otherwise the
+/// key's own.
+pub(crate) fn wait_channel(key: &[u8], lined: bool, locker: &Token) -> Vec<u8> {
+    match lined {
+        true => token::turn_channel(key, locker),
+        false => key.to_vec(),
     }
 }
 

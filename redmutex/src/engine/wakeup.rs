@@ -2,37 +2,43 @@
 //! polling for it.
 //!
 //! How the pieces fit:
-//! - A waiter's tries mark the holder's value as awaited (its flag byte; `mutex.lua`'s `obtain`), and
-//!   the holder's release then publishes on the channel named like the key
-//!   (`release`). Releases nobody waits for publish nothing.
+//! - Where one node decides, a lock's waiting lockers line up beside its key (the key's
+//!   line, see `mutex.lua`): a waiter's try puts its locker in line and flags the holder's
+//!   value. The holder's release hands the key to the first locker in line and tells that
+//!   locker alone, on its own turn channel for the key (the key, `:~`, and 16 hex digits
+//!   of the locker id's SHA-1): one message and one try per hand-off, however many
+//!   processes wait. Elsewhere (Redlock, a cluster, and the other primitives), a waiter's
+//!   try marks the holder's value as awaited, and its release publishes on the channel
+//!   named like the key (`release`). Releases nobody waits for publish nothing.
 //! - A locker with wake-up has one [`Hub`]: one subscriber connection per node, opened on
-//!   first use, and one [`Channel`] per key its acquires wait for. The connection is
-//!   subscribed to exactly the keys that have waiters.
-//! - On a lock's key a wake-up goes to one waiter at a time — the *baton*, longest waiter
-//!   first — so a release costs one try per waiting process, not one per waiting task.
+//!   first use, and one [`Channel`] per channel its acquires wait on. The connection is
+//!   subscribed to exactly the channels that have waiters.
+//! - On an exclusive channel a wake-up goes to one waiter at a time — the *baton*, longest
+//!   waiter first — so a release costs one try per woken process, not one per waiting task.
 //!   Announcements that arrive while the baton is out are kept (`pending`) and handed on if
 //!   its holder finds the key held again; a holder that leaves without trying hands it on
 //!   at once. A semaphore's release says how many permits came back (the message), and that
 //!   many waiters not already trying get a turn each.
 //! - No release is missed: a waiter's first try only says the key was held. Once the
-//!   subscription is confirmed, one waiter tries again (a *re-check*) and marks the
-//!   holder; every later release of that holder is announced.
-//! - A key stays subscribed for [`LINGER`] after its last waiter left, since contention
-//!   comes in bursts. On a subscribed key, a newcomer joins before its first try: behind
-//!   other waiters (or behind a holder that was itself a waiter, whose value says
-//!   "awaited") it queues without a try; otherwise its first try is a waiter's try, which
-//!   marks the holder or stores an "awaited" value, so the next newcomers can queue. In a
-//!   steady contended state an acquisition then costs one try that succeeds plus the
-//!   release and its `PUBLISH`: no failed tries, no polling.
-//! - Between lockers (processes), no one starves: a waiter's try names its locker on the
-//!   holder's value as next in line when it has waited longest, and the release hands the
-//!   key to that locker for a moment (`mutex.lua`), so the releaser coming straight back —
-//!   first to try, always — cannot take it again. Each locker's woken waiter then tries
-//!   and names itself on the new holder: the lockers take turns by how long they waited.
+//!   subscription is confirmed, one waiter tries again (a *re-check*), which lines its
+//!   locker up or marks the holder; every later release of that holder is announced.
+//! - A channel stays subscribed for [`LINGER`] after its last waiter left, since contention
+//!   comes in bursts. On a subscribed channel, a newcomer joins before its first try: behind
+//!   other waiters of its locker (whose place in line is its too), or — where nobody lines
+//!   up — behind a holder that was itself a waiter, whose value says "awaited", it queues
+//!   without a try; otherwise its first try is a waiter's try. In a steady contended state
+//!   an acquisition then costs one try that succeeds plus the release and its message: no
+//!   failed tries, no polling.
+//! - Between lockers (processes), no one starves: the line serves them in the order they
+//!   joined it, and a locker whose waiters still wait after one of them took the key joins
+//!   its end again. The releaser coming straight back finds the key handed to another, and
+//!   lines up.
 //! - Polling per the retry strategy stays the fallback for what no message announces: a
-//!   holder that dies (its key expires), an owner that is not a redmutex waiter taking the
-//!   key in between, or a subscriber connection that dropped (it reconnects with backoff
-//!   and, once subscribed again, wakes one waiter to re-check).
+//!   holder that dies (its key expires), a hand-off its locker let pass (its process died
+//!   or froze: a locker in line tries at least every third of its heartbeat), an owner that
+//!   is not a redmutex waiter taking the key in between, or a subscriber connection that
+//!   dropped (it reconnects with backoff and, once subscribed again, wakes one waiter to
+//!   re-check).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -272,7 +278,12 @@ impl Hub {
     /// - [`Entry::Try`]: nobody waits now, but the key was contended a moment ago. Make the
     ///   first try as a waiter (mark the holder, or store an "awaited" value), so that
     ///   newcomers can queue behind this one instead of all trying at once.
-    pub(crate) fn enter(&self, key: &[u8]) -> Option<(Member, Entry)> {
+    ///
+    /// `behind_holder`: a newcomer may queue behind a holder of this locker that was itself
+    /// a waiter (its value says "awaited"). Not where lockers line up: a holder's release
+    /// hands the key on only to lockers in line, and this locker, its holder's try having
+    /// taken it out, is in line only while others of its waiters wait.
+    pub(crate) fn enter(&self, key: &[u8], behind_holder: bool) -> Option<(Member, Entry)> {
         let channels = lock(&self.channels);
         let channel = channels.get(key)?;
         let mut state = lock(&channel.state);
@@ -280,7 +291,7 @@ impl Hub {
             return None;
         }
         let now = Instant::now();
-        let held_by_waiter = state.held_by_waiter.filter(|until| *until > now);
+        let held_by_waiter = (state.held_by_waiter).filter(|until| behind_holder && *until > now);
         let entry = match (state.members, held_by_waiter) {
             (0, None) => Entry::Try,
             (_, expires) => Entry::Queue { expires },

@@ -15,13 +15,8 @@ local value = redis.pcall('get', key)
 if not owned(value, token) then
   return 0
 end
--- The flag stays as it is (an awaited leader's release must still announce itself); a
--- waiter named next in line is kept too.
-local flag = string.sub(value, #token + 1, #token + 1)
-local kept = string.sub(value, 1, #token + 1)
-if flag == 'W' then
-  kept = string.sub(value, 1, #token + 1 + NEXT_LEN)
-end
-redis.call('set', key, kept .. ARGV[2], 'keepttl')
+-- The flag stays as it is: an awaited leader's release must still announce itself, or
+-- hand the key on to the lockers in line.
+redis.call('set', key, string.sub(value, 1, #token + 1) .. ARGV[2], 'keepttl')
 redis.pcall('publish', key .. ':~e', ARGV[3])
 return 1

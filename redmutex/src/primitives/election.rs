@@ -859,8 +859,8 @@ impl Claim for ElectionKey {
         self.keys.operations()
     }
 
-    /// The mutex's try; a candidate never names its locker next in line (a key handed to
-    /// a locker for a moment would read as a leader without a value).
+    /// The mutex's try; a candidate never lines its locker up (a key handed to a locker
+    /// for a moment would read as a leader without a value).
     fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {
         let request = ObtainTry {
             locker: None,

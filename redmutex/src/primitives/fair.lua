@@ -143,15 +143,16 @@ return { 0, fence }
 --- op: release
 -- 'release': free the key this owner holds, and leave the queue: the way out of a holder,
 -- and of a waiter that gave up or was cancelled.
--- KEYS:    the lock key, the queue, the beats.
+-- KEYS:    the lock key, the queue, the beats, the key's line (see helpers.lua).
 -- ARGV[1]: the owner's token.
 -- ARGV[2]: (optional) keep: instead of deleting it, let the key expire in this many
 --          milliseconds (a minimum hold time that has not passed yet).
 -- Returns: 0 when it held the key (now free, or kept); 1 when it did not — the number of
 --          parts no longer held, as every primitive's release answers.
--- A freed key is the first waiter's turn: it is told on its channel. A key a plain waiter
--- marked as awaited (flag 'w' or 'W') is also announced on the key's own channel, as
--- mutex.lua's release does.
+-- A freed key is the first waiter's turn: it is told on its channel. A key plain waiters
+-- flagged is also announced to them, as mutex.lua's release does: on the key's own
+-- channel when watched ('w', 'L'); to the first locker in its line (KEYS[4]) when lockers
+-- wait in line ('l', 'L').
 local key, queue, beats = KEYS[1], KEYS[2], KEYS[3]
 local token = ARGV[1]
 local keep = tonumber(ARGV[2] or '0')
@@ -174,8 +175,11 @@ if owned(value, token) then
     redis.call('del', key)
     freed = true
   end
-  if flag == 'w' or flag == 'W' then
+  if watched(flag) then
     redis.pcall('publish', key, 'released')
+  end
+  if lined(flag) then
+    tell_line(key, KEYS[4])
   end
 end
 if queued then

@@ -20,7 +20,7 @@ use crate::error::{Argument, Error, InvalidArgument};
 use crate::fence::{companion_key, counter_key, Companion};
 use crate::primitives::mutex;
 use crate::scripts::{operations, Call, Claim, Conn, Node, Obtain, ObtainTry, Operations, Queue};
-use crate::token::{Token, TOKEN_LEN};
+use crate::token::{turn_channel, Token, TOKEN_LEN};
 
 operations!(
     "primitives/fair.lua";
@@ -231,9 +231,7 @@ impl<C: Connection> FairLock<C> {
     pub async fn inspect(&self) -> Result<FairLockInfo, Error> {
         let key = FairKey::new(self.key.clone(), self.heartbeat);
         let mut call = INSPECT.script().prepare_invoke();
-        key.release_keys(&mut |name| {
-            call.key(name);
-        });
+        call.key(key.key()).key(&key.queue).key(&key.beats);
         call.key(&key.counter);
         let view = FairView { key: self.key() };
         self.context.backend.inspect(&view, &call).await
@@ -319,11 +317,13 @@ impl Claim for FairKey {
         }
     }
 
-    /// The key, the queue and the heartbeats: a waiter leaves the queue by its release.
+    /// The key, the queue and the heartbeats (a waiter leaves the queue by its release),
+    /// and the key's line, whose first locker hears of the release.
     fn release_keys(&self, add: &mut dyn FnMut(&[u8])) {
         add(self.key());
         add(&self.queue);
         add(&self.beats);
+        add(&companion_key(self.key(), Companion::Line));
     }
 
     fn operations(&self) -> &'static Operations {
@@ -339,9 +339,7 @@ impl Claim for FairKey {
 
     fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {
         let mut call = OBTAIN.script().prepare_invoke();
-        self.release_keys(&mut |key| {
-            call.key(key);
-        });
+        call.key(self.key()).key(&self.queue).key(&self.beats);
         if request.fenced {
             call.key(&self.counter);
         }
@@ -389,18 +387,6 @@ impl FairKey {
             status => Obtain::from_reply((status as usize, detail), fenced),
         }
     }
-}
-
-/// The channel on which the waiter holding `token` hears that it is its turn: the key,
-/// `:~`, and the first 16 hex digits of the token's SHA-1 (as `fair.lua`'s `turn` names
-/// it). Public, and of no use for taking anyone's lock.
-fn turn_channel(key: &[u8], token: &Token) -> Vec<u8> {
-    let digest = sha1_smol::Sha1::from(token.as_bytes()).digest().to_string();
-    let mut channel = Vec::with_capacity(key.len() + 18);
-    channel.extend_from_slice(key);
-    channel.extend_from_slice(b":~");
-    channel.extend_from_slice(&digest.as_bytes()[..16]);
-    channel
 }
 
 impl<C: Connection> Lock<C, FairKey> {
@@ -507,23 +493,5 @@ impl View for FairView<'_> {
             waiters: Vec::new(),
             foreign_queue: false,
         }))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_turn_channel_is_the_key_and_a_public_hash_of_the_token() {
-        let token: Token = "AAAAAAAAAAAAAAAAAAAAAA".parse().unwrap();
-        let channel = turn_channel(b"app:job", &token);
-        let digest = sha1_smol::Sha1::from("AAAAAAAAAAAAAAAAAAAAAA")
-            .digest()
-            .to_string();
-        assert_eq!(channel, format!("app:job:~{}", &digest[..16]).into_bytes());
-        assert!(!String::from_utf8_lossy(&channel).contains(token.as_str()));
-        let other = Token::generate().unwrap();
-        assert_ne!(turn_channel(b"app:job", &other), channel);
     }
 }

@@ -14,7 +14,7 @@
 local SAMPLE = 8
 
 -- A value redmutex wrote: a token (22 base64url characters), then a flag byte.
-local REDMUTEX_VALUE = '^' .. string.rep('[%w_%-]', 22) .. '[%-wWkr]'
+local REDMUTEX_VALUE = '^' .. string.rep('[%w_%-]', 22) .. '[%-wlLkr]'
 
 local function kind_of(key)
   return redis.call('type', key)['ok']
@@ -102,10 +102,12 @@ return described
 -- an operator's release of whatever redmutex holds at a key, whoever holds it: the key, and
 -- the holders' details beside it (a semaphore's, readers'); a line of waiters and the fence
 -- counter stay. Waiters hear of it as of a release: a plain lock's and writers' on the
--- key's channel, a fair lock's first live waiter on its own, readers on theirs. Something
+-- key's channel (and the first live locker in its line on that locker's), a fair lock's
+-- first live waiter on its own, readers on theirs. Something
 -- redmutex did not write is left alone. The holders are not told: each finds out at its
 -- next renewal or refresh.
--- KEYS:    the key and its five companions, as for `describe`, then its fair lock's queue.
+-- KEYS:    the key and its five companions, as for `describe`, then its fair lock's queue
+--          and its lock's line (see helpers.lua).
 -- Returns: { entry }: the key's entry as `describe` reads it, before the release.
 local now = now_ms()
 local entry = describe_at(1, now)
@@ -114,6 +116,7 @@ local freed = true
 if kind == 'lock' or kind == 'fair_lock' or kind == 'rw_lock_write' then
   redis.call('del', KEYS[1])
   redis.pcall('publish', KEYS[1], 'released')
+  tell_line(KEYS[1], KEYS[8])
   if kind ~= 'fair_lock' and entry[6] <= 0 then
     -- A writer's or a plain lock's key (either keeps readers out), and no writer waits:
     -- readers may come in.

@@ -370,8 +370,9 @@ pub(crate) async fn force_release<C: Connection>(
     backend: &Backend<C>,
     key: &[u8],
 ) -> Result<Option<ListedLock>, Error> {
-    // It tells a fair lock's first waiter: it reads the line too.
-    one_key(backend, &FORCE, key, Some(Companion::Queue)).await
+    // It tells a fair lock's first waiter and a lock's first locker in line: it reads
+    // their lines too.
+    one_key(backend, &FORCE, key, &[Companion::Queue, Companion::Line]).await
 }
 
 /// What `key` (with the prefix) holds, as a listing would show it; `None` when free.
@@ -379,7 +380,7 @@ pub(crate) async fn describe<C: Connection>(
     backend: &Backend<C>,
     key: &[u8],
 ) -> Result<Option<ListedLock>, Error> {
-    one_key(backend, &DESCRIBE, key, None).await
+    one_key(backend, &DESCRIBE, key, &[]).await
 }
 
 /// Runs `operation` of `listing.lua` for one key (its companions, and `extra` after them).
@@ -387,13 +388,13 @@ async fn one_key<C: Connection>(
     backend: &Backend<C>,
     operation: &'static Operation,
     key: &[u8],
-    extra: Option<Companion>,
+    extra: &[Companion],
 ) -> Result<Option<ListedLock>, Error> {
     let keys = [key.to_vec()];
     let mut call = operation.script().prepare_invoke();
     add_keys(&mut call, &keys[0]);
-    if let Some(extra) = extra {
-        call.key(fence::companion_key(key, extra));
+    for extra in extra {
+        call.key(fence::companion_key(key, *extra));
     }
     let view = PageView { keys: &keys };
     Ok(backend.inspect(&view, &call).await?.pop())

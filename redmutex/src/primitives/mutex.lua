@@ -5,21 +5,20 @@
 --
 -- A key that holds our own token counts as ours; a key of another type (pcall turns its
 -- WRONGTYPE error into a table) counts as held by someone else, and only values in
--- redmutex's own format are ever marked; anything else is left as it is.
+-- redmutex's own format are ever flagged; anything else is left as it is.
 --
--- No locker starves. A waiter's try that finds a key held names its locker in the holder's
--- value as next in line — unless a locker whose waiter began to wait earlier, and still
--- waits, is named already — by the locker's id, when the waiter began to wait and until
--- when it waits at most: on the server's clock, from the waiter's own account of how long
--- it has waited and may still wait, so that no two clients' clocks are compared. The
--- value's flag becomes 'W', and NEXT_LEN bytes follow it before the metadata: the id, then
--- the two moments in 15 digits each. The release hands such a key to that locker if its
--- waiter still waits: the key holds the locker's id with the flag 'r' for HANDOFF_MS,
--- during which only that locker's waiters may take it — not the releaser coming straight
--- back, nor a newcomer. Unclaimed (the waiter was cancelled, its process died), it is free
--- once that passes.
--- After each release every locker's woken waiter tries again and names itself on the new
--- holder, so the locker that has waited longest is always next.
+-- Waiting processes take turns by the key's line (see `join_line` in helpers.lua): a
+-- waiter's try that finds the key held puts its locker in the line and flags the holder's
+-- value ('l'). The release of a flagged value hands the key to the first locker in line
+-- whose heartbeat is live — the key holds the locker's id with the flag 'r' for
+-- HANDOFF_MS, during which only that locker's waiters may take it — and tells that locker
+-- alone, on a channel of its own (`turn`): one message and one try per hand-off, however
+-- many processes wait. The locker handed the key leaves the line; taking it, it joins the
+-- line again at its end when more of its waiters wait, and flags its own value when
+-- others are in line.
+-- Unclaimed (its process died or froze, or the message was lost), a handed key is free
+-- once HANDOFF_MS passes; the waiters' own tries, at least once per third of a heartbeat,
+-- take it then, and pass over a locker whose heartbeat ended.
 
 -- How long a released key waits for the locker it was handed to, in milliseconds: ample
 -- for a woken waiter's try (a round trip), short enough that a locker gone in between
@@ -31,144 +30,129 @@ local function ours(value, length)
   return type(value) == 'string' and string.find(string.sub(value, 1, length), '^[%w_%-]+$')
 end
 
--- Marks the value at `key` as awaited — its flag byte, right after the token of `length`
--- bytes, becomes 'w' — so that its owner's release announces itself on the key's channel.
--- Only a redmutex value not marked yet is changed.
-local function mark_awaited(key, value, length)
-  if ours(value, length) and string.sub(value, length + 1, length + 1) == '-' then
-    redis.call('setrange', key, length, 'w')
-  end
-end
-
--- Marks the value at `key` as awaited and names `locker`, whose waiter has waited `waited`
--- ms and waits `left` ms more at most, as next in line — unless a locker waiting since
--- earlier, and still waiting, is named already. Only redmutex values that are held (flag
--- '-', 'w' or 'W') or handed ('r') are changed; the TTL is kept. A key handed to a locker
--- carries the name after its 'r', and the locker that takes it names it in its own value.
-local function line_up(key, value, length, locker, waited, left)
+-- Sets the flag byte of the value at `key` (a redmutex value, held: '-', 'w', 'l' or 'L')
+-- so that it says `watch` (watchers wait) and `line` (lockers wait in line), on top of
+-- what it says already. Other values are left as they are.
+local function flag_waiters(key, value, length, watch, line)
   if not ours(value, length) then
     return
   end
   local flag = string.sub(value, length + 1, length + 1)
-  if flag ~= '-' and flag ~= 'w' and flag ~= 'W' and flag ~= 'r' then
+  if flag ~= '-' and flag ~= 'w' and flag ~= 'l' and flag ~= 'L' then
     return
   end
-  local now = now_ms()
-  local since = now - tonumber(waited)
-  local named = tonumber(string.sub(value, length + 24, length + 38))
-  local until_ = tonumber(string.sub(value, length + 39, length + 1 + NEXT_LEN))
-  if (flag == 'W' or flag == 'r') and named and until_ and named <= since and live_at(until_, now) then
-    return
-  end
-  local next = locker .. string.format('%015d%015d', since, now + tonumber(left))
-  if flag == 'r' then
-    redis.call('set', key, string.sub(value, 1, length + 1) .. next, 'keepttl')
-  else
-    local metadata = metadata_of(value, length)
-    redis.call('set', key, string.sub(value, 1, length) .. 'W' .. next .. metadata, 'keepttl')
+  watch = watch or watched(flag)
+  line = line or lined(flag)
+  local wanted = (watch and line and 'L') or (line and 'l') or (watch and 'w') or '-'
+  if wanted ~= flag then
+    redis.call('setrange', key, length, wanted)
   end
 end
 
--- Hands `key` to the locker named in `next` (NEXT_LEN bytes: its id, since, until) if its
--- waiter still waits: the key holds the id with the flag 'r' for HANDOFF_MS. Whether it did.
-local function hand_over(key, next)
-  local id_len = NEXT_LEN - 30
-  if #next < NEXT_LEN or not live_at(tonumber(string.sub(next, id_len + 16, NEXT_LEN)) or 0, now_ms()) then
+-- Hands `key` to the first locker of `line` whose heartbeat is live, which leaves the
+-- line, and tells that locker: the key holds its id with the flag 'r' for HANDOFF_MS. (A
+-- locker that lets the hand-off pass joins the line again at its end with its next try.)
+-- Whether it did.
+local function hand_on(key, line)
+  local first = first_in_line(line)
+  if not first then
     return false
   end
-  redis.call('set', key, string.sub(next, 1, id_len) .. 'r', 'px', HANDOFF_MS)
+  leave_line(line, first)
+  redis.call('set', key, first .. 'r', 'px', HANDOFF_MS)
+  turn(key, first)
   return true
-end
-
--- A waiter of the locker `locker` gave up, and no other waiter of that locker waits for
--- `key`: the locker's name comes off the value (the holder's 'W' becomes 'w', still
--- awaited; a handed key's carried name is dropped), and a key handed to it goes to the
--- locker it carries, or is free — announced, so that the waiters left try at once.
-local function withdraw(key, value, locker)
-  if not ours(value, #locker) then
-    return
-  end
-  local length = #locker
-  local flag = string.sub(value, length + 1, length + 1)
-  local named = string.sub(value, length + 2, length + 1 + length)
-  if flag == 'r' and string.sub(value, 1, length) == locker then
-    if not hand_over(key, string.sub(value, length + 2, length + 1 + NEXT_LEN)) then
-      redis.call('del', key)
-    end
-    redis.pcall('publish', key, 'released')
-  elseif flag == 'W' and named == locker then
-    redis.call('set', key, string.sub(value, 1, length) .. 'w' .. metadata_of(value, length), 'keepttl')
-  elseif flag == 'r' and named == locker then
-    redis.call('set', key, string.sub(value, 1, length + 1), 'keepttl')
-  end
 end
 
 --- op: obtain
 -- take every key, or none of them; for a fenced acquire, hand out the next
 -- fence too.
--- KEYS:    the lock keys, then (fenced) the fence counter of each, in the same order.
+-- KEYS:    the lock keys; then (fenced) the fence counter of each; then (ARGV[8] given)
+--          the line of each (see helpers.lua), in the same order.
 -- ARGV[1]: the value to store: token, flag byte, then metadata.
 -- ARGV[2]: the TTL in milliseconds.
 -- ARGV[3]: the token's length; the owner check compares that many leading bytes.
--- ARGV[4]: '1' when the caller waits for a release: a held key is then marked as awaited
---          (its flag byte, right after the token, becomes 'w'), so that its owner's
---          release announces itself on the key's channel.
--- ARGV[5]: the number of lock keys; when KEYS holds more, the rest are fence counters.
+-- ARGV[4]: '1' when the caller waits for a release: a held key is then flagged so that
+--          its release tells the caller ('w': announced on the key's channel).
+-- ARGV[5]: the number of lock keys.
 -- ARGV[6]: fenced: how long the counters are kept after this use, in milliseconds.
--- ARGV[7]: (optional, waiting) the locker's id, to name in line: a key handed to this
---          locker counts as free.
--- ARGV[8]: with ARGV[7]: how long this acquire has waited so far, in milliseconds; a held
---          key names the locker next in line by it (see the top of this file).
--- ARGV[9]: with ARGV[7]: how long it waits at most from now, in milliseconds.
+-- ARGV[7]: '1' when fenced.
+-- ARGV[8]: (optional, waiting) the locker's id: a held key puts it in the key's line
+--          (flag 'l'), and a key handed to this locker counts as free.
+-- ARGV[9]: with ARGV[8]: '1' when more of the locker's waiters wait for the keys: one
+--          taking them sends the locker to the end of each line instead of out of it.
 -- Returns: { 0, fence } when every key now holds ARGV[1] with the TTL: fence is above
 --          every counter (see next_fence), now stored in all of them (0 when not fenced);
 --          otherwise { i, pttl }: i is the 1-based index of the first key held by another
---          owner, pttl its remaining TTL (-1: none), and nothing was written but the mark.
+--          owner, pttl its remaining TTL (-1: none; -3: handed to another locker, which
+--          takes it or lets it go within HANDOFF_MS), and nothing was written but the
+--          flag and the line.
 -- A key that already holds our own token counts as free: an earlier try whose reply was
 -- lost may have set it, and the retry must be able to finish what that try started.
 -- A key of another type (pcall turns its WRONGTYPE error into a table) counts as held, and
--- only values in redmutex's own format are ever marked; anything else is left as it is.
+-- only values in redmutex's own format are ever flagged; anything else is left as it is.
 -- A counter that is someone else's value stops the script before anything is written.
+-- A try that finds a key held passes on the keys handed to its locker before it: they
+-- go to the next in their lines, since this locker now waits for another.
 local length = tonumber(ARGV[3])
 local count = tonumber(ARGV[5])
 local token = string.sub(ARGV[1], 1, length)
-local waiting = ARGV[4] == '1'
-local handed = waiting and ARGV[7] and ARGV[7] .. 'r'
--- Per key handed to this locker, the locker named next on it, to name on our value.
-local carried = {}
+local fenced = ARGV[7] == '1'
+local locker = ARGV[8]
+local handed = locker and locker .. 'r'
+local lines = fenced and 2 * count or count
+-- Which keys were handed to this locker (the hand-off took it out of their lines).
+local was_handed = {}
 for i = 1, count do
   local value = redis.pcall('get', KEYS[i])
-  local ours_now = handed and type(value) == 'string' and string.sub(value, 1, #handed) == handed
-  if ours_now and #value >= #handed + NEXT_LEN then
-    carried[i] = string.sub(value, #handed + 1, #handed + NEXT_LEN)
-  end
-  if value ~= false and not owned(value, token) and not ours_now then
-    if handed then
-      line_up(KEYS[i], value, length, ARGV[7], ARGV[8], ARGV[9])
-    elseif waiting then
-      mark_awaited(KEYS[i], value, length)
+  was_handed[i] = handed and value == handed
+  if value ~= false and not owned(value, token) and value ~= handed then
+    if locker then
+      for j = 1, i - 1 do
+        if redis.call('get', KEYS[j]) == handed then
+          leave_line(KEYS[lines + j], locker)
+          if not hand_on(KEYS[j], KEYS[lines + j]) then
+            redis.call('del', KEYS[j])
+          end
+        end
+      end
+      join_line(KEYS[lines + i], locker, now_us(), false)
+      flag_waiters(KEYS[i], value, length, false, true)
+    elseif ARGV[4] == '1' then
+      flag_waiters(KEYS[i], value, length, true, false)
+    end
+    if type(value) == 'string' and string.sub(value, length + 1, length + 1) == 'r' then
+      return { i, -3 }
     end
     return { i, redis.call('pttl', KEYS[i]) }
   end
 end
-local fenced = #KEYS > count
 local fence = 0
 if fenced then
   local err
-  fence, err = next_fence(count + 1, #KEYS)
+  fence, err = next_fence(count + 1, 2 * count)
   if fence == nil then
     return redis.error_reply(err)
   end
 end
+local flag = string.sub(ARGV[1], length + 1, length + 1)
 for i = 1, count do
   local value = ARGV[1]
-  if carried[i] then
-    value = token .. 'W' .. carried[i] .. string.sub(ARGV[1], length + 2)
+  if locker then
+    local line = KEYS[lines + i]
+    if ARGV[9] == '1' then
+      join_line(line, locker, now_us(), true)
+    elseif not was_handed[i] then
+      leave_line(line, locker)
+    end
+    if redis.call('exists', line) == 1 then
+      value = token .. ((flag == 'w') and 'L' or 'l') .. string.sub(ARGV[1], length + 2)
+    end
   end
   redis.call('set', KEYS[i], value, 'px', ARGV[2])
 end
 if fenced then
-  store_fence(count + 1, #KEYS, fence, ARGV[6])
+  store_fence(count + 1, 2 * count, fence, ARGV[6])
 end
 return { 0, fence }
 
@@ -198,39 +182,58 @@ return { 0, fence }
 
 --- op: release
 -- delete the keys this owner still holds.
--- KEYS:    the lock keys.
+-- KEYS:    the lock keys, then — where lockers line up (not on a cluster) — the line of
+--          each (see helpers.lua), in the same order. (A lock key is never named like a
+--          line: the names `{…}:line` and `{…}:line:…` are refused as lock keys.)
 -- ARGV[1]: the owner's token.
 -- ARGV[2]: (optional) keep: instead of deleting them, let the keys expire in this many
 --          milliseconds (a minimum hold time that has not passed yet).
 -- Returns: how many keys did NOT hold the token (0 means fully released).
 -- A key held by someone else, or missing, is never touched; the keys that still hold our
 -- token are deleted even when others are lost, so they do not block anyone until expiry.
--- A key marked as awaited (flag byte 'w' or 'W' right after the token, set by a waiter's
--- try) is announced on the channel named like the key, so waiters wake at once instead of
--- polling; unmarked keys publish nothing, so an uncontended release costs no PUBLISH. The
--- announcement is a hint (waiters also poll): a PUBLISH refused (an ACL user without the
--- channel) must not fail the release, so it goes through pcall. A key that names a locker
--- next in line ('W') is handed to it (see the top of this file) rather than deleted.
--- The same call, given a locker's id instead of a token, withdraws that locker from line
--- (see withdraw): it releases nothing, and answers as for a token that holds nothing.
+-- A key whose value says lockers wait in line ('l', 'L') is handed to the first of them
+-- (see the top of this file) rather than deleted; one watched ('w', 'L': a waiter not in
+-- a line, or a wait for the release alone) is announced on the channel named like the
+-- key. Unflagged keys publish nothing, so an uncontended release costs no PUBLISH. The
+-- announcements are hints (waiters also poll): a PUBLISH refused (an ACL user without the
+-- channel) must not fail the release, so it goes through pcall. A key kept for a minimum
+-- hold is handed to nobody; the first in line is told, and tries when it expires.
+-- The same call, given a locker's id instead of a token, takes that locker out of the
+-- lines: a key handed to it goes on to the next (see the end of this section). It
+-- releases nothing, and answers as for a token that holds nothing.
 local token = ARGV[1]
 local keep = tonumber(ARGV[2] or '0')
+local count = #KEYS
+local half = KEYS[count / 2 + 1]
+if count % 2 == 0 and (string.find(half, '^{[^}]+}:line$') or string.find(half, '^{[^}]+}:line:')) then
+  count = count / 2
+end
 local missing = 0
-for _, key in ipairs(KEYS) do
+for i = 1, count do
+  local key, line = KEYS[i], KEYS[count + i]
   local value = redis.pcall('get', key)
   if owned(value, token) then
     local flag = string.sub(value, #token + 1, #token + 1)
     if keep > 0 then
-      -- Kept as the owner's value without anyone named next: it expires on its own.
+      -- Kept as the owner's value, handed to nobody: it expires on its own.
       redis.call('set', key, token .. 'k' .. metadata_of(value, #token), 'px', keep)
-    elseif flag ~= 'W' or not hand_over(key, string.sub(value, #token + 2, #token + 1 + NEXT_LEN)) then
+      if lined(flag) and line then
+        tell_line(key, line)
+      end
+    elseif not lined(flag) or not line or not hand_on(key, line) then
       redis.call('del', key)
     end
-    if flag == 'w' or flag == 'W' then
+    if watched(flag) then
       redis.pcall('publish', key, 'released')
     end
   else
-    withdraw(key, value, token)
+    -- A locker giving up: out of line, and a key handed to it goes on.
+    if line and (value == token .. 'r' or redis.call('exists', line) == 1) then
+      leave_line(line, token)
+      if value == token .. 'r' and not hand_on(key, line) then
+        redis.call('del', key)
+      end
+    end
     missing = missing + 1
   end
 end
@@ -305,7 +308,7 @@ return read_key(KEYS[1], KEYS[2])
 -- ARGV[2]: the token's length.
 -- Returns: as read_key.
 if ARGV[1] == '1' then
-  mark_awaited(KEYS[1], redis.pcall('get', KEYS[1]), tonumber(ARGV[2]))
+  flag_waiters(KEYS[1], redis.pcall('get', KEYS[1]), tonumber(ARGV[2]), true, false)
 end
 return read_key(KEYS[1], KEYS[2])
 

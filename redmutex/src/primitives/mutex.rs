@@ -12,7 +12,7 @@ use crate::args::Keys;
 use crate::connection::Connection;
 use crate::engine::guard::Lock;
 use crate::engine::lease::Lease;
-use crate::fence::counter_key;
+use crate::fence::{companion_key, counter_key, Companion};
 use crate::scripts::{operations, Call, Claim, Conn, Node, Obtain, ObtainTry, Operations};
 use crate::token::{Token, TOKEN_LEN};
 
@@ -87,6 +87,18 @@ impl Claim for Keys {
         Box::pin(obtain(Node(conn), self, request))
     }
 
+    /// The lock keys, then (where lockers line up) the line of each, in the same order.
+    fn release_keys(&self, add: &mut dyn FnMut(&[u8])) {
+        self.iter().for_each(&mut *add);
+        if self.lined() {
+            (self.iter()).for_each(|key| add(&companion_key(key, Companion::Line)));
+        }
+    }
+
+    fn lined(&self) -> bool {
+        Keys::lined(self)
+    }
+
     fn add_renewal(&self, call: &mut ScriptInvocation<'static>, token: &Token, ttl_ms: u64) {
         for key in self.iter() {
             call.key(key);
@@ -95,14 +107,12 @@ impl Claim for Keys {
     }
 }
 
-/// One try to take every key. The common case — a single key — takes the cheapest path:
-/// unfenced a plain `SET NX PX`, fenced (and not waiting) a lean script op (`SET NX PX`,
-/// then the counter). A waiter's try that finds the key taken goes on with the full
-/// `obtain`, a second request: it marks the holder, names the locker as next in line if
-/// it has waited longest, and takes a key handed to this locker (the `SET` cannot). A
-/// waiter woken by a release that handed nothing (this locker's own waiters taking turns)
-/// finds the key free, and one `SET` is all it costs; the locker a key was handed to pays
-/// both requests. Everything else goes through the full `obtain`.
+/// One try to take every key. The common case — a single key, a try that does not wait —
+/// takes the cheapest path: unfenced a plain `SET NX PX`, fenced a lean script op (`SET NX
+/// PX`, then the counter). A waiter's try goes straight to the full `obtain`: the key is
+/// probably held (or handed to its locker), and the script puts the locker in line,
+/// flags the holder, or takes the key handed to it, where a `SET` could not. Everything
+/// else goes through the full `obtain` too.
 async fn obtain(
     mut conn: Node<'_>,
     keys: &Keys,
@@ -117,9 +127,9 @@ async fn obtain(
         waiting,
         ..
     } = request;
-    if keys.len() == 1 && !retrying_own {
+    if keys.len() == 1 && !retrying_own && !waiting {
         let key = keys.get(0).expect("one key");
-        if fenced && !waiting {
+        if fenced {
             let mut call = OBTAIN_ONE.script().prepare_invoke();
             call.key(key).key(counter_key(key));
             call.arg(value).arg(ttl_ms).arg(retention_ms);
@@ -129,30 +139,31 @@ async fn obtain(
                 true,
             ));
         }
-        if !fenced {
-            if set_nx(&mut conn, key, value, ttl_ms).await? {
-                return Ok(Obtain::Obtained { fence: None });
-            }
-            if !waiting {
-                return Ok(Obtain::Held {
-                    index: 0,
-                    ttl: None,
-                    ahead: None,
-                });
-            }
-        }
+        return Ok(match set_nx(&mut conn, key, value, ttl_ms).await? {
+            true => Obtain::Obtained { fence: None },
+            false => Obtain::Held {
+                index: 0,
+                ttl: None,
+                ahead: None,
+            },
+        });
     }
     let mut call = keys.call(&OBTAIN, fenced);
+    let locker = request.locker.filter(|_| waiting);
+    if locker.is_some() {
+        for key in keys.iter() {
+            call.key(companion_key(key, Companion::Line));
+        }
+    }
     call.arg(value)
         .arg(ttl_ms)
         .arg(TOKEN_LEN)
         .arg(if waiting { "1" } else { "0" })
         .arg(keys.len())
-        .arg(retention_ms);
-    if let (true, Some(locker)) = (waiting, request.locker) {
-        (call.arg(locker.as_bytes()))
-            .arg(request.waited_ms)
-            .arg(request.left_ms);
+        .arg(retention_ms)
+        .arg(if fenced { "1" } else { "0" });
+    if let Some(locker) = locker {
+        (call.arg(locker.as_bytes())).arg(if request.siblings { "1" } else { "0" });
     }
     Ok(Obtain::from_reply(
         call.invoke_async(&mut conn).await?,

@@ -222,14 +222,16 @@ return { 0, fence }
 --- op: release_write
 -- 'release_write': the writer ARGV[1] lets go of the lock, and of its intent (a writer that
 -- gives up leaves through this call).
--- KEYS:    the lock key, the readers' details, the intents.
+-- KEYS:    the lock key, the readers' details, the intents, the key's line (plain lock
+--          waiters, see helpers.lua).
 -- ARGV[2]: (optional) keep: instead of deleting it, let the key expire in this many
 --          milliseconds (a minimum hold time that has not passed yet); 0 for none.
 -- ARGV[3]: (optional) 'keep-intent': this undoes one failed try of a quorum's acquire on
 --          this node; the writer still waits, and its intent stays.
 -- Returns: 0 when it held the lock (now released); 1 when it did not.
--- Announces: on the lock key's channel when its value was marked as awaited; on the
--- readers' channel when no writer waits any more (so waiting readers come in).
+-- Announces: on the lock key's channel when its value was marked as awaited, and to the
+-- first locker in the key's line when plain lock waiters line up there; on the readers'
+-- channel when no writer waits any more (so waiting readers come in).
 local lock, details, intents = KEYS[1], KEYS[2], KEYS[3]
 local token = ARGV[1]
 local keep = tonumber(ARGV[2] or '0')
@@ -249,8 +251,11 @@ if owned(value, token) then
   else
     redis.call('del', lock)
     local flag = string.sub(value, #token + 1, #token + 1)
-    if flag == 'w' or flag == 'W' then
+    if watched(flag) then
       redis.pcall('publish', lock, 'released')
+    end
+    if lined(flag) then
+      tell_line(lock, KEYS[4])
     end
   end
 end

@@ -497,9 +497,11 @@ impl Claim for WriteKey {
         }
     }
 
-    /// The three keys: a writer that gives up ends its intent through its release.
+    /// The three keys (a writer that gives up ends its intent through its release), and
+    /// the key's line, whose first locker hears of the release.
     fn release_keys(&self, add: &mut dyn FnMut(&[u8])) {
         self.keys.add_all(add);
+        add(&companion_key(self.keys.key(), Companion::Line));
     }
 
     fn operations(&self) -> &'static Operations {

@@ -4,28 +4,34 @@
 -- a script defines no function it does not call (Lua creates each on every call).
 
 -- Whether `value`, a GET reply taken through pcall, belongs to the owner of `token`: a
--- string that starts with the token, held (flag byte '-', 'w' or 'W' after it). A missing
--- key (false) or a key of another type (an error table) is nobody's lock of ours; nor is
--- one its owner released into a minimum hold ('k': kept until it expires, it is no longer
--- the owner's to renew, refresh or release — a renewal still in flight must not extend
--- it), nor a key handed to a locker ('r': its id, which anyone can read, is not a token).
+-- string that starts with the token, held (flag byte '-', 'w', 'l' or 'L' after it). A
+-- missing key (false) or a key of another type (an error table) is nobody's lock of ours;
+-- nor is one its owner released into a minimum hold ('k': kept until it expires, it is no
+-- longer the owner's to renew, refresh or release — a renewal still in flight must not
+-- extend it), nor a key handed to a locker ('r': its id, which anyone can read, is not a
+-- token).
 local function owned(value, token)
   if type(value) ~= 'string' or string.sub(value, 1, #token) ~= token then
     return false
   end
   local flag = string.sub(value, #token + 1, #token + 1)
-  return flag == '-' or flag == 'w' or flag == 'W'
+  return flag == '-' or flag == 'w' or flag == 'l' or flag == 'L'
 end
 
--- The bytes a value flagged 'W' holds between its flag and its metadata: the id of the
--- locker named next in line (token-sized), then when its waiter began to wait and until
--- when it waits at most, in 15 digits each (see mutex.lua).
-local NEXT_LEN = 52
+-- The flag byte of a held value says who waits for its release: '-' nobody; 'w' watchers
+-- (the release announces itself on the key's channel); 'l' lockers in the key's line (the
+-- release hands the key to the first, see `hand_on`); 'L' both.
+local function watched(flag)
+  return flag == 'w' or flag == 'L'
+end
+
+local function lined(flag)
+  return flag == 'l' or flag == 'L'
+end
 
 -- The metadata of a redmutex value whose token is `length` bytes long.
 local function metadata_of(value, length)
-  local skip = string.sub(value, length + 1, length + 1) == 'W' and NEXT_LEN or 0
-  return string.sub(value, length + 2 + skip)
+  return string.sub(value, length + 2)
 end
 
 -- Whether every key in KEYS[first..last] holds the owner's token.
@@ -170,6 +176,65 @@ end
 -- pcall.
 local function turn(key, token)
   redis.pcall('publish', key .. ':~' .. string.sub(redis.sha1hex(token), 1, 16), 'turn')
+end
+
+-- A key's line: the lockers (processes) whose waiters wait for a mutex key, in arrival
+-- order, in one sorted set beside it. Per locker L, the member L scored by its ticket (the
+-- server's clock in microseconds when it joined) and the member L .. '~' scored by minus
+-- the end of its heartbeat (milliseconds on the server's clock). Negated, so that one
+-- ZADD LT keeps a locker's first ticket and moves its heartbeat's end on; and the tickets,
+-- from 0 up, are the line in order. Every try of a locker's waiters renews its heartbeat,
+-- and they try at least every third of it: a locker that crashed or froze is passed over
+-- once its heartbeat ended. The line expires a heartbeat after the latest join.
+
+-- A locker's heartbeat in a line, in milliseconds (the engine's LINE_HEARTBEAT).
+local LINE_BEAT_MS = 3000
+
+-- Puts `locker` in `line`, keeping its place if it has one (at the end, when `last`), its
+-- heartbeat ending LINE_BEAT_MS after the moment `us` (server microseconds).
+local function join_line(line, locker, us, last)
+  if last then
+    redis.call('zrem', line, locker)
+  end
+  local ends = math.floor(us / 1000) + LINE_BEAT_MS
+  redis.call('zadd', line, 'lt', string.format('%.0f', us), locker, string.format('%.0f', -ends), locker .. '~')
+  redis.call('pexpire', line, LINE_BEAT_MS + 1)
+end
+
+-- Takes `locker` out of `line`.
+local function leave_line(line, locker)
+  redis.call('zrem', line, locker, locker .. '~')
+end
+
+-- The first locker of `line` whose heartbeat is live now, or nil; those before it, whose
+-- heartbeat ended, leave the line. (One that joined less than a heartbeat ago is live: its
+-- heartbeat ends at least that long after it joined. Only older tickets are checked.)
+local function first_in_line(line)
+  local now = now_ms()
+  while true do
+    local first = redis.call('zrangebyscore', line, 0, '+inf', 'withscores', 'limit', 0, 1)
+    if not first[1] then
+      return nil
+    end
+    if now - math.floor(tonumber(first[2]) / 1000) < LINE_BEAT_MS then
+      return first[1]
+    end
+    local beat = redis.call('zscore', line, first[1] .. '~')
+    if beat and live_at(-tonumber(beat), now) then
+      return first[1]
+    end
+    leave_line(line, first[1])
+  end
+end
+
+-- Tells the first live locker of `line` that `key` was released (without handing
+-- it: a release by another primitive, or kept for a minimum hold), so that its waiter
+-- tries — takes the key, or learns until when it is held.
+local function tell_line(key, line)
+  local first = first_in_line(line)
+  if first then
+    turn(key, first)
+  end
 end
 
 -- The channel a read-write lock's readers wait on, and what a writer's release announces

@@ -51,14 +51,27 @@ fn subscribers(server: &RedisServer, channel: &str) -> u64 {
         .unwrap_or_else(|_| panic!("NUMSUB reply {reply:?}"))
 }
 
-/// Waits until `channel` has `n` subscribers, for at most `within`.
-async fn wait_for_subscribers(server: &RedisServer, channel: &str, n: u64, within: Duration) {
+/// Lockers subscribed to hear of `key`'s release: on the key's own channel (watchers,
+/// Redlock waiters), and each on its turn channel for the key (lockers in line: the key,
+/// `:~` and 16 hex digits).
+fn listening_lockers(server: &RedisServer, key: &str) -> u64 {
+    // `*N\r\n…`: the channels with subscribers that match.
+    let reply = server.command(&["PUBSUB", "CHANNELS", &format!("{key}:~????????????????")]);
+    let turns: u64 = (reply.strip_prefix('*').and_then(|r| r.split("\r\n").next()))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("CHANNELS reply {reply:?}"));
+    subscribers(server, key) + turns
+}
+
+/// Waits until `n` lockers listen for `key`'s release (see [`listening_lockers`]), for at
+/// most `within`.
+async fn wait_for_subscribers(server: &RedisServer, key: &str, n: u64, within: Duration) {
     let until = Instant::now() + within;
-    while subscribers(server, channel) != n {
+    while listening_lockers(server, key) != n {
         assert!(
             Instant::now() < until,
-            "{channel} has {} subscribers, expected {n}",
-            subscribers(server, channel)
+            "{} lockers listen for {key}, expected {n}",
+            listening_lockers(server, key)
         );
         tokio::time::sleep(ms(20)).await;
     }
@@ -118,8 +131,8 @@ async fn a_waiter_is_woken_by_the_release_not_by_its_poll_interval() {
         &value[..redmutex::TOKEN_LEN],
         holder.token().as_str().as_bytes()
     );
-    // 'W': awaited, and naming the waiter's locker next in line.
-    assert_eq!(value[redmutex::TOKEN_LEN], b'W');
+    // 'l': lockers wait in its line (the waiter's).
+    assert_eq!(value[redmutex::TOKEN_LEN], b'l');
 
     let released_at = Instant::now();
     holder.release().await.unwrap();
@@ -135,8 +148,9 @@ async fn a_waiter_is_woken_by_the_release_not_by_its_poll_interval() {
         1,
         "one failed try, then woken"
     );
-    // A waiter's own value says "awaited", so that the next waiter hears of its release.
-    assert_eq!(raw.get("job").await.unwrap()[redmutex::TOKEN_LEN], b'w');
+    // Nobody else waits in line: the waiter's own value says so, and its release will
+    // hand the key to nobody.
+    assert_eq!(raw.get("job").await.unwrap()[redmutex::TOKEN_LEN], b'-');
     lock.release().await.unwrap();
     // The last waiter gone, the subscription goes too (after lingering a moment).
     wait_for_subscribers(&server, "job", 0, ms(3000)).await;
@@ -372,7 +386,7 @@ async fn newcomers_on_a_lingering_subscription_are_woken_too() {
     let holder_locker = common::locker(&server).await;
     let locker = waking_locker(&server, &server.url()).await;
 
-    // W1 waits for a foreign holder and gets the lock; its value says "awaited".
+    // W1 waits for a foreign holder and gets the lock.
     let holder = holder_locker
         .acquire("linger", Duration::from_secs(30))
         .await
@@ -382,7 +396,8 @@ async fn newcomers_on_a_lingering_subscription_are_woken_too() {
     tokio::time::sleep(ms(100)).await;
     holder.release().await.unwrap();
     let w1 = first.await.unwrap().0.expect("W1 woken");
-    assert!(locker.inspect("linger").await.unwrap().awaited);
+    // Nobody else waited: its value says so.
+    assert!(!locker.inspect("linger").await.unwrap().awaited);
 
     // W2 comes while nobody waits: it queues behind W1 without a single request.
     let sets_before = sets(&mut raw).await;
@@ -581,11 +596,13 @@ async fn an_unreachable_subscriber_is_reported_as_failing() {
     lock.release().await.unwrap();
 }
 
-/// Waits until the holder of `key` names a locker next in line (flag `W`).
+/// Waits until the holder of `key` says that lockers wait in its line (flag `l` or `L`).
 async fn until_next_named(raw: &mut Raw, key: &str) {
     let until = Instant::now() + ms(3_000);
-    while raw.get(key).await.map(|v| v[redmutex::TOKEN_LEN]) != Some(b'W') {
-        assert!(Instant::now() < until, "no locker was named next in line");
+    let lined =
+        |v: Option<Vec<u8>>| v.is_some_and(|v| matches!(v[redmutex::TOKEN_LEN], b'l' | b'L'));
+    while !lined(raw.get(key).await) {
+        assert!(Instant::now() < until, "no locker lined up");
         tokio::time::sleep(ms(10)).await;
     }
 }
@@ -627,13 +644,29 @@ async fn a_key_handed_to_a_locker_that_died_waiting_is_free_a_moment_later() {
     let waiter = wait_for(&gone, "handed", LONG_POLL, Arc::new(AtomicU32::new(0)));
     until_next_named(&mut raw, "handed").await;
     // What the waiter wrote is what its process leaves behind when it dies: its
-    // cancellation here takes it out of line, so the value is put back as it was.
-    let named = raw.get("handed").await.unwrap();
+    // cancellation here takes it out of line, so its place is put back as it was.
+    let line: Vec<(String, String)> = raw
+        .run(
+            redis::cmd("ZRANGE")
+                .arg("{handed}:line")
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES"),
+        )
+        .await;
+    assert_eq!(line.len(), 2, "a ticket and a heartbeat: {line:?}");
     waiter.abort();
     let _ = waiter.await;
-    until_flag(&mut raw, "handed", b'w').await;
-    raw.run::<()>(redis::cmd("SET").arg("handed").arg(&named).arg("KEEPTTL"))
+    until_gone(&mut raw, "{handed}:line").await;
+    for (member, score) in &line {
+        raw.run::<()>(
+            redis::cmd("ZADD")
+                .arg("{handed}:line")
+                .arg(score)
+                .arg(member),
+        )
         .await;
+    }
     held.release().await.unwrap();
     // Handed to the gone locker, held for a moment (no token of anyone's), then free.
     let info = holder.inspect("handed").await.unwrap();
@@ -658,15 +691,11 @@ async fn a_key_handed_to_a_locker_that_died_waiting_is_free_a_moment_later() {
     assert_eq!(raw.dbsize().await, 0);
 }
 
-/// Polls until the flag byte of the value at `key` is `flag`.
-async fn until_flag(raw: &mut Raw, key: &str, flag: u8) {
+/// Polls until `key` is gone.
+async fn until_gone(raw: &mut Raw, key: &str) {
     let until = Instant::now() + ms(3_000);
-    loop {
-        let found = raw.get(key).await.map(|v| v[redmutex::TOKEN_LEN]);
-        if found == Some(flag) {
-            return;
-        }
-        assert!(Instant::now() < until, "flag {found:?}, expected {flag}");
+    while raw.exists(key).await {
+        assert!(Instant::now() < until, "{key} still there");
         tokio::time::sleep(ms(10)).await;
     }
 }
@@ -693,7 +722,7 @@ async fn a_waiter_that_gives_up_takes_its_locker_out_of_line() {
     until_next_named(&mut raw, "line").await;
     waiter.abort();
     let _ = waiter.await;
-    until_flag(&mut raw, "line", b'w').await;
+    until_gone(&mut raw, "{line}:line").await;
     held.release().await.unwrap();
     assert!(!raw.exists("line").await, "handed to a locker that left");
     newcomer
@@ -714,7 +743,7 @@ async fn a_waiter_that_gives_up_takes_its_locker_out_of_line() {
     );
     until_next_named(&mut raw, "line").await;
     assert!(timed.await.unwrap().unwrap_err().is_not_obtained());
-    assert_eq!(raw.get("line").await.unwrap()[redmutex::TOKEN_LEN], b'w');
+    assert!(!raw.exists("{line}:line").await, "still in line");
     held.release().await.unwrap();
     assert!(!raw.exists("line").await, "handed to a locker that left");
 
@@ -728,7 +757,7 @@ async fn a_waiter_that_gives_up_takes_its_locker_out_of_line() {
     leaving.abort();
     let _ = leaving.await;
     tokio::time::sleep(ms(200)).await;
-    assert_eq!(raw.get("line").await.unwrap()[redmutex::TOKEN_LEN], b'W');
+    assert!(raw.exists("{line}:line").await, "the locker left the line");
     held.release().await.unwrap();
     let again = newcomer.acquire("line", ms(5_000)).await;
     assert!(again.unwrap_err().is_not_obtained(), "the key was handed");
@@ -1046,4 +1075,79 @@ fn script_calls(server: &RedisServer) -> u64 {
                 .ok()
         })
         .sum()
+}
+
+/// Waits until `n` lockers stand in the line of `key` (each a ticket and a heartbeat).
+async fn until_in_line(raw: &mut Raw, key: &str, n: usize) {
+    let line = format!("{{{key}}}:line");
+    let until = Instant::now() + ms(5_000);
+    loop {
+        let members: usize = raw.run(redis::cmd("ZCARD").arg(&line)).await;
+        if members == 2 * n {
+            return;
+        }
+        assert!(
+            Instant::now() < until,
+            "{members} members in {line}, expected {}",
+            2 * n
+        );
+        tokio::time::sleep(ms(5)).await;
+    }
+}
+
+/// Waiting processes — lockers with connections and subscribers of their own — take the
+/// key in the order they lined up, and each release wakes exactly one of them: no other
+/// tries because of it (a locker in line tries on its own only once per third of its
+/// heartbeat, which keeps its place).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_release_wakes_one_process_and_processes_take_turns_in_line() {
+    const LOCKERS: usize = 6;
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let holder = common::locker(&server).await;
+    let held = holder.acquire("herd", ms(30_000)).await.unwrap();
+    // Per locker, when each of its tries failed; and the order they got the key in.
+    let tries: Arc<Vec<std::sync::Mutex<Vec<Instant>>>> =
+        Arc::new((0..LOCKERS).map(|_| Default::default()).collect());
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..LOCKERS {
+        let locker = waking_locker(&server, &server.url()).await;
+        let (tries, order) = (tries.clone(), order.clone());
+        let record = tries.clone();
+        let acquire = (locker.acquire("herd", ms(30_000)))
+            .retry(retry::constant(LONG_POLL))
+            .deadline(ms(30_000))
+            .on_failed_try(move |_| record[i].lock().unwrap().push(Instant::now()))
+            .into_future();
+        waiters.push(tokio::spawn(async move {
+            let lock = acquire.await.expect("each process gets its turn");
+            order.lock().unwrap().push(i);
+            tokio::time::sleep(ms(10)).await;
+            lock.release().await.unwrap();
+            drop(tries);
+        }));
+        // In line before the next one comes: the line's order is known.
+        until_in_line(&mut raw, "herd", i + 1).await;
+    }
+    let released_at = Instant::now();
+    held.release().await.unwrap();
+    for waiter in waiters {
+        waiter.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), (0..LOCKERS).collect::<Vec<_>>());
+    let heartbeat_try = redmutex::DEFAULT_HEARTBEAT / 3 - ms(100);
+    for (i, tries) in tries.iter().enumerate() {
+        let tries = tries.lock().unwrap();
+        assert!(!tries.is_empty(), "locker {i} found the key held first");
+        for pair in tries.windows(2) {
+            assert!(
+                pair[1] < released_at || pair[1] - pair[0] >= heartbeat_try,
+                "locker {i} tried {:?} after the releases began, {:?} after its last try",
+                pair[1] - released_at,
+                pair[1] - pair[0]
+            );
+        }
+    }
+    assert_eq!(raw.dbsize().await, 0);
 }
