@@ -559,6 +559,9 @@ impl<C: Connection> Tries<'_, '_, C> {
         // locker's other waiters, who keep the place).
         self.named = (self.named || named) && !obtained;
         self.waiting.tried(&attempt);
+        if obtained && named && !request.siblings {
+            self.waiting.took_alone();
+        }
         self.tally.ahead = attempt.ahead;
         // One millisecond more: the key is certainly gone by then.
         let expires = (attempt.held_ttl)

@@ -87,6 +87,15 @@ impl Waiting {
         }
     }
 
+    /// After a try that took the key without keeping its locker in line: if other waiters
+    /// of this locker came meanwhile (queued behind it without a try), one of them tries
+    /// now and lines the locker up again (see `Member::rouse_another`).
+    pub(crate) fn took_alone(&mut self) {
+        if let Some(member) = self.member.as_mut() {
+            member.rouse_another();
+        }
+    }
+
     /// Reports what a try found (after a wake-up, that settles its turn).
     pub(crate) fn tried(&mut self, attempt: &Attempt) {
         if let Some(member) = self.member.as_mut() {

@@ -646,6 +646,17 @@ impl Member {
         }
     }
 
+    /// This member took the key, and others of its locker wait for it that its try did
+    /// not keep in line: one of them tries now,
+    /// and lines the locker up again behind the new holder. (They came while the try was
+    /// on its way, and queued behind it without a try of their own.)
+    pub(crate) fn rouse_another(&mut self) {
+        let mut state = lock(&self.channel.state);
+        if state.members > 1 {
+            self.channel.announce(&mut state, Wake::Released, 1);
+        }
+    }
+
     /// Leaves this key's waiters for another key of the same acquire (several keys, all or
     /// nothing: its last try found this other one held). The acquire is not gone — it goes
     /// on trying every key on its schedule — and the holder it marked still announces its
