@@ -458,9 +458,9 @@ pub(crate) struct ObtainTry<'a> {
     /// may take what a release handed to it, see `mutex.lua`): only when the hand-off's
     /// message would reach it, and not on a quorum.
     pub(crate) locker: Option<&'a Token>,
-    /// With `locker`: more of the locker's waiters wait for the claim, so a try that takes
-    /// it keeps the locker in line (at its end).
-    pub(crate) siblings: bool,
+    /// The try follows a wake-up of the locker's own (a holder of its own released the
+    /// key): it is probably free, and a plain `SET` will likely take it.
+    pub(crate) probably_free: bool,
 }
 
 /// How the waiters of a claim queue in Redis (a fair lock): a try that is not the

@@ -25,6 +25,7 @@ use crate::engine::meter::Outcome;
 use crate::engine::schedule::{Retry, Schedule};
 use crate::engine::tally::{FailedTry, Observer, Reason, Tally};
 use crate::engine::waiting::{wait_channel, Waiting};
+use crate::engine::wakeup::Wake;
 use crate::error::{Argument, Error};
 use crate::scripts::{Claim, ObtainTry, Queue, LINE_HEARTBEAT};
 use crate::token::{self, Token};
@@ -318,6 +319,7 @@ impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
             armed: false,
             named: false,
             fail_fast: self.fail_fast,
+            probably_free: false,
         };
         let span = acquire_span(&*claim, ttl_ms);
         let mark = context.meter.start_acquire(claim.kind());
@@ -407,6 +409,9 @@ struct Tries<'r, 'a, C: Connection> {
     named: bool,
     /// See [`Acquire::fail_fast`].
     fail_fast: bool,
+    /// The next try follows a wake-up of this locker's own ([`Wake::Local`]): the key is
+    /// probably free.
+    probably_free: bool,
 }
 
 /// What a successful try obtained.
@@ -455,7 +460,7 @@ impl<C: Connection> Tries<'_, '_, C> {
                     let channels: Vec<Vec<u8>> = (keys.iter())
                         .map(|key| wait_channel(key, self.lined, &self.locker))
                         .collect();
-                    self.waiting.enter(&channels, self.lined)
+                    self.waiting.enter(&channels)
                 }
                 false => None,
             };
@@ -509,7 +514,9 @@ impl<C: Connection> Tries<'_, '_, C> {
                 true => wake.min(now + LINE_HEARTBEAT / 3),
                 false => wake,
             };
-            recheck = self.waiting.pause(wake).await;
+            let woken = self.waiting.pause(wake).await;
+            recheck = woken == Some(Wake::Subscribed);
+            self.probably_free = woken == Some(Wake::Local);
         }
     }
 
@@ -545,7 +552,7 @@ impl<C: Connection> Tries<'_, '_, C> {
             waiting,
             queue,
             locker: named.then_some(&self.locker),
-            siblings: self.waiting.others_wait(),
+            probably_free: std::mem::take(&mut self.probably_free),
         };
         let claim = &**self.claim;
         let attempt = (self.backend)
@@ -559,9 +566,6 @@ impl<C: Connection> Tries<'_, '_, C> {
         // locker's other waiters, who keep the place).
         self.named = (self.named || named) && !obtained;
         self.waiting.tried(&attempt);
-        if obtained && named && !request.siblings {
-            self.waiting.took_alone();
-        }
         self.tally.ahead = attempt.ahead;
         // One millisecond more: the key is certainly gone by then.
         let expires = (attempt.held_ttl)

@@ -470,6 +470,7 @@ impl<C: Connection, P> Lock<C, P> {
         if matches!(result, Ok(()) | Err(Error::NotHeld)) {
             self.context.meter.released();
         }
+        self.wake_own_waiters();
         // Redis answered (released, or not ours any more): nothing left for Drop to do.
         // After a Redis error, Drop tries once more in the background. (A quorum backend
         // already retries the nodes that did not answer.)
@@ -548,11 +549,30 @@ impl<C: Connection, P> std::fmt::Debug for Lock<C, P> {
     }
 }
 
+impl<C: Connection, P> Lock<C, P> {
+    /// Where this locker's waiters line up (see `Claim::lined`), wakes one of its own
+    /// waiters for these keys, if any: they queued behind this lock without a try, and
+    /// its locker left the line when it took the key, so no hand-off tells them. Woken,
+    /// one tries: takes the key (a plain `SET`), or lines the locker up behind whoever
+    /// the key was handed to. (Within one process, waiters take turns without the line.)
+    fn wake_own_waiters(&self) {
+        let Some(hub) = &self.context.hub else {
+            return;
+        };
+        if self.context.lined(&*self.claim) {
+            for channel in self.context.wait_channels(&*self.claim) {
+                hub.held_until(&channel, Instant::now());
+            }
+        }
+    }
+}
+
 impl<C: Connection, P> Drop for Lock<C, P> {
     fn drop(&mut self) {
         if self.release_on_drop {
             let backend = &self.context.backend;
             backend.release_in_background(self.claim.clone(), self.token, self.keep_until);
+            self.wake_own_waiters();
         }
     }
 }

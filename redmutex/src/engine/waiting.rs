@@ -55,44 +55,23 @@ impl Waiting {
         self.member.as_ref().is_some_and(Member::alone)
     }
 
-    /// Whether other waiters of this locker wait for the key this acquire waits for (its
-    /// locker's place in line is theirs too).
-    pub(crate) fn others_wait(&self) -> bool {
-        self.member.as_ref().is_some_and(|member| !member.alone())
-    }
-
     /// Before the first try of an acquire that may wait: on a key this locker's waiters
     /// are subscribed to, it joins them. It queues behind them without a try (the holder is
     /// marked; its release will wake them in turn) — the index of that key is returned,
     /// with when it expires at the latest, if known — or, when nobody waits right now,
     /// makes its first try as a waiter. (Only for exclusive claims: where several may
     /// hold at once, there may be room for a newcomer while others wait.)
-    /// `channels` are those of the claim's keys, in order (see [`wait_channel`]); `lined`,
-    /// whether its locker lines up there (it then queues only behind its own waiters, not
-    /// behind a holder of its own, see [`Hub::enter`]).
-    pub(crate) fn enter(
-        &mut self,
-        channels: &[Vec<u8>],
-        lined: bool,
-    ) -> Option<(usize, Option<Instant>)> {
+    /// `channels` are those of the claim's keys, in order (see [`wait_channel`]).
+    pub(crate) fn enter(&mut self, channels: &[Vec<u8>]) -> Option<(usize, Option<Instant>)> {
         let hub = (self.hub.as_ref()).filter(|_| self.member.is_none() && self.exclusive)?;
         let (member, entry, index) = channels.iter().enumerate().find_map(|(index, channel)| {
-            let (member, entry) = hub.enter(channel, !lined)?;
+            let (member, entry) = hub.enter(channel)?;
             Some((member, entry, index))
         })?;
         self.member = Some(member);
         match entry {
             Entry::Queue { expires } => Some((index, expires)),
             Entry::Try => None,
-        }
-    }
-
-    /// After a try that took the key without keeping its locker in line: if other waiters
-    /// of this locker came meanwhile (queued behind it without a try), one of them tries
-    /// now and lines the locker up again (see `Member::rouse_another`).
-    pub(crate) fn took_alone(&mut self) {
-        if let Some(member) = self.member.as_mut() {
-            member.rouse_another();
         }
     }
 
@@ -131,20 +110,21 @@ impl Waiting {
         }
     }
 
-    /// Pauses until `wake`, or until woken. Returns whether the wake-up asks for a
-    /// re-check: the subscription was confirmed, and a release may have gone unheard.
-    pub(crate) async fn pause(&mut self, wake: Instant) -> bool {
+    /// Pauses until `wake`, or until woken: why it was woken, `None` at `wake`.
+    /// [`Wake::Subscribed`] asks for a re-check: the subscription was confirmed, and a
+    /// release may have gone unheard.
+    pub(crate) async fn pause(&mut self, wake: Instant) -> Option<Wake> {
         match self.member.as_mut() {
             // In a fixed order (a turn handed out is taken up before a timer that is due
             // too), so that a run is a function of its inputs: the simulator replays runs.
             Some(member) => tokio::select! {
                 biased;
-                why = member.woken() => why == Wake::Subscribed,
-                _ = pause_until(wake) => false,
+                why = member.woken() => Some(why),
+                _ = pause_until(wake) => None,
             },
             None => {
                 pause_until(wake).await;
-                false
+                None
             }
         }
     }

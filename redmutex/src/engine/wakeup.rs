@@ -67,8 +67,12 @@ const HEALTH_CHECK: Duration = Duration::from_secs(5);
 /// Why a waiter was woken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Wake {
-    /// The key was released (or a waiter handed its turn on): try now.
+    /// The key was released, as a message said (or a waiter handed its turn on): try now.
     Released,
+    /// This locker learned that the key is probably free — a holder of its own released
+    /// it or let it run out, a wait for its release saw it free: try now, and a plain
+    /// `SET` will likely do.
+    Local,
     /// The subscription was (re)confirmed: re-check, since a release may have gone unheard
     /// before it.
     Subscribed,
@@ -279,11 +283,10 @@ impl Hub {
     ///   first try as a waiter (mark the holder, or store an "awaited" value), so that
     ///   newcomers can queue behind this one instead of all trying at once.
     ///
-    /// `behind_holder`: a newcomer may queue behind a holder of this locker that was itself
-    /// a waiter (its value says "awaited"). Not where lockers line up: a holder's release
-    /// hands the key on only to lockers in line, and this locker, its holder's try having
-    /// taken it out, is in line only while others of its waiters wait.
-    pub(crate) fn enter(&self, key: &[u8], behind_holder: bool) -> Option<(Member, Entry)> {
+    /// Where lockers line up, a holder of this locker wakes its waiters itself when it
+    /// releases the key (it left the line when it took it), so newcomers may queue behind
+    /// it too.
+    pub(crate) fn enter(&self, key: &[u8]) -> Option<(Member, Entry)> {
         let channels = lock(&self.channels);
         let channel = channels.get(key)?;
         let mut state = lock(&channel.state);
@@ -291,7 +294,7 @@ impl Hub {
             return None;
         }
         let now = Instant::now();
-        let held_by_waiter = (state.held_by_waiter).filter(|until| behind_holder && *until > now);
+        let held_by_waiter = (state.held_by_waiter).filter(|until| *until > now);
         let entry = match (state.members, held_by_waiter) {
             (0, None) => Entry::Try,
             (_, expires) => Entry::Queue { expires },
@@ -361,7 +364,7 @@ impl Hub {
             if state.held_by_waiter.is_some() {
                 state.held_by_waiter = Some(until);
             }
-            channel.announce(&mut state, Wake::Released, 1);
+            channel.announce(&mut state, Wake::Local, 1);
         }
     }
 
@@ -548,7 +551,7 @@ impl Channel {
             let mut state = lock(&channel.state);
             if state.held_by_waiter == Some(until) {
                 state.held_by_waiter = None;
-                channel.announce(&mut state, Wake::Released, 1);
+                channel.announce(&mut state, Wake::Local, 1);
             }
         });
     }
@@ -642,18 +645,7 @@ impl Member {
         let mut state = lock(&self.channel.state);
         if state.members > 1 {
             state.held_by_waiter = None;
-            self.channel.announce(&mut state, Wake::Released, 1);
-        }
-    }
-
-    /// This member took the key, and others of its locker wait for it that its try did
-    /// not keep in line: one of them tries now,
-    /// and lines the locker up again behind the new holder. (They came while the try was
-    /// on its way, and queued behind it without a try of their own.)
-    pub(crate) fn rouse_another(&mut self) {
-        let mut state = lock(&self.channel.state);
-        if state.members > 1 {
-            self.channel.announce(&mut state, Wake::Released, 1);
+            self.channel.announce(&mut state, Wake::Local, 1);
         }
     }
 

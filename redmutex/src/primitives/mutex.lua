@@ -13,9 +13,9 @@
 -- whose heartbeat is live — the key holds the locker's id with the flag 'r' for
 -- HANDOFF_MS, during which only that locker's waiters may take it — and tells that locker
 -- alone, on a channel of its own (`turn`): one message and one try per hand-off, however
--- many processes wait. The locker handed the key leaves the line; taking it, it joins the
--- line again at its end when more of its waiters wait, and flags its own value when
--- others are in line.
+-- many processes wait. The locker handed the key leaves the line, and flags its own value
+-- when others are in line. (More of its waiters, which it wakes itself when it releases
+-- the key, line it up again if the key goes to another.)
 -- Unclaimed (its process died or froze, or the message was lost), a handed key is free
 -- once HANDOFF_MS passes; the waiters' own tries, at least once per third of a heartbeat,
 -- take it then, and pass over a locker whose heartbeat ended.
@@ -79,8 +79,6 @@ end
 -- ARGV[7]: '1' when fenced.
 -- ARGV[8]: (optional, waiting) the locker's id: a held key puts it in the key's line
 --          (flag 'l'), and a key handed to this locker counts as free.
--- ARGV[9]: with ARGV[8]: '1' when more of the locker's waiters wait for the keys: one
---          taking them sends the locker to the end of each line instead of out of it.
 -- Returns: { 0, fence } when every key now holds ARGV[1] with the TTL: fence is above
 --          every counter (see next_fence), now stored in all of them (0 when not fenced);
 --          otherwise { i, pttl }: i is the 1-based index of the first key held by another
@@ -116,7 +114,7 @@ for i = 1, count do
           end
         end
       end
-      join_line(KEYS[lines + i], locker, now_us(), false)
+      join_line(KEYS[lines + i], locker, now_us())
       flag_waiters(KEYS[i], value, length, false, true)
     elseif ARGV[4] == '1' then
       flag_waiters(KEYS[i], value, length, true, false)
@@ -140,9 +138,7 @@ for i = 1, count do
   local value = ARGV[1]
   if locker then
     local line = KEYS[lines + i]
-    if ARGV[9] == '1' then
-      join_line(line, locker, now_us(), true)
-    elseif not was_handed[i] then
+    if not was_handed[i] then
       leave_line(line, locker)
     end
     if redis.call('exists', line) == 1 then

@@ -109,10 +109,12 @@ impl Claim for Keys {
 
 /// One try to take every key. The common case — a single key, a try that does not wait —
 /// takes the cheapest path: unfenced a plain `SET NX PX`, fenced a lean script op (`SET NX
-/// PX`, then the counter). A waiter's try goes straight to the full `obtain`: the key is
-/// probably held (or handed to its locker), and the script puts the locker in line,
-/// flags the holder, or takes the key handed to it, where a `SET` could not. Everything
-/// else goes through the full `obtain` too.
+/// PX`, then the counter). So does, unfenced, a waiter's try after its own locker released
+/// the key (it is probably free), going on with the full `obtain` only when the `SET`
+/// fails. Any other waiter's try goes straight to the full `obtain`: the key is probably
+/// held (or handed to its locker), and the script puts the locker in line, flags the
+/// holder, or takes the key handed to it, where a `SET` could not. Everything else goes
+/// through the full `obtain` too.
 async fn obtain(
     mut conn: Node<'_>,
     keys: &Keys,
@@ -148,6 +150,12 @@ async fn obtain(
             },
         });
     }
+    if keys.len() == 1 && !retrying_own && !fenced && request.probably_free {
+        let key = keys.get(0).expect("one key");
+        if set_nx(&mut conn, key, value, ttl_ms).await? {
+            return Ok(Obtain::Obtained { fence: None });
+        }
+    }
     let mut call = keys.call(&OBTAIN, fenced);
     let locker = request.locker.filter(|_| waiting);
     if locker.is_some() {
@@ -163,7 +171,7 @@ async fn obtain(
         .arg(retention_ms)
         .arg(if fenced { "1" } else { "0" });
     if let Some(locker) = locker {
-        (call.arg(locker.as_bytes())).arg(if request.siblings { "1" } else { "0" });
+        call.arg(locker.as_bytes());
     }
     Ok(Obtain::from_reply(
         call.invoke_async(&mut conn).await?,

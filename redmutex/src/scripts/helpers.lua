@@ -190,12 +190,9 @@ end
 -- A locker's heartbeat in a line, in milliseconds (the engine's LINE_HEARTBEAT).
 local LINE_BEAT_MS = 3000
 
--- Puts `locker` in `line`, keeping its place if it has one (at the end, when `last`), its
--- heartbeat ending LINE_BEAT_MS after the moment `us` (server microseconds).
-local function join_line(line, locker, us, last)
-  if last then
-    redis.call('zrem', line, locker)
-  end
+-- Puts `locker` in `line`, keeping its place if it has one, its heartbeat ending
+-- LINE_BEAT_MS after the moment `us` (server microseconds).
+local function join_line(line, locker, us)
   local ends = math.floor(us / 1000) + LINE_BEAT_MS
   redis.call('zadd', line, 'lt', string.format('%.0f', us), locker, string.format('%.0f', -ends), locker .. '~')
   redis.call('pexpire', line, LINE_BEAT_MS + 1)
