@@ -562,8 +562,7 @@ impl<C: Connection> Tries<'_, '_, C> {
         let in_queue = self.queue.is_some() && (queue || retrying_own);
         let obtained = matches!(attempt.result, TryResult::Obtained { .. });
         self.armed = attempt.may_hold || (in_queue && !obtained);
-        // One obtained took what was handed, and left the line (or stays in it for the
-        // locker's other waiters, who keep the place).
+        // One obtained took the key, and left the line.
         self.named = (self.named || named) && !obtained;
         self.waiting.tried(&attempt);
         self.tally.ahead = attempt.ahead;

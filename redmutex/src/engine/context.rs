@@ -4,6 +4,8 @@
 
 use std::sync::{Arc, OnceLock};
 
+use tokio::time::Instant;
+
 use crate::backend::Backend;
 use crate::check::EvictionWatch;
 use crate::connection::Connection;
@@ -64,6 +66,16 @@ impl<C: Connection> Context<C> {
     /// the hand-offs.
     pub(crate) fn lined(&self, claim: &dyn Claim) -> bool {
         claim.lined() && self.hub.is_some() && self.backend.quorum_settings().is_none()
+    }
+
+    /// Tells this locker's waiters for `claim`'s keys, if it has wake-up, that the claim is
+    /// held until `until` at most (see `Hub::held_until`): one of them tries then.
+    pub(crate) fn waiters_held_until(&self, claim: &dyn Claim, until: Instant) {
+        if let Some(hub) = &self.hub {
+            for channel in self.wait_channels(claim) {
+                hub.held_until(&channel, until);
+            }
+        }
     }
 
     /// The channels this locker's waiters for `claim`'s keys hear of their release on, in

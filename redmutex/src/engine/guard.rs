@@ -409,10 +409,8 @@ impl<C: Connection, P> Lock<C, P> {
         };
         // This locker's waiters learned how long the key lasts from their last try: one
         // that now ends sooner (a shorter TTL, or lost) must not keep them waiting longer.
-        if let (Some(hub), true) = (&self.context.hub, self.valid_until < current) {
-            for channel in self.context.wait_channels(&*self.claim) {
-                hub.held_until(&channel, self.valid_until);
-            }
+        if self.valid_until < current {
+            (self.context).waiters_held_until(&*self.claim, self.valid_until);
         }
         outcome
     }
@@ -556,13 +554,8 @@ impl<C: Connection, P> Lock<C, P> {
     /// one tries: takes the key (a plain `SET`), or lines the locker up behind whoever
     /// the key was handed to. (Within one process, waiters take turns without the line.)
     fn wake_own_waiters(&self) {
-        let Some(hub) = &self.context.hub else {
-            return;
-        };
         if self.context.lined(&*self.claim) {
-            for channel in self.context.wait_channels(&*self.claim) {
-                hub.held_until(&channel, Instant::now());
-            }
+            (self.context).waiters_held_until(&*self.claim, Instant::now());
         }
     }
 }

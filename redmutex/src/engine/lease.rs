@@ -258,12 +258,12 @@ impl<C: Connection, P> Lock<C, P> {
 impl<C: Connection, P> Lease<C, P> {
     /// What tells this locker's waiters that the lease was lost, when it has wake-up.
     fn waiters_told(lock: &Lock<C, P>) -> Option<Box<dyn Fn() + Send + Sync>> {
-        let hub = lock.context().hub.clone()?;
-        let channels = lock.context().wait_channels(&**lock.claim());
+        lock.context().hub.as_ref()?;
+        // The channels are found when told: a waiter of this locker may line up (and draw
+        // the locker's id) after the lease started.
+        let (context, claim) = (lock.context().clone(), lock.claim().clone());
         Some(Box::new(move || {
-            for channel in &channels {
-                hub.held_until(channel, Instant::now());
-            }
+            context.waiters_held_until(&*claim, Instant::now());
         }))
     }
 

@@ -107,11 +107,8 @@ for i = 1, count do
   if value ~= false and not owned(value, token) and value ~= handed then
     if locker then
       for j = 1, i - 1 do
-        if redis.call('get', KEYS[j]) == handed then
-          leave_line(KEYS[lines + j], locker)
-          if not hand_on(KEYS[j], KEYS[lines + j]) then
-            redis.call('del', KEYS[j])
-          end
+        if was_handed[j] and not hand_on(KEYS[j], KEYS[lines + j]) then
+          redis.call('del', KEYS[j])
         end
       end
       join_line(KEYS[lines + i], locker, now_us())
@@ -224,7 +221,7 @@ for i = 1, count do
     end
   else
     -- A locker giving up: out of line, and a key handed to it goes on.
-    if line and (value == token .. 'r' or redis.call('exists', line) == 1) then
+    if line then
       leave_line(line, token)
       if value == token .. 'r' and not hand_on(key, line) then
         redis.call('del', key)

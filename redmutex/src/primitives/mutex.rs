@@ -129,9 +129,8 @@ async fn obtain(
         waiting,
         ..
     } = request;
-    if keys.len() == 1 && !retrying_own && !waiting {
-        let key = keys.get(0).expect("one key");
-        if fenced {
+    if let (1, false, Some(key)) = (keys.len(), retrying_own, keys.get(0)) {
+        if fenced && !waiting {
             let mut call = OBTAIN_ONE.script().prepare_invoke();
             call.key(key).key(counter_key(key));
             call.arg(value).arg(ttl_ms).arg(retention_ms);
@@ -141,19 +140,17 @@ async fn obtain(
                 true,
             ));
         }
-        return Ok(match set_nx(&mut conn, key, value, ttl_ms).await? {
-            true => Obtain::Obtained { fence: None },
-            false => Obtain::Held {
-                index: 0,
-                ttl: None,
-                ahead: None,
-            },
-        });
-    }
-    if keys.len() == 1 && !retrying_own && !fenced && request.probably_free {
-        let key = keys.get(0).expect("one key");
-        if set_nx(&mut conn, key, value, ttl_ms).await? {
-            return Ok(Obtain::Obtained { fence: None });
+        if !fenced && (!waiting || request.probably_free) {
+            if set_nx(&mut conn, key, value, ttl_ms).await? {
+                return Ok(Obtain::Obtained { fence: None });
+            }
+            if !waiting {
+                return Ok(Obtain::Held {
+                    index: 0,
+                    ttl: None,
+                    ahead: None,
+                });
+            }
         }
     }
     let mut call = keys.call(&OBTAIN, fenced);
