@@ -1398,9 +1398,11 @@ fn exec_min_hold_runs_at_most_once_per_period() {
     assert_eq!(code(&out), 64, "{}", stderr(&out));
 }
 
-/// Waiters in a fair lock's line, as the server counts them.
+/// Waiters in a fair lock's line, as the server counts them: their tickets (scored from
+/// 0 up; their heartbeats are scored below 0).
 fn in_line(server: &RedisServer, key: &str) -> u64 {
-    let reply = server.command(&["ZCARD", &format!("{{{key}}}:queue")]);
+    let queue = format!("{{{key}}}:queue");
+    let reply = server.command(&["ZCOUNT", &queue, "0", "+inf"]);
     reply.trim().trim_start_matches(':').parse().unwrap()
 }
 

@@ -16,7 +16,7 @@ const COMMANDS: &str = "+evalsha +eval +script|load +set +get +del +pexpire +pex
 /// The ACL rule for a user that locks keys under `prefix`: the commands redmutex needs,
 /// the lock keys (`~PREFIX*`), the keys beside them — fence counters (`~{PREFIX*}:fence`,
 /// and `~{*}:fence:PREFIX*` for keys with a hash tag or a `}`), and the same for a
-/// semaphore's details (`:permits`), a fair lock's queue (`:queue`, `:beats`) and a
+/// semaphore's details (`:permits`), a fair lock's queue (`:queue`) and a
 /// read-write lock's readers and waiting writers (`:readers`, `:intents`), a lock's line of
 /// waiting lockers (`:line`) — and the
 /// wake-up channels (`&PREFIX*`); nothing else. Glob characters in
@@ -30,8 +30,8 @@ const COMMANDS: &str = "+evalsha +eval +script|load +set +get +del +pexpire +pex
 /// assert_eq!(
 ///     redmutex::acl_rule("app:"),
 ///     "resetkeys ~app:* ~{app:*}:fence ~{*}:fence:app:* ~{app:*}:permits \
-///      ~{*}:permits:app:* ~{app:*}:queue ~{*}:queue:app:* ~{app:*}:beats \
-///      ~{*}:beats:app:* ~{app:*}:readers ~{*}:readers:app:* ~{app:*}:intents \
+///      ~{*}:permits:app:* ~{app:*}:queue ~{*}:queue:app:* ~{app:*}:readers \
+///      ~{*}:readers:app:* ~{app:*}:intents \
 ///      ~{*}:intents:app:* ~{app:*}:line ~{*}:line:app:* resetchannels &app:* -@all \
 ///      +evalsha +eval +script|load +set \
 ///      +get +del +pexpire +pexpireat +pttl +type +setrange +time +publish +subscribe \

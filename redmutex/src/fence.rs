@@ -19,8 +19,7 @@
 //! A tag never contains `}`, so these names cannot collide with each other. Lock keys
 //! (prefix included) of the forms `{…}:fence` and `{…}:fence:…` are refused
 //! ([`reserved_as`]), so no lock key can ever be a counter; the same goes for the other
-//! companions: a semaphore's details (`:permits`), a fair lock's queue (`:queue`) and
-//! heartbeats (`:beats`), a read-write lock's readers and writers' intents, and a lock's
+//! companions: a semaphore's details (`:permits`), a fair lock's queue (`:queue`), a read-write lock's readers and writers' intents, and a lock's
 //! line of waiting lockers (`:line`).
 //!
 //! Counters expire [`DEFAULT_RETENTION`] (configurable) after their last use, so that keys
@@ -72,10 +71,8 @@ pub(crate) enum Companion {
     Fence,
     /// A semaphore's holders' details (permits, metadata, the agreed limit).
     Permits,
-    /// A fair lock's waiters, in arrival order.
+    /// A fair lock's waiters, in arrival order, with their heartbeats.
     Queue,
-    /// A fair lock's waiters' heartbeats.
-    Beats,
     /// A read-write lock's readers' details (metadata).
     Readers,
     /// A read-write lock's waiting writers' intents.
@@ -86,11 +83,10 @@ pub(crate) enum Companion {
 
 impl Companion {
     /// Every kind, for the reserved-name check.
-    pub(crate) const ALL: [Companion; 7] = [
+    pub(crate) const ALL: [Companion; 6] = [
         Companion::Fence,
         Companion::Permits,
         Companion::Queue,
-        Companion::Beats,
         Companion::Readers,
         Companion::Intents,
         Companion::Line,
@@ -102,7 +98,6 @@ impl Companion {
             Companion::Fence => b":fence",
             Companion::Permits => b":permits",
             Companion::Queue => b":queue",
-            Companion::Beats => b":beats",
             Companion::Readers => b":readers",
             Companion::Intents => b":intents",
             Companion::Line => b":line",
@@ -115,7 +110,6 @@ impl Companion {
             Companion::Fence => "fence counters",
             Companion::Permits => "semaphores' details",
             Companion::Queue => "fair locks' queues",
-            Companion::Beats => "fair locks' waiters' heartbeats",
             Companion::Readers => "read-write locks' readers",
             Companion::Intents => "read-write locks' waiting writers",
             Companion::Line => "locks' lines of waiting lockers",

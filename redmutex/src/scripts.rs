@@ -226,7 +226,7 @@ pub(crate) trait Claim: Send + Sync + 'static {
 
     /// Its waiters queue in Redis (a fair lock), as [`Queue`] describes, rather than only
     /// in each locker's wake-up hub: `None` for a claim whose waiters just try.
-    fn queue(&self, _token: &Token) -> Option<Queue> {
+    fn queue(&self) -> Option<Queue> {
         None
     }
 
@@ -258,6 +258,15 @@ pub(crate) trait Claim: Send + Sync + 'static {
         true
     }
 
+    /// Hands `add` the arguments of a release: the owner's token, then `keep_ms` when > 0
+    /// (see [`release`](Claim::release)).
+    fn release_args(&self, token: &Token, keep_ms: u64, add: &mut dyn FnMut(&[u8])) {
+        add(token.as_bytes());
+        if keep_ms > 0 {
+            add(keep_ms.to_string().as_bytes());
+        }
+    }
+
     /// A call of `operation` over the claim's script keys.
     fn call(&self, operation: &'static Operation, fenced: bool) -> ScriptInvocation<'static> {
         let mut call = operation.script().prepare_invoke();
@@ -275,10 +284,9 @@ pub(crate) trait Claim: Send + Sync + 'static {
         self.release_keys(&mut |key| {
             call.key(key);
         });
-        call.arg(token.as_bytes());
-        if keep_ms > 0 {
-            call.arg(keep_ms);
-        }
+        self.release_args(token, keep_ms, &mut |arg| {
+            call.arg(arg);
+        });
         Box::pin(async move {
             let missing: i64 = call.invoke_async(&mut Node(conn)).await?;
             Ok(missing == 0)
@@ -297,17 +305,17 @@ pub(crate) trait Claim: Send + Sync + 'static {
         Box::pin(async move { eval_whole(conn, cmd).await })
     }
 
-    /// The release as one `EVAL` (the whole script, see [`eval_whole`]): the release keys,
-    /// the token, and `keep_ms` when > 0.
+    /// The release as one `EVAL` (the whole script, see [`eval_whole`]): the release keys
+    /// and arguments.
     fn release_eval(&self, token: &Token, keep_ms: u64) -> Cmd {
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(self.operations().release.source());
         let mut keys: Vec<Vec<u8>> = Vec::new();
         self.release_keys(&mut |key| keys.push(key.to_vec()));
-        cmd.arg(keys.len()).arg(keys).arg(token.as_bytes());
-        if keep_ms > 0 {
-            cmd.arg(keep_ms);
-        }
+        cmd.arg(keys.len()).arg(keys);
+        self.release_args(token, keep_ms, &mut |arg| {
+            cmd.arg(arg);
+        });
         cmd
     }
 

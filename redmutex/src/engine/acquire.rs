@@ -303,7 +303,7 @@ impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
             locker: context.id()?,
             backend: &context.backend,
             claim: &claim,
-            queue: claim.queue(&token),
+            queue: claim.queue(),
             channel: claim.channel(),
             lined: context.lined(&*claim),
             value: token::lock_value(&token, self.metadata.as_deref()),
@@ -455,6 +455,9 @@ impl<C: Connection> Tries<'_, '_, C> {
             // On a key this locker's waiters are subscribed to, a newcomer that may wait
             // joins them before its first try — unless waiters queue in Redis, where the
             // first try takes the newcomer's place in line.
+            if let (true, Some(queue)) = (first && self.schedule.may_wait(), &self.queue) {
+                self.waiting.admit(&queue.channel);
+            }
             let queued = match first && self.queue.is_none() && self.schedule.may_wait() {
                 true => {
                     let channels: Vec<Vec<u8>> = (keys.iter())

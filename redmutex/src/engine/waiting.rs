@@ -75,6 +75,16 @@ impl Waiting {
         }
     }
 
+    /// Before the first try of an acquire that may wait in a queue kept in Redis: on a
+    /// `channel` this locker's waiters are subscribed to, it joins them (see
+    /// [`Hub::admit`]) — it hears of a turn announced while its try is under way, and needs
+    /// no re-check after it.
+    pub(crate) fn admit(&mut self, channel: &[u8]) {
+        if let (Some(hub), None) = (&self.hub, &self.member) {
+            self.member = hub.admit(channel);
+        }
+    }
+
     /// Reports what a try found (after a wake-up, that settles its turn).
     pub(crate) fn tried(&mut self, attempt: &Attempt) {
         if let Some(member) = self.member.as_mut() {

@@ -307,6 +307,20 @@ impl Hub {
         Some((member, entry))
     }
 
+    /// Before a first try that takes a place in a queue kept in Redis (see
+    /// [`Claim::queue`](crate::scripts::Claim::queue)): joins the waiters of `key` if the
+    /// key is subscribed, so that a turn announced while the try is under way is not
+    /// missed. The try is made whatever others wait: it is what takes the place.
+    pub(crate) fn admit(&self, key: &[u8]) -> Option<Member> {
+        let channels = lock(&self.channels);
+        let channel = channels.get(key)?;
+        let mut state = lock(&channel.state);
+        match self.subscribed(&state) {
+            true => Some(Member::admit(key, channel, &mut state)),
+            false => None,
+        }
+    }
+
     /// Joins (or starts) the waiters of `key`; the key is subscribed to if it was not.
     /// `exclusive`: the key is held by one owner at a time (see [`Channel`]).
     pub(crate) fn join(self: &Arc<Self>, key: &[u8], exclusive: bool) -> Member {

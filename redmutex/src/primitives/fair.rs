@@ -169,7 +169,7 @@ impl<C: Connection> FairLock<C> {
     /// # Errors (when awaited)
     /// As [`Locker::acquire`](crate::Locker::acquire); [`Error::NotObtained`] also when
     /// the key was free but others were ahead in line until the deadline;
-    /// [`Error::InvalidArgument`] with [`Argument::Key`] when the queue's keys hold data of
+    /// [`Error::InvalidArgument`] with [`Argument::Key`] when the queue holds data of
     /// another kind; with [`Argument::Nodes`] on a Redlock locker.
     ///
     /// # Cancel safety
@@ -196,9 +196,10 @@ impl<C: Connection> FairLock<C> {
     /// # Ok(()) }
     /// ```
     pub fn acquire<'a>(&self, ttl: Duration) -> Acquire<'a, C, FairKey> {
-        let key = FairKey::new(self.key.clone(), self.heartbeat);
-        let key = Arc::new(key);
-        let claim = Ok((key.clone(), key as Arc<dyn Claim>));
+        let claim = self.context.id().map(|locker| {
+            let key = Arc::new(FairKey::new(self.key.clone(), self.heartbeat, locker));
+            (key.clone(), key as Arc<dyn Claim>)
+        });
         Acquire::new(self.context.clone(), claim, ttl)
     }
 
@@ -229,10 +230,10 @@ impl<C: Connection> FairLock<C> {
     /// # Ok(()) }
     /// ```
     pub async fn inspect(&self) -> Result<FairLockInfo, Error> {
-        let key = FairKey::new(self.key.clone(), self.heartbeat);
+        let key = self.key();
         let mut call = INSPECT.script().prepare_invoke();
-        call.key(key.key()).key(&key.queue).key(&key.beats);
-        call.key(&key.counter);
+        call.key(key).key(companion_key(key, Companion::Queue));
+        call.key(counter_key(key));
         let view = FairView { key: self.key() };
         self.context.backend.inspect(&view, &call).await
     }
@@ -264,21 +265,22 @@ impl<C: Connection> std::fmt::Debug for FairLock<C> {
 #[derive(Debug, Clone)]
 pub struct FairKey {
     keys: Keys,
-    /// The queue and the heartbeats, beside the key in its hash slot.
+    /// The queue (tickets and heartbeats), beside the key in its hash slot.
     queue: Vec<u8>,
-    beats: Vec<u8>,
     counter: Vec<u8>,
     heartbeat_ms: u64,
+    /// The acquiring locker's id: its waiters share a turn channel (see `fair.lua`).
+    locker: Token,
 }
 
 impl FairKey {
-    fn new(keys: Keys, heartbeat: Duration) -> FairKey {
+    fn new(keys: Keys, heartbeat: Duration, locker: Token) -> FairKey {
         let key = keys.get(0).expect("one key");
         FairKey {
             queue: companion_key(key, Companion::Queue),
-            beats: companion_key(key, Companion::Beats),
             counter: counter_key(key),
             heartbeat_ms: heartbeat.as_millis().try_into().unwrap_or(u64::MAX),
+            locker,
             keys,
         }
     }
@@ -317,29 +319,37 @@ impl Claim for FairKey {
         }
     }
 
-    /// The key, the queue and the heartbeats (a waiter leaves the queue by its release),
-    /// and the key's line, whose first locker hears of the release.
+    /// The key and the queue (a waiter leaves the queue by its release), and the key's
+    /// line, whose first locker hears of the release.
     fn release_keys(&self, add: &mut dyn FnMut(&[u8])) {
         add(self.key());
         add(&self.queue);
-        add(&self.beats);
         add(&companion_key(self.key(), Companion::Line));
+    }
+
+    /// The token, the time to keep the key (0: none), and the locker's id, which names
+    /// the waiter in the queue with the token.
+    fn release_args(&self, token: &Token, keep_ms: u64, add: &mut dyn FnMut(&[u8])) {
+        add(token.as_bytes());
+        add(keep_ms.to_string().as_bytes());
+        add(self.locker.as_bytes());
     }
 
     fn operations(&self) -> &'static Operations {
         &OPERATIONS
     }
 
-    fn queue(&self, token: &Token) -> Option<Queue> {
+    /// Its waiters hear of their turn on their locker's turn channel for the key.
+    fn queue(&self) -> Option<Queue> {
         Some(Queue {
-            channel: turn_channel(self.key(), token),
+            channel: turn_channel(self.key(), &self.locker),
             every: Duration::from_millis(self.heartbeat_ms / 3),
         })
     }
 
     fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {
         let mut call = OBTAIN.script().prepare_invoke();
-        call.key(self.key()).key(&self.queue).key(&self.beats);
+        call.key(self.key()).key(&self.queue);
         if request.fenced {
             call.key(&self.counter);
         }
@@ -348,7 +358,8 @@ impl Claim for FairKey {
             .arg(TOKEN_LEN)
             .arg(if request.queue { "1" } else { "0" })
             .arg(self.heartbeat_ms)
-            .arg(request.retention_ms);
+            .arg(request.retention_ms)
+            .arg(self.locker.as_bytes());
         Box::pin(async move {
             let reply: Vec<i64> = call.invoke_async(&mut Node(conn)).await?;
             if reply.len() < 2 {
@@ -450,7 +461,7 @@ pub struct FairLockInfo {
     /// The live waiters, first in line first: how long each stays in line unless it
     /// tries again (its heartbeat).
     pub waiters: Vec<Duration>,
-    /// The queue's keys hold something that is not a redmutex queue.
+    /// The queue holds something that is not a redmutex queue.
     pub foreign_queue: bool,
 }
 

@@ -22,7 +22,7 @@ end
 
 -- The entry of the key at KEYS[i] and its five companions after it (see `describe`).
 local function describe_at(i, now)
-  local key, counter, beats = KEYS[i], KEYS[i + 1], KEYS[i + 2]
+  local key, counter, queue = KEYS[i], KEYS[i + 1], KEYS[i + 2]
   local permits, readers, intents = KEYS[i + 3], KEYS[i + 4], KEYS[i + 5]
   -- Live as the primitives' own scripts count it (see live_from in helpers.lua).
   local live = live_from(now)
@@ -41,9 +41,10 @@ local function describe_at(i, now)
     entry[1] = 'lock'
     if not string.match(entry[4], REDMUTEX_VALUE) then
       entry[1], entry[4], entry[5] = 'foreign', false, 0
-    elseif kind_of(beats) == 'zset' then
+    elseif kind_of(queue) == 'zset' then
+      -- Its waiters' heartbeats are scored negated (fair.lua): live ones at -now or less.
       entry[1] = 'fair_lock'
-      entry[6] = redis.call('zcount', beats, live, '+inf')
+      entry[6] = redis.call('zcount', queue, '-inf', string.format('%.0f', -live))
     elseif kind_of(intents) == 'zset' then
       entry[1] = 'rw_lock_write'
       entry[6] = redis.call('zcount', intents, live, '+inf')
@@ -80,7 +81,7 @@ end
 
 --- op: describe
 -- what each of a page of listed keys holds, atomically per call.
--- KEYS:    per key, six: the key, its fence counter, its fair lock's heartbeats, its
+-- KEYS:    per key, six: the key, its fence counter, its fair lock's queue, its
 --          semaphore's details, its read-write lock's readers, its writers' intents.
 -- Returns: per key, { kind, pttl, fence or false, value or false, holders, waiters,
 --          awaited, sample, used, limit }: kind is 'none' (gone since it was found),
@@ -106,8 +107,8 @@ return described
 -- first live waiter on its own, readers on theirs. Something
 -- redmutex did not write is left alone. The holders are not told: each finds out at its
 -- next renewal or refresh.
--- KEYS:    the key and its five companions, as for `describe`, then its fair lock's queue
---          and its lock's line (see helpers.lua).
+-- KEYS:    the key and its five companions, as for `describe`, then its lock's line (see
+--          helpers.lua).
 -- Returns: { entry }: the key's entry as `describe` reads it, before the release.
 local now = now_ms()
 local entry = describe_at(1, now)
@@ -116,7 +117,7 @@ local freed = true
 if kind == 'lock' or kind == 'fair_lock' or kind == 'rw_lock_write' then
   redis.call('del', KEYS[1])
   redis.pcall('publish', KEYS[1], 'released')
-  tell_line(KEYS[1], KEYS[8])
+  tell_line(KEYS[1], KEYS[7])
   if kind ~= 'fair_lock' and entry[6] <= 0 then
     -- A writer's or a plain lock's key (either keeps readers out), and no writer waits:
     -- readers may come in.
@@ -133,13 +134,10 @@ else
 end
 -- Whatever held the key, a fair line waiting for it hears of its turn: the first live
 -- waiter, on its own channel.
-if freed and redis.call('type', KEYS[7])['ok'] == 'zset' then
-  for _, token in ipairs(redis.call('zrange', KEYS[7], 0, -1)) do
-    local beat = redis.pcall('zscore', KEYS[3], token)
-    if type(beat) == 'string' and live_at(beat, now) then
-      turn(KEYS[1], token)
-      break
-    end
+if freed and kind_of(KEYS[3]) == 'zset' then
+  local first = first_live(KEYS[3], now, 0)
+  if first then
+    tell_waiter(KEYS[1], first)
   end
 end
 return { entry }

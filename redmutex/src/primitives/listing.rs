@@ -372,7 +372,7 @@ pub(crate) async fn force_release<C: Connection>(
 ) -> Result<Option<ListedLock>, Error> {
     // It tells a fair lock's first waiter and a lock's first locker in line: it reads
     // their lines too.
-    one_key(backend, &FORCE, key, &[Companion::Queue, Companion::Line]).await
+    one_key(backend, &FORCE, key, &[Companion::Line]).await
 }
 
 /// What `key` (with the prefix) holds, as a listing would show it; `None` when free.
@@ -414,7 +414,7 @@ fn add_keys(call: &mut ScriptInvocation<'static>, key: &[u8]) {
     call.key(key);
     call.key(fence::counter_key(key));
     for companion in [
-        Companion::Beats,
+        Companion::Queue,
         Companion::Permits,
         Companion::Readers,
         Companion::Intents,

@@ -510,7 +510,7 @@ impl Claim for WriteKey {
 
     /// A waiting writer's intent lives in Redis and is renewed by its tries; it hears of
     /// releases on the key's own channel.
-    fn queue(&self, _token: &Token) -> Option<Queue> {
+    fn queue(&self) -> Option<Queue> {
         Some(Queue {
             channel: self.keys.key().to_vec(),
             every: Duration::from_millis(self.heartbeat_ms / 3),

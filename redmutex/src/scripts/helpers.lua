@@ -169,13 +169,12 @@ local function expire_with(scores, other)
   redis.call('pexpireat', other, key_expiry(last[2]))
 end
 
--- Tells the fair lock waiter `token` that it is first in line and the key is free, on a
--- channel of its own: the lock key, ':~', and 16 hex digits of its token's SHA-1 —
--- public, and useless for taking anyone's lock. A hint (waiters also try at least once
--- per heartbeat interval): a PUBLISH refused must not fail the script, so it goes through
--- pcall.
-local function turn(key, token)
-  redis.pcall('publish', key .. ':~' .. string.sub(redis.sha1hex(token), 1, 16), 'turn')
+-- Tells the locker `id` that it is its turn at `key`, on a channel of its own: the lock
+-- key, ':~', and 16 hex digits of its id's SHA-1 — public, and useless for taking anyone's
+-- lock. A hint (waiters also try at least once per heartbeat interval): a PUBLISH refused
+-- must not fail the script, so it goes through pcall.
+local function turn(key, id)
+  redis.pcall('publish', key .. ':~' .. string.sub(redis.sha1hex(id), 1, 16), 'turn')
 end
 
 -- A key's line: the lockers (processes) whose waiters wait for a mutex key, in arrival
@@ -186,6 +185,7 @@ end
 -- from 0 up, are the line in order. Every try of a locker's waiters renews its heartbeat,
 -- and they try at least every third of it: a locker that crashed or froze is passed over
 -- once its heartbeat ended. The line expires a heartbeat after the latest join.
+-- (A fair lock's queue has the same shape, its members waiters' tokens: see fair.lua.)
 
 -- A locker's heartbeat in a line, in milliseconds (the engine's LINE_HEARTBEAT).
 local LINE_BEAT_MS = 3000
@@ -198,30 +198,50 @@ local function join_line(line, locker, us)
   redis.call('pexpire', line, LINE_BEAT_MS + 1)
 end
 
--- Takes `locker` out of `line`.
-local function leave_line(line, locker)
-  redis.call('zrem', line, locker, locker .. '~')
+-- Takes `member` out of `line` (its ticket and its heartbeat).
+local function leave_line(line, member)
+  redis.call('zrem', line, member, member .. '~')
 end
 
--- The first locker of `line` whose heartbeat is live now, or nil; those before it, whose
--- heartbeat ended, leave the line. (One that joined less than a heartbeat ago is live: its
--- heartbeat ends at least that long after it joined. Only older tickets are checked.)
-local function first_in_line(line)
-  local now = now_ms()
+-- When the heartbeat of `member` of `line` ends (ms on the server's clock), or nil when it
+-- has none.
+local function beat_end(line, member)
+  local beat = redis.call('zscore', line, member .. '~')
+  return beat and -tonumber(beat)
+end
+
+-- The first member of `line` whose heartbeat is live at `now` (server ms), and when its
+-- heartbeat ends; nil when there is none. Those before it, whose heartbeat ended (or is
+-- missing), leave the line. A member whose ticket is less than `young` ms old is live
+-- without a look at its heartbeat (its end is then not given): it joined since, with a
+-- heartbeat at least that long. A line of another type (not redmutex's) has nobody.
+local function first_live(line, now, young)
   while true do
-    local first = redis.call('zrangebyscore', line, 0, '+inf', 'withscores', 'limit', 0, 1)
-    if not first[1] then
+    local first = redis.pcall('zrangebyscore', line, 0, '+inf', 'withscores', 'limit', 0, 1)
+    if first.err or not first[1] then
       return nil
     end
-    if now - math.floor(tonumber(first[2]) / 1000) < LINE_BEAT_MS then
+    if now - math.floor(tonumber(first[2]) / 1000) < young then
       return first[1]
     end
-    local beat = redis.call('zscore', line, first[1] .. '~')
-    if beat and live_at(-tonumber(beat), now) then
-      return first[1]
+    local ends = beat_end(line, first[1])
+    if ends and live_at(ends, now) then
+      return first[1], ends
     end
     leave_line(line, first[1])
   end
+end
+
+-- The first locker of a key's `line` whose heartbeat is live now, or nil (see first_live).
+local function first_in_line(line)
+  return first_live(line, now_ms(), LINE_BEAT_MS)
+end
+
+-- Tells the fair lock waiter `member` of a fair lock's queue (its token, '.', its locker's
+-- id) that it is first in line and `key` is free: on its locker's turn channel for the key,
+-- as a lock's line tells a locker (see fair.lua).
+local function tell_waiter(key, member)
+  turn(key, string.match(member, '%.([^.]*)$') or member)
 end
 
 -- Tells the first live locker of `line` that `key` was released (without handing

@@ -71,9 +71,11 @@ async fn waiters_of_separate_lockers_get_the_key_in_arrival_order() {
         let held = holder.acquire(ms(10_000)).await.unwrap();
         // Polling every 20 ms, waiters would race for the key; the queue decides.
         let (order, tasks) = waiters_in_line(&server, "ordered", 6, waking, ms(20), ms(30)).await;
-        // Every key has a TTL while they wait: the queue and the heartbeats.
+        // Every key has a TTL while they wait: the queue, with a ticket and a heartbeat
+        // per waiter.
         assert!(raw.pttl("{ordered}:queue").await > 0);
-        assert!(raw.pttl("{ordered}:beats").await > 0);
+        let entries: i64 = raw.run(redis::cmd("ZCARD").arg("{ordered}:queue")).await;
+        assert_eq!(entries, 12);
         held.release().await.unwrap();
         for task in tasks {
             task.await.unwrap();
@@ -273,7 +275,7 @@ async fn bad_input_redlock_and_foreign_data_are_refused_with_typed_errors() {
     for (error, argument) in [
         (plain.fair_lock("").unwrap_err(), Argument::Key),
         (plain.fair_lock("{x}:queue").unwrap_err(), Argument::Key),
-        (plain.fair_lock("{x}:beats").unwrap_err(), Argument::Key),
+        (plain.fair_lock("{x}:queue:y").unwrap_err(), Argument::Key),
         (
             (plain.fair_lock("x").unwrap())
                 .with_heartbeat(MIN_HEARTBEAT - ms(1))
@@ -299,8 +301,8 @@ async fn bad_input_redlock_and_foreign_data_are_refused_with_typed_errors() {
     let error = Locker::redlock(nodes).unwrap().fair_lock("x").unwrap_err();
     assert_eq!(blamed(&error), Some(Argument::Nodes));
     assert!(error.to_string().contains("queue"), "{error}");
-    // A waiter in the queue without a heartbeat (the beats key lost): dropped, not a
-    // stuck line.
+    // A waiter in the queue without a heartbeat (its entry lost): dropped, not a stuck
+    // line.
     raw.run::<i64>(
         redis::cmd("ZADD")
             .arg("{lost}:queue")

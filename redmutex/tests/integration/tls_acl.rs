@@ -173,7 +173,7 @@ async fn the_minimal_acl_rule_is_enough() {
 }
 
 /// The same rule is enough for a semaphore and a fair lock: their companion keys (details,
-/// queue, heartbeats) and the scripts' sorted-set and hash commands; a fair waiter's own
+/// queue) and the scripts' sorted-set and hash commands; a fair waiter's own
 /// wake-up channel.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_minimal_acl_rule_is_enough_for_every_primitive() {
