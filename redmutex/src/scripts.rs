@@ -466,6 +466,9 @@ pub(crate) struct ObtainTry<'a> {
     /// may take what a release handed to it, see `mutex.lua`): only when the hand-off's
     /// message would reach it, and not on a quorum.
     pub(crate) locker: Option<&'a Token>,
+    /// Other waiters of the locker wait for the same claim: a place in line served keeps
+    /// the locker in line for them (a semaphore's, see `semaphore.lua`).
+    pub(crate) others_waiting: bool,
     /// The try follows a wake-up of the locker's own (a holder of its own released the
     /// key): it is probably free, and a plain `SET` will likely take it.
     pub(crate) probably_free: bool,

@@ -455,8 +455,18 @@ impl<C: Connection> Tries<'_, '_, C> {
             // On a key this locker's waiters are subscribed to, a newcomer that may wait
             // joins them before its first try — unless waiters queue in Redis, where the
             // first try takes the newcomer's place in line.
-            if let (true, Some(queue)) = (first && self.schedule.may_wait(), &self.queue) {
-                self.waiting.admit(&queue.channel);
+            // A waiter whose try takes a place in Redis (a queue, or a line where several
+            // hold at once) joins its subscribed channel before that try: a turn announced
+            // while it is under way is heard, and no re-check follows.
+            if first && self.schedule.may_wait() {
+                match (&self.queue, self.lined && !claim.exclusive()) {
+                    (Some(queue), _) => self.waiting.admit(&queue.channel),
+                    (None, true) => {
+                        let key = keys.get(0).expect("one key");
+                        self.waiting.admit(&wait_channel(key, true, &self.locker));
+                    }
+                    (None, false) => {}
+                }
             }
             let queued = match first && self.queue.is_none() && self.schedule.may_wait() {
                 true => {
@@ -555,6 +565,7 @@ impl<C: Connection> Tries<'_, '_, C> {
             waiting,
             queue,
             locker: named.then_some(&self.locker),
+            others_waiting: waiting && !self.waiting.alone(),
             probably_free: std::mem::take(&mut self.probably_free),
         };
         let claim = &**self.claim;

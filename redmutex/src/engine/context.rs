@@ -2,7 +2,8 @@
 //! leases, its wake-up hub, its one look at the eviction policy, and its fence settings.
 //! One `Arc` of it travels with each acquire and guard, instead of each piece on its own.
 
-use std::sync::{Arc, OnceLock};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::time::Instant;
 
@@ -34,6 +35,35 @@ pub(crate) struct Context<C> {
     /// This locker's id among the lockers waiting for a key (see `mutex.lua`), drawn when
     /// one of its acquires first waits; shared by its clones.
     id: Arc<OnceLock<Token>>,
+    /// The turn channels one waiter of this locker has to itself for now (see
+    /// [`Context::own_turns`]).
+    turns_taken: TakenTurns,
+}
+
+/// Turn channels taken by one waiter each (see [`TurnId`]).
+type TakenTurns = Arc<Mutex<HashSet<Vec<u8>>>>;
+
+/// A waiter's id for the turns it is told of (a fair lock's, see `fair.lua`): its locker's
+/// id while no other waiter of the locker uses it at the same key — so that the turn
+/// channel stays subscribed from one acquire to the next — or a random one of its own.
+/// (Each turn goes to one waiter: two waiters sharing a channel could not tell whose it
+/// is.) The locker's is given back when this is dropped.
+#[derive(Debug)]
+pub(crate) struct TurnId {
+    pub(crate) id: Token,
+    /// The channel taken, and the set it is given back to.
+    taken: Option<(Vec<u8>, TakenTurns)>,
+}
+
+impl Drop for TurnId {
+    fn drop(&mut self) {
+        if let Some((channel, taken)) = self.taken.take() {
+            taken
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .remove(&channel);
+        }
+    }
 }
 
 impl<C: Connection> Context<C> {
@@ -46,7 +76,32 @@ impl<C: Connection> Context<C> {
             fences: Fences::default(),
             meter: Arc::new(Meter::named(None)),
             id: Arc::new(OnceLock::new()),
+            turns_taken: Arc::default(),
         }
+    }
+
+    /// An id for a waiter told of its turns on `channel_of(id)` (see [`TurnId`]).
+    ///
+    /// # Errors
+    /// [`Error::Random`], as [`Token::generate`].
+    pub(crate) fn own_turns(
+        &self,
+        channel_of: impl Fn(&Token) -> Vec<u8>,
+    ) -> Result<TurnId, Error> {
+        let locker = self.id()?;
+        let channel = channel_of(&locker);
+        let mut taken = (self.turns_taken.lock()).unwrap_or_else(|poisoned| poisoned.into_inner());
+        if taken.insert(channel.clone()) {
+            return Ok(TurnId {
+                id: locker,
+                taken: Some((channel, self.turns_taken.clone())),
+            });
+        }
+        drop(taken);
+        Ok(TurnId {
+            id: Token::generate()?,
+            taken: None,
+        })
     }
 
     /// This locker's id among waiters (random, like a token).
@@ -101,6 +156,7 @@ impl<C: Clone> Clone for Context<C> {
             fences: self.fences,
             meter: self.meter.clone(),
             id: self.id.clone(),
+            turns_taken: self.turns_taken.clone(),
         }
     }
 }

@@ -8,8 +8,8 @@
 -- so refresh, renewal, TTL and fences are the mutex's own operations, and a plain acquire
 -- of the same key excludes a fair holder as it excludes any holder. Beside it, in its hash
 -- slot, the queue: one sorted set of the shape of a lock's line (helpers.lua), its
--- members waiters — per waiter, its member (its token, '.', its locker's id: see
--- `tell_waiter`) scored by its ticket, and its member and '~' scored by minus the end of
+-- members waiters — per waiter, its member (its token, '.', the id its turn channel is
+-- named by: see `tell_waiter`) scored by its ticket, and its member and '~' scored by minus the end of
 -- its heartbeat, in milliseconds on the SERVER's clock.
 -- A ticket is the server's clock in microseconds at arrival, or one above the last ticket
 -- when that is later: arrival order, never repeated. A waiter's every try renews its
@@ -18,9 +18,9 @@
 -- first live waiter may take a free key. The queue lives at least a heartbeat after each
 -- try (at most two), and is gone with its last waiter.
 --
--- A waiter hears of its turn on its locker's turn channel for the key (see `tell_waiter`),
--- which its locker's other waiters share: the channel stays subscribed from one acquire to
--- the next, and the locker wakes its longest waiter — its first in line.
+-- A waiter hears of its turn on the turn channel its id names (see `tell_waiter`): its
+-- locker's id, while no other waiter of its locker waits at the key — so that the channel
+-- stays subscribed from one acquire to the next — or an id of its own (fair.rs).
 -- Every command a hand-off runs is counted (docs/BENCHMARKS.md): the release reads the
 -- first waiter and its heartbeat, the next waiter's try takes the key and leaves, and
 -- nothing scans the queue.
@@ -67,7 +67,7 @@ end
 -- ARGV[4]: '1' when the caller waits if it is not its turn: it is queued (or stays queued)
 --          and its heartbeat renewed.     ARGV[5]: the heartbeat, in milliseconds.
 -- ARGV[6]: fenced: how long the counter is kept after this use, in milliseconds.
--- ARGV[7]: the locker's id.
+-- ARGV[7]: the waiter's id for its turns (its locker's, or its own).
 -- Returns: { 0, fence } when the key now holds ARGV[1] with the TTL (fence 0 when not
 --          fenced) and the caller left the queue; { 1, ms, ahead } when it is not the
 --          caller's turn: ms until the holder's key expires (-1: no expiry), or, with the
@@ -161,11 +161,12 @@ return { 0, fence }
 -- ARGV[1]: the owner's token.
 -- ARGV[2]: keep: instead of deleting it, let the key expire in this many milliseconds (a
 --          minimum hold time that has not passed yet); 0: delete it.
--- ARGV[3]: the locker's id.
+-- ARGV[3]: the waiter's id for its turns, as the obtain was given it.
 -- Returns: 0 when it held the key (now free, or kept); 1 when it did not — the number of
 --          parts no longer held, as every primitive's release answers.
--- A freed key is the first live waiter's turn: it is told on its channel — as it is when
--- a waiter leaves while the key is free (it may have been the first). A key plain waiters
+-- A freed key is the first live waiter's turn: it is told on its channel. So is a key
+-- kept for a minimum hold (the first waiter learns until when, and tries then), and the
+-- next waiter when the first leaves (or any waiter leaves a free key). A key plain waiters
 -- flagged is also announced to them, as mutex.lua's release does: on the key's own
 -- channel when watched ('w', 'L'); to the first locker in its line (KEYS[3]) when lockers
 -- wait in line ('l', 'L'). A queue of another kind is left alone.
@@ -174,20 +175,25 @@ local token = ARGV[1]
 local keep = tonumber(ARGV[2])
 local value = redis.pcall('get', key)
 local missing = 1
--- A holder left the queue when it took the key; a waiter that gives up leaves it now.
-local freed = false
+-- Whether the first live waiter is told: it may try now, or must learn until when the
+-- key is held.
+local tell = false
 if not owned(value, token) then
+  -- A holder left the queue when it took the key; a waiter that gives up leaves it now.
+  -- (A queue of another kind is left alone.)
   local member = token .. '.' .. ARGV[3]
-  local left = redis.pcall('zrem', queue, member, member .. '~')
-  freed = type(left) == 'number' and left > 0 and value == false
+  local first = redis.pcall('zrangebyscore', queue, 0, '+inf', 'limit', 0, 1)
+  if not first.err and redis.call('zrem', queue, member, member .. '~') > 0 then
+    tell = value == false or first[1] == member
+  end
 else
   missing = 0
+  tell = true
   local flag = string.sub(value, #token + 1, #token + 1)
   if keep > 0 then
     redis.call('set', key, token .. 'k' .. metadata_of(value, #token), 'px', keep)
   else
     redis.call('del', key)
-    freed = true
   end
   if watched(flag) then
     redis.pcall('publish', key, 'released')
@@ -196,7 +202,7 @@ else
     tell_line(key, KEYS[3])
   end
 end
-if freed then
+if tell then
   local next = first_live(queue, now_ms(), 0)
   if next then
     tell_waiter(key, next)

@@ -12,7 +12,7 @@ use crate::args::{self, Keys};
 use crate::backend::common::{Reply, View};
 use crate::connection::Connection;
 use crate::engine::acquire::Acquire;
-use crate::engine::context::Context;
+use crate::engine::context::{Context, TurnId};
 use crate::engine::guard::Lock;
 use crate::engine::inspect::{KeyView, LockInfo};
 use crate::engine::lease::Lease;
@@ -196,8 +196,10 @@ impl<C: Connection> FairLock<C> {
     /// # Ok(()) }
     /// ```
     pub fn acquire<'a>(&self, ttl: Duration) -> Acquire<'a, C, FairKey> {
-        let claim = self.context.id().map(|locker| {
-            let key = Arc::new(FairKey::new(self.key.clone(), self.heartbeat, locker));
+        let key = self.key();
+        let turns = self.context.own_turns(|id| turn_channel(key, id));
+        let claim = turns.map(|turns| {
+            let key = Arc::new(FairKey::new(self.key.clone(), self.heartbeat, turns));
             (key.clone(), key as Arc<dyn Claim>)
         });
         Acquire::new(self.context.clone(), claim, ttl)
@@ -269,18 +271,19 @@ pub struct FairKey {
     queue: Vec<u8>,
     counter: Vec<u8>,
     heartbeat_ms: u64,
-    /// The acquiring locker's id: its waiters share a turn channel (see `fair.lua`).
-    locker: Token,
+    /// The waiter's id in the queue, beside its token, which names its turn channel: its
+    /// locker's, or one of its own (see [`TurnId`]).
+    turns: Arc<TurnId>,
 }
 
 impl FairKey {
-    fn new(keys: Keys, heartbeat: Duration, locker: Token) -> FairKey {
+    fn new(keys: Keys, heartbeat: Duration, turns: TurnId) -> FairKey {
         let key = keys.get(0).expect("one key");
         FairKey {
             queue: companion_key(key, Companion::Queue),
             counter: counter_key(key),
             heartbeat_ms: heartbeat.as_millis().try_into().unwrap_or(u64::MAX),
-            locker,
+            turns: Arc::new(turns),
             keys,
         }
     }
@@ -327,22 +330,22 @@ impl Claim for FairKey {
         add(&companion_key(self.key(), Companion::Line));
     }
 
-    /// The token, the time to keep the key (0: none), and the locker's id, which names
-    /// the waiter in the queue with the token.
+    /// The token, the time to keep the key (0: none), and the waiter's id for its turns,
+    /// which names it in the queue with the token.
     fn release_args(&self, token: &Token, keep_ms: u64, add: &mut dyn FnMut(&[u8])) {
         add(token.as_bytes());
         add(keep_ms.to_string().as_bytes());
-        add(self.locker.as_bytes());
+        add(self.turns.id.as_bytes());
     }
 
     fn operations(&self) -> &'static Operations {
         &OPERATIONS
     }
 
-    /// Its waiters hear of their turn on their locker's turn channel for the key.
+    /// A waiter hears of its turn on the turn channel its id names (see [`TurnId`]).
     fn queue(&self) -> Option<Queue> {
         Some(Queue {
-            channel: turn_channel(self.key(), &self.locker),
+            channel: turn_channel(self.key(), &self.turns.id),
             every: Duration::from_millis(self.heartbeat_ms / 3),
         })
     }
@@ -359,7 +362,7 @@ impl Claim for FairKey {
             .arg(if request.queue { "1" } else { "0" })
             .arg(self.heartbeat_ms)
             .arg(request.retention_ms)
-            .arg(self.locker.as_bytes());
+            .arg(self.turns.id.as_bytes());
         Box::pin(async move {
             let reply: Vec<i64> = call.invoke_async(&mut Node(conn)).await?;
             if reply.len() < 2 {

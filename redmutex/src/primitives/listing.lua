@@ -104,7 +104,8 @@ return described
 -- the holders' details beside it (a semaphore's, readers'); a line of waiters and the fence
 -- counter stay. Waiters hear of it as of a release: a plain lock's and writers' on the
 -- key's channel (and the first live locker in its line on that locker's), a fair lock's
--- first live waiter on its own, readers on theirs. Something
+-- first live waiter on its own, readers on theirs, a semaphore's on its channel and the
+-- first places in its line, as many as its limit, on theirs. Something
 -- redmutex did not write is left alone. The holders are not told: each finds out at its
 -- next renewal or refresh.
 -- KEYS:    the key and its five companions, as for `describe`, then its lock's line (see
@@ -126,6 +127,13 @@ if kind == 'lock' or kind == 'fair_lock' or kind == 'rw_lock_write' then
 elseif kind == 'semaphore' then
   redis.call('del', KEYS[1], KEYS[4])
   redis.pcall('publish', KEYS[1], tostring(entry[9]))
+  -- Every permit is free: the first places in its line, as many as the limit, try.
+  local places = redis.pcall('zrangebyscore', KEYS[7], 0, '+inf', 'limit', 0, entry[10])
+  if not places.err then
+    for _, place in ipairs(places) do
+      tell_waiter(KEYS[1], place)
+    end
+  end
 elseif kind == 'rw_lock_read' then
   redis.call('del', KEYS[1], KEYS[5])
   redis.pcall('publish', KEYS[1], 'released')

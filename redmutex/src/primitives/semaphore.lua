@@ -14,6 +14,20 @@
 -- holder's permits come back within its TTL without anyone's help. Both keys expire when
 -- the last holder does (PEXPIREAT, same clock), and are deleted when the last holder leaves:
 -- the limit is agreed among the holders of the moment.
+--
+-- Waiting processes take turns by the key's line (helpers.lua), as a lock's do: a waiter's
+-- try that finds too few permits free puts its place in line — its member: the permits
+-- it wants, '.', its locker's id. A release hands the permits it frees to the first
+-- places in line whose heartbeat is live, as many as they cover: each is reserved for
+-- HANDOFF_MS as a holder named '>' and the place (counted, as any holder), and its locker
+-- alone is told on its turn channel — one message and one try per place served, however
+-- many processes wait. A reservation its locker lets pass expires as any holder does.
+-- Where nobody lines up (a cluster), waiters mark the details '#awaited' instead, and
+-- releases announce on the holders key's channel how many permits came back.
+
+-- How long permits handed to a place in line wait for its locker, in milliseconds (as a
+-- lock's hand-off: mutex.lua).
+local HANDOFF_MS = 50
 
 local TYPE_ERROR = 'redmutex: the semaphore keys hold data of another kind; choose another name'
 
@@ -65,6 +79,32 @@ local function holding(holders, token, now)
   return score ~= false and live_at(score, now)
 end
 
+-- Hands the permits free at `now` to the first places of `line` whose heartbeat is live,
+-- in order, while they cover the next one's (see the top of this file); those served
+-- leave the line, and each one's locker is told. After a release, and after a try served
+-- from the line (others of its locker may be next): `limit` is the agreed limit.
+local function hand_on(holders, details, line, limit, now)
+  while true do
+    local used = tonumber(redis.call('hget', details, '#used') or '0')
+    if used >= limit then
+      return
+    end
+    local place = first_in_line(line)
+    if not place then
+      return
+    end
+    local wanted = tonumber(string.match(place, '^(%d+)%.')) or limit + 1
+    if used + wanted > limit then
+      return
+    end
+    leave_line(line, place)
+    redis.call('zadd', holders, now + HANDOFF_MS, '>' .. place)
+    redis.call('hset', details, '>' .. place, wanted .. ':')
+    redis.call('hincrby', details, '#used', wanted)
+    tell_waiter(holders, place)
+  end
+end
+
 -- Sets the expiry of the holder `token` to now + `ttl` ms if it holds permits; never adds a
 -- member that was reclaimed (ZADD XX). Returns 1 when extended, 0 when not held.
 local function extend(holders, details, token, ttl)
@@ -83,22 +123,31 @@ end
 
 --- op: obtain
 -- 'obtain': take ARGV[2] permits for the holder ARGV[1], if that many are free.
--- KEYS:    holders, details, then (fenced) the fence counter.
+-- KEYS:    holders, details, then (fenced) the fence counter, then (ARGV[8] given) the
+--          line.
 -- ARGV[1]: the holder's token.      ARGV[2]: permits wanted.     ARGV[3]: the limit.
 -- ARGV[4]: the TTL in ms.           ARGV[5]: metadata.
--- ARGV[6]: '1' when the caller waits: the details are marked '#awaited', so that the next
---          release announces itself on the holders key's channel.
+-- ARGV[6]: '1' when the caller waits (and gives no locker): the details are marked
+--          '#awaited', so that the next release announces itself on the holders key's
+--          channel.
 -- ARGV[7]: fenced: how long the counter is kept after this use, in milliseconds.
+-- ARGV[8]: (optional, waiting) the locker's id: too few permits free put its place in
+--          line, and permits reserved for that place count as free.
+-- ARGV[9]: (with ARGV[8]) '1' when more of the locker's waiters want as many: a place
+--          served keeps its locker in line, at the end.
 -- Returns: { 0, fence } when the holder now holds its permits until now + TTL (fence 0 when
 --          not fenced; a holder that already held them — a retry after a lost reply — keeps
 --          them); { 1, ms } when too few are free: ms until the earliest holder's permits
 --          expire (-1: none); { -1, limit } when the holders agreed on another limit;
---          { -2, 0 } when the keys hold something else. Nothing is written but the mark.
+--          { -2, 0 } when the keys hold something else. Nothing is written but the mark
+--          and the line (and a reservation taken back).
 local holders, details = KEYS[1], KEYS[2]
 if not ours(holders, details) then
   return { -2, 0 }
 end
 local token, wanted, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local line = ARGV[8] and KEYS[#KEYS]
+local place = ARGV[8] and (wanted .. '.' .. ARGV[8])
 local now = now_ms()
 reclaim(holders, details, now)
 local agreed = redis.call('hget', details, '#limit')
@@ -106,10 +155,17 @@ if agreed and tonumber(agreed) ~= limit then
   return { -1, tonumber(agreed) }
 end
 local mine = redis.call('zscore', holders, token)
+-- Permits reserved for the caller's place: free for it.
+if place and not mine and redis.call('zrem', holders, '>' .. place) == 1 then
+  redis.call('hdel', details, '>' .. place)
+  redis.call('hincrby', details, '#used', -wanted)
+end
 if not mine then
   local used = tonumber(redis.call('hget', details, '#used') or '0')
   if used + wanted > limit then
-    if ARGV[6] == '1' then
+    if place then
+      join_line(line, place, now_us())
+    elseif ARGV[6] == '1' then
       redis.call('hset', details, '#awaited', '1')
     end
     local first = redis.call('zrange', holders, 0, 0, 'withscores')
@@ -119,7 +175,7 @@ end
 -- The fence before any write: a counter that is someone else's value stops the script
 -- with nothing written (a script's writes are not undone by its error).
 local fence = 0
-if #KEYS > 2 then
+if #KEYS > (line and 3 or 2) then
   local err
   fence, err = next_fence(3, 3)
   if fence == nil then
@@ -130,8 +186,17 @@ if not mine then
   redis.call('hincrby', details, '#used', wanted)
   redis.call('hset', details, token, wanted .. ':' .. ARGV[5], '#limit', limit)
 end
-if #KEYS > 2 then
+if fence > 0 then
   store_fence(3, 3, fence, ARGV[7])
+end
+if place then
+  -- Served: out of line — or, for more of its locker's waiters, back in at the end; and
+  -- permits still free go on to whoever is first now.
+  leave_line(line, place)
+  if ARGV[9] == '1' then
+    join_line(line, place, now_us())
+  end
+  hand_on(holders, details, line, limit, now)
 end
 redis.call('zadd', holders, now + tonumber(ARGV[4]), token)
 if ARGV[6] == '1' then
@@ -142,13 +207,14 @@ return { 0, fence }
 
 --- op: release
 -- 'release': give back the permits of the holder ARGV[1].
--- KEYS:    holders, details.
+-- KEYS:    holders, details, then (where waiters line up: not on a cluster) the line.
 -- ARGV[2]: (optional) keep: instead of giving them back now, let them expire in this many
 --          milliseconds (a minimum hold time that has not passed yet).
 -- Returns: 0 when it held them (now free); 1 when it held none (expired, or never): the
 --          number of parts no longer held, as every primitive's release answers.
--- When a waiter marked the details, the release announces on the holders key's channel how
--- many permits came back (its own and any reclaimed). The mark stays while anyone holds a
+-- The permits that came back (its own and any reclaimed) go to the places in line first
+-- (see the top of this file). When a waiter marked the details, the release announces on
+-- the holders key's channel how many permits came back. The mark stays while anyone holds a
 -- permit: holders release independently, and a mark cleared by one release would leave
 -- the next unannounced while a waiter is still on its way to mark again. The announcement
 -- is a hint (waiters also poll): a PUBLISH refused must not fail the release, so it goes
@@ -180,6 +246,15 @@ if redis.call('zscore', holders, token) then
   redis.call('hincrby', details, '#used', -permits)
   freed = freed + permits
   missing = 0
+end
+if freed > 0 and KEYS[3] then
+  local limit = redis.call('hget', details, '#limit')
+  if limit then
+    hand_on(holders, details, KEYS[3], tonumber(limit), now)
+  else
+    -- Nobody holds a permit any more, so no limit is agreed: the first in line tries.
+    tell_line(holders, KEYS[3])
+  end
 end
 if freed > 0 and redis.call('hexists', details, '#awaited') == 1 then
   redis.pcall('publish', holders, tostring(freed))

@@ -267,6 +267,11 @@ pub struct Permits {
 }
 
 impl Permits {
+    /// The holders key, as stored in Redis.
+    fn key(&self) -> &[u8] {
+        self.keys.get(0).expect("one key")
+    }
+
     fn new(keys: Keys, permits: u32, limit: u32) -> Permits {
         let key = keys.get(0).expect("one key");
         let (details, counter) = (companion_key(key, Companion::Permits), counter_key(key));
@@ -343,16 +348,43 @@ impl Claim for Permits {
         false
     }
 
+    /// Waiting lockers line up beside the holders key (see `semaphore.lua`), as a lock's
+    /// do: not on a cluster.
+    fn lined(&self) -> bool {
+        self.keys.lined()
+    }
+
+    /// The holders, the details, and (where lockers line up) the line: a release hands
+    /// the permits it frees to the first in line.
+    fn release_keys(&self, add: &mut dyn FnMut(&[u8])) {
+        self.script_keys(false, add);
+        if self.lined() {
+            add(&companion_key(self.key(), Companion::Line));
+        }
+    }
+
     fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {
         let mut call = self.call(&OBTAIN, request.fenced);
         let metadata = request.value.get(TOKEN_LEN + 1..).unwrap_or_default();
+        let locker = request.locker.filter(|_| request.waiting);
+        if locker.is_some() {
+            call.key(companion_key(self.key(), Companion::Line));
+        }
         call.arg(request.token.as_bytes())
             .arg(self.permits)
             .arg(self.limit)
             .arg(request.ttl_ms)
             .arg(metadata)
-            .arg(if request.waiting { "1" } else { "0" })
+            .arg(if request.waiting && locker.is_none() {
+                "1"
+            } else {
+                "0"
+            })
             .arg(request.retention_ms);
+        if let Some(locker) = locker {
+            call.arg(locker.as_bytes());
+            call.arg(if request.others_waiting { "1" } else { "0" });
+        }
         Box::pin(async move {
             let reply: (i64, i64) = call.invoke_async(&mut Node(conn)).await?;
             Ok(self.obtained(reply, request.fenced))

@@ -237,20 +237,21 @@ local function first_in_line(line)
   return first_live(line, now_ms(), LINE_BEAT_MS)
 end
 
--- Tells the fair lock waiter `member` of a fair lock's queue (its token, '.', its locker's
--- id) that it is first in line and `key` is free: on its locker's turn channel for the key,
--- as a lock's line tells a locker (see fair.lua).
+-- Tells the member `member` of a line or a fair lock's queue that it is its turn at `key`,
+-- on the turn channel its id names: a lock's line holds lockers' ids; a fair lock's queue
+-- and a semaphore's line hold members named with something, '.', and that id.
 local function tell_waiter(key, member)
   turn(key, string.match(member, '%.([^.]*)$') or member)
 end
 
--- Tells the first live locker of `line` that `key` was released (without handing
--- it: a release by another primitive, or kept for a minimum hold), so that its waiter
--- tries — takes the key, or learns until when it is held.
+-- Tells the first live member of `line` that `key` was released (without handing it: a
+-- release by another primitive, or kept for a minimum hold, or a semaphore's with no
+-- agreed limit left), so that its waiter tries — takes the key, or learns until when it
+-- is held.
 local function tell_line(key, line)
   local first = first_in_line(line)
   if first then
-    turn(key, first)
+    tell_waiter(key, first)
   end
 end
 

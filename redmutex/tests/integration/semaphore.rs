@@ -394,13 +394,6 @@ async fn a_frozen_server_makes_the_lease_lost_before_its_validity_ends() {
     assert!(lost_at <= lease.valid_until().max(valid_until) + ms(50));
 }
 
-/// Subscribers to `channel` on the server, as it counts them (`PUBSUB NUMSUB`).
-fn subscribers(server: &RedisServer, channel: &str) -> u64 {
-    let reply = server.command(&["PUBSUB", "NUMSUB", channel]);
-    let count = reply.rsplit(':').next().unwrap_or_default();
-    count.trim().parse().unwrap()
-}
-
 /// A locker with push wake-up on `server`.
 async fn waking(server: &RedisServer) -> Locker<MultiplexedConnection> {
     Locker::new(multiplexed(server).await)
@@ -445,23 +438,26 @@ fn wait_for_one_permit(
         .collect()
 }
 
-/// Waits until `n` subscriber connections listen on the semaphore's channel and a waiter
-/// has marked it, then a little more: the waiters are parked.
+/// Waits until `n` lockers' waiters have taken their places in the semaphore's line (each
+/// once its subscription is confirmed), then a little more: the waiters are parked.
 async fn until_waiters_wait(
     server: &RedisServer,
     s: &redmutex::Semaphore<MultiplexedConnection>,
     n: u64,
 ) {
-    let channel = String::from_utf8(s.key().to_vec()).unwrap();
+    let line = format!("{{{}}}:line", String::from_utf8(s.key().to_vec()).unwrap());
     let until = Instant::now() + ms(5_000);
-    while subscribers(server, &channel) < n || !s.inspect().await.unwrap().awaited {
-        assert!(
-            Instant::now() < until,
-            "the waiters never subscribed and marked"
-        );
+    while places_in_line(server, &line) < n {
+        assert!(Instant::now() < until, "the waiters never lined up");
         tokio::time::sleep(ms(20)).await;
     }
     tokio::time::sleep(ms(100)).await;
+}
+
+/// How many places `line` holds (their tickets are scored from 0 up; heartbeats below 0).
+fn places_in_line(server: &RedisServer, line: &str) -> u64 {
+    let reply = server.command(&["ZCOUNT", line, "0", "+inf"]);
+    reply.trim().trim_start_matches(':').parse().unwrap()
 }
 
 /// Every waiter got its permit soon after `released`: woken, not polled (they poll every
@@ -636,4 +632,114 @@ async fn two_releases_back_to_back_wake_two_waiters() {
     h1.release().await.unwrap();
     h2.release().await.unwrap();
     all_woken_soon_after(waiters, released).await;
+}
+
+/// Waiting processes — lockers with connections and subscribers of their own — get the
+/// permit in the order they lined up, and each release wakes exactly one of them: no
+/// other tries because of it (a locker in line tries on its own only once per third of
+/// its heartbeat, which keeps its place).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_release_wakes_one_process_and_processes_take_turns_in_line() {
+    const LOCKERS: usize = 5;
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let one = |locker: Locker<MultiplexedConnection>| locker.semaphore("herd", 1).unwrap();
+    let held = one(waking(&server).await)
+        .acquire(1, ms(30_000))
+        .await
+        .unwrap();
+    // Per locker, when each of its tries failed; and the order they got the permit in.
+    let tries: Arc<Vec<std::sync::Mutex<Vec<Instant>>>> =
+        Arc::new((0..LOCKERS).map(|_| Default::default()).collect());
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..LOCKERS {
+        let s = one(waking(&server).await);
+        let (record, order) = (tries.clone(), order.clone());
+        let acquire = (s.acquire(1, ms(30_000)))
+            .retry(retry::constant(Duration::from_secs(20)))
+            .deadline(ms(30_000))
+            .on_failed_try(move |_| record[i].lock().unwrap().push(Instant::now()))
+            .into_future();
+        waiters.push(tokio::spawn(async move {
+            let permit = acquire.await.expect("each process gets its turn");
+            order.lock().unwrap().push(i);
+            tokio::time::sleep(ms(10)).await;
+            permit.release().await.unwrap();
+        }));
+        // In line before the next one comes: the line's order is known.
+        until_waiters_wait(&server, &held_semaphore(&server).await, i as u64 + 1).await;
+    }
+    let released_at = Instant::now();
+    held.release().await.unwrap();
+    for waiter in waiters {
+        waiter.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), (0..LOCKERS).collect::<Vec<_>>());
+    let heartbeat_try = redmutex::DEFAULT_HEARTBEAT / 3 - ms(100);
+    for (i, tries) in tries.iter().enumerate() {
+        let tries = tries.lock().unwrap();
+        assert!(!tries.is_empty(), "locker {i} found the permit free first");
+        for pair in tries.windows(2) {
+            assert!(
+                pair[1] < released_at || pair[1] - pair[0] >= heartbeat_try,
+                "locker {i} tried {:?} after the releases began, {:?} after its last try",
+                pair[1] - released_at,
+                pair[1] - pair[0]
+            );
+        }
+    }
+    assert_eq!(raw.dbsize().await, 0);
+}
+
+/// The semaphore "herd" as any process sees it.
+async fn held_semaphore(server: &RedisServer) -> redmutex::Semaphore<MultiplexedConnection> {
+    Locker::new(multiplexed(server).await)
+        .semaphore("herd", 1)
+        .unwrap()
+}
+
+/// A permit handed to a process that died while first in line (its place made by hand,
+/// with a live heartbeat) is held for it for a moment only: the next process in line
+/// gets it within the dead one's heartbeat, and nothing is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_handed_to_a_dead_process_falls_through_within_its_heartbeat() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let s = waking(&server).await.semaphore("gone", 1).unwrap();
+    let held = s.acquire(1, ms(30_000)).await.unwrap();
+    // First in line: a locker that will never try again (its process was killed).
+    let now = raw.server_micros().await;
+    let ends = now / 1000 + redmutex::DEFAULT_HEARTBEAT.as_millis() as u64;
+    raw.run::<i64>(
+        redis::cmd("ZADD")
+            .arg("{gone}:line")
+            .arg(now)
+            .arg("1.AAAAAAAAAAAAAAAAAAAAAA")
+            .arg(-(ends as i64))
+            .arg("1.AAAAAAAAAAAAAAAAAAAAAA~"),
+    )
+    .await;
+    let behind = waking(&server).await.semaphore("gone", 1).unwrap();
+    let waiter = tokio::spawn(
+        behind
+            .acquire(1, ms(30_000))
+            .retry(retry::constant(Duration::from_secs(20)))
+            .deadline(ms(30_000))
+            .into_future(),
+    );
+    until_waiters_wait(&server, &s, 2).await;
+    let released_at = Instant::now();
+    held.release().await.unwrap();
+    let permit = waiter
+        .await
+        .unwrap()
+        .expect("the next in line gets the permit");
+    let waited = released_at.elapsed();
+    assert!(
+        waited < redmutex::DEFAULT_HEARTBEAT,
+        "the next in line waited {waited:?} for a permit handed to a dead process"
+    );
+    permit.release().await.unwrap();
+    assert_eq!(raw.dbsize().await, 0, "{:?}", raw.lock_keys().await);
 }
