@@ -168,8 +168,15 @@ if not mine then
     elseif ARGV[6] == '1' then
       redis.call('hset', details, '#awaited', '1')
     end
-    local first = redis.call('zrange', holders, 0, 0, 'withscores')
-    return { 1, first[2] and (tonumber(first[2]) - now) or -1 }
+    -- Until the first holder's permits expire: a reservation's expiry frees nothing a
+    -- waiter in line could take (the release hands permits on), so a place in line
+    -- looks past those.
+    local first = redis.call('zrange', holders, 0, 3, 'withscores')
+    local i = 1
+    while place and first[i + 2] and string.sub(first[i], 1, 1) == '>' do
+      i = i + 2
+    end
+    return { 1, first[i + 1] and (tonumber(first[i + 1]) - now) or -1 }
   end
 end
 -- The fence before any write: a counter that is someone else's value stops the script
