@@ -887,6 +887,11 @@ impl Claim for ElectionKey {
         })
     }
 
+    /// The lock's undo, unannounced: a failed try changed no leader.
+    fn undo_unattended<'a>(&'a self, conn: Conn<'a>, token: &'a Token) -> Call<'a, ()> {
+        self.keys.undo_unattended(conn, token)
+    }
+
     fn release_unattended<'a>(
         &'a self,
         conn: Conn<'a>,

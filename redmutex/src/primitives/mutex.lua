@@ -181,6 +181,8 @@ return { 0, fence }
 -- ARGV[1]: the owner's token.
 -- ARGV[2]: (optional) keep: instead of deleting them, let the keys expire in this many
 --          milliseconds (a minimum hold time that has not passed yet).
+-- ARGV[3]: (optional) 'undo': a quorum's failed try undone on this node — nothing is
+--          announced (see below).
 -- Returns: how many keys did NOT hold the token (0 means fully released).
 -- A key held by someone else, or missing, is never touched; the keys that still hold our
 -- token are deleted even when others are lost, so they do not block anyone until expiry.
@@ -191,11 +193,17 @@ return { 0, fence }
 -- announcements are hints (waiters also poll): a PUBLISH refused (an ACL user without the
 -- channel) must not fail the release, so it goes through pcall. A key kept for a minimum
 -- hold is handed to nobody; the first in line is told, and tries when it expires.
+-- An undo announces nothing: the keys a failed Redlock try took on a minority of nodes
+-- were never a lock anyone could wait for, and waiters count a release once a quorum of
+-- nodes announced it — two processes each undoing a try on a node of its own made such a
+-- quorum, and woke each other's waiters to try and undo again, without end (the
+-- simulator found it: clients spinning while a majority was held).
 -- The same call, given a locker's id instead of a token, takes that locker out of the
 -- lines: a key handed to it goes on to the next (see the end of this section). It
 -- releases nothing, and answers as for a token that holds nothing.
 local token = ARGV[1]
 local keep = tonumber(ARGV[2] or '0')
+local announce = ARGV[3] ~= 'undo'
 local count = #KEYS
 local half = KEYS[count / 2 + 1]
 if count % 2 == 0 and (string.find(half, '^{[^}]+}:line$') or string.find(half, '^{[^}]+}:line:')) then
@@ -216,7 +224,7 @@ for i = 1, count do
     elseif not lined(flag) or not line or not hand_on(key, line) then
       redis.call('del', key)
     end
-    if watched(flag) then
+    if watched(flag) and announce then
       redis.pcall('publish', key, 'released')
     end
   else

@@ -13,7 +13,9 @@ use crate::connection::Connection;
 use crate::engine::guard::Lock;
 use crate::engine::lease::Lease;
 use crate::fence::{companion_key, counter_key, Companion};
-use crate::scripts::{operations, Call, Claim, Conn, Node, Obtain, ObtainTry, Operations};
+use crate::scripts::{
+    eval_whole, operations, Call, Claim, Conn, Node, Obtain, ObtainTry, Operations,
+};
 use crate::token::{Token, TOKEN_LEN};
 
 operations!(
@@ -62,9 +64,20 @@ static OPERATIONS: Operations = Operations {
     renew: &RENEW,
 };
 
+/// The release's third argument: undo a quorum's failed try (see `mutex.lua`).
+const UNDO: &str = "undo";
+
 impl Claim for Keys {
     fn kind(&self) -> &'static str {
         "lock"
+    }
+
+    /// The release, told to announce nothing (see `mutex.lua`): a quorum's failed try
+    /// undone on a node frees nothing anyone waits for.
+    fn undo_unattended<'a>(&'a self, conn: Conn<'a>, token: &'a Token) -> Call<'a, ()> {
+        let mut cmd = self.release_eval(token, 0);
+        cmd.arg(0).arg(UNDO);
+        Box::pin(async move { eval_whole(conn, cmd).await })
     }
 
     fn keys(&self) -> &Keys {

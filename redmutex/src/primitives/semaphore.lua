@@ -216,7 +216,10 @@ return { 0, fence }
 -- 'release': give back the permits of the holder ARGV[1].
 -- KEYS:    holders, details, then (where waiters line up: not on a cluster) the line.
 -- ARGV[2]: (optional) keep: instead of giving them back now, let them expire in this many
---          milliseconds (a minimum hold time that has not passed yet).
+--          milliseconds (a minimum hold time that has not passed yet); 0: none.
+-- ARGV[3]: (with the line) the permits the holder took or wanted.
+-- The same call, given a locker's id instead of a token, takes that locker's place out of
+-- the line (a waiter giving up), and permits reserved for it go on to the next.
 -- Returns: 0 when it held them (now free); 1 when it held none (expired, or never): the
 --          number of parts no longer held, as every primitive's release answers.
 -- The permits that came back (its own and any reclaimed) go to the places in line first
@@ -253,6 +256,16 @@ if redis.call('zscore', holders, token) then
   redis.call('hincrby', details, '#used', -permits)
   freed = freed + permits
   missing = 0
+elseif KEYS[3] then
+  -- A locker giving up: out of line, and what was reserved for it goes on.
+  local place = ARGV[3] .. '.' .. token
+  leave_line(KEYS[3], place)
+  if redis.call('zrem', holders, '>' .. place) == 1 then
+    local permits = permits_of(details, '>' .. place)
+    redis.call('hdel', details, '>' .. place)
+    redis.call('hincrby', details, '#used', -permits)
+    freed = freed + permits
+  end
 end
 if freed > 0 and KEYS[3] then
   local limit = redis.call('hget', details, '#limit')

@@ -363,6 +363,14 @@ impl Claim for Permits {
         }
     }
 
+    /// The token, the time to keep the permits (0: none), and how many: given a locker's
+    /// id instead of a token, the release takes the place it waits at out of the line.
+    fn release_args(&self, token: &Token, keep_ms: u64, add: &mut dyn FnMut(&[u8])) {
+        add(token.as_bytes());
+        add(keep_ms.to_string().as_bytes());
+        add(self.permits.to_string().as_bytes());
+    }
+
     fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {
         let mut call = self.call(&OBTAIN, request.fenced);
         let metadata = request.value.get(TOKEN_LEN + 1..).unwrap_or_default();
