@@ -79,6 +79,22 @@ local function holding(holders, token, now)
   return score ~= false and live_at(score, now)
 end
 
+-- The permits a place in line wants (its name: the number, '.', the locker's id).
+local function wanted_by(place)
+  return tonumber(string.match(place, '^(%d+)%.'))
+end
+
+-- Takes back the permits reserved for `place` (see hand_on), if any; how many.
+local function unreserve(holders, details, place)
+  if redis.call('zrem', holders, '>' .. place) == 0 then
+    return 0
+  end
+  local permits = wanted_by(place)
+  redis.call('hdel', details, '>' .. place)
+  redis.call('hincrby', details, '#used', -permits)
+  return permits
+end
+
 -- Hands the permits free at `now` to the first places of `line` whose heartbeat is live,
 -- in order, while they cover the next one's (see the top of this file); those served
 -- leave the line, and each one's locker is told. After a release, and after a try served
@@ -93,7 +109,7 @@ local function hand_on(holders, details, line, limit, now)
     if not place then
       return
     end
-    local wanted = tonumber(string.match(place, '^(%d+)%.')) or limit + 1
+    local wanted = wanted_by(place) or limit + 1
     if used + wanted > limit then
       return
     end
@@ -156,9 +172,8 @@ if agreed and tonumber(agreed) ~= limit then
 end
 local mine = redis.call('zscore', holders, token)
 -- Permits reserved for the caller's place: free for it.
-if place and not mine and redis.call('zrem', holders, '>' .. place) == 1 then
-  redis.call('hdel', details, '>' .. place)
-  redis.call('hincrby', details, '#used', -wanted)
+if place and not mine then
+  unreserve(holders, details, place)
 end
 if not mine then
   local used = tonumber(redis.call('hget', details, '#used') or '0')
@@ -260,12 +275,7 @@ elseif KEYS[3] then
   -- A locker giving up: out of line, and what was reserved for it goes on.
   local place = ARGV[3] .. '.' .. token
   leave_line(KEYS[3], place)
-  if redis.call('zrem', holders, '>' .. place) == 1 then
-    local permits = permits_of(details, '>' .. place)
-    redis.call('hdel', details, '>' .. place)
-    redis.call('hincrby', details, '#used', -permits)
-    freed = freed + permits
-  end
+  freed = freed + unreserve(holders, details, place)
 end
 if freed > 0 and KEYS[3] then
   local limit = redis.call('hget', details, '#limit')

@@ -158,7 +158,7 @@ end
 
 -- Deletes `scores`, a sorted set scored by expiries (ms on the server's clock), and
 -- `other`, the key that goes with it, when the set is empty; otherwise both expire at its
--- highest score: a semaphore's holders and details, a fair lock's heartbeats and queue.
+-- highest score: a semaphore's holders and details.
 local function expire_with(scores, other)
   local last = redis.call('zrevrange', scores, 0, 0, 'withscores')
   if last[2] == nil then

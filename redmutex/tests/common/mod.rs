@@ -277,3 +277,27 @@ impl tracing::Subscriber for Recorder {
 
     fn exit(&self, _: &tracing::span::Id) {}
 }
+
+/// Checks what separate lockers waiting in line did, given per locker the instants its
+/// tries failed, in order: each found the claim taken at least once, and after
+/// `released_at` none tried again sooner than a heartbeat try (a third of the default
+/// heartbeat, less 100 ms) after its last — each release woke one process, and nobody
+/// else tried because of it.
+pub fn assert_tries_only_on_heartbeat(
+    tries: &[std::sync::Mutex<Vec<std::time::Instant>>],
+    released_at: std::time::Instant,
+) {
+    let heartbeat_try = redmutex::DEFAULT_HEARTBEAT / 3 - ms(100);
+    for (i, tries) in tries.iter().enumerate() {
+        let tries = tries.lock().unwrap();
+        assert!(!tries.is_empty(), "locker {i} found the claim free first");
+        for pair in tries.windows(2) {
+            assert!(
+                pair[1] < released_at || pair[1] - pair[0] >= heartbeat_try,
+                "locker {i} tried {:?} after the releases began, {:?} after its last try",
+                pair[1] - released_at,
+                pair[1] - pair[0]
+            );
+        }
+    }
+}
