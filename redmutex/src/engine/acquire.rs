@@ -459,8 +459,8 @@ impl<C: Connection> Tries<'_, '_, C> {
             // hold at once) joins its subscribed channel before that try: a turn announced
             // while it is under way is heard, and no re-check follows.
             if first && self.schedule.may_wait() {
-                match (&self.queue, self.lined && !claim.exclusive()) {
-                    (Some(queue), _) => self.waiting.admit(&queue.channel),
+                match (self.queue_channel(), self.lined && !claim.exclusive()) {
+                    (Some(channel), _) => self.waiting.admit(&channel),
                     (None, true) => {
                         let key = keys.get(0).expect("one key");
                         self.waiting.admit(&wait_channel(key, true, &self.locker));
@@ -510,10 +510,9 @@ impl<C: Connection> Tries<'_, '_, C> {
                 return Err(self.give_up().await);
             };
             // A waiter in a queue hears of its turn on a channel of its own.
-            let channel = match (&self.queue, &self.channel) {
-                (Some(Queue { channel, .. }), _) | (None, Some(channel)) => {
-                    held.map(|_| channel.clone())
-                }
+            let channel = match (self.queue_channel(), &self.channel) {
+                (Some(channel), _) => held.map(|_| channel),
+                (None, Some(channel)) => held.map(|_| channel.clone()),
                 (None, None) => (held.and_then(|index| keys.get(index)))
                     .map(|key| wait_channel(key, self.lined, &self.locker)),
             };
@@ -531,6 +530,21 @@ impl<C: Connection> Tries<'_, '_, C> {
             recheck = woken == Some(Wake::Subscribed);
             self.probably_free = woken == Some(Wake::Local);
         }
+    }
+
+    /// The channel a waiter in a queue kept in Redis hears of its turn on: the queue's
+    /// own, or — where lockers line up too (a read-write lock's writers) — its locker's
+    /// turn channel for the key, which a release handing the key to the locker announces
+    /// on. `None` for a claim without a queue.
+    fn queue_channel(&self) -> Option<Vec<u8>> {
+        let queue = self.queue.as_ref()?;
+        Some(match self.lined {
+            true => {
+                let key = self.claim.keys().get(0).expect("one key");
+                wait_channel(key, true, &self.locker)
+            }
+            false => queue.channel.clone(),
+        })
     }
 
     /// One try, sent now (the first right at the start: one clock read saved).

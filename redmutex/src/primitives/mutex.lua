@@ -20,50 +20,6 @@
 -- once HANDOFF_MS passes; the waiters' own tries, at least once per third of a heartbeat,
 -- take it then, and pass over a locker whose heartbeat ended.
 
--- How long a released key waits for the locker it was handed to, in milliseconds: ample
--- for a woken waiter's try (a round trip), short enough that a locker gone in between
--- costs the others little.
-local HANDOFF_MS = 50
-
--- Whether `value` is in redmutex's format for a token of `length` bytes.
-local function ours(value, length)
-  return type(value) == 'string' and string.find(string.sub(value, 1, length), '^[%w_%-]+$')
-end
-
--- Sets the flag byte of the value at `key` (a redmutex value, held: '-', 'w', 'l' or 'L')
--- so that it says `watch` (watchers wait) and `line` (lockers wait in line), on top of
--- what it says already. Other values are left as they are.
-local function flag_waiters(key, value, length, watch, line)
-  if not ours(value, length) then
-    return
-  end
-  local flag = string.sub(value, length + 1, length + 1)
-  if flag ~= '-' and flag ~= 'w' and flag ~= 'l' and flag ~= 'L' then
-    return
-  end
-  watch = watch or watched(flag)
-  line = line or lined(flag)
-  local wanted = (watch and line and 'L') or (line and 'l') or (watch and 'w') or '-'
-  if wanted ~= flag then
-    redis.call('setrange', key, length, wanted)
-  end
-end
-
--- Hands `key` to the first locker of `line` whose heartbeat is live, which leaves the
--- line, and tells that locker: the key holds its id with the flag 'r' for HANDOFF_MS. (A
--- locker that lets the hand-off pass joins the line again at its end with its next try.)
--- Whether it did.
-local function hand_on(key, line)
-  local first = first_in_line(line)
-  if not first then
-    return false
-  end
-  leave_line(line, first)
-  redis.call('set', key, first .. 'r', 'px', HANDOFF_MS)
-  turn(key, first)
-  return true
-end
-
 --- op: obtain
 -- take every key, or none of them; for a fenced acquire, hand out the next
 -- fence too.
@@ -107,7 +63,7 @@ for i = 1, count do
   if value ~= false and not owned(value, token) and value ~= handed then
     if locker then
       for j = 1, i - 1 do
-        if was_handed[j] and not hand_on(KEYS[j], KEYS[lines + j]) then
+        if was_handed[j] and not hand_key(KEYS[j], KEYS[lines + j]) then
           redis.call('del', KEYS[j])
         end
       end
@@ -221,7 +177,7 @@ for i = 1, count do
       if lined(flag) and line then
         tell_line(key, line)
       end
-    elseif not lined(flag) or not line or not hand_on(key, line) then
+    elseif not lined(flag) or not line or not hand_key(key, line) then
       redis.call('del', key)
     end
     if watched(flag) and announce then
@@ -231,7 +187,7 @@ for i = 1, count do
     -- A locker giving up: out of line, and a key handed to it goes on.
     if line then
       leave_line(line, token)
-      if value == token .. 'r' and not hand_on(key, line) then
+      if value == token .. 'r' and not hand_key(key, line) then
         redis.call('del', key)
       end
     end

@@ -1,8 +1,8 @@
 -- rwlock.lua: the read-write lock — many readers or one writer, writers first. One file,
 -- one section per operation: each section (from its `--- op:` line to the next) is a script
 -- of its own, run with helpers.lua (owned, now_ms, expire_with, metadata_of, next_fence,
--- store_fence, read_counter, raise_counters, read_key) and this preamble before it (see
--- scripts.rs).
+-- store_fence, read_counter, raise_counters, read_key, join_line, hand_key, flag_waiters)
+-- and this preamble before it (see scripts.rs).
 --
 -- The lock key holds whoever holds the lock:
 --   a writer:   a string, the writer's value (token, flag byte, metadata) with PX — a mutex
@@ -21,11 +21,17 @@
 -- starve a writer. An intent ends when its writer takes the lock, gives up (through its
 -- release), or stops trying (its heartbeat runs out).
 --
--- Wake-ups: writers wait on the lock key's channel — the last reader's release announces
+-- Wake-ups: waiting writers take turns by the key's line, as a lock's waiters do (see
+-- mutex.lua; plain lock waiters share it): a writer's try that finds the lock held puts
+-- its locker in line and flags a writer's value ('l'); the release of a flagged value, and
+-- the last reader's release while a writer waits, hands the key to the first locker in
+-- line (its id, flag 'r', for HANDOFF_MS) and tells that locker alone — one message and
+-- one try per hand-off, however many processes wait. Where lockers do not line up (a
+-- quorum), writers wait on the lock key's channel: the last reader's release announces
 -- itself there when a writer waits (an intent is live), a writer's release when its value
--- was marked as awaited. Readers wait on the channel READERS (the key and ':~r'): a writer's
--- release, a downgrade, and the last intent's end announce themselves there, for every
--- reader at once.
+-- was marked as awaited ('w'). Readers wait on the channel READERS (the key and ':~r'): a
+-- writer's release, a downgrade, and the last intent's end announce themselves there, for
+-- every reader at once.
 
 
 -- What the lock key holds: 'free', 'writer' (a string: a writer, a plain lock, or data of
@@ -59,6 +65,16 @@ local function live_intents(intents, now)
   end
   redis.call('pexpireat', intents, key_expiry(last[2]))
   return redis.call('zcard', intents), tonumber(last[2])
+end
+
+-- Registers (or renews) the intent of the writer `token`: its heartbeat ends `beat` ms
+-- after `now`. The intents key lives at least as long (an intent whose heartbeat ran out
+-- is dropped by the next count, see live_intents).
+local function renew_intent(intents, token, now, beat)
+  redis.call('zadd', intents, now + beat, token)
+  if redis.call('pttl', intents) <= beat then
+    redis.call('pexpireat', intents, key_expiry(now + beat))
+  end
 end
 
 -- Drops the readers whose expiry passed by `now`; the keys go with the last of them.
@@ -169,17 +185,22 @@ return { 0, fence }
 --- op: obtain_write
 -- 'obtain_write': take the lock for the writer, if nobody holds it; a writer that may wait
 -- registers (or renews) its intent, which keeps new readers out.
--- KEYS:    the lock key, the readers' details, the intents, then (fenced) the fence counter.
+-- KEYS:    the lock key, the readers' details, the intents, then (fenced) the fence counter,
+--          then (ARGV[7] given) the key's line (see helpers.lua).
 -- ARGV[1]: the value to store: token, flag byte, then metadata.
 -- ARGV[2]: the TTL in milliseconds.  ARGV[3]: the token's length.
 -- ARGV[4]: '1' when the caller may wait: its intent is registered when the lock is held.
 -- ARGV[5]: the heartbeat of an intent, in milliseconds.
 -- ARGV[6]: fenced: how long the counter is kept after this use, in milliseconds.
+-- ARGV[7]: (optional, waiting) the locker's id: a held lock puts it in the key's line (a
+--          writer's value is flagged 'l'), and a key handed to this locker counts as free.
 -- Returns: { 0, fence } when the key now holds ARGV[1] with the TTL (fence as the mutex
 --          hands it out, 0 when not fenced; our own value — a retry after a lost reply —
 --          counts as free); its intent, if any, is gone. { 1, pttl } when held (by a writer
---          or readers; pttl: when the last of them expires, -1 none); { -2, 0 } when the
---          keys hold something else. Nothing is written but the intent and the mark.
+--          or readers; pttl: when the last of them expires, -1 none, -3 handed to another
+--          locker, which takes it or lets it go within HANDOFF_MS); { -2, 0 } when the
+--          keys hold something else. Nothing is written but the intent, the line and the
+--          flag.
 local lock, details, intents = KEYS[1], KEYS[2], KEYS[3]
 local kind = holder_kind(lock, details)
 if kind == nil or not intents_ours(intents) then
@@ -187,26 +208,37 @@ if kind == nil or not intents_ours(intents) then
 end
 local length = tonumber(ARGV[3])
 local token = string.sub(ARGV[1], 1, length)
-local now = now_ms()
+local locker = ARGV[7]
+local line = locker and KEYS[#KEYS]
+local fenced = #KEYS > (locker and 4 or 3)
+local us = now_us()
+local now = math.floor(us / 1000)
 if kind == 'readers' then
   reclaim(lock, details, now)
   kind = holder_kind(lock, details)
 end
-if kind == 'writer' and owned(redis.call('get', lock), token) then
+local value = kind == 'writer' and redis.call('get', lock)
+local handed = locker and value == locker .. 'r'
+if kind == 'writer' and (handed or owned(value, token)) then
   kind = 'free'
 end
 if kind ~= 'free' then
   if ARGV[4] == '1' then
-    redis.call('zadd', intents, now + tonumber(ARGV[5]), token)
-    live_intents(intents, now)
-    if kind == 'writer' then
-      mark_awaited(lock, length)
+    renew_intent(intents, token, now, tonumber(ARGV[5]))
+    if locker then
+      join_line(line, locker, us)
     end
+    if kind == 'writer' then
+      flag_waiters(lock, value, length, not locker, locker ~= nil)
+    end
+  end
+  if kind == 'writer' and string.sub(value, length + 1, length + 1) == 'r' then
+    return { 1, -3 }
   end
   return { 1, redis.call('pttl', lock) }
 end
 local fence = 0
-if #KEYS > 3 then
+if fenced then
   local err
   fence, err = next_fence(4, 4)
   if fence == nil then
@@ -214,67 +246,92 @@ if #KEYS > 3 then
   end
   store_fence(4, 4, fence, ARGV[6])
 end
-redis.call('set', lock, ARGV[1], 'px', ARGV[2])
+local stored = ARGV[1]
+if locker then
+  if not handed then
+    leave_line(line, locker)
+  end
+  -- Others still in line: the release hands the key on.
+  if redis.call('exists', line) == 1 then
+    stored = token .. 'l' .. string.sub(ARGV[1], length + 2)
+  end
+end
+redis.call('set', lock, stored, 'px', ARGV[2])
+-- (The intents key may now outlive its last intent by a heartbeat at most: harmless.)
 redis.call('zrem', intents, token)
-live_intents(intents, now)
 return { 0, fence }
 
 --- op: release_write
 -- 'release_write': the writer ARGV[1] lets go of the lock, and of its intent (a writer that
 -- gives up leaves through this call).
--- KEYS:    the lock key, the readers' details, the intents, the key's line (plain lock
---          waiters, see helpers.lua).
+-- KEYS:    the lock key, the readers' details, the intents, the key's line (lockers whose
+--          waiters wait for the key: writers, plain locks; see helpers.lua).
 -- ARGV[2]: (optional) keep: instead of deleting it, let the key expire in this many
 --          milliseconds (a minimum hold time that has not passed yet); 0 for none.
 -- ARGV[3]: (optional) 'keep-intent': this undoes one failed try of a quorum's acquire on
---          this node; the writer still waits, and its intent stays.
+--          this node; the writer still waits, its intent stays, and nothing is announced
+--          (as mutex.lua's undo: it freed nothing anyone could wait for).
 -- Returns: 0 when it held the lock (now released); 1 when it did not.
--- Announces: on the lock key's channel when its value was marked as awaited, and to the
--- first locker in the key's line when plain lock waiters line up there; on the readers'
--- channel when no writer waits any more (so waiting readers come in).
-local lock, details, intents = KEYS[1], KEYS[2], KEYS[3]
+-- A value flagged for lockers in line ('l', 'L') is handed to the first of them, as a
+-- lock's is (hand_key), rather than deleted; one watched ('w', 'L': writers that do not
+-- line up, on a quorum) is announced on the lock key's channel. When no writer waits any
+-- more, waiting readers are told on theirs (every one of them may come in).
+-- The same call, given a locker's id instead of a token, takes that locker out of the
+-- line: a key handed to it goes on to the next. It releases nothing, and answers 1.
+local lock, details, intents, line = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token = ARGV[1]
 local keep = tonumber(ARGV[2] or '0')
+local announce = ARGV[3] ~= 'keep-intent'
 local now = now_ms()
 local missing = 1
 local value = redis.pcall('get', lock)
 local ours_intents = intents_ours(intents)
 local before = ours_intents and live_intents(intents, now) or 0
-if ours_intents and ARGV[3] ~= 'keep-intent' then
-  redis.call('zrem', intents, token)
+local after = before
+if ours_intents and announce then
+  after = before - redis.call('zrem', intents, token)
 end
-local after = ours_intents and live_intents(intents, now) or 0
 if owned(value, token) then
   missing = 0
+  local flag = string.sub(value, #token + 1, #token + 1)
   if keep > 0 then
     redis.call('set', lock, token .. 'k' .. metadata_of(value, #token), 'px', keep)
-  else
-    redis.call('del', lock)
-    local flag = string.sub(value, #token + 1, #token + 1)
-    if watched(flag) then
-      redis.pcall('publish', lock, 'released')
-    end
     if lined(flag) then
-      tell_line(lock, KEYS[4])
+      tell_line(lock, line)
     end
+  elseif not (lined(flag) and hand_key(lock, line)) then
+    redis.call('del', lock)
   end
+  if watched(flag) and announce then
+    redis.pcall('publish', lock, 'released')
+  end
+elseif value == token .. 'r' then
+  -- A locker giving up, handed the key: it goes on.
+  leave_line(line, token)
+  if not hand_key(lock, line) then
+    redis.call('del', lock)
+  end
+else
+  leave_line(line, token)
 end
-if after == 0 and ((missing == 0 and keep == 0) or before > 0) then
+if announce and after == 0 and ((missing == 0 and keep == 0) or before > 0) then
   redis.pcall('publish', readers_channel(lock), EVERYONE)
 end
 return missing
 
 --- op: release_read
 -- 'release_read': the reader ARGV[1] leaves.
--- KEYS:    the lock key, the readers' details, the intents.
+-- KEYS:    the lock key, the readers' details, the intents, the key's line.
 -- ARGV[2]: (optional) keep: instead of leaving now, stay until this many milliseconds from
 --          now (a minimum hold time), no longer renewable.
 -- Returns: 0 when it read (now gone); 1 when it did not.
 -- When a writer waits, a reader whose leaving brings the readers' end forward (the last
--- reader leaving, or the one that would have stayed the longest) announces itself on the
--- lock key's channel: the writer tries at once — and takes the lock, or learns the earlier
--- end (a reader kept for its minimum hold runs out unannounced).
-local lock, details, intents = KEYS[1], KEYS[2], KEYS[3]
+-- reader leaving, or the one that would have stayed the longest) says so: the last reader
+-- hands the key to the first locker in line (hand_key), one that leaves readers behind
+-- tells that locker (it learns the earlier end); with nobody in line (writers on a
+-- quorum), it is announced on the lock key's channel. Either way a writer tries at once.
+-- (A reader kept for its minimum hold runs out unannounced.)
+local lock, details, intents, line = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 if holder_kind(lock, details) ~= 'readers' then
   return 1
 end
@@ -301,7 +358,14 @@ if keep > 0 then
 end
 expire_with(lock, details)
 if latest() < ended and intents_ours(intents) and live_intents(intents, now) > 0 then
-  redis.pcall('publish', lock, 'released')
+  local first = line and first_in_line(line)
+  if not first then
+    redis.pcall('publish', lock, 'released')
+  elseif latest() == 0 then
+    hand_key(lock, line, first)
+  else
+    tell_waiter(lock, first)
+  end
 end
 return 0
 

@@ -440,9 +440,11 @@ impl Claim for ReadKey {
         }
     }
 
-    /// The three keys: the last reader's release tells waiting writers.
+    /// The three keys and the key's line: the last reader's release hands the key to the
+    /// first waiting writer's locker.
     fn release_keys(&self, add: &mut dyn FnMut(&[u8])) {
         self.keys.add_all(add);
+        add(&companion_key(self.keys.key(), Companion::Line));
     }
 
     fn operations(&self) -> &'static Operations {
@@ -509,12 +511,19 @@ impl Claim for WriteKey {
     }
 
     /// A waiting writer's intent lives in Redis and is renewed by its tries; it hears of
-    /// releases on the key's own channel.
+    /// releases on the key's own channel — or, where lockers line up
+    /// ([`lined`](Claim::lined)), of hand-offs on its locker's turn channel.
     fn queue(&self) -> Option<Queue> {
         Some(Queue {
             channel: self.keys.key().to_vec(),
             every: Duration::from_millis(self.heartbeat_ms / 3),
         })
+    }
+
+    /// Waiting writers' lockers line up beside the key, in the line plain lock waiters
+    /// use (see `rwlock.lua`), where the keys have lines (not on a cluster).
+    fn lined(&self) -> bool {
+        self.keys.keys.lined()
     }
 
     fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {
@@ -525,6 +534,10 @@ impl Claim for WriteKey {
             .arg(if request.queue { "1" } else { "0" })
             .arg(self.heartbeat_ms)
             .arg(request.retention_ms);
+        if let Some(locker) = request.locker {
+            call.key(companion_key(self.keys.key(), Companion::Line));
+            call.arg(locker.as_bytes());
+        }
         Box::pin(async move {
             let reply: (i64, i64) = call.invoke_async(&mut Node(conn)).await?;
             Ok(self.keys.obtained(reply, request.fenced))

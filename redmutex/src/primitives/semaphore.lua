@@ -25,10 +25,6 @@
 -- Where nobody lines up (a cluster), waiters mark the details '#awaited' instead, and
 -- releases announce on the holders key's channel how many permits came back.
 
--- How long permits handed to a place in line wait for its locker, in milliseconds (as a
--- lock's hand-off: mutex.lua).
-local HANDOFF_MS = 50
-
 local TYPE_ERROR = 'redmutex: the semaphore keys hold data of another kind; choose another name'
 
 -- Whether the holders and details keys are a semaphore's (or missing). Holders come with

@@ -20,7 +20,7 @@ end
 
 -- The flag byte of a held value says who waits for its release: '-' nobody; 'w' watchers
 -- (the release announces itself on the key's channel); 'l' lockers in the key's line (the
--- release hands the key to the first, see `hand_on`); 'L' both.
+-- release hands the key to the first, see `hand_key`); 'L' both.
 local function watched(flag)
   return flag == 'w' or flag == 'L'
 end
@@ -242,6 +242,50 @@ end
 -- and a semaphore's line hold members named with something, '.', and that id.
 local function tell_waiter(key, member)
   turn(key, string.match(member, '%.([^.]*)$') or member)
+end
+
+-- How long a released key (or a semaphore's freed permits) waits for the locker it was
+-- handed to, in milliseconds: ample for a woken waiter's try (a round trip), short enough
+-- that a locker gone in between costs the others little.
+local HANDOFF_MS = 50
+
+-- Whether `value` is in redmutex's format for a token of `length` bytes.
+local function in_our_format(value, length)
+  return type(value) == 'string' and string.find(string.sub(value, 1, length), '^[%w_%-]+$')
+end
+
+-- Sets the flag byte of the value at `key` (a redmutex value, held: '-', 'w', 'l' or 'L')
+-- so that it says `watch` (watchers wait) and `line` (lockers wait in line), on top of
+-- what it says already. Other values are left as they are.
+local function flag_waiters(key, value, length, watch, line)
+  if not in_our_format(value, length) then
+    return
+  end
+  local flag = string.sub(value, length + 1, length + 1)
+  if flag ~= '-' and flag ~= 'w' and flag ~= 'l' and flag ~= 'L' then
+    return
+  end
+  watch = watch or watched(flag)
+  line = line or lined(flag)
+  local wanted = (watch and line and 'L') or (line and 'l') or (watch and 'w') or '-'
+  if wanted ~= flag then
+    redis.call('setrange', key, length, wanted)
+  end
+end
+
+-- Hands `key` to the first locker of `line` whose heartbeat is live, which leaves the
+-- line, and tells that locker: the key holds its id with the flag 'r' for HANDOFF_MS. (A
+-- locker that lets the hand-off pass joins the line again at its end with its next try.)
+-- Whether it did. (`first`, when given, is that locker, already read.)
+local function hand_key(key, line, first)
+  first = first or first_in_line(line)
+  if not first then
+    return false
+  end
+  leave_line(line, first)
+  redis.call('set', key, first .. 'r', 'px', HANDOFF_MS)
+  turn(key, first)
+  return true
 end
 
 -- Tells the first live member of `line` that `key` was released (without handing it: a

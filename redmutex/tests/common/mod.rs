@@ -278,6 +278,13 @@ impl tracing::Subscriber for Recorder {
     fn exit(&self, _: &tracing::span::Id) {}
 }
 
+/// How many places the line `line` (a key's line, `{key}:line`) holds: its tickets are
+/// scored from 0 up, its heartbeats below 0.
+pub fn places_in_line(server: &RedisServer, line: &str) -> u64 {
+    let reply = server.command(&["ZCOUNT", line, "0", "+inf"]);
+    reply.trim().trim_start_matches(':').parse().unwrap()
+}
+
 /// Checks what separate lockers waiting in line did, given per locker the instants its
 /// tries failed, in order: each found the claim taken at least once, and after
 /// `released_at` none tried again sooner than a heartbeat try (a third of the default

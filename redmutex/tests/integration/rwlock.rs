@@ -648,3 +648,97 @@ async fn a_waiting_writer_over_redlock_keeps_readers_out_and_leaves_cleanly() {
         assert_eq!(raw.dbsize().await, 0);
     }
 }
+
+/// Writers waiting in separate processes (lockers) line up: the last reader's release
+/// hands the lock to the first, and each writer's release to the next — one process woken
+/// per hand-off, in the order they came, none trying again but on its heartbeat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_writers_of_several_processes_are_handed_the_lock_in_line_one_at_a_time() {
+    const LOCKERS: usize = 5;
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let reader = (own_locker(&server, true).await.rw_lock("herd").unwrap())
+        .read(ms(30_000))
+        .await
+        .unwrap();
+    // Per locker, when each of its tries failed; and the order they got the lock in.
+    let tries: Arc<Vec<std::sync::Mutex<Vec<std::time::Instant>>>> =
+        Arc::new((0..LOCKERS).map(|_| Default::default()).collect());
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut writers = Vec::new();
+    for i in 0..LOCKERS {
+        let rw = own_locker(&server, true).await.rw_lock("herd").unwrap();
+        let (record, order) = (tries.clone(), order.clone());
+        let write = (rw.write(ms(30_000)))
+            .retry(retry::constant(Duration::from_secs(20)))
+            .deadline(ms(30_000))
+            .on_failed_try(move |_| record[i].lock().unwrap().push(std::time::Instant::now()))
+            .into_future();
+        writers.push(tokio::spawn(async move {
+            let writer = write.await.expect("each process gets its turn");
+            order.lock().unwrap().push(i);
+            tokio::time::sleep(ms(10)).await;
+            writer.release().await.unwrap();
+        }));
+        // In line before the next one comes: the line's order is known.
+        let until = Instant::now() + ms(5_000);
+        while common::places_in_line(&server, "{herd}:line") < i as u64 + 1 {
+            assert!(Instant::now() < until, "writer {i} never lined up");
+            tokio::time::sleep(ms(20)).await;
+        }
+    }
+    tokio::time::sleep(ms(100)).await;
+    let released_at = std::time::Instant::now();
+    reader.release().await.unwrap();
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), (0..LOCKERS).collect::<Vec<_>>());
+    common::assert_tries_only_on_heartbeat(&tries, released_at);
+    assert_eq!(raw.dbsize().await, 0, "{:?}", raw.lock_keys().await);
+}
+
+/// The lock handed to a process that died while first in line (its place made by hand,
+/// with a live heartbeat) waits for it a moment only: the writer behind it gets the lock
+/// within the dead one's heartbeat, and nothing is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_handed_to_a_dead_process_falls_through_to_the_next_writer() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let rw = own_locker(&server, true).await.rw_lock("gone").unwrap();
+    let held = rw.write(ms(30_000)).await.unwrap();
+    // First in line: a locker that will never try again (its process was killed).
+    let now = raw.server_micros().await;
+    let ends = now / 1000 + redmutex::DEFAULT_HEARTBEAT.as_millis() as u64;
+    raw.run::<i64>(
+        redis::cmd("ZADD")
+            .arg("{gone}:line")
+            .arg(now)
+            .arg("AAAAAAAAAAAAAAAAAAAAAA")
+            .arg(-(ends as i64))
+            .arg("AAAAAAAAAAAAAAAAAAAAAA~"),
+    )
+    .await;
+    let behind = own_locker(&server, true).await.rw_lock("gone").unwrap();
+    let waiter = tokio::spawn(
+        (behind.write(ms(30_000)))
+            .retry(retry::constant(Duration::from_secs(20)))
+            .deadline(ms(30_000))
+            .into_future(),
+    );
+    let until = Instant::now() + ms(5_000);
+    while common::places_in_line(&server, "{gone}:line") < 2 {
+        assert!(Instant::now() < until, "the writer never lined up");
+        tokio::time::sleep(ms(20)).await;
+    }
+    let released_at = Instant::now();
+    held.release().await.unwrap();
+    let writer = (waiter.await.unwrap()).expect("the next in line gets the lock");
+    let waited = released_at.elapsed();
+    assert!(
+        waited < redmutex::DEFAULT_HEARTBEAT,
+        "the next in line waited {waited:?} for a lock handed to a dead process"
+    );
+    writer.release().await.unwrap();
+    assert_eq!(raw.dbsize().await, 0, "{:?}", raw.lock_keys().await);
+}

@@ -447,17 +447,11 @@ async fn until_waiters_wait(
 ) {
     let line = format!("{{{}}}:line", String::from_utf8(s.key().to_vec()).unwrap());
     let until = Instant::now() + ms(5_000);
-    while places_in_line(server, &line) < n {
+    while common::places_in_line(server, &line) < n {
         assert!(Instant::now() < until, "the waiters never lined up");
         tokio::time::sleep(ms(20)).await;
     }
     tokio::time::sleep(ms(100)).await;
-}
-
-/// How many places `line` holds (their tickets are scored from 0 up; heartbeats below 0).
-fn places_in_line(server: &RedisServer, line: &str) -> u64 {
-    let reply = server.command(&["ZCOUNT", line, "0", "+inf"]);
-    reply.trim().trim_start_matches(':').parse().unwrap()
 }
 
 /// Every waiter got its permit soon after `released`: woken, not polled (they poll every
