@@ -103,7 +103,8 @@ return described
 -- an operator's release of whatever redmutex holds at a key, whoever holds it: the key, and
 -- the holders' details beside it (a semaphore's, readers'); a line of waiters and the fence
 -- counter stay. Waiters hear of it as of a release: a plain lock's and writers' on the
--- key's channel (and the first live locker in its line on that locker's), a fair lock's
+-- key's channel, and the first live locker in its line on that locker's (whoever held the
+-- key: writers wait in it for readers too), a fair lock's
 -- first live waiter on its own, readers on theirs, a semaphore's on its channel and the
 -- first places in its line, as many as its limit, on theirs. Something
 -- redmutex did not write is left alone. The holders are not told: each finds out at its
@@ -137,6 +138,7 @@ elseif kind == 'semaphore' then
 elseif kind == 'rw_lock_read' then
   redis.call('del', KEYS[1], KEYS[5])
   redis.pcall('publish', KEYS[1], 'released')
+  tell_line(KEYS[1], KEYS[7])
 else
   freed = false
 end
