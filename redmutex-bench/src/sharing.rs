@@ -137,12 +137,24 @@ pub async fn permits(
             Ok::<_, String>(waits)
         })
     });
-    let mut waits = workload::gather(runs).await?;
+    // Per locker, how many permits it got (for Jain's index), and every wait.
+    let mut shares = Vec::new();
+    let mut waits = Latencies::default();
+    for run in futures_util::future::join_all(runs).await {
+        let run = run.map_err(|e| e.to_string())??;
+        shares.push(run.len() as u64);
+        waits.merge(run);
+    }
     let spent = window.close().await?;
+    let (mean, longest) = (waits.mean(), waits.percentile(100.0));
     let notes = format!(
-        "p50/p99 = wait for a permit, longest {} ms; {} over the limit of {PERMITS}; the \
-         others try {PERMITS} slot keys in turn",
-        waits.percentile(100.0).as_millis(),
+        "p50/p99 = wait for a permit, mean {:.1} ms, longest {} ms ({:.1} × the mean); Jain \
+         {:.3} across lockers; {} over the limit of {PERMITS}; the others try {PERMITS} slot \
+         keys in turn",
+        mean.as_secs_f64() * 1e3,
+        longest.as_millis(),
+        longest.as_secs_f64() / mean.as_secs_f64().max(1e-9),
+        crate::fairness::jain(&shares),
         overflows.load(Ordering::SeqCst)
     );
     let contender = lockers.first().ok_or("no lockers")?;

@@ -23,6 +23,12 @@ impl Latencies {
         self.0.len()
     }
 
+    /// The mean; zero when empty.
+    pub fn mean(&self) -> Duration {
+        let sum: u64 = self.0.iter().map(|&us| u64::from(us)).sum();
+        Duration::from_micros(sum.checked_div(self.0.len() as u64).unwrap_or(0))
+    }
+
     /// The `p`-th percentile (0–100), nearest rank; zero when empty.
     pub fn percentile(&mut self, p: f64) -> Duration {
         if self.0.is_empty() {

@@ -91,10 +91,12 @@ for i = 1, count do
   local value = ARGV[1]
   if locker then
     local line = KEYS[lines + i]
+    -- A key handed on was contended: its value is flagged for the line without a look
+    -- (a release that then finds nobody in line deletes it, as an unflagged one would).
     if not was_handed[i] then
       leave_line(line, locker)
     end
-    if redis.call('exists', line) == 1 then
+    if was_handed[i] or redis.call('exists', line) == 1 then
       value = token .. ((flag == 'w') and 'L' or 'l') .. string.sub(ARGV[1], length + 2)
     end
   end

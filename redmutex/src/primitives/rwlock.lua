@@ -251,8 +251,9 @@ if locker then
   if not handed then
     leave_line(line, locker)
   end
-  -- Others still in line: the release hands the key on.
-  if redis.call('exists', line) == 1 then
+  -- Others still in line (or, for a key handed on, probably: see mutex.lua's obtain):
+  -- the release hands the key on.
+  if handed or redis.call('exists', line) == 1 then
     stored = token .. 'l' .. string.sub(ARGV[1], length + 2)
   end
 end

@@ -148,10 +148,12 @@ async fn a_waiter_is_woken_by_the_release_not_by_its_poll_interval() {
         1,
         "one failed try, then woken"
     );
-    // Nobody else waits in line: the waiter's own value says so, and its release will
-    // hand the key to nobody.
-    assert_eq!(raw.get("job").await.unwrap()[redmutex::TOKEN_LEN], b'-');
+    // A key handed on was contended: the waiter's value is flagged for the line without a
+    // look at it ('l'), and its release, finding nobody in line, deletes the key.
+    assert_eq!(raw.get("job").await.unwrap()[redmutex::TOKEN_LEN], b'l');
+    assert_eq!(common::places_in_line(&server, "{job}:line"), 0);
     lock.release().await.unwrap();
+    assert_eq!(raw.get("job").await, None);
     // The last waiter gone, the subscription goes too (after lingering a moment).
     wait_for_subscribers(&server, "job", 0, ms(3000)).await;
     assert_eq!(raw.dbsize().await, 0);
@@ -396,8 +398,9 @@ async fn newcomers_on_a_lingering_subscription_are_woken_too() {
     tokio::time::sleep(ms(100)).await;
     holder.release().await.unwrap();
     let w1 = first.await.unwrap().0.expect("W1 woken");
-    // Nobody else waited: its value says so.
-    assert!(!locker.inspect("linger").await.unwrap().awaited);
+    // Handed the key, it flagged its value for the line without a look (nobody is in it).
+    assert!(locker.inspect("linger").await.unwrap().awaited);
+    assert_eq!(common::places_in_line(&server, "{linger}:line"), 0);
 
     // W2 comes while nobody waits: it queues behind W1 without a single request.
     let sets_before = sets(&mut raw).await;
