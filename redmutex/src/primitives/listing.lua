@@ -120,9 +120,13 @@ if kind == 'lock' or kind == 'fair_lock' or kind == 'rw_lock_write' then
   redis.call('del', KEYS[1])
   redis.pcall('publish', KEYS[1], 'released')
   tell_line(KEYS[1], KEYS[7])
-  if kind ~= 'fair_lock' and entry[6] <= 0 then
-    -- A writer's or a plain lock's key (either keeps readers out), and no writer waits:
-    -- readers may come in.
+  -- Any holder's key keeps readers out: with no writer waiting, they may come in. (A fair
+  -- lock's entry counts its own waiters; the intents are read here.)
+  local writers = entry[6]
+  if kind == 'fair_lock' then
+    writers = redis.pcall('zcount', KEYS[6], live_from(now), '+inf')
+  end
+  if type(writers) == 'number' and writers <= 0 then
     redis.pcall('publish', readers_channel(KEYS[1]), EVERYONE)
   end
 elseif kind == 'semaphore' then

@@ -47,7 +47,8 @@
 -- only values in redmutex's own format are ever flagged; anything else is left as it is.
 -- A counter that is someone else's value stops the script before anything is written.
 -- A try that finds a key held passes on the keys handed to its locker before it: they
--- go to the next in their lines, since this locker now waits for another.
+-- go to the next in their lines, since this locker now waits for another; so do free keys
+-- before it whose line it leads (the next in line is told).
 local length = tonumber(ARGV[3])
 local count = tonumber(ARGV[5])
 local token = string.sub(ARGV[1], 1, length)
@@ -63,8 +64,17 @@ for i = 1, count do
   if value ~= false and not owned(value, token) and value ~= handed then
     if locker then
       for j = 1, i - 1 do
-        if was_handed[j] and not hand_key(KEYS[j], KEYS[lines + j]) then
-          redis.call('del', KEYS[j])
+        local line = KEYS[lines + j]
+        if was_handed[j] then
+          if not hand_key(KEYS[j], line) then
+            redis.call('del', KEYS[j])
+          end
+        elseif first_in_line(line) == locker then
+          -- Free for this locker, first in its line (told of it: a release kept for a
+          -- minimum hold, a forced release), which now waits for another key: the next
+          -- in line must not wait for it. It joins again at the end with its next try.
+          leave_line(line, locker)
+          tell_line(KEYS[j], line)
         end
       end
       join_line(KEYS[lines + i], locker, now_us())

@@ -321,3 +321,45 @@ async fn a_forced_release_says_what_it_took_and_the_holder_finds_out_at_its_rene
         .unwrap_err()
         .is_invalid_argument());
 }
+
+/// Any holder's key keeps a read-write lock's readers out — a fair lock's too, when both
+/// are used on one name — so a forced release of it lets waiting readers in at once (no
+/// writer waiting), as a writer's release would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_release_of_a_fair_holder_lets_waiting_readers_in() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let fair = common::own_locker(&server, true).await;
+    let holder = fair
+        .fair_lock("shared")
+        .unwrap()
+        .acquire(secs(30))
+        .await
+        .unwrap();
+    let readers = common::own_locker(&server, true).await;
+    let read = (readers.rw_lock("shared").unwrap().read(secs(30)))
+        .retry(redmutex::retry::constant(secs(20)))
+        .deadline(secs(30));
+    let waiting = tokio::spawn(std::future::IntoFuture::into_future(read));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let operator = Locker::new(multiplexed(&server).await);
+    let forced_at = std::time::Instant::now();
+    assert!(operator.force_release("shared").await.unwrap().is_some());
+    let reader = waiting.await.unwrap().expect("the reader gets in");
+    let waited = forced_at.elapsed();
+    assert!(
+        waited < Duration::from_millis(1_000),
+        "the reader got in {waited:?} after the forced release"
+    );
+    reader.release().await.unwrap();
+    drop(holder);
+    let until = std::time::Instant::now() + secs(3);
+    while raw.dbsize().await != 0 {
+        assert!(
+            std::time::Instant::now() < until,
+            "{:?}",
+            raw.lock_keys().await
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

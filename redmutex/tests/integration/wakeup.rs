@@ -1142,3 +1142,67 @@ async fn one_release_wakes_one_process_and_processes_take_turns_in_line() {
     common::assert_tries_only_on_heartbeat(&tries, released_at);
     assert_eq!(raw.dbsize().await, 0);
 }
+
+/// A locker first in a free key's line that now waits for another of its keys (a
+/// multi-key lock) does not hold up the next in that line: told of a forced release, its
+/// try finds its second key held, leaves the first key's line and tells the next locker,
+/// which takes the key at once rather than at its next heartbeat try (a second later).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_key_waiter_first_in_line_passes_a_free_key_on() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let holders = common::own_locker(&server, true).await;
+    let x = holders.acquire("x", ms(30_000)).await.unwrap();
+    let y = holders.acquire("y", ms(30_000)).await.unwrap();
+    // P wants x and y; it lines up for x first.
+    let p = common::own_locker(&server, true).await;
+    let both = tokio::spawn(
+        (p.acquire_all(["x", "y"], ms(30_000)))
+            .retry(retry::constant(Duration::from_secs(20)))
+            .deadline(ms(30_000))
+            .into_future(),
+    );
+    let until = Instant::now() + ms(5_000);
+    while common::places_in_line(&server, "{x}:line") < 1 {
+        assert!(Instant::now() < until, "P never lined up");
+        tokio::time::sleep(ms(20)).await;
+    }
+    // Q wants x alone, behind P.
+    let q = common::own_locker(&server, true).await;
+    let tries = Arc::new(AtomicU32::new(0));
+    let counted = tries.clone();
+    let single = tokio::spawn(
+        (q.acquire("x", ms(30_000)))
+            .retry(retry::constant(Duration::from_secs(20)))
+            .deadline(ms(30_000))
+            .on_failed_try(move |_| {
+                counted.fetch_add(1, Ordering::SeqCst);
+            })
+            .into_future(),
+    );
+    while common::places_in_line(&server, "{x}:line") < 2 {
+        assert!(Instant::now() < until, "Q never lined up");
+        tokio::time::sleep(ms(20)).await;
+    }
+    tokio::time::sleep(ms(100)).await;
+    let forced_at = Instant::now();
+    let operator = Locker::new(multiplexed(&server).await);
+    assert!(operator.force_release("x").await.unwrap().is_some());
+    let got = single.await.unwrap().expect("Q gets x");
+    let waited = forced_at.elapsed();
+    assert!(
+        waited < ms(400),
+        "Q got the free key {waited:?} after the forced release (its heartbeat try?)"
+    );
+    assert_eq!(tries.load(Ordering::SeqCst), 1, "one failed try, then told");
+    got.release().await.unwrap();
+    drop(x);
+    y.release().await.unwrap();
+    let both = both.await.unwrap().expect("P gets both in the end");
+    both.release().await.unwrap();
+    let until = Instant::now() + ms(3_000);
+    while raw.dbsize().await != 0 {
+        assert!(Instant::now() < until, "{:?}", raw.lock_keys().await);
+        tokio::time::sleep(ms(20)).await;
+    }
+}
