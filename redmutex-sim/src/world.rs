@@ -379,9 +379,20 @@ async fn free_on(redis: &MemoryRedis, name: &str, primitives: &[Primitive]) -> F
         _ => 0,
     };
     let intents = live(format!("{{{name}}}:intents")).await;
+    // Lockers waiting in the key's line (plain locks, writers) keep new readers out as
+    // intents do: their heartbeats are scored negated, live while -end <= -now.
+    let in_line: u64 = query(
+        redis,
+        redis::cmd("ZCOUNT")
+            .arg(format!("{{{name}}}:line"))
+            .arg("-inf")
+            .arg(format!("-{now_ms}")),
+    )
+    .await
+    .unwrap_or(0);
     Free {
         exclusive: kind == "none" || (kind == "zset" && holders == 0),
-        read: kind != "string" && intents == 0,
+        read: kind != "string" && intents == 0 && in_line == 0,
         permit: match kind.as_str() {
             "none" => true,
             "zset" => holders < limit.unwrap_or(1),

@@ -196,7 +196,7 @@ else
     redis.call('del', key)
   end
   if watched(flag) then
-    redis.pcall('publish', key, 'released')
+    tell_watchers(key, keep == 0)
   end
   if lined(flag) then
     tell_line(key, KEYS[3])

@@ -157,7 +157,10 @@ return { 0, fence }
 -- A key whose value says lockers wait in line ('l', 'L') is handed to the first of them
 -- (see the top of this file) rather than deleted; one watched ('w', 'L': a waiter not in
 -- a line, or a wait for the release alone) is announced on the channel named like the
--- key. Unflagged keys publish nothing, so an uncontended release costs no PUBLISH. The
+-- key, and a watched or lined key that is deleted (a line at its end: a reader that
+-- found a lined locker waiting marks nothing) on the readers' channel too (see
+-- tell_watchers). Unflagged keys publish nothing, so an uncontended release costs no
+-- PUBLISH. The
 -- announcements are hints (waiters also poll): a PUBLISH refused (an ACL user without the
 -- channel) must not fail the release, so it goes through pcall. A key kept for a minimum
 -- hold is handed to nobody; the first in line is told, and tries when it expires.
@@ -183,6 +186,8 @@ for i = 1, count do
   local value = redis.pcall('get', key)
   if owned(value, token) then
     local flag = string.sub(value, #token + 1, #token + 1)
+    -- Deleted: free for anyone, a read-write lock's readers of the same name too.
+    local freed = false
     if keep > 0 then
       -- Kept as the owner's value, handed to nobody: it expires on its own.
       redis.call('set', key, token .. 'k' .. metadata_of(value, #token), 'px', keep)
@@ -191,9 +196,13 @@ for i = 1, count do
       end
     elseif not lined(flag) or not line or not hand_key(key, line) then
       redis.call('del', key)
+      freed = true
     end
-    if watched(flag) and announce then
-      redis.pcall('publish', key, 'released')
+    if announce and watched(flag) then
+      tell_watchers(key, freed)
+    elseif announce and freed and lined(flag) then
+      -- The end of a line: readers refused while it lasted may come in.
+      redis.pcall('publish', readers_channel(key), EVERYONE)
     end
   else
     -- A locker giving up: out of line, and a key handed to it goes on.
@@ -201,6 +210,7 @@ for i = 1, count do
       leave_line(line, token)
       if value == token .. 'r' and not hand_key(key, line) then
         redis.call('del', key)
+        redis.pcall('publish', readers_channel(key), EVERYONE)
       end
     end
     missing = missing + 1

@@ -111,15 +111,6 @@ local function extend(lock, details, token, ttl)
   return 1
 end
 
--- Marks a writer's value (a redmutex value with the flag '-') as awaited, so that its
--- release announces itself.
-local function mark_awaited(lock, length)
-  local value = redis.call('get', lock)
-  if string.find(string.sub(value, 1, length), '^[%w_%-]+$') and string.sub(value, length + 1, length + 1) == '-' then
-    redis.call('setrange', lock, length, 'w')
-  end
-end
-
 -- The fence a reader sees: the counter KEYS[i] as it stands, started from the clock (as a
 -- first fence would be) when there is none, so a reader's fence is never 0 and every later
 -- writer's is greater. Nil and an error for a counter that is someone else's value.
@@ -137,25 +128,36 @@ end
 
 --- op: obtain_read
 -- 'obtain_read': let the reader ARGV[1] in, unless a writer holds the lock or waits.
--- KEYS:    the lock key, the readers' details, the intents, then (fenced) the fence counter.
+-- KEYS:    the lock key, the readers' details, the intents, then (fenced) the fence counter,
+--          then (ARGV[6] = '1') the key's line.
 -- ARGV[1]: the reader's token.  ARGV[2]: the TTL in ms.  ARGV[3]: metadata.
--- ARGV[4]: '1' when the caller waits: a writer's value is marked as awaited.
+-- ARGV[4]: '1' when the caller waits: a holder's value is marked as awaited ('w'), so that
+--          its release tells the readers' channel too (see tell_watchers).
 -- ARGV[5]: fenced: how long the counter is kept after this use, in milliseconds.
+-- ARGV[6]: '1' when the last key is the key's line: a live locker in it (a plain lock's
+--          waiter, a writer) keeps new readers out as an intent does — a plain lock counts
+--          as a writer — and the end of its line tells the readers (mutex.lua's release).
 -- Returns: { 0, fence } when the reader now reads until now + TTL (fence: the current one,
 --          see current_fence; 0 when not fenced; a reader that already read — a retry after
 --          a lost reply — stays); { 1, pttl } when a writer holds the lock (pttl: its TTL,
---          -1 none); { 1, ms } when writers wait (ms: until the last intent runs out unless
---          renewed); { -2, 0 } when the keys hold something else. Nothing is written but
---          the mark.
+--          -1 none, -3 handed to a locker); { 1, ms } when writers wait (ms: until the last
+--          intent runs out unless renewed, or until the readers' end, or HANDOFF_MS when a
+--          locker in line is about to take the free key); { -2, 0 } when the keys hold
+--          something else. Nothing is written but the mark.
 local lock, details, intents = KEYS[1], KEYS[2], KEYS[3]
 local kind = holder_kind(lock, details)
 if kind == nil or not intents_ours(intents) then
   return { -2, 0 }
 end
 local token = ARGV[1]
+local line = ARGV[6] == '1' and KEYS[#KEYS]
 if kind == 'writer' then
+  local value = redis.call('get', lock)
   if ARGV[4] == '1' then
-    mark_awaited(lock, #token)
+    flag_waiters(lock, value, #token, true, false)
+  end
+  if string.sub(value, #token + 1, #token + 1) == 'r' then
+    return { 1, -3 }
   end
   return { 1, redis.call('pttl', lock) }
 end
@@ -168,9 +170,19 @@ if not reading(lock, token, now) then
   if waiting > 0 then
     return { 1, last - now }
   end
+  local first = line and first_live(line, now, LINE_BEAT_MS)
+  if first then
+    if kind == 'free' then
+      -- Free with a locker in line: the key ran out (nobody released it, so nobody told
+      -- that locker), or the locker is on its way. It is told now.
+      tell_waiter(lock, first)
+    end
+    local readers = redis.call('zrange', lock, -1, -1, 'withscores')[2]
+    return { 1, readers and (tonumber(readers) - now) or HANDOFF_MS }
+  end
 end
 local fence = 0
-if #KEYS > 3 then
+if #KEYS > (line and 4 or 3) then
   local err
   fence, err = current_fence(4, ARGV[5])
   if fence == nil then
@@ -358,14 +370,14 @@ if keep > 0 then
   redis.call('hset', details, '~' .. token, metadata)
 end
 expire_with(lock, details)
-if latest() < ended and intents_ours(intents) and live_intents(intents, now) > 0 then
-  local first = line and first_in_line(line)
-  if not first then
-    redis.pcall('publish', lock, 'released')
-  elseif latest() == 0 then
+if latest() < ended then
+  local first = line and first_live(line, now, LINE_BEAT_MS)
+  if first and latest() == 0 then
     hand_key(lock, line, first)
-  else
+  elseif first then
     tell_waiter(lock, first)
+  elseif intents_ours(intents) and live_intents(intents, now) > 0 then
+    redis.pcall('publish', lock, 'released')
   end
 end
 return 0

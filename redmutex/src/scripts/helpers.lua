@@ -306,6 +306,18 @@ local function readers_channel(key)
 end
 local EVERYONE = '1000000'
 
+-- Tells those who watch `key` that its holder let go: on the key's own channel (waiters
+-- not in a line, `wait_released`) and, when the key is now `free` (not kept, not handed
+-- on), on the readers' channel: a read-write lock's readers of the same name wait there,
+-- and any holder's key keeps them out. (They marked the holder, or found a locker in its
+-- line.) Hints: a PUBLISH refused must not fail the script.
+local function tell_watchers(key, free)
+  redis.pcall('publish', key, 'released')
+  if free then
+    redis.pcall('publish', readers_channel(key), EVERYONE)
+  end
+end
+
 -- What `key` holds, and the latest fence of its counter `counter`: { pttl, type, fence,
 -- value }. pttl is -2 for a missing key and -1 for a key without expiry; fence is the
 -- counter as stored (false when there is none, or it is not a string); value is the key's

@@ -22,6 +22,7 @@ mod hostile;
 mod keepalive;
 mod listing;
 mod margins;
+mod mixed_holders;
 mod operations;
 mod redlock;
 mod replication;
