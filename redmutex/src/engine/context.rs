@@ -130,6 +130,16 @@ impl<C: Connection> Context<C> {
             for channel in self.wait_channels(claim) {
                 hub.held_until(&channel, until);
             }
+            // Waiters of another claim at the same keys that line up there — a read-write
+            // lock's writers behind this locker's reader — hear on the locker's turn
+            // channel: a reader's key that now ends sooner must not keep them waiting
+            // either.
+            let lines = claim.keys().lined() && self.backend.quorum_settings().is_none();
+            if let (false, true, Some(id)) = (self.lined(claim), lines, self.id.get()) {
+                for key in claim.keys().iter() {
+                    hub.held_until(&wait_channel(key, true, id), until);
+                }
+            }
         }
     }
 

@@ -167,17 +167,16 @@ if kind == 'readers' then
 end
 if not reading(lock, token, now) then
   local waiting, last = live_intents(intents, now)
+  local first = line and first_live(line, now, LINE_BEAT_MS)
+  local readers = (waiting > 0 or first) and redis.call('zrange', lock, -1, -1, 'withscores')[2]
+  if first and not readers then
+    -- Free with a locker in line: the key ran out (nobody released it, so nobody told
+    -- that locker), or the locker is on its way. It is told now.
+    tell_waiter(lock, first)
+  end
   if waiting > 0 then
     return { 1, last - now }
-  end
-  local first = line and first_live(line, now, LINE_BEAT_MS)
-  if first then
-    if kind == 'free' then
-      -- Free with a locker in line: the key ran out (nobody released it, so nobody told
-      -- that locker), or the locker is on its way. It is told now.
-      tell_waiter(lock, first)
-    end
-    local readers = redis.call('zrange', lock, -1, -1, 'withscores')[2]
+  elseif first then
     return { 1, readers and (tonumber(readers) - now) or HANDOFF_MS }
   end
 end
