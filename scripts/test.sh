@@ -40,13 +40,10 @@ step "build the tests"
 cargo test "${test_targets[@]}" --no-run
 step "cargo test (unit and integration tests, the conformance suite)"
 cargo test "${test_targets[@]}"
-# The examples and binaries as programs. `--all-targets` (the test targets are built
-# already) makes the dependencies' features the ones the tests unified (tokio's
-# `test-util`, from the dev-dependencies), so the library and everything under it are
-# reused rather than compiled a second time (2 minutes); only the examples are new. The
-# steps below use what these builds made: building with another package selection
+# The examples and binaries as programs.
+# The steps below use what these builds made: building with another package selection
 # (`-p redmutex`, `-p redmutex-cli`) would compile the library again with other features.
-cargo build --workspace --all-features --all-targets
+cargo build --workspace --all-features --bins --examples
 export REDMUTEX_PREBUILT=1
 step "library examples, run against a private redis-server"
 bash scripts/examples.sh

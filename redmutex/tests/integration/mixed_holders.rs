@@ -1075,6 +1075,9 @@ async fn reader_and_plain_min_hold_let_the_line_in_when_the_hold_ends() {
 async fn internal_names_are_refused_before_any_request() {
     let server = RedisServer::spawn();
     let locker = own_locker(&server, true).await;
+    // Both lockers connected before counting (a connection's handshake sends commands of
+    // its own, e.g. CLIENT SETINFO on servers that have it).
+    let prefixed = own_locker(&server, true).await.with_prefix("{k}");
     let before = common::command_calls(&server);
     for name in [
         "{k}:line",
@@ -1092,7 +1095,6 @@ async fn internal_names_are_refused_before_any_request() {
         assert_eq!(blamed(&e), Some(Argument::Key), "acquire({name}): {e}");
     }
     // With the prefix making the reserved form.
-    let prefixed = own_locker(&server, true).await.with_prefix("{k}");
     let e = prefixed.rw_lock(":line").unwrap_err();
     assert_eq!(blamed(&e), Some(Argument::Key), "prefixed rw_lock: {e}");
     let e = prefixed.rw_lock(":intents").unwrap_err();
