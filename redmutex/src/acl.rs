@@ -11,7 +11,7 @@ use crate::fence::Companion;
 const COMMANDS: &str = "+evalsha +eval +script|load +set +get +del +pexpire +pexpireat +pttl \
                         +type +setrange +time +publish +subscribe +unsubscribe +ping +zadd \
                         +zrem +zscore +zrank +zcard +zcount +zrange +zrevrange +zrangebyscore \
-                        +zremrangebyscore +hget +hset +hdel +hexists +hincrby +exists +wait";
+                        +zremrangebyscore +hget +hmget +hset +hdel +hexists +hincrby +exists +wait";
 
 /// The ACL rule for a user that locks keys under `prefix`: the commands redmutex needs,
 /// the lock keys (`~PREFIX*`), the keys beside them — fence counters (`~{PREFIX*}:fence`,
@@ -36,7 +36,7 @@ const COMMANDS: &str = "+evalsha +eval +script|load +set +get +del +pexpire +pex
 ///      +evalsha +eval +script|load +set \
 ///      +get +del +pexpire +pexpireat +pttl +type +setrange +time +publish +subscribe \
 ///      +unsubscribe +ping +zadd +zrem +zscore +zrank +zcard +zcount +zrange +zrevrange \
-///      +zrangebyscore +zremrangebyscore +hget +hset +hdel +hexists +hincrby +exists +wait"
+///      +zrangebyscore +zremrangebyscore +hget +hmget +hset +hdel +hexists +hincrby +exists +wait"
 /// );
 /// ```
 pub fn acl_rule(prefix: &str) -> String {

@@ -244,6 +244,10 @@ pub(crate) trait Claim: Send + Sync + 'static {
         false
     }
 
+    /// The acquire stores metadata with the token: a claim that keeps it apart from what
+    /// every holder writes (a semaphore's details entry) remembers it for the release.
+    fn carry_metadata(&self) {}
+
     /// Hands `add` the keys of a release, in order: the claim's own keys, and whatever
     /// else a release must change (a fair lock's queue, which a waiter that gives up
     /// leaves through its release).
@@ -469,6 +473,9 @@ pub(crate) struct ObtainTry<'a> {
     /// Other waiters of the locker wait for the same claim: a place in line served keeps
     /// the locker in line for them (a semaphore's, see `semaphore.lua`).
     pub(crate) others_waiting: bool,
+    /// An earlier try of this waiter put its locker in the claim's line (and the locker
+    /// has not left it since): a release may have handed it something.
+    pub(crate) in_line: bool,
     /// The try follows a wake-up of the locker's own (a holder of its own released the
     /// key): it is probably free, and a plain `SET` will likely take it.
     pub(crate) probably_free: bool,

@@ -289,6 +289,7 @@ impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
         }
         if let Some(metadata) = &self.metadata {
             args::check_metadata(metadata)?;
+            claim.carry_metadata();
         }
         let context = self.context;
         if self.with_fence && !context.fences.enabled {
@@ -580,6 +581,7 @@ impl<C: Connection> Tries<'_, '_, C> {
             queue,
             locker: named.then_some(&self.locker),
             others_waiting: waiting && !self.waiting.alone(),
+            in_line: self.named,
             probably_free: std::mem::take(&mut self.probably_free),
         };
         let claim = &**self.claim;

@@ -315,7 +315,7 @@ impl Keyspace {
             "type" => self.type_of(&name, args, now_ms),
             "pexpire" | "pexpireat" => self.pexpire(&name, args, now_ms),
             "pttl" => self.pttl(&name, args, now_ms),
-            "hset" | "hget" | "hdel" | "hexists" | "hincrby" | "hgetall" => {
+            "hset" | "hget" | "hmget" | "hdel" | "hexists" | "hincrby" | "hgetall" => {
                 self.hash_command(&name, args, now_ms)
             }
             "zadd" => self.zadd(args, now_ms),
@@ -533,6 +533,17 @@ impl Keyspace {
                 Some(hash) => hash.get(field).cloned().map_or(Reply::Nil, Reply::Bulk),
                 None => Reply::Nil,
             }),
+            ("hmget", fields) if !fields.is_empty() => {
+                let hash = self.hash(key, now_ms, false)?;
+                Ok(Reply::Array(
+                    (fields.iter())
+                        .map(|field| match hash.as_ref().and_then(|h| h.get(field)) {
+                            Some(value) => Reply::Bulk(value.clone()),
+                            None => Reply::Nil,
+                        })
+                        .collect(),
+                ))
+            }
             ("hexists", [field]) => {
                 let hash = self.hash(key, now_ms, false)?;
                 Ok(Reply::Int(
@@ -1094,6 +1105,14 @@ mod tests {
         );
         assert_eq!(run(&mut ks, 0, &["hget", "h", "a"]), Ok(bulk("-2")));
         assert_eq!(run(&mut ks, 0, &["hexists", "h", "b"]), Ok(Reply::Int(1)));
+        assert_eq!(
+            run(&mut ks, 0, &["hmget", "h", "a", "x", "b"]),
+            Ok(Reply::Array(vec![bulk("-2"), Reply::Nil, bulk("2")]))
+        );
+        assert_eq!(
+            run(&mut ks, 0, &["hmget", "none", "a"]),
+            Ok(Reply::Array(vec![Reply::Nil]))
+        );
         assert_eq!(
             run(&mut ks, 0, &["hdel", "h", "a", "b", "c"]),
             Ok(Reply::Int(2))

@@ -20,6 +20,20 @@ local function kind_of(key)
   return redis.call('type', key)['ok']
 end
 
+-- The details of the holder `member` of a semaphore or readers (`kind`) in `details`:
+-- '<permits>:<metadata>'. A semaphore's holder of one permit without metadata has no entry
+-- of its own, and a reservation's place names its permits (semaphore.lua).
+local function details_of(kind, details, member)
+  local entry = redis.call('hget', details, member)
+  if entry or kind ~= 'semaphore' then
+    return entry or ''
+  end
+  if string.sub(member, 1, 1) == '>' then
+    return (string.match(member, '^>(%d+)%.') or '0') .. ':'
+  end
+  return '1:'
+end
+
 -- The entry of the key at KEYS[i] and its five companions after it (see `describe`).
 local function describe_at(i, now)
   local key, counter, queue = KEYS[i], KEYS[i + 1], KEYS[i + 2]
@@ -71,9 +85,14 @@ local function describe_at(i, now)
       local members = redis.call('zrangebyscore', key, live, '+inf', 'withscores', 'limit', 0, SAMPLE)
       local sample = {}
       for j = 1, #members, 2 do
-        sample[#sample + 1] = { tonumber(members[j + 1]) - now, redis.call('hget', details, members[j]) or '' }
+        sample[#sample + 1] = { tonumber(members[j + 1]) - now, details_of(entry[1], details, members[j]) }
       end
       entry[8] = sample
+      -- A semaphore's keys outlive their last holder by a little (semaphore.lua): with
+      -- none live, nobody holds it.
+      if entry[1] == 'semaphore' and entry[5] == 0 then
+        entry = { 'none', -2, fence, false, 0, -1, 0, {}, 0, 0 }
+      end
     end
   end
   return entry

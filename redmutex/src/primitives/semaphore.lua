@@ -1,19 +1,24 @@
 -- semaphore.lua: the counting semaphore — at most `limit` permits held at once. One file,
 -- one section per operation: each section (from its `--- op:` line to the next) is a script
--- of its own, run with helpers.lua (now_ms, expire_with, next_fence, store_fence,
--- raise_counters) and this preamble before it (see scripts.rs).
+-- of its own, run with helpers.lua (now_ms, next_fence, store_fence, raise_counters, the
+-- line) and this preamble before it (see scripts.rs).
 --
 -- A semaphore lives in two keys of one hash slot:
 --   the holders: a sorted set, one member per holder token, scored by when its permits
 --                expire, in milliseconds on the SERVER's clock (TIME; never a client's);
---   the details: a hash, holder token -> '<permits>:<metadata>', plus '#used' (permits
---                held), '#limit' (the limit its holders agreed on) and '#awaited' (some
---                acquire waited while the semaphore was busy: releases announce
---                themselves until nobody holds a permit any more).
--- Every operation first reclaims the permits of holders whose expiry passed, so a crashed
--- holder's permits come back within its TTL without anyone's help. Both keys expire when
--- the last holder does (PEXPIREAT, same clock), and are deleted when the last holder leaves:
--- the limit is agreed among the holders of the moment.
+--   the details: a hash of the counts — '#used' (permits counted: held, kept or
+--                reserved), '#limit' (the limit its holders agreed on), '#until' (when
+--                both keys expire) and '#awaited' (some acquire waited while the
+--                semaphore was busy: releases announce themselves until nobody holds a
+--                permit any more) — and, for a holder of more than one permit or with
+--                metadata only, holder token -> '<permits>:<metadata>' (a holder without
+--                an entry holds one permit: the common holder costs no write of its own).
+-- A holder whose expiry passed no longer counts: the first try that finds the earliest
+-- expiry past reclaims every such holder's permits, so a crashed holder's permits come
+-- back within its TTL without anyone's help. Both keys expire together at '#until',
+-- never before the latest holder's expiry and moved on by a TTL's worth when they must
+-- be (so that holders after it rarely pay for it); they are deleted when the last permit
+-- goes: the limit is agreed among the holders of the moment.
 --
 -- Waiting processes take turns by the key's line (helpers.lua), as a lock's do: a waiter's
 -- try that finds too few permits free puts its place in line — its member: the permits
@@ -21,58 +26,27 @@
 -- places in line whose heartbeat is live, as many as they cover: each is reserved for
 -- HANDOFF_MS as a holder named '>' and the place (counted, as any holder), and its locker
 -- alone is told on its turn channel — one message and one try per place served, however
--- many processes wait. A reservation its locker lets pass expires as any holder does.
--- Where nobody lines up (a cluster), waiters mark the details '#awaited' instead, and
--- releases announce on the holders key's channel how many permits came back.
+-- many processes wait. A permit handed on stays counted: the release and the try that
+-- takes the reservation leave '#used' as it is. A reservation its locker lets pass
+-- expires as any holder does. Where nobody lines up (a cluster), waiters mark the details
+-- '#awaited' instead, and releases announce on the holders key's channel how many permits
+-- came back.
+--
+-- Each operation reads the counts in one HMGET and a sorted set's data only where it
+-- must: a key of another kind answers those reads with an error (through pcall), before
+-- anything is written — the holders key is a read-write lock's readers, or a lock, of the
+-- same name — and a sorted set with holders but no counts is someone else's (readers keep
+-- their details under another name).
 
-local TYPE_ERROR = 'redmutex: the semaphore keys hold data of another kind; choose another name'
-
--- Whether the holders and details keys are a semaphore's (or missing). Holders come with
--- their details (they expire together): a sorted set without them is someone else's — a
--- read-write lock's readers, whose details live under another name.
-local function ours(holders, details)
-  local a = redis.call('type', holders)['ok']
-  local b = redis.call('type', details)['ok']
-  if a == 'none' then
-    return b == 'hash' or b == 'none'
+-- The counts in `details` (see the top of this file): { used, limit (nil: none agreed),
+-- till (when both keys expire; 0: unknown), awaited }; nil when `details` is not a hash.
+local function counts_of(details)
+  local got = redis.pcall('hmget', details, '#used', '#limit', '#until', '#awaited')
+  if got.err then
+    return nil
   end
-  return a == 'zset' and b == 'hash'
-end
-
--- The permits a holder's details entry says it holds.
-local function permits_of(details, token)
-  local entry = redis.call('hget', details, token)
-  if not entry then
-    return 0
-  end
-  return tonumber(string.match(entry, '^(%d+)'))
-end
-
--- Drops the holders whose expiry has passed by `now`; returns how many permits came back.
--- When none is left, the details go too (the limit with them), as when the keys expire.
-local function reclaim(holders, details, now)
-  local expired = redis.call('zrangebyscore', holders, '-inf', over_by(now))
-  if #expired == 0 then
-    return 0
-  end
-  local freed = 0
-  for _, token in ipairs(expired) do
-    freed = freed + permits_of(details, token)
-    redis.call('hdel', details, token)
-  end
-  redis.call('zremrangebyscore', holders, '-inf', over_by(now))
-  if redis.call('zcard', holders) == 0 then
-    redis.call('del', details)
-  else
-    redis.call('hincrby', details, '#used', -freed)
-  end
-  return freed
-end
-
--- Whether `token` holds permits (unexpired by `now`).
-local function holding(holders, token, now)
-  local score = redis.call('zscore', holders, token)
-  return score ~= false and live_at(score, now)
+  return { used = tonumber(got[1]) or 0, limit = tonumber(got[2]), till = tonumber(got[3]) or 0,
+    awaited = got[4] }
 end
 
 -- The permits a place in line wants (its name: the number, '.', the locker's id).
@@ -80,57 +54,190 @@ local function wanted_by(place)
   return tonumber(string.match(place, '^(%d+)%.'))
 end
 
--- Takes back the permits reserved for `place` (see hand_on), if any; how many.
-local function unreserve(holders, details, place)
+-- The permits the holders' member `member` counts, `entry` its details entry (false:
+-- none): a reservation's place names them; otherwise the entry, or one.
+local function permits_in(member, entry)
+  if entry then
+    return tonumber(string.match(entry, '^(%d+)')) or 0
+  end
+  if string.sub(member, 1, 1) == '>' then
+    return wanted_by(string.sub(member, 2)) or 0
+  end
+  return 1
+end
+
+-- Stores `used` as the permits counted, or — none left — deletes both keys: nobody holds
+-- a permit, and no limit is agreed any more.
+local function count(holders, details, state, used)
+  state.used = used
+  if used > 0 then
+    redis.call('hset', details, '#used', used)
+    return
+  end
+  redis.call('del', holders, details)
+  state.limit, state.till = nil, 0
+end
+
+-- Drops the holders whose expiry has passed by `now`; returns how many permits came back
+-- (and counts them out of `state`).
+local function reclaim(holders, details, state, now)
+  local expired = redis.call('zrangebyscore', holders, '-inf', over_by(now))
+  if #expired == 0 then
+    return 0
+  end
+  local freed = 0
+  -- In slices: Lua's unpack has a bounded stack.
+  for i = 1, #expired, 1000 do
+    local slice = { unpack(expired, i, math.min(i + 999, #expired)) }
+    local entries = redis.call('hmget', details, unpack(slice))
+    for j, member in ipairs(slice) do
+      freed = freed + permits_in(member, entries[j])
+    end
+    redis.call('hdel', details, unpack(slice))
+  end
+  redis.call('zremrangebyscore', holders, '-inf', over_by(now))
+  if redis.call('zcard', holders) == 0 then
+    count(holders, details, state, 0)
+  else
+    count(holders, details, state, state.used - freed)
+  end
+  return freed
+end
+
+-- The expiry both keys need for a holder expiring at `expiry`: nil when '#until' already
+-- covers it, else `slack` ms later (see the top of this file).
+local function needs_until(state, expiry, slack)
+  if key_expiry(expiry) <= state.till then
+    return nil
+  end
+  return key_expiry(expiry) + slack
+end
+
+-- Moves both keys' expiry to `at` (from needs_until; nothing when nil). The caller stores
+-- '#until' = `at` with the details it writes, or lets this write it.
+local function expire_at(holders, details, state, at, store)
+  if not at then
+    return
+  end
+  if store then
+    redis.call('hset', details, '#until', at)
+  end
+  redis.call('pexpireat', holders, at)
+  redis.call('pexpireat', details, at)
+  state.till = at
+end
+
+-- Reserves `wanted` permits for `place`, the first in `line`, which leaves it; its locker
+-- is told (see the top of this file).
+local function reserve(holders, line, place, now)
+  leave_line(line, place)
+  redis.call('zadd', holders, now + HANDOFF_MS, '>' .. place)
+  tell_waiter(holders, place)
+end
+
+-- Hands the permits free at `now` to the first places of `line` whose heartbeat is live,
+-- in order, while they cover the next one's; those served leave the line. `state`: the
+-- counts, with the agreed limit.
+local function hand_on(holders, details, line, state, now)
+  local used = state.used
+  while used < state.limit do
+    local place = first_in_line(line, now)
+    if not place then
+      break
+    end
+    local wanted = wanted_by(place) or state.limit + 1
+    if used + wanted > state.limit then
+      break
+    end
+    reserve(holders, line, place, now)
+    used = used + wanted
+  end
+  if used ~= state.used then
+    count(holders, details, state, used)
+  end
+end
+
+-- Takes back the permits reserved for `place` (a locker giving up), if any; how many.
+local function unreserve(holders, details, state, place)
   if redis.call('zrem', holders, '>' .. place) == 0 then
     return 0
   end
   local permits = wanted_by(place)
-  redis.call('hdel', details, '>' .. place)
-  redis.call('hincrby', details, '#used', -permits)
+  count(holders, details, state, state.used - permits)
   return permits
 end
 
--- Hands the permits free at `now` to the first places of `line` whose heartbeat is live,
--- in order, while they cover the next one's (see the top of this file); those served
--- leave the line, and each one's locker is told. After a release, and after a try served
--- from the line (others of its locker may be next): `limit` is the agreed limit.
-local function hand_on(holders, details, line, limit, now)
-  while true do
-    local used = tonumber(redis.call('hget', details, '#used') or '0')
-    if used >= limit then
-      return
-    end
-    local place = first_in_line(line)
-    if not place then
-      return
-    end
-    local wanted = wanted_by(place) or limit + 1
-    if used + wanted > limit then
-      return
-    end
-    leave_line(line, place)
-    redis.call('zadd', holders, now + HANDOFF_MS, '>' .. place)
-    redis.call('hset', details, '>' .. place, wanted .. ':')
-    redis.call('hincrby', details, '#used', wanted)
-    tell_waiter(holders, place)
+-- Permits came back (`freed`, already counted out of `state`): they go to the first
+-- places in `line`, or — nobody holding any more, no limit agreed — the first place
+-- tries; and waiters that marked the details hear how many.
+local function pass_on(holders, details, line, state, now, freed)
+  if line and state.limit then
+    hand_on(holders, details, line, state, now)
+  elseif line then
+    tell_line(holders, line)
   end
+  if state.awaited then
+    redis.pcall('publish', holders, tostring(freed))
+  end
+end
+
+-- The expiry of the holder `token` when it holds permits at `now` (its member's score,
+-- live); nil when it does not, or the holders key is of another kind.
+local function expiry_of(holders, token, now)
+  local score = redis.pcall('zscore', holders, token)
+  if type(score) ~= 'string' or not live_at(score, now) then
+    return nil
+  end
+  return tonumber(score)
 end
 
 -- Sets the expiry of the holder `token` to now + `ttl` ms if it holds permits; never adds a
 -- member that was reclaimed (ZADD XX). Returns 1 when extended, 0 when not held.
 local function extend(holders, details, token, ttl)
-  if not ours(holders, details) then
-    return 0
-  end
+  local state = counts_of(details)
   local now = now_ms()
-  reclaim(holders, details, now)
-  if not holding(holders, token, now) then
+  if not state or not expiry_of(holders, token, now) then
     return 0
   end
-  redis.call('zadd', holders, 'xx', now + tonumber(ttl), token)
-  expire_with(holders, details)
+  ttl = tonumber(ttl)
+  redis.call('zadd', holders, 'xx', now + ttl, token)
+  expire_at(holders, details, state, needs_until(state, now + ttl, ttl), true)
   return 1
+end
+
+-- Milliseconds from `now` until the earliest of `first` (ZRANGE WITHSCORES of the first
+-- holders) expires, looking past reservations when `past` (-1: nothing seen).
+local function wait_for(first, now, past)
+  local i = 1
+  while past and first[i] and string.sub(first[i], 1, 1) == '>' do
+    i = i + 2
+  end
+  return first[i + 1] and (tonumber(first[i + 1]) - now) or -1
+end
+
+-- Takes the permits reserved for the caller's place, if there are: they become the
+-- holder's, still counted (its ZADD comes before the reservation's ZREM: the holders key,
+-- and its expiry, stay). Returns whether it did; nil when the holders key is of another
+-- kind. A holder that already held them (a retry after a lost reply) keeps its own and
+-- gives the reservation back; one not served is taken out again, and tries as any does.
+local function take_reservation(holders, details, state, place, expiry)
+  local token, wanted = ARGV[1], tonumber(ARGV[2])
+  local added = redis.pcall('zadd', holders, expiry, token)
+  if type(added) ~= 'number' then
+    return nil
+  end
+  if redis.call('zrem', holders, '>' .. place) == 0 then
+    if added == 1 then
+      redis.call('zrem', holders, token)
+    end
+    return false
+  end
+  if added == 0 then
+    count(holders, details, state, state.used - wanted)
+  elseif wanted > 1 or ARGV[5] ~= '' then
+    redis.call('hset', details, token, wanted .. ':' .. ARGV[5])
+  end
+  return true
 end
 
 --- op: obtain
@@ -147,54 +254,29 @@ end
 --          line, and permits reserved for that place count as free.
 -- ARGV[9]: (with ARGV[8]) '1' when more of the locker's waiters want as many: a place
 --          served keeps its locker in line, at the end.
+-- ARGV[10]: (with ARGV[8]) '1' when the caller may hold already (a retry after a lost
+--          reply) or its place may be in line (an earlier try, or another waiter of its
+--          locker): only then are its token and a reservation looked for (without a
+--          locker, its token always is).
 -- Returns: { 0, fence } when the holder now holds its permits until now + TTL (fence 0 when
 --          not fenced; a holder that already held them — a retry after a lost reply — keeps
 --          them); { 1, ms } when too few are free: ms until the earliest holder's permits
 --          expire (-1: none); { -1, limit } when the holders agreed on another limit;
 --          { -2, 0 } when the keys hold something else. Nothing is written but the mark
---          and the line (and a reservation taken back).
+--          and the line (and expired holders reclaimed).
 local holders, details = KEYS[1], KEYS[2]
-if not ours(holders, details) then
+local state = counts_of(details)
+if not state then
   return { -2, 0 }
 end
-local token, wanted, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local token, wanted, limit, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local line = ARGV[8] and KEYS[#KEYS]
 local place = ARGV[8] and (wanted .. '.' .. ARGV[8])
-local now = now_ms()
-reclaim(holders, details, now)
-local agreed = redis.call('hget', details, '#limit')
-if agreed and tonumber(agreed) ~= limit then
-  return { -1, tonumber(agreed) }
-end
-local mine = redis.call('zscore', holders, token)
--- Permits reserved for the caller's place: free for it.
-if place and not mine then
-  unreserve(holders, details, place)
-end
-if not mine then
-  local used = tonumber(redis.call('hget', details, '#used') or '0')
-  if used + wanted > limit then
-    if place then
-      join_line(line, place, now_us())
-    elseif ARGV[6] == '1' then
-      redis.call('hset', details, '#awaited', '1')
-    end
-    -- Until the first holder's permits expire. A place in line looks past reservations
-    -- (-1 when it sees nothing else): one taken up frees nothing, and the release of what
-    -- it became hands permits on; one let pass (its locker died) is found by the places'
-    -- tries on their heartbeat, as a lock's key handed to a dead locker is. (Waking at a
-    -- reservation's end instead made every waiter that saw it try once more per
-    -- hand-off: 4.5 script calls per permit at 64 processes, against 3.)
-    local first = redis.call('zrange', holders, 0, 3, 'withscores')
-    local i = 1
-    while place and first[i] and string.sub(first[i], 1, 1) == '>' do
-      i = i + 2
-    end
-    return { 1, first[i + 1] and (tonumber(first[i + 1]) - now) or -1 }
-  end
-end
--- The fence before any write: a counter that is someone else's value stops the script
--- with nothing written (a script's writes are not undone by its error).
+local known = not place or ARGV[10] == '1'
+local us = now_us()
+local now = math.floor(us / 1000)
+-- The fence is read before anything is written: a counter that is someone else's value
+-- stops the script with nothing written (a script's writes are not undone by its error).
 local fence = 0
 if #KEYS > (line and 3 or 2) then
   local err
@@ -203,93 +285,190 @@ if #KEYS > (line and 3 or 2) then
     return redis.error_reply(err)
   end
 end
-if not mine then
-  redis.call('hincrby', details, '#used', wanted)
-  redis.call('hset', details, token, wanted .. ':' .. ARGV[5], '#limit', limit)
+-- Permits reserved for the caller's place: its own, counted already.
+local reserved = false
+if place and known and (state.limit == nil or state.limit == limit) then
+  reserved = take_reservation(holders, details, state, place, now + ttl)
+  if reserved == nil then
+    return { -2, 0 }
+  end
+end
+local first = {}
+local mine = false
+if not reserved then
+  first = redis.pcall('zrange', holders, 0, 3, 'withscores')
+  if first.err then
+    return { -2, 0 }
+  end
+  if not first[1] then
+    -- No holder: counts left without one (none should be) are nobody's.
+    if state.limit or state.used > 0 then
+      redis.call('del', details)
+    end
+    state = { used = 0, till = 0 }
+  elseif not state.limit then
+    return { -2, 0 }
+  elseif not live_at(first[2], now) then
+    reclaim(holders, details, state, now)
+    first = nil
+  end
+  if state.limit and state.limit ~= limit then
+    return { -1, state.limit }
+  end
+  mine = known and redis.call('zscore', holders, token)
+  if not mine and state.used + wanted > limit then
+    if place then
+      join_line(line, place, us)
+    elseif ARGV[6] == '1' and not state.awaited then
+      redis.call('hset', details, '#awaited', '1')
+    end
+    -- Until the first holder's permits expire. A place in line looks past reservations
+    -- (-1 when it sees nothing else): one taken up frees nothing, and the release of what
+    -- it became hands permits on; one let pass (its locker died) is found by the places'
+    -- tries on their heartbeat, as a lock's key handed to a dead locker is. (Waking at a
+    -- reservation's end instead made every waiter that saw it try once more per
+    -- hand-off: 4.5 script calls per permit at 64 processes, against 3.)
+    first = first or redis.call('zrange', holders, 0, 3, 'withscores')
+    return { 1, wait_for(first, now, place) }
+  end
 end
 if fence > 0 then
   store_fence(3, 3, fence, ARGV[7])
 end
+local until_at = needs_until(state, now + ttl, ttl)
+if reserved then
+  expire_at(holders, details, state, until_at, true)
+  if ARGV[9] == '1' then
+    join_line(line, place, us)
+  end
+  state.limit = limit
+  hand_on(holders, details, line, state, now)
+  return { 0, fence }
+end
+local fields = {}
+if not mine then
+  state.used = state.used + wanted
+  fields = { '#used', state.used, '#limit', limit }
+  if wanted > 1 or ARGV[5] ~= '' then
+    fields[#fields + 1], fields[#fields + 2] = token, wanted .. ':' .. ARGV[5]
+  end
+end
+if ARGV[6] == '1' and not state.awaited then
+  fields[#fields + 1], fields[#fields + 2] = '#awaited', '1'
+end
+if until_at then
+  fields[#fields + 1], fields[#fields + 2] = '#until', until_at
+end
+if #fields > 0 then
+  redis.call('hset', details, unpack(fields))
+end
+redis.call('zadd', holders, now + ttl, token)
+expire_at(holders, details, state, until_at, false)
 if place then
   -- Served: out of line — or, for more of its locker's waiters, back in at the end; and
   -- permits still free go on to whoever is first now.
-  leave_line(line, place)
-  if ARGV[9] == '1' then
-    join_line(line, place, now_us())
+  if known then
+    leave_line(line, place)
   end
-  hand_on(holders, details, line, limit, now)
+  if ARGV[9] == '1' then
+    join_line(line, place, us)
+  end
+  state.limit = limit
+  hand_on(holders, details, line, state, now)
 end
-redis.call('zadd', holders, now + tonumber(ARGV[4]), token)
-if ARGV[6] == '1' then
-  redis.call('hset', details, '#awaited', '1')
-end
-expire_with(holders, details)
 return { 0, fence }
 
 --- op: release
 -- 'release': give back the permits of the holder ARGV[1].
 -- KEYS:    holders, details, then (where waiters line up: not on a cluster) the line.
--- ARGV[2]: (optional) keep: instead of giving them back now, let them expire in this many
+-- ARGV[2]: keep: instead of giving them back now, let them expire in this many
 --          milliseconds (a minimum hold time that has not passed yet); 0: none.
--- ARGV[3]: (with the line) the permits the holder took or wanted.
+-- ARGV[3]: the permits the holder took (or, giving up, wanted).
+-- ARGV[4]: '1' when the holder has a details entry (more than one permit, or metadata).
 -- The same call, given a locker's id instead of a token, takes that locker's place out of
 -- the line (a waiter giving up), and permits reserved for it go on to the next.
 -- Returns: 0 when it held them (now free); 1 when it held none (expired, or never): the
 --          number of parts no longer held, as every primitive's release answers.
--- The permits that came back (its own and any reclaimed) go to the places in line first
--- (see the top of this file). When a waiter marked the details, the release announces on
--- the holders key's channel how many permits came back. The mark stays while anyone holds a
--- permit: holders release independently, and a mark cleared by one release would leave
--- the next unannounced while a waiter is still on its way to mark again. The announcement
--- is a hint (waiters also poll): a PUBLISH refused must not fail the release, so it goes
--- through pcall.
-local holders, details = KEYS[1], KEYS[2]
-if not ours(holders, details) then
+-- The permits that came back go to the places in line first (see the top of this file):
+-- handed on, they stay counted. When a waiter marked the details, the release announces
+-- on the holders key's channel how many permits came back. The mark stays while anyone
+-- holds a permit: holders release independently, and a mark cleared by one release would
+-- leave the next unannounced while a waiter is still on its way to mark again. The
+-- announcement is a hint (waiters also poll): a PUBLISH refused must not fail the
+-- release, so it goes through pcall.
+local holders, details, line = KEYS[1], KEYS[2], KEYS[3]
+local token, keep, permits = ARGV[1], tonumber(ARGV[2] or '0'), tonumber(ARGV[3] or '1')
+local now = now_ms()
+local expiry = expiry_of(holders, token, now)
+if not expiry then
+  -- Not held: expired (its permits, and any others expired, come back now), never, or a
+  -- locker giving up (out of line, and what was reserved for it goes on).
+  local place = permits .. '.' .. token
+  if line then
+    leave_line(line, place)
+  end
+  local state = counts_of(details)
+  if not state or not state.limit then
+    return 1
+  end
+  local freed = reclaim(holders, details, state, now)
+  if line then
+    freed = freed + unreserve(holders, details, state, place)
+  end
+  if freed > 0 then
+    pass_on(holders, details, line, state, now, freed)
+  end
   return 1
 end
-local token = ARGV[1]
-local now = now_ms()
-local freed = reclaim(holders, details, now)
-local missing = 1
-local keep = tonumber(ARGV[2] or '0')
-if keep > 0 and redis.call('zscore', holders, token) then
+if keep > 0 then
   -- Kept under another name ('~' and the token): still counted until it expires, but no
   -- longer the owner's to renew or release — a renewal still in flight must not extend it.
-  local entry = redis.call('hget', details, token)
-  redis.call('zrem', holders, token)
-  redis.call('hdel', details, token)
+  local state = counts_of(details) or { till = 0 }
   redis.call('zadd', holders, now + keep, '~' .. token)
-  redis.call('hset', details, '~' .. token, entry)
-  expire_with(holders, details)
+  redis.call('zrem', holders, token)
+  if ARGV[4] == '1' then
+    redis.call('hset', details, '~' .. token, redis.call('hget', details, token))
+    redis.call('hdel', details, token)
+  end
+  expire_at(holders, details, state, needs_until(state, now + keep, 0), true)
   return 0
 end
-if redis.call('zscore', holders, token) then
-  local permits = permits_of(details, token)
-  redis.call('zrem', holders, token)
-  redis.call('hdel', details, token)
-  redis.call('hincrby', details, '#used', -permits)
-  freed = freed + permits
-  missing = 0
-elseif KEYS[3] then
-  -- A locker giving up: out of line, and what was reserved for it goes on.
-  local place = ARGV[3] .. '.' .. token
-  leave_line(KEYS[3], place)
-  freed = freed + unreserve(holders, details, place)
-end
-if freed > 0 and KEYS[3] then
-  local limit = redis.call('hget', details, '#limit')
-  if limit then
-    hand_on(holders, details, KEYS[3], tonumber(limit), now)
-  else
-    -- Nobody holds a permit any more, so no limit is agreed: the first in line tries.
-    tell_line(holders, KEYS[3])
+-- Its permits go to the first places in line that they cover, as reservations (added
+-- before the holder leaves: the holders key never empties in between, and keeps its
+-- expiry); the rest come back.
+local left = permits
+local stopped = 'empty'
+while line and left > 0 do
+  local place = first_in_line(line, now)
+  if not place then
+    break
   end
+  local wanted = wanted_by(place)
+  if not wanted or wanted > left then
+    stopped = 'more'
+    break
+  end
+  reserve(holders, line, place, now)
+  left = left - wanted
 end
-if freed > 0 and redis.call('hexists', details, '#awaited') == 1 then
-  redis.pcall('publish', holders, tostring(freed))
+redis.call('zrem', holders, token)
+if ARGV[4] == '1' then
+  redis.call('hdel', details, token)
 end
-expire_with(holders, details)
-return missing
+if left == 0 then
+  return 0
+end
+local used = redis.call('hincrby', details, '#used', -left)
+if used <= 0 or stopped == 'more' then
+  local state = counts_of(details)
+  if used <= 0 then
+    count(holders, details, state, 0)
+  end
+  pass_on(holders, details, line, state, now, left)
+elseif redis.call('hexists', details, '#awaited') == 1 then
+  redis.pcall('publish', holders, tostring(left))
+end
+return 0
 
 --- op: refresh
 -- 'refresh': KEYS holders, details; ARGV[1] the token, ARGV[2] the new TTL in ms.
@@ -312,21 +491,18 @@ return results
 --- op: ttl
 -- 'ttl': KEYS holders, details; ARGV[1] the token.
 -- Returns: milliseconds until the holder's permits expire; -2 when it holds none.
-if not ours(KEYS[1], KEYS[2]) then
-  return -2
-end
 local now = now_ms()
-local score = redis.call('zscore', KEYS[1], ARGV[1])
-if score == false or not live_at(score, now) then
+local expiry = expiry_of(KEYS[1], ARGV[1], now)
+if not expiry then
   return -2
 end
-return tonumber(score) - now
+return expiry - now
 
 --- op: fence
 -- 'fence': the fence of permits taken without one.
 -- KEYS:    holders, details, the fence counter.  ARGV[1]: the token.  ARGV[2]: retention.
 -- Returns: the next fence, now stored, when the holder holds permits; 0 when it does not.
-if not ours(KEYS[1], KEYS[2]) or not holding(KEYS[1], ARGV[1], now_ms()) then
+if not expiry_of(KEYS[1], ARGV[1], now_ms()) then
   return 0
 end
 local next, err = next_fence(3, 3)
@@ -340,7 +516,7 @@ return next
 -- 'raise_fence': KEYS holders, details, the counter; ARGV[1] the token, ARGV[2] the fence,
 -- ARGV[3] the retention. Returns 1 when the holder holds permits and the counter is now
 -- at least the fence; 0 otherwise (nothing changed).
-if not ours(KEYS[1], KEYS[2]) or not holding(KEYS[1], ARGV[1], now_ms()) then
+if not expiry_of(KEYS[1], ARGV[1], now_ms()) then
   return 0
 end
 return raise_counters(3, 3, tonumber(ARGV[2]), ARGV[3])
@@ -350,24 +526,24 @@ return raise_counters(3, 3, tonumber(ARGV[2]), ARGV[3])
 -- left out, not reclaimed).
 -- KEYS:    holders, details, the fence counter.
 -- Returns: { kind_ok, limit or false, fence or false, awaited, then three values per live
---          holder: ms left, permits, metadata }.
+--          holder: ms left, permits, metadata }: the limit only while someone holds a
+--          permit (it is agreed among the holders of the moment).
 local holders, details = KEYS[1], KEYS[2]
 local fence = redis.pcall('get', KEYS[3])
 if type(fence) ~= 'string' then
   fence = false
 end
-if not ours(holders, details) then
+local state = counts_of(details)
+local now = now_ms()
+local live = redis.pcall('zrangebyscore', holders, live_from(now), '+inf', 'withscores')
+if not state or live.err or (live[1] and not state.limit) then
   return { 0, false, fence, 0 }
 end
-local now = now_ms()
-local reply = { 1, redis.call('hget', details, '#limit'), fence,
-  redis.call('hexists', details, '#awaited') }
-local live = redis.call('zrangebyscore', holders, live_from(now), '+inf', 'withscores')
+local reply = { 1, #live > 0 and state.limit or false, fence, state.awaited and 1 or 0 }
 for i = 1, #live, 2 do
-  local entry = redis.call('hget', details, live[i]) or '0:'
-  local permits, metadata = string.match(entry, '^(%d+):(.*)$')
+  local entry = redis.call('hget', details, live[i])
   reply[#reply + 1] = tonumber(live[i + 1]) - now
-  reply[#reply + 1] = tonumber(permits)
-  reply[#reply + 1] = metadata
+  reply[#reply + 1] = permits_in(live[i], entry)
+  reply[#reply + 1] = entry and string.match(entry, '^%d+:(.*)$') or ''
 end
 return reply

@@ -3,6 +3,7 @@
 //! Acquiring, keep-alive, fences, wake-up and release on drop are the engine's, as for the
 //! mutex; this file says what the semaphore's keys are and how its script is called.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -254,7 +255,7 @@ impl<C: Connection> std::fmt::Debug for Semaphore<C> {
 /// # drop(permit);
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Permits {
     /// The holders key.
     keys: Keys,
@@ -264,6 +265,22 @@ pub struct Permits {
     counter: Vec<u8>,
     permits: u32,
     limit: u32,
+    /// The holder stores metadata: it has a details entry of its own (as one of more than
+    /// one permit has), which its release deletes (see `semaphore.lua`).
+    metadata: AtomicBool,
+}
+
+impl Clone for Permits {
+    fn clone(&self) -> Self {
+        Permits {
+            keys: self.keys.clone(),
+            details: self.details.clone(),
+            counter: self.counter.clone(),
+            permits: self.permits,
+            limit: self.limit,
+            metadata: AtomicBool::new(self.metadata.load(Ordering::Relaxed)),
+        }
+    }
 }
 
 impl Permits {
@@ -281,6 +298,7 @@ impl Permits {
             counter,
             permits,
             limit,
+            metadata: AtomicBool::new(false),
         }
     }
 
@@ -363,12 +381,19 @@ impl Claim for Permits {
         }
     }
 
-    /// The token, the time to keep the permits (0: none), and how many: given a locker's
-    /// id instead of a token, the release takes the place it waits at out of the line.
+    /// The token, the time to keep the permits (0: none), how many, and whether the holder
+    /// has a details entry: given a locker's id instead of a token, the release takes the
+    /// place it waits at out of the line.
     fn release_args(&self, token: &Token, keep_ms: u64, add: &mut dyn FnMut(&[u8])) {
         add(token.as_bytes());
         add(keep_ms.to_string().as_bytes());
         add(self.permits.to_string().as_bytes());
+        let detailed = self.permits > 1 || self.metadata.load(Ordering::Relaxed);
+        add(if detailed { b"1" } else { b"0" });
+    }
+
+    fn carry_metadata(&self) {
+        self.metadata.store(true, Ordering::Relaxed);
     }
 
     fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {
@@ -390,8 +415,11 @@ impl Claim for Permits {
             })
             .arg(request.retention_ms);
         if let Some(locker) = locker {
+            // Its token or a reservation for its place may be there already.
+            let known = request.retrying_own || request.in_line || request.others_waiting;
             call.arg(locker.as_bytes());
             call.arg(if request.others_waiting { "1" } else { "0" });
+            call.arg(if known { "1" } else { "0" });
         }
         Box::pin(async move {
             let reply: (i64, i64) = call.invoke_async(&mut Node(conn)).await?;

@@ -232,9 +232,10 @@ local function first_live(line, now, young)
   end
 end
 
--- The first locker of a key's `line` whose heartbeat is live now, or nil (see first_live).
-local function first_in_line(line)
-  return first_live(line, now_ms(), LINE_BEAT_MS)
+-- The first locker of a key's `line` whose heartbeat is live at `now` (server ms; the
+-- clock is read when not given), or nil (see first_live).
+local function first_in_line(line, now)
+  return first_live(line, now or now_ms(), LINE_BEAT_MS)
 end
 
 -- Tells the member `member` of a line or a fair lock's queue that it is its turn at `key`,

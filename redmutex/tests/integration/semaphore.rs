@@ -725,3 +725,92 @@ async fn a_permit_handed_to_a_dead_process_falls_through_within_its_heartbeat() 
     permit.release().await.unwrap();
     assert_eq!(raw.dbsize().await, 0, "{:?}", raw.lock_keys().await);
 }
+
+/// The details entries of a semaphore's holders (its hash without the counts).
+async fn holder_entries(raw: &mut Raw, details: &str) -> Vec<(String, String)> {
+    let all: Vec<(String, String)> = raw.run(redis::cmd("HGETALL").arg(details)).await;
+    all.into_iter()
+        .filter(|(f, _)| !f.starts_with('#'))
+        .collect()
+}
+
+/// A holder of one permit without metadata writes no details entry of its own (it counts
+/// one); one of more permits, or with metadata, does, and its release — or its minimum
+/// hold's end — takes the entry away. Inspection reads both kinds the same.
+#[tokio::test]
+async fn only_holders_with_more_than_a_count_keep_a_details_entry_and_it_goes_with_them() {
+    let (_server, mut raw, locker) = setup().await;
+    let pool = locker.semaphore("pool", 5).unwrap();
+    let plain = pool.acquire(1, ms(10_000)).await.unwrap();
+    assert_eq!(holder_entries(&mut raw, "{pool}:permits").await, vec![]);
+    let tagged = (pool.acquire(1, ms(10_000)))
+        .metadata("job=a")
+        .await
+        .unwrap();
+    let two = pool.acquire(2, ms(10_000)).await.unwrap();
+    let mut entries: Vec<String> = (holder_entries(&mut raw, "{pool}:permits").await)
+        .into_iter()
+        .map(|(_, entry)| entry)
+        .collect();
+    entries.sort();
+    assert_eq!(entries, ["1:job=a", "2:"]);
+    let info = pool.inspect().await.unwrap();
+    assert_eq!((info.used, info.free), (4, 1));
+    let mut seen: Vec<(u32, Option<String>)> = (info.holders.iter())
+        .map(|h| (h.permits, h.metadata.clone()))
+        .collect();
+    seen.sort();
+    assert_eq!(seen, [(1, None), (1, Some("job=a".into())), (2, None)]);
+    tagged.release().await.unwrap();
+    two.release().await.unwrap();
+    assert_eq!(holder_entries(&mut raw, "{pool}:permits").await, vec![]);
+    // Kept for a minimum hold: the entry moves with the holder, and expires with it.
+    let kept = (pool.acquire(1, ms(10_000)))
+        .metadata("job=b")
+        .min_hold(ms(300))
+        .await
+        .unwrap();
+    kept.release().await.unwrap();
+    let entries = holder_entries(&mut raw, "{pool}:permits").await;
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert!(entries[0].0.starts_with('~') && entries[0].1 == "1:job=b");
+    assert_eq!(pool.inspect().await.unwrap().used, 2);
+    tokio::time::sleep(ms(400)).await;
+    // Reclaimed by the next try, which takes 4: the plain holder's one is still counted.
+    assert!(pool.acquire(5, ms(10_000)).await.is_err());
+    let four = pool.acquire(4, ms(10_000)).await.unwrap();
+    assert_eq!(holder_entries(&mut raw, "{pool}:permits").await.len(), 1);
+    four.release().await.unwrap();
+    plain.release().await.unwrap();
+    assert_eq!(raw.dbsize().await, 0, "{:?}", raw.lock_keys().await);
+}
+
+/// A permit handed to the next process in line while it is the only one held: the holder
+/// takes the reservation, the holders key it lived in goes with it, and the holder's own
+/// makes a new one — which must expire as every key redmutex writes does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_handed_on_as_the_last_one_held_keeps_both_keys_expiring() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let s = waking(&server).await.semaphore("last", 1).unwrap();
+    let held = s.acquire(1, ms(30_000)).await.unwrap();
+    let behind = waking(&server).await.semaphore("last", 1).unwrap();
+    let waiter = tokio::spawn(
+        behind
+            .acquire(1, ms(30_000))
+            .retry(retry::constant(Duration::from_secs(20)))
+            .deadline(ms(30_000))
+            .into_future(),
+    );
+    until_waiters_wait(&server, &s, 1).await;
+    let released_at = Instant::now();
+    held.release().await.unwrap();
+    let permit = waiter.await.unwrap().expect("handed the permit");
+    assert!(released_at.elapsed() < ms(1_500), "woken, not polled");
+    assert!(raw.pttl("last").await > 25_000);
+    assert!(raw.pttl("{last}:permits").await > 25_000);
+    let info = s.inspect().await.unwrap();
+    assert_eq!((info.used, info.free, info.limit), (1, 0, Some(1)));
+    permit.release().await.unwrap();
+    assert_eq!(raw.dbsize().await, 0, "{:?}", raw.lock_keys().await);
+}
