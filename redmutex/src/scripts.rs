@@ -244,6 +244,12 @@ pub(crate) trait Claim: Send + Sync + 'static {
         false
     }
 
+    /// How many units of what it names the claim takes (a semaphore's permits): waiters of
+    /// one locker wanting as many share the locker's place in line.
+    fn units(&self) -> u32 {
+        1
+    }
+
     /// The acquire stores metadata with the token: a claim that keeps it apart from what
     /// every holder writes (a semaphore's details entry) remembers it for the release.
     fn carry_metadata(&self) {}
@@ -470,8 +476,9 @@ pub(crate) struct ObtainTry<'a> {
     /// may take what a release handed to it, see `mutex.lua`): only when the hand-off's
     /// message would reach it, and not on a quorum.
     pub(crate) locker: Option<&'a Token>,
-    /// Other waiters of the locker wait for the same claim: a place in line served keeps
-    /// the locker in line for them (a semaphore's, see `semaphore.lua`).
+    /// Other waiters of the locker wait for the same claim, wanting as many units: a place
+    /// in line served keeps the locker in line for them (a semaphore's, see
+    /// `semaphore.lua`).
     pub(crate) others_waiting: bool,
     /// An earlier try of this waiter put its locker in the claim's line (and the locker
     /// has not left it since): a release may have handed it something.

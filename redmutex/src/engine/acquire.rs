@@ -289,7 +289,9 @@ impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
         }
         if let Some(metadata) = &self.metadata {
             args::check_metadata(metadata)?;
-            claim.carry_metadata();
+            if !metadata.is_empty() {
+                claim.carry_metadata();
+            }
         }
         let context = self.context;
         if self.with_fence && !context.fences.enabled {
@@ -315,7 +317,7 @@ impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
             eviction_look: context.eviction.first(),
             schedule: Schedule::start(self.retry, self.deadline.unwrap_or(ttl)),
             tally: Tally::default(),
-            waiting: Waiting::new(context.hub.clone(), claim.exclusive()),
+            waiting: Waiting::new(context.hub.clone(), claim.exclusive(), claim.units()),
             observer: self.on_failed_try,
             armed: false,
             named: false,

@@ -21,16 +21,19 @@ pub(crate) struct Waiting {
     hub: Option<Arc<Hub>>,
     /// What is waited for is held by one owner at a time (see `Claim::exclusive`).
     exclusive: bool,
+    /// How many of its units the acquire wants (see `Claim::units`).
+    units: u32,
     /// Our place among this locker's waiters for the key found held; once set, our tries
     /// mark the holder and our value says "awaited".
     member: Option<Member>,
 }
 
 impl Waiting {
-    pub(crate) fn new(hub: Option<Arc<Hub>>, exclusive: bool) -> Waiting {
+    pub(crate) fn new(hub: Option<Arc<Hub>>, exclusive: bool, units: u32) -> Waiting {
         Waiting {
             hub,
             exclusive,
+            units,
             member: None,
         }
     }
@@ -49,8 +52,8 @@ impl Waiting {
         }
     }
 
-    /// Whether this acquire waits for a key no other waiter of its locker waits for (its
-    /// locker's place in line there is its own to give up).
+    /// Whether this acquire waits for a key no other waiter of its locker waits for wanting
+    /// as many units (its locker's place in line there is its own to give up).
     pub(crate) fn alone(&self) -> bool {
         self.member.as_ref().is_some_and(Member::alone)
     }
@@ -65,7 +68,7 @@ impl Waiting {
     pub(crate) fn enter(&mut self, channels: &[Vec<u8>]) -> Option<(usize, Option<Instant>)> {
         let hub = (self.hub.as_ref()).filter(|_| self.member.is_none() && self.exclusive)?;
         let (member, entry, index) = channels.iter().enumerate().find_map(|(index, channel)| {
-            let (member, entry) = hub.enter(channel)?;
+            let (member, entry) = hub.enter(channel, self.units)?;
             Some((member, entry, index))
         })?;
         self.member = Some(member);
@@ -81,7 +84,7 @@ impl Waiting {
     /// no re-check after it.
     pub(crate) fn admit(&mut self, channel: &[u8]) {
         if let (Some(hub), None) = (&self.hub, &self.member) {
-            self.member = hub.admit(channel);
+            self.member = hub.admit(channel, self.units);
         }
     }
 
@@ -116,7 +119,7 @@ impl Waiting {
             if let Some(left) = self.member.take() {
                 left.move_on();
             }
-            self.member = Some(hub.join(channel, self.exclusive));
+            self.member = Some(hub.join(channel, self.exclusive, self.units));
         }
     }
 
@@ -170,7 +173,7 @@ where
     let deadline = Instant::now().checked_add(timeout);
     // Joined before the first look, so that no release after it goes unheard (once the
     // subscription is confirmed, a re-check covers the moment before).
-    let mut waiting = Waiting::new(hub.cloned(), true);
+    let mut waiting = Waiting::new(hub.cloned(), true, 1);
     waiting.join(Some(key));
     let mut polls = retry::exponential(Duration::from_millis(10), Duration::from_secs(1))
         .jitter(Jitter::equal());

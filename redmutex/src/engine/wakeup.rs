@@ -197,6 +197,9 @@ struct Channel {
 
 struct ChannelState {
     members: usize,
+    /// How many units each member wants (a semaphore's waiters: permits; 1 otherwise):
+    /// waiters of one locker wanting as many share its place in the key's line.
+    units: Vec<u32>,
     /// Since when the channel has had no members (it lingers for [`LINGER`]).
     idle_since: Option<Instant>,
     /// Which nodes confirmed the subscription.
@@ -244,6 +247,8 @@ pub(crate) struct Member {
     obtained: bool,
     /// Its acquire goes on waiting, for another of its keys (see [`Member::move_on`]).
     moved: bool,
+    /// How many units it wants (see [`ChannelState::units`]).
+    units: u32,
     /// It queued without a try and has not tried since.
     untried: bool,
 }
@@ -286,7 +291,7 @@ impl Hub {
     /// Where lockers line up, a holder of this locker wakes its waiters itself when it
     /// releases the key (it left the line when it took it), so newcomers may queue behind
     /// it too.
-    pub(crate) fn enter(&self, key: &[u8]) -> Option<(Member, Entry)> {
+    pub(crate) fn enter(&self, key: &[u8], units: u32) -> Option<(Member, Entry)> {
         let channels = lock(&self.channels);
         let channel = channels.get(key)?;
         let mut state = lock(&channel.state);
@@ -299,7 +304,7 @@ impl Hub {
             (0, None) => Entry::Try,
             (_, expires) => Entry::Queue { expires },
         };
-        let mut member = Member::admit(key, channel, &mut state);
+        let mut member = Member::admit(key, channel, &mut state, units);
         if let Entry::Queue { .. } = entry {
             member.untried = true;
             state.untried += 1;
@@ -311,19 +316,20 @@ impl Hub {
     /// [`Claim::queue`](crate::scripts::Claim::queue)): joins the waiters of `key` if the
     /// key is subscribed, so that a turn announced while the try is under way is not
     /// missed. The try is made whatever others wait: it is what takes the place.
-    pub(crate) fn admit(&self, key: &[u8]) -> Option<Member> {
+    pub(crate) fn admit(&self, key: &[u8], units: u32) -> Option<Member> {
         let channels = lock(&self.channels);
         let channel = channels.get(key)?;
         let mut state = lock(&channel.state);
         match self.subscribed(&state) {
-            true => Some(Member::admit(key, channel, &mut state)),
+            true => Some(Member::admit(key, channel, &mut state, units)),
             false => None,
         }
     }
 
     /// Joins (or starts) the waiters of `key`; the key is subscribed to if it was not.
-    /// `exclusive`: the key is held by one owner at a time (see [`Channel`]).
-    pub(crate) fn join(self: &Arc<Self>, key: &[u8], exclusive: bool) -> Member {
+    /// `exclusive`: the key is held by one owner at a time (see [`Channel`]); `units`: how
+    /// many of its units the waiter wants (a semaphore's permits).
+    pub(crate) fn join(self: &Arc<Self>, key: &[u8], exclusive: bool, units: u32) -> Member {
         let mut channels = lock(&self.channels);
         let mut created = false;
         let channel = channels
@@ -335,6 +341,7 @@ impl Hub {
                     exclusive,
                     state: Mutex::new(ChannelState {
                         members: 0,
+                        units: Vec::new(),
                         idle_since: None,
                         confirmed: vec![false; self.subscribers.len()],
                         turns: 0,
@@ -349,7 +356,7 @@ impl Hub {
             })
             .clone();
         let mut state = lock(&channel.state);
-        let member = Member::admit(key, &channel, &mut state);
+        let member = Member::admit(key, &channel, &mut state, units);
         // A lingering subscription has nobody who marked the holder since: the first new
         // waiter re-checks, as after a new subscription.
         if state.members == 1 && self.subscribed(&state) {
@@ -606,8 +613,9 @@ impl Channel {
 
 impl Member {
     /// A new waiter at `channel`, whose state the caller has locked.
-    fn admit(key: &[u8], channel: &Arc<Channel>, state: &mut ChannelState) -> Member {
+    fn admit(key: &[u8], channel: &Arc<Channel>, state: &mut ChannelState, units: u32) -> Member {
         state.members += 1;
+        state.units.push(units);
         state.idle_since = None;
         Member {
             key: key.into(),
@@ -616,6 +624,7 @@ impl Member {
             obtained: false,
             moved: false,
             untried: false,
+            units,
         }
     }
 
@@ -624,9 +633,16 @@ impl Member {
         &self.key
     }
 
-    /// Whether no other waiter of this locker waits for the key.
+    /// Whether no other waiter of this locker waits for the key wanting as many units (the
+    /// locker's place in its line is this waiter's alone).
     pub(crate) fn alone(&self) -> bool {
-        lock(&self.channel.state).members == 1
+        let state = lock(&self.channel.state);
+        state
+            .units
+            .iter()
+            .filter(|units| **units == self.units)
+            .count()
+            == 1
     }
 
     /// Waits for this member's turn.
@@ -715,6 +731,9 @@ impl Drop for Member {
     fn drop(&mut self) {
         let mut state = lock(&self.channel.state);
         state.members -= 1;
+        if let Some(mine) = state.units.iter().position(|units| *units == self.units) {
+            state.units.swap_remove(mine);
+        }
         if self.untried {
             state.untried -= 1;
         }
@@ -957,9 +976,9 @@ mod tests {
         let client = redis::Client::open(url).unwrap();
         let hub = Arc::new(Hub::new(vec![client.into()], 1));
         for i in 0..2_000 {
-            drop(hub.join(format!("key-{i}").as_bytes(), true));
+            drop(hub.join(format!("key-{i}").as_bytes(), true, 1));
         }
-        let still_waiting = hub.join(b"still-waiting", true);
+        let still_waiting = hub.join(b"still-waiting", true, 1);
         let until = Instant::now() + Duration::from_secs(10);
         while !hub.state().is_permission_denied() {
             assert!(Instant::now() < until, "{:?}", hub.state());

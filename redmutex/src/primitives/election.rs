@@ -326,7 +326,7 @@ impl<C: Connection> Election<C> {
     /// # Cancel safety
     /// Cancel safe: dropping the stream unsubscribes (after a moment's linger).
     pub fn observe(&self) -> impl Stream<Item = Result<Option<Leader>, Error>> + Send + 'static {
-        let mut waiting = Waiting::new(self.context.hub.clone(), false);
+        let mut waiting = Waiting::new(self.context.hub.clone(), false, 1);
         waiting.join(Some(&observers_channel(self.key())));
         let observer = Observer {
             election: self.clone(),

@@ -24,7 +24,7 @@ end
 -- '<permits>:<metadata>'. A semaphore's holder of one permit without metadata has no entry
 -- of its own, and a reservation's place names its permits (semaphore.lua).
 local function details_of(kind, details, member)
-  local entry = redis.call('hget', details, member)
+  local entry = details and redis.call('hget', details, member)
   if entry or kind ~= 'semaphore' then
     return entry or ''
   end
@@ -32,6 +32,22 @@ local function details_of(kind, details, member)
     return (string.match(member, '^>(%d+)%.') or '0') .. ':'
   end
   return '1:'
+end
+
+-- The permits a semaphore's live holders (at `holders`, scored from `live` on) hold: its
+-- count ('#used') also counts holders expired but not yet reclaimed (semaphore.lua).
+local function live_permits(holders, details, live)
+  local members = redis.call('zrangebyscore', holders, live, '+inf')
+  local used = 0
+  for i = 1, #members, 1000 do
+    local slice = { unpack(members, i, math.min(i + 999, #members)) }
+    local entries = redis.call('hmget', details, unpack(slice))
+    for j, member in ipairs(slice) do
+      local entry = entries[j] or details_of('semaphore', false, member)
+      used = used + tonumber(string.match(entry, '^(%d+)') or '0')
+    end
+  end
+  return used
 end
 
 -- The entry of the key at KEYS[i] and its five companions after it (see `describe`).
@@ -67,7 +83,7 @@ local function describe_at(i, now)
     local details = false
     if kind_of(permits) == 'hash' then
       entry[1], details = 'semaphore', permits
-      entry[9] = tonumber(redis.call('hget', permits, '#used') or '0')
+      entry[9] = live_permits(key, permits, live)
       entry[10] = tonumber(redis.call('hget', permits, '#limit') or '0')
       if redis.call('hget', permits, '#awaited') then
         entry[7] = 1

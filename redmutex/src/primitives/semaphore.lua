@@ -66,9 +66,29 @@ local function permits_in(member, entry)
   return 1
 end
 
+-- The permits the holders key counts, member by member (see permits_in).
+local function recount(holders, details)
+  local members = redis.call('zrange', holders, 0, -1)
+  local used = 0
+  -- In slices: Lua's unpack has a bounded stack.
+  for i = 1, #members, 1000 do
+    local slice = { unpack(members, i, math.min(i + 999, #members)) }
+    local entries = redis.call('hmget', details, unpack(slice))
+    for j, member in ipairs(slice) do
+      used = used + permits_in(member, entries[j])
+    end
+  end
+  return used
+end
+
 -- Stores `used` as the permits counted, or — none left — deletes both keys: nobody holds
--- a permit, and no limit is agreed any more.
+-- a permit, and no limit is agreed any more. A count of none while the holders key still
+-- has members is wrong (never deleted on it: the members would go uncounted), and is
+-- counted again from the members.
 local function count(holders, details, state, used)
+  if used <= 0 and redis.call('zcard', holders) > 0 then
+    used = recount(holders, details)
+  end
   state.used = used
   if used > 0 then
     redis.call('hset', details, '#used', used)
@@ -127,12 +147,16 @@ local function expire_at(holders, details, state, at, store)
   state.till = at
 end
 
--- Reserves `wanted` permits for `place`, the first in `line`, which leaves it; its locker
--- is told (see the top of this file).
+-- Reserves the permits `place`, the first in `line`, wants, for HANDOFF_MS; the place
+-- leaves the line, and its locker is told (see the top of this file). Whether they are
+-- newly reserved: a place reserved for already (its locker's next waiter put it back in
+-- line before taking the reservation) keeps its one reservation, its end moved on, and
+-- the permits in hand go on to the next.
 local function reserve(holders, line, place, now)
   leave_line(line, place)
-  redis.call('zadd', holders, now + HANDOFF_MS, '>' .. place)
+  local added = redis.call('zadd', holders, now + HANDOFF_MS, '>' .. place)
   tell_waiter(holders, place)
+  return added == 1
 end
 
 -- Hands the permits free at `now` to the first places of `line` whose heartbeat is live,
@@ -149,8 +173,9 @@ local function hand_on(holders, details, line, state, now)
     if used + wanted > state.limit then
       break
     end
-    reserve(holders, line, place, now)
-    used = used + wanted
+    if reserve(holders, line, place, now) then
+      used = used + wanted
+    end
   end
   if used ~= state.used then
     count(holders, details, state, used)
@@ -196,7 +221,9 @@ end
 local function extend(holders, details, token, ttl)
   local state = counts_of(details)
   local now = now_ms()
-  if not state or not expiry_of(holders, token, now) then
+  -- (Without its counts — the details key evicted — the semaphore is nobody's to keep:
+  -- its holders are lost, and its keys expire.)
+  if not state or not state.limit or not expiry_of(holders, token, now) then
     return 0
   end
   ttl = tonumber(ttl)
@@ -287,7 +314,7 @@ if #KEYS > (line and 3 or 2) then
 end
 -- Permits reserved for the caller's place: its own, counted already.
 local reserved = false
-if place and known and (state.limit == nil or state.limit == limit) then
+if place and known and state.limit == limit then
   reserved = take_reservation(holders, details, state, place, now + ttl)
   if reserved == nil then
     return { -2, 0 }
@@ -420,14 +447,15 @@ if not expiry then
   end
   return 1
 end
-if keep > 0 then
+local state = keep > 0 and counts_of(details)
+if state and state.limit then
   -- Kept under another name ('~' and the token): still counted until it expires, but no
   -- longer the owner's to renew or release — a renewal still in flight must not extend it.
-  local state = counts_of(details) or { till = 0 }
+  local entry = ARGV[4] == '1' and redis.call('hget', details, token)
   redis.call('zadd', holders, now + keep, '~' .. token)
   redis.call('zrem', holders, token)
-  if ARGV[4] == '1' then
-    redis.call('hset', details, '~' .. token, redis.call('hget', details, token))
+  if entry then
+    redis.call('hset', details, '~' .. token, entry)
     redis.call('hdel', details, token)
   end
   expire_at(holders, details, state, needs_until(state, now + keep, 0), true)
@@ -448,8 +476,9 @@ while line and left > 0 do
     stopped = 'more'
     break
   end
-  reserve(holders, line, place, now)
-  left = left - wanted
+  if reserve(holders, line, place, now) then
+    left = left - wanted
+  end
 end
 redis.call('zrem', holders, token)
 if ARGV[4] == '1' then
@@ -459,15 +488,32 @@ if left == 0 then
   return 0
 end
 local used = redis.call('hincrby', details, '#used', -left)
-if used <= 0 or stopped == 'more' then
-  local state = counts_of(details)
-  if used <= 0 then
-    count(holders, details, state, 0)
+-- Others still counted: a holder of them that crashed has expired unreclaimed when the
+-- earliest expiry is past (then its permits come back now, and the keys go with the
+-- last of them).
+local first = used > 0 and redis.call('zrange', holders, 0, 0, 'withscores') or {}
+local expired = first[2] ~= nil and not live_at(first[2], now)
+if used > 0 and stopped == 'empty' and not expired then
+  if redis.call('hexists', details, '#awaited') == 1 then
+    redis.pcall('publish', holders, tostring(left))
   end
-  pass_on(holders, details, line, state, now, left)
-elseif redis.call('hexists', details, '#awaited') == 1 then
-  redis.pcall('publish', holders, tostring(left))
+  return 0
 end
+state = counts_of(details)
+if not state.limit then
+  -- The counts were gone (the details key evicted; the HINCRBY made a new one): only the
+  -- holder's own member went. The holders left are uncounted, so tries refuse the keys
+  -- until they expire — never admitting past a limit nobody knows any more.
+  redis.call('del', details)
+  return 0
+end
+local freed = left
+if used <= 0 then
+  count(holders, details, state, used)
+elseif expired then
+  freed = freed + reclaim(holders, details, state, now)
+end
+pass_on(holders, details, line, state, now, freed)
 return 0
 
 --- op: refresh

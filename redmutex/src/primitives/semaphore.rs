@@ -392,6 +392,10 @@ impl Claim for Permits {
         add(if detailed { b"1" } else { b"0" });
     }
 
+    fn units(&self) -> u32 {
+        self.permits
+    }
+
     fn carry_metadata(&self) {
         self.metadata.store(true, Ordering::Relaxed);
     }

@@ -28,6 +28,7 @@ mod redlock;
 mod replication;
 mod rwlock;
 mod semaphore;
+mod semaphore_faults;
 mod wait_and_min_hold;
 mod wakeup;
 
