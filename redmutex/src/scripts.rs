@@ -20,7 +20,10 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
-use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Script, ScriptInvocation, Value};
+use redis::{
+    Cmd, ErrorKind, FromRedisValue, Pipeline, RedisFuture, RedisResult, Script, ScriptInvocation,
+    ServerErrorKind, Value,
+};
 
 use crate::args::Keys;
 use crate::error::InvalidArgument;
@@ -300,17 +303,37 @@ pub(crate) trait Claim: Send + Sync + 'static {
     /// still held is released either way). `keep_ms` > 0: instead of deleting it, let what
     /// is still held expire in that many milliseconds (a minimum hold time).
     fn release<'a>(&'a self, conn: Conn<'a>, token: &'a Token, keep_ms: u64) -> Call<'a, bool> {
-        let mut call = self.operations().release.script().prepare_invoke();
-        self.release_keys(&mut |key| {
-            call.key(key);
-        });
-        self.release_args(token, keep_ms, &mut |arg| {
-            call.arg(arg);
-        });
+        let cmd = self.release_cmd(token, keep_ms);
+        let release: &'static Operation = self.operations().release;
         Box::pin(async move {
-            let missing: i64 = call.invoke_async(&mut Node(conn)).await?;
+            let missing: i64 = evalsha(conn, &cmd, release).await?;
             Ok(missing == 0)
         })
+    }
+
+    /// The release as one `EVALSHA` command (see [`release`](Claim::release)), built once
+    /// for every node of a quorum (see [`evalsha`]).
+    fn release_cmd(&self, token: &Token, keep_ms: u64) -> Cmd {
+        let mut keys = 0;
+        self.release_keys(&mut |_| keys += 1);
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.operations().release.script().get_hash())
+            .arg(keys);
+        self.release_keys(&mut |key| {
+            cmd.arg(key);
+        });
+        self.release_args(token, keep_ms, &mut |arg| {
+            cmd.arg(arg);
+        });
+        cmd
+    }
+
+    /// A try that is one plain command, the same on every node, when this one is (a lock's
+    /// `SET NX PX` of one key, by a try that neither waits, nor takes a fence, nor may hold
+    /// already): built once for every node of a quorum. Its reply is `Nil` when the claim
+    /// is held by someone else, anything else when it was taken.
+    fn plain_try(&self, _request: &ObtainTry<'_>) -> Option<Cmd> {
+        None
     }
 
     /// [`release`](Claim::release) for when nobody may wait for the reply (see
@@ -602,6 +625,24 @@ impl ConnectionLike for Node<'_> {
 /// fallback needs a caller still waiting for the reply, and a cleanup queued behind a
 /// request to a frozen server may outlive its own response timeout: the server must be
 /// able to run it whenever it gets to it.
+/// Runs `cmd`, an `EVALSHA` of `operation`, on one node; where the node does not know the
+/// script (restarted, or new), loads it and runs `cmd` again — as redis-rs's
+/// `ScriptInvocation` does, but with one command built for every node of a quorum.
+pub(crate) async fn evalsha<T: FromRedisValue>(
+    conn: Conn<'_>,
+    cmd: &Cmd,
+    operation: &Operation,
+) -> RedisResult<T> {
+    let mut node = Node(conn);
+    match cmd.query_async(&mut node).await {
+        Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            operation.script().load_async(&mut node).await?;
+            cmd.query_async(&mut node).await
+        }
+        reply => reply,
+    }
+}
+
 pub(crate) async fn eval_whole(conn: Conn<'_>, eval: Cmd) -> RedisResult<()> {
     eval.query_async::<Value>(&mut Node(conn)).await.map(|_| ())
 }

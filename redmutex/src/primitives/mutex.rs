@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use redis::aio::ConnectionLike;
-use redis::{ScriptInvocation, Value};
+use redis::{Cmd, ScriptInvocation, Value};
 
 use crate::args::Keys;
 use crate::connection::Connection;
@@ -112,6 +112,16 @@ impl Claim for Keys {
         Keys::lined(self)
     }
 
+    /// One key, taken by a try that neither waits, nor takes a fence, nor may hold it
+    /// already: a plain `SET NX PX` (see [`obtain`]).
+    fn plain_try(&self, request: &ObtainTry<'_>) -> Option<Cmd> {
+        let plain = !request.retrying_own && !request.fenced && !request.waiting;
+        match (self.len(), self.get(0)) {
+            (1, Some(key)) if plain => Some(set_nx_cmd(key, request.value, request.ttl_ms)),
+            _ => None,
+        }
+    }
+
     fn add_renewal(&self, call: &mut ScriptInvocation<'static>, token: &Token, ttl_ms: u64) {
         for key in self.iter() {
             call.key(key);
@@ -196,15 +206,15 @@ async fn set_nx(
     value: &[u8],
     ttl_ms: u64,
 ) -> redis::RedisResult<bool> {
-    let reply: Value = redis::cmd("SET")
-        .arg(key)
-        .arg(value)
-        .arg("NX")
-        .arg("PX")
-        .arg(ttl_ms)
-        .query_async(conn)
-        .await?;
+    let reply: Value = set_nx_cmd(key, value, ttl_ms).query_async(conn).await?;
     Ok(reply != Value::Nil)
+}
+
+/// `SET key value NX PX ttl`.
+fn set_nx_cmd(key: &[u8], value: &[u8], ttl_ms: u64) -> Cmd {
+    let mut cmd = redis::cmd("SET");
+    cmd.arg(key).arg(value).arg("NX").arg("PX").arg(ttl_ms);
+    cmd
 }
 
 impl<C: Connection> Lock<C, Keys> {

@@ -108,6 +108,42 @@ async fn a_lock_is_on_every_node_with_validity_and_is_released_everywhere() {
     assert!(!locker.inspect("a").await.unwrap().held);
 }
 
+/// The one-key lock's quorum paths send one command built for every node: a plain `SET`
+/// to take it, an `EVALSHA` of the release script to release it. Nodes whose script cache
+/// was emptied (a restart, a `SCRIPT FLUSH`) get the script loaded and the release run
+/// again; nodes that hold the key for someone else are neither taken nor touched.
+#[tokio::test]
+async fn one_command_for_every_node_takes_and_releases_and_reloads_a_flushed_script() {
+    let servers = RedisServer::spawn_many(NODES);
+    let locker = redlock(&servers);
+    // Warm: every node has the release script.
+    locker
+        .acquire("warm", ms(10_000))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    // Two nodes hold the key for someone else: the other three are a quorum.
+    for server in &servers[..2] {
+        assert!(server
+            .command(&["SET", "k", "someone", "PX", "10000"])
+            .starts_with("+OK"));
+    }
+    let lock = locker.acquire("k", ms(10_000)).await.unwrap();
+    assert_eq!(holding(&servers, "k", &lock.token()), [2, 3, 4]);
+    for server in &servers[2..4] {
+        assert!(server.command(&["SCRIPT", "FLUSH"]).starts_with("+OK"));
+    }
+    lock.release().await.unwrap();
+    for server in &servers[2..] {
+        assert_eq!(get(server, "k"), None);
+    }
+    for server in &servers[..2] {
+        assert_eq!(get(server, "k").as_deref(), Some("someone"));
+    }
+}
+
 #[tokio::test]
 async fn two_of_five_nodes_down_acquire_refresh_keep_alive_and_release_work() {
     let servers = RedisServer::spawn_many(NODES);
