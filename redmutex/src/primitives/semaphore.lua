@@ -66,19 +66,22 @@ local function permits_in(member, entry)
   return 1
 end
 
--- The permits the holders key counts, member by member (see permits_in).
-local function recount(holders, details)
-  local members = redis.call('zrange', holders, 0, -1)
-  local used = 0
+-- The permits the holders' `members` count (see permits_in); with `forget`, their details
+-- entries are deleted as they are read (the members are leaving).
+local function permits_of(details, members, forget)
+  local permits = 0
   -- In slices: Lua's unpack has a bounded stack.
   for i = 1, #members, 1000 do
     local slice = { unpack(members, i, math.min(i + 999, #members)) }
     local entries = redis.call('hmget', details, unpack(slice))
     for j, member in ipairs(slice) do
-      used = used + permits_in(member, entries[j])
+      permits = permits + permits_in(member, entries[j])
+    end
+    if forget then
+      redis.call('hdel', details, unpack(slice))
     end
   end
-  return used
+  return permits
 end
 
 -- Stores `used` as the permits counted, or — none left — deletes both keys: nobody holds
@@ -87,7 +90,7 @@ end
 -- counted again from the members.
 local function count(holders, details, state, used)
   if used <= 0 and redis.call('zcard', holders) > 0 then
-    used = recount(holders, details)
+    used = permits_of(details, redis.call('zrange', holders, 0, -1), false)
   end
   state.used = used
   if used > 0 then
@@ -105,16 +108,7 @@ local function reclaim(holders, details, state, now)
   if #expired == 0 then
     return 0
   end
-  local freed = 0
-  -- In slices: Lua's unpack has a bounded stack.
-  for i = 1, #expired, 1000 do
-    local slice = { unpack(expired, i, math.min(i + 999, #expired)) }
-    local entries = redis.call('hmget', details, unpack(slice))
-    for j, member in ipairs(slice) do
-      freed = freed + permits_in(member, entries[j])
-    end
-    redis.call('hdel', details, unpack(slice))
-  end
+  local freed = permits_of(details, expired, true)
   redis.call('zremrangebyscore', holders, '-inf', over_by(now))
   if redis.call('zcard', holders) == 0 then
     count(holders, details, state, 0)
