@@ -150,10 +150,15 @@ pub fn text(r: &Report) -> String {
     row(
         "leftover lock keys",
         format!(
-            "{} at exit, {} after TTL + 1 s, {} without TTL",
-            r.leftover_at_exit, r.leftover_after_ttl, r.keys_without_ttl
+            "{} at exit, {} after their time + 1 s, {} without TTL",
+            r.leftover_at_exit,
+            r.leftover_keys.len(),
+            r.keys_without_ttl
         ),
     );
+    for key in &r.leftover_keys {
+        row("left behind", key.clone());
+    }
     for failure in &r.worker_failures {
         row("worker failure", failure.clone());
     }
@@ -198,7 +203,7 @@ pub fn json(r: &Report) -> String {
             "\"not_obtained\":{},\"transient_errors\":{},\"other_errors\":{},\"no_fence\":{},",
             "\"releases_not_held\":{},\"releases_failed\":{},\"leftover_at_exit\":{},",
             "\"leftover_after_ttl\":{},\"keys_without_ttl\":{},\"broken_by_rivals\":{},",
-            "\"worker_failures\":[{}],",
+            "\"leftover_keys\":[{}],\"worker_failures\":[{}],",
             "\"errors\":[{}],\"violations\":[{}],\"passed\":{}}}"
         ),
         r.mode.name(),
@@ -236,9 +241,10 @@ pub fn json(r: &Report) -> String {
         v.releases_not_held,
         v.releases_failed,
         r.leftover_at_exit,
-        r.leftover_after_ttl,
+        r.leftover_keys.len(),
         r.keys_without_ttl,
         v.broken_by_rivals(),
+        strings(&r.leftover_keys),
         strings(&r.worker_failures),
         strings(&r.error_messages),
         strings(&v.examples),

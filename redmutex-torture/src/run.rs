@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use testkit::{Proxy, RedisCluster, RedisServer, SentinelGroup, ServerOptions};
 
@@ -15,6 +15,10 @@ use crate::clock::now_ns;
 use crate::record::Section;
 use crate::schedule::{schedule, Fault, FaultKind, Mode, Plan};
 use crate::worker::PREFIX;
+
+/// A locker's heartbeat in a plain lock's line, as docs/SAFETY.md (9) states it: the line
+/// expires that long after its latest join, whatever the locks' TTL.
+const LINE_HEARTBEAT: Duration = Duration::from_secs(3);
 
 /// The coordinator's command line.
 #[derive(clap::Args, Debug, Clone)]
@@ -73,10 +77,11 @@ pub struct Report {
     pub other_errors: u64,
     /// Holders that lost their lock before they asked for its fence (none handed out).
     pub no_fence: u64,
-    /// Lock keys in Redis right after the workers exited, and after a further TTL + 1 s.
+    /// How many lock keys Redis held right after the workers exited.
     pub leftover_at_exit: usize,
-    /// See `leftover_at_exit`.
-    pub leftover_after_ttl: usize,
+    /// The lock keys still there when each should have gone: a TTL + 1 s after the
+    /// workers exited, a plain lock's line a locker's heartbeat in it (3 s) + 1 s.
+    pub leftover_keys: Vec<String>,
     /// Keys without an expiry, lock keys or fence counters (never acceptable).
     pub keys_without_ttl: usize,
     /// Workers that crashed or reported a fatal error, with what they said.
@@ -95,7 +100,7 @@ impl Report {
         guarantee
             && self.verdict.sections > 0
             && self.other_errors == 0
-            && self.leftover_after_ttl == 0
+            && self.leftover_keys.is_empty()
             && self.keys_without_ttl == 0
             && self.worker_failures.is_empty()
     }
@@ -215,7 +220,7 @@ impl Topology {
 
     /// Lock keys on the servers now (names, deduplicated: replicas hold copies), and how
     /// many keys of any kind (lock keys, fence counters) have no expiry.
-    fn lock_keys(&self) -> (usize, usize) {
+    fn lock_keys(&self) -> (BTreeSet<String>, usize) {
         let mut names = BTreeSet::new();
         let mut without_ttl = BTreeSet::new();
         for node in self.nodes() {
@@ -235,7 +240,25 @@ impl Topology {
                 }
             }
         }
-        (names.len(), without_ttl.len())
+        (names, without_ttl.len())
+    }
+
+    /// The lock keys left once each has had its time to go after the workers exited at
+    /// `exited`: a TTL for a lock's keys (fair queues included, their heartbeat being the
+    /// TTL), and for a plain lock's line the heartbeat of a locker in it, which does not
+    /// follow the TTL (SAFETY.md 9: a line expires a heartbeat after its latest join).
+    /// One second more for each, for the server's expiry cycle and this check's requests.
+    fn keys_left_behind(&self, exited: Instant, ttl: Duration) -> (Vec<String>, usize) {
+        let sleep_until = |at: Instant| thread::sleep(at.saturating_duration_since(Instant::now()));
+        sleep_until(exited + ttl + Duration::from_secs(1));
+        let (names, without_ttl) = self.lock_keys();
+        let is_line = |name: &String| name.ends_with(":line");
+        let mut left: Vec<String> = names.iter().filter(|n| !is_line(n)).cloned().collect();
+        if names.iter().any(is_line) {
+            sleep_until(exited + ttl.max(LINE_HEARTBEAT) + Duration::from_secs(1));
+            left.extend(self.lock_keys().0.into_iter().filter(is_line));
+        }
+        (left, without_ttl)
     }
 }
 
@@ -370,7 +393,8 @@ pub fn run_mode(mode: Mode, seed: u64, args: &RunArgs) -> Report {
             }
         }
     }
-    let (leftover_at_exit, _) = topology.lock_keys();
+    let exited = Instant::now();
+    let leftover_at_exit = topology.lock_keys().0.len();
     let mut sections = Vec::new();
     let mut report_tally = [0u64; 4];
     let mut error_messages = Vec::new();
@@ -397,8 +421,7 @@ pub fn run_mode(mode: Mode, seed: u64, args: &RunArgs) -> Report {
             worker_failures.push(format!("worker {id} stderr: {}", stderr.trim()));
         }
     }
-    thread::sleep(ttl + Duration::from_secs(1));
-    let (leftover_after_ttl, keys_without_ttl) = topology.lock_keys();
+    let (leftover_keys, keys_without_ttl) = topology.keys_left_behind(exited, ttl);
     let verdict = check(&sections);
     let mut faults_by_kind: Vec<(FaultKind, usize)> = mode
         .fault_kinds()
@@ -417,7 +440,7 @@ pub fn run_mode(mode: Mode, seed: u64, args: &RunArgs) -> Report {
         other_errors: report_tally[2],
         no_fence: report_tally[3],
         leftover_at_exit,
-        leftover_after_ttl,
+        leftover_keys,
         keys_without_ttl,
         worker_failures,
         error_messages,
