@@ -16,8 +16,9 @@
 -- A holder whose expiry passed no longer counts: the first try that finds the earliest
 -- expiry past reclaims every such holder's permits, so a crashed holder's permits come
 -- back within its TTL without anyone's help. Both keys expire together at '#until',
--- never before the latest holder's expiry and moved on by a TTL's worth when they must
--- be (so that holders after it rarely pay for it); they are deleted when the last permit
+-- never before the latest holder's expiry and moved on by UNTIL_SLACK_MS more (at most a
+-- TTL) when they must be, so that holders after it rarely pay for it, while the keys
+-- outlive their last holder by no more than that; they are deleted when the last permit
 -- goes: the limit is agreed among the holders of the moment.
 --
 -- Waiting processes take turns by the key's line (helpers.lua), as a lock's do: a waiter's
@@ -37,6 +38,11 @@
 -- anything is written — the holders key is a read-write lock's readers, or a lock, of the
 -- same name — and a sorted set with holders but no counts is someone else's (readers keep
 -- their details under another name).
+
+-- How far beyond the latest holder's expiry both keys' expiry is moved when it must move:
+-- one move serves the holders of the next quarter second, and a semaphore nobody holds
+-- is gone that soon after its last holder.
+local UNTIL_SLACK_MS = 250
 
 -- The counts in `details` (see the top of this file): { used, limit (nil: none agreed),
 -- till (when both keys expire; 0: unknown), awaited }; nil when `details` is not a hash.
@@ -119,12 +125,12 @@ local function reclaim(holders, details, state, now)
 end
 
 -- The expiry both keys need for a holder expiring at `expiry`: nil when '#until' already
--- covers it, else `slack` ms later (see the top of this file).
+-- covers it, else up to `slack` ms later (see UNTIL_SLACK_MS).
 local function needs_until(state, expiry, slack)
   if key_expiry(expiry) <= state.till then
     return nil
   end
-  return key_expiry(expiry) + slack
+  return key_expiry(expiry) + math.min(slack, UNTIL_SLACK_MS)
 end
 
 -- Moves both keys' expiry to `at` (from needs_until; nothing when nil). The caller stores
