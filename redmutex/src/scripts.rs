@@ -306,9 +306,17 @@ pub(crate) trait Claim: Send + Sync + 'static {
         let cmd = self.release_cmd(token, keep_ms);
         let release: &'static Operation = self.operations().release;
         Box::pin(async move {
-            let missing: i64 = evalsha(conn, &cmd, release).await?;
+            let missing: i64 = evalsha(&mut *conn, &cmd, release).await?;
+            send_notice(conn, self.release_notice().as_ref()).await;
             Ok(missing == 0)
         })
+    }
+
+    /// A command a release sends after its script on each node that answered it, its
+    /// reply ignored (a hint): an election's announcement to its observers. None by
+    /// default — a lock's script announces its own release.
+    fn release_notice(&self) -> Option<Cmd> {
+        None
     }
 
     /// The release as one `EVALSHA` command (see [`release`](Claim::release)), built once
@@ -345,7 +353,11 @@ pub(crate) trait Claim: Send + Sync + 'static {
         keep_ms: u64,
     ) -> Call<'a, ()> {
         let cmd = self.release_eval(token, keep_ms);
-        Box::pin(async move { eval_whole(conn, cmd).await })
+        Box::pin(async move {
+            eval_whole(&mut *conn, cmd).await?;
+            send_notice(conn, self.release_notice().as_ref()).await;
+            Ok(())
+        })
     }
 
     /// The release as one `EVAL` (the whole script, see [`eval_whole`]): the release keys
@@ -640,6 +652,13 @@ pub(crate) async fn evalsha<T: FromRedisValue>(
             cmd.query_async(&mut node).await
         }
         reply => reply,
+    }
+}
+
+/// Sends a release's `notice` (see [`Claim::release_notice`]), if any, ignoring its reply.
+pub(crate) async fn send_notice(conn: Conn<'_>, notice: Option<&Cmd>) {
+    if let Some(notice) = notice {
+        let _ = notice.query_async::<Value>(&mut Node(conn)).await;
     }
 }
 

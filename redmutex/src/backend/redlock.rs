@@ -25,7 +25,7 @@ use crate::background;
 use crate::connection::Connection;
 use crate::error::Error;
 use crate::quorum::{quorum, NodeError, NodeFailure, QuorumFailure, QuorumSettings};
-use crate::scripts::{evalsha, Claim, Obtain, ObtainTry, Raise};
+use crate::scripts::{evalsha, send_notice, Claim, Obtain, ObtainTry, Raise};
 use crate::token::Token;
 
 /// The TTL that sizes node timeouts where no lease is known (inspect, release by token).
@@ -397,11 +397,13 @@ impl<C: Connection> Quorum<C> {
         // One command for every node (a command built per node was a measurable part of a
         // cycle's client CPU).
         let (cmd, release) = (claim.release_cmd(token, keep), claim.operations().release);
+        let notice = claim.release_notice();
         let replies = self
             .fan_out(timeout, |_, mut conn| {
-                let cmd = &cmd;
+                let (cmd, notice) = (&cmd, notice.as_ref());
                 async move {
                     let missing: i64 = evalsha(&mut conn, cmd, release).await?;
+                    send_notice(&mut conn, notice).await;
                     Ok(missing == 0)
                 }
             })

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::Stream;
-use redis::ScriptInvocation;
+use redis::{Cmd, ScriptInvocation};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -23,7 +23,9 @@ use crate::engine::waiting::Waiting;
 use crate::error::{Argument, Error};
 use crate::primitives::mutex;
 use crate::retry::{self, Jitter, RetryExt};
-use crate::scripts::{operations, Call, Change, Claim, Conn, Node, Obtain, ObtainTry, Operations};
+use crate::scripts::{
+    operations, send_notice, Call, Change, Claim, Conn, Obtain, ObtainTry, Operations,
+};
 use crate::token::Token;
 
 operations!(
@@ -836,8 +838,12 @@ impl ElectionKey {
 /// Tells observers that something changed; a hint (they also poll), so a PUBLISH refused
 /// (an ACL user without the channel) or lost changes nothing.
 async fn announce(conn: Conn<'_>, channel: &[u8]) {
-    let publish = redis::cmd("PUBLISH").arg(channel).arg(EVERYONE).clone();
-    let _ = publish.query_async::<redis::Value>(&mut Node(conn)).await;
+    send_notice(conn, Some(&announcement(channel))).await;
+}
+
+/// The `PUBLISH` that tells the election's observers that its leader changed.
+fn announcement(channel: &[u8]) -> Cmd {
+    redis::cmd("PUBLISH").arg(channel).arg(EVERYONE).clone()
 }
 
 /// The mutex's claim on the key, with every change announced to observers: a win, and a
@@ -879,32 +885,18 @@ impl Claim for ElectionKey {
         self.keys.add_renewal(call, token, ttl_ms);
     }
 
-    fn release<'a>(&'a self, conn: Conn<'a>, token: &'a Token, keep_ms: u64) -> Call<'a, bool> {
-        Box::pin(async move {
-            let held = self.keys.release(&mut *conn, token, keep_ms).await?;
-            announce(conn, &self.channel).await;
-            Ok(held)
-        })
+    fn release_args(&self, token: &Token, keep_ms: u64, add: &mut dyn FnMut(&[u8])) {
+        self.keys.release_args(token, keep_ms, add);
+    }
+
+    /// A release (a resignation, or a dropped leadership) tells observers at once.
+    fn release_notice(&self) -> Option<Cmd> {
+        Some(announcement(&self.channel))
     }
 
     /// The lock's undo, unannounced: a failed try changed no leader.
     fn undo_unattended<'a>(&'a self, conn: Conn<'a>, token: &'a Token) -> Call<'a, ()> {
         self.keys.undo_unattended(conn, token)
-    }
-
-    fn release_unattended<'a>(
-        &'a self,
-        conn: Conn<'a>,
-        token: &'a Token,
-        keep_ms: u64,
-    ) -> Call<'a, ()> {
-        Box::pin(async move {
-            (self.keys)
-                .release_unattended(&mut *conn, token, keep_ms)
-                .await?;
-            announce(conn, &self.channel).await;
-            Ok(())
-        })
     }
 }
 

@@ -146,7 +146,8 @@ return { 0, fence }
 -- KEYS:    the lock keys, then — where lockers line up (not on a cluster) — the line of
 --          each (see helpers.lua), in the same order. (A lock key is never named like a
 --          line: the names `{…}:line` and `{…}:line:…` are refused as lock keys.)
--- ARGV[1]: the owner's token.
+-- ARGV[1]: the owner's token and the flag '-': the value of its key when nobody waits
+--          for it and it carries no metadata, compared whole in the common case.
 -- ARGV[2]: (optional) keep: instead of deleting them, let the keys expire in this many
 --          milliseconds (a minimum hold time that has not passed yet).
 -- ARGV[3]: (optional) 'undo': a quorum's failed try undone on this node — nothing is
@@ -173,18 +174,18 @@ return { 0, fence }
 -- lines: a key handed to it goes on to the next (see the end of this section). It
 -- releases nothing, and answers as for a token that holds nothing.
 -- The common case first, before any helper is declared (Lua creates each on every call:
--- they doubled this script's server time): one key (and its line), nothing kept, its
--- value the owner's with nobody waiting ('-') — deleted, nothing to announce.
+-- they doubled this script's server time), and without making a string (each one made
+-- costs the server ~0.2 µs, here a quarter of the script's time): one key (and its
+-- line), nothing kept, its value ARGV[1] as it is — deleted, nothing to announce.
 local first = redis.pcall('get', KEYS[1])
-if (#KEYS == 1 or (#KEYS == 2 and (string.find(KEYS[2], '^{[^}]+}:line$')
-    or string.find(KEYS[2], '^{[^}]+}:line:'))))
-  and (ARGV[2] == nil or ARGV[2] == '0') and type(first) == 'string'
-  and string.sub(first, 1, #ARGV[1] + 1) == ARGV[1] .. '-' then
+if first == ARGV[1] and (ARGV[2] == nil or ARGV[2] == '0')
+  and (#KEYS == 1 or (#KEYS == 2 and (string.find(KEYS[2], '^{[^}]+}:line$')
+    or string.find(KEYS[2], '^{[^}]+}:line:')))) then
   redis.call('del', KEYS[1])
   return 0
 end
 --- then
-local token = ARGV[1]
+local token = string.sub(ARGV[1], 1, -2)
 local keep = tonumber(ARGV[2] or '0')
 local announce = ARGV[3] ~= 'undo'
 local count = #KEYS

@@ -16,7 +16,7 @@ use crate::fence::{companion_key, counter_key, Companion};
 use crate::scripts::{
     eval_whole, operations, Call, Claim, Conn, Node, Obtain, ObtainTry, Operations,
 };
-use crate::token::{Token, TOKEN_LEN};
+use crate::token::{lock_value, Token, TOKEN_LEN};
 
 operations!(
     "primitives/mutex.lua";
@@ -82,6 +82,16 @@ impl Claim for Keys {
 
     fn keys(&self) -> &Keys {
         self
+    }
+
+    /// The value the keys hold when nobody waits for them and they carry no metadata (the
+    /// token and its flag, see `mutex.lua`), then `keep_ms` when > 0: the common release
+    /// compares the value whole, which makes no string on the server.
+    fn release_args(&self, token: &Token, keep_ms: u64, add: &mut dyn FnMut(&[u8])) {
+        add(&lock_value(token, None));
+        if keep_ms > 0 {
+            add(keep_ms.to_string().as_bytes());
+        }
     }
 
     /// The lock keys, then (fenced) the fence counter of each, in the same order.

@@ -232,6 +232,29 @@ async fn an_election_over_redlock() {
     assert!(observer.leader().await.unwrap().is_none());
 }
 
+/// Over Redlock, observers are told of a resignation at once (they read the leader again
+/// only every 10 s): the release announces itself on every node that released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_resignation_is_announced_to_observers_at_once() {
+    let servers = RedisServer::spawn_many(3);
+    let ttl = ms(30_000);
+    let observer = redlock_candidate(&servers).await.with_ttl(ttl).unwrap();
+    let mut changes = Box::pin(observer.observe());
+    assert_eq!(next_change(&mut changes, ms(2_000)).await, None);
+    let leader = (redlock_candidate(&servers).await.with_ttl(ttl).unwrap())
+        .campaign("a")
+        .await
+        .unwrap();
+    let seen = next_change(&mut changes, ms(1_500)).await.unwrap();
+    assert_eq!(seen.value, "a");
+    // The observer read the leader and waits (the stream reads only while polled).
+    assert!(timeout(ms(300), changes.next()).await.is_err());
+    let started = Instant::now();
+    leader.resign().await.unwrap();
+    assert_eq!(next_change(&mut changes, ms(1_500)).await, None);
+    assert!(started.elapsed() < ms(1_500), "{:?}", started.elapsed());
+}
+
 /// A candidate of its own (as another process would be), with wake-up, on Redlock over
 /// `servers`.
 async fn redlock_candidate(servers: &[RedisServer]) -> Election<MultiplexedConnection> {
