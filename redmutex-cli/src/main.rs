@@ -51,36 +51,31 @@ use crate::exit::Failure;
 struct Cli {
     /// Redis server URL (redis://[user:password@]host:port[/db]); repeat it for Redlock over
     /// several independent nodes.
-    #[arg(long = "redis", value_name = "URL", global = true)]
+    #[arg(long = "redis", value_name = "URL", global = true, help_heading = CONNECTION)]
     redis: Vec<String>,
 
     /// Prepend this to every key.
-    #[arg(long, value_name = "P", global = true, default_value = "")]
+    #[arg(long, value_name = "P", global = true, default_value = "", help_heading = CONNECTION)]
     prefix: String,
 
     /// Trust this CA certificate (PEM file) for rediss:// URLs instead of the system's
     /// roots [env: REDMUTEX_TLS_CA].
-    #[arg(long = "tls-ca", value_name = "FILE", global = true)]
+    #[arg(long = "tls-ca", value_name = "FILE", global = true, help_heading = CONNECTION)]
     tls_ca: Option<std::path::PathBuf>,
 
     /// Log in as this ACL user (overrides the URLs') [env: REDMUTEX_USER].
-    #[arg(long, value_name = "NAME", global = true)]
+    #[arg(long, value_name = "NAME", global = true, help_heading = CONNECTION)]
     user: Option<String>,
 
     /// The password (overrides the URLs'). Prefer $REDMUTEX_PASSWORD: a flag is visible
     /// to other users in the process list. Never printed [env: REDMUTEX_PASSWORD].
-    #[arg(long, value_name = "PW", global = true)]
+    #[arg(long, value_name = "PW", global = true, help_heading = CONNECTION)]
     password: Option<String>,
 
     /// How long to wait for Redis — over several nodes, a quorum of them — to answer,
     /// before giving up with exit 69 (said on stderr while waiting).
-    #[arg(long = "wait-redis", value_name = "DUR", global = true, default_value = "10s", value_parser = duration::parse)]
+    #[arg(long = "wait-redis", value_name = "DUR", global = true, default_value = "10s", value_parser = duration::parse, help_heading = CONNECTION)]
     wait_redis: Duration,
-
-    /// Take no fencing tokens: exec sets no REDMUTEX_FENCE and no fence counter is
-    /// written [env: REDMUTEX_NO_FENCES=1].
-    #[arg(long = "no-fences", global = true)]
-    no_fences: bool,
 
     #[command(subcommand)]
     command: Command,
@@ -90,8 +85,13 @@ struct Cli {
 enum Command {
     /// Run a command while holding the lock; renew it while the command runs; stop the
     /// command if the lock is lost.
+    #[command(override_usage = EXEC_USAGE)]
     Exec(ExecArgs),
     /// Take a lock and print its token (the lock stays until its TTL or a release).
+    #[command(mut_arg("ttl", |ttl| ttl.help(
+        "Time to live of the lock: it is held until then, unless refreshed (`refresh`) or \
+        released (`release`) sooner"
+    )))]
     Acquire(AcquireArgs),
     /// Release a lock taken with `acquire` (by its token) — or, with --force, whoever
     /// holds it.
@@ -106,7 +106,7 @@ enum Command {
     /// Print a line whenever a key's holder changes, until interrupted.
     Watch(ops::WatchArgs),
     /// Wait until a key is free — released, or expired — without taking it: exit 0 once it
-    /// is free, 75 when --timeout passes first.
+    /// is free, 75 when --wait passes first.
     Wait(WaitArgs),
     /// Run a command while this process leads an election; stop it if the leadership is
     /// lost (and campaign again with --again). The command gets its term in
@@ -122,6 +122,13 @@ enum Command {
     Demo(demo::DemoArgs),
 }
 
+/// The heading of the options that say which Redis to use and how (every subcommand's).
+const CONNECTION: &str = "Redis";
+
+/// `exec`'s two forms: flock's (one key, then the command), and several keys before `--`.
+const EXEC_USAGE: &str = "redmutex exec [OPTIONS] KEY COMMAND [ARGS]...
+       redmutex exec [OPTIONS] KEY... -- COMMAND [ARGS]...";
+
 /// How to take the lock: shared by `exec` and `acquire`.
 #[derive(Args, Debug)]
 struct LockArgs {
@@ -129,8 +136,9 @@ struct LockArgs {
     #[arg(long, value_name = "DUR", default_value = "30s", value_parser = duration::parse)]
     ttl: Duration,
 
-    /// Wait at most this long for a busy lock (default: wait forever).
-    #[arg(long, value_name = "DUR", value_parser = duration::parse, conflicts_with = "nonblock")]
+    /// Wait at most this long for a busy lock (default: wait forever); `--timeout` is the
+    /// same, as in flock.
+    #[arg(short = 'w', long, visible_alias = "timeout", value_name = "DUR", value_parser = duration::parse, conflicts_with = "nonblock")]
     wait: Option<Duration>,
 
     /// Try once; fail at once if the lock is held.
@@ -182,6 +190,11 @@ struct ExecArgs {
     #[command(flatten)]
     sharing: SharingArgs,
 
+    /// Take no fencing token: no REDMUTEX_FENCE for the command, and no fence counter
+    /// written [env: REDMUTEX_NO_FENCES=1].
+    #[arg(long = "no-fences")]
+    no_fences: bool,
+
     /// Exit with this code when the lock is not obtained (instead of 75).
     #[arg(short = 'E', long = "conflict-exit-code", value_name = "N", default_value_t = exit::NOT_OBTAINED)]
     conflict_exit_code: u8,
@@ -195,13 +208,52 @@ struct ExecArgs {
     #[arg(long = "min-hold", value_name = "DUR", value_parser = duration::parse)]
     min_hold: Option<Duration>,
 
-    /// The keys to lock, all or nothing.
-    #[arg(value_name = "KEY", required = true, num_args = 1..)]
+    /// The key, then the command and its arguments, as flock takes them; or several keys
+    /// (all or nothing), `--`, then the command. Options go before the first key.
+    #[arg(
+        value_name = "KEY [--] COMMAND",
+        required = true,
+        num_args = 2..,
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    operands: Vec<OsString>,
+
+    /// The keys to lock, all or nothing (from the operands, see [`split_operands`]).
+    #[arg(skip)]
     keys: Vec<String>,
 
-    /// The command to run, after `--`.
-    #[arg(value_name = "COMMAND", last = true, required = true, num_args = 1..)]
+    /// The command to run and its arguments (from the operands).
+    #[arg(skip)]
     command: Vec<OsString>,
+}
+
+/// `exec`'s operands as keys and a command: before the first `--` the keys and after it the
+/// command; without a `--`, as flock, the first operand is the key and the rest the command
+/// (whose own `--`, if it needs one, then follows a `--` of exec's). An operand in the
+/// keys that looks like an option was meant as one, and is refused with that said.
+fn split_operands(operands: &[OsString]) -> Result<(Vec<String>, Vec<OsString>), String> {
+    let (keys, command) = match operands.iter().position(|o| o == "--") {
+        Some(at) => (&operands[..at], &operands[at + 1..]),
+        None => operands.split_at(operands.len().min(1)),
+    };
+    if keys.is_empty() {
+        return Err("no KEY before `--`".into());
+    }
+    if command.is_empty() {
+        return Err("no COMMAND to run".into());
+    }
+    let keys = keys
+        .iter()
+        .map(|key| match key.to_str() {
+            Some(key) if key.len() > 1 && key.starts_with('-') => Err(format!(
+                "{key:?} among the keys: options go before the first KEY"
+            )),
+            Some(key) => Ok(key.to_owned()),
+            None => Err(format!("{key:?}: a key must be UTF-8 text")),
+        })
+        .collect::<Result<_, _>>()?;
+    Ok((keys, command.to_vec()))
 }
 
 #[derive(Args, Debug)]
@@ -228,8 +280,15 @@ struct ElectArgs {
     #[arg(value_name = "KEY")]
     key: String,
 
-    /// The command to run while leading, after `--`.
-    #[arg(value_name = "COMMAND", last = true, required = true, num_args = 1..)]
+    /// The command to run while leading, and its arguments (after `--`, or straight
+    /// after the key as for exec).
+    #[arg(
+        value_name = "COMMAND",
+        required = true,
+        num_args = 1..,
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
     command: Vec<OsString>,
 }
 
@@ -313,8 +372,9 @@ struct WaitArgs {
     #[arg(value_name = "KEY")]
     key: String,
 
-    /// Give up after this long (exit 75); default: wait as long as it takes.
-    #[arg(long, value_name = "DUR", value_parser = duration::parse)]
+    /// Give up after this long (exit 75); default: wait as long as it takes. `--timeout`
+    /// is the same.
+    #[arg(short = 'w', long = "wait", visible_alias = "timeout", value_name = "DUR", value_parser = duration::parse)]
     timeout: Option<Duration>,
 }
 
@@ -331,7 +391,7 @@ fn main() -> ExitCode {
     if args.get(1).is_some_and(|a| a == guard::SUBCOMMAND) {
         return guard::run(&args[2..]);
     }
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse().and_then(with_operands_split) {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
@@ -362,6 +422,22 @@ fn main() -> ExitCode {
     }
 }
 
+/// `exec`'s keys and command from its operands (see [`split_operands`]), a usage error
+/// as clap's own when they do not split.
+fn with_operands_split(mut cli: Cli) -> Result<Cli, clap::Error> {
+    if let Command::Exec(args) = &mut cli.command {
+        let (keys, command) = split_operands(&args.operands).map_err(|message| {
+            let mut exec = <Cli as clap::CommandFactory>::command();
+            let exec = exec
+                .find_subcommand_mut("exec")
+                .expect("exec is a subcommand");
+            exec.error(clap::error::ErrorKind::ValueValidation, message)
+        })?;
+        (args.keys, args.command) = (keys, command);
+    }
+    Ok(cli)
+}
+
 async fn run(cli: Cli) -> Result<u8, Failure> {
     let urls = target::urls(&cli.redis, |name| std::env::var(name).ok());
     if let Command::Demo(args) = cli.command {
@@ -380,7 +456,10 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
 
 async fn run_command(cli: Cli, urls: &[String], access: &target::Access) -> Result<u8, Failure> {
     check_arguments(&cli.command, &cli.prefix, urls)?;
-    let no_fences = cli.no_fences || env_flag("REDMUTEX_NO_FENCES")?;
+    let no_fences = match &cli.command {
+        Command::Exec(args) => args.no_fences || env_flag("REDMUTEX_NO_FENCES")?,
+        _ => false,
+    };
     let mut locker = target::locker(urls, access).await?.with_prefix(&cli.prefix);
     // Several nodes are connected lazily: a command that needs them waits (a bounded time,
     // saying so) for a quorum to answer rather than hang or answer what nobody knows.

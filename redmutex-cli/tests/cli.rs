@@ -870,7 +870,9 @@ fn no_fences_flag_and_environment() {
         "-c",
         "echo \"[${REDMUTEX_FENCE-unset}]\"",
     ];
-    let out = run(redmutex(&server).arg("--no-fences").args(print));
+    let out = run(redmutex(&server)
+        .args(["exec", "--no-fences"])
+        .args(&print[1..]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(stdout(&out), "[unset]\n");
     let out = run(redmutex(&server).env("REDMUTEX_NO_FENCES", "1").args(print));
@@ -1869,4 +1871,92 @@ fn an_impossible_ttl_is_refused_before_connecting() {
             assert!(stderr(&out).contains("longer than"), "{}", stderr(&out));
         }
     }
+}
+
+/// flock's habits: `exec KEY COMMAND ARGS…` without `--` runs the command (its options its
+/// own), `--` still takes several keys, and what does not split is a usage error naming
+/// the cause, with nothing taken.
+#[test]
+fn exec_takes_flocks_form_without_a_double_dash() {
+    let server = RedisServer::spawn();
+    let print = "echo \"$REDMUTEX_KEYS:$*\"";
+    let out = run(redmutex(&server).args(["exec", "report", "sh", "-c", print, "x", "-l"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "report:-l\n");
+    let out = run(redmutex(&server).args(["exec", "a", "b", "--", "sh", "-c", print, "x", "--"]));
+    assert_eq!(stdout(&out), "a,b:--\n", "{}", stderr(&out));
+    let refused = [
+        (&["exec", "report"][..], "KEY [--] COMMAND"),
+        (
+            &["exec", "report", "--ttl", "5s", "--", "true"],
+            "options go before the first KEY",
+        ),
+        (&["exec", "a", "b", "--"], "no COMMAND to run"),
+        (&["exec", "--", "true"], "KEY [--] COMMAND"),
+    ];
+    let keys_before = server.command(&["DBSIZE"]);
+    for (args, says) in refused {
+        let out = run(redmutex(&server).args(args));
+        assert_eq!(code(&out), 64, "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("redmutex exec [OPTIONS] KEY COMMAND [ARGS]..."));
+    }
+    assert_eq!(server.command(&["DBSIZE"]), keys_before, "nothing taken");
+    let out = run(redmutex(&server).args(["elect", "e", "sh", "-c", "echo led $0", "-x"]));
+    assert_eq!(
+        (code(&out), stdout(&out)),
+        (0, "led -x\n".into()),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// `-w` is the wait, as flock's, on exec, acquire and wait, and `--timeout` the same on
+/// each: a held key is given up after it with 75.
+#[test]
+fn wait_is_dash_w_or_timeout_everywhere() {
+    let server = RedisServer::spawn();
+    let out = run(redmutex(&server).args(["acquire", "busy"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    for args in [
+        &["exec", "-w", "200ms", "busy", "true"][..],
+        &["exec", "--timeout", "200ms", "busy", "true"],
+        &["acquire", "-w", "200ms", "busy"],
+        &["acquire", "--timeout", "200ms", "busy"],
+        &["wait", "-w", "200ms", "busy"],
+        &["wait", "--timeout", "200ms", "busy"],
+        &["wait", "--wait", "200ms", "busy"],
+    ] {
+        let started = Instant::now();
+        let out = run(redmutex(&server).args(args));
+        assert_eq!(code(&out), 75, "{args:?}: {}", stderr(&out));
+        assert!(started.elapsed() >= ms(200), "{args:?}");
+    }
+}
+
+/// Help that reads well: the connection options under their own heading on every
+/// subcommand, `--no-fences` only where fences are taken (exec), and acquire's TTL said
+/// in acquire's terms.
+#[test]
+fn help_groups_the_connection_options_and_offers_only_what_applies() {
+    let server = RedisServer::spawn();
+    let help = |sub: &str| stdout(&run(redmutex(&server).args([sub, "--help"])));
+    for sub in [
+        "exec", "acquire", "release", "refresh", "inspect", "list", "watch", "wait",
+    ] {
+        let text = help(sub);
+        let (own, connection) = text.split_once("\nRedis:\n").expect(sub);
+        assert!(connection.contains("--redis <URL>") && connection.contains("--password"));
+        assert!(
+            !own.contains("--redis") && !own.contains("--wait-redis"),
+            "{sub}: {own}"
+        );
+        assert_eq!(text.contains("--no-fences"), sub == "exec", "{sub}");
+    }
+    for sub in ["elect", "leader", "doctor"] {
+        assert!(!help(sub).contains("--no-fences"), "{sub}");
+    }
+    let acquire = help("acquire");
+    let ttl = acquire.lines().find(|l| l.contains("--ttl")).unwrap();
+    assert!(ttl.contains("refresh") && !ttl.contains("renew"), "{ttl}");
 }
