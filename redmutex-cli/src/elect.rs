@@ -31,6 +31,7 @@ pub async fn elect<C: Connection>(
         keys: &keys,
         command: &args.command,
         grace: args.grace,
+        permits: None,
     };
     loop {
         let leadership = election.campaign(value.as_str()).await.map_err(failed)?;

@@ -41,6 +41,14 @@ pub async fn run<C: Connection>(
         let lease = take_lease(locker, acquire, &args, urls).await?;
         return hold(lease, &job, &program).await;
     }
+    if let Some(limit) = args.lock.limit {
+        let acquire = (args
+            .lock
+            .acquire_permits(locker, &args.keys, limit, &program, fenced))
+        .map_err(failed)?;
+        let lease = take_lease(locker, acquire, &args, urls).await?;
+        return hold(lease, &job, &program).await;
+    }
     if args.sharing.shared || args.sharing.exclusive {
         let rw = (args.lock.acquire_rw(locker, &args.keys, &program, fenced)).map_err(failed)?;
         return match args.sharing.shared {
@@ -65,6 +73,8 @@ pub struct Job<'a> {
     pub keys: &'a [String],
     pub command: &'a [OsString],
     pub grace: Duration,
+    /// A semaphore's limit and the permits taken of it (`--limit`, `--permits`).
+    pub permits: Option<(u32, u32)>,
 }
 
 impl<'a> Job<'a> {
@@ -73,6 +83,7 @@ impl<'a> Job<'a> {
             keys: &args.keys,
             command: &args.command,
             grace: args.grace,
+            permits: (args.lock.limit).map(|limit| (limit, args.lock.permits.unwrap_or(1))),
         }
     }
 }
@@ -197,6 +208,11 @@ fn spawn_command<C: Connection, P>(
         .env("REDMUTEX_KEYS", encode_keys(args.keys))
         .env("REDMUTEX_TOKEN", lease.token().as_str())
         .env("REDMUTEX_TTL_MS", lease.lease_ttl().as_millis().to_string());
+    if let Some((limit, permits)) = args.permits {
+        command
+            .env("REDMUTEX_LIMIT", limit.to_string())
+            .env("REDMUTEX_PERMITS", permits.to_string());
+    }
     // The fence to pass on with every write the command makes to fenced storage.
     if let Some(fence) = lease.fence_if_taken() {
         command.env("REDMUTEX_FENCE", fence.to_string());

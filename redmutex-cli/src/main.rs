@@ -27,7 +27,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use redmutex::retry::{self, Jitter, RetryExt};
 use redmutex::{
-    Acquire, Connection, FairKey, KeepAlive, Locker, QuorumSettings, ReadKey, WriteKey,
+    Acquire, Connection, FairKey, KeepAlive, Locker, Permits, QuorumSettings, ReadKey, WriteKey,
 };
 
 use crate::exit::Failure;
@@ -154,6 +154,15 @@ struct LockArgs {
     #[arg(long)]
     fair: bool,
 
+    /// Let at most N hold the key at once: a semaphore of N permits (as `consul lock -n`),
+    /// one key, on one server, a cluster or Redlock.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "fair")]
+    limit: Option<u32>,
+
+    /// With --limit: take K of the N permits (default 1), e.g. for a heavier job.
+    #[arg(long, value_name = "K", requires = "limit", value_parser = clap::value_parser!(u32).range(1..))]
+    permits: Option<u32>,
+
     /// No waiting line: on a terminal, a waiting exec or acquire otherwise shows on stderr
     /// who holds the key, for how long, and how long it has waited.
     #[arg(short = 'q', long)]
@@ -173,12 +182,12 @@ struct LockArgs {
 struct SharingArgs {
     /// Take the key's read-write lock as a reader: readers run side by side; no writer (nor
     /// a plain lock of the key) runs with them; a waiting writer keeps new readers out.
-    #[arg(short = 's', long, conflicts_with_all = ["exclusive", "fair"])]
+    #[arg(short = 's', long, conflicts_with_all = ["exclusive", "fair", "limit"])]
     shared: bool,
 
     /// Take the key's read-write lock as its writer: it runs alone, and while it waits no
     /// new reader starts. (A plain lock of the key excludes readers and writers alike.)
-    #[arg(short = 'x', long, conflicts_with = "fair")]
+    #[arg(short = 'x', long, conflicts_with_all = ["fair", "limit"])]
     exclusive: bool,
 }
 
@@ -513,6 +522,7 @@ fn check_arguments(command: &Command, prefix: &str, urls: &[String]) -> Result<(
                 return Err(Failure::usage("--min-hold must be at least 1ms"));
             }
             args.lock.check_fair(&args.keys, urls)?;
+            args.lock.check_limit(&args.keys)?;
             if (args.sharing.shared || args.sharing.exclusive) && args.keys.len() > 1 {
                 return Err(Failure::usage(
                     "--shared and --exclusive lock one key's read-write lock, not several keys",
@@ -527,6 +537,7 @@ fn check_arguments(command: &Command, prefix: &str, urls: &[String]) -> Result<(
         }
         Command::Acquire(args) => {
             args.lock.check_fair(&args.keys, urls)?;
+            args.lock.check_limit(&args.keys)?;
             commands::check_token_can_be_handed_over()?
         }
         _ => {}
@@ -662,6 +673,40 @@ impl LockArgs {
             read: self.configure(rw.read(self.ttl), what, fenced),
             write: self.configure(rw.write(self.ttl), what, fenced),
         })
+    }
+
+    /// As [`acquire`](LockArgs::acquire), of `--permits` of the one key's semaphore of
+    /// `limit` permits.
+    fn acquire_permits<'a, C: Connection>(
+        &self,
+        locker: &Locker<C>,
+        keys: &[String],
+        limit: u32,
+        what: &str,
+        fenced: bool,
+    ) -> Result<Acquire<'a, C, Permits>, redmutex::Error> {
+        let semaphore = locker.semaphore(keys.first().map_or("", String::as_str), limit)?;
+        let permits = self.permits.unwrap_or(1);
+        Ok(self.configure(semaphore.acquire(permits, self.ttl), what, fenced))
+    }
+
+    /// `--limit` counts the permits of one key, and `--permits` takes no more than there
+    /// are: refused before connecting.
+    fn check_limit(&self, keys: &[String]) -> Result<(), Failure> {
+        let Some(limit) = self.limit else {
+            return Ok(());
+        };
+        if keys.len() > 1 {
+            return Err(Failure::usage(
+                "--limit counts the permits of one key, not several",
+            ));
+        }
+        match self.permits.unwrap_or(1) {
+            permits if permits > limit => Err(Failure::usage(format!(
+                "--permits {permits} is more than the --limit {limit}: never obtainable"
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// `--fair` locks one key, on one server or a cluster: refused before connecting.

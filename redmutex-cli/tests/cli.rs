@@ -1960,3 +1960,131 @@ fn help_groups_the_connection_options_and_offers_only_what_applies() {
     let ttl = acquire.lines().find(|l| l.contains("--ttl")).unwrap();
     assert!(ttl.contains("refresh") && !ttl.contains("renew"), "{ttl}");
 }
+
+/// `exec --limit N`: separate processes run at most N commands at once under the key (and
+/// N do run together), each told `REDMUTEX_LIMIT` and `REDMUTEX_PERMITS`; `--permits K`
+/// takes K of them; `-n` finds them busy (75); bad combinations are usage errors before
+/// any request, and Redlock refuses a semaphore (64, saying why).
+#[test]
+fn limited_execs_of_separate_processes_run_at_most_n_at_once() {
+    let server = RedisServer::spawn();
+    let port = server.port().to_string();
+    // Each command counts itself in, notes how many run, and counts itself out.
+    let script =
+        "n=$(redis-cli -p \"$PORT\" incr running); echo \"$n $REDMUTEX_LIMIT $REDMUTEX_PERMITS\"; \
+                  sleep 0.3; redis-cli -p \"$PORT\" decr running >/dev/null";
+    let execs: Vec<Child> = (0..5)
+        .map(|_| {
+            redmutex(&server)
+                .args([
+                    "exec", "--limit", "2", "-w", "20s", "pool", "sh", "-c", script,
+                ])
+                .env("PORT", &port)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut seen = Vec::new();
+    for exec in execs {
+        let out = exec.wait_with_output().unwrap();
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let line = stdout(&out);
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(fields[1..], ["2", "1"], "{line}");
+        seen.push(fields[0].parse::<u32>().unwrap());
+    }
+    assert!(
+        seen.iter().all(|n| *n <= 2),
+        "more than 2 at once: {seen:?}"
+    );
+    assert!(seen.contains(&2), "never 2 at once: {seen:?}");
+    assert!(!exists(&server, "pool"), "every permit given back");
+
+    // Two of three taken: one is free for -n, two are not.
+    let mut heavy = redmutex(&server)
+        .args([
+            "exec",
+            "--limit",
+            "3",
+            "--permits",
+            "2",
+            "pool",
+            "sleep",
+            "2",
+        ])
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + ms(5_000);
+    while !exists(&server, "pool") {
+        assert!(Instant::now() < deadline, "the heavy exec never held");
+        thread::sleep(ms(20));
+    }
+    let out = run(redmutex(&server).args([
+        "exec",
+        "-n",
+        "--limit",
+        "3",
+        "--permits",
+        "2",
+        "pool",
+        "true",
+    ]));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    let out = run(redmutex(&server).args(["exec", "-n", "--limit", "3", "pool", "true"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    heavy.kill().unwrap();
+    heavy.wait().unwrap();
+
+    let refused = [
+        (
+            &["exec", "--limit", "2", "--permits", "3", "pool", "true"][..],
+            "more than the --limit",
+        ),
+        (&["exec", "--limit", "2", "a", "b", "--", "true"], "one key"),
+        (&["exec", "--limit", "0", "pool", "true"], "--limit"),
+        (&["exec", "--permits", "2", "pool", "true"], "--limit"),
+        (
+            &["exec", "--limit", "2", "--fair", "pool", "true"],
+            "--fair",
+        ),
+        (
+            &["exec", "--limit", "2", "--shared", "pool", "true"],
+            "--shared",
+        ),
+    ];
+    for (args, says) in refused {
+        let out = run(redmutex(&server).args(args));
+        assert_eq!(code(&out), 64, "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+    }
+    let servers = RedisServer::spawn_many(3);
+    let out = run(redlock(&servers).args(["exec", "--limit", "2", "pool", "true"]));
+    assert_eq!(code(&out), 64, "{}", stderr(&out));
+    assert!(stderr(&out).contains("Redlock"), "{}", stderr(&out));
+}
+
+/// A limited exec's supervisor SIGKILLed: its command goes with it, and its permit comes
+/// back within the TTL, for an exec of another process waiting for it.
+#[test]
+fn a_killed_limited_execs_permit_comes_back_within_its_ttl() {
+    let server = RedisServer::spawn();
+    let mut holder = redmutex(&server)
+        .args(["exec", "--limit", "1", "--ttl", "1s", "pool", "sleep", "60"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + ms(5_000);
+    while !exists(&server, "pool") {
+        assert!(Instant::now() < deadline, "the holder never held");
+        thread::sleep(ms(20));
+    }
+    let out = run(redmutex(&server).args(["exec", "-n", "--limit", "1", "pool", "true"]));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let out = run(redmutex(&server).args(["exec", "-w", "5s", "--limit", "1", "pool", "true"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+}
