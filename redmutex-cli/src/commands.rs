@@ -37,6 +37,15 @@ pub async fn acquire<C: Connection>(
     let what = "redmutex-acquire";
     let failed = |e: redmutex::Error| Failure::from_lock_error(&e, urls);
     let (progress, first) = (args.lock.progress.as_ref(), &args.keys[0]);
+    if let Some(limit) = args.lock.limit {
+        let acquire = (args
+            .lock
+            .acquire_permits(locker, &args.keys, limit, what, false))
+        .map_err(failed)?;
+        let waited = waiting::show(locker, progress, first, acquire.into_future());
+        let waited = crate::reach::bounded(&args.lock.reach, urls, waited).await?;
+        return hand_over(waited.map_err(failed)?).await;
+    }
     match args.lock.fair {
         true => {
             let acquire =
@@ -85,7 +94,32 @@ pub async fn release<C: Connection>(
     let token = parse_token(token)?;
     match locker.release_with_token(&args.keys, &token).await {
         Ok(()) => Ok(0),
+        Err(e) if e.is_not_held() => match semaphore_of(locker, &args.keys).await {
+            Some(semaphore) => (semaphore.release_with_token(&token).await)
+                .map(|()| 0)
+                .map_err(|e| not_held_or(&e, urls)),
+            None => Err(not_held_or(&e, urls)),
+        },
         Err(e) => Err(not_held_or(&e, urls)),
+    }
+}
+
+/// The semaphore at `keys` when they are one key that holds one (`acquire --limit`): a
+/// token that no lock of the key holds may hold its permits. Looked for only then, so
+/// that a lock's release and refresh cost one request as before.
+async fn semaphore_of<C: Connection>(
+    locker: &Locker<C>,
+    keys: &[String],
+) -> Option<redmutex::Semaphore<C>> {
+    let [key] = keys else {
+        return None;
+    };
+    let listed = locker.describe(key).await.ok()??;
+    // Giving back or renewing permits needs no limit; the holders' own, where known.
+    let limit = listed.permits.map_or(1, |(_, limit)| limit.max(1));
+    match listed.kind {
+        LockKind::Semaphore => locker.semaphore(key, limit).ok(),
+        _ => None,
     }
 }
 
@@ -100,6 +134,12 @@ pub async fn refresh<C: Connection>(
         .await
     {
         Ok(()) => Ok(0),
+        Err(e) if e.is_not_held() => match semaphore_of(locker, &args.keys).await {
+            Some(semaphore) => (semaphore.refresh_with_token(&token, args.ttl).await)
+                .map(|()| 0)
+                .map_err(|e| not_held_or(&e, urls)),
+            None => Err(not_held_or(&e, urls)),
+        },
         Err(e) => Err(not_held_or(&e, urls)),
     }
 }

@@ -2088,3 +2088,51 @@ fn a_killed_limited_execs_permit_comes_back_within_its_ttl() {
     let out = run(redmutex(&server).args(["exec", "-w", "5s", "--limit", "1", "pool", "true"]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
 }
+
+/// `acquire --limit N [--permits K]` takes permits and prints their token; `refresh` and
+/// `release` by that token work on them as on a lock's (1 once they are gone), and the
+/// permits count against separate processes' execs meanwhile.
+#[test]
+fn acquire_refresh_and_release_permits_by_token() {
+    let server = RedisServer::spawn();
+    let take = |args: &[&str]| {
+        let out = run(redmutex(&server).arg("acquire").args(args));
+        assert_eq!(code(&out), 0, "{args:?}: {}", stderr(&out));
+        stdout(&out).trim().to_owned()
+    };
+    let two = take(&["--limit", "3", "--permits", "2", "pool"]);
+    let one = take(&["--limit", "3", "--ttl", "2s", "pool"]);
+    let out = run(redmutex(&server).args(["acquire", "-n", "--limit", "3", "pool"]));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    let out = run(redmutex(&server).args(["exec", "-n", "--limit", "3", "pool", "true"]));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    let out = run(redmutex(&server).args(["refresh", "--token", &one, "--ttl", "10m", "pool"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let scores = server.command(&["ZRANGE", "pool", "0", "-1", "WITHSCORES"]);
+    assert!(scores.contains(&one), "{scores}");
+    let out = run(redmutex(&server).args(["release", "--token", &two, "pool"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = run(redmutex(&server).args(["release", "--token", &two, "pool"]));
+    assert_eq!(code(&out), 1, "released already: {}", stderr(&out));
+    let out = run(redmutex(&server).args([
+        "exec",
+        "-n",
+        "--limit",
+        "3",
+        "--permits",
+        "2",
+        "pool",
+        "true",
+    ]));
+    assert_eq!(code(&out), 0, "two free again: {}", stderr(&out));
+    thread::sleep(ms(2_100));
+    assert!(
+        exists(&server, "pool"),
+        "the refreshed permit outlived its first TTL"
+    );
+    let out = run(redmutex(&server).args(["release", "--token", &one, "pool"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(!exists(&server, "pool"));
+    let out = run(redmutex(&server).args(["refresh", "--token", &one, "--ttl", "1m", "pool"]));
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+}

@@ -410,7 +410,8 @@ return { 0, fence }
 -- KEYS:    holders, details, then (where waiters line up: not on a cluster) the line.
 -- ARGV[2]: keep: instead of giving them back now, let them expire in this many
 --          milliseconds (a minimum hold time that has not passed yet); 0: none.
--- ARGV[3]: the permits the holder took (or, giving up, wanted).
+-- ARGV[3]: the permits the holder took (or, giving up, wanted); '0': unknown (a release
+--          by the token alone), as many as the holder's entry says.
 -- ARGV[4]: '1' when the holder has a details entry (more than one permit, or metadata).
 -- The same call, given a locker's id instead of a token, takes that locker's place out of
 -- the line (a waiter giving up), and permits reserved for it go on to the next.
@@ -447,11 +448,16 @@ if not expiry then
   end
   return 1
 end
+local detailed = ARGV[4] == '1'
+if permits == 0 then
+  local entry = redis.call('hget', details, token)
+  permits, detailed = permits_in(token, entry), entry ~= false
+end
 local state = keep > 0 and counts_of(details)
 if state and state.limit then
   -- Kept under another name ('~' and the token): still counted until it expires, but no
   -- longer the owner's to renew or release — a renewal still in flight must not extend it.
-  local entry = ARGV[4] == '1' and redis.call('hget', details, token)
+  local entry = detailed and redis.call('hget', details, token)
   redis.call('zadd', holders, now + keep, '~' .. token)
   redis.call('zrem', holders, token)
   if entry then
@@ -481,7 +487,7 @@ while line and left > 0 do
   end
 end
 redis.call('zrem', holders, token)
-if ARGV[4] == '1' then
+if detailed then
   redis.call('hdel', details, token)
 end
 if left == 0 then

@@ -200,6 +200,66 @@ impl<C: Connection> Semaphore<C> {
         Acquire::new(self.context.clone(), claim, ttl)
     }
 
+    /// Gives back the permits that `token` holds (a [`Permit`] handed on by its token,
+    /// e.g. [`detach`](Lock::detach)ed and kept by another process): as many as it took.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when the token holds none (expired, released, or never);
+    /// [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// If cancelled, the permits may or may not have been given back.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let exports = locker.semaphore("exports", 4)?;
+    /// let token = exports.acquire(3, Duration::from_secs(30)).await?.detach();
+    /// exports.release_with_token(&token).await?;
+    /// assert_eq!(exports.inspect().await?.used, 0);
+    /// assert!(exports.release_with_token(&token).await.unwrap_err().is_not_held());
+    /// # Ok(()) }
+    /// ```
+    pub async fn release_with_token(&self, token: &Token) -> Result<(), Error> {
+        // Zero permits: the script reads how many the holder took.
+        let claim: Arc<dyn Claim> = Arc::new(Permits::new(self.key.clone(), 0, self.limit));
+        (self.context.backend)
+            .release(&claim, token, None, None)
+            .await
+    }
+
+    /// Sets a new TTL, counted from now, on the permits that `token` holds.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when the token holds none; [`Error::InvalidArgument`] for a TTL
+    /// out of range (before any request); [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// If cancelled, the new TTL may or may not have been applied.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let exports = locker.semaphore("exports", 4)?;
+    /// let token = exports.acquire(1, Duration::from_secs(30)).await?.detach();
+    /// exports.refresh_with_token(&token, Duration::from_secs(600)).await?;
+    /// let holder = &exports.inspect().await?.holders[0];
+    /// assert!(holder.ttl > Duration::from_secs(500));
+    /// # Ok(()) }
+    /// ```
+    pub async fn refresh_with_token(&self, token: &Token, ttl: Duration) -> Result<(), Error> {
+        let ttl_ms = crate::args::ttl_millis(ttl)?;
+        let claim = Permits::new(self.key.clone(), 0, self.limit);
+        (self.context.backend)
+            .refresh(&claim, token, ttl_ms, None)
+            .await?;
+        Ok(())
+    }
+
     /// Who holds permits now, for how long, with what metadata; how many are free.
     ///
     /// # Errors

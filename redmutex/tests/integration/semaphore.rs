@@ -814,3 +814,41 @@ async fn a_permit_handed_on_as_the_last_one_held_keeps_both_keys_expiring() {
     permit.release().await.unwrap();
     assert_eq!(raw.dbsize().await, 0, "{:?}", raw.lock_keys().await);
 }
+
+/// Permits handed on by their token are refreshed and given back by it from another
+/// locker (another process): as many as the holder took, with or without a details entry;
+/// a token that holds none is `NotHeld`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_are_refreshed_and_released_by_their_token_from_another_locker() {
+    let server = RedisServer::spawn();
+    let locker = |_: ()| async { Locker::new(common::multiplexed(&server).await) };
+    let exports = locker(()).await.semaphore("exports", 4).unwrap();
+    let ttl = Duration::from_secs(30);
+    let three = exports.acquire(3, ttl).await.unwrap().detach();
+    let one = exports.acquire(1, ttl).await.unwrap().detach();
+    let other = locker(()).await.semaphore("exports", 4).unwrap();
+    other
+        .refresh_with_token(&one, Duration::from_secs(600))
+        .await
+        .unwrap();
+    let info = other.inspect().await.unwrap();
+    assert_eq!(info.used, 4);
+    assert!(info
+        .holders
+        .iter()
+        .any(|h| h.permits == 1 && h.ttl > Duration::from_secs(500)));
+    other.release_with_token(&three).await.unwrap();
+    assert_eq!(other.inspect().await.unwrap().used, 1);
+    assert!(other
+        .release_with_token(&three)
+        .await
+        .unwrap_err()
+        .is_not_held());
+    assert!(other
+        .refresh_with_token(&three, ttl)
+        .await
+        .unwrap_err()
+        .is_not_held());
+    other.release_with_token(&one).await.unwrap();
+    assert_eq!(Raw::new(&server).await.dbsize().await, 0, "nothing left");
+}
