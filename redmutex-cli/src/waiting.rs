@@ -101,6 +101,10 @@ pub async fn line_text<C: Connection>(
     match locker.describe(&key).await {
         Ok(Some(lock)) => {
             text.push_str(&format!(": held by {}", describe::held_by(&lock)));
+            if let Some((used, limit)) = lock.permits {
+                let free = limit.saturating_sub(used);
+                text.push_str(&format!(", {free} of {limit} permits free"));
+            }
             if let Some(ttl) = lock.ttl {
                 text.push_str(&format!(", {} left", duration::human(ttl)));
             }

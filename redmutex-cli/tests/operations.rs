@@ -339,6 +339,31 @@ fn a_waiting_exec_on_a_terminal_shows_what_it_waits_for_then_clears_it() {
     assert!(seen.contains(", 2nd in line: held by"), "{seen:?}");
     assert!(seen.contains("got-it"), "{seen:?}");
 
+    // A limited exec is told who holds the permits and how many are free.
+    let mut holder = redmutex(&server)
+        .args([
+            "exec",
+            "--limit",
+            "3",
+            "--permits",
+            "3",
+            "--metadata",
+            "host=h pid=9",
+        ])
+        .args(["pool", "sleep", "1.2"])
+        .spawn()
+        .unwrap();
+    thread::sleep(ms(300));
+    let seen = on_a_terminal(&format!(
+        "{bin} --redis {url} exec --limit 3 pool echo got-it"
+    ));
+    wait_child(&mut holder, Duration::from_secs(5));
+    assert!(
+        seen.contains("): held by host=h pid=9 [3 permits], 0 of 3 permits free"),
+        "{seen:?}"
+    );
+    assert!(seen.contains("got-it"), "{seen:?}");
+
     // --quiet, or no terminal: no line.
     let mut holder = hold("busy");
     thread::sleep(ms(300));
