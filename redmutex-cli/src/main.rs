@@ -13,6 +13,7 @@ mod elect;
 mod exec;
 mod exit;
 mod guard;
+mod manual;
 mod ops;
 mod output;
 mod reach;
@@ -120,6 +121,12 @@ enum Command {
     Doctor(DoctorArgs),
     /// Show redmutex at work against a private redis-server (no Redis needed).
     Demo(demo::DemoArgs),
+    /// Print the shell completion script for bash, zsh, fish, elvish or powershell (e.g.
+    /// `redmutex completions bash > /etc/bash_completion.d/redmutex`).
+    Completions(manual::CompletionsArgs),
+    /// Print the manual page, as roff (e.g. `redmutex man > redmutex.1`; `redmutex man
+    /// exec` prints redmutex-exec(1)).
+    Man(manual::ManArgs),
 }
 
 /// The heading of the options that say which Redis to use and how (every subcommand's).
@@ -449,8 +456,11 @@ fn with_operands_split(mut cli: Cli) -> Result<Cli, clap::Error> {
 
 async fn run(cli: Cli) -> Result<u8, Failure> {
     let urls = target::urls(&cli.redis, |name| std::env::var(name).ok());
-    if let Command::Demo(args) = cli.command {
-        return demo::run(args, &cli.redis).await;
+    match cli.command {
+        Command::Demo(args) => return demo::run(args, &cli.redis).await,
+        Command::Completions(args) => return manual::completions(&args),
+        Command::Man(args) => return manual::man(&args),
+        _ => {}
     }
     let access = access(&cli)?;
     let result = run_command(cli, &urls, &access).await;
@@ -503,7 +513,9 @@ async fn run_command(cli: Cli, urls: &[String], access: &target::Access) -> Resu
         Command::Watch(args) => ops::watch(&locker, args, urls).await,
         Command::Wait(args) => commands::wait(&locker, args, urls, cli.wait_redis).await,
         Command::Doctor(args) => commands::doctor(&locker, args, urls).await,
-        Command::Demo(_) => unreachable!("handled above"),
+        Command::Demo(_) | Command::Completions(_) | Command::Man(_) => {
+            unreachable!("handled above")
+        }
     }
 }
 
@@ -586,6 +598,7 @@ fn check_sizes(command: &Command, prefix: &str) -> Result<(), Failure> {
         Command::Elect(a) => (std::slice::from_ref(&a.key), a.value.as_ref()),
         Command::Leader(a) => (std::slice::from_ref(&a.key), None),
         Command::Demo(_) | Command::Doctor(_) | Command::List(_) => return Ok(()),
+        Command::Completions(_) | Command::Man(_) => return Ok(()),
     };
     let usage = |e: redmutex::Error| Failure::usage(e.to_string());
     redmutex::check_keys(prefix, keys).map_err(usage)?;
