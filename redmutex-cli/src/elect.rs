@@ -74,7 +74,7 @@ pub async fn leader<C: Connection>(
 fn line(args: &LeaderArgs, leader: Option<&Leader>) -> String {
     let key = crate::describe::json_string(&args.key);
     match (args.json, leader) {
-        (true, None) => format!("{{\"key\":{key},\"leader\":null}}"),
+        (true, None) => format!("{{\"key\":{key},\"leader\":null,\"term\":null,\"ttl_ms\":null}}"),
         (true, Some(l)) => format!(
             "{{\"key\":{key},\"leader\":{},\"term\":{},\"ttl_ms\":{}}}",
             crate::describe::json_string(&l.value),

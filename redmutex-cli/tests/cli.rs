@@ -628,6 +628,12 @@ fn a_command_that_cannot_run_exits_127_and_releases() {
     let out = run(redmutex(&server).args(["exec", "k", "--", "/no/such/program"]));
     assert_eq!(code(&out), 127, "{}", stderr(&out));
     assert!(!exists(&server, "k"));
+    // Found but not executable: 126, as shells say.
+    let file = scratch("not-executable").join("job.sh");
+    std::fs::write(&file, "#!/bin/sh\necho ran\n").unwrap();
+    let out = run(redmutex(&server).arg("exec").arg("k").arg(&file));
+    assert_eq!(code(&out), 126, "{}", stderr(&out));
+    assert!(!exists(&server, "k"));
 }
 
 /// `--redis` repeated for each node of a five-node Redlock.
@@ -1584,6 +1590,12 @@ fn elect_runs_the_command_while_leading_and_leader_shows_who() {
         (0, "none"),
         "{}",
         stderr(&out)
+    );
+    // Every documented field, null when there is no leader.
+    let out = run(redmutex(&server).args(["leader", "--json", "svc"]));
+    assert_eq!(
+        stdout(&out),
+        "{\"key\":\"svc\",\"leader\":null,\"term\":null,\"ttl_ms\":null}\n"
     );
     let mut watch = redmutex(&server)
         .args(["leader", "--watch", "svc"])
