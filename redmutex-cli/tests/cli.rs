@@ -1369,13 +1369,21 @@ fn wait_exits_0_once_free_and_75_after_its_timeout() {
         .stdin(Stdio::null())
         .spawn()
         .unwrap();
+    // The holder is marked as observed ('o' after its token): its release is announced,
+    // while inspect and list say nobody waits to take it.
     let until = Instant::now() + Duration::from_secs(5);
-    while !stdout(&run(redmutex(&server).args(["inspect", "busy", "--json"])))
-        .contains("\"awaited\":true")
+    while !server
+        .command(&["GET", "busy"])
+        .contains(&format!("{token}o"))
     {
         assert!(Instant::now() < until, "never marked");
         thread::sleep(ms(20));
     }
+    let inspected = stdout(&run(redmutex(&server).args(["inspect", "busy", "--json"])));
+    assert!(inspected.contains("\"awaited\":false"), "{inspected}");
+    let listed = stdout(&run(redmutex(&server).args(["list", "--json"])));
+    assert!(listed.contains("\"key\":\"busy\""), "{listed}");
+    assert!(!listed.contains("\"awaited\":true"), "{listed}");
     thread::sleep(ms(1_200)); // past its first polls: only the release wakes it quickly
     let released = Instant::now();
     let out = run(redmutex(&server).args(["release", "--token", &token, "busy"]));

@@ -211,6 +211,9 @@ const AWAITED: u8 = b'w';
 /// The flag byte of a value whose release lockers wait for in the key's line (its release
 /// hands the key to the first, see `mutex.lua`).
 const LINED: u8 = b'l';
+/// The flag byte of a value whose release only observers wait for, without taking the key
+/// (`Locker::wait_released`): announced as for [`AWAITED`], but nobody is said to wait.
+const OBSERVED: u8 = b'o';
 /// The flag byte of a value awaited both ways ([`AWAITED`] and [`LINED`]).
 const LINED_AWAITED: u8 = b'L';
 /// The flag byte of a value its owner released into a minimum hold: held until it expires,
@@ -267,7 +270,7 @@ pub(crate) fn parse_value(value: &[u8]) -> StoredValue {
     match (Token::from_prefix(value), flag) {
         (
             Some(token),
-            Some(flag @ (NOT_AWAITED | AWAITED | LINED | LINED_AWAITED | KEPT | HANDED)),
+            Some(flag @ (NOT_AWAITED | AWAITED | OBSERVED | LINED | LINED_AWAITED | KEPT | HANDED)),
         ) => {
             // A handed key holds the locker's id: no metadata of anyone's.
             let skip = if flag == HANDED { value.len() } else { 0 };
@@ -331,6 +334,7 @@ mod tests {
         for (flag, awaited) in [
             ("-", false),
             ("w", true),
+            ("o", false),
             ("l", true),
             ("L", true),
             ("k", false),

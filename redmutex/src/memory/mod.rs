@@ -140,7 +140,7 @@ impl std::fmt::Debug for MemoryRedis {
 }
 
 /// What [`MemoryRedis::take_over`] stores: no redmutex token, so no redmutex owner's.
-const FOREIGN_VALUE: &[u8] = b"taken-over-by-another-owner";
+const FOREIGN_VALUE: &[u8] = b"taken over by another owner";
 
 impl MemoryRedis {
     /// A new, empty server. Its clock starts at the system's time and then runs on tokio's

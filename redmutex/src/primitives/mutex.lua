@@ -297,13 +297,14 @@ return least
 return read_key(KEYS[1], KEYS[2])
 
 --- op: await
--- for a waiter that does not take the key: mark its holder as awaited, then read it.
+-- for a waiter that does not take the key: mark its holder as observed (its release is
+-- announced; nobody is said to wait to take it), then read it.
 -- KEYS[1]: the key.  KEYS[2]: its fence counter.
 -- ARGV[1]: '1' to mark the holder (the waiter hears of releases), '0' to only read.
 -- ARGV[2]: the token's length.
 -- Returns: as read_key.
 if ARGV[1] == '1' then
-  flag_waiters(KEYS[1], redis.pcall('get', KEYS[1]), tonumber(ARGV[2]), true, false)
+  flag_waiters(KEYS[1], redis.pcall('get', KEYS[1]), tonumber(ARGV[2]), false, false, true)
 end
 return read_key(KEYS[1], KEYS[2])
 

@@ -15,14 +15,16 @@ local function owned(value, token)
     return false
   end
   local flag = string.sub(value, #token + 1, #token + 1)
-  return flag == '-' or flag == 'w' or flag == 'l' or flag == 'L'
+  return flag == '-' or flag == 'w' or flag == 'l' or flag == 'L' or flag == 'o'
 end
 
--- The flag byte of a held value says who waits for its release: '-' nobody; 'w' watchers
--- (the release announces itself on the key's channel); 'l' lockers in the key's line (the
--- release hands the key to the first, see `hand_key`); 'L' both.
+-- The flag byte of a held value says who waits for its release: '-' nobody; 'w' waiters
+-- not in a line (the release announces itself on the key's channel); 'o' only observers,
+-- who wait for the release without taking the key (announced as for 'w', and nobody is
+-- said to wait); 'l' lockers in the key's line (the release hands the key to the first,
+-- see `hand_key`); 'L' lockers in line and the key's channel too.
 local function watched(flag)
-  return flag == 'w' or flag == 'L'
+  return flag == 'w' or flag == 'L' or flag == 'o'
 end
 
 local function lined(flag)
@@ -255,20 +257,23 @@ local function in_our_format(value, length)
   return type(value) == 'string' and string.find(string.sub(value, 1, length), '^[%w_%-]+$')
 end
 
--- Sets the flag byte of the value at `key` (a redmutex value, held: '-', 'w', 'l' or 'L')
--- so that it says `watch` (watchers wait) and `line` (lockers wait in line), on top of
--- what it says already. Other values are left as they are.
-local function flag_waiters(key, value, length, watch, line)
+-- Sets the flag byte of the value at `key` (a redmutex value, held: '-', 'w', 'o', 'l' or
+-- 'L') so that it says `watch` (a waiter not in line), `line` (lockers wait in line) and
+-- `observe` (someone waits for the release without taking the key), on top of what it
+-- says already. Other values are left as they are.
+local function flag_waiters(key, value, length, watch, line, observe)
   if not in_our_format(value, length) then
     return
   end
   local flag = string.sub(value, length + 1, length + 1)
-  if flag ~= '-' and flag ~= 'w' and flag ~= 'l' and flag ~= 'L' then
+  if flag ~= '-' and flag ~= 'w' and flag ~= 'o' and flag ~= 'l' and flag ~= 'L' then
     return
   end
-  watch = watch or watched(flag)
+  local announce = watch or observe or watched(flag)
   line = line or lined(flag)
-  local wanted = (watch and line and 'L') or (line and 'l') or (watch and 'w') or '-'
+  local waits = watch or flag == 'w'
+  local wanted = (line and (announce and 'L' or 'l')) or (waits and 'w') or (announce and 'o')
+    or '-'
   if wanted ~= flag then
     redis.call('setrange', key, length, wanted)
   end

@@ -91,7 +91,7 @@ impl World for Real {
     fn take_over(&self, key: &str, ttl: Duration) {
         let ttl = ttl.as_millis().to_string();
         for server in &self.0 {
-            server.command(&["SET", key, "taken-over-by-another-owner", "PX", &ttl]);
+            server.command(&["SET", key, "taken over by another owner", "PX", &ttl]);
         }
     }
 

@@ -180,7 +180,7 @@ impl World for Real {
         for mut conn in self.raw().await {
             let _: () = redis::cmd("SET")
                 .arg(key)
-                .arg("taken-over-by-another-owner")
+                .arg("taken over by another owner")
                 .arg("PX")
                 .arg(ttl.as_millis() as u64)
                 .query_async(&mut conn)

@@ -44,12 +44,23 @@ async fn a_release_wakes_the_wait_which_takes_nothing() {
         let result = watcher.wait_released("deploy", ms(30_000)).await;
         (result, Instant::now())
     });
-    // The wait marks the holder as awaited; then the release announces itself.
+    // The wait marks the holder as observed ('o' after the token): its release is
+    // announced, and nobody is said to wait to take it.
     let until = Instant::now() + ms(5_000);
-    while !holder.inspect("deploy").await.unwrap().awaited {
+    let observed = format!("{}o", lock.token().as_str());
+    while !raw
+        .get("deploy")
+        .await
+        .unwrap_or_default()
+        .starts_with(observed.as_bytes())
+    {
         assert!(Instant::now() < until, "never marked");
         tokio::time::sleep(ms(10)).await;
     }
+    assert!(
+        !holder.inspect("deploy").await.unwrap().awaited,
+        "a watcher is no waiter"
+    );
     tokio::time::sleep(ms(1_500)).await; // past the first polls: only a wake-up is quick
     let released = Instant::now();
     lock.release().await.unwrap();
