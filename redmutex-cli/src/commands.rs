@@ -276,11 +276,12 @@ pub async fn doctor<C: Connection>(
                 )
             })
             .collect();
-        outln!(
-            "{{\"fit\":{},\"findings\":[{}]}}",
-            report.is_fit(),
-            findings.join(",")
-        )?;
+        // Fit or not only when a node answered: unknown is neither.
+        let fit = match report.reached_any() {
+            true => report.is_fit().to_string(),
+            false => "null".to_owned(),
+        };
+        outln!("{{\"fit\":{fit},\"findings\":[{}]}}", findings.join(","))?;
     } else {
         let mut last_scope = String::new();
         for finding in &report.findings {
@@ -307,6 +308,28 @@ pub fn finding_line(finding: &Finding, urls: &[String]) -> String {
 }
 
 /// The last line of `doctor`'s text output.
+/// `doctor --json` when the one server could not even be connected to: the finding, with
+/// `fit` unknown (null), before the error itself (exit 69).
+pub fn doctor_unreached(
+    args: &DoctorArgs,
+    urls: &[String],
+    failure: &Failure,
+) -> Result<(), Failure> {
+    if !args.json {
+        return Ok(());
+    }
+    let node = urls
+        .first()
+        .map_or(String::new(), |_| redact::node_name(urls, 0));
+    outln!(
+        "{{\"fit\":null,\"findings\":[{{\"node\":{},\"check\":\"{}\",\"level\":\"{}\",\"detail\":{}}}]}}",
+        json_string(&node),
+        Check::Reachable.name(),
+        Level::Unknown.name(),
+        json_string(&redact::scrub(&failure.message, urls))
+    )
+}
+
 pub fn verdict(report: &redmutex::ServerCheck) -> String {
     let count = |level| report.at(level).count();
     let (unsafe_, warnings, unknown) = (
@@ -347,7 +370,7 @@ fn text_view(info: &LockInfo) -> String {
     }
     let mut line = "held".to_owned();
     match info.ttl {
-        Some(ttl) => line.push_str(&format!(", ttl {}", duration::format(ttl))),
+        Some(ttl) => line.push_str(&format!(", ttl {}", duration::human(ttl))),
         None => line.push_str(", no expiry"),
     }
     if let Some(fence) = info.fence {

@@ -86,8 +86,7 @@ fn line(args: &LeaderArgs, leader: Option<&Leader>) -> String {
             "{} term {} ttl {}",
             crate::describe::printable(&l.value),
             l.term.map_or("?".into(), |t| t.to_string()),
-            l.ttl
-                .map_or("none".into(), |t| format!("{}ms", t.as_millis()))
+            l.ttl.map_or("none".into(), crate::duration::human)
         ),
     }
 }

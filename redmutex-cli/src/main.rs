@@ -479,7 +479,16 @@ async fn run_command(cli: Cli, urls: &[String], access: &target::Access) -> Resu
         Command::Exec(args) => args.no_fences || env_flag("REDMUTEX_NO_FENCES")?,
         _ => false,
     };
-    let mut locker = target::locker(urls, access).await?.with_prefix(&cli.prefix);
+    let locker = match target::locker(urls, access).await {
+        Ok(locker) => locker,
+        Err(failure) => {
+            if let Command::Doctor(args) = &cli.command {
+                commands::doctor_unreached(args, urls, &failure)?;
+            }
+            return Err(failure);
+        }
+    };
+    let mut locker = locker.with_prefix(&cli.prefix);
     // Several nodes are connected lazily: a command that needs them waits (a bounded time,
     // saying so) for a quorum to answer rather than hang or answer what nobody knows.
     if urls.len() > 1 && !matches!(cli.command, Command::Doctor(_)) {

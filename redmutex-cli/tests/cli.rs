@@ -1382,7 +1382,7 @@ fn wait_exits_0_once_free_and_75_after_its_timeout() {
     let inspected = stdout(&run(redmutex(&server).args(["inspect", "busy", "--json"])));
     assert!(inspected.contains("\"awaited\":false"), "{inspected}");
     let listed = stdout(&run(redmutex(&server).args(["list", "--json"])));
-    assert!(listed.contains("\"key\":\"busy\""), "{listed}");
+    assert!(listed.contains("\"key\":\"busy\",\"kind\":\"lock\""), "{listed}");
     assert!(!listed.contains("\"awaited\":true"), "{listed}");
     thread::sleep(ms(1_200)); // past its first polls: only the release wakes it quickly
     let released = Instant::now();
@@ -2198,4 +2198,27 @@ fn completions_and_manual_pages_describe_the_command_line() {
     );
     let out = run(bin().args(["man", "nope"]));
     assert_eq!(code(&out), 64, "{}", stderr(&out));
+}
+
+/// `doctor --json` with no node reachable, one server or Redlock: the findings as JSON with
+/// `fit` unknown (null, neither fit nor unfit), the error on stderr, exit 69.
+#[test]
+fn doctor_json_says_unknown_when_no_node_answers() {
+    let closed = |port: u16| format!("redis://127.0.0.1:{port}");
+    let doctor = |urls: &[String]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_redmutex"));
+        cmd.env_remove("REDMUTEX_REDIS").env_remove("REDIS_URL");
+        for url in urls {
+            cmd.arg("--redis").arg(url);
+        }
+        run(cmd.args(["--wait-redis", "1s", "doctor", "--json"]))
+    };
+    for urls in [vec![closed(1)], vec![closed(1), closed(2), closed(3)]] {
+        let out = doctor(&urls);
+        assert_eq!(code(&out), 69, "{urls:?}: {}", stderr(&out));
+        let json = stdout(&out);
+        assert!(json.starts_with("{\"fit\":null,\"findings\":[{\"node\":"), "{json}");
+        assert!(json.contains("\"check\":\"reachable\",\"level\":\"unknown\""), "{json}");
+        assert_eq!(json.lines().count(), 1, "{json}");
+    }
 }

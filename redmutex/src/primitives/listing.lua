@@ -14,7 +14,7 @@
 local SAMPLE = 8
 
 -- A value redmutex wrote: a token (22 base64url characters), then a flag byte.
-local REDMUTEX_VALUE = '^' .. string.rep('[%w_%-]', 22) .. '[%-wlLkr]'
+local REDMUTEX_VALUE = '^' .. string.rep('[%w_%-]', 22) .. '[%-wolLkr]'
 
 local function kind_of(key)
   return redis.call('type', key)['ok']
