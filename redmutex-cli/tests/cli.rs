@@ -951,17 +951,6 @@ fn inspect_escapes_control_characters() {
     assert!(stdout(&out).contains("\"job\\nother: held, ttl 1h\\u001b[2J\""));
 }
 
-/// The writing end of a pipe whose reading end is closed: a write to it fails (EPIPE).
-fn unread_pipe() -> Stdio {
-    use std::os::fd::{FromRawFd, OwnedFd};
-    let mut fds = [0; 2];
-    // SAFETY: pipe(2) fills in two new descriptors, owned from here on.
-    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-    let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    drop(reader);
-    Stdio::from(writer)
-}
-
 /// `acquire` whose token cannot be handed over — a pipe nobody reads, a closed stdout —
 /// leaves no lock behind and says so with exit 74; a deliberate `>/dev/null` is honoured.
 #[test]
@@ -1382,7 +1371,10 @@ fn wait_exits_0_once_free_and_75_after_its_timeout() {
     let inspected = stdout(&run(redmutex(&server).args(["inspect", "busy", "--json"])));
     assert!(inspected.contains("\"awaited\":false"), "{inspected}");
     let listed = stdout(&run(redmutex(&server).args(["list", "--json"])));
-    assert!(listed.contains("\"key\":\"busy\",\"kind\":\"lock\""), "{listed}");
+    assert!(
+        listed.contains("\"key\":\"busy\",\"kind\":\"lock\""),
+        "{listed}"
+    );
     assert!(!listed.contains("\"awaited\":true"), "{listed}");
     thread::sleep(ms(1_200)); // past its first polls: only the release wakes it quickly
     let released = Instant::now();
@@ -2217,8 +2209,14 @@ fn doctor_json_says_unknown_when_no_node_answers() {
         let out = doctor(&urls);
         assert_eq!(code(&out), 69, "{urls:?}: {}", stderr(&out));
         let json = stdout(&out);
-        assert!(json.starts_with("{\"fit\":null,\"findings\":[{\"node\":"), "{json}");
-        assert!(json.contains("\"check\":\"reachable\",\"level\":\"unknown\""), "{json}");
+        assert!(
+            json.starts_with("{\"fit\":null,\"findings\":[{\"node\":"),
+            "{json}"
+        );
+        assert!(
+            json.contains("\"check\":\"reachable\",\"level\":\"unknown\""),
+            "{json}"
+        );
         assert_eq!(json.lines().count(), 1, "{json}");
     }
 }

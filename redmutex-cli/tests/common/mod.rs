@@ -131,3 +131,14 @@ pub fn next_line(lines: &std::sync::mpsc::Receiver<String>) -> String {
         .recv_timeout(Duration::from_secs(10))
         .expect("a line within 10 s")
 }
+
+/// The writing end of a pipe whose reading end is closed: a write to it fails (EPIPE).
+pub fn unread_pipe() -> Stdio {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: pipe(2) fills in two new descriptors, owned from here on.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(reader);
+    Stdio::from(writer)
+}
