@@ -276,10 +276,11 @@ pub async fn doctor<C: Connection>(
                 )
             })
             .collect();
-        // Fit or not only when a node answered: unknown is neither.
-        let fit = match report.reached_any() {
+        // Fit or not only when enough nodes answered: unknown is neither.
+        let fit = match answered(&report, urls) {
             true => report.is_fit().to_string(),
-            false => "null".to_owned(),
+            false if report.is_fit() => "null".to_owned(),
+            false => "false".to_owned(),
         };
         outln!("{{\"fit\":{fit},\"findings\":[{}]}}", findings.join(","))?;
     } else {
@@ -291,13 +292,23 @@ pub async fn doctor<C: Connection>(
             }
             outln!("  {}", finding_line(finding, urls))?;
         }
-        outln!("{}", verdict(&report))?;
+        outln!("{}", verdict(&report, answered(&report, urls)))?;
     }
-    Ok(match (report.is_fit(), report.reached_any()) {
+    Ok(match (report.is_fit(), answered(&report, urls)) {
         (false, _) => 1,
         (true, false) => exit::UNAVAILABLE,
         (true, true) => 0,
     })
+}
+
+/// Whether enough nodes answered for a verdict: one server, or a quorum of Redlock's (the
+/// locks need one; an evicting node found among fewer is still unfit).
+fn answered(report: &redmutex::ServerCheck, urls: &[String]) -> bool {
+    let unreached = (report.findings.iter())
+        .filter(|f| f.check == Check::Reachable && f.level == Level::Unknown)
+        .count();
+    let reached = urls.len().max(1).saturating_sub(unreached);
+    report.reached_any() && reached >= redmutex::quorum::quorum(urls.len().max(1))
 }
 
 /// `warning  appendfsync       everysec: …`: one finding of `doctor`, escaped.
@@ -330,17 +341,18 @@ pub fn doctor_unreached(
     )
 }
 
-pub fn verdict(report: &redmutex::ServerCheck) -> String {
+pub fn verdict(report: &redmutex::ServerCheck, answered: bool) -> String {
     let count = |level| report.at(level).count();
     let (unsafe_, warnings, unknown) = (
         count(Level::Unsafe),
         count(Level::Warning),
         count(Level::Unknown),
     );
-    let head = match (unsafe_, report.reached_any()) {
-        (0, false) => "not checked: no node could be reached".to_owned(),
-        (0, true) => "fit for locks".to_owned(),
-        (n, _) => format!("NOT fit for locks: {n} unsafe finding(s)"),
+    let head = match (unsafe_, answered, report.reached_any()) {
+        (0, false, false) => "not checked: no node could be reached".to_owned(),
+        (0, false, true) => "not checked: too few nodes answered for a quorum".to_owned(),
+        (0, true, _) => "fit for locks".to_owned(),
+        (n, _, _) => format!("NOT fit for locks: {n} unsafe finding(s)"),
     };
     format!("{head}; {warnings} warning(s), {unknown} could not be checked")
 }

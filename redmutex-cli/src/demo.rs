@@ -150,7 +150,10 @@ async fn server_check<C: Connection>(locker: &Locker<C>, url: &str) -> Result<()
     for finding in &report.findings {
         outln!("  {}", crate::commands::finding_line(finding, &urls))?;
     }
-    outln!("  {}", crate::commands::verdict(&report))
+    outln!(
+        "  {}",
+        crate::commands::verdict(&report, report.reached_any())
+    )
 }
 
 async fn redlock(clock: &Clock) -> Result<RedlockScene, Failure> {

@@ -29,6 +29,7 @@ use clap::{Args, Parser, Subcommand};
 use redmutex::retry::{self, Jitter, RetryExt};
 use redmutex::{
     Acquire, Connection, FairKey, KeepAlive, Locker, Permits, QuorumSettings, ReadKey, WriteKey,
+    MAX_PERMITS,
 };
 
 use crate::exit::Failure;
@@ -162,12 +163,12 @@ struct LockArgs {
     fair: bool,
 
     /// Let at most N hold the key at once: a semaphore of N permits (as `consul lock -n`),
-    /// one key, on one server, a cluster or Redlock.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "fair")]
+    /// one key, on one server or a cluster (Redlock refuses it).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_PERMITS)), conflicts_with = "fair")]
     limit: Option<u32>,
 
     /// With --limit: take K of the N permits (default 1), e.g. for a heavier job.
-    #[arg(long, value_name = "K", requires = "limit", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "K", requires = "limit", value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_PERMITS)))]
     permits: Option<u32>,
 
     /// No waiting line: on a terminal, a waiting exec or acquire otherwise shows on stderr
@@ -458,8 +459,14 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
     let urls = target::urls(&cli.redis, |name| std::env::var(name).ok());
     match cli.command {
         Command::Demo(args) => return demo::run(args, &cli.redis).await,
-        Command::Completions(args) => return manual::completions(&args),
-        Command::Man(args) => return manual::man(&args),
+        Command::Completions(args) => {
+            output::check_stdout_open()?;
+            return manual::completions(&args);
+        }
+        Command::Man(args) => {
+            output::check_stdout_open()?;
+            return manual::man(&args);
+        }
         _ => {}
     }
     let access = access(&cli)?;
@@ -543,7 +550,7 @@ fn check_arguments(command: &Command, prefix: &str, urls: &[String]) -> Result<(
                 return Err(Failure::usage("--min-hold must be at least 1ms"));
             }
             args.lock.check_fair(&args.keys, urls)?;
-            args.lock.check_limit(&args.keys)?;
+            args.lock.check_limit(&args.keys, urls)?;
             if (args.sharing.shared || args.sharing.exclusive) && args.keys.len() > 1 {
                 return Err(Failure::usage(
                     "--shared and --exclusive lock one key's read-write lock, not several keys",
@@ -556,9 +563,15 @@ fn check_arguments(command: &Command, prefix: &str, urls: &[String]) -> Result<(
                 .check(args.ttl, redlock.as_ref())
                 .map_err(|e| Failure::usage(e.to_string()))?;
         }
+        Command::Inspect(_)
+        | Command::List(_)
+        | Command::Watch(_)
+        | Command::Leader(_)
+        | Command::Doctor(_) => output::check_stdout_open()?,
+        Command::Release(args) if args.force => output::check_stdout_open()?,
         Command::Acquire(args) => {
             args.lock.check_fair(&args.keys, urls)?;
-            args.lock.check_limit(&args.keys)?;
+            args.lock.check_limit(&args.keys, urls)?;
             commands::check_token_can_be_handed_over()?
         }
         _ => {}
@@ -714,13 +727,20 @@ impl LockArgs {
 
     /// `--limit` counts the permits of one key, and `--permits` takes no more than there
     /// are: refused before connecting.
-    fn check_limit(&self, keys: &[String]) -> Result<(), Failure> {
+    fn check_limit(&self, keys: &[String], urls: &[String]) -> Result<(), Failure> {
         let Some(limit) = self.limit else {
             return Ok(());
         };
         if keys.len() > 1 {
             return Err(Failure::usage(
                 "--limit counts the permits of one key, not several",
+            ));
+        }
+        if urls.len() > 1 {
+            return Err(Failure::usage(
+                "--limit needs one server or a cluster: permits counted on each Redlock node \
+                 apart do not add up (with 2 permits on 3 nodes, three holders can each hold \
+                 a quorum)",
             ));
         }
         match self.permits.unwrap_or(1) {

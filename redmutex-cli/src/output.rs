@@ -33,6 +33,19 @@ pub fn line(text: fmt::Arguments<'_>) -> Result<(), Failure> {
 /// `.init_array` entry, Linux). A stdout on `/dev/null` that the caller opened (`>/dev/null`,
 /// Python's `DEVNULL`, systemd's `StandardOutput=null`) is a choice to discard the output,
 /// and is honoured. Elsewhere than Linux, a closed stdout is not told apart.
+/// A command whose output is its answer refuses a closed stdout (`>&-`) with 74 before
+/// doing anything: writes to it would be lost without an error (Rust's standard output
+/// ignores a closed descriptor).
+pub fn check_stdout_open() -> Result<(), Failure> {
+    match stdout_was_closed() {
+        true => Err(Failure::new(
+            exit::IO_ERROR,
+            "stdout is closed: nowhere to print the answer",
+        )),
+        false => Ok(()),
+    }
+}
+
 pub fn stdout_was_closed() -> bool {
     STDOUT_CLOSED.load(std::sync::atomic::Ordering::Relaxed)
 }

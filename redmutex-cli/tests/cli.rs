@@ -2028,11 +2028,7 @@ fn limited_execs_of_separate_processes_run_at_most_n_at_once() {
         ])
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + ms(5_000);
-    while !exists(&server, "pool") {
-        assert!(Instant::now() < deadline, "the heavy exec never held");
-        thread::sleep(ms(20));
-    }
+    until_exists(&server, "pool", ms(5_000));
     let out = run(redmutex(&server).args([
         "exec",
         "-n",
@@ -2088,11 +2084,7 @@ fn a_killed_limited_execs_permit_comes_back_within_its_ttl() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + ms(5_000);
-    while !exists(&server, "pool") {
-        assert!(Instant::now() < deadline, "the holder never held");
-        thread::sleep(ms(20));
-    }
+    until_exists(&server, "pool", ms(5_000));
     let out = run(redmutex(&server).args(["exec", "-n", "--limit", "1", "pool", "true"]));
     assert_eq!(code(&out), 75, "{}", stderr(&out));
     holder.kill().unwrap();

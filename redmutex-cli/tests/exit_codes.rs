@@ -1,6 +1,7 @@
 //! Every exit code of docs/CLI.md's table, produced by the real binary for each subcommand
 //! where it applies, on one server and on Redlock over three.
 
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -201,6 +202,32 @@ fn closed_output_is_74(t: &Topology) {
         !t.servers.iter().any(|s| exists(s, "piped")),
         "nothing kept"
     );
+    // A closed stdout (`>&-`), which Rust's standard output would ignore: refused first.
+    for args in [
+        &["acquire", "closed"][..],
+        &["inspect", "closed"],
+        &["list"],
+        &["leader", "e"],
+        &["doctor"],
+        &["completions", "bash"],
+        &["man"],
+    ] {
+        let mut cmd = t.redmutex();
+        cmd.args(args).stdin(Stdio::null()).stderr(Stdio::piped());
+        // SAFETY: close(2) only, between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::close(1);
+                Ok(())
+            });
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(code(&out), 74, "{args:?} into >&-: {}", stderr(&out));
+    }
+    assert!(
+        !t.servers.iter().any(|s| exists(s, "closed")),
+        "nothing taken"
+    );
 }
 
 /// 75: not obtained — exec and acquire trying once or waiting a bounded time, a wait that
@@ -235,8 +262,26 @@ fn commands_that_cannot_run_are_126_and_127(t: &Topology) {
 /// 69: no server (one) or no quorum (Redlock) — every subcommand that needs one says so
 /// within its wait for Redis.
 fn unreachable_is_69(t: &Topology) {
+    if t.redlock() {
+        // One node of three: no quorum, so doctor's verdict is unknown, not "fit".
+        for server in &t.servers[1..] {
+            server.kill();
+        }
+        let json = stdout(&t.expect(&["doctor", "--json"], 69));
+        assert!(json.starts_with("{\"fit\":null,"), "{json}");
+        let text = stdout(&t.expect(&["doctor"], 69));
+        assert!(
+            text.contains("too few nodes answered for a quorum"),
+            "{text}"
+        );
+    }
     for server in &t.servers {
         server.kill();
+    }
+    // What is wrong with the arguments is said before any wait for Redis.
+    t.expect(&["acquire", "--limit", "2000000", "k"], 64);
+    if t.redlock() {
+        t.expect(&["exec", "--limit", "2", "k", "true"], 64);
     }
     let cases: [&[&str]; 11] = [
         &["exec", "k", "true"],

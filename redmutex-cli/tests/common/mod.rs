@@ -60,6 +60,15 @@ pub fn exists(server: &RedisServer, key: &str) -> bool {
     server.command(&["EXISTS", key]) == ":1\r\n"
 }
 
+/// Waits until `key` exists on `server` (a process took it), failing after `within`.
+pub fn until_exists(server: &RedisServer, key: &str, within: Duration) {
+    let deadline = Instant::now() + within;
+    while !exists(server, key) {
+        assert!(Instant::now() < deadline, "{key} never held");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A scratch directory for files the commands write.
 pub fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("redmutex-cli-test-{}-{name}", std::process::id()));
