@@ -17,9 +17,10 @@
 -- expiry past reclaims every such holder's permits, so a crashed holder's permits come
 -- back within its TTL without anyone's help. Both keys expire together at '#until',
 -- never before the latest holder's expiry and moved on by UNTIL_SLACK_MS more (at most a
--- TTL) when they must be, so that holders after it rarely pay for it, while the keys
--- outlive their last holder by no more than that; they are deleted when the last permit
--- goes: the limit is agreed among the holders of the moment.
+-- TTL) when they must be, so that holders after it rarely pay for it, and brought back
+-- when a refresh shortens the latest; they are deleted when the last permit goes (a
+-- holder that left early leaves them until its expiry would have come): the limit is
+-- agreed among the holders of the moment.
 --
 -- Waiting processes take turns by the key's line (helpers.lua), as a lock's do: a waiter's
 -- try that finds too few permits free puts its place in line — its member: the permits
@@ -223,11 +224,22 @@ local function extend(holders, details, token, ttl)
   local now = now_ms()
   -- (Without its counts — the details key evicted — the semaphore is nobody's to keep:
   -- its holders are lost, and its keys expire.)
-  if not state or not state.limit or not expiry_of(holders, token, now) then
+  local was = state and state.limit and expiry_of(holders, token, now)
+  if not was then
     return 0
   end
   ttl = tonumber(ttl)
   redis.call('zadd', holders, 'xx', now + ttl, token)
+  if now + ttl < was and key_expiry(was) + UNTIL_SLACK_MS >= state.till then
+    -- It was the latest to expire and now expires sooner (a renewal never does, a refresh
+    -- may): the keys follow the latest expiry left, rather than keep the longer one.
+    local last = redis.call('zrevrange', holders, 0, 0, 'withscores')
+    local at = key_expiry(last[2]) + math.min(ttl, UNTIL_SLACK_MS)
+    if at < state.till then
+      expire_at(holders, details, state, at, true)
+    end
+    return 1
+  end
   expire_at(holders, details, state, needs_until(state, now + ttl, ttl), true)
   return 1
 end

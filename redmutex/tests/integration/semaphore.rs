@@ -852,3 +852,26 @@ async fn permits_are_refreshed_and_released_by_their_token_from_another_locker()
     other.release_with_token(&one).await.unwrap();
     assert_eq!(Raw::new(&server).await.dbsize().await, 0, "nothing left");
 }
+
+/// A refresh that shortens the latest holder's expiry brings both keys' expiry back to the
+/// latest one left (plus at most 250 ms), instead of keeping the longer one: refreshed to
+/// an hour then to a second, the keys do not stay for the hour.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shortened_refresh_brings_the_keys_expiry_back() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let locker = Locker::new(multiplexed(&server).await);
+    let pool = locker.semaphore("pool", 3).unwrap();
+    let long = pool.acquire(1, ms(60_000)).await.unwrap().detach();
+    let short = pool.acquire(1, ms(5_000)).await.unwrap().detach();
+    pool.refresh_with_token(&long, ms(3_600_000)).await.unwrap();
+    assert!(raw.pttl("pool").await > 3_500_000);
+    pool.refresh_with_token(&long, ms(1_000)).await.unwrap();
+    for key in ["pool", "{pool}:permits"] {
+        let left = raw.pttl(key).await;
+        assert!((4_000..=5_300).contains(&left), "{key}: {left} ms, the 5 s holder's");
+    }
+    pool.release_with_token(&short).await.unwrap();
+    pool.release_with_token(&long).await.unwrap();
+    assert_eq!(raw.dbsize().await, 0);
+}
