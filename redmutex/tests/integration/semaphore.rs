@@ -869,7 +869,10 @@ async fn a_shortened_refresh_brings_the_keys_expiry_back() {
     pool.refresh_with_token(&long, ms(1_000)).await.unwrap();
     for key in ["pool", "{pool}:permits"] {
         let left = raw.pttl(key).await;
-        assert!((4_000..=5_300).contains(&left), "{key}: {left} ms, the 5 s holder's");
+        assert!(
+            (4_000..=5_300).contains(&left),
+            "{key}: {left} ms, the 5 s holder's"
+        );
     }
     pool.release_with_token(&short).await.unwrap();
     pool.release_with_token(&long).await.unwrap();
