@@ -1981,10 +1981,11 @@ fn help_groups_the_connection_options_and_offers_only_what_applies() {
 fn limited_execs_of_separate_processes_run_at_most_n_at_once() {
     let server = RedisServer::spawn();
     let port = server.port().to_string();
-    // Each command counts itself in, notes how many run, and counts itself out.
+    // Each command counts itself in, notes how many run, and counts itself out (a second
+    // apart: two run together however slowly the processes start).
     let script =
         "n=$(redis-cli -p \"$PORT\" incr running); echo \"$n $REDMUTEX_LIMIT $REDMUTEX_PERMITS\"; \
-                  sleep 0.3; redis-cli -p \"$PORT\" decr running >/dev/null";
+                  sleep 1; redis-cli -p \"$PORT\" decr running >/dev/null";
     let execs: Vec<Child> = (0..5)
         .map(|_| {
             redmutex(&server)
