@@ -9,23 +9,11 @@ use redmutex::{
 
 use crate::describe::{self, json_string, printable};
 use crate::exit::{self, Failure};
-use crate::output::{outln, stdout_was_closed};
+use crate::output::outln;
 use crate::waiting;
 use crate::{
     duration, redact, AcquireArgs, DoctorArgs, InspectArgs, RefreshArgs, ReleaseArgs, WaitArgs,
 };
-
-/// Refuses `acquire` with a closed stdout before anything is taken: its token, the only
-/// way to release the lock, would be lost.
-pub fn check_token_can_be_handed_over() -> Result<(), Failure> {
-    match stdout_was_closed() {
-        true => Err(Failure::new(
-            exit::IO_ERROR,
-            "stdout is closed: the token would be lost, so no lock was taken",
-        )),
-        false => Ok(()),
-    }
-}
 
 /// Takes the lock, prints its token and leaves it in Redis. If the token cannot be
 /// written (a closed pipe), the lock is released again: nobody could release it otherwise.
@@ -262,6 +250,7 @@ pub async fn doctor<C: Connection>(
         (true, Check::Permissions) => "all nodes".to_owned(),
         _ => redact::node_name(urls, f.node),
     };
+    let enough = answered(&report, urls);
     if args.json {
         let findings: Vec<String> = report
             .findings
@@ -277,7 +266,7 @@ pub async fn doctor<C: Connection>(
             })
             .collect();
         // Fit or not only when enough nodes answered: unknown is neither.
-        let fit = match answered(&report, urls) {
+        let fit = match enough {
             true => report.is_fit().to_string(),
             false if report.is_fit() => "null".to_owned(),
             false => "false".to_owned(),
@@ -292,9 +281,9 @@ pub async fn doctor<C: Connection>(
             }
             outln!("  {}", finding_line(finding, urls))?;
         }
-        outln!("{}", verdict(&report, answered(&report, urls)))?;
+        outln!("{}", verdict(&report, enough))?;
     }
-    Ok(match (report.is_fit(), answered(&report, urls)) {
+    Ok(match (report.is_fit(), enough) {
         (false, _) => 1,
         (true, false) => exit::UNAVAILABLE,
         (true, true) => 0,
@@ -318,7 +307,6 @@ pub fn finding_line(finding: &Finding, urls: &[String]) -> String {
     format!("{level:<8} {check:<17} {detail}")
 }
 
-/// The last line of `doctor`'s text output.
 /// `doctor --json` when the one server could not even be connected to: the finding, with
 /// `fit` unknown (null), before the error itself (exit 69).
 pub fn doctor_unreached(
@@ -341,6 +329,8 @@ pub fn doctor_unreached(
     )
 }
 
+/// The last line of `doctor`'s text output; `answered`: enough nodes answered for a
+/// verdict (see `answered`).
 pub fn verdict(report: &redmutex::ServerCheck, answered: bool) -> String {
     let count = |level| report.at(level).count();
     let (unsafe_, warnings, unknown) = (

@@ -460,11 +460,11 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
     match cli.command {
         Command::Demo(args) => return demo::run(args, &cli.redis).await,
         Command::Completions(args) => {
-            output::check_stdout_open()?;
+            output::check_stdout_open(output::ANSWER_LOST)?;
             return manual::completions(&args);
         }
         Command::Man(args) => {
-            output::check_stdout_open()?;
+            output::check_stdout_open(output::ANSWER_LOST)?;
             return manual::man(&args);
         }
         _ => {}
@@ -567,12 +567,12 @@ fn check_arguments(command: &Command, prefix: &str, urls: &[String]) -> Result<(
         | Command::List(_)
         | Command::Watch(_)
         | Command::Leader(_)
-        | Command::Doctor(_) => output::check_stdout_open()?,
-        Command::Release(args) if args.force => output::check_stdout_open()?,
+        | Command::Doctor(_) => output::check_stdout_open(output::ANSWER_LOST)?,
+        Command::Release(args) if args.force => output::check_stdout_open(output::ANSWER_LOST)?,
         Command::Acquire(args) => {
             args.lock.check_fair(&args.keys, urls)?;
             args.lock.check_limit(&args.keys, urls)?;
-            commands::check_token_can_be_handed_over()?
+            output::check_stdout_open("the token would be lost, so no lock was taken")?
         }
         _ => {}
     }

@@ -35,16 +35,20 @@ pub fn line(text: fmt::Arguments<'_>) -> Result<(), Failure> {
 /// and is honoured. Elsewhere than Linux, a closed stdout is not told apart.
 /// A command whose output is its answer refuses a closed stdout (`>&-`) with 74 before
 /// doing anything: writes to it would be lost without an error (Rust's standard output
-/// ignores a closed descriptor).
-pub fn check_stdout_open() -> Result<(), Failure> {
+/// ignores a closed descriptor). `lost` says what would be lost (`acquire`: the token,
+/// the only way to release the lock, so no lock is taken).
+pub fn check_stdout_open(lost: &str) -> Result<(), Failure> {
     match stdout_was_closed() {
         true => Err(Failure::new(
             exit::IO_ERROR,
-            "stdout is closed: nowhere to print the answer",
+            format!("stdout is closed: {lost}"),
         )),
         false => Ok(()),
     }
 }
+
+/// What a closed stdout loses for a command that prints its answer.
+pub const ANSWER_LOST: &str = "nowhere to print the answer";
 
 pub fn stdout_was_closed() -> bool {
     STDOUT_CLOSED.load(std::sync::atomic::Ordering::Relaxed)

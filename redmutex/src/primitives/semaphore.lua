@@ -41,8 +41,8 @@
 -- their details under another name).
 
 -- How far beyond the latest holder's expiry both keys' expiry is moved when it must move:
--- one move serves the holders of the next quarter second, and a semaphore nobody holds
--- is gone that soon after its last holder.
+-- one move serves the holders of the next quarter second, and the keys are gone that soon
+-- after the latest expiry any holder had.
 local UNTIL_SLACK_MS = 250
 
 -- The counts in `details` (see the top of this file): { used, limit (nil: none agreed),
