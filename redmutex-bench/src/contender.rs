@@ -34,10 +34,13 @@ const RELEASE: &str =
 
 pub enum Contender {
     /// `SET key token NX PX ttl` then `EVALSHA` compare-and-delete, nothing else: what any
-    /// lock has to send. On N nodes, sent to all in parallel.
+    /// lock has to send. On N nodes, sent to all in parallel. The token is the cheapest one
+    /// unique across processes, as Redisson's is (an id drawn once per process, then a
+    /// counter): a bare counter would repeat in every other process.
     Baseline {
         nodes: Vec<MultiplexedConnection>,
         release: Script,
+        process: String,
         next_token: AtomicU64,
     },
     /// redmutex; `name` tells its variant apart: `redmutex` as a locker comes, no fence
@@ -76,11 +79,22 @@ pub enum Held {
     Slot(usize, Box<Held>),
 }
 
+/// 16 random bytes in hex, drawn once: the baseline's id of this process.
+fn process_id() -> String {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut random| random.read_exact(&mut bytes))
+        .expect("/dev/urandom is readable");
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 impl Contender {
     pub fn baseline(nodes: Vec<MultiplexedConnection>) -> Contender {
         Contender::Baseline {
             nodes,
             release: Script::new(RELEASE),
+            process: process_id(),
             next_token: AtomicU64::new(0),
         }
     }
@@ -101,9 +115,13 @@ impl Contender {
     pub async fn try_acquire(&self, key: &str) -> Result<Option<Held>, String> {
         match self {
             Contender::Baseline {
-                nodes, next_token, ..
+                nodes,
+                process,
+                next_token,
+                ..
             } => {
-                let token = format!("t{}", next_token.fetch_add(1, Ordering::Relaxed));
+                let n = next_token.fetch_add(1, Ordering::Relaxed);
+                let token = format!("{process}:{n}");
                 let replies = join_all(nodes.iter().map(|conn| {
                     let mut conn = conn.clone();
                     let (key, token) = (key, &token);

@@ -326,6 +326,10 @@ impl<C: Connection> Locker<C> {
     }
 
     /// The keys of one lock, with the prefix; on a cluster, checked to share a hash slot.
+    /// Waiting lockers line up beside them only where one node decides and not on a
+    /// cluster (see `Context::lined`); elsewhere the keys carry no lines, so that a release
+    /// names no line that nobody can have joined (on Redlock, a line key less to send and
+    /// to check on every node, each cycle).
     pub(crate) fn keys<K: AsRef<[u8]>>(
         &self,
         keys: impl IntoIterator<Item = K>,
@@ -333,6 +337,9 @@ impl<C: Connection> Locker<C> {
         let keys = Keys::new(&self.prefix, keys)?;
         if self.is_cluster() {
             args::check_one_slot(&keys)?;
+            return Ok(keys.without_lines());
+        }
+        if self.context.backend.quorum_settings().is_some() {
             return Ok(keys.without_lines());
         }
         Ok(keys)
@@ -1210,5 +1217,20 @@ impl<C: Connection> std::fmt::Debug for Locker<C> {
         f.debug_struct("Locker")
             .field("prefix", &String::from_utf8_lossy(&self.prefix))
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, feature = "memory"))]
+mod tests {
+    use super::Locker;
+    use crate::memory::MemoryRedis;
+
+    #[test]
+    fn lockers_line_up_only_where_one_node_decides_and_not_on_a_cluster() {
+        let lined = |locker: &Locker<MemoryRedis>| locker.keys(["job"]).unwrap().lined();
+        assert!(lined(&Locker::in_memory()));
+        assert!(!lined(&Locker::cluster(MemoryRedis::new())));
+        let nodes = (0..3).map(|_| MemoryRedis::new());
+        assert!(!lined(&Locker::redlock(nodes).unwrap()));
     }
 }

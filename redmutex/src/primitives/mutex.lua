@@ -143,7 +143,8 @@ return { 0, fence }
 
 --- op: release
 -- delete the keys this owner still holds.
--- KEYS:    the lock keys, then — where lockers line up (not on a cluster) — the line of
+-- KEYS:    the lock keys, then — where lockers line up (one node decides: not on a
+--          cluster, not on Redlock) — the line of
 --          each (see helpers.lua), in the same order. (A lock key is never named like a
 --          line: the names `{…}:line` and `{…}:line:…` are refused as lock keys.)
 -- ARGV[1]: the owner's token and the flag '-': the value of its key when nobody waits
