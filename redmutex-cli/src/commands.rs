@@ -141,8 +141,10 @@ pub async fn inspect<C: Connection>(
         .inspect(&args.key)
         .await
         .map_err(|e| Failure::from_lock_error(&e, urls))?;
+    let listed = described(locker, &args.key, &info).await;
     if args.json {
-        let mut line = json_view(&info);
+        let mut line = json_view(&info, listed.as_ref().is_some_and(|l| l.awaited));
+        add_listed_fields(&mut line, listed.as_ref());
         if !info.nodes.is_empty() {
             // Redlock: every node's own view, with its (redacted) address.
             line.pop();
@@ -153,7 +155,7 @@ pub async fn inspect<C: Connection>(
                     let url = json_string(&redact::node_name(urls, n.node));
                     match &n.info {
                         Ok(view) => {
-                            let mut obj = json_view(view);
+                            let mut obj = json_view(view, false);
                             obj.insert_str(1, &format!("\"url\":{url},"));
                             obj
                         }
@@ -178,17 +180,19 @@ pub async fn inspect<C: Connection>(
             printable(&info.key_lossy()),
             info.nodes.len()
         )?;
-    } else if let Some(listed) = other_kind(locker, &args.key, &info).await {
+    } else if let Some(listed) = listed.as_ref().filter(|_| info.foreign) {
         // A semaphore's or readers' key is not a lock's: say what holds it instead of
         // calling it foreign.
-        let holding = describe::holding(&listed);
+        let holding = describe::holding(listed);
         outln!("{}: {holding}", printable(&info.key_lossy()))?;
     } else {
-        outln!("{}: {}", printable(&info.key_lossy()), text_view(&info))?;
+        let waiters = listed.and_then(|listed| listed.waiters);
+        let view = text_view(&info, waiters);
+        outln!("{}: {view}", printable(&info.key_lossy()))?;
     }
     for node in &info.nodes {
         let view = match &node.info {
-            Ok(view) => text_view(view),
+            Ok(view) => text_view(view, None),
             Err(e) => format!("error: {}", redact::scrub(&e.to_string(), urls)),
         };
         outln!("  {}: {view}", redact::node_name(urls, node.node))?;
@@ -347,23 +351,41 @@ pub fn verdict(report: &redmutex::ServerCheck, answered: bool) -> String {
     format!("{head}; {warnings} warning(s), {unknown} could not be checked")
 }
 
-/// What redmutex primitive other than a lock holds a key `inspect` found foreign, if any
-/// (looked up only then; a failed look-up leaves the plain view).
-async fn other_kind<C: Connection>(
+/// What redmutex primitive holds a key `inspect` found held, as a listing shows it — its
+/// kind, holders and waiters (a semaphore's or readers' key is one the lock's view calls
+/// foreign) —, if any. Looked up only for a held key; a failed look-up leaves the lock's
+/// view alone.
+async fn described<C: Connection>(
     locker: &Locker<C>,
     key: &str,
     info: &LockInfo,
 ) -> Option<ListedLock> {
-    if !info.foreign {
+    if !info.held {
         return None;
     }
     let listed = locker.describe(key).await.ok()??;
     (listed.kind != LockKind::Foreign).then_some(listed)
 }
 
-/// `held, ttl 29.5s, fence 42, awaited, metadata: host=a`, `free, last fence 42` or
-/// `free`.
-fn text_view(info: &LockInfo) -> String {
+/// Adds what the listing knows to `inspect --json`'s object: `kind` (null when free or
+/// foreign), `holder_count`, `waiters` (null where the server keeps no count) and
+/// `permits`.
+fn add_listed_fields(object: &mut String, listed: Option<&ListedLock>) {
+    let kind = listed.map_or("null".to_owned(), |l| format!("\"{}\"", l.kind.name()));
+    let holders = listed.map_or(0, |l| l.holder_count);
+    let waiters = (listed.and_then(|l| l.waiters)).map_or("null".to_owned(), |n| n.to_string());
+    let permits = (listed.and_then(|l| l.permits)).map_or("null".to_owned(), |(used, limit)| {
+        format!("{{\"used\":{used},\"limit\":{limit}}}")
+    });
+    object.pop();
+    object.push_str(&format!(
+        ",\"kind\":{kind},\"holder_count\":{holders},\"waiters\":{waiters},\"permits\":{permits}}}"
+    ));
+}
+
+/// `held, ttl 29.5s, fence 42, 2 waiting, metadata: host=a` (`awaited` where waiters only
+/// asked to hear of the release: no count is kept), `free, last fence 42` or `free`.
+fn text_view(info: &LockInfo, waiters: Option<u32>) -> String {
     if !info.held {
         return match info.fence {
             Some(fence) => format!("free, last fence {fence}"),
@@ -381,8 +403,10 @@ fn text_view(info: &LockInfo) -> String {
     if info.foreign {
         line.push_str(", not a redmutex lock");
     }
-    if info.awaited {
-        line.push_str(", awaited");
+    match waiters {
+        Some(n) if n > 0 => line.push_str(&format!(", {n} waiting")),
+        _ if info.awaited => line.push_str(", awaited"),
+        _ => {}
     }
     if let Some(metadata) = &info.metadata {
         line.push_str(&format!(", metadata: {}", printable(metadata)));
@@ -391,15 +415,16 @@ fn text_view(info: &LockInfo) -> String {
 }
 
 /// `{"key":…,"held":…,"ttl_ms":…,"awaited":…,"fence":…,"metadata":…}`; `fence` is the
-/// latest one handed out, held or not.
-fn json_view(info: &LockInfo) -> String {
+/// latest one handed out, held or not; `awaited` also when a listing found waiters (a
+/// semaphore's, whose keys hold no flag).
+fn json_view(info: &LockInfo, awaited: bool) -> String {
     format!(
         "{{\"key\":{},\"held\":{},\"ttl_ms\":{},\"awaited\":{},\"fence\":{},\"metadata\":{}}}",
         json_string(&info.key_lossy()),
         info.held,
         info.ttl
             .map_or("null".to_owned(), |t| t.as_millis().to_string()),
-        info.awaited,
+        info.awaited || awaited,
         info.fence.map_or("null".to_owned(), |f| f.to_string()),
         info.metadata
             .as_deref()

@@ -114,7 +114,8 @@ fn details(lock: &ListedLock) -> String {
 /// hear of the release), or nothing.
 pub fn waiting(lock: &ListedLock) -> Option<String> {
     match (lock.waiters, lock.awaited) {
-        (Some(0), false) => None,
+        // The count is the server's: a flag left by waiters gone since says less.
+        (Some(0), _) => None,
         (Some(n), _) => Some(n.to_string()),
         (None, true) => Some("someone".to_owned()),
         (None, false) => None,

@@ -131,7 +131,7 @@ fn a_waiting_exec_is_woken_by_the_release() {
         thread::sleep(ms(20));
     }
     let out = run(redmutex(&server).args(["inspect", "busy"]));
-    assert!(stdout(&out).contains(", awaited"), "{}", stdout(&out));
+    assert!(stdout(&out).contains(", 1 waiting"), "{}", stdout(&out));
     let released = Instant::now();
     let out = run(redmutex(&server).args(["release", "--token", &token, "busy"]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
@@ -479,8 +479,10 @@ fn acquire_refresh_release_inspect() {
         "{json}"
     );
     assert!(
-        json.trim_end()
-            .ends_with(",\"metadata\":\"job=backup \\\"nightly\\\"\"}"),
+        json.trim_end().ends_with(
+            ",\"metadata\":\"job=backup \\\"nightly\\\"\",\"kind\":\"lock\",\
+             \"holder_count\":1,\"waiters\":null,\"permits\":null}"
+        ),
         "{json}"
     );
     let out = run(redmutex(&server).args(["inspect", "db"]));
@@ -536,7 +538,8 @@ fn acquire_refresh_release_inspect() {
     let out = run(redmutex(&server).args(["inspect", "db", "--json"]));
     assert_eq!(
         stdout(&out),
-        "{\"key\":\"db\",\"held\":false,\"ttl_ms\":null,\"awaited\":false,\"fence\":null,\"metadata\":null}\n",
+        "{\"key\":\"db\",\"held\":false,\"ttl_ms\":null,\"awaited\":false,\"fence\":null,\
+         \"metadata\":null,\"kind\":null,\"holder_count\":0,\"waiters\":null,\"permits\":null}\n",
         "acquire takes no fence"
     );
 
@@ -2211,5 +2214,68 @@ fn doctor_json_says_unknown_when_no_node_answers() {
             "{json}"
         );
         assert_eq!(json.lines().count(), 1, "{json}");
+    }
+}
+
+/// Execs of other processes waiting for a lock or a semaphore stand in its line, one place
+/// each: `inspect` and `list` count them as its waiters (a semaphore's keys carry no flag
+/// that would say it otherwise).
+#[test]
+fn waiting_processes_are_counted_by_inspect_and_list() {
+    let server = RedisServer::spawn();
+    let take = |args: &[&str]| {
+        let out = run(redmutex(&server).arg("acquire").args(args));
+        assert_eq!(code(&out), 0, "{args:?}: {}", stderr(&out));
+        stdout(&out).trim().to_owned()
+    };
+    let job = take(&["--ttl", "30s", "job"]);
+    let pool = take(&["--limit", "1", "--ttl", "30s", "pool"]);
+    let mut waiting: Vec<Child> = Vec::new();
+    for _ in 0..2 {
+        for args in [&["job"][..], &["--limit", "1", "pool"][..]] {
+            let child = (redmutex(&server).args(["exec", "-w", "20s"]).args(args))
+                .arg("true")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            waiting.push(child);
+        }
+    }
+    let inspect = |args: &[&str]| stdout(&run(redmutex(&server).arg("inspect").args(args)));
+    let started = Instant::now();
+    while !(inspect(&["--json", "job"]).contains("\"waiters\":2")
+        && inspect(&["--json", "pool"]).contains("\"waiters\":2"))
+    {
+        assert!(
+            started.elapsed() < ms(10_000),
+            "{}",
+            inspect(&["--json", "pool"])
+        );
+        thread::sleep(ms(100));
+    }
+    let pool_json = inspect(&["--json", "pool"]);
+    assert!(pool_json.contains("\"awaited\":true"), "{pool_json}");
+    assert!(pool_json.contains("\"kind\":\"semaphore\""), "{pool_json}");
+    assert!(
+        inspect(&["pool"]).contains("waiting: 2"),
+        "{}",
+        inspect(&["pool"])
+    );
+    assert!(
+        inspect(&["job"]).contains(", 2 waiting"),
+        "{}",
+        inspect(&["job"])
+    );
+    let listed = stdout(&run(redmutex(&server).args(["list", "--json"])));
+    assert_eq!(listed.matches("\"waiters\":2").count(), 2, "{listed}");
+    for child in &mut waiting {
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+    for (token, key) in [(&job, "job"), (&pool, "pool")] {
+        let out = run(redmutex(&server).args(["release", "--token", token, key]));
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
     }
 }

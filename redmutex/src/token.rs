@@ -262,6 +262,12 @@ pub(crate) fn turn_channel(key: &[u8], id: &Token) -> Vec<u8> {
     channel
 }
 
+/// Whether someone not in the key's line waits for the release of `value` (the flags 'w'
+/// and 'L'): where the line's length is known, the rest of the waiters are counted there.
+pub(crate) fn watched_outside_line(value: &[u8]) -> bool {
+    matches!(value.get(TOKEN_LEN), Some(&(AWAITED | LINED_AWAITED)))
+}
+
 /// What a stored value says, read by someone who does not own it.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum StoredValue {

@@ -15,6 +15,8 @@ local SAMPLE = 8
 
 -- A value redmutex wrote: a token (22 base64url characters), then a flag byte.
 local REDMUTEX_VALUE = '^' .. string.rep('[%w_%-]', 22) .. '[%-wolLkr]'
+-- One whose lockers wait in the key's line ('l'; 'L': some watch the key's channel too).
+local LINED_VALUE = '^' .. string.rep('[%w_%-]', 22) .. '[lL]'
 
 local function kind_of(key)
   return redis.call('type', key)['ok']
@@ -50,10 +52,22 @@ local function live_permits(holders, details, live)
   return used
 end
 
--- The entry of the key at KEYS[i] and its five companions after it (see `describe`).
+-- How many lockers (processes) wait in `line`, a lock's or a semaphore's line (see
+-- helpers.lua: each locker's or place's heartbeat is scored by minus its end), with a
+-- live heartbeat at `live`; -1 when there is no line: its waiters do not line up (a
+-- locker without wake-up polls), or nobody waits.
+local function in_line(line, live)
+  if kind_of(line) ~= 'zset' then
+    return -1
+  end
+  return redis.call('zcount', line, '-inf', string.format('%.0f', -live))
+end
+
+-- The entry of the key at KEYS[i] and its six companions after it (see `describe`).
 local function describe_at(i, now)
   local key, counter, queue = KEYS[i], KEYS[i + 1], KEYS[i + 2]
   local permits, readers, intents = KEYS[i + 3], KEYS[i + 4], KEYS[i + 5]
+  local line = KEYS[i + 6]
   -- Live as the primitives' own scripts count it (see live_from in helpers.lua).
   local live = live_from(now)
   local kind = kind_of(key)
@@ -78,6 +92,12 @@ local function describe_at(i, now)
     elseif kind_of(intents) == 'zset' then
       entry[1] = 'rw_lock_write'
       entry[6] = redis.call('zcount', intents, live, '+inf')
+    else
+      entry[6] = in_line(line, live)
+      -- A value flagged for a line that is gone: its lockers all left it.
+      if entry[6] < 0 and string.match(entry[4], LINED_VALUE) then
+        entry[6] = 0
+      end
     end
   elseif kind == 'zset' then
     local details = false
@@ -85,7 +105,8 @@ local function describe_at(i, now)
       entry[1], details = 'semaphore', permits
       entry[9] = live_permits(key, permits, live)
       entry[10] = tonumber(redis.call('hget', permits, '#limit') or '0')
-      if redis.call('hget', permits, '#awaited') then
+      entry[6] = in_line(line, live)
+      if entry[6] > 0 or redis.call('hget', permits, '#awaited') then
         entry[7] = 1
       end
     elseif kind_of(readers) == 'hash' then
@@ -116,20 +137,22 @@ end
 
 --- op: describe
 -- what each of a page of listed keys holds, atomically per call.
--- KEYS:    per key, six: the key, its fence counter, its fair lock's queue, its
---          semaphore's details, its read-write lock's readers, its writers' intents.
+-- KEYS:    per key, seven: the key, its fence counter, its fair lock's queue, its
+--          semaphore's details, its read-write lock's readers, its writers' intents, its
+--          line (a lock's or a semaphore's, see helpers.lua).
 -- Returns: per key, { kind, pttl, fence or false, value or false, holders, waiters,
 --          awaited, sample, used, limit }: kind is 'none' (gone since it was found),
 --          'lock', 'fair_lock', 'rw_lock_write', 'rw_lock_read', 'semaphore' or
 --          'foreign'; value is a string key's (token, flag byte, metadata: the caller
 --          keeps only the metadata); holders the live holders' count; waiters the live
 --          waiters' count where the server keeps it (a fair lock's queue, a read-write
---          lock's waiting writers), else -1; awaited 1 when a semaphore's waiters asked
---          to hear of releases (a string's value says it for itself); sample
+--          lock's waiting writers; a lock's or a semaphore's line: the processes in it),
+--          else -1; awaited 1 when a semaphore's waiters asked to hear of releases or
+--          stand in its line (a string's value says it for itself); sample
 --          { ms left, details } per sampled holder; used and limit a semaphore's permits.
 local now = now_ms()
 local described = {}
-for i = 1, #KEYS, 6 do
+for i = 1, #KEYS, 7 do
   described[#described + 1] = describe_at(i, now)
 end
 return described
@@ -144,8 +167,8 @@ return described
 -- first places in its line, as many as its limit, on theirs. Something
 -- redmutex did not write is left alone. The holders are not told: each finds out at its
 -- next renewal or refresh.
--- KEYS:    the key and its five companions, as for `describe`, then its lock's line (see
---          helpers.lua).
+-- KEYS:    the key and its six companions, as for `describe` (the seventh, its line, is
+--          told).
 -- Returns: { entry }: the key's entry as `describe` reads it, before the release.
 local now = now_ms()
 local entry = describe_at(1, now)

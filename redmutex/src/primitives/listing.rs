@@ -13,7 +13,7 @@ use crate::connection::Connection;
 use crate::error::{Argument, Error};
 use crate::fence::{self, Companion};
 use crate::scripts::{operations, Operation};
-use crate::token::{parse_value, StoredValue};
+use crate::token::{parse_value, watched_outside_line, StoredValue};
 
 operations!("primitives/listing.lua"; DESCRIBE = "describe", FORCE = "force");
 
@@ -162,9 +162,11 @@ pub struct ListedLock {
     /// Its holders — for readers and semaphores the 8 soonest to expire; for a lock the
     /// one, with its metadata.
     pub holders: Vec<ListedHolder>,
-    /// How many wait, where the server keeps a line: a fair lock's queue, a read-write
-    /// lock's waiting writers. `None` where waiters only ask to hear of releases (see
-    /// [`awaited`](ListedLock::awaited)).
+    /// How many wait, where the server keeps a line: a fair lock's queue (each waiting
+    /// acquire), a read-write lock's waiting writers, a lock's or a semaphore's line (each
+    /// waiting process: a locker's waiters take one place). `None` where waiters only ask
+    /// to hear of releases (see [`awaited`](ListedLock::awaited)): on a cluster, on
+    /// Redlock, or from lockers without wake-up, which poll.
     pub waiters: Option<u32>,
     /// Someone waits and asked to be woken by the release.
     pub awaited: bool,
@@ -370,9 +372,9 @@ pub(crate) async fn force_release<C: Connection>(
     backend: &Backend<C>,
     key: &[u8],
 ) -> Result<Option<ListedLock>, Error> {
-    // It tells a fair lock's first waiter and a lock's first locker in line: it reads
-    // their lines too.
-    one_key(backend, &FORCE, key, &[Companion::Line]).await
+    // It tells a fair lock's first waiter and a lock's first locker in line: their lines
+    // are among the companions.
+    one_key(backend, &FORCE, key).await
 }
 
 /// What `key` (with the prefix) holds, as a listing would show it; `None` when free.
@@ -380,22 +382,18 @@ pub(crate) async fn describe<C: Connection>(
     backend: &Backend<C>,
     key: &[u8],
 ) -> Result<Option<ListedLock>, Error> {
-    one_key(backend, &DESCRIBE, key, &[]).await
+    one_key(backend, &DESCRIBE, key).await
 }
 
-/// Runs `operation` of `listing.lua` for one key (its companions, and `extra` after them).
+/// Runs `operation` of `listing.lua` for one key and its companions.
 async fn one_key<C: Connection>(
     backend: &Backend<C>,
     operation: &'static Operation,
     key: &[u8],
-    extra: &[Companion],
 ) -> Result<Option<ListedLock>, Error> {
     let keys = [key.to_vec()];
     let mut call = operation.script().prepare_invoke();
     add_keys(&mut call, &keys[0]);
-    for extra in extra {
-        call.key(fence::companion_key(key, *extra));
-    }
     let view = PageView { keys: &keys };
     Ok(backend.inspect(&view, &call).await?.pop())
 }
@@ -418,6 +416,7 @@ fn add_keys(call: &mut ScriptInvocation<'static>, key: &[u8]) {
         Companion::Permits,
         Companion::Readers,
         Companion::Intents,
+        Companion::Line,
     ] {
         call.key(fence::companion_key(key, companion));
     }
@@ -504,7 +503,12 @@ fn entry_of(key: &[u8], entry: Value) -> Result<Described, RedisError> {
                 awaited: marked,
                 ..
             } => {
-                awaited = marked;
+                // Where the server counted the line, it says who waits in it; the flag
+                // says the rest (and outlives the line's lockers, who do not unflag it).
+                awaited = match (kind, waiters) {
+                    (LockKind::Lock, 0..) => waiters > 0 || watched_outside_line(&value),
+                    _ => marked,
+                };
                 holders.push(ListedHolder {
                     metadata,
                     ttl: None,

@@ -363,3 +363,55 @@ async fn a_forced_release_of_a_fair_holder_lets_waiting_readers_in() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Lockers with wake-up line up beside a lock or a semaphore (one place per process, see
+/// `helpers.lua`): the listing counts those places as its waiters, and a place whose
+/// heartbeat ended no longer counts.
+#[tokio::test]
+async fn a_lines_waiting_processes_are_counted_for_a_lock_and_a_semaphore() {
+    let server = RedisServer::spawn();
+    let holder = common::own_locker(&server, true).await;
+    let lock = holder.acquire("job", secs(30)).await.unwrap();
+    let semaphore = holder.semaphore("pool", 1).unwrap();
+    let permit = semaphore.acquire(1, secs(30)).await.unwrap();
+    let mut waiting = Vec::new();
+    for _ in 0..2 {
+        // Each a process of its own: its own locker, connection and subscriber.
+        let locker = common::own_locker(&server, true).await;
+        // Woken by the release; polling only as the fallback.
+        let poll = || redmutex::retry::constant(secs(1));
+        let job = (locker.acquire("job", secs(30)).retry(poll())).deadline(secs(2));
+        waiting.push(tokio::spawn(async move { job.await.map(drop) }));
+        let pool = locker.semaphore("pool", 1).unwrap();
+        waiting.push(tokio::spawn(async move {
+            let permit = pool.acquire(1, secs(30)).retry(poll()).deadline(secs(2));
+            permit.await.map(drop)
+        }));
+    }
+    // Both lockers' tries are in by now (their first try is at once).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let job = holder.describe("job").await.unwrap().unwrap();
+    assert_eq!(
+        (job.kind, job.waiters, job.awaited),
+        (LockKind::Lock, Some(2), true)
+    );
+    let pool = holder.describe("pool").await.unwrap().unwrap();
+    assert_eq!(
+        (pool.kind, pool.waiters, pool.awaited),
+        (LockKind::Semaphore, Some(2), true)
+    );
+    let listed = holder.list("*").unwrap().collect().await.unwrap();
+    assert_eq!(find(&listed, "job").waiters, Some(2));
+    assert_eq!(find(&listed, "pool").waiters, Some(2));
+    // They give up (deadline), leaving the lines: nobody waits any more, whatever flag
+    // the holder's value still carries.
+    for waiter in waiting {
+        assert!(waiter.await.unwrap().unwrap_err().is_not_obtained());
+    }
+    let job = holder.describe("job").await.unwrap().unwrap();
+    assert_eq!((job.waiters, job.awaited), (Some(0), false));
+    let pool = holder.describe("pool").await.unwrap().unwrap();
+    assert!(!pool.awaited && pool.waiters.unwrap_or(0) == 0, "{pool:?}");
+    lock.release().await.unwrap();
+    permit.release().await.unwrap();
+}
