@@ -171,10 +171,10 @@ async fn redlock(clock: &Clock) -> Result<RedlockScene, Failure> {
     let urls: Vec<String> = nodes.iter().flatten().map(|n| n.url.clone()).collect();
     // Built as the commands build theirs from several --redis URLs.
     let access = target::Access::default();
-    let locker = target::locker(&urls, &access)
+    let locker = target::locker(&urls, &access, Duration::ZERO)
         .await?
         .with_prefix("redmutex-demo:");
-    let rival = target::locker(&urls, &access)
+    let rival = target::locker(&urls, &access, Duration::ZERO)
         .await?
         .with_prefix("redmutex-demo:");
     let fail = |e: redmutex::Error| Failure::from_lock_error(&e, &urls);

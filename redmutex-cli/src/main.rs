@@ -486,7 +486,12 @@ async fn run_command(cli: Cli, urls: &[String], access: &target::Access) -> Resu
         Command::Exec(args) => args.no_fences || env_flag("REDMUTEX_NO_FENCES")?,
         _ => false,
     };
-    let locker = match target::locker(urls, access).await {
+    // doctor reports an unreachable server as a finding rather than waiting for it.
+    let wait_redis = match &cli.command {
+        Command::Doctor(_) => Duration::ZERO,
+        _ => cli.wait_redis,
+    };
+    let locker = match target::locker(urls, access, wait_redis).await {
         Ok(locker) => locker,
         Err(failure) => {
             if let Command::Doctor(args) = &cli.command {

@@ -1,8 +1,11 @@
 //! Which Redis to talk to: `--redis`, else `REDMUTEX_REDIS`, else `REDIS_URL`, else
 //! localhost, and how to log in to it.
 
+use std::time::Duration;
+
 use redis::aio::ConnectionManager;
 use redmutex::Locker;
+use tokio::time::Instant;
 
 use crate::exit::Failure;
 use crate::redact::redact;
@@ -77,11 +80,14 @@ impl Access {
 }
 
 /// A locker over the URLs: one URL is one server, connected now so that a wrong address
-/// or password is reported at once; several are independent Redlock nodes, connected
-/// lazily, because a node that is down is what the quorum is there for.
+/// or password is reported at once — a server that refuses or does not answer (it may be
+/// restarting) is waited for, at most `wait_redis`, saying so on stderr; several are
+/// independent Redlock nodes, connected lazily, because a node that is down is what the
+/// quorum is there for (the caller waits for a quorum of them).
 pub async fn locker(
     urls: &[String],
     access: &Access,
+    wait_redis: Duration,
 ) -> Result<Locker<ConnectionManager>, Failure> {
     // A waiting `exec`/`acquire --wait` is woken by the holder's release rather than
     // polling; the subscriber connection is only opened if it has to wait.
@@ -90,10 +96,7 @@ pub async fn locker(
         .map(|url| access.client(url))
         .collect::<Result<Vec<_>, _>>()?;
     let locker = if let ([url], [client]) = (urls, clients.as_slice()) {
-        let conn = redmutex::connect_client(client.clone())
-            .await
-            .map_err(|e| connect_failure(&e, url, urls))?;
-        Locker::new(conn)
+        Locker::new(connect_within(client, url, wait_redis).await?)
     } else {
         let mut conns = Vec::with_capacity(urls.len());
         for (url, client) in urls.iter().zip(&clients) {
@@ -108,6 +111,44 @@ pub async fn locker(
         .with_wake_up(clients)
         .map_err(|e| Failure::from_lock_error(&e, urls))
 }
+
+/// Connects to the one server, trying again every half second while its errors are
+/// transient (refused, reset, no answer), at most `within`; a wrong password or a refusal
+/// for good ends it at once.
+async fn connect_within(
+    client: &redis::Client,
+    url: &str,
+    within: Duration,
+) -> Result<ConnectionManager, Failure> {
+    let give_up = Instant::now() + within;
+    let mut said = false;
+    loop {
+        let error = match redmutex::connect_client(client.clone()).await {
+            Ok(conn) => return Ok(conn),
+            Err(e) => e,
+        };
+        let left = give_up.saturating_duration_since(Instant::now());
+        if !error.is_transient() || left.is_zero() {
+            let mut failure = connect_failure(&error, url, &[url.to_owned()]);
+            if said {
+                failure.message = format!("{} (waited {within:?})", failure.message);
+            }
+            return Err(failure);
+        }
+        if !said {
+            let why = crate::redact::scrub(&error.to_string(), &[url.to_owned()]);
+            crate::output::say(&format!(
+                "waiting up to {within:?} for Redis at {}: {why}",
+                redact(url)
+            ));
+            said = true;
+        }
+        tokio::time::sleep(RETRY_CONNECT.min(left)).await;
+    }
+}
+
+/// How often a server that does not answer is asked again while it is waited for.
+const RETRY_CONNECT: Duration = Duration::from_millis(500);
 
 fn connect_failure(e: &redmutex::Error, url: &str, urls: &[String]) -> Failure {
     let mut failure = Failure::from_lock_error(e, urls);

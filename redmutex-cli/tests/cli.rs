@@ -426,29 +426,47 @@ fn oversized_input_is_refused_before_connecting() {
     }
 }
 
+/// A server that refuses connections is waited for --wait-redis (saying so), then 69; a
+/// wrong password is 69 at once (no wait can mend it), never echoing the password.
 #[test]
-fn unreachable_and_unauthorised_exit_69_quickly_without_echoing_passwords() {
+fn unreachable_after_wait_redis_and_unauthorised_at_once_exit_69_without_echoing_passwords() {
     let port = testkit::free_port();
     let started = Instant::now();
     let out = run(Command::new(env!("CARGO_BIN_EXE_redmutex")).args([
         "--redis",
         &format!("redis://127.0.0.1:{port}"),
+        "--wait-redis",
+        "1s",
         "exec",
         "k",
         "--",
         "true",
     ]));
     assert_eq!(code(&out), 69, "{}", stderr(&out));
-    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "--wait-redis is waited"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(
+        stderr(&out).contains(&format!(
+            "waiting up to 1s for Redis at redis://127.0.0.1:{port}"
+        )),
+        "{}",
+        stderr(&out)
+    );
 
     let server = RedisServer::spawn_with(ServerOptions {
         password: Some("right-horse".into()),
         ..ServerOptions::default()
     });
     let url = format!("redis://:battery-staple@127.0.0.1:{}", server.port());
+    let started = Instant::now();
     let out =
         run(Command::new(env!("CARGO_BIN_EXE_redmutex")).args(["--redis", &url, "inspect", "k"]));
     assert_eq!(code(&out), 69);
+    assert!(started.elapsed() < Duration::from_secs(5), "not waited for");
+    assert!(!stderr(&out).contains("waiting"), "{}", stderr(&out));
     assert!(!stderr(&out).contains("battery-staple"), "{}", stderr(&out));
     assert!(stderr(&out).contains("***"), "{}", stderr(&out));
 
@@ -2278,4 +2296,28 @@ fn waiting_processes_are_counted_by_inspect_and_list() {
         let out = run(redmutex(&server).args(["release", "--token", token, key]));
         assert_eq!(code(&out), 0, "{}", stderr(&out));
     }
+}
+
+/// One server restarting: an exec started while it is down waits for it (--wait-redis),
+/// saying so, and runs its command once it is back.
+#[test]
+fn an_exec_waits_for_a_restarting_server() {
+    let server = RedisServer::spawn();
+    server.kill();
+    let exec = redmutex(&server)
+        .args(["--wait-redis", "20s", "exec", "k", "--", "true"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    thread::sleep(ms(700));
+    server.restart();
+    let out = exec.wait_with_output().unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("waiting up to 20s for Redis"),
+        "{}",
+        stderr(&out)
+    );
 }
