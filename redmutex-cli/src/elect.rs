@@ -1,12 +1,15 @@
 //! `redmutex elect` (run a command while this process leads) and `redmutex leader` (who
 //! leads, once or as it changes).
 
+use std::time::Duration;
+
 use futures_util::StreamExt;
 use redmutex::{Connection, Leader, Locker};
 
 use crate::exec::{self, Job};
 use crate::exit::{self, Failure};
 use crate::output::outln;
+use crate::reach::Outage;
 use crate::{ElectArgs, LeaderArgs};
 
 /// Campaigns; while leading, runs the command (told its term in `REDMUTEX_FENCE`); stops it
@@ -51,6 +54,7 @@ pub async fn leader<C: Connection>(
     locker: &Locker<C>,
     args: LeaderArgs,
     urls: &[String],
+    wait_redis: Duration,
 ) -> Result<u8, Failure> {
     let failed = |e: redmutex::Error| Failure::from_lock_error(&e, urls);
     let election = locker.election(&args.key).map_err(failed)?;
@@ -60,14 +64,31 @@ pub async fn leader<C: Connection>(
         return Ok(0);
     }
     let mut changes = Box::pin(election.observe());
-    while let Some(change) = changes.next().await {
-        match change {
-            Ok(leader) => outln!("{}", line(&args, leader.as_ref()))?,
-            // A read that failed: said on stderr; the watch goes on.
-            Err(e) => crate::output::say(&format!("warning: {}", failed(e).message)),
+    let mut outage = Outage::new(wait_redis);
+    loop {
+        // During an outage, no change comes after its deadline: the watch ends then.
+        let next = match outage.deadline() {
+            Some(deadline) => tokio::time::timeout_at(deadline, changes.next()).await,
+            None => Ok(changes.next().await),
+        };
+        match next {
+            Ok(Some(Ok(leader))) => {
+                outage.answered();
+                outln!("{}", line(&args, leader.as_ref()))?;
+            }
+            // A read that failed: said on stderr; the watch goes on, through an outage
+            // shorter than --wait-redis.
+            Ok(Some(Err(e))) => {
+                let transient = e.is_transient();
+                outage.failed(failed(e), transient)?;
+            }
+            Ok(None) => return Ok(0),
+            Err(_) => {
+                let gone = Failure::new(exit::UNAVAILABLE, "no answer");
+                outage.failed(gone, true)?;
+            }
         }
     }
-    Ok(0)
 }
 
 /// One line for `leader`: `VALUE term N ttl Xms`, or `none`; with `--json` an object.

@@ -525,13 +525,13 @@ async fn run_command(cli: Cli, urls: &[String], access: &target::Access) -> Resu
     match command {
         Command::Exec(args) => exec::run(&locker, args, urls).await,
         Command::Elect(args) => elect::elect(&locker, args, urls).await,
-        Command::Leader(args) => elect::leader(&locker, args, urls).await,
+        Command::Leader(args) => elect::leader(&locker, args, urls, cli.wait_redis).await,
         Command::Acquire(args) => commands::acquire(&locker, args, urls).await,
         Command::Release(args) => commands::release(&locker, args, urls).await,
         Command::Refresh(args) => commands::refresh(&locker, args, urls).await,
         Command::Inspect(args) => commands::inspect(&locker, args, urls).await,
         Command::List(args) => ops::list(&locker, args, urls).await,
-        Command::Watch(args) => ops::watch(&locker, args, urls).await,
+        Command::Watch(args) => ops::watch(&locker, args, urls, cli.wait_redis).await,
         Command::Wait(args) => commands::wait(&locker, args, urls, cli.wait_redis).await,
         Command::Doctor(args) => commands::doctor(&locker, args, urls).await,
         Command::Demo(_) | Command::Completions(_) | Command::Man(_) => {

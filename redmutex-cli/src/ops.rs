@@ -13,6 +13,7 @@ use crate::describe;
 use crate::describe::printable;
 use crate::exit::{self, Failure};
 use crate::output::outln;
+use crate::reach::Outage;
 
 #[derive(Args, Debug)]
 pub struct ListArgs {
@@ -138,11 +139,23 @@ pub async fn watch<C: Connection>(
     locker: &Locker<C>,
     args: WatchArgs,
     urls: &[String],
+    wait_redis: Duration,
 ) -> Result<u8, Failure> {
-    let failed = |e: redmutex::Error| Failure::from_lock_error(&e, urls);
+    let failed = |e: &redmutex::Error| Failure::from_lock_error(e, urls);
     let mut last: Option<Option<Holding>> = None;
+    let mut outage = Outage::new(wait_redis);
     loop {
-        let now = locker.describe(&args.key).await.map_err(failed)?;
+        let now = match locker.describe(&args.key).await {
+            Ok(now) => now,
+            Err(e) => {
+                // Nothing is printed of a state nobody can read; the watch goes on for
+                // at most --wait-redis of failures.
+                outage.failed(failed(&e), e.is_transient())?;
+                tokio::time::sleep(POLL).await;
+                continue;
+            }
+        };
+        outage.answered();
         let holding = now.as_ref().map(Holding::of);
         if last.as_ref() != Some(&holding) {
             outln!("{}", watch_line(&args, now.as_ref()))?;

@@ -175,3 +175,58 @@ pub async fn bounded<T>(
         failure = reach.lost_for(urls) => Err(failure),
     }
 }
+
+/// A long-running read (`watch`, `leader --watch`) through outages of Redis: a read that
+/// fails starts (or continues) an outage, said once on stderr; one that lasts `within`
+/// (`--wait-redis`) without an answer ends the command with its last failure (69), rather
+/// than watching on blind.
+#[derive(Debug)]
+pub struct Outage {
+    within: Duration,
+    /// When the current outage began; `None` while Redis answers.
+    since: Option<Instant>,
+}
+
+impl Outage {
+    pub fn new(within: Duration) -> Outage {
+        Outage {
+            within,
+            since: None,
+        }
+    }
+
+    /// Redis answered: any outage is over.
+    pub fn answered(&mut self) {
+        self.since = None;
+    }
+
+    /// A read failed with `failure`: `Ok` while the outage is shorter than `within`, the
+    /// failure to exit with once it is not. A failure that waiting will not mend
+    /// (`transient` false: a permission, a wrong password) ends it at once.
+    pub fn failed(&mut self, failure: Failure, transient: bool) -> Result<(), Failure> {
+        if !transient {
+            return Err(failure);
+        }
+        let within = self.within;
+        let Some(since) = self.since else {
+            self.since = Some(Instant::now());
+            crate::output::say(&format!(
+                "Redis does not answer; waiting up to {within:?} for it: {}",
+                failure.message
+            ));
+            return Ok(());
+        };
+        if since.elapsed() < within {
+            return Ok(());
+        }
+        Err(Failure::new(
+            failure.code,
+            format!("Redis did not answer for {within:?}: {}", failure.message),
+        ))
+    }
+
+    /// When the current outage ends the command, if there is one.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.since.map(|since| since + self.within)
+    }
+}

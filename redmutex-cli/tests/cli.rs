@@ -1,6 +1,6 @@
 //! The real `redmutex` binary against test-kit servers.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -2320,4 +2320,58 @@ fn an_exec_waits_for_a_restarting_server() {
         "{}",
         stderr(&out)
     );
+}
+
+/// `watch` and `leader --watch` without Redis: they say so on stderr, print nothing of a
+/// state nobody can read, and exit 69 once --wait-redis has passed without an answer.
+#[test]
+fn watches_exit_69_once_redis_is_gone_for_wait_redis() {
+    let server = RedisServer::spawn();
+    for watch in [&["watch", "job"][..], &["leader", "--watch", "svc"][..]] {
+        server.restart();
+        let mut child = redmutex(&server)
+            .args(["--wait-redis", "1s"])
+            .args(watch)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let lines = lines_of(&mut child);
+        let first = next_line(&lines);
+        assert!(first.contains("free") || first == "none", "{watch:?}: {first}");
+        server.kill();
+        let killed = Instant::now();
+        let status = wait_child(&mut child, ms(15_000));
+        assert_eq!(status.code(), Some(69), "{watch:?}");
+        assert!(killed.elapsed() >= ms(1_000), "{watch:?}: waited --wait-redis");
+        let mut err = String::new();
+        child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        assert!(err.contains("waiting up to 1s"), "{watch:?}: {err}");
+        assert!(lines.try_recv().is_err(), "{watch:?}: nothing printed meanwhile");
+    }
+}
+
+/// An outage shorter than --wait-redis does not end a watch: it reads on once the server is
+/// back, and prints the next change.
+#[test]
+fn a_watch_goes_on_through_a_short_outage() {
+    let server = RedisServer::spawn();
+    let mut child = redmutex(&server)
+        .args(["--wait-redis", "30s", "watch", "job"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(&mut child);
+    assert!(next_line(&lines).contains("free"));
+    server.kill();
+    thread::sleep(ms(600));
+    server.restart();
+    let out = run(redmutex(&server).args(["acquire", "--ttl", "30s", "job"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(next_line(&lines).contains("job held by"), "the watch goes on");
+    child.kill().unwrap();
+    child.wait().unwrap();
 }
