@@ -18,9 +18,8 @@
 -- back within its TTL without anyone's help. Both keys expire together at '#until',
 -- never before the latest holder's expiry and moved on by UNTIL_SLACK_MS more (at most a
 -- TTL) when they must be, so that holders after it rarely pay for it, and brought back
--- when a refresh shortens the latest; they are deleted when the last permit goes (a
--- holder that left early leaves them until its expiry would have come): the limit is
--- agreed among the holders of the moment.
+-- when the latest holder leaves or a refresh shortens it; they are deleted when the last
+-- permit goes: the limit is agreed among the holders of the moment.
 --
 -- Waiting processes take turns by the key's line (helpers.lua), as a lock's do: a waiter's
 -- try that finds too few permits free puts its place in line — its member: the permits
@@ -505,24 +504,37 @@ end
 if left == 0 then
   return 0
 end
-local used = redis.call('hincrby', details, '#used', -left)
+state = counts_of(details)
+if not state or not state.limit then
+  -- The counts are gone (the details key evicted): only the holder's own member went.
+  -- The holders left are uncounted, so tries refuse the keys until they expire — never
+  -- admitting past a limit nobody knows any more.
+  return 0
+end
+local used = state.used - left
+state.used = used
+if used > 0 then
+  redis.call('hset', details, '#used', used)
+end
 -- Others still counted: a holder of them that crashed has expired unreclaimed when the
 -- earliest expiry is past (then its permits come back now, and the keys go with the
 -- last of them).
 local first = used > 0 and redis.call('zrange', holders, 0, 0, 'withscores') or {}
 local expired = first[2] ~= nil and not live_at(first[2], now)
 if used > 0 and stopped == 'empty' and not expired then
-  if redis.call('hexists', details, '#awaited') == 1 then
+  if key_expiry(expiry) + UNTIL_SLACK_MS >= state.till then
+    -- It was the latest to expire: the keys follow the latest expiry left, rather than
+    -- outlive the holders by as long as this one would have held (the check costs no
+    -- command: the counts read above say when the keys expire).
+    local last = redis.call('zrevrange', holders, 0, 0, 'withscores')
+    local at = key_expiry(last[2]) + UNTIL_SLACK_MS
+    if at < state.till then
+      expire_at(holders, details, state, at, true)
+    end
+  end
+  if state.awaited then
     redis.pcall('publish', holders, tostring(left))
   end
-  return 0
-end
-state = counts_of(details)
-if not state.limit then
-  -- The counts were gone (the details key evicted; the HINCRBY made a new one): only the
-  -- holder's own member went. The holders left are uncounted, so tries refuse the keys
-  -- until they expire — never admitting past a limit nobody knows any more.
-  redis.call('del', details)
   return 0
 end
 local freed = left

@@ -878,3 +878,29 @@ async fn a_shortened_refresh_brings_the_keys_expiry_back() {
     pool.release_with_token(&long).await.unwrap();
     assert_eq!(raw.dbsize().await, 0);
 }
+
+/// The latest holder giving its permits back early: the keys follow the latest expiry left
+/// (so that, the others crashing, the semaphore is gone when their permits are), rather than
+/// outlive every holder by as long as it would have held.
+#[tokio::test]
+async fn the_latest_holders_release_brings_the_keys_expiry_back() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let locker = Locker::new(multiplexed(&server).await);
+    let pool = locker.semaphore("pool", 3).unwrap();
+    let short = pool.acquire(1, ms(2_000)).await.unwrap().detach();
+    let long = pool.acquire(1, ms(600_000)).await.unwrap().detach();
+    assert!(raw.pttl("pool").await > 590_000);
+    pool.release_with_token(&long).await.unwrap();
+    for key in ["pool", "{pool}:permits"] {
+        let left = raw.pttl(key).await;
+        assert!(
+            (1_000..=2_300).contains(&left),
+            "{key}: {left} ms, the 2 s holder's"
+        );
+    }
+    // The short holder crashes (never released): both keys are gone with its permit.
+    drop(short);
+    assert!(raw.wait_until_gone("pool", ms(3_000)).await);
+    assert_eq!(raw.dbsize().await, 0);
+}
