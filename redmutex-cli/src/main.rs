@@ -113,6 +113,7 @@ enum Command {
     /// Run a command while this process leads an election; stop it if the leadership is
     /// lost (and campaign again with --again). The command gets its term in
     /// REDMUTEX_FENCE.
+    #[command(override_usage = ELECT_USAGE)]
     Elect(ElectArgs),
     /// Print an election's leader (value, term, TTL) or `none`; with --watch, one line per
     /// change.
@@ -136,6 +137,9 @@ const CONNECTION: &str = "Redis";
 /// `exec`'s two forms: flock's (one key, then the command), and several keys before `--`.
 const EXEC_USAGE: &str = "redmutex exec [OPTIONS] KEY COMMAND [ARGS]...
        redmutex exec [OPTIONS] KEY... -- COMMAND [ARGS]...";
+
+/// `elect`'s form: one key, then the command (after `--` too).
+const ELECT_USAGE: &str = "redmutex elect [OPTIONS] KEY [--] COMMAND [ARGS]...";
 
 /// How to take the lock: shared by `exec` and `acquire`.
 #[derive(Args, Debug)]
@@ -228,7 +232,7 @@ struct ExecArgs {
     /// The key, then the command and its arguments, as flock takes them; or several keys
     /// (all or nothing), `--`, then the command. Options go before the first key.
     #[arg(
-        value_name = "KEY [--] COMMAND",
+        value_names = ["KEY", "COMMAND"],
         required = true,
         num_args = 2..,
         trailing_var_arg = true,
@@ -245,7 +249,7 @@ struct ExecArgs {
     command: Vec<OsString>,
 }
 
-/// `exec`'s operands as keys and a command: before the first `--` the keys and after it the
+/// `exec`'s (and `elect`'s) operands as keys and a command: before the first `--` the keys and after it the
 /// command; without a `--`, as flock, the first operand is the key and the rest the command
 /// (whose own `--`, if it needs one, then follows a `--` of exec's). An operand in the
 /// keys that looks like an option was meant as one, and is refused with that said.
@@ -259,6 +263,19 @@ fn split_operands(operands: &[OsString]) -> Result<(Vec<String>, Vec<OsString>),
     }
     if command.is_empty() {
         return Err("no COMMAND to run".into());
+    }
+    // Without `--`, a "command" that looks like an option was meant as one (flock would
+    // try to run it): refused, with where options go said.
+    if keys.len() + command.len() == operands.len() {
+        if let Some(word) = command[0]
+            .to_str()
+            .filter(|w| w.len() > 1 && w.starts_with('-'))
+        {
+            return Err(format!(
+                "{word:?} after the KEY: options go before the KEY (a command that starts \
+                 with `-` goes after `--`)"
+            ));
+        }
     }
     let keys = keys
         .iter()
@@ -293,19 +310,24 @@ struct ElectArgs {
     #[arg(long, value_name = "DUR", default_value = "5s", value_parser = duration::parse)]
     grace: Duration,
 
-    /// The election's key.
-    #[arg(value_name = "KEY")]
-    key: String,
-
-    /// The command to run while leading, and its arguments (after `--`, or straight
-    /// after the key as for exec).
+    /// The election's key, then the command to run while leading and its arguments, as
+    /// `exec` takes them (straight after the key, or after `--`). Options go before the
+    /// key.
     #[arg(
-        value_name = "COMMAND",
+        value_names = ["KEY", "COMMAND"],
         required = true,
-        num_args = 1..,
+        num_args = 2..,
         trailing_var_arg = true,
         allow_hyphen_values = true
     )]
+    operands: Vec<OsString>,
+
+    /// The election's key (from the operands, see [`split_operands`]).
+    #[arg(skip)]
+    key: String,
+
+    /// The command to run while leading, and its arguments (from the operands).
+    #[arg(skip)]
     command: Vec<OsString>,
 }
 
@@ -439,18 +461,30 @@ fn main() -> ExitCode {
     }
 }
 
-/// `exec`'s keys and command from its operands (see [`split_operands`]), a usage error
-/// as clap's own when they do not split.
+/// `exec`'s keys and `elect`'s key, and their command, from their operands (see
+/// [`split_operands`]), a usage error as clap's own when they do not split.
 fn with_operands_split(mut cli: Cli) -> Result<Cli, clap::Error> {
-    if let Command::Exec(args) = &mut cli.command {
-        let (keys, command) = split_operands(&args.operands).map_err(|message| {
-            let mut exec = <Cli as clap::CommandFactory>::command();
-            let exec = exec
-                .find_subcommand_mut("exec")
-                .expect("exec is a subcommand");
-            exec.error(clap::error::ErrorKind::ValueValidation, message)
-        })?;
-        (args.keys, args.command) = (keys, command);
+    let usage_error = |subcommand: &str, message: String| {
+        let mut cli = <Cli as clap::CommandFactory>::command();
+        let subcommand = (cli.find_subcommand_mut(subcommand)).expect("a subcommand");
+        subcommand.error(clap::error::ErrorKind::ValueValidation, message)
+    };
+    match &mut cli.command {
+        Command::Exec(args) => {
+            let (keys, command) =
+                split_operands(&args.operands).map_err(|m| usage_error("exec", m))?;
+            (args.keys, args.command) = (keys, command);
+        }
+        Command::Elect(args) => {
+            let (mut keys, command) =
+                split_operands(&args.operands).map_err(|m| usage_error("elect", m))?;
+            if keys.len() != 1 {
+                let message = format!("one KEY, not {}: an election is one key", keys.len());
+                return Err(usage_error("elect", message));
+            }
+            (args.key, args.command) = (keys.remove(0), command);
+        }
+        _ => {}
     }
     Ok(cli)
 }

@@ -1919,22 +1919,47 @@ fn exec_takes_flocks_form_without_a_double_dash() {
     let out = run(redmutex(&server).args(["exec", "a", "b", "--", "sh", "-c", print, "x", "--"]));
     assert_eq!(stdout(&out), "a,b:--\n", "{}", stderr(&out));
     let refused = [
-        (&["exec", "report"][..], "KEY [--] COMMAND"),
+        (&["exec", "report"][..], "<KEY> <COMMAND>..."),
         (
             &["exec", "report", "--ttl", "5s", "--", "true"],
             "options go before the first KEY",
         ),
+        // An option after the key, without `--`: meant as one (flock would run it).
+        (
+            &["exec", "report", "--ttl", "5s", "true"],
+            "\"--ttl\" after the KEY: options go before the KEY",
+        ),
         (&["exec", "a", "b", "--"], "no COMMAND to run"),
-        (&["exec", "--", "true"], "KEY [--] COMMAND"),
+        (&["exec", "--", "true"], "<KEY> <COMMAND>..."),
+        // elect as exec: options before the key, and one key.
+        (
+            &["elect", "e", "--ttl", "5s", "true"],
+            "\"--ttl\" after the KEY: options go before the KEY",
+        ),
+        (&["elect", "a", "b", "--", "true"], "one KEY, not 2"),
     ];
     let keys_before = server.command(&["DBSIZE"]);
     for (args, says) in refused {
         let out = run(redmutex(&server).args(args));
         assert_eq!(code(&out), 64, "{args:?}: {}", stderr(&out));
         assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
-        assert!(stderr(&out).contains("redmutex exec [OPTIONS] KEY COMMAND [ARGS]..."));
+        let usage = match args[0] {
+            "exec" => "redmutex exec [OPTIONS] KEY COMMAND [ARGS]...",
+            _ => "redmutex elect [OPTIONS] KEY [--] COMMAND [ARGS]...",
+        };
+        assert!(stderr(&out).contains(usage), "{args:?}: {}", stderr(&out));
     }
     assert_eq!(server.command(&["DBSIZE"]), keys_before, "nothing taken");
+    // A command that starts with `-` goes after `--` (here none such exists: 127).
+    let out = run(redmutex(&server).args(["exec", "report", "--", "-x"]));
+    assert_eq!(code(&out), 127, "{}", stderr(&out));
+    let out = run(redmutex(&server).args(["elect", "e", "--", "sh", "-c", "echo led"]));
+    assert_eq!(
+        (code(&out), stdout(&out)),
+        (0, "led\n".into()),
+        "{}",
+        stderr(&out)
+    );
     let out = run(redmutex(&server).args(["elect", "e", "sh", "-c", "echo led $0", "-x"]));
     assert_eq!(
         (code(&out), stdout(&out)),
@@ -2339,16 +2364,30 @@ fn watches_exit_69_once_redis_is_gone_for_wait_redis() {
             .unwrap();
         let lines = lines_of(&mut child);
         let first = next_line(&lines);
-        assert!(first.contains("free") || first == "none", "{watch:?}: {first}");
+        assert!(
+            first.contains("free") || first == "none",
+            "{watch:?}: {first}"
+        );
         server.kill();
         let killed = Instant::now();
         let status = wait_child(&mut child, ms(15_000));
         assert_eq!(status.code(), Some(69), "{watch:?}");
-        assert!(killed.elapsed() >= ms(1_000), "{watch:?}: waited --wait-redis");
+        assert!(
+            killed.elapsed() >= ms(1_000),
+            "{watch:?}: waited --wait-redis"
+        );
         let mut err = String::new();
-        child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
         assert!(err.contains("waiting up to 1s"), "{watch:?}: {err}");
-        assert!(lines.try_recv().is_err(), "{watch:?}: nothing printed meanwhile");
+        assert!(
+            lines.try_recv().is_err(),
+            "{watch:?}: nothing printed meanwhile"
+        );
     }
 }
 
@@ -2371,7 +2410,10 @@ fn a_watch_goes_on_through_a_short_outage() {
     server.restart();
     let out = run(redmutex(&server).args(["acquire", "--ttl", "30s", "job"]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    assert!(next_line(&lines).contains("job held by"), "the watch goes on");
+    assert!(
+        next_line(&lines).contains("job held by"),
+        "the watch goes on"
+    );
     child.kill().unwrap();
     child.wait().unwrap();
 }
