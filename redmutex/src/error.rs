@@ -205,6 +205,10 @@ pub enum Argument {
     /// Replica confirmation settings: no replica, a timeout out of range, or a topology
     /// where it does not apply.
     Replication,
+    /// Guarded writes ([`Writes`](crate::Writes)): none, a command that cannot be sent, a
+    /// key outside the lock's hash slot on a cluster, or a topology where they do not
+    /// apply (Redlock).
+    Writes,
 }
 
 impl Error {
@@ -411,6 +415,7 @@ impl fmt::Display for Argument {
             Argument::Permits => "permits",
             Argument::Heartbeat => "heartbeat",
             Argument::Replication => "replication",
+            Argument::Writes => "writes",
         })
     }
 }

@@ -260,6 +260,7 @@ mod sentinel;
 pub mod simulation;
 mod splitmix;
 mod token;
+mod writes;
 
 pub use acl::acl_rule;
 pub use args::{
@@ -301,3 +302,4 @@ pub use quorum::{NodeError, NodeFailure, QuorumFailure, QuorumSettings};
 #[cfg(feature = "sentinel")]
 pub use sentinel::{connect_sentinel, SentinelConnection};
 pub use token::{Token, TOKEN_LEN};
+pub use writes::Writes;

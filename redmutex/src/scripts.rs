@@ -28,6 +28,7 @@ use redis::{
 use crate::args::Keys;
 use crate::error::InvalidArgument;
 use crate::token::Token;
+use crate::writes::Writes;
 
 /// Runs an idempotent request once more if the first try found the connection broken
 /// (e.g. the server restarted since the last request): a [`ConnectionManager`] reconnects
@@ -417,6 +418,34 @@ pub(crate) trait Claim: Send + Sync + 'static {
         })
     }
 
+    /// Runs `writes` in one call with the check that this owner holds the claim (the
+    /// primitive's `guarded` operation): `None` when it does not (nothing ran), otherwise
+    /// each command's reply, in order.
+    fn write_if_held<'a>(
+        &'a self,
+        conn: Conn<'a>,
+        token: &'a Token,
+        writes: &'a Writes,
+    ) -> Call<'a, Option<Vec<Value>>> {
+        let mut call = self.operations().guarded.script().prepare_invoke();
+        let mut own_keys = 0;
+        self.script_keys(false, &mut |key| {
+            call.key(key);
+            own_keys += 1;
+        });
+        writes.keys().for_each(|key| {
+            call.key(key);
+        });
+        call.arg(token.as_bytes()).arg(own_keys);
+        writes.args().iter().for_each(|word| {
+            call.arg(&word[..]);
+        });
+        Box::pin(async move {
+            let reply: Vec<Value> = call.invoke_async(&mut Node(conn)).await?;
+            guarded_reply(reply)
+        })
+    }
+
     /// Redlock's second step for fences: raises the counters to `fence` where lower, if
     /// this owner holds the claim on the node. Returns whether it did.
     fn raise_fence<'a>(&'a self, conn: Conn<'a>, raise: Raise<'a>) -> Call<'a, bool> {
@@ -451,6 +480,7 @@ pub(crate) struct Operations {
     pub(crate) fence: &'static LazyLock<Operation>,
     pub(crate) raise_fence: &'static LazyLock<Operation>,
     pub(crate) renew: &'static LazyLock<Operation>,
+    pub(crate) guarded: &'static LazyLock<Operation>,
 }
 
 /// A change made to a held claim by one owner-checked script call — a writer becoming a
@@ -495,6 +525,17 @@ impl<K: Claim> Claim for Change<K> {
             Ok(done == 1)
         })
     }
+}
+
+/// A `guarded` operation's reply: `{ 0 }` not held, `{ 1, replies }` the commands' replies.
+fn guarded_reply(reply: Vec<Value>) -> RedisResult<Option<Vec<Value>>> {
+    let mut reply = reply.into_iter();
+    let held: i64 = redis::from_redis_value(reply.next().unwrap_or(Value::Nil))?;
+    if held != 1 {
+        return Ok(None);
+    }
+    let replies = reply.next().unwrap_or(Value::Array(Vec::new()));
+    Ok(Some(redis::from_redis_value(replies)?))
 }
 
 /// What one acquire try sends: the same for every node.

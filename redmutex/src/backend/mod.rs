@@ -11,7 +11,7 @@ mod single;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{RedisError, ScriptInvocation};
+use redis::{RedisError, ScriptInvocation, Value};
 use tokio::time::Instant;
 
 use crate::connection::Connection;
@@ -19,6 +19,7 @@ use crate::error::{Argument, Error};
 use crate::quorum::{Drift, QuorumSettings};
 use crate::scripts::{Claim, ObtainTry};
 use crate::token::Token;
+use crate::writes::Writes;
 use common::{Attempt, Renewal, View};
 use redlock::Quorum;
 use replication::Replication;
@@ -251,6 +252,26 @@ impl<C: Connection> Backend<C> {
             Backend::Quorum(quorum) => {
                 (quorum.fence(claim, token, ttl, retention_ms, valid_until)).await
             }
+        }
+    }
+
+    /// Runs `writes` only if this owner holds the claim, the check and the commands in
+    /// one call on the one server that decides. Refused on Redlock: the claim lives on
+    /// several independent servers, and the data the commands write would live on one,
+    /// checked by a single node's say.
+    pub(crate) async fn write_if_held(
+        &self,
+        claim: &dyn Claim,
+        token: &Token,
+        writes: &Writes,
+    ) -> Result<Vec<Value>, Error> {
+        match self {
+            Backend::Single(single) => single.write_if_held(claim, token, writes).await,
+            Backend::Quorum(_) => Err(Error::invalid(
+                Argument::Writes,
+                "guarded writes need the lock and the data on one server: a Redlock lock \
+                 lives on several, and no single node may say it is held",
+            )),
         }
     }
 

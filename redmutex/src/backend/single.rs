@@ -18,6 +18,7 @@ use crate::error::Error;
 use crate::quorum::Drift;
 use crate::scripts::{idempotent, Claim, Obtain, ObtainTry, Remaining};
 use crate::token::Token;
+use crate::writes::Writes;
 
 /// One server (or a cluster connection).
 #[derive(Clone)]
@@ -269,6 +270,22 @@ impl<C: Connection> Single<C> {
         match idempotent!(claim.fence(&mut conn, token, retention_ms))? {
             // A fence the replicas do not have could be handed out again after a failover.
             Some(fence) => self.confirm(&mut conn, None).await.map(|()| fence),
+            None => Err(Error::NotHeld),
+        }
+    }
+
+    /// Runs `writes` if this owner holds the claim, checked in the same call; sent once
+    /// (the commands need not be safe to repeat). Where the locker confirms writes on
+    /// replicas, the commands' writes are confirmed as a claim's are.
+    pub(crate) async fn write_if_held(
+        &self,
+        claim: &dyn Claim,
+        token: &Token,
+        writes: &Writes,
+    ) -> Result<Vec<Value>, Error> {
+        let mut conn = self.conn.clone();
+        match claim.write_if_held(&mut conn, token, writes).await? {
+            Some(replies) => self.confirm(&mut conn, None).await.map(|()| replies),
             None => Err(Error::NotHeld),
         }
     }

@@ -12,8 +12,10 @@ use crate::connection::Connection;
 use crate::engine::context::Context;
 use crate::engine::meter::HeldMark;
 use crate::error::{Argument, Error};
+use crate::fence;
 use crate::scripts::Claim;
 use crate::token::Token;
+use crate::writes::Writes;
 
 /// A lock held in Redis: one or more keys that hold this owner's [`Token`] — or, as a
 /// [`Permit`](crate::Permit), permits of a [`Semaphore`](crate::Semaphore). `P` says what is
@@ -413,6 +415,75 @@ impl<C: Connection, P> Lock<C, P> {
             (self.context).waiters_held_until(&*self.claim, self.valid_until);
         }
         outcome
+    }
+
+    /// Runs `writes` in Redis only if this owner still holds the lock: the ownership check
+    /// and the commands in one script call, atomically — nothing is written once the lock
+    /// expired (its holder paused past its TTL, say) or another owner took it, where a
+    /// plain write sent then would land. For state kept in Redis itself this closes the
+    /// process-pause problem without fences (see [`safety`](crate::safety), "Guarded
+    /// writes"). Sent once, never repeated: the commands need not be safe to repeat.
+    ///
+    /// Returns each command's reply, in order, as redis-rs reads it; a command that fails
+    /// answers [`redis::Value::ServerError`] and the others still run (those before it stay
+    /// done, as in `MULTI`/`EXEC`). Where the locker confirms writes on replicas
+    /// ([`Locker::with_replication`](crate::Locker::with_replication)), they are confirmed
+    /// as a refresh is.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when this owner no longer holds the lock (nothing ran);
+    /// [`Error::InvalidArgument`] ([`Argument::Writes`]), before anything is sent, for no
+    /// command, a command [`Writes::add`](crate::Writes::add) could not take, on a cluster
+    /// a key outside the lock's hash slot (a script runs on one node), and on Redlock
+    /// (the lock lives on several servers, the data on one); [`Error::Redis`] when Redis
+    /// could not be reached — the commands may or may not have run;
+    /// [`Error::NotReplicated`] when they ran but the replicas did not confirm them.
+    ///
+    /// # Cancel safety
+    /// If cancelled, the commands may or may not have run (all of them, or none: the check
+    /// and the commands are one call).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let lock = locker.acquire("job:7", Duration::from_secs(10)).await?;
+    /// let mut writes = redmutex::Writes::new();
+    /// writes
+    ///     .add(redis::cmd("SET").arg("job:7:state").arg("done"), ["job:7:state"])
+    ///     .add(redis::cmd("INCR").arg("jobs:done"), ["jobs:done"]);
+    /// let replies = lock.write_if_held(&writes).await?;
+    /// assert_eq!(replies[1], redis::Value::Int(1));
+    /// // Paused past its TTL, the holder lost the lock: its late writes land nowhere.
+    /// tokio::time::sleep(Duration::from_secs(11)).await;
+    /// assert!(lock.write_if_held(&writes).await.unwrap_err().is_not_held());
+    /// # Ok(()) }
+    /// ```
+    pub async fn write_if_held(&self, writes: &Writes) -> Result<Vec<redis::Value>, Error> {
+        writes.check()?;
+        let backend = &self.context.backend;
+        if backend.is_cluster() {
+            let slot = fence::hash_slot(self.claim.keys().get(0).unwrap_or_default());
+            if let Some(key) = writes.keys().find(|key| fence::hash_slot(key) != slot) {
+                return Err(Error::invalid(
+                    Argument::Writes,
+                    format!(
+                        "{:?} is not in the lock's hash slot {slot}: a script runs on one node \
+                         (give the keys the lock key's hash tag)",
+                        String::from_utf8_lossy(key)
+                    ),
+                ));
+            }
+        }
+        let span = tracing::debug_span!(
+            "redmutex.write_if_held",
+            lock.kind = self.claim.kind(),
+            writes = writes.len()
+        );
+        (backend.write_if_held(&*self.claim, &self.token, writes))
+            .instrument(span)
+            .await
     }
 
     /// Deletes every key that still holds this owner's token (Redlock: on every node; done

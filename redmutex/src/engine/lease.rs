@@ -17,6 +17,7 @@ use crate::engine::renewer::{Entry, Registration};
 use crate::error::{Argument, Error};
 use crate::quorum::{Drift, QuorumSettings};
 use crate::token::Token;
+use crate::writes::Writes;
 
 /// Keep-alive settings for [`Lock::keep_alive_with`].
 ///
@@ -377,6 +378,37 @@ impl<C: Connection, P> Lease<C, P> {
             return Err(Error::NotHeld);
         }
         self.lock().fence_within(self.valid_until()).await
+    }
+
+    /// Runs `writes` in Redis only if this owner still holds the lock, as
+    /// [`Lock::write_if_held`] does; a lease already known to be lost sends nothing.
+    ///
+    /// # Errors
+    /// As [`Lock::write_if_held`].
+    ///
+    /// # Cancel safety
+    /// As [`Lock::write_if_held`]: the commands may or may not have run.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let lease = locker.acquire("report", Duration::from_secs(3)).await?.keep_alive()?;
+    /// let mut writes = redmutex::Writes::new();
+    /// writes.add(redis::cmd("SET").arg("report:status").arg("sent"), ["report:status"]);
+    /// tokio::time::sleep(Duration::from_secs(60)).await; // renewed meanwhile
+    /// lease.write_if_held(&writes).await?;
+    /// locker.connection().take_over("report", Duration::from_secs(60)); // another owner
+    /// assert!(lease.write_if_held(&writes).await.unwrap_err().is_not_held());
+    /// # Ok(()) }
+    /// ```
+    pub async fn write_if_held(&self, writes: &Writes) -> Result<Vec<redis::Value>, Error> {
+        writes.check()?;
+        if self.is_lost() {
+            return Err(Error::NotHeld);
+        }
+        self.lock().write_if_held(writes).await
     }
 
     /// The fence, if it was taken already (see [`Lock::fence_if_taken`]).

@@ -310,6 +310,7 @@ impl Keyspace {
             "get" => self.get(&name, args, now_ms),
             "set" => self.set(args, now_ms),
             "setrange" => self.setrange(&name, args, now_ms),
+            "incr" | "incrby" => self.incrby(&name, args, now_ms),
             "del" | "unlink" => self.del(&name, args, now_ms),
             "exists" => self.exists(&name, args, now_ms),
             "type" => self.type_of(&name, args, now_ms),
@@ -380,6 +381,33 @@ impl Keyspace {
             (false, true) => Ok(Reply::Nil),
             (false, false) => Ok(Reply::Status("OK")),
         }
+    }
+
+    /// INCR and INCRBY: the integer at a string key moved by the step (a missing key is 0),
+    /// its expiry kept.
+    fn incrby(&mut self, name: &str, args: &[Vec<u8>], now_ms: u64) -> Outcome {
+        let (key, step) = match (name, args) {
+            ("incr", [key]) => (key, 1),
+            ("incrby", [key, step]) => (key, parse_int(step)?),
+            _ => return Err(CommandError::arity(name)),
+        };
+        let (current, expires_at_ms) = match self.live(key, now_ms) {
+            None => (0, None),
+            Some(Entry {
+                data: Data::String(value),
+                expires_at_ms,
+            }) => (parse_int(value)?, *expires_at_ms),
+            Some(_) => return Err(CommandError::wrong_type()),
+        };
+        let next = current
+            .checked_add(step)
+            .ok_or_else(|| CommandError::err("increment or decrement would overflow"))?;
+        let entry = Entry {
+            data: Data::String(next.to_string().into_bytes()),
+            expires_at_ms,
+        };
+        self.put(key, entry);
+        Ok(Reply::Int(next))
     }
 
     fn setrange(&mut self, name: &str, args: &[Vec<u8>], now_ms: u64) -> Outcome {

@@ -27,6 +27,7 @@ use crate::scripts::{
     operations, send_notice, Call, Change, Claim, Conn, Obtain, ObtainTry, Operations,
 };
 use crate::token::Token;
+use crate::writes::Writes;
 
 operations!(
     "primitives/election.lua";
@@ -659,6 +660,34 @@ impl<C: Connection> Leadership<C> {
     /// ```
     pub async fn resign(self) -> Result<(), Error> {
         self.lease.release().await
+    }
+
+    /// Runs `writes` in Redis only while this candidate leads — "write only while I lead" —
+    /// the check and the commands in one call (see [`Lock::write_if_held`](crate::Lock::write_if_held)): a deposed
+    /// leader's late writes land nowhere.
+    ///
+    /// # Errors
+    /// As [`Lock::write_if_held`](crate::Lock::write_if_held): [`Error::NotHeld`] once the leadership is lost (nothing
+    /// ran).
+    ///
+    /// # Cancel safety
+    /// As [`Lock::write_if_held`](crate::Lock::write_if_held): the commands may or may not have run.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let leadership = locker.election("scheduler")?.campaign("host-7").await?;
+    /// let mut writes = redmutex::Writes::new();
+    /// writes.add(redis::cmd("SET").arg("schedule:next").arg("03:00"), ["schedule:next"]);
+    /// leadership.write_if_held(&writes).await?;
+    /// locker.connection().take_over("scheduler", Duration::from_secs(60)); // deposed
+    /// assert!(leadership.write_if_held(&writes).await.unwrap_err().is_not_held());
+    /// # Ok(()) }
+    /// ```
+    pub async fn write_if_held(&self, writes: &Writes) -> Result<Vec<redis::Value>, Error> {
+        self.lease.write_if_held(writes).await
     }
 
     /// Waits until the leadership is lost, and says why (see [`Lease::lost`]).

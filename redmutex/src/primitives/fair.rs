@@ -303,6 +303,7 @@ static OPERATIONS: Operations = Operations {
     fence: &mutex::FENCE,
     raise_fence: &mutex::RAISE_FENCE,
     renew: &mutex::RENEW,
+    guarded: &mutex::GUARDED,
 };
 
 impl Claim for FairKey {

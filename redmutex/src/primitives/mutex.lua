@@ -291,6 +291,19 @@ for _, key in ipairs(KEYS) do
 end
 return least
 
+--- op: guarded
+-- the caller's commands, run only while this owner holds every lock key (a lock, a fair
+-- lock's holder, a writer, a leader).
+-- KEYS:    the lock keys (ARGV[2] of them), then the keys the commands touch.
+-- ARGV[1]: the owner's token.  ARGV[2]: the number of lock keys.
+-- ARGV[3…]: the commands (see run_guarded in helpers.lua).
+-- Returns: { 0 } when some key is not held by this owner (nothing ran); otherwise
+--          { 1, replies } (see run_guarded).
+if not holds(1, tonumber(ARGV[2]), ARGV[1]) then
+  return { 0 }
+end
+return { 1, run_guarded(3) }
+
 --- op: inspect
 -- what a key holds, and the latest fence handed out for it, read by anyone, atomically.
 -- KEYS[1]: the key.  KEYS[2]: its fence counter.

@@ -30,6 +30,7 @@ operations!(
     AWAIT = "await",
     FENCE = "fence",
     RAISE_FENCE = "raise_fence",
+    GUARDED = "guarded",
 );
 
 /// The `await` call for one key (with the prefix): marks its holder as awaited when `mark`
@@ -62,6 +63,7 @@ static OPERATIONS: Operations = Operations {
     fence: &FENCE,
     raise_fence: &RAISE_FENCE,
     renew: &RENEW,
+    guarded: &GUARDED,
 };
 
 /// The release's third argument: undo a quorum's failed try (see `mutex.lua`).

@@ -435,6 +435,17 @@ if score == false or not live_at(score, now) then
 end
 return tonumber(score) - now
 
+--- op: guarded_read
+-- the caller's commands, run only while the reader ARGV[1] reads.
+-- KEYS:    the lock key, the details (ARGV[2] = 2 of them), then the keys the commands
+--          touch.
+-- ARGV[1]: the token.  ARGV[3…]: the commands (see run_guarded in helpers.lua).
+-- Returns: { 0 } when it does not read (nothing ran); otherwise { 1, replies }.
+if holder_kind(KEYS[1], KEYS[2]) ~= 'readers' or not reading(KEYS[1], ARGV[1], now_ms()) then
+  return { 0 }
+end
+return { 1, run_guarded(3) }
+
 --- op: fence_read
 -- 'fence_read': the fence a reader sees (see current_fence).
 -- KEYS:    the lock key, the details, the fence counter.  ARGV[1]: the token.

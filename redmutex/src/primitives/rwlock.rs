@@ -37,6 +37,7 @@ operations!(
     TTL_READ = "ttl_read",
     FENCE_READ = "fence_read",
     RAISE_FENCE_READ = "raise_fence_read",
+    GUARDED_READ = "guarded_read",
     INSPECT = "inspect",
 );
 
@@ -409,6 +410,7 @@ static READ_OPERATIONS: Operations = Operations {
     fence: &FENCE_READ,
     raise_fence: &RAISE_FENCE_READ,
     renew: &RENEW_READ,
+    guarded: &GUARDED_READ,
 };
 
 /// Taking the key and leaving are the read-write lock's; the rest is the mutex's, on the
@@ -420,6 +422,7 @@ static WRITE_OPERATIONS: Operations = Operations {
     fence: &mutex::FENCE,
     raise_fence: &mutex::RAISE_FENCE,
     renew: &mutex::RENEW,
+    guarded: &mutex::GUARDED,
 };
 
 impl Claim for ReadKey {

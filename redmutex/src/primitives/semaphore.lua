@@ -574,6 +574,16 @@ if not expiry then
 end
 return expiry - now
 
+--- op: guarded
+-- the caller's commands, run only while the holder ARGV[1] holds its permits.
+-- KEYS:    holders, details (ARGV[2] = 2 of them), then the keys the commands touch.
+-- ARGV[1]: the token.  ARGV[3…]: the commands (see run_guarded in helpers.lua).
+-- Returns: { 0 } when it holds none (nothing ran); otherwise { 1, replies }.
+if not expiry_of(KEYS[1], ARGV[1], now_ms()) then
+  return { 0 }
+end
+return { 1, run_guarded(3) }
+
 --- op: fence
 -- 'fence': the fence of permits taken without one.
 -- KEYS:    holders, details, the fence counter.  ARGV[1]: the token.  ARGV[2]: retention.

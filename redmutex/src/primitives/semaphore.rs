@@ -31,6 +31,7 @@ operations!(
     INSPECT = "inspect",
     FENCE = "fence",
     RAISE_FENCE = "raise_fence",
+    GUARDED = "guarded",
 );
 
 /// The largest limit a semaphore may have.
@@ -395,6 +396,7 @@ static OPERATIONS: Operations = Operations {
     fence: &FENCE,
     raise_fence: &RAISE_FENCE,
     renew: &RENEW,
+    guarded: &GUARDED,
 };
 
 impl Claim for Permits {

@@ -340,3 +340,19 @@ local function read_key(key, counter)
   end
   return { ttl, kind, fence, false }
 end
+
+-- The caller's commands of a guarded write, run in order once the operation checked that
+-- its owner holds the claim (see each primitive's `guarded`): ARGV from `from` on holds, per
+-- command, its number of words and then the words. Their replies, in order: a command
+-- that fails answers its error and the rest still run (the commands before it stay done,
+-- as in MULTI/EXEC); a nil reply is false.
+local function run_guarded(from)
+  local replies = {}
+  local a = from
+  while a <= #ARGV do
+    local words = tonumber(ARGV[a])
+    replies[#replies + 1] = redis.pcall(unpack(ARGV, a + 1, a + words))
+    a = a + words + 1
+  end
+  return replies
+end
