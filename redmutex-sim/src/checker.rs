@@ -15,6 +15,7 @@
 //! | `lost-late` | 3: a kept-alive lease is told "lost" before its validity ends |
 //! | `ttl`, `left-behind` | 5: every key has a TTL; nothing but fence counters outlives its holders |
 //! | `quorum` | Networks: on Redlock, a try fails for want of a node only if something hindered that node (frozen, down, restarting, its link slowed or cut, the process paused): a quorum of healthy nodes is enough |
+//! | `guarded` | 12: a holder's guarded write that ran finds its own mark once it wrote one (no other holder's write landed between two of its own), and a late holder's lands only while it still holds |
 //! | `liveness` | 8, 9, principle 12: once faults stop, a waiter with wake-up is served within [`SERVED_WITHIN`] of its name being free |
 //!
 //! A holder is vouched for only while the conditions hold: a breach (a server restarted
@@ -25,7 +26,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::history::{Attempt, History, Observation, Section};
+use crate::history::{Attempt, GuardedWrite, History, Observation, Section};
 use crate::plan::{Fault, Plan, Primitive, Topology};
 
 /// How soon a waiter with wake-up must get a name that became free, once the run is
@@ -97,6 +98,7 @@ pub fn check(plan: &Plan, history: &History) -> Vec<Violation> {
     fair_order(plan, history, &mut found);
     observations(history, &mut found);
     healthy_nodes_answer(plan, history, &mut found);
+    guarded(history, &mut found);
     liveness(plan, history, &mut found);
     found.sort_by_key(|v| v.at);
     // A run whose clients spun without time passing was stopped there: what came after
@@ -124,6 +126,45 @@ fn describe(s: &Section) -> String {
             None => String::new(),
         }
     )
+}
+
+/// Guarded writes (claim 12): once a holder's guarded write ran, every later one of the
+/// same section that ran must find the holder's own mark — another holder's write landed
+/// between them otherwise, through a lock that was not its own any more — unless data was
+/// lost meanwhile (a breach: a restart, an eviction, a failover). A forced release is no
+/// excuse: the check is the server's, at the moment of the write.
+fn guarded(history: &History, found: &mut Vec<Violation>) {
+    let mut first_landed: Vec<Option<&GuardedWrite>> = vec![None; history.sections.len()];
+    let mut writes: Vec<&GuardedWrite> = history.guarded.iter().filter(|w| w.landed).collect();
+    writes.sort_by_key(|w| w.sent);
+    for write in writes {
+        let Some(first) = first_landed[write.section] else {
+            first_landed[write.section] = Some(write);
+            continue;
+        };
+        let lost_data = || {
+            (history.breaches.iter()).any(|b| {
+                !b.what.contains("forcing a release")
+                    && b.until >= first.sent
+                    && b.at <= write.answered
+                    && b.name.as_deref().is_none_or(|n| n.contains(write.name))
+            })
+        };
+        if write.found != Some(write.section) && !lost_data() {
+            found.push(Violation {
+                rule: "guarded",
+                at: write.answered,
+                text: format!(
+                    "a guarded write of {} found {:?} where its own mark s{} was: another \
+                     holder wrote between two of its writes ({})",
+                    write.name,
+                    write.found.map(|s| describe(&history.sections[s])),
+                    write.section,
+                    describe(&history.sections[write.section]),
+                ),
+            });
+        }
+    }
 }
 
 /// Whether a breach of the conditions touched `name` between `from` and `to`.

@@ -155,6 +155,24 @@ pub struct Breach {
     pub failover: bool,
 }
 
+/// One guarded write of an exclusive holder: in one call, only while it holds, it read
+/// the name's data key and wrote its own mark there.
+#[derive(Clone, Debug)]
+pub struct GuardedWrite {
+    /// The section (its index in [`History::sections`]) whose holder wrote: its mark.
+    pub section: usize,
+    /// The name whose data key it wrote.
+    pub name: &'static str,
+    /// When it was sent.
+    pub sent: Duration,
+    /// When it answered.
+    pub answered: Duration,
+    /// It ran (the holder held); otherwise it was refused as not held.
+    pub landed: bool,
+    /// The mark it found there before writing its own (a section's index), if any.
+    pub found: Option<usize>,
+}
+
 /// One sample of what the servers hold, per name: whether an acquire of each primitive
 /// could succeed now.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -201,6 +219,8 @@ pub struct History {
     pub cuts: Vec<(Duration, usize, usize)>,
     /// Writes the fenced store accepted and refused.
     pub writes: (u64, u64),
+    /// Every guarded write (`write_if_held`) that answered.
+    pub guarded: Vec<GuardedWrite>,
     /// The fenced store: per name, the highest fence it accepted.
     pub highest: Vec<(&'static str, u64)>,
 }

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use redmutex::{retry, Acquire, Error, KeepAlive, Lock, Locker};
+use redmutex::{retry, Acquire, Error, KeepAlive, Lock, Locker, Writes};
 
-use crate::history::{Attempt, FailedTry, Observation, Section, Watch};
+use crate::history::{Attempt, FailedTry, GuardedWrite, Observation, Section, Watch};
 use crate::net::{precise_sleep_until, SimConn};
 use crate::plan::{Primitive, Role, Style, TaskPlan};
 use crate::rng::Rng;
@@ -326,6 +326,67 @@ impl Task {
         }
     }
 
+    /// The guarded write of section `section`'s holder, if it makes one: an exclusive
+    /// holder on a topology where one server decides (Redlock refuses guarded writes)
+    /// reads the name's data key and puts its own mark there, in one call, only while it
+    /// holds. The checker then asks that nobody else's mark came between two of its own.
+    fn guarded_writes(&self, primitive: Primitive, section: usize) -> Option<Writes> {
+        if !primitive.exclusive() || self.locker.quorum_settings().is_some() {
+            return None;
+        }
+        let data = format!("data:{}", self.name());
+        let mut writes = Writes::new();
+        writes.add(redis::cmd("GET").arg(&data), [&data]).add(
+            redis::cmd("SET")
+                .arg(&data)
+                .arg(section)
+                .arg("PX")
+                .arg(60_000),
+            [&data],
+        );
+        Some(writes)
+    }
+
+    /// Makes the holder's guarded write (see [`Task::guarded_writes`]) through `write`
+    /// (its lock's or lease's `write_if_held`), and records what became of it.
+    async fn write_guarded<F, Fut>(&self, primitive: Primitive, section: usize, write: F)
+    where
+        F: FnOnce(Writes) -> Fut,
+        Fut: std::future::Future<Output = Result<Vec<redis::Value>, Error>>,
+    {
+        let Some(writes) = self.guarded_writes(primitive, section) else {
+            return;
+        };
+        let sent = self.world.now();
+        let outcome = write(writes).await;
+        let answered = self.world.now();
+        self.world
+            .note(|| format!("t{}: guarded write: {outcome:?}", self.index));
+        let (landed, found) = match outcome {
+            Ok(replies) => {
+                let found = match replies.first() {
+                    Some(redis::Value::BulkString(mark)) => {
+                        std::str::from_utf8(mark).ok().and_then(|m| m.parse().ok())
+                    }
+                    _ => None,
+                };
+                (true, found)
+            }
+            Err(e) if e.is_not_held() => (false, None),
+            // Unknown (the network): whether it ran, nobody can say.
+            Err(_) => return,
+        };
+        let name = self.name();
+        self.world.history().guarded.push(GuardedWrite {
+            section,
+            name,
+            sent,
+            answered,
+            landed,
+            found,
+        });
+    }
+
     /// The holder lets go now: from here on a rival may get in, whenever the release
     /// reaches the server — and whether or not the task lives to see its answer.
     fn releasing(&self, section: usize) -> Duration {
@@ -397,6 +458,11 @@ impl Task {
                         break;
                     }
                     self.act(section, lock.valid_until(), fence);
+                    let held = &lock;
+                    (self.write_guarded(primitive, section, |w| async move {
+                        held.write_if_held(&w).await
+                    }))
+                    .await;
                 }
                 let at = self.releasing(section);
                 let outcome = lock.release().await;
@@ -407,6 +473,13 @@ impl Task {
                 tokio::time::sleep(work).await;
                 self.gate().await;
                 self.act(section, lock.valid_until(), fence);
+                // Late or not, as it writes with its fence: the server refuses it when
+                // the lock is gone.
+                let held = &lock;
+                (self.write_guarded(primitive, section, |w| async move {
+                    held.write_if_held(&w).await
+                }))
+                .await;
                 let at = self.releasing(section);
                 let outcome = lock.release().await;
                 self.released(section, at, &outcome);
@@ -497,6 +570,11 @@ impl Task {
                         break;
                     }
                     self.act(section, lease.valid_until(), fence);
+                    let held = &lease;
+                    (self.write_guarded(primitive, section, |w| async move {
+                        held.write_if_held(&w).await
+                    }))
+                    .await;
                     if now >= until || self.over() {
                         break;
                     }

@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::{
-    Cmd, ErrorKind, FromRedisValue, Pipeline, RedisFuture, RedisResult, Script, ScriptInvocation,
-    ServerErrorKind, Value,
+    Cmd, ErrorKind, FromRedisValue, Pipeline, RedisError, RedisFuture, RedisResult, Script,
+    ScriptInvocation, ServerErrorKind, Value,
 };
 
 use crate::args::Keys;
@@ -441,7 +441,7 @@ pub(crate) trait Claim: Send + Sync + 'static {
             call.arg(&word[..]);
         });
         Box::pin(async move {
-            let reply: Vec<Value> = call.invoke_async(&mut Node(conn)).await?;
+            let reply: Value = call.invoke_async(&mut Node(conn)).await?;
             guarded_reply(reply)
         })
     }
@@ -527,15 +527,46 @@ impl<K: Claim> Claim for Change<K> {
     }
 }
 
-/// A `guarded` operation's reply: `{ 0 }` not held, `{ 1, replies }` the commands' replies.
-fn guarded_reply(reply: Vec<Value>) -> RedisResult<Option<Vec<Value>>> {
-    let mut reply = reply.into_iter();
-    let held: i64 = redis::from_redis_value(reply.next().unwrap_or(Value::Nil))?;
-    if held != 1 {
-        return Ok(None);
+/// A `guarded` operation's reply: `{ 0 }` not held, `{ 1, replies }` the commands' replies,
+/// taken as they are (a command's error among them is its reply, not the call's failure).
+fn guarded_reply(reply: Value) -> RedisResult<Option<Vec<Value>>> {
+    let malformed = || {
+        RedisError::from((
+            ErrorKind::Parse,
+            "a guarded write's reply is { 0 } or { 1, replies }",
+        ))
+    };
+    let Value::Array(mut parts) = reply else {
+        return Err(malformed());
+    };
+    match (parts.first(), parts.len()) {
+        (Some(Value::Int(0)), 1) => Ok(None),
+        (Some(Value::Int(1)), 2) => match parts.pop() {
+            Some(Value::Array(replies)) => replies.into_iter().map(command_reply).collect(),
+            _ => Err(malformed()),
+        }
+        .map(Some),
+        _ => Err(malformed()),
     }
-    let replies = reply.next().unwrap_or(Value::Array(Vec::new()));
-    Ok(Some(redis::from_redis_value(replies)?))
+}
+
+/// One command's reply in a guarded write: `{ 1, reply }`, or `{ 0, message }` for an
+/// error, given back as the server's error value (as a command's error reads in a
+/// transaction's replies).
+fn command_reply(reply: Value) -> RedisResult<Value> {
+    let Value::Array(mut parts) = reply else {
+        return Err(RedisError::from((ErrorKind::Parse, "a command's reply")));
+    };
+    let reply = parts.pop().unwrap_or(Value::Nil);
+    match parts.first() {
+        Some(Value::Int(0)) => {
+            let message: String = redis::from_redis_value(reply)?;
+            // One line, as the protocol carries an error.
+            let line = message.replace(['\r', '\n'], " ");
+            redis::parse_redis_value(format!("-{line}\r\n").as_bytes())
+        }
+        _ => Ok(reply),
+    }
 }
 
 /// What one acquire try sends: the same for every node.

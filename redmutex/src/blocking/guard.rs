@@ -355,6 +355,27 @@ impl<C: Connection, P: Send + Sync + 'static> Lock<C, P> {
         self.runtime.call(self.inner().fence())?
     }
 
+    /// Runs `writes` only while this owner holds the lock: [`crate::Lock::write_if_held`].
+    ///
+    /// # Errors
+    /// As the async call; [`Error::InsideRuntime`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lock = locker.acquire("job:7", Duration::from_secs(30)).call()?;
+    /// let mut writes = redmutex::Writes::new();
+    /// writes.add(redis::cmd("INCR").arg("job:7:runs"), ["job:7:runs"]);
+    /// assert_eq!(lock.write_if_held(&writes)?, [redis::Value::Int(1)]);
+    /// locker.connection().expire_now("job:7"); // lost meanwhile
+    /// assert!(lock.write_if_held(&writes).unwrap_err().is_not_held());
+    /// # Ok(()) }
+    /// ```
+    pub fn write_if_held(&self, writes: &crate::Writes) -> Result<Vec<redis::Value>, Error> {
+        self.runtime.call(self.inner().write_if_held(writes))?
+    }
+
     /// How long the lock has left, as Redis says: [`crate::Lock::ttl`].
     ///
     /// # Errors
@@ -783,6 +804,27 @@ impl<C: Connection, P: Send + Sync + 'static> Lease<C, P> {
     /// ```
     pub fn fence(&self) -> Result<u64, Error> {
         self.runtime.call(self.inner().fence())?
+    }
+
+    /// Runs `writes` only while this owner holds the lock:
+    /// [`crate::Lease::write_if_held`].
+    ///
+    /// # Errors
+    /// As the async call; [`Error::InsideRuntime`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lease = locker.acquire("job", Duration::from_secs(30)).call()?.keep_alive()?;
+    /// let mut writes = redmutex::Writes::new();
+    /// writes.add(redis::cmd("SET").arg("job:state").arg("done"), ["job:state"]);
+    /// lease.write_if_held(&writes)?;
+    /// # lease.release()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn write_if_held(&self, writes: &crate::Writes) -> Result<Vec<redis::Value>, Error> {
+        self.runtime.call(self.inner().write_if_held(writes))?
     }
 
     /// Stops renewal and releases the lock: [`crate::Lease::release`].

@@ -647,6 +647,26 @@ impl<C: Connection> Leadership<C> {
         self.inner.as_ref().expect("held until given up")
     }
 
+    /// Runs `writes` only while this candidate leads:
+    /// [`crate::Leadership::write_if_held`].
+    ///
+    /// # Errors
+    /// As the async call; [`Error::InsideRuntime`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// let leadership = locker.election("scheduler")?.campaign("host-7").call()?;
+    /// let mut writes = redmutex::Writes::new();
+    /// writes.add(redis::cmd("SET").arg("schedule:next").arg("03:00"), ["schedule:next"]);
+    /// leadership.write_if_held(&writes)?;
+    /// # leadership.resign()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn write_if_held(&self, writes: &crate::Writes) -> Result<Vec<redis::Value>, Error> {
+        self.runtime.call(self.inner().write_if_held(writes))?
+    }
+
     /// The term: a fence above every earlier leader's.
     ///
     /// ```

@@ -476,7 +476,7 @@ impl<C: Connection> Tries<'_, '_, C> {
                     let channels: Vec<Vec<u8>> = (keys.iter())
                         .map(|key| wait_channel(key, self.lined, &self.locker))
                         .collect();
-                    self.waiting.enter(&channels)
+                    self.waiting.enter(&channels, self.lined)
                 }
                 false => None,
             };

@@ -65,10 +65,15 @@ impl Waiting {
     /// makes its first try as a waiter. (Only for exclusive claims: where several may
     /// hold at once, there may be room for a newcomer while others wait.)
     /// `channels` are those of the claim's keys, in order (see [`wait_channel`]).
-    pub(crate) fn enter(&mut self, channels: &[Vec<u8>]) -> Option<(usize, Option<Instant>)> {
+    /// `lined`: its locker lines up beside the keys, and `channels` are its turn channels.
+    pub(crate) fn enter(
+        &mut self,
+        channels: &[Vec<u8>],
+        lined: bool,
+    ) -> Option<(usize, Option<Instant>)> {
         let hub = (self.hub.as_ref()).filter(|_| self.member.is_none() && self.exclusive)?;
         let (member, entry, index) = channels.iter().enumerate().find_map(|(index, channel)| {
-            let (member, entry) = hub.enter(channel, self.units)?;
+            let (member, entry) = hub.enter(channel, self.units, !lined)?;
             Some((member, entry, index))
         })?;
         self.member = Some(member);

@@ -288,10 +288,19 @@ impl Hub {
     ///   first try as a waiter (mark the holder, or store an "awaited" value), so that
     ///   newcomers can queue behind this one instead of all trying at once.
     ///
-    /// Where lockers line up, a holder of this locker wakes its waiters itself when it
-    /// releases the key (it left the line when it took it), so newcomers may queue behind
-    /// it too.
-    pub(crate) fn enter(&self, key: &[u8], units: u32) -> Option<(Member, Entry)> {
+    /// `behind_holder`: a newcomer may queue behind a holder of this locker that was a
+    /// waiter even when nobody else waits — where nobody lines up, since that holder's
+    /// value says "awaited" and any release of it, forced or expired-and-taken, is
+    /// announced on the key's own channel. Where lockers line up, waiters hear only their
+    /// locker's turn channel, and the locker left the line when its holder took the key:
+    /// a forced release of that key would tell the line, not them. There the first
+    /// newcomer tries, which puts its locker back in line.
+    pub(crate) fn enter(
+        &self,
+        key: &[u8],
+        units: u32,
+        behind_holder: bool,
+    ) -> Option<(Member, Entry)> {
         let channels = lock(&self.channels);
         let channel = channels.get(key)?;
         let mut state = lock(&channel.state);
@@ -299,7 +308,7 @@ impl Hub {
             return None;
         }
         let now = Instant::now();
-        let held_by_waiter = (state.held_by_waiter).filter(|until| *until > now);
+        let held_by_waiter = (state.held_by_waiter).filter(|until| behind_holder && *until > now);
         let entry = match (state.members, held_by_waiter) {
             (0, None) => Entry::Try,
             (_, expires) => Entry::Queue { expires },

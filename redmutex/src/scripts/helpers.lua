@@ -343,15 +343,21 @@ end
 
 -- The caller's commands of a guarded write, run in order once the operation checked that
 -- its owner holds the claim (see each primitive's `guarded`): ARGV from `from` on holds, per
--- command, its number of words and then the words. Their replies, in order: a command
--- that fails answers its error and the rest still run (the commands before it stay done,
--- as in MULTI/EXEC); a nil reply is false.
+-- command, its number of words and then the words. Their replies, in order, each as
+-- { 1, reply } — or { 0, message } for a command that failed: the rest still run (the
+-- commands before it stay done, as in MULTI/EXEC), and an error reply inside the reply
+-- would fail the whole call on the client.
 local function run_guarded(from)
   local replies = {}
   local a = from
   while a <= #ARGV do
     local words = tonumber(ARGV[a])
-    replies[#replies + 1] = redis.pcall(unpack(ARGV, a + 1, a + words))
+    local reply = redis.pcall(unpack(ARGV, a + 1, a + words))
+    if type(reply) == 'table' and reply.err then
+      replies[#replies + 1] = { 0, reply.err }
+    else
+      replies[#replies + 1] = { 1, reply }
+    end
     a = a + words + 1
   end
   return replies

@@ -108,6 +108,31 @@ async fn multi_key_locks_need_one_hash_slot_checked_before_sending() {
         .await
         .unwrap_err();
     assert!(matches!(error, Error::InvalidArgument(_)), "{error:?}");
+    // Guarded writes run on the lock's node: their keys share its hash slot, or they are
+    // refused before anything is sent.
+    let mut writes = redmutex::Writes::new();
+    writes.add(
+        redis::cmd("SET").arg("shop:{order-7}:state").arg("paid"),
+        ["shop:{order-7}:state"],
+    );
+    assert_eq!(
+        lock.write_if_held(&writes).await.unwrap(),
+        [redis::Value::Okay]
+    );
+    assert_eq!(
+        get(&cluster, master, "shop:{order-7}:state").as_deref(),
+        Some("paid")
+    );
+    writes.add(redis::cmd("SET").arg("shop:audit").arg("x"), ["shop:audit"]);
+    let calls_before = total_calls(&cluster);
+    match lock.write_if_held(&writes).await.unwrap_err() {
+        Error::InvalidArgument(bad) => {
+            assert_eq!(bad.argument, Argument::Writes);
+            assert!(bad.reason.contains("shop:audit"), "{}", bad.reason);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(total_calls(&cluster), calls_before, "nothing was sent");
     lock.release().await.unwrap();
 }
 

@@ -18,6 +18,7 @@ mod election;
 mod failures;
 mod fair;
 mod fencing;
+mod guarded;
 mod hostile;
 mod keepalive;
 mod listing;

@@ -1206,3 +1206,40 @@ async fn a_multi_key_waiter_first_in_line_passes_a_free_key_on() {
         tokio::time::sleep(ms(20)).await;
     }
 }
+
+/// One locker, two tasks: the first waited for the key and got it, the second comes while
+/// it holds. An operator's forced release of the first one's key wakes the second — it
+/// put its locker back in the key's line rather than count on its own holder's release,
+/// which never comes — long before its poll interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_release_of_its_own_lockers_holder_wakes_a_newcomer() {
+    let server = RedisServer::spawn();
+    let other = common::locker(&server).await; // another process
+    let locker = waking_locker(&server, &server.url()).await;
+    let first_holder = other.acquire("job", Duration::from_secs(30)).await.unwrap();
+    let first = wait_for(&locker, "job", LONG_POLL, Arc::new(AtomicU32::new(0)));
+    wait_for_subscribers(&server, "job", 1, ms(3000)).await;
+    tokio::time::sleep(ms(200)).await; // its re-check lined its locker up
+    first_holder.release().await.unwrap();
+    let (held, _) = first.await.unwrap();
+    let held = held.expect("the waiter got the key");
+    let tries = Arc::new(AtomicU32::new(0));
+    let newcomer = wait_for(&locker, "job", LONG_POLL, tries.clone());
+    // Its first try found the key held by its own locker's holder.
+    let until = Instant::now() + ms(3000);
+    while tries.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < until, "the newcomer never tried");
+        tokio::time::sleep(ms(10)).await;
+    }
+    let forced_at = Instant::now();
+    assert!(other.force_release("job").await.unwrap().is_some());
+    let (lock, got_at) = newcomer.await.unwrap();
+    let lock = lock.expect("the newcomer gets the key");
+    assert!(
+        got_at - forced_at < WOKEN_WITHIN,
+        "got it {:?} after the forced release (poll interval {LONG_POLL:?})",
+        got_at - forced_at
+    );
+    lock.release().await.unwrap();
+    assert!(held.release().await.unwrap_err().is_not_held());
+}
