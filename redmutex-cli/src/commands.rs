@@ -143,7 +143,7 @@ pub async fn inspect<C: Connection>(
         .map_err(|e| Failure::from_lock_error(&e, urls))?;
     let listed = described(locker, &args.key, &info).await;
     if args.json {
-        let mut line = json_view(&info, listed.as_ref().is_some_and(|l| l.awaited));
+        let mut line = json_view(&info, awaited(&info, listed.as_ref()));
         add_listed_fields(&mut line, listed.as_ref());
         if !info.nodes.is_empty() {
             // Redlock: every node's own view, with its (redacted) address.
@@ -155,7 +155,7 @@ pub async fn inspect<C: Connection>(
                     let url = json_string(&redact::node_name(urls, n.node));
                     match &n.info {
                         Ok(view) => {
-                            let mut obj = json_view(view, false);
+                            let mut obj = json_view(view, view.awaited);
                             obj.insert_str(1, &format!("\"url\":{url},"));
                             obj
                         }
@@ -186,13 +186,13 @@ pub async fn inspect<C: Connection>(
         let holding = describe::holding(listed);
         outln!("{}: {holding}", printable(&info.key_lossy()))?;
     } else {
-        let waiters = listed.and_then(|listed| listed.waiters);
-        let view = text_view(&info, waiters);
+        let waiters = listed.as_ref().and_then(|listed| listed.waiters);
+        let view = text_view(&info, waiters, awaited(&info, listed.as_ref()));
         outln!("{}: {view}", printable(&info.key_lossy()))?;
     }
     for node in &info.nodes {
         let view = match &node.info {
-            Ok(view) => text_view(view, None),
+            Ok(view) => text_view(view, None, view.awaited),
             Err(e) => format!("error: {}", redact::scrub(&e.to_string(), urls)),
         };
         outln!("  {}: {view}", redact::node_name(urls, node.node))?;
@@ -383,9 +383,19 @@ fn add_listed_fields(object: &mut String, listed: Option<&ListedLock>) {
     ));
 }
 
+/// Whether someone waits to take the key: where the server counts its waiters, as the
+/// listing says (the holder's flag outlives waiters that left); otherwise the flag.
+fn awaited(info: &LockInfo, listed: Option<&ListedLock>) -> bool {
+    match listed {
+        Some(listed) if listed.waiters.is_some() => listed.awaited,
+        Some(listed) => info.awaited || listed.awaited,
+        None => info.awaited,
+    }
+}
+
 /// `held, ttl 29.5s, fence 42, 2 waiting, metadata: host=a` (`awaited` where waiters only
 /// asked to hear of the release: no count is kept), `free, last fence 42` or `free`.
-fn text_view(info: &LockInfo, waiters: Option<u32>) -> String {
+fn text_view(info: &LockInfo, waiters: Option<u32>, awaited: bool) -> String {
     if !info.held {
         return match info.fence {
             Some(fence) => format!("free, last fence {fence}"),
@@ -405,7 +415,7 @@ fn text_view(info: &LockInfo, waiters: Option<u32>) -> String {
     }
     match waiters {
         Some(n) if n > 0 => line.push_str(&format!(", {n} waiting")),
-        _ if info.awaited => line.push_str(", awaited"),
+        _ if awaited => line.push_str(", awaited"),
         _ => {}
     }
     if let Some(metadata) = &info.metadata {
@@ -415,8 +425,7 @@ fn text_view(info: &LockInfo, waiters: Option<u32>) -> String {
 }
 
 /// `{"key":…,"held":…,"ttl_ms":…,"awaited":…,"fence":…,"metadata":…}`; `fence` is the
-/// latest one handed out, held or not; `awaited` also when a listing found waiters (a
-/// semaphore's, whose keys hold no flag).
+/// latest one handed out, held or not; `awaited` as [`awaited`] says.
 fn json_view(info: &LockInfo, awaited: bool) -> String {
     format!(
         "{{\"key\":{},\"held\":{},\"ttl_ms\":{},\"awaited\":{},\"fence\":{},\"metadata\":{}}}",
@@ -424,7 +433,7 @@ fn json_view(info: &LockInfo, awaited: bool) -> String {
         info.held,
         info.ttl
             .map_or("null".to_owned(), |t| t.as_millis().to_string()),
-        info.awaited || awaited,
+        awaited,
         info.fence.map_or("null".to_owned(), |f| f.to_string()),
         info.metadata
             .as_deref()

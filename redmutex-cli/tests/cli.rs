@@ -2317,6 +2317,23 @@ fn waiting_processes_are_counted_by_inspect_and_list() {
         child.kill().unwrap();
         child.wait().unwrap();
     }
+    // Their heartbeats in the lines end: nobody waits, whatever flag the lock's value
+    // still carries.
+    let started = Instant::now();
+    while !inspect(&["--json", "job"]).contains("\"waiters\":0") {
+        assert!(
+            started.elapsed() < ms(10_000),
+            "{}",
+            inspect(&["--json", "job"])
+        );
+        thread::sleep(ms(100));
+    }
+    assert!(inspect(&["--json", "job"]).contains("\"awaited\":false"));
+    assert!(
+        !inspect(&["job"]).contains("awaited"),
+        "{}",
+        inspect(&["job"])
+    );
     for (token, key) in [(&job, "job"), (&pool, "pool")] {
         let out = run(redmutex(&server).args(["release", "--token", token, key]));
         assert_eq!(code(&out), 0, "{}", stderr(&out));

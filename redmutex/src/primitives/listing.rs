@@ -505,8 +505,8 @@ fn entry_of(key: &[u8], entry: Value) -> Result<Described, RedisError> {
             } => {
                 // Where the server counted the line, it says who waits in it; the flag
                 // says the rest (and outlives the line's lockers, who do not unflag it).
-                awaited = match (kind, waiters) {
-                    (LockKind::Lock, 0..) => waiters > 0 || watched_outside_line(&value),
+                awaited = match waiters {
+                    0.. => waiters > 0 || watched_outside_line(&value),
                     _ => marked,
                 };
                 holders.push(ListedHolder {
