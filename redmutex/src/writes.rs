@@ -35,6 +35,10 @@ pub struct Writes {
 
 impl Writes {
     /// No commands yet.
+    ///
+    /// ```
+    /// assert!(redmutex::Writes::new().is_empty());
+    /// ```
     pub fn new() -> Writes {
         Writes::default()
     }
@@ -43,6 +47,16 @@ impl Writes {
     /// order added. A command built with a cursor argument, or without a name, and a key
     /// that is empty or longer than [`MAX_KEY_LEN`], make the call refuse the writes
     /// ([`Error::InvalidArgument`]) before anything is sent.
+    ///
+    /// ```
+    /// let mut writes = redmutex::Writes::new();
+    /// // Moves a job from one set to another: both keys declared.
+    /// writes.add(
+    ///     redis::cmd("SMOVE").arg("jobs:queued").arg("jobs:running").arg("job-7"),
+    ///     ["jobs:queued", "jobs:running"],
+    /// );
+    /// assert_eq!(writes.len(), 1);
+    /// ```
     pub fn add<K: AsRef<[u8]>>(
         &mut self,
         command: &redis::Cmd,
@@ -73,16 +87,37 @@ impl Writes {
     }
 
     /// How many commands there are.
+    ///
+    /// ```
+    /// let mut writes = redmutex::Writes::new();
+    /// writes.add(redis::cmd("DEL").arg("a").arg("b"), ["a", "b"]);
+    /// assert_eq!(writes.len(), 1); // one command, two keys
+    /// ```
     pub fn len(&self) -> usize {
         self.commands
     }
 
-    /// Whether there are none.
+    /// Whether there are none (such writes are refused before anything is sent).
+    ///
+    /// ```
+    /// let mut writes = redmutex::Writes::new();
+    /// assert!(writes.is_empty());
+    /// writes.add(redis::cmd("INCR").arg("runs"), ["runs"]);
+    /// assert!(!writes.is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.commands == 0
     }
 
-    /// The keys the commands touch, each once.
+    /// The keys the commands touch, each once, in the order first named.
+    ///
+    /// ```
+    /// let mut writes = redmutex::Writes::new();
+    /// writes
+    ///     .add(redis::cmd("SET").arg("a").arg(1), ["a"])
+    ///     .add(redis::cmd("RENAME").arg("a").arg("b"), ["a", "b"]);
+    /// assert_eq!(writes.keys().collect::<Vec<_>>(), [&b"a"[..], b"b"]);
+    /// ```
     pub fn keys(&self) -> impl ExactSizeIterator<Item = &[u8]> {
         self.keys.iter().map(|key| &key[..])
     }
