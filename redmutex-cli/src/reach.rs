@@ -13,8 +13,8 @@ use tokio::time::Instant;
 use crate::exit::{self, Failure};
 use crate::redact::name_nodes;
 
-/// How often it asks again meanwhile.
-const ASK_EVERY: Duration = Duration::from_millis(500);
+/// How often Redis that does not answer is asked again while it is waited for.
+pub const ASK_EVERY: Duration = Duration::from_millis(500);
 
 /// Waits until a quorum of the locker's nodes answer, at most `within`; says so on stderr
 /// when they do not at once. Exit 69 when they do not in time.
@@ -144,13 +144,18 @@ impl Reach {
                 );
             }
             if !said {
-                crate::output::say(&format!(
-                    "Redis does not answer; waiting up to {within:?} for it: {why}"
-                ));
+                say_not_answering(within, &why);
                 said = true;
             }
         }
     }
+}
+
+/// Says on stderr that Redis stopped answering and how long it is waited for.
+fn say_not_answering(within: Duration, why: &str) {
+    crate::output::say(&format!(
+        "Redis does not answer; waiting up to {within:?} for it: {why}"
+    ));
 }
 
 /// A quorum failure where fewer nodes answered than make a quorum (rather than nodes that
@@ -210,10 +215,7 @@ impl Outage {
         let within = self.within;
         let Some(since) = self.since else {
             self.since = Some(Instant::now());
-            crate::output::say(&format!(
-                "Redis does not answer; waiting up to {within:?} for it: {}",
-                failure.message
-            ));
+            say_not_answering(within, &failure.message);
             return Ok(());
         };
         if since.elapsed() < within {

@@ -143,12 +143,9 @@ async fn connect_within(
             ));
             said = true;
         }
-        tokio::time::sleep(RETRY_CONNECT.min(left)).await;
+        tokio::time::sleep(crate::reach::ASK_EVERY.min(left)).await;
     }
 }
-
-/// How often a server that does not answer is asked again while it is waited for.
-const RETRY_CONNECT: Duration = Duration::from_millis(500);
 
 fn connect_failure(e: &redmutex::Error, url: &str, urls: &[String]) -> Failure {
     let mut failure = Failure::from_lock_error(e, urls);
