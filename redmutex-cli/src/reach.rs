@@ -27,7 +27,13 @@ pub async fn quorum_answers(
     let needed = urls.len() / 2 + 1;
     let mut said = false;
     loop {
-        let answers = ping_all(locker).await;
+        // A silent node would hold a round past `within`: the wait ends when it said.
+        let left = give_up.saturating_duration_since(Instant::now());
+        let patience = match within.is_zero() {
+            true => redmutex::CONNECT_TIMEOUT,
+            false => redmutex::CONNECT_TIMEOUT.min(left),
+        };
+        let answers = ping_all(locker, patience).await;
         let up = answers.iter().filter(|a| a.is_ok()).count();
         if up >= needed {
             return Ok(());
@@ -53,14 +59,17 @@ pub async fn quorum_answers(
     }
 }
 
-/// Every node's answer to a PING.
-async fn ping_all(locker: &Locker<ConnectionManager>) -> Vec<Result<(), String>> {
+/// Every node's answer to a PING, given `patience` to come.
+async fn ping_all(
+    locker: &Locker<ConnectionManager>,
+    patience: Duration,
+) -> Vec<Result<(), String>> {
     let pings = locker.nodes().iter().map(|conn| {
         let mut conn = conn.clone();
         async move {
             let ping = redis::cmd("PING");
             let ping = ping.query_async::<String>(&mut conn);
-            match tokio::time::timeout(redmutex::CONNECT_TIMEOUT, ping).await {
+            match tokio::time::timeout(patience, ping).await {
                 Ok(Ok(_)) => Ok(()),
                 Ok(Err(e)) => Err(e.to_string()),
                 Err(_) => Err("no answer".to_string()),

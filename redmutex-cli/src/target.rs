@@ -123,9 +123,21 @@ async fn connect_within(
     let give_up = Instant::now() + within;
     let mut said = false;
     loop {
-        let error = match redmutex::connect_client(client.clone()).await {
-            Ok(conn) => return Ok(conn),
-            Err(e) => e,
+        let attempt = redmutex::connect_client(client.clone());
+        // A silent server would hold one attempt past `within` (the connection's own
+        // timeout): the wait ends when it said it would.
+        let answered = match within.is_zero() {
+            true => Ok(attempt.await),
+            false => tokio::time::timeout_at(give_up, attempt).await,
+        };
+        let error = match answered {
+            Ok(Ok(conn)) => return Ok(conn),
+            Ok(Err(e)) => e,
+            Err(_) => {
+                let message = format!("cannot connect to {}: no answer", redact(url));
+                let waited = format!("{message} (waited {within:?})");
+                return Err(Failure::new(crate::exit::UNAVAILABLE, waited));
+            }
         };
         let left = give_up.saturating_duration_since(Instant::now());
         if !error.is_transient() || left.is_zero() {

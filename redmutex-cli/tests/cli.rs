@@ -2434,3 +2434,82 @@ fn a_watch_goes_on_through_a_short_outage() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+/// `leader --watch` goes on through an outage shorter than --wait-redis even when nothing
+/// changed meanwhile: the first read that works again is printed (the leader is known
+/// again), and the watch does not end at --wait-redis after the outage began.
+#[test]
+fn a_leader_watch_goes_on_through_a_short_outage_without_a_change() {
+    let server = RedisServer::spawn();
+    let mut child = redmutex(&server)
+        .args(["--wait-redis", "3s", "leader", "--watch", "svc"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(&mut child);
+    assert_eq!(next_line(&lines), "none");
+    server.kill();
+    thread::sleep(ms(600));
+    server.restart();
+    assert_eq!(next_line(&lines), "none", "read again after the outage");
+    thread::sleep(ms(3_500));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the watch outlived --wait-redis after a short outage"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// On Redlock, `watch` and `list` show who holds a key on a quorum of nodes: a holder left
+/// on one node of three (a lock taken through that node alone) holds nothing there.
+#[test]
+fn redlock_watch_and_list_ignore_a_holder_on_a_minority_of_nodes() {
+    let servers = RedisServer::spawn_many(3);
+    let out =
+        run(redmutex(&servers[0]).args(["acquire", "--ttl", "30s", "--metadata", "stale", "job"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = run(redlock(&servers).args(["list"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(!stdout(&out).contains("job"), "{}", stdout(&out));
+    let mut child = redlock(&servers)
+        .args(["watch", "job"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(&mut child);
+    let first = next_line(&lines);
+    assert!(first.ends_with("job free"), "{first}");
+    let out =
+        run(redlock(&servers).args(["acquire", "--ttl", "30s", "--metadata", "owner", "job"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let held = next_line(&lines);
+    assert!(held.contains("owner") && !held.contains("stale"), "{held}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// A server that accepts connections and never answers (frozen) does not stretch
+/// --wait-redis by a connection's own timeout (2 s): one node or a quorum, the command
+/// gives up when it said it would.
+#[test]
+fn a_frozen_server_is_waited_for_no_longer_than_wait_redis() {
+    let servers = RedisServer::spawn_many(3);
+    for server in &servers {
+        server.pause();
+    }
+    for mut command in [redmutex(&servers[0]), redlock(&servers)] {
+        let started = Instant::now();
+        let out = run(command.args(["--wait-redis", "300ms", "inspect", "k"]));
+        assert_eq!(code(&out), 69, "{}", stderr(&out));
+        assert!(stderr(&out).contains("300ms"), "{}", stderr(&out));
+        assert!(started.elapsed() < ms(1_900), "{:?}", started.elapsed());
+    }
+    for server in &servers {
+        server.resume();
+    }
+}

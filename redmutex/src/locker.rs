@@ -644,11 +644,15 @@ impl<C: Connection> Locker<C> {
     /// [`Listing::collect`](crate::Listing::collect). Keys beside the locks (fence
     /// counters, queues) are not listed; with an empty prefix, keys redmutex did not write
     /// are listed as [`LockKind::Foreign`](crate::LockKind::Foreign). Redlock: each node is
-    /// scanned, and a key found on any node is listed once.
+    /// scanned, and a key is listed once, where one holder has it on a quorum of nodes — a
+    /// minority's leftover (a rival's failed try, a holder that lost the other nodes) holds
+    /// nothing, and is not listed.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] on a cluster connection (`SCAN` reaches one master there:
-    /// list each master through a locker of its own).
+    /// list each master through a locker of its own). Redlock: [`Error::NoQuorum`] when
+    /// fewer than a quorum of nodes answered, or when the nodes that did not answer could
+    /// complete a holder's quorum of a key (nobody can tell whether it is held).
     ///
     /// ```
     /// # async fn demo(locker: redmutex::Locker<redis::aio::MultiplexedConnection>) -> Result<(), redmutex::Error> {
@@ -666,10 +670,13 @@ impl<C: Connection> Locker<C> {
     }
 
     /// What `key` holds now, as [`list`](Locker::list) shows it — kind, holders and their
-    /// metadata, TTL, fence, waiters — in one round trip; `None` when it is free.
+    /// metadata, TTL, fence, waiters — in one round trip; `None` when it is free (Redlock:
+    /// when no holder has it on a quorum of nodes).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad key (before any request); [`Error::Redis`].
+    /// Redlock: [`Error::NoQuorum`] when the nodes that answered cannot tell (as
+    /// [`list`](Locker::list)).
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.

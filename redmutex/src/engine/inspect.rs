@@ -68,6 +68,11 @@ pub struct LockInfo {
     /// An error when nobody can tell: nodes that did not answer could complete an owner's
     /// quorum.
     pub(crate) owned: Result<bool, Box<QuorumFailure>>,
+    /// Redlock: an owner holds a quorum, and one of its nodes stores a fence above the
+    /// latest handed out — a fenced acquire between taking its claim (each node counting
+    /// its own next fence) and making the highest durable on them all. The fence told is
+    /// not yet the one the owner will be handed.
+    pub(crate) settling: bool,
 }
 
 /// One node's view of a key, in [`LockInfo::nodes`].
@@ -150,6 +155,7 @@ impl RawKey {
             fence: self.fence,
             nodes: Vec::new(),
             owned: Ok(held && !foreign),
+            settling: false,
         }
     }
 
@@ -245,6 +251,10 @@ impl View for KeyView<'_> {
                 .filter_map(|n| n.info.as_ref().ok()?.fence)
                 .max(),
         };
+        let settling = holder_nodes.as_ref().is_some_and(|at| {
+            let fence_at = |node: &usize| nodes[*node].info.as_ref().ok().and_then(|i| i.fence);
+            at.iter().map(fence_at).max().flatten() > fence
+        });
         Ok(LockInfo {
             key: self.key.to_vec(),
             held,
@@ -255,6 +265,7 @@ impl View for KeyView<'_> {
             fence,
             nodes,
             owned,
+            settling,
         })
     }
 }
@@ -336,6 +347,7 @@ impl LockInfo {
             fence: None,
             nodes: Vec::new(),
             owned: Ok(false),
+            settling: false,
         }
     }
 

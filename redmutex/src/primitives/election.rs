@@ -276,6 +276,11 @@ impl<C: Connection> Election<C> {
     /// holds a quorum of the nodes that answered but the others might complete one:
     /// "nobody leads" is never a guess.
     ///
+    /// Redlock: a candidate caught between taking its claim on a quorum and making its
+    /// term durable there (its nodes still store different fences) is read again after
+    /// short pauses, for up to a third of the TTL, so that the term reported is the one
+    /// the leader is handed, not the previous leader's.
+    ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
     ///
@@ -296,12 +301,19 @@ impl<C: Connection> Election<C> {
     pub async fn leader(&self) -> Result<Option<Leader>, Error> {
         let key = self.key();
         let call = mutex::inspect_call(key);
-        let info = self
-            .context
-            .backend
-            .inspect(&KeyView { key }, &call)
-            .await?;
-        Leader::from_info(info)
+        let settle_by = Instant::now() + (self.ttl / 3).min(SETTLE_AT_MOST);
+        let mut pause = Duration::from_millis(2);
+        loop {
+            let view = KeyView { key };
+            let info = self.context.backend.inspect(&view, &call).await?;
+            // A candidate that died between its claim and its term leaves its nodes
+            // unsettled until the claim expires: after a while, the term as it stands.
+            if !info.settling || Instant::now() + pause > settle_by {
+                return Leader::from_info(info);
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
     }
 
     /// The leader now, then one item per change — a new leader, a new value, no leader —
@@ -309,7 +321,9 @@ impl<C: Connection> Election<C> {
     /// (with [wake-up](crate::Locker::with_wake_up)); a leader's expiry, which nobody
     /// announces, is noticed when it happens, and the leader is read again at least every
     /// third of the election's TTL in any case. A read that fails yields the error, and the
-    /// stream goes on after the next pause.
+    /// stream goes on after a pause of half a second (or a third of the TTL, when that is
+    /// shorter); the first read that works after it is yielded
+    /// whether or not the leader changed, so that an outage's end is seen.
     ///
     /// ```
     /// # async fn demo(locker: redmutex::Locker<redis::aio::ConnectionManager>) -> Result<(), redmutex::Error> {
@@ -472,6 +486,8 @@ struct Observer<C: Connection> {
     election: Election<C>,
     waiting: Waiting,
     last: Option<Leader>,
+    /// The next read is yielded whatever it finds: the first, and the first after a
+    /// failed one.
     first: bool,
     /// The last read failed: pause before the next.
     pause_first: bool,
@@ -482,13 +498,17 @@ impl<C: Connection> Observer<C> {
         loop {
             let poll = Instant::now() + self.election.ttl / 3;
             if std::mem::take(&mut self.pause_first) {
-                self.waiting.pause(poll).await;
+                // No announcement comes while Redis does not answer: ask again soon.
+                let again = Instant::now() + (self.election.ttl / 3).min(ASK_AGAIN_AFTER_FAILURE);
+                self.waiting.pause(again).await;
                 self.waiting.looked();
             }
             let leader = match self.election.leader().await {
                 Ok(leader) => leader,
                 Err(e) => {
-                    self.pause_first = true;
+                    // The next read that works is yielded whatever it finds: it tells
+                    // the consumer that the leader is known again.
+                    (self.pause_first, self.first) = (true, true);
                     return Err(e);
                 }
             };
@@ -506,6 +526,13 @@ impl<C: Connection> Observer<C> {
         }
     }
 }
+
+/// The longest [`Election::leader`] waits for a new leader's term to settle on Redlock:
+/// a campaign makes its term durable within one round trip of its claim.
+const SETTLE_AT_MOST: Duration = Duration::from_secs(1);
+
+/// How long an observer pauses after a read that failed (at most a third of the TTL).
+const ASK_AGAIN_AFTER_FAILURE: Duration = Duration::from_millis(500);
 
 /// The channel observers hear of changes on: the key and `:~e` (as `election.lua` names
 /// it).

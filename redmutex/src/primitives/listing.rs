@@ -12,8 +12,9 @@ use crate::backend::Backend;
 use crate::connection::Connection;
 use crate::error::{Argument, Error};
 use crate::fence::{self, Companion};
+use crate::quorum::{NodeError, NodeFailure, QuorumFailure};
 use crate::scripts::{operations, Operation};
-use crate::token::{parse_value, watched_outside_line, StoredValue};
+use crate::token::{parse_value, watched_outside_line, StoredValue, TOKEN_LEN};
 
 operations!("primitives/listing.lua"; DESCRIBE = "describe", FORCE = "force");
 
@@ -155,7 +156,8 @@ pub struct ListedLock {
     pub kind: LockKind,
     /// The key's remaining TTL; `None` without an expiry.
     pub ttl: Option<Duration>,
-    /// The latest fence handed out for it, if any.
+    /// The latest fence handed out for it, if any (Redlock: the highest among the nodes
+    /// its holder has it on).
     pub fence: Option<u64>,
     /// How many hold it (readers, a semaphore's holders; 1 for a lock).
     pub holder_count: u32,
@@ -172,7 +174,9 @@ pub struct ListedLock {
     pub awaited: bool,
     /// A semaphore: permits held, and the limit its holders agreed on.
     pub permits: Option<(u32, u32)>,
-    /// Redlock: on how many nodes the key was found (0 for a single node).
+    /// Redlock: on how many nodes its holder has it — a quorum, or for
+    /// [`force_release`](crate::Locker::force_release) the most nodes that held it alike
+    /// (0 for a single node).
     pub nodes: usize,
 }
 
@@ -293,7 +297,10 @@ impl<C: Connection> Listing<C> {
             let rest = self.pending.split_off(self.pending.len().min(LIST_PAGE));
             let keys = std::mem::replace(&mut self.pending, rest);
             let call = describe_call(&keys);
-            let view = PageView { keys: &keys };
+            let view = PageView {
+                keys: &keys,
+                quorum_only: true,
+            };
             let page: Vec<ListedLock> = self.backend.inspect(&view, &call).await?;
             if !page.is_empty() {
                 return Ok(Some(page));
@@ -366,15 +373,15 @@ impl<C: Connection> Listing<C> {
 
 /// An operator's release of `key` (with the prefix), whoever holds it (see
 /// [`Locker::force_release`](crate::Locker::force_release)): what it held, as it was, or
-/// `None` when nothing was there. Redlock: on every node; what the first node that had it
-/// held, with the count of nodes.
+/// `None` when nothing was there. Redlock: on every node; what the most nodes held alike,
+/// with their count.
 pub(crate) async fn force_release<C: Connection>(
     backend: &Backend<C>,
     key: &[u8],
 ) -> Result<Option<ListedLock>, Error> {
     // It tells a fair lock's first waiter and a lock's first locker in line: their lines
     // are among the companions.
-    one_key(backend, &FORCE, key).await
+    one_key(backend, &FORCE, key, false).await
 }
 
 /// What `key` (with the prefix) holds, as a listing would show it; `None` when free.
@@ -382,7 +389,7 @@ pub(crate) async fn describe<C: Connection>(
     backend: &Backend<C>,
     key: &[u8],
 ) -> Result<Option<ListedLock>, Error> {
-    one_key(backend, &DESCRIBE, key).await
+    one_key(backend, &DESCRIBE, key, true).await
 }
 
 /// Runs `operation` of `listing.lua` for one key and its companions.
@@ -390,11 +397,15 @@ async fn one_key<C: Connection>(
     backend: &Backend<C>,
     operation: &'static Operation,
     key: &[u8],
+    quorum_only: bool,
 ) -> Result<Option<ListedLock>, Error> {
     let keys = [key.to_vec()];
     let mut call = operation.script().prepare_invoke();
     add_keys(&mut call, &keys[0]);
-    let view = PageView { keys: &keys };
+    let view = PageView {
+        keys: &keys,
+        quorum_only,
+    };
     Ok(backend.inspect(&view, &call).await?.pop())
 }
 
@@ -425,10 +436,20 @@ fn add_keys(call: &mut ScriptInvocation<'static>, key: &[u8]) {
 /// Reads a page of descriptions (see [`View`]).
 struct PageView<'k> {
     keys: &'k [Vec<u8>],
+    /// Redlock: what counts as found. `describe` and `list` show a key only where one
+    /// holder has it on a quorum of nodes (a minority's leftover — a rival's failed try, a
+    /// holder that lost the others — holds nothing: the next acquire takes the key).
+    /// `force` reports whatever it removed: the largest group of nodes that held alike.
+    quorum_only: bool,
 }
 
-/// One key as one node described it: `None` when it is gone.
-type Described = Option<ListedLock>;
+/// One key as one node described it, with who holds it there (nodes agree on a holder
+/// when they store the same identity); `None` when it is gone.
+type Described = Option<(ListedLock, Identity)>;
+
+/// Who holds a key on one node: a string key's value up to its flag byte (a redmutex
+/// token; something else's whole value), or the kind of a key many hold at once.
+type Identity = Vec<u8>;
 
 impl PageView<'_> {
     /// Each key of one node's reply, in order.
@@ -445,34 +466,66 @@ impl View for PageView<'_> {
     type Info = Vec<ListedLock>;
 
     fn one(&self, reply: Value) -> Result<Vec<ListedLock>, RedisError> {
-        Ok(self.parse(reply)?.into_iter().flatten().collect())
+        let described = self.parse(reply)?.into_iter().flatten();
+        Ok(described.map(|(listed, _)| listed).collect())
     }
 
-    /// Redlock: every key found on any node, as the first node that has it describes it,
-    /// with the count of nodes that have it and the highest fence among them.
-    fn each(
-        &self,
-        replies: Vec<Reply<Value>>,
-        _needed: usize,
-    ) -> Result<Vec<ListedLock>, crate::error::Error> {
-        let parsed: Vec<Option<Vec<Described>>> = (replies.into_iter())
-            .map(|reply| reply.ok().and_then(|value| self.parse(value).ok()))
-            .collect();
+    /// Redlock: each key one holder has on a quorum of nodes (see
+    /// [`quorum_only`](PageView::quorum_only)), as the first of those nodes describes it,
+    /// with their count and the highest fence among them. [`Error::NoQuorum`] when the
+    /// nodes that did not answer could complete a holder's quorum: nobody can tell.
+    fn each(&self, replies: Vec<Reply<Value>>, needed: usize) -> Result<Vec<ListedLock>, Error> {
+        let mut failures = Vec::new();
+        let mut parsed: Vec<Vec<Described>> = Vec::with_capacity(replies.len());
+        for (node, reply) in replies.into_iter().enumerate() {
+            match reply.and_then(|value| self.parse(value).map_err(NodeError::Redis)) {
+                Ok(described) => parsed.push(described),
+                Err(error) => failures.push(NodeFailure { node, error }),
+            }
+        }
+        let silent = failures.len();
         let mut page = Vec::new();
         for index in 0..self.keys.len() {
-            let found: Vec<&ListedLock> = (parsed.iter().flatten())
-                .filter_map(|described| described.get(index)?.as_ref())
-                .collect();
-            let Some(first) = found.first() else {
+            let found = (parsed.iter()).filter_map(|described| described.get(index)?.as_ref());
+            let groups = group_by_holder(found);
+            let largest = groups.into_iter().max_by_key(|group| group.len());
+            let Some(group) = largest else {
                 continue;
             };
-            let mut listed = (*first).clone();
-            listed.nodes = found.len();
-            listed.fence = found.iter().filter_map(|l| l.fence).max();
+            if self.quorum_only && group.len() < needed {
+                if group.len() + silent >= needed {
+                    return Err(Error::NoQuorum(Box::new(QuorumFailure {
+                        agreed: group.len(),
+                        needed,
+                        nodes: parsed.len() + silent,
+                        too_late: false,
+                        elapsed: Duration::ZERO,
+                        failures,
+                    })));
+                }
+                continue;
+            }
+            let mut listed = group[0].clone();
+            listed.nodes = group.len();
+            listed.fence = group.iter().filter_map(|l| l.fence).max();
             page.push(listed);
         }
         Ok(page)
     }
+}
+
+/// The nodes' descriptions of one key, grouped by who holds it there.
+fn group_by_holder<'a>(
+    found: impl Iterator<Item = &'a (ListedLock, Identity)>,
+) -> Vec<Vec<&'a ListedLock>> {
+    let mut groups: Vec<(&Identity, Vec<&ListedLock>)> = Vec::new();
+    for (listed, identity) in found {
+        match groups.iter_mut().find(|(held_by, _)| *held_by == identity) {
+            Some((_, group)) => group.push(listed),
+            None => groups.push((identity, vec![listed])),
+        }
+    }
+    groups.into_iter().map(|(_, group)| group).collect()
 }
 
 /// One key's entry of the describe reply (see `listing.lua`).
@@ -493,10 +546,13 @@ fn entry_of(key: &[u8], entry: Value) -> Result<Described, RedisError> {
         return Ok(None);
     };
     let mut awaited = awaited == 1;
+    // Readers and a semaphore's holders are many on each node: their key is one group.
+    let mut identity = kind.name().as_bytes().to_vec();
     let mut holders: Vec<ListedHolder> = (sample.into_iter())
         .map(|(left, details)| holder(kind, left, &details))
         .collect();
     if let Some(value) = value {
+        identity = value.get(..TOKEN_LEN).unwrap_or(&value).to_vec();
         match parse_value(&value) {
             StoredValue::Redmutex {
                 metadata,
@@ -515,10 +571,13 @@ fn entry_of(key: &[u8], entry: Value) -> Result<Described, RedisError> {
                     permits: None,
                 });
             }
-            StoredValue::Foreign => kind = LockKind::Foreign,
+            StoredValue::Foreign => {
+                kind = LockKind::Foreign;
+                identity = value;
+            }
         }
     }
-    Ok(Some(ListedLock {
+    let listed = ListedLock {
         key: key.to_vec(),
         kind,
         ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
@@ -537,7 +596,8 @@ fn entry_of(key: &[u8], entry: Value) -> Result<Described, RedisError> {
         awaited,
         permits: (kind == LockKind::Semaphore).then_some((used, limit)),
         nodes: 0,
-    }))
+    };
+    Ok(Some((listed, identity)))
 }
 
 /// A sampled holder: a semaphore's details are `<permits>:<metadata>`, a reader's its

@@ -512,3 +512,93 @@ async fn bad_input_is_refused_before_any_request() {
     raw.set("e", "not a redmutex value").await;
     assert!(election.leader().await.unwrap().is_none());
 }
+
+/// Over Redlock, a campaign takes its claim with each node's own next fence, then makes
+/// the highest durable on its nodes. A reader caught in between (woken by the claim's
+/// announcement) must not report the previous leader's term for the new leader: it reads
+/// again until the nodes agree. Found by running `leader --watch`: each new leader was
+/// printed twice, first with a lower term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_leader_is_reported_with_its_own_term_even_between_claim_and_term() {
+    let servers = RedisServer::spawn_many(3);
+    let leadership = redlock_candidate(&servers)
+        .await
+        .campaign("a")
+        .await
+        .unwrap();
+    let term = leadership.term();
+    let election = redlock_candidate(&servers).await;
+    let (_, counter) = key_and_counter(&election);
+    // As a reader sees the nodes between the claim and the raise of the fence.
+    let lower = |by: u64| (term - by).to_string();
+    servers[1].command(&["SET", &counter, &lower(1)]);
+    servers[2].command(&["SET", &counter, &lower(2)]);
+    let raise = {
+        let (one, two) = (servers[1].url(), servers[2].url());
+        let counter = counter.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(ms(150)).await;
+            for url in [one, two] {
+                let mut conn = common::multiplexed_url(&url, ms(1_000)).await;
+                let mut set = redis::cmd("SET");
+                set.arg(&counter).arg(term);
+                set.query_async::<()>(&mut conn).await.unwrap();
+            }
+        })
+    };
+    let started = Instant::now();
+    let leader = election.leader().await.unwrap().unwrap();
+    assert_eq!((leader.value.as_str(), leader.term), ("a", Some(term)));
+    assert!(started.elapsed() >= ms(140), "{:?}", started.elapsed());
+    raise.await.unwrap();
+
+    // A candidate that never makes its term durable (it died in between): the reader
+    // waits a bounded while, then says what the nodes tell.
+    servers[1].command(&["SET", &counter, &lower(1)]);
+    servers[2].command(&["SET", &counter, &lower(2)]);
+    let started = Instant::now();
+    let leader = election.leader().await.unwrap().unwrap();
+    assert_eq!(leader.value, "a");
+    assert!(started.elapsed() < ms(1_500), "{:?}", started.elapsed());
+    drop(leadership);
+}
+
+/// An observer whose reads fail yields the errors, and the first read that works again
+/// is yielded even though the leader did not change: a consumer (`leader --watch`) sees
+/// the outage end instead of waiting for a change that never comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_yields_the_leader_again_once_redis_answers_after_an_outage() {
+    let server = RedisServer::spawn();
+    let proxy = Proxy::start(server.addr());
+    let leadership = candidate(&server.url(), ms(30_000))
+        .await
+        .campaign("steady")
+        .await
+        .unwrap();
+    // Through a connection that reconnects, as the command line's.
+    let conn = redmutex::connect(&proxy.url()).await.unwrap();
+    let client = redis::Client::open(proxy.url()).unwrap();
+    let observer = (Locker::new(conn).with_wake_up([client]).unwrap())
+        .election("leader")
+        .unwrap();
+    let mut changes = Box::pin(observer.observe());
+    let first = next_change(&mut changes, ms(2_000)).await.unwrap();
+    assert_eq!(first.value, "steady");
+    proxy.refuse(true);
+    proxy.cut();
+    // Its next read (after the lost subscription wakes it, or at its 10 s poll) fails.
+    let failed = timeout(ms(12_000), changes.next()).await.unwrap().unwrap();
+    assert!(failed.is_err(), "{failed:?}");
+    proxy.refuse(false);
+    let mut again = timeout(ms(5_000), changes.next()).await.unwrap().unwrap();
+    // (A reconnection still under way may fail a read or two more.)
+    for _ in 0..10 {
+        if again.is_ok() {
+            break;
+        }
+        again = timeout(ms(5_000), changes.next()).await.unwrap().unwrap();
+    }
+    let again = again.unwrap().expect("the same leader");
+    assert_eq!((again.value, again.term), (first.value, first.term));
+    leadership.resign().await.unwrap();
+}

@@ -202,32 +202,62 @@ async fn thousands_of_locks_are_listed_once_each_in_bounded_pages() {
 }
 
 #[tokio::test]
-async fn redlock_lists_a_key_found_on_any_node_once() {
+async fn redlock_lists_a_key_where_one_holder_has_a_quorum_and_never_a_minoritys_leftover() {
     let servers = RedisServer::spawn_many(3);
-    let mut conns = Vec::new();
-    for server in &servers {
-        conns.push(multiplexed(server).await);
-    }
-    let locker = Locker::redlock(conns).unwrap();
+    let locker = Locker::redlock(common::multiplexed_all(&servers).await).unwrap();
     let lock = locker
         .acquire("q:held", secs(30))
         .metadata("m")
         .await
         .unwrap();
     let fence = lock.fence().await.unwrap();
+    // A leftover on node 0 (a holder that lost the others, a rival's failed try), listed
+    // first among the nodes: the holder on nodes 1 and 2 is who holds the key.
+    let node0 = common::locker(&servers[0]).await;
+    let leftover = node0.acquire("q:split", secs(30)).metadata("stale");
+    let leftover = leftover.await.unwrap();
+    let split = locker.acquire("q:split", secs(30)).metadata("owner");
+    let split = split.await.unwrap();
+    // Alone on node 1: nobody holds it (the next acquire takes it).
+    let _alone = (common::locker(&servers[1]).await)
+        .acquire("q:alone", secs(30))
+        .await
+        .unwrap();
     Raw::new(&servers[1]).await.set("q:stray", "x").await;
+    Raw::new(&servers[2]).await.set("q:stray", "x").await;
 
     let listed = locker.list("q:*").unwrap().collect().await.unwrap();
-    assert_eq!(listed.len(), 2, "{listed:#?}");
+    let mut keys: Vec<_> = listed.iter().map(|l| l.key_lossy().into_owned()).collect();
+    keys.sort();
+    assert_eq!(keys, ["q:held", "q:split", "q:stray"], "{listed:#?}");
     let held = find(&listed, "q:held");
     assert_eq!(
         (held.kind, held.nodes, held.fence),
         (LockKind::Lock, 3, Some(fence))
     );
     assert_eq!(held.holders[0].metadata.as_deref(), Some("m"));
+    let owned = find(&listed, "q:split");
+    assert_eq!(owned.nodes, 2);
+    assert_eq!(owned.holders[0].metadata.as_deref(), Some("owner"));
     let stray = find(&listed, "q:stray");
-    assert_eq!((stray.kind, stray.nodes), (LockKind::Foreign, 1));
-    lock.release().await.unwrap();
+    assert_eq!((stray.kind, stray.nodes), (LockKind::Foreign, 2));
+    let described = locker.describe("q:split").await.unwrap().expect("held");
+    assert_eq!(described.holders[0].metadata.as_deref(), Some("owner"));
+    assert_eq!(locker.describe("q:alone").await.unwrap(), None);
+
+    // With node 2 gone, the leftover on node 0 and the silent node could be a quorum:
+    // nobody can tell, and neither says "free".
+    split.release().await.unwrap();
+    assert_eq!(locker.describe("q:split").await.unwrap(), None);
+    servers[2].kill();
+    let unknown = locker.describe("q:split").await.unwrap_err();
+    assert!(matches!(unknown, redmutex::Error::NoQuorum(_)), "{unknown}");
+    let unknown = locker.list("q:*").unwrap().collect().await.unwrap_err();
+    assert!(matches!(unknown, redmutex::Error::NoQuorum(_)), "{unknown}");
+    // Its holder on nodes 0 and 1 is still told.
+    let held = locker.describe("q:held").await.unwrap().expect("held");
+    assert_eq!(held.nodes, 2);
+    leftover.release().await.unwrap();
 }
 
 #[tokio::test]
