@@ -77,7 +77,7 @@ pub async fn release<C: Connection>(
 ) -> Result<u8, Failure> {
     let Some(token) = args.token.as_deref() else {
         // (clap requires a token without --force.)
-        return crate::ops::force_release(locker, &args.keys, urls).await;
+        return crate::ops::force_release(locker, &args.keys, args.now, urls).await;
     };
     let token = parse_token(token)?;
     match locker.release_with_token(&args.keys, &token).await {
@@ -377,9 +377,10 @@ fn add_listed_fields(object: &mut String, listed: Option<&ListedLock>) {
     let permits = (listed.and_then(|l| l.permits)).map_or("null".to_owned(), |(used, limit)| {
         format!("{{\"used\":{used},\"limit\":{limit}}}")
     });
+    let forced = listed.map_or(0, |l| l.forced);
     object.pop();
     object.push_str(&format!(
-        ",\"kind\":{kind},\"holder_count\":{holders},\"waiters\":{waiters},\"permits\":{permits}}}"
+        ",\"kind\":{kind},\"holder_count\":{holders},\"waiters\":{waiters},\"permits\":{permits},\"forced\":{forced}}}"
     ));
 }
 
@@ -412,6 +413,9 @@ fn text_view(info: &LockInfo, waiters: Option<u32>, awaited: bool) -> String {
     }
     if info.foreign {
         line.push_str(", not a redmutex lock");
+    }
+    if info.forced {
+        line.push_str(", released by force (a tombstone until its ttl ends)");
     }
     match waiters {
         Some(n) if n > 0 => line.push_str(&format!(", {n} waiting")),

@@ -88,6 +88,9 @@ fn holder_text(holder: &ListedHolder) -> String {
     if let Some(ago) = holder.metadata.as_deref().and_then(since).and_then(ago) {
         text.push_str(&format!(" (for {ago})"));
     }
+    if holder.released_by_force {
+        text.push_str(" [released by force]");
+    }
     text
 }
 
@@ -103,6 +106,13 @@ fn details(lock: &ListedLock) -> String {
     }
     if let Some((used, limit)) = lock.permits {
         parts.push(format!("{used}/{limit} permits"));
+    }
+    match lock.forced {
+        0 => {}
+        _ if lock.holder_count <= 1 => {
+            parts.push("a tombstone: released by force, nobody gets it until its ttl ends".into())
+        }
+        n => parts.push(format!("{n} released by force, kept until their ttl ends")),
     }
     if let Some(waiting) = waiting(lock) {
         parts.push(format!("waiting: {waiting}"));
@@ -129,10 +139,11 @@ pub fn json(lock: &ListedLock) -> String {
     let holders: Vec<String> = (lock.holders.iter())
         .map(|h| {
             format!(
-                "{{\"metadata\":{},\"ttl_ms\":{},\"permits\":{}}}",
+                "{{\"metadata\":{},\"ttl_ms\":{},\"permits\":{},\"released_by_force\":{}}}",
                 h.metadata.as_deref().map_or("null".to_owned(), json_string),
                 ms(h.ttl),
                 number(h.permits.map(u64::from)),
+                h.released_by_force,
             )
         })
         .collect();
@@ -141,7 +152,7 @@ pub fn json(lock: &ListedLock) -> String {
     });
     format!(
         "{{\"key\":{},\"kind\":\"{}\",\"ttl_ms\":{},\"fence\":{},\"holder_count\":{},\
-         \"holders\":[{}],\"waiters\":{},\"awaited\":{},\"permits\":{}}}",
+         \"holders\":[{}],\"waiters\":{},\"awaited\":{},\"permits\":{},\"forced\":{}}}",
         json_string(&lock.key_lossy()),
         lock.kind.name(),
         ms(lock.ttl),
@@ -151,6 +162,7 @@ pub fn json(lock: &ListedLock) -> String {
         number(lock.waiters.map(u64::from)),
         lock.awaited,
         permits,
+        lock.forced,
     )
 }
 

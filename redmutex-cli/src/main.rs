@@ -365,11 +365,17 @@ struct ReleaseArgs {
     )]
     token: Option<String>,
 
-    /// Release it whoever holds it (an operator's last resort for a stuck holder): prints
-    /// who held it, and an audit line on stderr. The holder is not told until its next
-    /// renewal or refresh.
+    /// Release it whoever holds it, for a stuck holder: prints who held it, and an audit
+    /// line on stderr. Nobody else gets it until the holder's TTL ends (a tombstone keeps
+    /// its place), and the holder finds out at its next renewal (exec stops its command).
     #[arg(long)]
     force: bool,
+
+    /// With --force: release at once, for a holder known to be dead whose TTL is too long
+    /// to wait out. Breaks mutual exclusion if it lives: it works on until its next
+    /// renewal or refresh while another takes the lock.
+    #[arg(long, requires = "force")]
+    now: bool,
 
     /// The keys of the lock.
     #[arg(value_name = "KEY", required = true, num_args = 1..)]

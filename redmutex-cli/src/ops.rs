@@ -219,21 +219,37 @@ fn watch_line(args: &WatchArgs, lock: Option<&ListedLock>) -> String {
 pub async fn force_release<C: Connection>(
     locker: &Locker<C>,
     keys: &[String],
+    now: bool,
     urls: &[String],
 ) -> Result<u8, Failure> {
     let mut missed = Vec::new();
     for key in keys {
-        let was =
-            (locker.force_release(key).await).map_err(|e| Failure::from_lock_error(&e, urls))?;
+        let was = match now {
+            true => locker.force_release_now(key).await,
+            false => locker.force_release(key).await,
+        };
+        let was = was.map_err(|e| Failure::from_lock_error(&e, urls))?;
         let shown = printable(key);
         match was {
-            Some(lock) if lock.kind != LockKind::Foreign => {
+            Some(lock) if lock.kind != LockKind::Foreign && lock.forced > 0 && !now => {
                 outln!(
-                    "released {shown}: {}. The holder is not told: it finds out at its next \
-                     renewal or refresh, and may work on until then.",
+                    "{shown} was released by force already: {}.",
                     describe::holding(&lock)
                 )?;
-                let _ = writeln!(std::io::stderr(), "{}", audit(key, &lock));
+            }
+            Some(lock) if lock.kind != LockKind::Foreign => {
+                let after = match now {
+                    true => {
+                        "The holder is not told: it finds out at its next renewal or \
+                             refresh, and may work on until then while another holds it."
+                    }
+                    false => {
+                        "Nobody else gets it until its ttl ends; the holder finds out \
+                              at its next renewal or refresh."
+                    }
+                };
+                outln!("released {shown}: {}. {after}", describe::holding(&lock))?;
+                let _ = writeln!(std::io::stderr(), "{}", audit(key, &lock, now));
             }
             Some(_) => missed.push(format!(
                 "{shown} holds data redmutex did not write; left alone"
@@ -248,15 +264,16 @@ pub async fn force_release<C: Connection>(
 }
 
 /// The audit line of a forced release: what was taken from whom, by whom, when.
-fn audit(key: &str, lock: &ListedLock) -> String {
+fn audit(key: &str, lock: &ListedLock, now: bool) -> String {
     let holders: Vec<String> = (lock.holders.iter())
         .map(|h| crate::describe::json_string(h.metadata.as_deref().unwrap_or("")))
         .collect();
     let user = std::env::var("USER").unwrap_or_else(|_| "?".to_owned());
     let host = crate::hostname();
     format!(
-        "redmutex: audit: {} forced release of {} ({}, fence {}, holders [{}]) by user={} host={} pid={}",
+        "redmutex: audit: {} forced release{} of {} ({}, fence {}, holders [{}]) by user={} host={} pid={}",
         describe::utc(SystemTime::now()),
+        if now { " at once" } else { "" },
         crate::describe::json_string(key),
         lock.kind.name(),
         lock.fence.map_or("none".to_owned(), |f| f.to_string()),

@@ -173,7 +173,10 @@ fn release_force_takes_the_lock_says_from_whom_and_the_holder_loses_it() {
         said.starts_with("released stuck: held by host=h pid=42 (lock, fence "),
         "{said}"
     );
-    assert!(said.contains("The holder is not told"), "{said}");
+    assert!(
+        said.contains("Nobody else gets it until its ttl ends"),
+        "{said}"
+    );
     let audit = stderr(&out);
     assert!(audit.starts_with("redmutex: audit: "), "{audit}");
     assert!(
@@ -184,7 +187,15 @@ fn release_force_takes_the_lock_says_from_whom_and_the_holder_loses_it() {
         audit.contains("holders [\"host=h pid=42\"]") && audit.contains(" pid="),
         "{audit}"
     );
-    assert!(!exists(&server, "stuck"));
+    // A tombstone keeps everyone out until the holder's TTL ends; `inspect` says so.
+    let tombstone = run(redmutex(&server).args(["inspect", "stuck"]));
+    assert!(
+        stdout(&tombstone).contains("released by force"),
+        "{}",
+        stdout(&tombstone)
+    );
+    let out = run(redmutex(&server).args(["acquire", "-n", "stuck"]));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
 
     // The holder finds out at its next renewal (every 500 ms) and stops its command.
     let status = wait_child(&mut holder, Duration::from_secs(10));
@@ -193,6 +204,41 @@ fn release_force_takes_the_lock_says_from_whom_and_the_holder_loses_it() {
         wait_for_file(&lost, Duration::from_secs(2)).trim(),
         "stopped"
     );
+    // Forced again while the tombstone lasts: said, changed nothing.
+    if exists(&server, "stuck") {
+        let out = run(redmutex(&server).args(["release", "--force", "stuck"]));
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert!(
+            stdout(&out).contains("released by force already"),
+            "{}",
+            stdout(&out)
+        );
+    }
+    let until = Instant::now() + Duration::from_secs(5);
+    while exists(&server, "stuck") {
+        assert!(
+            Instant::now() < until,
+            "the tombstone outlived the holder's TTL"
+        );
+        thread::sleep(ms(20));
+    }
+
+    // --now: gone at once, the holder not told.
+    let out = run(redmutex(&server).args(["acquire", "--ttl", "30s", "dead"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = run(redmutex(&server).args(["release", "--force", "--now", "dead"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("The holder is not told"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stderr(&out).contains("forced release at once of \"dead\""),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!exists(&server, "dead"));
 
     // Nothing to release, foreign data left alone: exit 1; usage errors: 64.
     let out = run(redmutex(&server).args(["release", "--force", "stuck"]));
@@ -215,6 +261,7 @@ fn release_force_takes_the_lock_says_from_whom_and_the_holder_loses_it() {
             "k",
         ],
         vec!["release", "--force", ""],
+        vec!["release", "--now", "k"],
     ] {
         let out = run(redmutex(&server).args(&args));
         assert_eq!(code(&out), 64, "{args:?}: {}", stderr(&out));

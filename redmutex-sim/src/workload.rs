@@ -784,7 +784,10 @@ impl Task {
         }
     }
 
-    /// An operator forces the release of whatever holds the name.
+    /// An operator forces the release of whatever holds the name: half the time with the
+    /// lock-delay (`force_release`: a tombstone keeps everyone out until the holder's TTL
+    /// ends — no excuse for any claim, which the checker holds it to), half the time at
+    /// once (`force_release_now`, which breaks exclusion until the holder notices).
     async fn force(&mut self) {
         let pause = self
             .rng
@@ -792,6 +795,21 @@ impl Task {
         tokio::time::sleep(pause).await;
         self.gate().await;
         if self.over() {
+            return;
+        }
+        let at_once = self.rng.chance(0.5);
+        if !at_once {
+            let taken = self.locker.force_release(self.name()).await;
+            self.world.note(|| {
+                format!(
+                    "t{}: forced the release of {} (lock-delay): {:?}",
+                    self.index,
+                    self.name(),
+                    taken
+                        .as_ref()
+                        .map(|t| t.as_ref().map(|l| (l.kind, l.forced)))
+                )
+            });
             return;
         }
         // What held the name is no longer vouched for once the release ran: somewhere
@@ -808,14 +826,14 @@ impl Task {
             Some(self.name().to_string()),
             what,
         );
-        let taken = self.locker.force_release(self.name()).await;
+        let taken = self.locker.force_release_now(self.name()).await;
         if taken.is_ok() {
             let now = self.world.now();
             self.world.history().breaches[breach].until = now;
         }
         self.world.note(|| {
             format!(
-                "t{}: forced the release of {}: {:?}",
+                "t{}: forced the release of {} at once: {:?}",
                 self.index,
                 self.name(),
                 taken.as_ref().map(|t| t.as_ref().map(|l| l.kind))

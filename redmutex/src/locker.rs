@@ -694,18 +694,24 @@ impl<C: Connection> Locker<C> {
         listing::describe(&self.context.backend, keys.get(0).expect("one key")).await
     }
 
-    /// Releases whatever redmutex holds at `key`, **whoever holds it**: for operators,
-    /// when a holder is stuck and its TTL is too long to wait out. Atomically, it reads
-    /// what was held (kind, holders' metadata, fence — returned, to be shown and logged)
-    /// and removes it: a lock's key; a semaphore's or readers' holders with their details.
-    /// Waiters hear of it as of a release; a fair lock's line and the fence counter stay,
-    /// and something redmutex did not write is left alone (returned as
+    /// Releases whatever redmutex holds at `key`, **whoever holds it**, without breaking
+    /// mutual exclusion: for operators, when a holder is stuck (its process frozen, its
+    /// job hung) and renews a long TTL. Atomically, it reads what was held (kind, holders'
+    /// metadata, fence — returned, to be shown and logged) and turns each holder into a
+    /// **tombstone** that keeps its place until its TTL ends (a lock-delay, as Consul's and
+    /// Chubby's): a lock's value (its TTL kept), a semaphore's holders (their permits and
+    /// expiry kept), readers. The holder's next renewal, refresh or release finds itself
+    /// gone — a kept-alive lease is then lost
+    /// ([`LostReason::NotHeld`](crate::LostReason::NotHeld)), so `exec` stops its command —
+    /// and nobody else is let in before the holder's validity has surely ended (it ends
+    /// before its TTL on the server: [claim 13](crate::safety)). Waiters take the lock as the tombstone ends: their waits are bounded by
+    /// the TTL they were told. A tombstone is listed as such
+    /// ([`ListedLock::forced`](crate::ListedLock::forced)); forcing it again changes
+    /// nothing. Something redmutex did not write is left alone (returned as
     /// [`LockKind::Foreign`](crate::LockKind::Foreign)). Redlock: on every node.
     ///
-    /// **The holders are not told.** A kept-alive lease finds out at its next renewal (it is
-    /// then lost, [`LostReason::NotHeld`](crate::LostReason::NotHeld)), a plain lock at its
-    /// next refresh or release; until then it may go on working while another takes the
-    /// lock. Fences keep storage safe meanwhile: the next holder's is greater.
+    /// For a holder known to be dead, whose TTL is too long to wait out, see
+    /// [`force_release_now`](Locker::force_release_now).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad key (before any request); [`Error::Redis`] /
@@ -713,20 +719,68 @@ impl<C: Connection> Locker<C> {
     ///
     /// # Cancel safety
     /// If cancelled, the release may or may not have happened; call it again to know (it
-    /// then answers `None` if it had).
+    /// then answers the tombstone, `forced` set, if it had).
     ///
     /// ```
-    /// # async fn demo(locker: redmutex::Locker<redis::aio::MultiplexedConnection>) -> Result<(), redmutex::Error> {
-    /// if let Some(was) = locker.force_release("jobs:stuck").await? {
-    ///     let who = was.holders.first().and_then(|h| h.metadata.as_deref());
-    ///     eprintln!("released {} ({}), held by {who:?}, fence {:?}", was.key_lossy(), was.kind.name(), was.fence);
-    /// }
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// let redis = redmutex::memory::MemoryRedis::new();
+    /// let (stuck, operator) = (redmutex::Locker::in_memory_on(&redis), redmutex::Locker::in_memory_on(&redis));
+    /// let mut held = stuck.acquire("jobs:nightly", Duration::from_secs(60)).metadata("host=web-3").await?;
+    /// let was = operator.force_release("jobs:nightly").await?.expect("it was held");
+    /// assert_eq!(was.holders[0].metadata.as_deref(), Some("host=web-3"));
+    /// // Nobody gets in while the old holder may still believe it holds:
+    /// let once = || operator.acquire("jobs:nightly", Duration::from_secs(5)).retry(redmutex::retry::none());
+    /// assert!(once().await.unwrap_err().is_not_obtained());
+    /// assert_eq!(operator.describe("jobs:nightly").await?.expect("a tombstone").forced, 1);
+    /// // The holder finds out at its next refresh (or renewal, or release):
+    /// assert!(held.refresh(Duration::from_secs(60)).await.unwrap_err().is_not_held());
+    /// tokio::time::sleep(Duration::from_secs(61)).await; // its TTL has ended
+    /// let next = once().await?;
+    /// # drop(next);
     /// # Ok(()) }
     /// ```
     pub async fn force_release(&self, key: impl AsRef<[u8]>) -> Result<Option<ListedLock>, Error> {
         let keys = self.keys([key])?;
         let key = keys.get(0).expect("one key");
-        listing::force_release(&self.context.backend, key).await
+        listing::force_release(&self.context.backend, key, false).await
+    }
+
+    /// Releases whatever redmutex holds at `key`, whoever holds it, **at once** (a
+    /// tombstone too): for a holder known to be dead whose TTL is too long to wait out.
+    /// **This breaks mutual exclusion** if the holder still lives: it is not told, finds
+    /// out only at its next renewal, refresh or release, and may go on working meanwhile
+    /// while another takes the lock (fences keep storage safe: the next holder's is
+    /// greater). Prefer [`force_release`](Locker::force_release). Atomically, it reads what
+    /// was held (returned) and removes it: a lock's key; a semaphore's or readers' holders
+    /// with their details. Waiters hear of it as of a release; a fair lock's line and the
+    /// fence counter stay, and something redmutex did not write is left alone. Redlock: on
+    /// every node.
+    ///
+    /// # Errors
+    /// As [`force_release`](Locker::force_release).
+    ///
+    /// # Cancel safety
+    /// If cancelled, the release may or may not have happened; call it again to know (it
+    /// then answers `None` if it had).
+    ///
+    /// ```
+    /// # async fn demo(locker: redmutex::Locker<redis::aio::MultiplexedConnection>) -> Result<(), redmutex::Error> {
+    /// // The host that held it is gone for good (its machine was replaced).
+    /// if let Some(was) = locker.force_release_now("jobs:stuck").await? {
+    ///     let who = was.holders.first().and_then(|h| h.metadata.as_deref());
+    ///     eprintln!("released {} ({}), held by {who:?}, fence {:?}", was.key_lossy(), was.kind.name(), was.fence);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn force_release_now(
+        &self,
+        key: impl AsRef<[u8]>,
+    ) -> Result<Option<ListedLock>, Error> {
+        let keys = self.keys([key])?;
+        let key = keys.get(0).expect("one key");
+        listing::force_release(&self.context.backend, key, true).await
     }
 
     /// The name given with [`with_name`](Locker::with_name), if any.

@@ -278,11 +278,33 @@ pub(crate) enum StoredValue {
         awaited: bool,
         metadata: Option<String>,
     },
+    /// A forced release's tombstone (see `listing.lua`): it keeps the holder's place until
+    /// its TTL ends. `holder` stands in for the token it replaced (the same on every node
+    /// the release reached), of no use for releasing anything.
+    Tombstone {
+        holder: Token,
+        metadata: Option<String>,
+    },
     /// Something redmutex did not write.
     Foreign,
 }
 
+/// How a forced release's tombstone begins: `~forced~<kind>~<metadata>` (see
+/// `listing.lua`'s TOMBSTONE).
+pub(crate) const TOMBSTONE: &[u8] = b"~forced~";
+
 pub(crate) fn parse_value(value: &[u8]) -> StoredValue {
+    if let Some(rest) = value.strip_prefix(TOMBSTONE) {
+        let metadata = (rest.iter().position(|&b| b == b'~'))
+            .map(|at| String::from_utf8_lossy(&rest[at + 1..]).into_owned())
+            .filter(|metadata| !metadata.is_empty());
+        let digest = sha1_smol::Sha1::from(value).digest().bytes();
+        let stand_in: [u8; 16] = digest[..16].try_into().expect("20 bytes");
+        return StoredValue::Tombstone {
+            holder: Token(encode_base64url(&stand_in)),
+            metadata,
+        };
+    }
     let flag = value.get(TOKEN_LEN).copied();
     match (Token::from_prefix(value), flag) {
         (Some(token), Some(flag)) if FLAGS.contains(&flag) => {
@@ -496,6 +518,29 @@ mod tests {
     }
 
     /// Properties over generated input: exact round trips, and no input that panics.
+    #[test]
+    fn a_tombstone_is_read_with_its_holders_metadata_and_a_stand_in_of_no_use() {
+        let read = |value: &[u8]| match parse_value(value) {
+            StoredValue::Tombstone { holder, metadata } => (holder, metadata),
+            other => panic!("not a tombstone: {other:?}"),
+        };
+        let (a, metadata) = read(b"~forced~lock~host=web-3 pid=7");
+        assert_eq!(metadata.as_deref(), Some("host=web-3 pid=7"));
+        assert_eq!(
+            read(b"~forced~lock~host=web-3 pid=7").0,
+            a,
+            "the same on every node"
+        );
+        let (b, none) = read(b"~forced~rw_lock_write~");
+        assert_ne!(a, b);
+        assert_eq!(none, None);
+        assert_eq!(read(b"~forced~").1, None);
+        // Not a token anyone holds: it is made of the whole value, prefix and all.
+        assert!(a.as_bytes().iter().all(|c| ALPHABET.contains(c)));
+        assert!(!b"~forced~lock~x".starts_with(a.as_bytes()));
+        assert_eq!(parse_value(b"~forced"), StoredValue::Foreign);
+    }
+
     mod properties {
         use super::*;
         use proptest::prelude::*;
@@ -609,6 +654,7 @@ mod tests {
                                 (!rest.is_empty()).then(|| String::from_utf8_lossy(rest).into_owned())
                             );
                         }
+                        StoredValue::Tombstone { .. } => prop_assert!(value.starts_with(TOMBSTONE)),
                         StoredValue::Foreign => prop_assert!(!ours),
                     }
                 }

@@ -507,12 +507,32 @@ impl<C: Connection> Locker<C> {
     /// let stuck = stuck.metadata("host=gone").call()?;
     /// let taken = locker.force_release("deploy")?.expect("it was held");
     /// assert_eq!(taken.holders[0].metadata.as_deref(), Some("host=gone"));
-    /// assert!(!locker.inspect("deploy")?.held);
+    /// assert!(locker.inspect("deploy")?.held); // a tombstone, until the TTL ends
     /// // The holder finds out when it next renews, refreshes or releases:
     /// assert!(stuck.release().unwrap_err().is_not_held());
     /// # Ok(()) }
     /// ```
     pub fn force_release(&self, key: impl AsRef<[u8]>) -> Result<Option<ListedLock>, Error> {
         self.runtime.call(self.inner.force_release(key))?
+    }
+
+    /// An operator's release of a dead holder's lock, at once (breaking mutual exclusion
+    /// if it lives): [`crate::Locker::force_release_now`].
+    ///
+    /// # Errors
+    /// As the async call; [`Error::InsideRuntime`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let dead = locker.acquire("deploy", Duration::from_secs(3600)).call()?;
+    /// let taken = locker.force_release_now("deploy")?.expect("it was held");
+    /// assert!(!locker.inspect("deploy")?.held);
+    /// # drop(dead);
+    /// # Ok(()) }
+    /// ```
+    pub fn force_release_now(&self, key: impl AsRef<[u8]>) -> Result<Option<ListedLock>, Error> {
+        self.runtime.call(self.inner.force_release_now(key))?
     }
 }

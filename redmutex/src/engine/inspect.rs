@@ -73,6 +73,10 @@ pub struct LockInfo {
     /// its own next fence) and making the highest durable on them all. The fence told is
     /// not yet the one the owner will be handed.
     pub(crate) settling: bool,
+    /// Its holder was released by force ([`Locker::force_release`](crate::Locker::force_release)):
+    /// a tombstone keeps its place — `held`, with its `metadata` and `ttl` — until its TTL
+    /// ends. Redlock: the owner holding a quorum is one.
+    pub forced: bool,
 }
 
 /// One node's view of a key, in [`LockInfo::nodes`].
@@ -135,12 +139,17 @@ impl RawKey {
     /// The [`LockInfo`] for what one node holds at `key`.
     fn info(self, key: &[u8]) -> LockInfo {
         let ttl = u64::try_from(self.pttl).ok().map(Duration::from_millis);
+        let mut forced = false;
         let (held, metadata, foreign, awaited) = match (self.kind.as_str(), self.value) {
             ("none", _) => (false, None, false, false),
             ("string", Some(value)) => match parse_value(&value) {
                 StoredValue::Redmutex {
                     metadata, awaited, ..
                 } => (true, metadata, false, awaited),
+                StoredValue::Tombstone { metadata, .. } => {
+                    forced = true;
+                    (true, metadata, false, false)
+                }
                 StoredValue::Foreign => (true, None, true, false),
             },
             _ => (true, None, true, false),
@@ -156,15 +165,18 @@ impl RawKey {
             nodes: Vec::new(),
             owned: Ok(held && !foreign),
             settling: false,
+            forced,
         }
     }
 
-    /// The owner whose token this node holds, with its metadata.
+    /// The owner whose token this node holds, with its metadata (a tombstone's: the holder
+    /// it keeps the place of).
     fn owner(&self) -> Option<(Token, Option<String>)> {
         match parse_value(self.value.as_deref()?) {
             StoredValue::Redmutex {
                 token, metadata, ..
             } => Some((token, metadata)),
+            StoredValue::Tombstone { holder, metadata } => Some((holder, metadata)),
             StoredValue::Foreign => None,
         }
     }
@@ -251,6 +263,8 @@ impl View for KeyView<'_> {
                 .filter_map(|n| n.info.as_ref().ok()?.fence)
                 .max(),
         };
+        let forced = (holder_nodes.as_ref())
+            .is_some_and(|at| (nodes[at[0]].info.as_ref()).is_ok_and(|info| info.forced));
         let settling = holder_nodes.as_ref().is_some_and(|at| {
             let fence_at = |node: &usize| nodes[*node].info.as_ref().ok().and_then(|i| i.fence);
             at.iter().map(fence_at).max().flatten() > fence
@@ -266,6 +280,7 @@ impl View for KeyView<'_> {
             nodes,
             owned,
             settling,
+            forced,
         })
     }
 }
@@ -348,6 +363,7 @@ impl LockInfo {
             nodes: Vec::new(),
             owned: Ok(false),
             settling: false,
+            forced: false,
         }
     }
 

@@ -18,6 +18,16 @@ local REDMUTEX_VALUE = '^' .. string.rep('[%w_%-]', 22) .. '[%-wolLkr]'
 -- One whose lockers wait in the key's line ('l'; 'L': some watch the key's channel too).
 local LINED_VALUE = '^' .. string.rep('[%w_%-]', 22) .. '[lL]'
 
+-- A forced release's tombstone (see `force`): at a string key, TOMBSTONE, the kind of lock
+-- it held, '~', and its holder's metadata; among a semaphore's holders or readers, a
+-- member named GRAVE and the holder's token, with the holder's details entry.
+local TOMBSTONE = '~forced~'
+local GRAVE = '~'
+
+local function is_tombstone(value)
+  return string.sub(value, 1, #TOMBSTONE) == TOMBSTONE
+end
+
 local function kind_of(key)
   return redis.call('type', key)['ok']
 end
@@ -63,6 +73,17 @@ local function in_line(line, live)
   return redis.call('zcount', line, '-inf', string.format('%.0f', -live))
 end
 
+-- The live members of the sorted set `holders` that are tombstones (see GRAVE).
+local function graves_of(holders, live)
+  local graves = {}
+  for _, member in ipairs(redis.call('zrangebyscore', holders, live, '+inf')) do
+    if string.sub(member, 1, 1) == GRAVE then
+      graves[#graves + 1] = member
+    end
+  end
+  return graves
+end
+
 -- The entry of the key at KEYS[i] and its six companions after it (see `describe`).
 local function describe_at(i, now)
   local key, counter, queue = KEYS[i], KEYS[i + 1], KEYS[i + 2]
@@ -76,14 +97,24 @@ local function describe_at(i, now)
   if type(fence) ~= 'string' then
     fence = false
   end
-  local entry = { 'foreign', ttl, fence, false, 0, -1, 0, {}, 0, 0 }
+  local entry = { 'foreign', ttl, fence, false, 0, -1, 0, {}, 0, 0, 0 }
   if kind == 'none' then
     entry[1] = 'none'
   elseif kind == 'string' then
     entry[4] = redis.call('get', key)
     entry[5] = 1
     entry[1] = 'lock'
-    if not string.match(entry[4], REDMUTEX_VALUE) then
+    if is_tombstone(entry[4]) then
+      entry[1] = string.match(entry[4], '^' .. TOMBSTONE .. '([%w_]+)~') or 'lock'
+      entry[11] = 1
+      if entry[1] == 'fair_lock' then
+        entry[6] = redis.call('zcount', queue, '-inf', string.format('%.0f', -live))
+      elseif entry[1] == 'rw_lock_write' then
+        entry[6] = redis.call('zcount', intents, live, '+inf')
+      else
+        entry[6] = in_line(line, live)
+      end
+    elseif not string.match(entry[4], REDMUTEX_VALUE) then
       entry[1], entry[4], entry[5] = 'foreign', false, 0
     elseif kind_of(queue) == 'zset' then
       -- Its waiters' heartbeats are scored negated (fair.lua): live ones at -now or less.
@@ -122,13 +153,15 @@ local function describe_at(i, now)
       local members = redis.call('zrangebyscore', key, live, '+inf', 'withscores', 'limit', 0, SAMPLE)
       local sample = {}
       for j = 1, #members, 2 do
-        sample[#sample + 1] = { tonumber(members[j + 1]) - now, details_of(entry[1], details, members[j]) }
+        local grave = string.sub(members[j], 1, 1) == GRAVE and 1 or 0
+        sample[#sample + 1] = { tonumber(members[j + 1]) - now, details_of(entry[1], details, members[j]), grave }
       end
       entry[8] = sample
+      entry[11] = #graves_of(key, live)
       -- A semaphore's keys outlive their last holder by a little (semaphore.lua): with
       -- none live, nobody holds it.
       if entry[1] == 'semaphore' and entry[5] == 0 then
-        entry = { 'none', -2, fence, false, 0, -1, 0, {}, 0, 0 }
+        entry = { 'none', -2, fence, false, 0, -1, 0, {}, 0, 0, 0 }
       end
     end
   end
@@ -141,7 +174,7 @@ end
 --          semaphore's details, its read-write lock's readers, its writers' intents, its
 --          line (a lock's or a semaphore's, see helpers.lua).
 -- Returns: per key, { kind, pttl, fence or false, value or false, holders, waiters,
---          awaited, sample, used, limit }: kind is 'none' (gone since it was found),
+--          awaited, sample, used, limit, forced }: kind is 'none' (gone since it was found),
 --          'lock', 'fair_lock', 'rw_lock_write', 'rw_lock_read', 'semaphore' or
 --          'foreign'; value is a string key's (token, flag byte, metadata: the caller
 --          keeps only the metadata); holders the live holders' count; waiters the live
@@ -149,7 +182,9 @@ end
 --          lock's waiting writers; a lock's or a semaphore's line: the processes in it),
 --          else -1; awaited 1 when a semaphore's waiters asked to hear of releases or
 --          stand in its line (a string's value says it for itself); sample
---          { ms left, details } per sampled holder; used and limit a semaphore's permits.
+--          { ms left, details, 1 when a tombstone } per sampled holder; used and limit a
+--          semaphore's permits; forced how many holders are tombstones of a forced release
+--          (a string key's: its value is one, and reads as the kind it held).
 local now = now_ms()
 local described = {}
 for i = 1, #KEYS, 7 do
@@ -158,21 +193,57 @@ end
 return described
 
 --- op: force
--- an operator's release of whatever redmutex holds at a key, whoever holds it: the key, and
--- the holders' details beside it (a semaphore's, readers'); a line of waiters and the fence
--- counter stay. Waiters hear of it as of a release: a plain lock's and writers' on the
--- key's channel, and the first live locker in its line on that locker's (whoever held the
--- key: writers wait in it for readers too), a fair lock's
--- first live waiter on its own, readers on theirs, a semaphore's on its channel and the
--- first places in its line, as many as its limit, on theirs. Something
--- redmutex did not write is left alone. The holders are not told: each finds out at its
--- next renewal or refresh.
+-- an operator's release of whatever redmutex holds at a key, whoever holds it. The holders
+-- are not told: each finds out at its next renewal or refresh, and until then may go on
+-- working. Something redmutex did not write is left alone.
+-- By default (lock-delay) the holders' places are kept as tombstones until their TTLs
+-- end — a lock's value becomes TOMBSTONE (its TTL kept), a semaphore's holders and
+-- readers become GRAVE members (their expiry and permits kept) — so that nobody else is
+-- let in while a holder may still believe it holds (its validity ends before its TTL on
+-- the server), while each holder's next renewal, refresh or release finds itself gone.
+-- Waiters take the key as it frees by itself: their waits are bounded by the TTL they
+-- were told. A tombstone stays as it is.
+-- With ARGV[1] 'now', the key goes at once (tombstones too), breaking mutual exclusion
+-- while a holder has not noticed: the key, and the holders' details beside it (a
+-- semaphore's, readers'); a line of waiters and the fence counter stay. Waiters hear of it
+-- as of a release: a plain lock's and writers' on the key's channel, and the first live
+-- locker in its line on that locker's (whoever held the key: writers wait in it for
+-- readers too), a fair lock's first live waiter on its own, readers on theirs, a
+-- semaphore's on its channel and the first places in its line, as many as its limit, on
+-- theirs.
 -- KEYS:    the key and its six companions, as for `describe` (the seventh, its line, is
 --          told).
+-- ARGV[1]: 'now' for the release at once; 'delay' for tombstones.
 -- Returns: { entry }: the key's entry as `describe` reads it, before the release.
 local now = now_ms()
 local entry = describe_at(1, now)
 local kind = entry[1]
+if ARGV[1] ~= 'now' then
+  if kind == 'lock' or kind == 'fair_lock' or kind == 'rw_lock_write' then
+    if entry[11] == 0 then
+      local value = entry[4]
+      local metadata = ''
+      if string.sub(value, 23, 23) ~= 'r' then
+        metadata = string.sub(value, 24)
+      end
+      redis.call('set', KEYS[1], TOMBSTONE .. kind .. '~' .. metadata, 'keepttl')
+    end
+  elseif kind == 'semaphore' or kind == 'rw_lock_read' then
+    local details = (kind == 'semaphore') and KEYS[4] or KEYS[5]
+    local members = redis.call('zrangebyscore', KEYS[1], live_from(now), '+inf', 'withscores')
+    for j = 1, #members, 2 do
+      local member = members[j]
+      if string.sub(member, 1, 1) ~= GRAVE then
+        local grave = GRAVE .. member
+        redis.call('hset', details, grave, details_of(kind, details, member))
+        redis.call('hdel', details, member)
+        redis.call('zadd', KEYS[1], members[j + 1], grave)
+        redis.call('zrem', KEYS[1], member)
+      end
+    end
+  end
+  return { entry }
+end
 local freed = true
 if kind == 'lock' or kind == 'fair_lock' or kind == 'rw_lock_write' then
   redis.call('del', KEYS[1])

@@ -125,6 +125,10 @@ pub struct ListedHolder {
     pub ttl: Option<Duration>,
     /// A semaphore's holder: how many permits it holds.
     pub permits: Option<u32>,
+    /// Released by force ([`Locker::force_release`](crate::Locker::force_release)): a
+    /// tombstone keeps its place until its TTL ends, so that nobody else is let in while
+    /// it may still believe it holds.
+    pub released_by_force: bool,
 }
 
 /// A lock found by [`Locker::list`](crate::Locker::list).
@@ -174,6 +178,10 @@ pub struct ListedLock {
     pub awaited: bool,
     /// A semaphore: permits held, and the limit its holders agreed on.
     pub permits: Option<(u32, u32)>,
+    /// How many of its holders were released by force and are tombstones until their
+    /// TTLs end (see [`ListedHolder::released_by_force`]); for a lock's key, 1 when its
+    /// value is one.
+    pub forced: u32,
     /// Redlock: on how many nodes its holder has it — a quorum, or for
     /// [`force_release`](crate::Locker::force_release) the most nodes that held it alike
     /// (0 for a single node).
@@ -378,10 +386,12 @@ impl<C: Connection> Listing<C> {
 pub(crate) async fn force_release<C: Connection>(
     backend: &Backend<C>,
     key: &[u8],
+    at_once: bool,
 ) -> Result<Option<ListedLock>, Error> {
-    // It tells a fair lock's first waiter and a lock's first locker in line: their lines
-    // are among the companions.
-    one_key(backend, &FORCE, key, false).await
+    // At once, it tells a fair lock's first waiter and a lock's first locker in line:
+    // their lines are among the companions.
+    let mode = if at_once { "now" } else { "delay" };
+    one_key(backend, &FORCE, key, Some(mode)).await
 }
 
 /// What `key` (with the prefix) holds, as a listing would show it; `None` when free.
@@ -389,22 +399,26 @@ pub(crate) async fn describe<C: Connection>(
     backend: &Backend<C>,
     key: &[u8],
 ) -> Result<Option<ListedLock>, Error> {
-    one_key(backend, &DESCRIBE, key, true).await
+    one_key(backend, &DESCRIBE, key, None).await
 }
 
-/// Runs `operation` of `listing.lua` for one key and its companions.
+/// Runs `operation` of `listing.lua` for one key and its companions (`force`: the forced
+/// release's mode).
 async fn one_key<C: Connection>(
     backend: &Backend<C>,
     operation: &'static Operation,
     key: &[u8],
-    quorum_only: bool,
+    force: Option<&str>,
 ) -> Result<Option<ListedLock>, Error> {
     let keys = [key.to_vec()];
     let mut call = operation.script().prepare_invoke();
     add_keys(&mut call, &keys[0]);
+    if let Some(mode) = force {
+        call.arg(mode);
+    }
     let view = PageView {
         keys: &keys,
-        quorum_only,
+        quorum_only: force.is_none(),
     };
     Ok(backend.inspect(&view, &call).await?.pop())
 }
@@ -539,9 +553,10 @@ fn entry_of(key: &[u8], entry: Value) -> Result<Described, RedisError> {
     let holder_count: u32 = redis::from_redis_value(next())?;
     let waiters: i64 = redis::from_redis_value(next())?;
     let awaited: i64 = redis::from_redis_value(next())?;
-    let sample: Vec<(i64, Vec<u8>)> = redis::from_redis_value(next())?;
+    let sample: Vec<(i64, Vec<u8>, i64)> = redis::from_redis_value(next())?;
     let used: u32 = redis::from_redis_value(next())?;
     let limit: u32 = redis::from_redis_value(next())?;
+    let forced: u32 = redis::from_redis_value(next())?;
     let Some(mut kind) = LockKind::parse(&kind) else {
         return Ok(None);
     };
@@ -549,7 +564,7 @@ fn entry_of(key: &[u8], entry: Value) -> Result<Described, RedisError> {
     // Readers and a semaphore's holders are many on each node: their key is one group.
     let mut identity = kind.name().as_bytes().to_vec();
     let mut holders: Vec<ListedHolder> = (sample.into_iter())
-        .map(|(left, details)| holder(kind, left, &details))
+        .map(|(left, details, grave)| holder(kind, left, &details, grave == 1))
         .collect();
     if let Some(value) = value {
         identity = value.get(..TOKEN_LEN).unwrap_or(&value).to_vec();
@@ -569,7 +584,17 @@ fn entry_of(key: &[u8], entry: Value) -> Result<Described, RedisError> {
                     metadata,
                     ttl: None,
                     permits: None,
+                    released_by_force: false,
                 });
+            }
+            StoredValue::Tombstone { metadata, .. } => {
+                holders.push(ListedHolder {
+                    metadata,
+                    ttl: None,
+                    permits: None,
+                    released_by_force: true,
+                });
+                identity = value;
             }
             StoredValue::Foreign => {
                 kind = LockKind::Foreign;
@@ -595,6 +620,7 @@ fn entry_of(key: &[u8], entry: Value) -> Result<Described, RedisError> {
         waiters: u32::try_from(waiters).ok(),
         awaited,
         permits: (kind == LockKind::Semaphore).then_some((used, limit)),
+        forced,
         nodes: 0,
     };
     Ok(Some((listed, identity)))
@@ -602,7 +628,7 @@ fn entry_of(key: &[u8], entry: Value) -> Result<Described, RedisError> {
 
 /// A sampled holder: a semaphore's details are `<permits>:<metadata>`, a reader's its
 /// metadata.
-fn holder(kind: LockKind, left_ms: i64, details: &[u8]) -> ListedHolder {
+fn holder(kind: LockKind, left_ms: i64, details: &[u8], forced: bool) -> ListedHolder {
     let details = String::from_utf8_lossy(details);
     let (permits, metadata) = match (kind, details.split_once(':')) {
         (LockKind::Semaphore, Some((permits, metadata))) => (permits.parse().ok(), metadata),
@@ -612,5 +638,6 @@ fn holder(kind: LockKind, left_ms: i64, details: &[u8]) -> ListedHolder {
         metadata: (!metadata.is_empty()).then(|| metadata.to_owned()),
         ttl: u64::try_from(left_ms).ok().map(Duration::from_millis),
         permits,
+        released_by_force: forced,
     }
 }

@@ -816,6 +816,7 @@ impl View for RwView<'_> {
         info.writer_ttl = u64::try_from(pttl).ok().map(Duration::from_millis);
         match value.as_deref().map(token::parse_value) {
             Some(StoredValue::Redmutex { metadata, .. }) => info.writer_metadata = metadata,
+            Some(StoredValue::Tombstone { metadata, .. }) => info.writer_metadata = metadata,
             Some(StoredValue::Foreign) => info.foreign = true,
             None => {}
         }

@@ -602,3 +602,47 @@ async fn an_observer_yields_the_leader_again_once_redis_answers_after_an_outage(
     assert_eq!((again.value, again.term), (first.value, first.term));
     leadership.resign().await.unwrap();
 }
+
+/// A leader released by force (lock-delay) is still reported as the leader until its
+/// tombstone ends — it may still believe it leads — and is told it lost at its next
+/// renewal; a candidate of another process wins only once the tombstone ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_released_by_force_is_reported_until_its_tombstone_ends() {
+    let server = RedisServer::spawn();
+    let ttl = ms(1_500);
+    let leadership = candidate(&server.url(), ttl)
+        .await
+        .campaign("a")
+        .await
+        .unwrap();
+    let operator = Locker::new(multiplexed(&server).await);
+    let observer = candidate(&server.url(), ttl).await;
+    let key = String::from_utf8(observer.key().to_vec()).unwrap();
+    let was = operator.force_release(&key).await.unwrap().unwrap();
+    let forced_at = Instant::now();
+    assert_eq!(was.holders[0].metadata.as_deref(), Some("a"));
+    assert!(operator.inspect(&key).await.unwrap().forced);
+    let leader = observer.leader().await.unwrap().expect("still reported");
+    assert_eq!(
+        (leader.value.as_str(), leader.term),
+        ("a", Some(leadership.term()))
+    );
+    let next = tokio::spawn(async move {
+        let next = candidate(&server.url(), ttl).await;
+        let won = next.campaign("b").await.unwrap();
+        (Instant::now(), won, server)
+    });
+    let reason = timeout(ms(2_000), leadership.lost()).await.unwrap();
+    assert!(
+        matches!(reason, redmutex::LostReason::NotHeld),
+        "{reason:?}"
+    );
+    let (won_at, won, _server) = timeout(ms(5_000), next).await.unwrap().unwrap();
+    assert!(
+        won_at - forced_at + ms(20) >= leader.ttl.unwrap(),
+        "{:?}",
+        won_at - forced_at
+    );
+    assert!(won.term() > leadership.term());
+    won.resign().await.unwrap();
+}

@@ -3,7 +3,7 @@
 use crate::common;
 use std::time::Duration;
 
-use crate::common::{multiplexed, Raw};
+use crate::common::{ms, multiplexed, Raw};
 use redmutex::{ListedLock, LockKind, Locker, LIST_PAGE};
 use testkit::RedisServer;
 
@@ -261,7 +261,7 @@ async fn redlock_lists_a_key_where_one_holder_has_a_quorum_and_never_a_minoritys
 }
 
 #[tokio::test]
-async fn a_forced_release_says_what_it_took_and_the_holder_finds_out_at_its_renewal() {
+async fn a_release_forced_at_once_says_what_it_took_and_the_holder_finds_out_at_its_renewal() {
     let server = RedisServer::spawn();
     let holder = common::own_locker(&server, false).await;
     let waiter = common::own_locker(&server, true).await;
@@ -289,7 +289,7 @@ async fn a_forced_release_says_what_it_took_and_the_holder_finds_out_at_its_rene
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
 
-    let was = operator.force_release("stuck").await.unwrap().unwrap();
+    let was = operator.force_release_now("stuck").await.unwrap().unwrap();
     assert_eq!(was.kind, LockKind::Lock);
     assert_eq!(was.holders[0].metadata.as_deref(), Some("host=a pid=7"));
     assert_eq!(was.fence, Some(fence));
@@ -310,9 +310,9 @@ async fn a_forced_release_says_what_it_took_and_the_holder_finds_out_at_its_rene
     lock.release().await.unwrap();
 
     // Nothing there: None; foreign data: described, left alone.
-    assert!(operator.force_release("stuck").await.unwrap().is_none());
+    assert!(operator.force_release_now("stuck").await.unwrap().is_none());
     raw.set("theirs", "data").await;
-    let foreign = operator.force_release("theirs").await.unwrap().unwrap();
+    let foreign = operator.force_release_now("theirs").await.unwrap().unwrap();
     assert_eq!(foreign.kind, LockKind::Foreign);
     assert_eq!(raw.get("theirs").await.as_deref(), Some(&b"data"[..]));
 
@@ -320,7 +320,7 @@ async fn a_forced_release_says_what_it_took_and_the_holder_finds_out_at_its_rene
     let semaphore = holder.semaphore("slots", 4).unwrap();
     let a = semaphore.acquire(1, secs(30)).metadata("a").await.unwrap();
     let b = semaphore.acquire(2, secs(30)).metadata("b").await.unwrap();
-    let was = operator.force_release("slots").await.unwrap().unwrap();
+    let was = operator.force_release_now("slots").await.unwrap().unwrap();
     assert_eq!(
         (was.kind, was.holder_count, was.permits),
         (LockKind::Semaphore, 2, Some((3, 4)))
@@ -333,7 +333,7 @@ async fn a_forced_release_says_what_it_took_and_the_holder_finds_out_at_its_rene
     // Readers of a read-write lock: all of them.
     let rw = holder.rw_lock("table").unwrap();
     let reader = rw.read(secs(30)).metadata("r1").await.unwrap();
-    let was = operator.force_release("table").await.unwrap().unwrap();
+    let was = operator.force_release_now("table").await.unwrap().unwrap();
     assert_eq!((was.kind, was.holder_count), (LockKind::Readers, 1));
     assert!(reader.release().await.unwrap_err().is_not_held());
     let writer = rw.write(secs(5)).await.unwrap();
@@ -374,7 +374,11 @@ async fn a_forced_release_of_a_fair_holder_lets_waiting_readers_in() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let operator = Locker::new(multiplexed(&server).await);
     let forced_at = std::time::Instant::now();
-    assert!(operator.force_release("shared").await.unwrap().is_some());
+    assert!(operator
+        .force_release_now("shared")
+        .await
+        .unwrap()
+        .is_some());
     let reader = waiting.await.unwrap().expect("the reader gets in");
     let waited = forced_at.elapsed();
     assert!(
@@ -444,4 +448,214 @@ async fn a_lines_waiting_processes_are_counted_for_a_lock_and_a_semaphore() {
     assert!(!pool.awaited && pool.waiters.unwrap_or(0) == 0, "{pool:?}");
     lock.release().await.unwrap();
     permit.release().await.unwrap();
+}
+
+/// A forced release (lock-delay): the stuck holder's place is a tombstone until its TTL
+/// ends — nobody else gets in meanwhile, a waiter of another process takes the lock as it
+/// ends — and the holder's next renewal finds itself gone (lost, before its validity
+/// ends). Forcing the tombstone again changes nothing; it has its TTL throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_release_keeps_everyone_out_until_the_holders_ttl_ends() {
+    let server = RedisServer::spawn();
+    let holder = common::own_locker(&server, false).await;
+    let waiter = common::own_locker(&server, true).await;
+    let operator = Locker::new(multiplexed(&server).await);
+    let mut raw = Raw::new(&server).await;
+
+    let lease = (holder.acquire("stuck", secs(3)))
+        .metadata("host=a pid=7")
+        .await
+        .unwrap()
+        .keep_alive()
+        .unwrap();
+    let waiting = tokio::spawn(async move {
+        let lock = waiter
+            .acquire("stuck", secs(10))
+            // Polls only every 20 s: the tombstone's TTL, which it was told, wakes it.
+            .retry(redmutex::retry::constant(secs(20)))
+            .deadline(secs(15))
+            .await
+            .unwrap();
+        (tokio::time::Instant::now(), lock)
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let was = operator.force_release("stuck").await.unwrap().unwrap();
+    let forced_at = tokio::time::Instant::now();
+    let pttl = raw.pttl("stuck").await;
+    assert_eq!((was.kind, was.forced), (LockKind::Lock, 0));
+    assert_eq!(was.holders[0].metadata.as_deref(), Some("host=a pid=7"));
+    assert!(pttl > 0 && pttl <= 3_000, "the holder's TTL kept: {pttl}");
+    let tombstone = operator
+        .describe("stuck")
+        .await
+        .unwrap()
+        .expect("a tombstone");
+    assert_eq!((tombstone.kind, tombstone.forced), (LockKind::Lock, 1));
+    assert!(tombstone.holders[0].released_by_force);
+    assert_eq!(
+        tombstone.holders[0].metadata.as_deref(),
+        Some("host=a pid=7")
+    );
+    assert!(operator.inspect("stuck").await.unwrap().held);
+    // Forced again: the same tombstone, TTL and all.
+    let again = operator.force_release("stuck").await.unwrap().unwrap();
+    assert_eq!(again.forced, 1);
+    assert!(raw.pttl("stuck").await <= pttl);
+    // Nobody else, in any process, gets in while the holder may still believe it holds.
+    let other = common::own_locker(&server, false).await;
+    let tried = other
+        .acquire("stuck", secs(1))
+        .retry(redmutex::retry::none())
+        .await
+        .unwrap_err();
+    assert!(tried.is_not_obtained(), "{tried}");
+    // The holder is told at its next renewal, before its validity ends.
+    let valid_until = lease.valid_until();
+    let reason = tokio::time::timeout(secs(3), lease.lost()).await.unwrap();
+    assert!(
+        matches!(reason, redmutex::LostReason::NotHeld),
+        "{reason:?}"
+    );
+    assert!(tokio::time::Instant::now() < valid_until);
+    // The waiter takes it once the tombstone's TTL ran out — not before.
+    let (taken_at, lock) = tokio::time::timeout(secs(10), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    let blocked = taken_at - forced_at;
+    assert!(
+        blocked + Duration::from_millis(20) >= Duration::from_millis(pttl as u64),
+        "{blocked:?} < {pttl} ms"
+    );
+    assert!(
+        blocked < Duration::from_millis(pttl as u64) + secs(2),
+        "{blocked:?}"
+    );
+    lock.release().await.unwrap();
+    assert_eq!(raw.dbsize().await, 0, "nothing left behind");
+}
+
+/// A semaphore's and readers' forced release: each holder's permits stay counted (a
+/// tombstone each) until its TTL ends, so the limit holds and a writer stays out; each
+/// holder finds itself gone; then the permits come back and nothing is left behind.
+#[tokio::test]
+async fn a_forced_release_keeps_a_semaphores_permits_and_readers_until_their_ttl_ends() {
+    let server = RedisServer::spawn();
+    let holder = common::own_locker(&server, false).await;
+    let other = common::own_locker(&server, false).await;
+    let operator = Locker::new(multiplexed(&server).await);
+    let mut raw = Raw::new(&server).await;
+
+    let semaphore = holder.semaphore("slots", 3).unwrap();
+    let mut a = semaphore.acquire(1, ms(1_500)).metadata("a").await.unwrap();
+    let b = semaphore.acquire(2, ms(1_500)).await.unwrap();
+    let was = operator.force_release("slots").await.unwrap().unwrap();
+    assert_eq!(
+        (was.holder_count, was.permits, was.forced),
+        (2, Some((3, 3)), 0)
+    );
+    let tombstones = operator
+        .describe("slots")
+        .await
+        .unwrap()
+        .expect("tombstones");
+    assert_eq!(
+        (
+            tombstones.holder_count,
+            tombstones.permits,
+            tombstones.forced
+        ),
+        (2, Some((3, 3)), 2)
+    );
+    assert!(tombstones.holders.iter().all(|h| h.released_by_force));
+    let mut metadata: Vec<_> = tombstones
+        .holders
+        .iter()
+        .map(|h| h.metadata.clone())
+        .collect();
+    metadata.sort();
+    assert_eq!(metadata, [None, Some("a".to_owned())]);
+    let theirs = other.semaphore("slots", 3).unwrap();
+    let tried = theirs
+        .acquire(1, secs(5))
+        .retry(redmutex::retry::none())
+        .await
+        .unwrap_err();
+    assert!(tried.is_not_obtained(), "the limit holds: {tried}");
+    assert!(a.refresh(secs(5)).await.unwrap_err().is_not_held());
+    assert!(b.release().await.unwrap_err().is_not_held());
+    // The released holder's release gave nothing back: still full.
+    assert!(theirs
+        .acquire(1, secs(5))
+        .retry(redmutex::retry::none())
+        .await
+        .unwrap_err()
+        .is_not_obtained());
+    let permit = theirs
+        .acquire(3, secs(5))
+        .retry(redmutex::retry::constant(secs(20)))
+        .deadline(secs(5))
+        .await
+        .unwrap();
+    permit.release().await.unwrap();
+    drop(a);
+
+    let rw = holder.rw_lock("table").unwrap();
+    let mut reader = rw.read(ms(1_500)).metadata("r1").await.unwrap();
+    let was = operator.force_release("table").await.unwrap().unwrap();
+    assert_eq!((was.kind, was.holder_count), (LockKind::Readers, 1));
+    assert_eq!(operator.describe("table").await.unwrap().unwrap().forced, 1);
+    let writers = other.rw_lock("table").unwrap();
+    assert!(writers
+        .write(secs(5))
+        .retry(redmutex::retry::none())
+        .await
+        .unwrap_err()
+        .is_not_obtained());
+    assert!(reader.refresh(secs(5)).await.unwrap_err().is_not_held());
+    let writer = writers
+        .write(secs(5))
+        .retry(redmutex::retry::constant(ms(50)))
+        .deadline(secs(5))
+        .await
+        .unwrap();
+    writer.release().await.unwrap();
+    tokio::time::sleep(ms(300)).await;
+    assert_eq!(raw.dbsize().await, 0, "{:?}", raw.lock_keys().await);
+}
+
+/// Redlock: the forced release keeps each node's TTL; nobody gets a quorum before the
+/// holder's validity ended, and the holder finds itself gone.
+#[tokio::test]
+async fn a_forced_release_on_redlock_keeps_mutual_exclusion() {
+    let servers = RedisServer::spawn_many(3);
+    let holder = Locker::redlock(common::multiplexed_all(&servers).await).unwrap();
+    let other = Locker::redlock(common::multiplexed_all(&servers).await).unwrap();
+    let mut lock = holder
+        .acquire("job", ms(1_500))
+        .metadata("m")
+        .await
+        .unwrap();
+    let was = other.force_release("job").await.unwrap().unwrap();
+    assert_eq!(was.nodes, 3);
+    let tombstone = other.describe("job").await.unwrap().expect("a tombstone");
+    assert_eq!((tombstone.forced, tombstone.nodes), (1, 3));
+    let tried = other
+        .acquire("job", secs(5))
+        .retry(redmutex::retry::none())
+        .await
+        .unwrap_err();
+    assert!(tried.is_not_obtained(), "{tried}");
+    assert!(lock.refresh(secs(5)).await.unwrap_err().is_not_held());
+    let valid_until = lock.valid_until();
+    let next = other
+        .acquire("job", secs(5))
+        .retry(redmutex::retry::constant(ms(50)))
+        .deadline(secs(5))
+        .await
+        .unwrap();
+    assert!(tokio::time::Instant::now() > valid_until);
+    next.release().await.unwrap();
+    drop(lock);
 }

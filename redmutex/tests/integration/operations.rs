@@ -377,7 +377,7 @@ async fn a_forced_release_wakes_a_fair_locks_first_waiter_and_waiting_readers() 
         .deadline(ms(20_000));
     let forcing = async {
         tokio::time::sleep(ms(300)).await;
-        operator.force_release("line").await.unwrap().unwrap();
+        operator.force_release_now("line").await.unwrap().unwrap();
         tokio::time::Instant::now()
     };
     let (got, forced) = tokio::join!(waiting, forcing);
@@ -402,7 +402,7 @@ async fn a_forced_release_wakes_a_fair_locks_first_waiter_and_waiting_readers() 
         .deadline(ms(20_000));
     let forcing = async {
         tokio::time::sleep(ms(300)).await;
-        operator.force_release("table").await.unwrap().unwrap();
+        operator.force_release_now("table").await.unwrap().unwrap();
         tokio::time::Instant::now()
     };
     let (read, forced) = tokio::join!(reading, forcing);

@@ -1187,7 +1187,7 @@ async fn a_multi_key_waiter_first_in_line_passes_a_free_key_on() {
     tokio::time::sleep(ms(100)).await;
     let forced_at = Instant::now();
     let operator = Locker::new(multiplexed(&server).await);
-    assert!(operator.force_release("x").await.unwrap().is_some());
+    assert!(operator.force_release_now("x").await.unwrap().is_some());
     let got = single.await.unwrap().expect("Q gets x");
     let waited = forced_at.elapsed();
     assert!(
@@ -1232,7 +1232,7 @@ async fn a_forced_release_of_its_own_lockers_holder_wakes_a_newcomer() {
         tokio::time::sleep(ms(10)).await;
     }
     let forced_at = Instant::now();
-    assert!(other.force_release("job").await.unwrap().is_some());
+    assert!(other.force_release_now("job").await.unwrap().is_some());
     let (lock, got_at) = newcomer.await.unwrap();
     let lock = lock.expect("the newcomer gets the key");
     assert!(
