@@ -210,16 +210,28 @@ pub async fn wait<C: Connection>(
 ) -> Result<u8, Failure> {
     let timeout = args.timeout.unwrap_or(Duration::MAX);
     let until = tokio::time::Instant::now().checked_add(timeout);
-    // In spans of at most --wait-redis: a quorum that stops answering mid-wait is
-    // reported (the span ends with that error) rather than waited on in silence.
+    let mut outage = crate::reach::Outage::new(wait_redis);
+    // In spans of at most --wait-redis: a Redis (or a quorum) that stops answering
+    // mid-wait ends the span with that error; the wait goes on through an outage shorter
+    // than --wait-redis (said on stderr), and ends with 69 after a longer one.
     loop {
         let left = until.map_or(Duration::MAX, |u| {
             u.saturating_duration_since(tokio::time::Instant::now())
         });
         let span = left.min(wait_redis);
-        match locker.wait_released(&args.key, span).await {
+        let waited = locker.wait_released(&args.key, span).await;
+        if waited.is_ok() {
+            outage.answered();
+        }
+        match waited {
             Ok(true) => return Ok(0),
             Ok(false) if span < left => continue,
+            Err(e) if !left.is_zero() => {
+                outage.failed(Failure::from_lock_error(&e, urls), e.is_transient())?;
+                let pause = crate::reach::ASK_EVERY.min(left);
+                tokio::time::sleep(pause).await;
+                continue;
+            }
             Ok(false) => {
                 return Err(Failure::new(
                     exit::NOT_OBTAINED,
@@ -404,9 +416,18 @@ fn text_view(info: &LockInfo, waiters: Option<u32>, awaited: bool) -> String {
         };
     }
     let mut line = "held".to_owned();
-    match info.ttl {
-        Some(ttl) => line.push_str(&format!(", ttl {}", duration::human(ttl))),
-        None => line.push_str(", no expiry"),
+    // Redlock: no owner has it on a quorum, but the nodes held (by several owners, or
+    // foreign data) leave no quorum free: it frees as their keys expire.
+    let split_until = (info.nodes.iter())
+        .filter_map(|n| n.info.as_ref().ok()?.ttl)
+        .max();
+    match (info.ttl, split_until) {
+        (Some(ttl), _) => line.push_str(&format!(", ttl {}", duration::human(ttl))),
+        (None, Some(until)) => line.push_str(&format!(
+            ", split: no owner on a quorum of nodes, free within {}",
+            duration::human(until)
+        )),
+        (None, None) => line.push_str(", no expiry"),
     }
     if let Some(fence) = info.fence {
         line.push_str(&format!(", fence {fence}"));

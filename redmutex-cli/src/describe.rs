@@ -58,6 +58,7 @@ pub fn held_by(lock: &ListedLock) -> String {
     let more = (lock.holder_count as usize).saturating_sub(1);
     let mut text = match (lock.kind, first) {
         (LockKind::Foreign, _) => return "(not a redmutex lock)".to_owned(),
+        (LockKind::Readers, Some(first)) if lock.holder_count == 1 => format!("1 reader: {first}"),
         (LockKind::Readers, Some(first)) => format!("{} readers: {first}", lock.holder_count),
         (_, Some(first)) => first,
         (_, None) => return "nobody".to_owned(),

@@ -19,6 +19,7 @@ pub async fn elect<C: Connection>(
     locker: &Locker<C>,
     args: ElectArgs,
     urls: &[String],
+    wait_redis: Duration,
 ) -> Result<u8, Failure> {
     let program = args.command[0].to_string_lossy().into_owned();
     let value = args
@@ -36,8 +37,20 @@ pub async fn elect<C: Connection>(
         grace: args.grace,
         permits: None,
     };
+    // A campaign ends at once when Redis goes away (it never outlives its connection):
+    // through an outage shorter than --wait-redis, this campaigns again.
+    let mut outage = Outage::new(wait_redis);
     loop {
-        let leadership = election.campaign(value.as_str()).await.map_err(failed)?;
+        let leadership = match election.campaign(value.as_str()).await {
+            Ok(leadership) => leadership,
+            Err(e) => {
+                let transient = e.is_transient();
+                outage.failed(failed(e), transient)?;
+                tokio::time::sleep(crate::reach::ASK_EVERY).await;
+                continue;
+            }
+        };
+        outage.answered();
         crate::output::say(&format!("leading in term {}", leadership.term()));
         match exec::hold(leadership.into_lease(), &job, &program).await {
             Err(failure) if args.again && failure.code == exit::LOST => {
@@ -65,25 +78,44 @@ pub async fn leader<C: Connection>(
     }
     let mut changes = Box::pin(election.observe());
     let mut outage = Outage::new(wait_redis);
+    // The observer reads only when told of a change, or every third of the TTL: a probe
+    // beside it notices a Redis that stops answering (frozen, not only gone) at once.
+    let next_probe = || async {
+        tokio::time::sleep(crate::reach::ASK_EVERY).await;
+        crate::reach::probe(locker, urls).await
+    };
+    let mut probe = Box::pin(next_probe());
     loop {
         // During an outage, no change comes after its deadline: the watch ends then.
-        let next = match outage.deadline() {
-            Some(deadline) => tokio::time::timeout_at(deadline, changes.next()).await,
-            None => Ok(changes.next().await),
+        let deadline = outage.deadline();
+        let gone = async move {
+            match deadline {
+                Some(deadline) => tokio::time::sleep_until(deadline).await,
+                None => std::future::pending().await,
+            }
         };
-        match next {
-            Ok(Some(Ok(leader))) => {
-                outage.answered();
-                outln!("{}", line(&args, leader.as_ref()))?;
+        tokio::select! {
+            next = changes.next() => match next {
+                Some(Ok(leader)) => {
+                    outage.answered();
+                    outln!("{}", line(&args, leader.as_ref()))?;
+                }
+                // A read that failed: said on stderr; the watch goes on, through an
+                // outage shorter than --wait-redis.
+                Some(Err(e)) => {
+                    let transient = e.is_transient();
+                    outage.failed(failed(e), transient)?;
+                }
+                None => return Ok(0),
+            },
+            answer = &mut probe => {
+                match answer {
+                    Ok(()) => outage.answered(),
+                    Err(why) => outage.failed(Failure::new(exit::UNAVAILABLE, why), true)?,
+                }
+                probe = Box::pin(next_probe());
             }
-            // A read that failed: said on stderr; the watch goes on, through an outage
-            // shorter than --wait-redis.
-            Ok(Some(Err(e))) => {
-                let transient = e.is_transient();
-                outage.failed(failed(e), transient)?;
-            }
-            Ok(None) => return Ok(0),
-            Err(_) => {
+            () = gone => {
                 let gone = Failure::new(exit::UNAVAILABLE, "no answer");
                 outage.failed(gone, true)?;
             }

@@ -561,7 +561,7 @@ async fn run_command(cli: Cli, urls: &[String], access: &target::Access) -> Resu
     }
     match command {
         Command::Exec(args) => exec::run(&locker, args, urls).await,
-        Command::Elect(args) => elect::elect(&locker, args, urls).await,
+        Command::Elect(args) => elect::elect(&locker, args, urls, cli.wait_redis).await,
         Command::Leader(args) => elect::leader(&locker, args, urls, cli.wait_redis).await,
         Command::Acquire(args) => commands::acquire(&locker, args, urls).await,
         Command::Release(args) => commands::release(&locker, args, urls).await,
@@ -621,8 +621,9 @@ fn check_arguments(command: &Command, prefix: &str, urls: &[String]) -> Result<(
     check_sizes(command, prefix)
 }
 
-/// TTLs (and a minimum hold) beyond what a lock can hold, [`redmutex::MAX_TTL`]: a usage
-/// error before any connection, as the library would answer once connected.
+/// TTLs (and a minimum hold) beyond what a lock can hold, [`redmutex::MAX_TTL`], or below
+/// [`redmutex::MIN_TTL`]: a usage error before any connection, as the library would answer
+/// once connected.
 fn check_ttls(command: &Command) -> Result<(), Failure> {
     let (ttl, min_hold) = match command {
         Command::Exec(a) => (a.lock.ttl, a.min_hold),
@@ -640,6 +641,12 @@ fn check_ttls(command: &Command) -> Result<(), Failure> {
     };
     if ttl > redmutex::MAX_TTL {
         return Err(too_long("--ttl", ttl));
+    }
+    if ttl < redmutex::MIN_TTL {
+        return Err(Failure::usage(format!(
+            "--ttl {} is below the minimum of 1ms",
+            duration::format(ttl)
+        )));
     }
     match min_hold {
         Some(hold) if hold > redmutex::MAX_TTL => Err(too_long("--min-hold", hold)),

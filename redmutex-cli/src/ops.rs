@@ -179,6 +179,8 @@ const POLL: Duration = Duration::from_millis(100);
 #[derive(Debug, PartialEq)]
 struct Holding {
     kind: LockKind,
+    /// Holders turned tombstones by a forced release.
+    forced: u32,
     holders: Vec<Option<String>>,
     holder_count: u32,
     fence: Option<u64>,
@@ -186,9 +188,14 @@ struct Holding {
 
 impl Holding {
     fn of(lock: &ListedLock) -> Holding {
+        // Holders come soonest-to-expire first: a renewal reorders them, and is no change.
+        let mut holders: Vec<Option<String>> =
+            lock.holders.iter().map(|h| h.metadata.clone()).collect();
+        holders.sort();
         Holding {
             kind: lock.kind,
-            holders: lock.holders.iter().map(|h| h.metadata.clone()).collect(),
+            forced: lock.forced,
+            holders,
             holder_count: lock.holder_count,
             fence: lock.fence,
         }

@@ -59,9 +59,31 @@ pub async fn quorum_answers(
     }
 }
 
+/// Whether Redis answers — one node, or a quorum of the nodes — a PING within a second;
+/// otherwise which nodes do not, and why.
+pub async fn probe<C: redmutex::Connection>(
+    locker: &Locker<C>,
+    urls: &[String],
+) -> Result<(), String> {
+    let answers = ping_all(locker, PROBE_PATIENCE).await;
+    let needed = answers.len() / 2 + 1;
+    let up = answers.iter().filter(|a| a.is_ok()).count();
+    match up >= needed {
+        true => Ok(()),
+        false => Err(format!(
+            "{up} of {} nodes answer, {needed} needed ({})",
+            answers.len(),
+            unanswered(&answers, urls)
+        )),
+    }
+}
+
+/// How long [`probe`] waits for each node's PING.
+const PROBE_PATIENCE: Duration = Duration::from_secs(1);
+
 /// Every node's answer to a PING, given `patience` to come.
-async fn ping_all(
-    locker: &Locker<ConnectionManager>,
+async fn ping_all<C: redmutex::Connection>(
+    locker: &Locker<C>,
     patience: Duration,
 ) -> Vec<Result<(), String>> {
     let pings = locker.nodes().iter().map(|conn| {

@@ -499,7 +499,7 @@ fn acquire_refresh_release_inspect() {
     assert!(
         json.trim_end().ends_with(
             ",\"metadata\":\"job=backup \\\"nightly\\\"\",\"kind\":\"lock\",\
-             \"holder_count\":1,\"waiters\":null,\"permits\":null}"
+             \"holder_count\":1,\"waiters\":null,\"permits\":null,\"forced\":0}"
         ),
         "{json}"
     );
@@ -557,7 +557,7 @@ fn acquire_refresh_release_inspect() {
     assert_eq!(
         stdout(&out),
         "{\"key\":\"db\",\"held\":false,\"ttl_ms\":null,\"awaited\":false,\"fence\":null,\
-         \"metadata\":null,\"kind\":null,\"holder_count\":0,\"waiters\":null,\"permits\":null}\n",
+         \"metadata\":null,\"kind\":null,\"holder_count\":0,\"waiters\":null,\"permits\":null,\"forced\":0}\n",
         "acquire takes no fence"
     );
 
@@ -1535,7 +1535,7 @@ fn shared_execs_run_together_and_exclusive_ones_alone() {
     let out = run(redmutex(&server).args(["inspect", "doc"]));
     let text = stdout(&out);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    assert!(text.starts_with("doc: held by 1 readers: "), "{text}");
+    assert!(text.starts_with("doc: held by 1 reader: "), "{text}");
     assert!(
         text.contains("cmd=sh") && text.contains("(rw_lock_read, "),
         "{text}"
@@ -2512,4 +2512,164 @@ fn a_frozen_server_is_waited_for_no_longer_than_wait_redis() {
     for server in &servers {
         server.resume();
     }
+}
+
+/// `wait`, `elect --again` and `leader --watch` ride out an outage that begins while they
+/// run, as long as it is shorter than --wait-redis — `wait` then answers, `elect` leads
+/// again — and `leader --watch` notices a frozen server at once and ends with 69 once the
+/// freeze outlasts --wait-redis.
+#[test]
+fn outages_that_begin_mid_command_are_waited_out_up_to_wait_redis() {
+    let server = RedisServer::spawn();
+    // wait: the holder's key goes with the restart (no persistence): free.
+    let out = run(redmutex(&server).args(["acquire", "--ttl", "60s", "w"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let mut waiting = redmutex(&server)
+        .args(["--wait-redis", "10s", "wait", "w"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    thread::sleep(ms(300));
+    server.kill();
+    thread::sleep(ms(1_200));
+    server.restart();
+    let status = wait_child(&mut waiting, ms(10_000));
+    let mut err = String::new();
+    waiting
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(err.contains("waiting up to 10s"), "{err}");
+
+    // elect --again: its leadership is lost in the outage; it campaigns again once Redis
+    // is back, within --wait-redis.
+    let mut elect = redmutex(&server)
+        .args(["--wait-redis", "10s", "elect", "--again", "--ttl", "1s"])
+        .args(["--value", "again", "el", "--", "sleep", "30"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let leads = || stdout(&run(redmutex(&server).args(["leader", "el"])));
+    let until = Instant::now() + ms(5_000);
+    while !leads().starts_with("again") {
+        assert!(Instant::now() < until, "never led");
+        thread::sleep(ms(50));
+    }
+    server.kill();
+    thread::sleep(ms(2_000));
+    server.restart();
+    let until = Instant::now() + ms(8_000);
+    while !leads().starts_with("again") {
+        assert!(elect.try_wait().unwrap().is_none(), "elect gave up");
+        assert!(Instant::now() < until, "never led again");
+        thread::sleep(ms(100));
+    }
+    elect.kill().unwrap();
+    elect.wait().unwrap();
+
+    // leader --watch: a freeze is noticed by its probe and ends the watch at --wait-redis.
+    let mut watch = redmutex(&server)
+        .args(["--wait-redis", "2s", "leader", "--watch", "none-here"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(&mut watch);
+    assert_eq!(next_line(&lines), "none");
+    server.pause();
+    let frozen = Instant::now();
+    let status = wait_child(&mut watch, ms(8_000));
+    let took = frozen.elapsed();
+    server.resume();
+    assert_eq!(status.code(), Some(69));
+    assert!(took >= ms(2_000) && took < ms(5_000), "{took:?}");
+}
+
+/// Small promises: a TTL below 1 ms is a usage error before any connection; `watch` prints
+/// no line when a semaphore's holders are only renewed (their order by expiry changes);
+/// `inspect` on Redlock says a key split between owners frees as the nodes' keys expire,
+/// not "no expiry".
+#[test]
+fn zero_ttls_renewals_and_split_keys_are_said_as_they_are() {
+    let nowhere = format!("redis://127.0.0.1:{}", testkit::free_port());
+    for command in [
+        &["acquire", "--ttl", "0s", "k"][..],
+        &[
+            "refresh",
+            "--ttl",
+            "0s",
+            "--token",
+            "AAAAAAAAAAAAAAAAAAAAAA",
+            "k",
+        ],
+    ] {
+        let started = Instant::now();
+        let out = run(Command::new(env!("CARGO_BIN_EXE_redmutex"))
+            .args(["--redis", &nowhere, "--wait-redis", "5s"])
+            .args(command));
+        assert_eq!(code(&out), 64, "{command:?}: {}", stderr(&out));
+        assert!(
+            started.elapsed() < ms(2_000),
+            "{command:?}: before connecting"
+        );
+    }
+
+    let server = RedisServer::spawn();
+    let mut watch = redmutex(&server)
+        .args(["watch", "sw"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(&mut watch);
+    assert!(next_line(&lines).ends_with("sw free"));
+    let token_of = |metadata: &str| {
+        let out = run(redmutex(&server).args([
+            "acquire",
+            "--limit",
+            "3",
+            "--ttl",
+            "30s",
+            "--metadata",
+            metadata,
+            "sw",
+        ]));
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        stdout(&out).trim().to_owned()
+    };
+    let a = token_of("A");
+    assert!(next_line(&lines).contains("held by A"));
+    let _b = token_of("B");
+    assert!(next_line(&lines).contains("+1 more"));
+    let out = run(redmutex(&server).args(["refresh", "--token", &a, "--ttl", "60s", "sw"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        lines.recv_timeout(ms(1_000)).is_err(),
+        "no line for a renewal"
+    );
+    watch.kill().unwrap();
+    watch.wait().unwrap();
+
+    let servers = RedisServer::spawn_many(3);
+    for (node, owner) in [(0, "A"), (1, "B")] {
+        let out = run(redmutex(&servers[node]).args([
+            "acquire",
+            "--ttl",
+            "60s",
+            "--metadata",
+            owner,
+            "split",
+        ]));
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+    }
+    let out = run(redlock(&servers).args(["inspect", "split"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let said = stdout(&out);
+    assert!(
+        said.starts_with("split: held, split: no owner on a quorum of nodes, free within "),
+        "{said}"
+    );
 }

@@ -22,6 +22,10 @@ operations!("primitives/listing.lua"; DESCRIBE = "describe", FORCE = "force");
 /// server (100 keys cost it about half a millisecond) whatever the total.
 pub const LIST_PAGE: usize = 100;
 
+/// Redlock: the TTL whose node timeout bounds a node's answer to a `SCAN` (as for the
+/// other reads of every node).
+const SCAN_TTL_FOR_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Keys asked of each `SCAN` call (a hint the server may exceed a little; about 0.2 ms of
 /// its time per call).
 const SCAN_COUNT: usize = 250;
@@ -235,6 +239,8 @@ pub struct Listing<C: Connection> {
     /// Keys found and not described yet (`SCAN` may return more than it is asked for).
     pending: Vec<Vec<u8>>,
     done: bool,
+    /// Redlock: the nodes whose scan failed, and why.
+    unscanned: Vec<NodeFailure>,
 }
 
 impl<C: Connection> Listing<C> {
@@ -262,6 +268,7 @@ impl<C: Connection> Listing<C> {
             seen: several.then(HashSet::new),
             pending: Vec::new(),
             done: false,
+            unscanned: Vec::new(),
         })
     }
 
@@ -270,7 +277,10 @@ impl<C: Connection> Listing<C> {
     /// guarantee: every key present from start to end is listed once).
     ///
     /// # Errors
-    /// [`Error::Redis`] (on Redlock: when a node could not be scanned).
+    /// [`Error::Redis`]; on Redlock [`Error::NoQuorum`] when fewer than a quorum of nodes
+    /// can be scanned, or a key's state cannot be told (see
+    /// [`Locker::list`](crate::Locker::list)). A node that does not answer is left out
+    /// while the others are a quorum.
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads; a cancelled page is read again by the next call.
@@ -348,20 +358,36 @@ impl<C: Connection> Listing<C> {
     }
 
     /// One `SCAN` call: the lock keys it found (not companions, not listed before).
+    ///
+    /// Redlock: a node that does not answer (within the quorum's node timeout) is left
+    /// out, as long as the others are a quorum: a key held on a quorum is on one of them,
+    /// and the description of each key says whether the silent nodes leave it unknown.
     async fn scan(&mut self) -> Result<Vec<Vec<u8>>, Error> {
         let mut conn = self.backend.nodes()[self.node].clone();
-        let (cursor, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-            .arg(self.cursor)
+        let mut scan = redis::cmd("SCAN");
+        scan.arg(self.cursor)
             .arg("MATCH")
             .arg(&self.pattern)
             .arg("COUNT")
-            .arg(SCAN_COUNT)
-            .query_async(&mut conn)
-            .await?;
+            .arg(SCAN_COUNT);
+        let reply = match self.backend.quorum_settings() {
+            None => scan.query_async(&mut conn).await.map_err(Error::from),
+            Some(settings) => {
+                let timeout = settings.timeout_for(SCAN_TTL_FOR_TIMEOUT);
+                let asked = tokio::time::timeout(timeout, scan.query_async(&mut conn)).await;
+                let reply = asked
+                    .map_err(|_| NodeError::TimedOut(timeout))
+                    .and_then(|reply| reply.map_err(NodeError::Redis));
+                match reply {
+                    Ok(reply) => Ok(reply),
+                    Err(error) => return self.skip_node(error),
+                }
+            }
+        };
+        let (cursor, keys): (u64, Vec<Vec<u8>>) = reply?;
         self.cursor = cursor;
         if cursor == 0 {
-            self.node += 1;
-            self.done = self.node == self.backend.nodes().len();
+            self.next_node();
         }
         let mut found = Vec::with_capacity(keys.len());
         for key in keys {
@@ -376,6 +402,35 @@ impl<C: Connection> Listing<C> {
             found.push(key);
         }
         Ok(found)
+    }
+
+    /// The scan moves on to the next node (or ends).
+    fn next_node(&mut self) {
+        (self.node, self.cursor) = (self.node + 1, 0);
+        self.done = self.node == self.backend.nodes().len();
+    }
+
+    /// Redlock: the node being scanned failed with `error`; the scan goes on without it
+    /// while the nodes left can still be a quorum, and fails with `NoQuorum` otherwise.
+    fn skip_node(&mut self, error: NodeError) -> Result<Vec<Vec<u8>>, Error> {
+        self.unscanned.push(NodeFailure {
+            node: self.node,
+            error,
+        });
+        let nodes = self.backend.nodes().len();
+        let needed = self.backend.needed();
+        if nodes - self.unscanned.len() < needed {
+            return Err(Error::NoQuorum(Box::new(QuorumFailure {
+                agreed: nodes - self.unscanned.len(),
+                needed,
+                nodes,
+                too_late: false,
+                elapsed: Duration::ZERO,
+                failures: std::mem::take(&mut self.unscanned),
+            })));
+        }
+        self.next_node();
+        Ok(Vec::new())
     }
 }
 

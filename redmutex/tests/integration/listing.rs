@@ -659,3 +659,35 @@ async fn a_forced_release_on_redlock_keeps_mutual_exclusion() {
     next.release().await.unwrap();
     drop(lock);
 }
+
+/// Redlock: a node that is down or frozen is left out of a listing while the others are
+/// a quorum — a key held on a quorum is on one of them — and the listing ends in about
+/// the node timeout rather than failing; without a quorum of nodes it says so.
+#[tokio::test]
+async fn a_redlock_listing_goes_on_without_a_node_while_a_quorum_answers() {
+    let servers = RedisServer::spawn_many(3);
+    let locker = Locker::redlock(common::multiplexed_all(&servers).await).unwrap();
+    let held = locker
+        .acquire("q:held", secs(60))
+        .metadata("m")
+        .await
+        .unwrap();
+    held.detach();
+    let keys = |listed: Vec<ListedLock>| -> Vec<String> {
+        listed.iter().map(|l| l.key_lossy().into_owned()).collect()
+    };
+
+    servers[1].pause();
+    let started = tokio::time::Instant::now();
+    let listed = locker.list("q:*").unwrap().collect().await.unwrap();
+    assert_eq!(keys(listed), ["q:held"]);
+    assert!(started.elapsed() < secs(3), "{:?}", started.elapsed());
+    servers[1].resume();
+
+    servers[2].kill();
+    let listed = locker.list("q:*").unwrap().collect().await.unwrap();
+    assert_eq!(keys(listed), ["q:held"]);
+    servers[1].kill();
+    let unknown = locker.list("q:*").unwrap().collect().await.unwrap_err();
+    assert!(matches!(unknown, redmutex::Error::NoQuorum(_)), "{unknown}");
+}
