@@ -149,10 +149,10 @@ pub async fn hold<C: Connection, P>(
             if let Some(guard) = guard.take() {
                 guard.done();
             }
-            if let Err(e) = lease.release().await {
-                if e.is_not_held() {
-                    say("warning: the lock was already gone when the command's group exited");
-                }
+            if let Err(e) = lease.release().await
+                && e.is_not_held()
+            {
+                say("warning: the lock was already gone when the command's group exited");
             }
             Ok(status.map_or(1, |s| exit_code(&s)))
         }

@@ -266,13 +266,13 @@ fn split_operands(operands: &[OsString]) -> Result<(Vec<String>, Vec<OsString>),
     }
     // Without `--`, a "command" that looks like an option was meant as one (flock would
     // try to run it): refused, with where options go said.
-    if keys.len() + command.len() == operands.len() {
-        if let Some(word) = command[0].to_str().filter(|w| w.starts_with('-')) {
-            return Err(format!(
-                "{word:?} after the KEY: options go before the KEY (a command that starts \
+    if keys.len() + command.len() == operands.len()
+        && let Some(word) = command[0].to_str().filter(|w| w.starts_with('-'))
+    {
+        return Err(format!(
+            "{word:?} after the KEY: options go before the KEY (a command that starts \
                  with `-` goes after `--`)"
-            ));
-        }
+        ));
     }
     let keys = keys
         .iter()

@@ -158,7 +158,10 @@ pub async fn watch<C: Connection>(
         outage.answered();
         let holding = now.as_ref().map(Holding::of);
         if last.as_ref() != Some(&holding) {
-            outln!("{}", watch_line(&args, now.as_ref()))?;
+            outln!(
+                "{}",
+                watch_line(&args, &stored(locker, &args.key), now.as_ref())
+            )?;
             last = Some(holding);
         }
         match now {
@@ -202,18 +205,24 @@ impl Holding {
     }
 }
 
-fn watch_line(args: &WatchArgs, lock: Option<&ListedLock>) -> String {
+/// A key as stored in Redis, the locker's prefix before it: as `list` and `inspect` name
+/// keys.
+fn stored<C: Connection>(locker: &Locker<C>, key: &str) -> String {
+    format!("{}{key}", String::from_utf8_lossy(locker.prefix()))
+}
+
+fn watch_line(args: &WatchArgs, stored_key: &str, lock: Option<&ListedLock>) -> String {
     let time = describe::utc(SystemTime::now());
-    let key = printable(&args.key);
+    let key = printable(stored_key);
     match (args.json, lock) {
         (true, Some(lock)) => format!(
             "{{\"time\":\"{time}\",\"key\":{},\"held\":true,\"lock\":{}}}",
-            crate::describe::json_string(&args.key),
+            crate::describe::json_string(stored_key),
             describe::json(lock)
         ),
         (true, None) => format!(
             "{{\"time\":\"{time}\",\"key\":{},\"held\":false,\"lock\":null}}",
-            crate::describe::json_string(&args.key)
+            crate::describe::json_string(stored_key)
         ),
         (false, Some(lock)) => format!("{time} {key} {}", describe::holding(lock)),
         (false, None) => format!("{time} {key} free"),
@@ -236,7 +245,7 @@ pub async fn force_release<C: Connection>(
             false => locker.force_release(key).await,
         };
         let was = was.map_err(|e| Failure::from_lock_error(&e, urls))?;
-        let shown = printable(key);
+        let shown = printable(&stored(locker, key));
         match was {
             Some(lock) if lock.kind != LockKind::Foreign && lock.forced > 0 && !now => {
                 outln!(
@@ -256,7 +265,11 @@ pub async fn force_release<C: Connection>(
                     }
                 };
                 outln!("released {shown}: {}. {after}", describe::holding(&lock))?;
-                let _ = writeln!(std::io::stderr(), "{}", audit(key, &lock, now));
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "{}",
+                    audit(&stored(locker, key), &lock, now)
+                );
             }
             Some(_) => missed.push(format!(
                 "{shown} holds data redmutex did not write; left alone"

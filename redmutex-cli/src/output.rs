@@ -59,7 +59,7 @@ static STDOUT_CLOSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicB
 /// Runs before Rust's runtime starts (see [`stdout_was_closed`]).
 #[cfg(target_os = "linux")]
 #[used]
-#[link_section = ".init_array"]
+#[unsafe(link_section = ".init_array")]
 static LOOK_AT_STDOUT: extern "C" fn() = look_at_stdout;
 
 #[cfg(target_os = "linux")]

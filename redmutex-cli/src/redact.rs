@@ -46,10 +46,10 @@ pub fn redact(url: &str) -> String {
 pub fn scrub(text: &str, urls: &[String]) -> String {
     let mut text = text.to_owned();
     for url in urls {
-        if let Some(password) = password(url) {
-            if !password.is_empty() {
-                text = text.replace(&password, "***");
-            }
+        if let Some(password) = password(url)
+            && !password.is_empty()
+        {
+            text = text.replace(&password, "***");
         }
     }
     text

@@ -117,15 +117,15 @@ fn replay(cli: &Cli, seed: u64, scale: Scale) -> bool {
         }
     }
     drop(out);
-    if cli.shrink {
-        if let Some(first) = report.violations.first() {
-            let small = redmutex_sim::shrink(&plan, first.rule);
-            println!("shrunk to:");
-            for line in small.describe() {
-                println!("{line}");
-            }
-            println!("replay: {}", replay_command(&small, cli));
+    if cli.shrink
+        && let Some(first) = report.violations.first()
+    {
+        let small = redmutex_sim::shrink(&plan, first.rule);
+        println!("shrunk to:");
+        for line in small.describe() {
+            println!("{line}");
         }
+        println!("replay: {}", replay_command(&small, cli));
     }
     !report.violations.is_empty()
 }

@@ -415,12 +415,12 @@ impl Plan {
         // At most one node is lost for good: Redlock keeps its quorum.
         let mut lost = 0;
         for strike in faults.iter_mut() {
-            if let Fault::Down { lasting, .. } = &mut strike.fault {
-                if lasting.is_zero() {
-                    lost += 1;
-                    if lost > 1 {
-                        *lasting = Duration::from_millis(2500);
-                    }
+            if let Fault::Down { lasting, .. } = &mut strike.fault
+                && lasting.is_zero()
+            {
+                lost += 1;
+                if lost > 1 {
+                    *lasting = Duration::from_millis(2500);
                 }
             }
         }

@@ -117,7 +117,10 @@ impl Task {
     /// The failed-try callback that records, for attempt `attempt`, when each try failed,
     /// whether it found the name held (rather than an error: the retry pause follows), and
     /// which nodes could not be asked.
-    fn failures(&self, attempt: usize) -> impl FnMut(&redmutex::FailedTry<'_>) + Send + 'static {
+    fn failures(
+        &self,
+        attempt: usize,
+    ) -> impl FnMut(&redmutex::FailedTry<'_>) + Send + 'static + use<> {
         let world = self.world.clone();
         move |failed| {
             let held = matches!(failed.reason, redmutex::TryFailure::Held { .. });

@@ -110,10 +110,10 @@ async fn run_world(plan: &Plan, trace: bool) -> Outcome {
     world.note(|| "the run ends: tasks finish what they hold".into());
     let handles: Vec<JoinHandle<()>> = lock(&world.tasks).drain(..).flatten().collect();
     for handle in handles {
-        if let Err(e) = handle.await {
-            if e.is_panic() {
-                world.found("panic", format!("a task panicked: {e}"));
-            }
+        if let Err(e) = handle.await
+            && e.is_panic()
+        {
+            world.found("panic", format!("a task panicked: {e}"));
         }
     }
     faults.abort();

@@ -285,10 +285,11 @@ fn bulk_strings(resp: &str) -> Vec<String> {
     let mut lines = resp.split("\r\n");
     let mut out = Vec::new();
     while let Some(line) = lines.next() {
-        if line.starts_with('$') && line != "$-1" {
-            if let Some(value) = lines.next() {
-                out.push(value.to_string());
-            }
+        if line.starts_with('$')
+            && line != "$-1"
+            && let Some(value) = lines.next()
+        {
+            out.push(value.to_string());
         }
     }
     out

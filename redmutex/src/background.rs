@@ -42,11 +42,11 @@ pub(crate) fn release(release: Try) {
     };
     let mut unfinished = Unfinished(Some(release));
     runtime.spawn(async move {
-        if let Some(release) = unfinished.0.as_mut() {
-            if release().await {
-                // Done: nothing to hand over when the task ends.
-                drop(unfinished.0.take());
-            }
+        if let Some(release) = unfinished.0.as_mut()
+            && release().await
+        {
+            // Done: nothing to hand over when the task ends.
+            drop(unfinished.0.take());
         }
     });
 }

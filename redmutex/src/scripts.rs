@@ -837,6 +837,25 @@ mod tests {
     }
 
     #[test]
+    fn the_scripts_read_stored_values_as_token_rs_writes_them() {
+        let listing = include_str!("primitives/listing.lua");
+        let token_len = format!("local TOKEN_LEN = {}\n", crate::token::TOKEN_LEN);
+        assert!(
+            listing.contains(&token_len),
+            "listing.lua must say {token_len:?}"
+        );
+        let flags = String::from_utf8(crate::token::FLAGS.to_vec()).unwrap();
+        let flags = format!("local FLAGS = '{flags}'\n");
+        assert!(listing.contains(&flags), "listing.lua must say {flags:?}");
+        let tombstone = String::from_utf8(crate::token::TOMBSTONE.to_vec()).unwrap();
+        let tombstone = format!("local TOMBSTONE = '{tombstone}'\n");
+        assert!(
+            listing.contains(&tombstone),
+            "listing.lua must say {tombstone:?}"
+        );
+    }
+
+    #[test]
     fn the_line_heartbeat_is_the_scripts_own() {
         let line = format!("local LINE_BEAT_MS = {}\n", LINE_HEARTBEAT.as_millis());
         assert!(HELPERS.contains(&line), "helpers.lua must say {line:?}");

@@ -224,7 +224,8 @@ const KEPT: u8 = b'k';
 const HANDED: u8 = b'r';
 
 /// Every flag byte a redmutex value may carry after its token; anything else is foreign.
-const FLAGS: [u8; 7] = [
+/// (`listing.lua` spells them out too; a test checks they agree.)
+pub(crate) const FLAGS: [u8; 7] = [
     NOT_AWAITED,
     AWAITED,
     OBSERVED,

@@ -80,10 +80,10 @@ pub fn scratch(name: &str) -> PathBuf {
 pub fn wait_for_file(path: &Path, within: Duration) -> String {
     let until = Instant::now() + within;
     while Instant::now() < until {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            if !text.is_empty() {
-                return text;
-            }
+        if let Ok(text) = std::fs::read_to_string(path)
+            && !text.is_empty()
+        {
+            return text;
         }
         thread::sleep(ms(20));
     }

@@ -512,17 +512,17 @@ impl Keyspace {
         create: Option<fn() -> Data>,
         pick: fn(&mut Data) -> Option<&mut T>,
     ) -> Result<Option<&mut T>, CommandError> {
-        if let Some(create) = create {
-            if self.live(key, now_ms).is_none() {
-                let data = create();
-                self.put(
-                    key,
-                    Entry {
-                        data,
-                        expires_at_ms: None,
-                    },
-                );
-            }
+        if let Some(create) = create
+            && self.live(key, now_ms).is_none()
+        {
+            let data = create();
+            self.put(
+                key,
+                Entry {
+                    data,
+                    expires_at_ms: None,
+                },
+            );
         }
         match self.live(key, now_ms) {
             None => Ok(None),

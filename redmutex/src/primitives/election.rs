@@ -342,7 +342,9 @@ impl<C: Connection> Election<C> {
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the stream unsubscribes (after a moment's linger).
-    pub fn observe(&self) -> impl Stream<Item = Result<Option<Leader>, Error>> + Send + 'static {
+    pub fn observe(
+        &self,
+    ) -> impl Stream<Item = Result<Option<Leader>, Error>> + Send + 'static + use<C> {
         let mut waiting = Waiting::new(self.context.hub.clone(), false, 1);
         waiting.join(Some(&observers_channel(self.key())));
         let observer = Observer {

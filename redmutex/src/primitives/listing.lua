@@ -13,10 +13,15 @@
 -- soonest to expire first); the count is always complete.
 local SAMPLE = 8
 
--- A value redmutex wrote: a token (22 base64url characters), then a flag byte.
-local REDMUTEX_VALUE = '^' .. string.rep('[%w_%-]', 22) .. '[%-wolLkr]'
+-- A value redmutex wrote: a token (TOKEN_LEN base64url characters), then a flag byte
+-- (one of FLAGS), then the metadata. (Both as token.rs says; a test checks they agree.)
+local TOKEN_LEN = 22
+local FLAGS = '-wolLkr'
+local FLAG_AT = TOKEN_LEN + 1
+local METADATA_AT = TOKEN_LEN + 2
+local REDMUTEX_VALUE = '^' .. string.rep('[%w_%-]', TOKEN_LEN) .. '[' .. string.gsub(FLAGS, '%-', '%%-') .. ']'
 -- One whose lockers wait in the key's line ('l'; 'L': some watch the key's channel too).
-local LINED_VALUE = '^' .. string.rep('[%w_%-]', 22) .. '[lL]'
+local LINED_VALUE = '^' .. string.rep('[%w_%-]', TOKEN_LEN) .. '[lL]'
 
 -- A forced release's tombstone (see `force`): at a string key, TOMBSTONE, the kind of lock
 -- it held, '~', and its holder's metadata; among a semaphore's holders or readers, a
@@ -223,8 +228,9 @@ if ARGV[1] ~= 'now' then
     if entry[11] == 0 then
       local value = entry[4]
       local metadata = ''
-      if string.sub(value, 23, 23) ~= 'r' then
-        metadata = string.sub(value, 24)
+      -- (A key handed to a locker holds its id, no metadata.)
+      if string.sub(value, FLAG_AT, FLAG_AT) ~= 'r' then
+        metadata = string.sub(value, METADATA_AT)
       end
       redis.call('set', KEYS[1], TOMBSTONE .. kind .. '~' .. metadata, 'keepttl')
     end

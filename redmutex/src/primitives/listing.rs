@@ -394,10 +394,10 @@ impl<C: Connection> Listing<C> {
             if fence::reserved_as(&key).is_some() {
                 continue;
             }
-            if let Some(seen) = &mut self.seen {
-                if !seen.insert(key.clone()) {
-                    continue;
-                }
+            if let Some(seen) = &mut self.seen
+                && !seen.insert(key.clone())
+            {
+                continue;
             }
             found.push(key);
         }

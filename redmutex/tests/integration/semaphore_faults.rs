@@ -166,10 +166,10 @@ fn spawn_sampler(
         loop {
             let s = raw.sample(name).await;
             samples += 1;
-            if let Err(p) = check_sample(&s, limit) {
-                if problems.len() < 10 {
-                    problems.push(p);
-                }
+            if let Err(p) = check_sample(&s, limit)
+                && problems.len() < 10
+            {
+                problems.push(p);
             }
             tokio::select! {
                 _ = stop.notified() => break,
