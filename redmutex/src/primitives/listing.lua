@@ -254,6 +254,8 @@ local freed = true
 if kind == 'lock' or kind == 'fair_lock' or kind == 'rw_lock_write' then
   redis.call('del', KEYS[1])
   redis.pcall('publish', KEYS[1], 'released')
+  -- An election's observers listen on their own channel (election.lua).
+  redis.pcall('publish', KEYS[1] .. ':~e', 'released')
   tell_line(KEYS[1], KEYS[7])
   -- Any holder's key keeps readers out: with no writer waiting, they may come in. (A fair
   -- lock's entry counts its own waiters; the intents are read here.)

@@ -646,3 +646,26 @@ async fn a_leader_released_by_force_is_reported_until_its_tombstone_ends() {
     assert!(won.term() > leadership.term());
     won.resign().await.unwrap();
 }
+
+/// A leader released by force at once (`force_release_now`) is announced to observers as
+/// a resignation is: they see nobody lead at once, not at their next poll (10 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_released_by_force_at_once_is_announced_to_observers() {
+    let server = RedisServer::spawn();
+    let leadership = candidate(&server.url(), ms(30_000))
+        .await
+        .campaign("a")
+        .await
+        .unwrap();
+    let observer = candidate(&server.url(), ms(30_000)).await;
+    let mut changes = Box::pin(observer.observe());
+    assert_eq!(
+        next_change(&mut changes, ms(2_000)).await.unwrap().value,
+        "a"
+    );
+    let key = String::from_utf8(observer.key().to_vec()).unwrap();
+    let operator = Locker::new(multiplexed(&server).await);
+    operator.force_release_now(&key).await.unwrap().unwrap();
+    assert_eq!(next_change(&mut changes, ms(1_500)).await, None);
+    drop(leadership);
+}
