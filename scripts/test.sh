@@ -59,6 +59,10 @@ bash scripts/demo.sh
 step "doc tests"
 # Compiled into one program (edition 2024), rather than one per example.
 cargo test --workspace --doc --all-features
+step "packaging: what a publish would upload, each package built from its own files"
+# (Its verification builds the command line from its package's files, as `cargo install
+# redmutex-cli` would; the demo above ran the binary.)
+cargo package --locked -p redmutex -p redmutex-cli --quiet
 step "the library's integration tests against the other servers"
 # The library's test executables from the build above (listed, not rebuilt).
 library_tests=$(cargo test "${test_targets[@]}" --no-run --message-format=json \
@@ -89,10 +93,9 @@ against() {
 # Both servers side by side (the tests mostly wait on timers and servers; each starts its
 # own servers on free ports), each one's output shown whole once it is done.
 logs=$(mktemp -d)
-install_root=$(mktemp -d)
 pids=()
 # A step that fails stops the suites still running too.
-trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$install_root" "$logs"' EXIT
+trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$logs"' EXIT
 names=(valkey redis62)
 for name in "${names[@]}"; do
     binary=$(echo "$servers" | sed -n "s/^$name=//p")
@@ -100,15 +103,6 @@ for name in "${names[@]}"; do
     against "$binary" > "$logs/$name" 2>&1 &
     pids+=($!)
 done
-# Meanwhile (the suites mostly wait on timers and servers), at the lowest priority so
-# that they keep the processor whenever they want it:
-step "packaging: what a publish would upload, each package built from its own files"
-nice -n 19 cargo package --locked -p redmutex -p redmutex-cli --quiet
-step "cargo install, then the installed binary"
-# --debug and the workspace's target directory: the build above is reused where it can be.
-nice -n 19 cargo install --locked --quiet --debug --path redmutex-cli --root "$install_root" --target-dir target
-"$install_root/bin/redmutex" --version
-"$install_root/bin/redmutex" demo
 failed=0
 for i in "${!names[@]}"; do
     name=${names[$i]}
