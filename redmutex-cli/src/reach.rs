@@ -24,7 +24,6 @@ pub async fn quorum_answers(
     within: Duration,
 ) -> Result<(), Failure> {
     let give_up = Instant::now() + within;
-    let needed = urls.len() / 2 + 1;
     let mut said = false;
     loop {
         // A silent node would hold a round past `within`: the wait ends when it said.
@@ -33,16 +32,9 @@ pub async fn quorum_answers(
             true => redmutex::CONNECT_TIMEOUT,
             false => redmutex::CONNECT_TIMEOUT.min(left),
         };
-        let answers = ping_all(locker, patience).await;
-        let up = answers.iter().filter(|a| a.is_ok()).count();
-        if up >= needed {
+        let Err(state) = answering(locker, urls, patience).await else {
             return Ok(());
-        }
-        let why = unanswered(&answers, urls);
-        let state = format!(
-            "{up} of {} nodes answer, {needed} needed ({why})",
-            urls.len()
-        );
+        };
         if Instant::now() >= give_up {
             return Err(Failure::new(
                 exit::UNAVAILABLE,
@@ -65,7 +57,17 @@ pub async fn probe<C: redmutex::Connection>(
     locker: &Locker<C>,
     urls: &[String],
 ) -> Result<(), String> {
-    let answers = ping_all(locker, PROBE_PATIENCE).await;
+    answering(locker, urls, PROBE_PATIENCE).await
+}
+
+/// Whether one node, or a quorum of the nodes, answers a PING within `patience`;
+/// otherwise how many do, how many are needed, and why the others do not.
+async fn answering<C: redmutex::Connection>(
+    locker: &Locker<C>,
+    urls: &[String],
+    patience: Duration,
+) -> Result<(), String> {
+    let answers = ping_all(locker, patience).await;
     let needed = answers.len() / 2 + 1;
     let up = answers.iter().filter(|a| a.is_ok()).count();
     match up >= needed {
