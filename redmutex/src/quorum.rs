@@ -400,6 +400,24 @@ pub struct QuorumFailure {
 }
 
 impl QuorumFailure {
+    /// A read whose answers cannot tell what the nodes hold: `agreed` of the `needed`
+    /// nodes answered alike, and `failures` did not answer.
+    pub(crate) fn undecided(
+        agreed: usize,
+        needed: usize,
+        nodes: usize,
+        failures: Vec<NodeFailure>,
+    ) -> Box<QuorumFailure> {
+        Box::new(QuorumFailure {
+            agreed,
+            needed,
+            nodes,
+            too_late: false,
+            elapsed: Duration::ZERO,
+            failures,
+        })
+    }
+
     /// How many nodes answered that another owner holds the lock.
     ///
     /// ```

@@ -288,22 +288,16 @@ impl View for KeyView<'_> {
 /// Why what the nodes hold cannot be told: `agreed` of the `needed` nodes answered alike,
 /// and these did not answer.
 fn unknown(nodes: &[NodeInfo], agreed: usize, needed: usize) -> Box<QuorumFailure> {
-    Box::new(QuorumFailure {
-        agreed,
-        needed,
-        nodes: nodes.len(),
-        too_late: false,
-        elapsed: Duration::ZERO,
-        failures: (nodes.iter())
-            .filter_map(|n| {
-                let error = n.info.as_ref().err()?.clone();
-                Some(NodeFailure {
-                    node: n.node,
-                    error,
-                })
+    let failures = (nodes.iter())
+        .filter_map(|n| {
+            let error = n.info.as_ref().err()?.clone();
+            Some(NodeFailure {
+                node: n.node,
+                error,
             })
-            .collect(),
-    })
+        })
+        .collect();
+    QuorumFailure::undecided(agreed, needed, nodes.len(), failures)
 }
 
 /// The fence while an owner holds the key on a quorum, as far as the nodes that answered

@@ -420,14 +420,10 @@ impl<C: Connection> Listing<C> {
         let nodes = self.backend.nodes().len();
         let needed = self.backend.needed();
         if nodes - self.unscanned.len() < needed {
-            return Err(Error::NoQuorum(Box::new(QuorumFailure {
-                agreed: nodes - self.unscanned.len(),
-                needed,
-                nodes,
-                too_late: false,
-                elapsed: Duration::ZERO,
-                failures: std::mem::take(&mut self.unscanned),
-            })));
+            let failures = std::mem::take(&mut self.unscanned);
+            let agreed = nodes - failures.len();
+            let failure = QuorumFailure::undecided(agreed, needed, nodes, failures);
+            return Err(Error::NoQuorum(failure));
         }
         self.next_node();
         Ok(Vec::new())
@@ -563,14 +559,9 @@ impl View for PageView<'_> {
             };
             if self.quorum_only && group.len() < needed {
                 if group.len() + silent >= needed {
-                    return Err(Error::NoQuorum(Box::new(QuorumFailure {
-                        agreed: group.len(),
-                        needed,
-                        nodes: parsed.len() + silent,
-                        too_late: false,
-                        elapsed: Duration::ZERO,
-                        failures,
-                    })));
+                    let nodes = parsed.len() + silent;
+                    let failure = QuorumFailure::undecided(group.len(), needed, nodes, failures);
+                    return Err(Error::NoQuorum(failure));
                 }
                 continue;
             }
