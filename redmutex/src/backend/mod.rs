@@ -4,6 +4,7 @@
 //! that nothing above it needs to know which it is.
 
 pub(crate) mod common;
+mod late;
 mod redlock;
 pub(crate) mod replication;
 mod single;
@@ -154,12 +155,19 @@ impl<C: Connection> Backend<C> {
     /// `try_until` at the latest.
     pub(crate) async fn try_obtain(
         &self,
-        claim: &dyn Claim,
+        claim: &Arc<dyn Claim>,
         request: ObtainTry<'_>,
         sent_at: Instant,
         try_until: Option<Instant>,
     ) -> Attempt {
-        dispatch!(self, backend => backend.try_obtain(claim, request, sent_at, try_until).await)
+        match self {
+            Backend::Single(single) => {
+                single
+                    .try_obtain(&**claim, request, sent_at, try_until)
+                    .await
+            }
+            Backend::Quorum(quorum) => quorum.try_obtain(claim, request, sent_at, try_until).await,
+        }
     }
 
     /// Owner-checked release: [`Error::NotHeld`] if the claim was no longer held (what was
@@ -182,11 +190,14 @@ impl<C: Connection> Backend<C> {
     /// `wait`. Returns whether every node confirmed it.
     pub(crate) async fn release_unattended(
         &self,
-        claim: &dyn Claim,
+        claim: &Arc<dyn Claim>,
         token: &Token,
         wait: Duration,
     ) -> bool {
-        dispatch!(self, backend => backend.release_unattended(claim, token, wait).await)
+        match self {
+            Backend::Single(single) => single.release_unattended(&**claim, token, wait).await,
+            Backend::Quorum(quorum) => quorum.release_unattended(claim, token, wait).await,
+        }
     }
 
     /// Starts an owner-checked release on every node and returns at once (see
