@@ -1173,7 +1173,14 @@ fn doctor_over_tls_and_as_an_acl_user() {
         extra_args: testkit::acl_user(&rule),
         ..ServerOptions::default()
     };
-    let tls = testkit::tls_support().is_ok();
+    let tls = match testkit::tls_support() {
+        Ok(()) => true,
+        Err(reason) => {
+            // The rest is checked without TLS.
+            testkit::lacks("tls", &reason);
+            false
+        }
+    };
     options.tls = tls;
     let server = RedisServer::spawn_with(options);
     let mut doctor = Command::new(env!("CARGO_BIN_EXE_redmutex"));

@@ -430,6 +430,19 @@ pub fn server_binary() -> std::ffi::OsString {
     std::env::var_os("REDMUTEX_REDIS_SERVER").unwrap_or_else(|| "redis-server".into())
 }
 
+/// A capability the server under test lacks, for a test of it: the test is skipped, with
+/// `reason` printed — unless `$REDMUTEX_REQUIRE` (comma-separated: `tls`, `waitaof`) names
+/// the capability, and then this panics. The full test command (`scripts/test.sh`) names
+/// what each server it runs against has, so that a test there cannot pass by checking
+/// nothing; a plain `cargo test` against whatever `redis-server` is installed skips.
+pub fn lacks(capability: &str, reason: &str) {
+    let required = std::env::var("REDMUTEX_REQUIRE").unwrap_or_default();
+    if required.split(',').any(|name| name.trim() == capability) {
+        panic!("REDMUTEX_REQUIRE names {capability}, but {reason}");
+    }
+    eprintln!("skipped: {reason}");
+}
+
 /// Whether [`server_binary`] was built with TLS: `Err` with the reason when not (tests of
 /// TLS print it and skip). Found by asking the binary for a TLS port without a certificate:
 /// a build with TLS complains about the certificate, one without about TLS itself.

@@ -394,13 +394,6 @@ async fn a_frozen_server_makes_the_lease_lost_before_its_validity_ends() {
     assert!(lost_at <= lease.valid_until().max(valid_until) + ms(50));
 }
 
-/// A locker with push wake-up on `server`.
-async fn waking(server: &RedisServer) -> Locker<MultiplexedConnection> {
-    Locker::new(multiplexed(server).await)
-        .with_wake_up([redis::Client::open(server.url()).unwrap()])
-        .unwrap()
-}
-
 /// PUBLISH commands the server has run (inside scripts too).
 fn publishes(server: &RedisServer) -> u64 {
     let calls = common::command_calls(server);
@@ -470,7 +463,7 @@ async fn all_woken_soon_after(waiters: Vec<tokio::task::JoinHandle<Instant>>, re
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_of_three_permits_wakes_three_waiters_of_one_locker() {
     let server = RedisServer::spawn();
-    let locker = waking(&server).await;
+    let locker = common::own_locker(&server, true).await;
     let s = locker.semaphore("woken", 3).unwrap();
     let holder = s.acquire(3, ms(30_000)).await.unwrap();
     let waiters = wait_for_one_permit(&s, 3, &Arc::new(tokio::sync::Barrier::new(3)));
@@ -484,7 +477,10 @@ async fn a_release_of_three_permits_wakes_three_waiters_of_one_locker() {
 async fn waiters_in_separate_lockers_are_woken_and_idle_releases_publish_nothing() {
     let server = RedisServer::spawn();
     // Uncontended: no waiter, so no PUBLISH.
-    let quiet = waking(&server).await.semaphore("many", 2).unwrap();
+    let quiet = common::own_locker(&server, true)
+        .await
+        .semaphore("many", 2)
+        .unwrap();
     for _ in 0..5 {
         quiet
             .acquire(1, ms(5_000))
@@ -496,7 +492,10 @@ async fn waiters_in_separate_lockers_are_woken_and_idle_releases_publish_nothing
     }
     assert_eq!(publishes(&server), 0);
     // Two holders; two waiters in lockers of their own (as two processes).
-    let holder = waking(&server).await.semaphore("many", 2).unwrap();
+    let holder = common::own_locker(&server, true)
+        .await
+        .semaphore("many", 2)
+        .unwrap();
     let (a, b) = (
         holder.acquire(1, ms(30_000)).await.unwrap(),
         holder.acquire(1, ms(30_000)).await.unwrap(),
@@ -504,7 +503,10 @@ async fn waiters_in_separate_lockers_are_woken_and_idle_releases_publish_nothing
     let mut waiters = Vec::new();
     let all_hold = Arc::new(tokio::sync::Barrier::new(2));
     for _ in 0..2 {
-        let s = waking(&server).await.semaphore("many", 2).unwrap();
+        let s = common::own_locker(&server, true)
+            .await
+            .semaphore("many", 2)
+            .unwrap();
         waiters.extend(wait_for_one_permit(&s, 1, &all_hold));
     }
     until_waiters_wait(&server, &holder, 2).await;
@@ -612,7 +614,7 @@ async fn a_foreign_fence_counter_fails_the_acquire_with_nothing_written() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_releases_back_to_back_wake_two_waiters() {
     let server = RedisServer::spawn();
-    let locker = waking(&server).await;
+    let locker = common::own_locker(&server, true).await;
     let s = locker.semaphore("twice", 2).unwrap();
     let (h1, h2) = (
         s.acquire(1, ms(30_000)).await.unwrap(),
@@ -638,7 +640,7 @@ async fn one_release_wakes_one_process_and_processes_take_turns_in_line() {
     let server = RedisServer::spawn();
     let mut raw = Raw::new(&server).await;
     let one = |locker: Locker<MultiplexedConnection>| locker.semaphore("herd", 1).unwrap();
-    let held = one(waking(&server).await)
+    let held = one(common::own_locker(&server, true).await)
         .acquire(1, ms(30_000))
         .await
         .unwrap();
@@ -648,7 +650,7 @@ async fn one_release_wakes_one_process_and_processes_take_turns_in_line() {
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut waiters = Vec::new();
     for i in 0..LOCKERS {
-        let s = one(waking(&server).await);
+        let s = one(common::own_locker(&server, true).await);
         let (record, order) = (tries.clone(), order.clone());
         let acquire = (s.acquire(1, ms(30_000)))
             .retry(retry::constant(Duration::from_secs(20)))
@@ -688,7 +690,10 @@ async fn held_semaphore(server: &RedisServer) -> redmutex::Semaphore<Multiplexed
 async fn a_permit_handed_to_a_dead_process_falls_through_within_its_heartbeat() {
     let server = RedisServer::spawn();
     let mut raw = Raw::new(&server).await;
-    let s = waking(&server).await.semaphore("gone", 1).unwrap();
+    let s = common::own_locker(&server, true)
+        .await
+        .semaphore("gone", 1)
+        .unwrap();
     let held = s.acquire(1, ms(30_000)).await.unwrap();
     // First in line: a locker that will never try again (its process was killed).
     let now = raw.server_micros().await;
@@ -702,7 +707,10 @@ async fn a_permit_handed_to_a_dead_process_falls_through_within_its_heartbeat() 
             .arg("1.AAAAAAAAAAAAAAAAAAAAAA~"),
     )
     .await;
-    let behind = waking(&server).await.semaphore("gone", 1).unwrap();
+    let behind = common::own_locker(&server, true)
+        .await
+        .semaphore("gone", 1)
+        .unwrap();
     let waiter = tokio::spawn(
         behind
             .acquire(1, ms(30_000))
@@ -792,9 +800,15 @@ async fn only_holders_with_more_than_a_count_keep_a_details_entry_and_it_goes_wi
 async fn a_permit_handed_on_as_the_last_one_held_keeps_both_keys_expiring() {
     let server = RedisServer::spawn();
     let mut raw = Raw::new(&server).await;
-    let s = waking(&server).await.semaphore("last", 1).unwrap();
+    let s = common::own_locker(&server, true)
+        .await
+        .semaphore("last", 1)
+        .unwrap();
     let held = s.acquire(1, ms(30_000)).await.unwrap();
-    let behind = waking(&server).await.semaphore("last", 1).unwrap();
+    let behind = common::own_locker(&server, true)
+        .await
+        .semaphore("last", 1)
+        .unwrap();
     let waiter = tokio::spawn(
         behind
             .acquire(1, ms(30_000))

@@ -26,10 +26,11 @@ fn the_operations_guide_prints_the_rule() {
 }
 
 /// A server listening for TLS too; `None`, with the reason printed, when the server binary
-/// under test was built without TLS (the test then checks nothing and says so).
+/// under test was built without TLS (the test then checks nothing and says so — or fails,
+/// where the test command says the server has TLS: [`testkit::lacks`]).
 fn tls_server() -> Option<RedisServer> {
     if let Err(reason) = testkit::tls_support() {
-        eprintln!("skipped: {reason}");
+        testkit::lacks("tls", &reason);
         return None;
     }
     Some(RedisServer::spawn_with(ServerOptions {

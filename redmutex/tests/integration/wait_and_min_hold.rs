@@ -18,12 +18,6 @@ async fn setup() -> (RedisServer, Raw, Locker<MultiplexedConnection>) {
     (server, raw, locker)
 }
 
-async fn waking(server: &RedisServer) -> Locker<MultiplexedConnection> {
-    Locker::new(multiplexed(server).await)
-        .with_wake_up([redis::Client::open(server.url()).unwrap()])
-        .unwrap()
-}
-
 #[tokio::test]
 async fn a_free_key_is_reported_at_once_and_not_taken() {
     let (_server, mut raw, locker) = setup().await;
@@ -38,7 +32,7 @@ async fn a_release_wakes_the_wait_which_takes_nothing() {
     let server = RedisServer::spawn();
     let mut raw = Raw::new(&server).await;
     let holder = Locker::new(multiplexed(&server).await);
-    let watcher = waking(&server).await;
+    let watcher = common::own_locker(&server, true).await;
     let lock = holder.acquire("deploy", ms(60_000)).await.unwrap();
     let wait = tokio::spawn(async move {
         let result = watcher.wait_released("deploy", ms(30_000)).await;
@@ -192,7 +186,7 @@ async fn the_minimum_hold_outlasts_a_short_ttl_and_holds_for_dropped_guards_and_
 async fn a_waiter_learns_the_shortened_expiry_from_the_release() {
     let server = RedisServer::spawn();
     let holder = Locker::new(multiplexed(&server).await);
-    let waiter = waking(&server).await;
+    let waiter = common::own_locker(&server, true).await;
     let lock = holder
         .acquire("period", ms(30_000))
         .min_hold(ms(800))
