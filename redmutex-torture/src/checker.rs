@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::record::{Holder, Outcome, Release, Section, Write, PERMITS};
+use crate::record::{Guarded, Holder, Outcome, Release, Section, Write, PERMITS};
 
 /// What the checker found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -53,6 +53,22 @@ pub struct Verdict {
     pub stale_writes_refused: usize,
     /// Writes accepted.
     pub writes_accepted: usize,
+    /// Guarded writes (`write_if_held`, to a list beside the lock) the lock's server
+    /// accepted, and refused (`NotHeld`).
+    pub guarded_accepted: usize,
+    pub guarded_refused: usize,
+    /// Of the refused, those of holders whose fenced write the resource had just refused
+    /// (a later holder had written first): a late write a plain write would have landed.
+    pub guarded_stale_refused: usize,
+    /// Guarded writes accepted although the same holder's fenced write, answered before
+    /// they were sent, had been refused — a later holder had acquired and written, so
+    /// this holder no longer held the lock. Must be zero.
+    pub guarded_violations: usize,
+    /// Guarded writes accepted although another holder of the key had acquired it after
+    /// this one had it, and before the write was sent: the server ran the write while
+    /// another owner held the lock. Must be zero (but for a failover that lost writes:
+    /// the write then went to the old master, which the failover wiped).
+    pub guarded_after_rival: usize,
     /// A few of the violations, described.
     pub examples: Vec<String>,
 }
@@ -63,12 +79,14 @@ impl Verdict {
     /// caught by fence order, fences unique and ordered, and the resource consistent.
     pub fn upheld(&self) -> bool {
         self.unsafe_overlaps == 0
+            && self.guarded_after_rival == 0
             && self.permit_overflows == 0
             && self.min_hold_violations == 0
             && self.watch_violations == 0
             && self.overrun_fenced == self.overrun_overlaps
             && self.fence_violations == 0
             && self.store_violations == 0
+            && self.guarded_violations == 0
     }
 
     /// What must hold even when a failover lost writes the lockers were told had
@@ -79,12 +97,14 @@ impl Verdict {
         self.overrun_fenced == self.overrun_overlaps
             && self.fence_violations == 0
             && self.store_violations == 0
+            && self.guarded_violations == 0
     }
 
     /// Locks, permits, minimum holds and "free" answers that rivals broke: what a failover
     /// that lost writes costs (zero everywhere else, or the run fails).
     pub fn broken_by_rivals(&self) -> usize {
         self.unsafe_overlaps
+            + self.guarded_after_rival
             + self.permit_overflows
             + self.min_hold_violations
             + self.watch_violations
@@ -121,6 +141,7 @@ pub fn check(sections: &[Section]) -> Verdict {
         if s.outcome == Outcome::Kept && s.end > s.valid {
             verdict.overran += 1;
         }
+        guarded(s, &mut verdict);
         match s.holder {
             Holder::Permit => by_semaphore.entry(s.key).or_default().push(s),
             Holder::Watcher => watches.push(s),
@@ -130,6 +151,7 @@ pub fn check(sections: &[Section]) -> Verdict {
     for (key, sections) in &by_key {
         let (key, sections) = (*key, sections.as_slice());
         overlaps(key, sections, &mut verdict);
+        guarded_after_rival(key, sections, &mut verdict);
         min_hold(key, sections, &mut verdict);
         // A reader's fence is the latest writer's, not its own, and it writes nothing.
         let fenced: Vec<&Section> = (sections.iter().copied())
@@ -356,6 +378,61 @@ fn fence_order(key: u32, sections: &[&Section], verdict: &mut Verdict) {
     }
 }
 
+/// A guarded write lands only while its holder holds the lock: never after the fenced
+/// resource refused the same holder's write (see [`Verdict::guarded_violations`]). This
+/// holds with lost writes too: a later holder that got in because a failover lost this
+/// holder's lock took it on a server where this holder's claim is not.
+fn guarded(s: &Section, verdict: &mut Verdict) {
+    let stale = matches!(s.write, Write::Refused(_));
+    match s.guarded {
+        Guarded::Accepted(_) if stale => {
+            verdict.guarded_violations += 1;
+            let text = format!(
+                "key {}: {} wrote under its lock after the resource refused its fence {}",
+                s.key,
+                describe(s),
+                s.fence
+            );
+            verdict.example(text);
+        }
+        Guarded::Accepted(_) => verdict.guarded_accepted += 1,
+        Guarded::Refused(_) => {
+            verdict.guarded_refused += 1;
+            verdict.guarded_stale_refused += usize::from(stale);
+        }
+        Guarded::Skipped | Guarded::Failed(_) => {}
+    }
+}
+
+/// A guarded write accepted at `sent` by a holder whose lock a later holder had taken by
+/// then (one that began acquiring after this holder had the lock, and had it before the
+/// write was sent): on the lock's server that later claim came first, and this holder's
+/// token cannot come back, so the write must have been refused. Readers do not exclude
+/// each other.
+fn guarded_after_rival(key: u32, sections: &[&Section], verdict: &mut Verdict) {
+    for writer in sections {
+        let Guarded::Accepted(sent) = writer.guarded else {
+            continue;
+        };
+        let readers = writer.holder == Holder::Reader;
+        let rival = sections.iter().find(|other| {
+            let shares =
+                std::ptr::eq(**other, *writer) || readers && other.holder == Holder::Reader;
+            !shares && other.asked > writer.start && other.start < sent
+        });
+        if let Some(rival) = rival {
+            verdict.guarded_after_rival += 1;
+            let text = format!(
+                "key {key}: {} wrote under its lock at {:.3}s, after {} had taken it",
+                describe(writer),
+                secs(sent),
+                describe(rival)
+            );
+            verdict.example(text);
+        }
+    }
+}
+
 /// Replays the resource's writes of one key in the order it saw them: a write is accepted
 /// exactly when its fence is at least the highest accepted before it.
 fn resource(key: u32, sections: &[&Section], verdict: &mut Verdict) {
@@ -409,6 +486,7 @@ mod tests {
             valid: valid * ms,
             outcome: Outcome::Kept,
             write: Write::Accepted(fence),
+            guarded: Guarded::Skipped,
             release: Release::Released,
         }
     }
@@ -658,6 +736,55 @@ mod tests {
         let v = check(&[first.clone(), stale.clone()]);
         assert_eq!(v.store_violations, 1, "{v:?}");
         stale.write = Write::Refused(2);
+        stale.guarded = Guarded::Refused(41 * 1_000_000);
         assert_eq!(check(&[first, stale]).store_violations, 0);
+    }
+
+    #[test]
+    fn a_guarded_write_after_a_refused_fence_is_a_violation() {
+        let mut first = section(Holder::Careful, 2, 10, 20, 30);
+        first.guarded = Guarded::Accepted(19 * 1_000_000);
+        let mut stale = section(Holder::Naive, 1, 1, 40, 5);
+        stale.asked = 0;
+        stale.write = Write::Refused(2);
+        stale.guarded = Guarded::Refused(41 * 1_000_000);
+        let v = check(&[first.clone(), stale.clone()]);
+        assert_eq!(
+            (
+                v.guarded_accepted,
+                v.guarded_refused,
+                v.guarded_stale_refused
+            ),
+            (1, 1, 1)
+        );
+        assert!(v.upheld(), "{v:?}");
+        stale.guarded = Guarded::Accepted(41 * 1_000_000);
+        let v = check(&[first, stale]);
+        assert_eq!(v.guarded_violations, 1, "{v:?}");
+        assert!(!v.upheld() && !v.upheld_apart_from_lost_writes());
+    }
+
+    #[test]
+    fn a_guarded_write_sent_after_a_later_holder_took_the_lock_is_a_violation() {
+        let ms = 1_000_000;
+        // A frozen holder (lock at 10, valid to 30) sends its write at 50; the next holder
+        // began acquiring at 35 and had the lock at 36.
+        let mut late = section(Holder::Naive, 1, 10, 60, 30);
+        let next = section(Holder::Careful, 2, 36, 45, 80);
+        late.guarded = Guarded::Refused(50 * ms);
+        assert!(check(&[late.clone(), next.clone()]).upheld());
+        late.guarded = Guarded::Accepted(50 * ms);
+        let v = check(&[late.clone(), next.clone()]);
+        assert_eq!(v.guarded_after_rival, 1, "{v:?}");
+        assert!(!v.upheld() && v.upheld_apart_from_lost_writes());
+        // Sent before the next holder had the lock: fine.
+        late.guarded = Guarded::Accepted(20 * ms);
+        assert_eq!(check(&[late.clone(), next.clone()]).guarded_after_rival, 0);
+        // Two readers share the lock.
+        let (mut a, mut b) = (late, next);
+        a.holder = Holder::Reader;
+        b.holder = Holder::Reader;
+        a.guarded = Guarded::Accepted(50 * ms);
+        assert_eq!(check(&[a, b]).guarded_after_rival, 0);
     }
 }

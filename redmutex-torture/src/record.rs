@@ -110,6 +110,47 @@ pub enum Write {
     Failed,
 }
 
+/// The holder's guarded write (`write_if_held`): an entry pushed onto a list beside its
+/// lock, in the same script call as the check that this holder still holds the lock; with
+/// when it was sent ([`crate::clock::now_ns`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Guarded {
+    /// Written: the server found the lock still this holder's.
+    Accepted(u64),
+    /// `NotHeld`: nothing written.
+    Refused(u64),
+    /// Not attempted (a shared holder, Redlock, or a lease already dropped).
+    Skipped,
+    /// Any other error (connection cut, timeout): it may or may not have been written.
+    Failed(u64),
+}
+
+impl fmt::Display for Guarded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Guarded::Accepted(at) => write!(f, "accepted:{at}"),
+            Guarded::Refused(at) => write!(f, "refused:{at}"),
+            Guarded::Skipped => write!(f, "skipped"),
+            Guarded::Failed(at) => write!(f, "failed:{at}"),
+        }
+    }
+}
+
+impl FromStr for Guarded {
+    type Err = ();
+
+    fn from_str(text: &str) -> Result<Guarded, ()> {
+        let at = |at: &str| at.parse::<u64>().map_err(|_| ());
+        match text.split_once(':') {
+            Some(("accepted", sent)) => Ok(Guarded::Accepted(at(sent)?)),
+            Some(("refused", sent)) => Ok(Guarded::Refused(at(sent)?)),
+            Some(("failed", sent)) => Ok(Guarded::Failed(at(sent)?)),
+            None if text == "skipped" => Ok(Guarded::Skipped),
+            _ => Err(()),
+        }
+    }
+}
+
 /// What the release call answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Release {
@@ -147,6 +188,8 @@ pub struct Section {
     pub outcome: Outcome,
     /// The fenced write.
     pub write: Write,
+    /// The guarded write, sent once the fenced write was answered.
+    pub guarded: Guarded,
     /// The release.
     pub release: Release,
 }
@@ -180,7 +223,7 @@ impl fmt::Display for Section {
         };
         write!(
             f,
-            "section {} {} {holder} {} {} {} {} {} {} {outcome} {write} {release}",
+            "section {} {} {holder} {} {} {} {} {} {} {outcome} {write} {} {release}",
             self.worker,
             self.task,
             self.key,
@@ -188,7 +231,8 @@ impl fmt::Display for Section {
             self.asked,
             self.start,
             self.end,
-            self.valid
+            self.valid,
+            self.guarded
         )
     }
 }
@@ -199,7 +243,7 @@ impl FromStr for Section {
     fn from_str(line: &str) -> Result<Section, String> {
         let bad = || format!("not a section line: {line:?}");
         let fields: Vec<&str> = line.split(' ').collect();
-        let [tag, worker, task, holder, key, fence, asked, start, end, valid, outcome, write, release] =
+        let [tag, worker, task, holder, key, fence, asked, start, end, valid, outcome, write, guarded, release] =
             fields[..]
         else {
             return Err(bad());
@@ -235,6 +279,7 @@ impl FromStr for Section {
                 _ => return Err(bad()),
             },
             write,
+            guarded: guarded.parse().map_err(|()| bad())?,
             release: match release {
                 "released" => Release::Released,
                 "notheld" => Release::NotHeld,
@@ -263,6 +308,7 @@ mod tests {
             valid: 25,
             outcome: Outcome::Lost,
             write: Write::Skipped,
+            guarded: Guarded::Skipped,
             release: Release::NotHeld,
         };
         for write in [
@@ -275,12 +321,22 @@ mod tests {
             let line = section.to_string();
             assert_eq!(line.parse::<Section>().unwrap(), section, "{line}");
         }
+        for guarded in [
+            Guarded::Accepted(31),
+            Guarded::Refused(32),
+            Guarded::Failed(33),
+        ] {
+            section.guarded = guarded;
+            let line = section.to_string();
+            assert_eq!(line.parse::<Section>().unwrap(), section, "{line}");
+        }
         assert_eq!(section.vouched_end(), 25);
         for bad in [
             "",
             "section 1 2",
             "stats x",
             &section.to_string().replace("lease", "x"),
+            &section.to_string().replace(" failed:33 ", " failed "),
         ] {
             assert!(bad.parse::<Section>().is_err(), "{bad:?}");
         }

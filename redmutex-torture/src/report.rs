@@ -130,6 +130,18 @@ pub fn text(r: &Report) -> String {
         ),
     );
     row(
+        "guarded writes",
+        format!(
+            "{} accepted, {} refused ({} after a refused fence); accepted after a refused \
+             fence {}, after a later holder took the lock {} (both must be 0)",
+            v.guarded_accepted,
+            v.guarded_refused,
+            v.guarded_stale_refused,
+            v.guarded_violations,
+            v.guarded_after_rival
+        ),
+    );
+    row(
         "failed acquires",
         format!(
             "not obtained {}, transient {}, other {}",
@@ -200,6 +212,8 @@ pub fn json(r: &Report) -> String {
             "\"expired\":{},\"overran\":{},\"unsafe_overlaps\":{},\"overrun_overlaps\":{},",
             "\"overrun_fenced\":{},\"overrun_refused\":{},\"fence_violations\":{},",
             "\"store_violations\":{},\"writes_accepted\":{},\"stale_writes_refused\":{},",
+            "\"guarded_accepted\":{},\"guarded_refused\":{},\"guarded_stale_refused\":{},",
+            "\"guarded_violations\":{},\"guarded_after_rival\":{},",
             "\"not_obtained\":{},\"transient_errors\":{},\"other_errors\":{},\"no_fence\":{},",
             "\"releases_not_held\":{},\"releases_failed\":{},\"leftover_at_exit\":{},",
             "\"leftover_after_ttl\":{},\"keys_without_ttl\":{},\"broken_by_rivals\":{},",
@@ -234,6 +248,11 @@ pub fn json(r: &Report) -> String {
         v.store_violations,
         v.writes_accepted,
         v.stale_writes_refused,
+        v.guarded_accepted,
+        v.guarded_refused,
+        v.guarded_stale_refused,
+        v.guarded_violations,
+        v.guarded_after_rival,
         r.not_obtained,
         r.transient_errors,
         r.other_errors,

@@ -11,11 +11,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redmutex::retry::{self, Jitter, RetryExt};
-use redmutex::{Acquire, Connection, Error, Keys, Locker, Replication};
+use redmutex::{Acquire, Connection, Error, Keys, Locker, Replication, Writes};
 use tokio::time::Instant;
 
 use crate::clock::{instant_ns, now_ns};
-use crate::record::{Holder, Outcome, Release, Section, Write, PERMITS};
+use crate::record::{Guarded, Holder, Outcome, Release, Section, Write, PERMITS};
 use crate::rng::Rng;
 use crate::schedule::Mode;
 
@@ -517,6 +517,7 @@ impl Sections<'_> {
             valid: end,
             outcome,
             write: Write::Skipped,
+            guarded: Guarded::Skipped,
             release: Release::Released,
         };
         self.shared.line(&section.to_string());
@@ -551,6 +552,10 @@ impl Sections<'_> {
         } else {
             Write::Skipped
         };
+        let guarded = match shared_holder || args.mode == Mode::Redlock {
+            true => Guarded::Skipped,
+            false => guarded_write(key, &held, self.task, args).await,
+        };
         // A holder that acted believes it holds the lock until it sends the release: its
         // write happened inside that. (Told "lost", it stopped believing when it decided.)
         let end = if outcome == Outcome::Kept {
@@ -578,9 +583,38 @@ impl Sections<'_> {
             valid,
             outcome,
             write,
+            guarded,
             release,
         };
         shared.line(&section.to_string());
+    }
+}
+
+/// The holder's guarded write, whatever it believes (a holder that knows its lock expired
+/// tries too: the server must refuse it): an entry pushed onto a list in the lock's hash
+/// slot, kept for a TTL after the last write (gone, as locks are, when the run checks
+/// what was left). Refused on Redlock (not called there).
+async fn guarded_write<C: Connection, P>(
+    key: u32,
+    held: &Held<C, P>,
+    task: u32,
+    args: &WorkerArgs,
+) -> Guarded {
+    let list = format!("{{{PREFIX}k{key}}}:guarded");
+    let entry = format!("{}.{task}", args.id);
+    let mut writes = Writes::new();
+    writes.add(redis::cmd("RPUSH").arg(&list).arg(entry), [&list]);
+    writes.add(redis::cmd("PEXPIRE").arg(&list).arg(args.ttl_ms), [&list]);
+    let sent = now_ns();
+    let written = match held {
+        Held::Lock(lock) => lock.write_if_held(&writes).await,
+        Held::Lease(lease) => lease.write_if_held(&writes).await,
+        Held::Dropped => return Guarded::Skipped,
+    };
+    match written {
+        Ok(_) => Guarded::Accepted(sent),
+        Err(e) if e.is_not_held() => Guarded::Refused(sent),
+        Err(_) => Guarded::Failed(sent),
     }
 }
 

@@ -92,11 +92,21 @@ fn mutual_exclusion_holds_in_every_mode_under_every_fault() {
             "watch_violations",
             "fence_violations",
             "store_violations",
+            "guarded_violations",
             "other_errors",
             "leftover_after_ttl",
             "keys_without_ttl",
         ];
         assert_zero(line, &must_be_zero, mode, &context);
+        // Guarded writes (refused on Redlock, not tried there) land under the lock, and
+        // are refused once a later holder has written (a frozen holder's late write).
+        match mode {
+            "redlock" => assert_eq!(field(line, "guarded_accepted"), 0, "{context}"),
+            _ => {
+                assert!(field(line, "guarded_accepted") >= 50, "{mode}: {context}");
+                assert!(field(line, "guarded_refused") >= 1, "{mode}: {context}");
+            }
+        }
         assert_eq!(
             field(line, "overrun_overlaps"),
             field(line, "overrun_fenced"),
@@ -146,11 +156,13 @@ fn a_failover_to_a_lagging_replica_loses_no_confirmed_lock() {
         let must_be_zero = [
             "fence_violations",
             "store_violations",
+            "guarded_violations",
             "other_errors",
             "leftover_after_ttl",
             "keys_without_ttl",
         ];
         assert_zero(line, &must_be_zero, mode, &context);
+        assert!(field(line, "guarded_accepted") >= 50, "{mode}: {context}");
     }
     assert_eq!(field(&lines[1], "broken_by_rivals"), 0, "{context}");
     assert_eq!(code, Some(0), "{context}");
