@@ -45,8 +45,10 @@ impl Writes {
 
     /// Adds `command` (its name and arguments), which touches `keys`. Commands run in the
     /// order added. A command built with a cursor argument, or without a name, and a key
-    /// that is empty or longer than [`MAX_KEY_LEN`], make the call refuse the writes
-    /// ([`Error::InvalidArgument`]) before anything is sent.
+    /// that is empty, longer than [`MAX_KEY_LEN`] or named like the state a lock keeps
+    /// beside its key (`{…}:fence`, `{…}:line`, `{…}:permits`, …), make the call refuse
+    /// the writes ([`Error::InvalidArgument`]) before anything is sent; so does, when
+    /// they are run, a key of the lock itself.
     ///
     /// ```
     /// let mut writes = redmutex::Writes::new();
@@ -76,6 +78,11 @@ impl Writes {
             let key = key.as_ref();
             if key.is_empty() || key.len() > MAX_KEY_LEN {
                 self.refuse(&format!("a key of {} bytes (1..={MAX_KEY_LEN})", key.len()));
+            } else if let Some(kind) = crate::fence::reserved_as(key) {
+                let key = String::from_utf8_lossy(key);
+                self.refuse(&format!(
+                    "{key:?} is named like a lock's {kind:?} key, which only redmutex writes"
+                ));
             } else if !self.keys.iter().any(|known| known == key) {
                 self.keys.push(key.to_vec());
             }
@@ -182,5 +189,17 @@ mod tests {
         let mut empty_key = Writes::new();
         empty_key.add(redis::cmd("SET").arg("").arg(1), [""]);
         assert!(refused(&empty_key).contains("0 bytes"));
+        for companion in ["{job}:fence", "{job}:line", "{job}:permits", "{job}:line:x"] {
+            let mut state = Writes::new();
+            state.add(redis::cmd("DEL").arg(companion), [companion]);
+            assert!(
+                refused(&state).contains("only redmutex writes"),
+                "{companion}"
+            );
+        }
+        // A key that shares the lock key's hash tag is the caller's own.
+        let mut beside = Writes::new();
+        beside.add(redis::cmd("SET").arg("{job}:state").arg(1), ["{job}:state"]);
+        assert!(beside.check().is_ok());
     }
 }

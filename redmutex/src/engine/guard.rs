@@ -433,8 +433,9 @@ impl<C: Connection, P> Lock<C, P> {
     /// # Errors
     /// [`Error::NotHeld`] when this owner no longer holds the lock (nothing ran);
     /// [`Error::InvalidArgument`] ([`Argument::Writes`]), before anything is sent, for no
-    /// command, a command [`Writes::add`](crate::Writes::add) could not take, on a cluster
-    /// a key outside the lock's hash slot (a script runs on one node), and on Redlock
+    /// command, a command [`Writes::add`](crate::Writes::add) could not take, a key of the
+    /// lock itself (only its release may change it), on a cluster a key outside the
+    /// lock's hash slot (a script runs on one node), and on Redlock
     /// (the lock lives on several servers, the data on one); [`Error::Redis`] when Redis
     /// could not be reached — the commands may or may not have run;
     /// [`Error::NotReplicated`] when they ran but the replicas did not confirm them.
@@ -461,21 +462,8 @@ impl<C: Connection, P> Lock<C, P> {
     /// # Ok(()) }
     /// ```
     pub async fn write_if_held(&self, writes: &Writes) -> Result<Vec<redis::Value>, Error> {
-        writes.check()?;
+        self.check_writes(writes)?;
         let backend = &self.context.backend;
-        if backend.is_cluster() {
-            let slot = fence::hash_slot(self.claim.keys().get(0).unwrap_or_default());
-            if let Some(key) = writes.keys().find(|key| fence::hash_slot(key) != slot) {
-                return Err(Error::invalid(
-                    Argument::Writes,
-                    format!(
-                        "{:?} is not in the lock's hash slot {slot}: a script runs on one node \
-                         (give the keys the lock key's hash tag)",
-                        String::from_utf8_lossy(key)
-                    ),
-                ));
-            }
-        }
         let span = tracing::debug_span!(
             "redmutex.write_if_held",
             lock.kind = self.claim.kind(),
@@ -484,6 +472,35 @@ impl<C: Connection, P> Lock<C, P> {
         (backend.write_if_held(&*self.claim, &self.token, writes))
             .instrument(span)
             .await
+    }
+
+    /// Refuses `writes` that cannot run under this lock, before any request: none, a bad
+    /// command, a key of the lock itself or a companion's (the protocol's own state, which
+    /// only its scripts may change), or on a cluster a key outside the lock's hash slot.
+    pub(crate) fn check_writes(&self, writes: &Writes) -> Result<(), Error> {
+        writes.check()?;
+        let refuse = |key: &[u8], why: String| {
+            let key = String::from_utf8_lossy(key);
+            Err(Error::invalid(Argument::Writes, format!("{key:?} {why}")))
+        };
+        let keys = self.claim.keys();
+        if let Some(key) = writes.keys().find(|key| keys.iter().any(|own| own == *key)) {
+            return refuse(
+                key,
+                "is this lock's own key: only its release may change it".into(),
+            );
+        }
+        if self.context.backend.is_cluster() {
+            let slot = fence::hash_slot(keys.get(0).unwrap_or_default());
+            if let Some(key) = writes.keys().find(|key| fence::hash_slot(key) != slot) {
+                let why = format!(
+                    "is not in the lock's hash slot {slot}: a script runs on one node (give \
+                     the keys the lock key's hash tag)"
+                );
+                return refuse(key, why);
+            }
+        }
+        Ok(())
     }
 
     /// Deletes every key that still holds this owner's token (Redlock: on every node; done

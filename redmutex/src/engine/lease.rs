@@ -404,7 +404,7 @@ impl<C: Connection, P> Lease<C, P> {
     /// # Ok(()) }
     /// ```
     pub async fn write_if_held(&self, writes: &Writes) -> Result<Vec<redis::Value>, Error> {
-        writes.check()?;
+        self.lock().check_writes(writes)?;
         if self.is_lost() {
             return Err(Error::NotHeld);
         }

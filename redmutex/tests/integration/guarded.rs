@@ -133,6 +133,12 @@ async fn bad_writes_and_redlock_are_refused_before_any_request() {
     let server = RedisServer::spawn();
     let locker = Locker::new(multiplexed(&server).await);
     let lock = locker.acquire("job", secs(30)).await.unwrap();
+    let lease = locker
+        .acquire("job2", secs(30))
+        .await
+        .unwrap()
+        .keep_alive()
+        .unwrap();
     let before = common::command_calls(&server);
     let writes_error = |error: Error| match error {
         Error::InvalidArgument(bad) => {
@@ -147,9 +153,21 @@ async fn bad_writes_and_redlock_are_refused_before_any_request() {
     empty_key.add(redis::cmd("SET").arg("").arg(1), [""]);
     let refused = lock.write_if_held(&empty_key).await.unwrap_err();
     assert!(writes_error(refused).contains("0 bytes"));
+    // The lock's own key and what it keeps beside it are the protocol's, through a lease
+    // too (which checks before it looks whether it is lost).
+    let own = lock.write_if_held(&set("job", "x")).await.unwrap_err();
+    assert!(writes_error(own).contains("this lock's own key"));
+    let counter = lock
+        .write_if_held(&set("{job}:fence", "1"))
+        .await
+        .unwrap_err();
+    assert!(writes_error(counter).contains("only redmutex writes"));
+    let lease_own = lease.write_if_held(&set("job2", "x")).await.unwrap_err();
+    assert!(writes_error(lease_own).contains("this lock's own key"));
     let sent = common::command_calls(&server).since(&before);
     assert_eq!(sent.summary(), "", "nothing sent");
     lock.release().await.unwrap();
+    lease.release().await.unwrap();
 
     let servers = RedisServer::spawn_many(3);
     let redlock = Locker::redlock(common::multiplexed_all(&servers).await).unwrap();
