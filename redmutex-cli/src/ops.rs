@@ -264,7 +264,19 @@ pub async fn force_release<C: Connection>(
                               at its next renewal or refresh."
                     }
                 };
-                outln!("released {shown}: {}. {after}", describe::holding(&lock))?;
+                let nodes = urls.len();
+                let minority = match nodes > 1 && lock.nodes <= nodes / 2 {
+                    true => format!(
+                        " It was on {} of {nodes} nodes only: a minority, which no holder can \
+                         count as a lock (a failed try's leftover, or a holder that lost it).",
+                        lock.nodes
+                    ),
+                    false => String::new(),
+                };
+                outln!(
+                    "released {shown}: {}. {after}{minority}",
+                    describe::holding(&lock)
+                )?;
                 let _ = writeln!(
                     std::io::stderr(),
                     "{}",

@@ -2500,6 +2500,32 @@ fn redlock_watch_and_list_ignore_a_holder_on_a_minority_of_nodes() {
     child.wait().unwrap();
 }
 
+/// A forced release on Redlock that finds a holder on a minority of nodes only says so:
+/// that was no lock anyone could count on (and still, it is removed).
+#[test]
+fn a_forced_release_of_a_minoritys_leftover_on_redlock_says_so() {
+    let servers = RedisServer::spawn_many(3);
+    let out =
+        run(redmutex(&servers[0]).args(["acquire", "--ttl", "30s", "--metadata", "stale", "job"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = run(redlock(&servers).args(["release", "--force", "job"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("stale"), "{text}");
+    assert!(text.contains("on 1 of 3 nodes only: a minority"), "{text}");
+    // A holder on a quorum is released without that remark.
+    let out =
+        run(redlock(&servers).args(["acquire", "--ttl", "30s", "--metadata", "owner", "job2"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = run(redlock(&servers).args(["release", "--force", "job2"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("owner") && !text.contains("minority"),
+        "{text}"
+    );
+}
+
 /// A server that accepts connections and never answers (frozen) does not stretch
 /// --wait-redis by a connection's own timeout (2 s): one node or a quorum, the command
 /// gives up when it said it would.
