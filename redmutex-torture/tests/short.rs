@@ -93,19 +93,18 @@ fn mutual_exclusion_holds_in_every_mode_under_every_fault() {
             "fence_violations",
             "store_violations",
             "guarded_violations",
+            "guarded_after_rival",
             "other_errors",
             "leftover_after_ttl",
             "keys_without_ttl",
         ];
         assert_zero(line, &must_be_zero, mode, &context);
-        // Guarded writes (refused on Redlock, not tried there) land under the lock, and
-        // are refused once a later holder has written (a frozen holder's late write).
+        // Guarded writes (refused on Redlock, not tried there) land under the lock; none
+        // after a later holder took it (the zeros above). How many are refused depends on
+        // the faults drawn: a short run may have none.
         match mode {
             "redlock" => assert_eq!(field(line, "guarded_accepted"), 0, "{context}"),
-            _ => {
-                assert!(field(line, "guarded_accepted") >= 50, "{mode}: {context}");
-                assert!(field(line, "guarded_refused") >= 1, "{mode}: {context}");
-            }
+            _ => assert!(field(line, "guarded_accepted") >= 50, "{mode}: {context}"),
         }
         assert_eq!(
             field(line, "overrun_overlaps"),
