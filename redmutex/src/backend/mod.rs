@@ -4,7 +4,6 @@
 //! that nothing above it needs to know which it is.
 
 pub(crate) mod common;
-mod late;
 mod redlock;
 pub(crate) mod replication;
 mod single;
@@ -155,19 +154,12 @@ impl<C: Connection> Backend<C> {
     /// `try_until` at the latest.
     pub(crate) async fn try_obtain(
         &self,
-        claim: &Arc<dyn Claim>,
+        claim: &dyn Claim,
         request: ObtainTry<'_>,
         sent_at: Instant,
         try_until: Option<Instant>,
     ) -> Attempt {
-        match self {
-            Backend::Single(single) => {
-                single
-                    .try_obtain(&**claim, request, sent_at, try_until)
-                    .await
-            }
-            Backend::Quorum(quorum) => quorum.try_obtain(claim, request, sent_at, try_until).await,
-        }
+        dispatch!(self, backend => backend.try_obtain(claim, request, sent_at, try_until).await)
     }
 
     /// Owner-checked release: [`Error::NotHeld`] if the claim was no longer held (what was
@@ -190,14 +182,11 @@ impl<C: Connection> Backend<C> {
     /// `wait`. Returns whether every node confirmed it.
     pub(crate) async fn release_unattended(
         &self,
-        claim: &Arc<dyn Claim>,
+        claim: &dyn Claim,
         token: &Token,
         wait: Duration,
     ) -> bool {
-        match self {
-            Backend::Single(single) => single.release_unattended(&**claim, token, wait).await,
-            Backend::Quorum(quorum) => quorum.release_unattended(claim, token, wait).await,
-        }
+        dispatch!(self, backend => backend.release_unattended(claim, token, wait).await)
     }
 
     /// Starts an owner-checked release on every node and returns at once (see

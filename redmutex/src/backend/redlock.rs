@@ -9,16 +9,9 @@
 //!   valid until `start + ttl − drift` on this client's monotonic clock.
 //! - **Undo**: a failed acquire deletes what it took on every node — also those that did
 //!   not answer, where the request may still land — before the next try.
-//!
-//! A lock's plain try (`SET NX PX` of one key) is decided by the first quorum that took
-//! it: the slowest nodes no longer delay every acquisition. Its requests to them go on
-//! in a task, so that they hold the lock too (one failed node from lost, otherwise), and
-//! a release that overtook them is sent there again ([`late`](super::late)).
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -28,7 +21,6 @@ use tokio::time::Instant;
 use crate::backend::common::{
     check_renewal_reply, keep_ms, release_try, Attempt, Renewal, Reply, TryResult, View,
 };
-use crate::backend::late::{Ended, LateRequests};
 use crate::background;
 use crate::connection::Connection;
 use crate::error::Error;
@@ -39,14 +31,10 @@ use crate::token::Token;
 /// The TTL that sizes node timeouts where no lease is known (inspect, release by token).
 const TTL_FOR_TIMEOUTS: Duration = Duration::from_secs(10);
 
-/// A request of a decided try still under way, by node: how it ends.
-type Straggler = (usize, Pin<Box<dyn Future<Output = Ended> + Send>>);
-
 /// The independent masters of a Redlock locker, and how their answers are judged.
 pub(crate) struct Quorum<C> {
     conns: Box<[C]>,
     settings: QuorumSettings,
-    late: Arc<LateRequests>,
 }
 
 impl<C: Connection> Quorum<C> {
@@ -54,49 +42,6 @@ impl<C: Connection> Quorum<C> {
         Quorum {
             conns: conns.into_boxed_slice(),
             settings,
-            late: Arc::default(),
-        }
-    }
-
-    /// Lets the late requests of a claim taken on a quorum end (by `ends` at the latest),
-    /// and releases their nodes again where a release overtook them (see [`late`]).
-    ///
-    /// [`late`]: crate::backend::late
-    fn finish_late(
-        &self,
-        claim: Arc<dyn Claim>,
-        token: Token,
-        stragglers: Vec<Straggler>,
-        ends: Instant,
-    ) {
-        self.late
-            .start(token, stragglers.iter().map(|(node, _)| *node));
-        let drift = self.settings.allowance();
-        let requests = stragglers.into_iter().map(|(node, request)| {
-            let (late, conn, claim) = (self.late.clone(), self.conns[node].clone(), claim.clone());
-            async move {
-                let ended = tokio::time::timeout_at(ends, request).await;
-                let ended = ended.unwrap_or(Ended::Unknown);
-                if let Some(keep_until) = late.request_ended(&token, node, ended) {
-                    background::release(release_try(conn, claim, token, keep_until, drift));
-                }
-            }
-        });
-        tokio::spawn(join_all(requests));
-    }
-
-    /// A release of `token`'s claim found `deleted` on `node` (`None`: no answer); where a
-    /// late request of its try may land after it, the release is sent there again.
-    fn release_answered(
-        &self,
-        claim: &Arc<dyn Claim>,
-        token: &Token,
-        node: usize,
-        deleted: Option<bool>,
-    ) {
-        if let Some(keep_until) = self.late.release_answered(token, node, deleted) {
-            let (conn, drift) = (self.conns[node].clone(), self.settings.allowance());
-            background::release(release_try(conn, claim.clone(), *token, keep_until, drift));
         }
     }
 
@@ -136,62 +81,10 @@ impl<C: Connection> Quorum<C> {
             .collect()
     }
 
-    /// [`fan_out`](Quorum::fan_out) that returns as soon as a quorum of nodes answered
-    /// `Ok` with a value `enough` accepts: the try is decided, and the slowest nodes no
-    /// longer delay it. Returns the replies (`None`: not in yet) and the requests still
-    /// under way, by node, for the caller to finish: a request whose caller stops waiting
-    /// is not even sent (redis-rs skips a request nobody waits for), and the nodes that
-    /// are slow today would hold nothing — a lock on a bare quorum, one failure from lost.
-    async fn fan_out_until<T, F, Fut>(
-        &self,
-        timeout: Duration,
-        op: F,
-        enough: impl Fn(&T) -> bool,
-    ) -> (Vec<Option<Reply<T>>>, Vec<(usize, Pin<Box<Fut>>)>)
-    where
-        F: Fn(usize, C) -> Fut,
-        Fut: Future<Output = RedisResult<T>>,
-    {
-        let needed = self.needed();
-        let mut requests: Vec<Option<Pin<Box<Fut>>>> = (self.conns.iter().enumerate())
-            .map(|(node, conn)| Some(Box::pin(op(node, conn.clone()))))
-            .collect();
-        let mut slots: Vec<Option<Reply<T>>> = self.conns.iter().map(|_| None).collect();
-        let mut agreed = 0;
-        let decided = std::future::poll_fn(|cx| {
-            let mut waiting = false;
-            for (request, slot) in requests.iter_mut().zip(slots.iter_mut()) {
-                let Some(future) = request else { continue };
-                match future.as_mut().poll(cx) {
-                    Poll::Ready(reply) => {
-                        agreed += usize::from(reply.as_ref().is_ok_and(&enough));
-                        *slot = Some(reply.map_err(NodeError::Redis));
-                        *request = None;
-                    }
-                    Poll::Pending => waiting = true,
-                }
-            }
-            match waiting && agreed < needed {
-                true => Poll::Pending,
-                false => Poll::Ready(()),
-            }
-        });
-        if tokio::time::timeout(timeout, decided).await.is_err() {
-            for slot in slots.iter_mut().filter(|slot| slot.is_none()) {
-                *slot = Some(Err(NodeError::TimedOut(timeout)));
-            }
-            return (slots, Vec::new());
-        }
-        let stragglers = (requests.into_iter().enumerate())
-            .filter_map(|(node, request)| Some((node, request?)))
-            .collect();
-        (slots, stragglers)
-    }
-
     /// Counts the nodes that agreed (`judge` says `Ok`), and lists the others.
     fn tally<T>(
         &self,
-        replies: impl IntoIterator<Item = (usize, Reply<T>)>,
+        replies: Vec<Reply<T>>,
         elapsed: Duration,
         judge: impl Fn(T) -> Result<(), NodeError>,
     ) -> QuorumFailure {
@@ -203,7 +96,7 @@ impl<C: Connection> Quorum<C> {
             elapsed,
             failures: Vec::new(),
         };
-        for (node, reply) in replies {
+        for (node, reply) in replies.into_iter().enumerate() {
             match reply.and_then(&judge) {
                 Ok(()) => failure.agreed += 1,
                 Err(error) => failure.failures.push(NodeFailure { node, error }),
@@ -230,20 +123,20 @@ impl<C: Connection> Quorum<C> {
         }
     }
 
-    /// A plain try's command on every node, decided by the first quorum that took it;
-    /// with the requests still under way (their replies are not needed: a node that
-    /// takes the key later holds it for this owner as the others do).
-    async fn plain_try(
+    pub(crate) async fn try_obtain(
         &self,
-        cmd: redis::Cmd,
-        timeout: Duration,
-    ) -> (Vec<Option<Reply<Obtain>>>, Vec<Straggler>) {
-        let cmd = Arc::new(cmd);
-        let (replies, stragglers) = self
-            .fan_out_until(
-                timeout,
-                |_, mut conn| {
-                    let cmd = cmd.clone();
+        claim: &dyn Claim,
+        request: ObtainTry<'_>,
+        started: Instant,
+        try_until: Option<Instant>,
+    ) -> Attempt {
+        let ttl = Duration::from_millis(request.ttl_ms);
+        let timeout = self.round_timeout(ttl, try_until, started);
+        let replies = match claim.plain_try(&request) {
+            // One command for every node, as the release's.
+            Some(cmd) => {
+                self.fan_out(timeout, |_, mut conn| {
+                    let cmd = &cmd;
                     async move {
                         let reply: Value = cmd.query_async(&mut conn).await?;
                         Ok(match reply {
@@ -255,72 +148,32 @@ impl<C: Connection> Quorum<C> {
                             _ => Obtain::Obtained { fence: None },
                         })
                     }
-                },
-                |obtain| matches!(obtain, Obtain::Obtained { .. }),
-            )
-            .await;
-        let stragglers = (stragglers.into_iter())
-            .map(|(node, request)| -> Straggler {
-                let ended = async move {
-                    match request.await {
-                        Ok(Obtain::Obtained { .. }) => Ended::Took,
-                        Ok(_) => Ended::Refused,
-                        Err(_) => Ended::Unknown,
-                    }
-                };
-                (node, Box::pin(ended))
-            })
-            .collect();
-        (replies, stragglers)
-    }
-
-    pub(crate) async fn try_obtain(
-        &self,
-        shared_claim: &Arc<dyn Claim>,
-        request: ObtainTry<'_>,
-        started: Instant,
-        try_until: Option<Instant>,
-    ) -> Attempt {
-        let claim = &**shared_claim;
-        let ttl = Duration::from_millis(request.ttl_ms);
-        let timeout = self.round_timeout(ttl, try_until, started);
-        let mut stragglers = Vec::new();
-        let replies: Vec<Option<Reply<Obtain>>> = match claim.plain_try(&request) {
-            // One command for every node, as the release's, decided by the first quorum
-            // that took it (a plain try cannot be refused): see `finish_late` for the rest.
-            Some(cmd) => {
-                let replies;
-                (replies, stragglers) = self.plain_try(cmd, timeout).await;
-                replies
+                })
+                .await
             }
-            None => (self.fan_out(timeout, |_, mut conn| async move {
-                claim.obtain(&mut conn, request).await
-            }))
-            .await
-            .into_iter()
-            .map(Some)
-            .collect(),
+            None => {
+                self.fan_out(timeout, |_, mut conn| async move {
+                    claim.obtain(&mut conn, request).await
+                })
+                .await
+            }
         };
         let (held_key, held_ttl) = held_key_and_ttl(&replies);
-        let refused = replies.iter().flatten().find_map(|reply| match reply {
+        let refused = replies.iter().find_map(|reply| match reply {
             Ok(Obtain::Refused(why)) => Some(why.clone()),
             _ => None,
         });
         // With fences, each node that took the claim answered its own next fence.
         let fences: Vec<Option<u64>> = (replies.iter())
             .map(|reply| match reply {
-                Some(Ok(Obtain::Obtained { fence })) => *fence,
+                Ok(Obtain::Obtained { fence }) => *fence,
                 _ => None,
             })
             .collect();
-        let mut failure = self.tally(
-            answered(replies),
-            started.elapsed(),
-            |obtain| match obtain {
-                Obtain::Obtained { .. } => Ok(()),
-                Obtain::Held { .. } | Obtain::Refused(_) => Err(NodeError::Held),
-            },
-        );
+        let mut failure = self.tally(replies, started.elapsed(), |obtain| match obtain {
+            Obtain::Obtained { .. } => Ok(()),
+            Obtain::Held { .. } | Obtain::Refused(_) => Err(NodeError::Held),
+        });
         if failure.agreed >= failure.needed && refused.is_none() {
             let fence = match request.fenced {
                 false => Ok(None),
@@ -341,17 +194,9 @@ impl<C: Connection> Quorum<C> {
                 }
             };
             if let Some(obtained) = self.obtained(fence, &mut failure, ttl, started) {
-                if !stragglers.is_empty() {
-                    let ends = started + timeout;
-                    self.finish_late(shared_claim.clone(), *request.token, stragglers, ends);
-                }
                 return obtained;
             }
         }
-        // Before the undo, the late requests end (answered or timed out): the undo then
-        // comes after them on every node.
-        let late = stragglers.into_iter().map(|(_, request)| request);
-        let _ = tokio::time::timeout_at(started + timeout, join_all(late)).await;
         // Undo on every node, including those that did not answer: the request may still
         // reach them. On the same connection the release queues behind it, so once every
         // node confirmed the release, nothing of this try is left anywhere.
@@ -422,14 +267,10 @@ impl<C: Connection> Quorum<C> {
         let taken: Vec<Option<u64>> = (replies.iter())
             .map(|reply| reply.as_ref().ok().copied().flatten())
             .collect();
-        let mut failure = self.tally(
-            replies.into_iter().enumerate(),
-            started.elapsed(),
-            |fence| match fence {
-                Some(_) => Ok(()),
-                None => Err(NodeError::NotHeld),
-            },
-        );
+        let mut failure = self.tally(replies, started.elapsed(), |fence| match fence {
+            Some(_) => Ok(()),
+            None => Err(NodeError::NotHeld),
+        });
         if failure.agreed >= failure.needed {
             let raise = Raise {
                 token,
@@ -512,22 +353,16 @@ impl<C: Connection> Quorum<C> {
     /// every node confirmed within `wait`.
     pub(crate) async fn release_unattended(
         &self,
-        shared_claim: &Arc<dyn Claim>,
+        claim: &dyn Claim,
         token: &Token,
         wait: Duration,
     ) -> bool {
-        let claim = &**shared_claim;
-        self.late.releasing(token, None);
-        let replies = self
-            .fan_out(wait, |_, mut conn| async move {
-                claim.release_unattended(&mut conn, token, 0).await
-            })
-            .await;
-        // (Whether a node still had the claim is not said: as if it had not.)
-        for node in 0..replies.len() {
-            self.release_answered(shared_claim, token, node, None);
-        }
-        replies.iter().all(Result::is_ok)
+        self.fan_out(wait, |_, mut conn| async move {
+            claim.release_unattended(&mut conn, token, 0).await
+        })
+        .await
+        .iter()
+        .all(Result::is_ok)
     }
 
     /// Starts an owner-checked release on each of `nodes` and returns at once (see
@@ -539,10 +374,7 @@ impl<C: Connection> Quorum<C> {
         token: Token,
         keep_until: Option<Instant>,
     ) {
-        self.late.releasing(&token, keep_until);
         for node in nodes {
-            // Its answer is not heard: as if the node had not had the claim.
-            self.release_answered(&claim, &token, node, None);
             let conn = self.conns[node].clone();
             let drift = self.settings.allowance();
             background::release(release_try(conn, claim.clone(), token, keep_until, drift));
@@ -559,7 +391,6 @@ impl<C: Connection> Quorum<C> {
         ttl: Option<Duration>,
         keep_until: Option<Instant>,
     ) -> Result<(), Error> {
-        self.late.releasing(token, keep_until);
         let started = Instant::now();
         let keep = keep_ms(keep_until, self.settings.allowance());
         let timeout = self.settings.timeout_for(ttl.unwrap_or(TTL_FOR_TIMEOUTS));
@@ -577,18 +408,10 @@ impl<C: Connection> Quorum<C> {
                 }
             })
             .await;
-        for (node, reply) in replies.iter().enumerate() {
-            let deleted = reply.as_ref().ok().copied();
-            self.release_answered(claim, token, node, deleted);
-        }
-        let failure = self.tally(
-            replies.into_iter().enumerate(),
-            started.elapsed(),
-            |released| match released {
-                true => Ok(()),
-                false => Err(NodeError::NotHeld),
-            },
-        );
+        let failure = self.tally(replies, started.elapsed(), |released| match released {
+            true => Ok(()),
+            false => Err(NodeError::NotHeld),
+        });
         let unanswered = (failure.failures.iter())
             .filter(|f| f.error.is_unreachable())
             .map(|f| f.node);
@@ -626,14 +449,10 @@ impl<C: Connection> Quorum<C> {
                 claim.refresh(&mut conn, token, ttl_ms).await
             })
             .await;
-        let mut failure = self.tally(
-            replies.into_iter().enumerate(),
-            started.elapsed(),
-            |extended| match extended {
-                true => Ok(()),
-                false => Err(NodeError::NotHeld),
-            },
-        );
+        let mut failure = self.tally(replies, started.elapsed(), |extended| match extended {
+            true => Ok(()),
+            false => Err(NodeError::NotHeld),
+        });
         let in_time = valid_until.is_none_or(|v| Instant::now() < v);
         if failure.agreed >= failure.needed && in_time {
             if let Some(valid_until) = self.valid_until(ttl, started, failure.elapsed) {
@@ -676,14 +495,11 @@ impl<C: Connection> Quorum<C> {
         };
         (0..ttls.len())
             .map(|lease| {
-                let mut failure = self.tally(
-                    lease_replies(lease).into_iter().enumerate(),
-                    elapsed,
-                    |answer| match answer {
+                let mut failure =
+                    self.tally(lease_replies(lease), elapsed, |answer| match answer {
                         1 => Ok(()),
                         _ => Err(NodeError::NotHeld),
-                    },
-                );
+                    });
                 if failure.agreed >= failure.needed {
                     if let Some(valid_until) = self.valid_until(ttls[lease], started, elapsed) {
                         return Renewal::Renewed {
@@ -779,8 +595,8 @@ fn count_out(failure: &mut QuorumFailure, unfenced: Vec<NodeFailure>) {
 /// key that keeps the claim out — which is the one to wait for. Waiting for the first, a
 /// waiter of several keys woken by that release found "held" and kept its turn, leaving
 /// the waiters that queued behind it without a try to wait out the key's TTL.)
-fn held_key_and_ttl(replies: &[Option<Reply<Obtain>>]) -> (Option<usize>, Option<Duration>) {
-    let found: Vec<usize> = (replies.iter().flatten())
+fn held_key_and_ttl(replies: &[Reply<Obtain>]) -> (Option<usize>, Option<Duration>) {
+    let found: Vec<usize> = (replies.iter())
         .filter_map(|reply| match reply {
             Ok(Obtain::Held { index, .. }) => Some(*index),
             _ => None,
@@ -790,19 +606,13 @@ fn held_key_and_ttl(replies: &[Option<Reply<Obtain>>]) -> (Option<usize>, Option
     let held_key = (found.iter())
         .max_by_key(|key| (nodes_holding(key), std::cmp::Reverse(**key)))
         .copied();
-    let held_ttl = (replies.iter().flatten())
+    let held_ttl = (replies.iter())
         .filter_map(|reply| match reply {
             Ok(Obtain::Held { index, ttl, .. }) if Some(*index) == held_key => *ttl,
             _ => None,
         })
         .min();
     (held_key, held_ttl)
-}
-
-/// The replies that came in, each with its node's index (the others were not waited for:
-/// see [`Quorum::fan_out_until`]).
-fn answered<T>(replies: Vec<Option<Reply<T>>>) -> impl Iterator<Item = (usize, Reply<T>)> {
-    (replies.into_iter().enumerate()).filter_map(|(node, reply)| Some((node, reply?)))
 }
 
 /// A renewal that missed its quorum, as the error a lost lease reports.

@@ -586,8 +586,9 @@ impl<C: Connection> Tries<'_, '_, C> {
             in_line: self.named,
             probably_free: std::mem::take(&mut self.probably_free),
         };
+        let claim = &**self.claim;
         let attempt = (self.backend)
-            .try_obtain(self.claim, request, sent_at, try_until)
+            .try_obtain(claim, request, sent_at, try_until)
             .await;
         // A waiter that is (or may be) in the queue must leave it when it gives up.
         let in_queue = self.queue.is_some() && (queue || retrying_own);
@@ -624,7 +625,7 @@ impl<C: Connection> Tries<'_, '_, C> {
             // Still armed while this runs: if the acquire is dropped meanwhile, `Drop`
             // sends the release again in the background. The request is sent whole (EVAL),
             // so a frozen server runs it when it wakes even after we stopped waiting.
-            let (claim, token) = (&self.claim, &self.token);
+            let (claim, token) = (&**self.claim, &self.token);
             (self.backend)
                 .release_unattended(claim, token, CLEANUP_WAIT)
                 .await;
@@ -633,7 +634,7 @@ impl<C: Connection> Tries<'_, '_, C> {
         if self.withdraws() {
             // The same release call, given the locker's id: it withdraws, and holds nothing.
             (self.backend)
-                .release_unattended(self.claim, &self.locker, CLEANUP_WAIT)
+                .release_unattended(&**self.claim, &self.locker, CLEANUP_WAIT)
                 .await;
             self.named = false;
         }

@@ -602,11 +602,6 @@ impl<C: Connection, P> Lock<C, P> {
     /// Forgets the lock without releasing it: it stays in Redis until its TTL runs out or
     /// someone with the returned token releases it.
     ///
-    /// On Redlock a lock is handed out once a quorum of nodes took it, while its requests
-    /// to the other nodes may still be on their way: a process that ends its runtime right
-    /// after detaching can leave it on fewer nodes (still a quorum, with less room for a
-    /// node failure) where a node's connection was still being set up.
-    ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), redmutex::Error> {

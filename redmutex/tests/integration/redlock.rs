@@ -65,21 +65,6 @@ fn holding(servers: &[RedisServer], key: &str, token: &redmutex::Token) -> Vec<u
         .collect()
 }
 
-/// Waits (at most a second) until every live node holds `token` at `key`: a try is decided
-/// by the first quorum, and its requests to the other nodes land a little later.
-async fn on_every_node(servers: &[RedisServer], key: &str, token: &redmutex::Token) {
-    let live: Vec<usize> = (0..servers.len())
-        .filter(|&i| servers[i].pid().is_some())
-        .collect();
-    for _ in 0..100 {
-        if holding(servers, key, token) == live {
-            return;
-        }
-        tokio::time::sleep(ms(10)).await;
-    }
-    panic!("{key} is on {:?} only", holding(servers, key, token));
-}
-
 #[tokio::test]
 async fn a_lock_is_on_every_node_with_validity_and_is_released_everywhere() {
     let servers = RedisServer::spawn_many(NODES);
@@ -245,76 +230,6 @@ async fn an_outage_with_a_stale_key_is_no_quorum_not_held_elsewhere() {
     assert_eq!((failure.held(), failure.unreachable()), (1, 4));
 }
 
-/// A connection whose `SET`s wait `delay` before they are handed to the real one: a try's
-/// request not yet queued when the try is decided (on a connection still being set up,
-/// or full), while later requests go straight through.
-#[derive(Clone)]
-struct SlowSets {
-    conn: ConnectionManager,
-    delay: Duration,
-}
-
-impl redis::aio::ConnectionLike for SlowSets {
-    fn req_packed_command<'a>(
-        &'a mut self,
-        cmd: &'a redis::Cmd,
-    ) -> redis::RedisFuture<'a, redis::Value> {
-        Box::pin(async move {
-            if cmd.args_iter().next() == Some(redis::Arg::Simple(b"SET".as_slice())) {
-                tokio::time::sleep(self.delay).await;
-            }
-            self.conn.req_packed_command(cmd).await
-        })
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a redis::Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
-        self.conn.req_packed_commands(pipeline, offset, count)
-    }
-
-    fn get_db(&self) -> i64 {
-        self.conn.get_db()
-    }
-}
-
-#[tokio::test]
-async fn a_release_before_the_slow_nodes_took_the_key_still_frees_them() {
-    let servers = RedisServer::spawn_many(NODES);
-    let conns = servers.iter().enumerate().map(|(node, server)| SlowSets {
-        conn: redmutex::connect_lazy(&server.url()).unwrap(),
-        delay: ms(if node < 2 { 100 } else { 0 }),
-    });
-    let locker = Locker::redlock(conns).unwrap();
-    let lock = locker.acquire("job", ms(10_000)).await.unwrap();
-    let token = lock.token();
-    // Decided by the three fast nodes; the slow two's requests are still to be sent.
-    assert_eq!(holding(&servers, "job", &token), [2, 3, 4]);
-    lock.release().await.unwrap();
-    // The release reached the slow nodes first; once their late requests have landed, it
-    // is sent to them again.
-    tokio::time::sleep(ms(300)).await;
-    let left = holding(&servers, "job", &token);
-    assert!(
-        left.is_empty(),
-        "the slow nodes kept the released key: {left:?}"
-    );
-    assert!(servers.iter().all(|s| dbsize(s) == 0));
-    // The same for a lock dropped at once (released in the background).
-    let lock = locker.acquire("job", ms(10_000)).await.unwrap();
-    let token = lock.token();
-    drop(lock);
-    tokio::time::sleep(ms(300)).await;
-    let left = holding(&servers, "job", &token);
-    assert!(
-        left.is_empty(),
-        "the slow nodes kept the dropped key: {left:?}"
-    );
-}
-
 #[tokio::test]
 async fn a_minimum_validity_refuses_short_leases_and_leaves_nothing() {
     let servers = RedisServer::spawn_many(NODES);
@@ -329,8 +244,7 @@ async fn a_minimum_validity_refuses_short_leases_and_leaves_nothing() {
         panic!("{err:?}")
     };
     assert!(failure.too_late, "{failure}");
-    // Decided by the first quorum that took it (the others were not waited for).
-    assert!(failure.agreed >= 3, "{failure}");
+    assert_eq!(failure.agreed, NODES);
     assert!(servers.iter().all(|s| dbsize(s) == 0));
     // A longer TTL meets it.
     let lock = strict.acquire("job", ms(2000)).await.unwrap();
@@ -418,22 +332,11 @@ async fn latency_on_two_nodes_is_tolerated_and_latency_past_the_ttl_never_yields
     let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
     let locker = redlock_over(&urls);
     let rival = redlock_over(&urls);
-    let warm = locker.acquire("warm", ms(2000)).await.unwrap();
-    warm.release().await.unwrap();
-    proxies[0].set_latency(ms(200));
-    proxies[1].set_latency(ms(200));
-
-    // The three fast nodes decide: the try does not wait for the slow two, whose keys
-    // land later, for the same owner.
-    let started = Instant::now();
-    let lock = locker.acquire("job", ms(2000)).await.unwrap();
-    let took = started.elapsed();
-    assert!(took < ms(200), "waited for the slow nodes: {took:?}");
-    assert_eq!(holding(&servers, "job", &lock.token()), [2, 3, 4]);
-    tokio::time::sleep(ms(400)).await;
-    assert_eq!(holding(&servers, "job", &lock.token()), [0, 1, 2, 3, 4]);
     proxies[0].set_latency(ms(20));
     proxies[1].set_latency(ms(20));
+
+    let lock = locker.acquire("job", ms(2000)).await.unwrap();
+    assert_eq!(holding(&servers, "job", &lock.token()), [0, 1, 2, 3, 4]);
     assert!(rival
         .acquire("job", ms(2000))
         .await
@@ -473,16 +376,10 @@ async fn latency_on_two_nodes_is_tolerated_and_latency_past_the_ttl_never_yields
     lock.release().await.unwrap();
     proxies[3].blackhole(false);
     let lock = locker.acquire("job2", ms(2000)).await.unwrap();
-    // (The try may be decided before node 4 answers: its key lands soon after.)
-    let mut on = Vec::new();
-    for _ in 0..50 {
-        on = holding(&servers, "job2", &lock.token());
-        if on.contains(&4) {
-            break;
-        }
-        tokio::time::sleep(ms(10)).await;
-    }
-    assert!(on.contains(&4), "not reconnected: {on:?}");
+    assert!(
+        holding(&servers, "job2", &lock.token()).contains(&4),
+        "reconnected"
+    );
     lock.release().await.unwrap();
 
     // With latency below the TTL every lock handed out has positive validity, smaller by at
@@ -626,7 +523,6 @@ async fn a_lease_deleted_on_a_quorum_is_lost_not_held_and_on_a_minority_kept() {
         .unwrap()
         .keep_alive()
         .unwrap();
-    on_every_node(&servers, "job", &lease.token()).await;
     servers[0].command(&["DEL", "job"]);
     servers[1].command(&["DEL", "job"]);
     tokio::time::sleep(ms(700)).await;
@@ -645,7 +541,6 @@ async fn refresh_needs_a_quorum_and_tells_lost_from_unreachable() {
     let locker = redlock(&servers);
 
     let mut lock = locker.acquire("a", ms(5000)).await.unwrap();
-    on_every_node(&servers, "a", &lock.token()).await;
     servers[0].command(&["DEL", "a"]);
     servers[1].command(&["DEL", "a"]);
     lock.refresh(ms(5000)).await.unwrap();
