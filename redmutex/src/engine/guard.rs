@@ -463,6 +463,12 @@ impl<C: Connection, P> Lock<C, P> {
     /// ```
     pub async fn write_if_held(&self, writes: &Writes) -> Result<Vec<redis::Value>, Error> {
         self.check_writes(writes)?;
+        self.write_checked(writes).await
+    }
+
+    /// [`write_if_held`](Lock::write_if_held) for `writes` that passed
+    /// [`check_writes`](Lock::check_writes) already.
+    pub(crate) async fn write_checked(&self, writes: &Writes) -> Result<Vec<redis::Value>, Error> {
         let backend = &self.context.backend;
         let span = tracing::debug_span!(
             "redmutex.write_if_held",

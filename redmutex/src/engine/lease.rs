@@ -408,7 +408,7 @@ impl<C: Connection, P> Lease<C, P> {
         if self.is_lost() {
             return Err(Error::NotHeld);
         }
-        self.lock().write_if_held(writes).await
+        self.lock().write_checked(writes).await
     }
 
     /// The fence, if it was taken already (see [`Lock::fence_if_taken`]).
