@@ -180,6 +180,10 @@ fn the_checker_catches_a_broken_validity() {
         // it (spread over four, too few meet in five seconds to be sure).
         "--keys",
         "1",
+        // Ten tasks per process: three careful holders among the three processes (with
+        // eight, one), so that sabotaged ones surely meet others within the five seconds.
+        "--tasks",
+        "10",
         "--no-faults",
         "--sabotage-validity",
     ]);
