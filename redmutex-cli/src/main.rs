@@ -427,7 +427,29 @@ struct DoctorArgs {
     json: bool,
 }
 
+/// A release handed to the library's own release thread as the program ends can meet a
+/// connection that was reconnecting on the runtime that has just shut down: polling it
+/// panics inside tokio. The library catches that, and the lock expires by its TTL; the
+/// user is told so in one line instead of a panic report with a source location.
+fn one_line_for_release_thread_panics() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if std::thread::current().name() == Some("redmutex-release") {
+            let _ = std::io::Write::write_fmt(
+                &mut std::io::stderr(),
+                format_args!(
+                    "redmutex: warning: a release could not be sent as the program ended (its \
+                 connection was reconnecting); the lock expires by its TTL\n"
+                ),
+            );
+        } else {
+            report(info);
+        }
+    }));
+}
+
 fn main() -> ExitCode {
+    one_line_for_release_thread_panics();
     // `exec`'s guard process (see guard.rs): not a user command.
     let args: Vec<OsString> = std::env::args_os().collect();
     if args.get(1).is_some_and(|a| a == guard::SUBCOMMAND) {

@@ -25,6 +25,7 @@ pub async fn quorum_answers(
 ) -> Result<(), Failure> {
     let give_up = Instant::now() + within;
     let mut said = false;
+    let mut state: Option<Round> = None;
     loop {
         // A silent node would hold a round past `within`: the wait ends when it said.
         let left = give_up.saturating_duration_since(Instant::now());
@@ -32,9 +33,17 @@ pub async fn quorum_answers(
             true => redmutex::CONNECT_TIMEOUT,
             false => redmutex::CONNECT_TIMEOUT.min(left),
         };
-        let Err(state) = answering(locker, urls, patience).await else {
+        let Err(round) = answering(locker, urls, patience).await else {
             return Ok(());
         };
+        // A round cut short by the end of the wait (the last one often has next to no
+        // time) is no evidence that nodes which answered before have gone silent: the
+        // state said is the fuller round's.
+        let cut_short = patience < redmutex::CONNECT_TIMEOUT;
+        if !(cut_short && state.as_ref().is_some_and(|last| last.up > round.up)) {
+            state = Some(round);
+        }
+        let state = state.as_ref().map_or("", |s| s.said.as_str());
         if Instant::now() >= give_up {
             return Err(Failure::new(
                 exit::UNAVAILABLE,
@@ -51,13 +60,21 @@ pub async fn quorum_answers(
     }
 }
 
+/// A round of PINGs short of a quorum: how many nodes answered, and what to say about it.
+struct Round {
+    up: usize,
+    said: String,
+}
+
 /// Whether Redis answers — one node, or a quorum of the nodes — a PING within a second;
 /// otherwise which nodes do not, and why.
 pub async fn probe<C: redmutex::Connection>(
     locker: &Locker<C>,
     urls: &[String],
 ) -> Result<(), String> {
-    answering(locker, urls, PROBE_PATIENCE).await
+    answering(locker, urls, PROBE_PATIENCE)
+        .await
+        .map_err(|round| round.said)
 }
 
 /// Whether one node, or a quorum of the nodes, answers a PING within `patience`;
@@ -66,17 +83,20 @@ async fn answering<C: redmutex::Connection>(
     locker: &Locker<C>,
     urls: &[String],
     patience: Duration,
-) -> Result<(), String> {
+) -> Result<(), Round> {
     let answers = ping_all(locker, patience).await;
     let needed = answers.len() / 2 + 1;
     let up = answers.iter().filter(|a| a.is_ok()).count();
     match up >= needed {
         true => Ok(()),
-        false => Err(format!(
-            "{up} of {} nodes answer, {needed} needed ({})",
-            answers.len(),
-            unanswered(&answers, urls)
-        )),
+        false => Err(Round {
+            up,
+            said: format!(
+                "{up} of {} nodes answer, {needed} needed ({})",
+                answers.len(),
+                unanswered(&answers, urls)
+            ),
+        }),
     }
 }
 

@@ -148,9 +148,20 @@ fn start() -> Option<UnboundedSender<Try>> {
     Some(jobs)
 }
 
-/// Tries `release` until Redis answers, a few times within [`GIVE_UP_AFTER`].
+/// Tries `release` until Redis answers, a few times within [`GIVE_UP_AFTER`], then counts
+/// it finished — also when a try panics. One does when the connection's reconnection was
+/// started on the runtime that has just shut down: polling its timer panics (tokio's "being
+/// shutdown"), and so would every further try through that connection. Its keys are left
+/// to their TTL; the panic stays in its task, and the exit does not wait for it.
 async fn finish(release: Try) {
-    retry(release).await;
+    if let Err(failed) = tokio::spawn(retry(release)).await
+        && failed.is_panic()
+    {
+        tracing::warn!(
+            "redmutex: a release could not be sent as the program ended: its connection \
+             was left unusable by the runtime that shut down; the lock expires by its TTL"
+        );
+    }
     finished();
 }
 
@@ -193,4 +204,46 @@ extern "C" fn wait_at_exit() {
     }
     let pending = lock(&PENDING);
     let _ = FINISHED.wait_timeout_while(pending, EXIT_WAIT, |pending| *pending > 0);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+
+    /// Waits until no release is pending, at most `limit`; returns whether none is.
+    fn none_pending_within(limit: Duration) -> bool {
+        let pending = lock(&PENDING);
+        let (pending, _) = FINISHED
+            .wait_timeout_while(pending, limit, |pending| *pending > 0)
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        *pending == 0
+    }
+
+    #[test]
+    fn a_release_that_panics_is_counted_finished_and_the_thread_goes_on() {
+        hand_over(Box::new(|| {
+            Box::pin(async { panic!("a timer of a runtime being shut down") })
+        }));
+        assert!(
+            none_pending_within(GIVE_UP_AFTER + Duration::from_secs(1)),
+            "the exit would wait for a release that can never finish"
+        );
+        let sent = Arc::new(AtomicBool::new(false));
+        let flag = sent.clone();
+        hand_over(Box::new(move || {
+            let flag = flag.clone();
+            Box::pin(async move {
+                flag.store(true, Ordering::SeqCst);
+                true
+            })
+        }));
+        assert!(none_pending_within(GIVE_UP_AFTER + Duration::from_secs(1)));
+        assert!(
+            sent.load(Ordering::SeqCst),
+            "the thread stopped with the panic"
+        );
+    }
 }

@@ -53,8 +53,16 @@ type Outside = Option<redmutex::Lock<redis::aio::ConnectionManager>>;
 
 /// Takes the lock, then returns early as `?` would, dropping the guard on the way out —
 /// or, for `outside`, hands the guard out of the runtime. `url` may list several nodes
-/// (Redlock). For `stalled`, the server stops serving writes before the guard goes.
+/// (Redlock). For `stalled`, the server stops serving writes before the guard goes. For
+/// `reconnecting`, the connection goes through a proxy that cuts it and then swallows
+/// every byte, so the release finds the connection manager reconnecting — with a timer on
+/// this runtime, which ends with `main`.
 async fn user_main(guard: &str, url: &str, key: &str) -> Outside {
+    let proxy = (guard == "reconnecting").then(|| {
+        let port = url.rsplit(':').next().unwrap().parse().unwrap();
+        testkit::Proxy::start(std::net::SocketAddr::from(([127, 0, 0, 1], port)))
+    });
+    let url = proxy.as_ref().map_or(url.to_owned(), testkit::Proxy::url);
     let nodes: Vec<_> = url
         .split(',')
         .map(|u| redmutex::connect_lazy(u).unwrap())
@@ -65,7 +73,7 @@ async fn user_main(guard: &str, url: &str, key: &str) -> Outside {
     };
     let lock = locker.acquire(key, Duration::from_secs(60)).await.unwrap();
     if guard == "stalled" {
-        let mut raw = redis::Client::open(url)
+        let mut raw = redis::Client::open(url.as_str())
             .unwrap()
             .get_multiplexed_async_connection()
             .await
@@ -78,9 +86,15 @@ async fn user_main(guard: &str, url: &str, key: &str) -> Outside {
             .await
             .unwrap();
     }
+    if let Some(proxy) = &proxy {
+        proxy.blackhole(true);
+        proxy.cut();
+        // Time for the manager to see the cut and start reconnecting on this runtime.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let failed: Result<(), &str> = Err("some error in the user's code");
     match guard {
-        "lock" | "stalled" => {
+        "lock" | "stalled" | "reconnecting" => {
             let _lock = lock;
             failed.map(|_| None).unwrap_or(None)
         }
@@ -95,9 +109,19 @@ async fn user_main(guard: &str, url: &str, key: &str) -> Outside {
 
 /// Runs the child program once; returns how long it took.
 fn child(servers: &[RedisServer], flavour: &str, guard: &str, key: &str) -> Duration {
+    child_with_stderr(servers, flavour, guard, key).0
+}
+
+/// Runs the child program once; returns how long it took and what it wrote to stderr.
+fn child_with_stderr(
+    servers: &[RedisServer],
+    flavour: &str,
+    guard: &str,
+    key: &str,
+) -> (Duration, String) {
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
     let started = std::time::Instant::now();
-    let status = Command::new(std::env::current_exe().unwrap())
+    let output = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
             "child_program",
@@ -107,13 +131,16 @@ fn child(servers: &[RedisServer], flavour: &str, guard: &str, key: &str) -> Dura
         ])
         .env(CHILD, format!("{flavour} {guard} {} {key}", urls.join(",")))
         .stdout(std::process::Stdio::null())
-        .status()
+        .stderr(std::process::Stdio::piped())
+        .output()
         .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     assert!(
-        status.success(),
-        "{flavour} {guard}: child failed: {status}"
+        output.status.success(),
+        "{flavour} {guard}: child failed: {}\n{stderr}",
+        output.status
     );
-    started.elapsed()
+    (started.elapsed(), stderr)
 }
 
 /// Runs the child program `RUNS` times for a case; returns how many times the key was
@@ -178,5 +205,29 @@ fn an_unreachable_server_delays_the_exit_by_a_bounded_time() {
             ":1\r\n"
         );
         assert_eq!(server[0].command(&["CLIENT", "UNPAUSE"]), "+OK\r\n");
+    }
+}
+
+/// The program ends while the connection manager is reconnecting on the runtime that is
+/// ending, to a server that no longer answers: the release handed over is left to the
+/// key's TTL, without a panic report and within the exit bound. (A try that does panic on
+/// the release thread — the manager's timer on the ended runtime — is counted finished:
+/// `background`'s unit test.)
+#[test]
+fn a_release_through_a_manager_reconnecting_at_the_end_exits_cleanly() {
+    if std::env::var(CHILD).is_ok() {
+        return;
+    }
+    let server = [RedisServer::spawn()];
+    for flavour in ["current_thread", "multi_thread"] {
+        for run in 0..3 {
+            let key = format!("reconnecting-{flavour}-{run}");
+            let (took, stderr) = child_with_stderr(&server, flavour, "reconnecting", &key);
+            assert!(!stderr.contains("panicked"), "{flavour}: {stderr}");
+            assert!(
+                took < Duration::from_secs(8),
+                "{flavour}: the exit waited {took:?}"
+            );
+        }
     }
 }
