@@ -36,6 +36,7 @@ pub async fn elect<C: Connection>(
         command: &args.command,
         grace: args.grace,
         permits: None,
+        urls,
     };
     // A campaign ends at once when Redis goes away (it never outlives its connection):
     // through an outage shorter than --wait-redis, this campaigns again.

@@ -33,7 +33,7 @@ pub async fn run<C: Connection>(
 ) -> Result<u8, Failure> {
     let program = args.command[0].to_string_lossy().into_owned();
     let fenced = locker.fences();
-    let job = Job::of(&args);
+    let job = Job::of(&args, urls);
     let failed = |e: redmutex::Error| Failure::from_lock_error(&e, urls);
     if args.lock.fair {
         let acquire =
@@ -75,15 +75,18 @@ pub struct Job<'a> {
     pub grace: Duration,
     /// A semaphore's limit and the permits taken of it (`--limit`, `--permits`).
     pub permits: Option<(u32, u32)>,
+    /// The Redis URLs, to name Redlock nodes by address in messages.
+    pub urls: &'a [String],
 }
 
 impl<'a> Job<'a> {
-    fn of(args: &'a ExecArgs) -> Job<'a> {
+    fn of(args: &'a ExecArgs, urls: &'a [String]) -> Job<'a> {
         Job {
             keys: &args.keys,
             command: &args.command,
             grace: args.grace,
             permits: (args.lock.limit).map(|limit| (limit, args.lock.permits.unwrap_or(1))),
+            urls,
         }
     }
 }
@@ -157,6 +160,7 @@ pub async fn hold<C: Connection, P>(
             Ok(status.map_or(1, |s| exit_code(&s)))
         }
         Err(reason) => {
+            let reason = crate::redact::name_nodes(&reason.to_string(), args.urls);
             stop_after_loss(&mut child, pgid, &reason, args.grace, &mut signals).await;
             let message = format!("command stopped: {reason}");
             Err(Failure::new(exit::LOST, message))
@@ -187,7 +191,8 @@ async fn take_lease<C: Connection, P: Send + Sync>(
     let lock = match crate::reach::bounded(&args.lock.reach, urls, waited).await? {
         Ok(lock) => lock,
         Err(e) if e.is_not_obtained() => {
-            return Err(Failure::new(args.conflict_exit_code, e.to_string()))
+            let message = crate::redact::name_nodes(&e.to_string(), urls);
+            return Err(Failure::new(args.conflict_exit_code, message));
         }
         Err(e) => return Err(Failure::from_lock_error(&e, urls)),
     };
@@ -287,7 +292,7 @@ pub fn encode_keys(keys: &[String]) -> String {
 async fn stop_after_loss(
     child: &mut tokio::process::Child,
     pgid: libc::pid_t,
-    reason: &LostReason,
+    reason: &str,
     grace: Duration,
     signals: &mut Forwarded,
 ) {

@@ -79,6 +79,13 @@ struct Cli {
     #[arg(long = "wait-redis", value_name = "DUR", global = true, default_value = "10s", value_parser = duration::parse, help_heading = CONNECTION)]
     wait_redis: Duration,
 
+    /// Redlock (several --redis): how long one node may take to answer one request before
+    /// it counts as failed for that try (default: a twentieth of the TTL, between 10ms and
+    /// 500ms). Raise it for nodes across a slow link: a node slower than this never
+    /// agrees.
+    #[arg(long = "node-timeout", value_name = "DUR", global = true, value_parser = duration::parse, help_heading = CONNECTION)]
+    node_timeout: Option<Duration>,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -540,7 +547,8 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
 }
 
 async fn run_command(cli: Cli, urls: &[String], access: &target::Access) -> Result<u8, Failure> {
-    check_arguments(&cli.command, &cli.prefix, urls)?;
+    let quorum = quorum_settings(cli.node_timeout, urls)?;
+    check_arguments(&cli.command, &cli.prefix, urls, quorum.as_ref())?;
     let no_fences = match &cli.command {
         Command::Exec(args) => args.no_fences || env_flag("REDMUTEX_NO_FENCES")?,
         _ => false,
@@ -560,6 +568,9 @@ async fn run_command(cli: Cli, urls: &[String], access: &target::Access) -> Resu
         }
     };
     let mut locker = locker.with_prefix(&cli.prefix);
+    if let Some(quorum) = quorum {
+        locker = locker.with_quorum_settings(quorum);
+    }
     // Several nodes are connected lazily: a command that needs them waits (a bounded time,
     // saying so) for a quorum to answer rather than hang or answer what nobody knows.
     if urls.len() > 1 && !matches!(cli.command, Command::Doctor(_)) {
@@ -599,16 +610,41 @@ async fn run_command(cli: Cli, urls: &[String], access: &target::Access) -> Resu
     }
 }
 
+/// Redlock's settings (several URLs): the defaults, with `--node-timeout` if given; `None`
+/// for one server, where `--node-timeout` is refused.
+fn quorum_settings(
+    node_timeout: Option<Duration>,
+    urls: &[String],
+) -> Result<Option<QuorumSettings>, Failure> {
+    match (urls.len() > 1, node_timeout) {
+        (true, None) => Ok(Some(QuorumSettings::default())),
+        (true, Some(timeout)) if timeout.is_zero() => {
+            Err(Failure::usage("--node-timeout must be above zero"))
+        }
+        (true, Some(timeout)) => Ok(Some(QuorumSettings::new().node_timeout(timeout))),
+        (false, None) => Ok(None),
+        (false, Some(_)) => Err(Failure::usage(
+            "--node-timeout is for Redlock: give several --redis URLs (one server has no node \
+             timeout; --wait-redis bounds the wait for it)",
+        )),
+    }
+}
+
 /// What can be refused before connecting is: a TTL `exec` could not keep alive, and
-/// `acquire` with nowhere to put its token; then the keys and metadata.
-fn check_arguments(command: &Command, prefix: &str, urls: &[String]) -> Result<(), Failure> {
+/// `acquire` with nowhere to put its token; then the keys and metadata. `redlock`: the
+/// quorum's settings, for several URLs.
+fn check_arguments(
+    command: &Command,
+    prefix: &str,
+    urls: &[String],
+    redlock: Option<&QuorumSettings>,
+) -> Result<(), Failure> {
     check_ttls(command)?;
     match command {
         Command::Exec(args) => {
             // Several URLs are Redlock nodes, whose drift allowance shortens the lease.
-            let redlock = (urls.len() > 1).then(QuorumSettings::default);
             KeepAlive::new()
-                .check(args.lock.ttl, redlock.as_ref())
+                .check(args.lock.ttl, redlock)
                 .map_err(|e| Failure::usage(e.to_string()))?;
             if args.min_hold.is_some_and(|d| d < redmutex::MIN_TTL) {
                 return Err(Failure::usage("--min-hold must be at least 1ms"));
@@ -622,9 +658,8 @@ fn check_arguments(command: &Command, prefix: &str, urls: &[String]) -> Result<(
             }
         }
         Command::Elect(args) => {
-            let redlock = (urls.len() > 1).then(QuorumSettings::default);
             KeepAlive::new()
-                .check(args.ttl, redlock.as_ref())
+                .check(args.ttl, redlock)
                 .map_err(|e| Failure::usage(e.to_string()))?;
         }
         Command::Inspect(_)

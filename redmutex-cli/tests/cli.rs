@@ -1811,6 +1811,72 @@ fn without_a_quorum_every_command_says_so_and_exits_69() {
     }
 }
 
+/// `exec -n` on a Redlock key held elsewhere names the nodes by address, as every other
+/// command does (it said `node 0: held by another owner`).
+#[test]
+fn exec_nonblocking_on_redlock_names_the_nodes_by_address() {
+    let servers = RedisServer::spawn_many(3);
+    let held = run(redlock(&servers).args(["acquire", "--ttl", "30s", "busy"]));
+    assert_eq!(code(&held), 0, "{}", stderr(&held));
+    let out = run(redlock(&servers).args(["exec", "-n", "busy", "--", "true"]));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        servers.iter().all(|s| err.contains(&s.url())) && !err.contains("node 0:"),
+        "{err}"
+    );
+}
+
+/// Redlock nodes across a slow link (200 ms round trips) never answer within the default
+/// node timeout of a 3 s TTL (150 ms): `--node-timeout` lets them, and one server refuses
+/// the flag before any request.
+#[test]
+fn node_timeout_lets_slow_redlock_nodes_agree() {
+    let servers = RedisServer::spawn_many(3);
+    let proxies: Vec<testkit::Proxy> = (servers.iter())
+        .map(|s| testkit::Proxy::start(s.addr()))
+        .collect();
+    for proxy in &proxies {
+        proxy.set_latency(Duration::from_millis(100));
+    }
+    let slow = || {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_redmutex"));
+        for proxy in &proxies {
+            cmd.arg("--redis").arg(proxy.url());
+        }
+        cmd.args(["--wait-redis", "2s"]);
+        cmd.env_remove("REDMUTEX_REDIS").env_remove("REDIS_URL");
+        cmd
+    };
+    let out = run(slow().args(["acquire", "--ttl", "3s", "--wait", "5s", "job"]));
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no answer within 150ms"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        servers.iter().all(|s| !exists(s, "job")),
+        "failed tries undone"
+    );
+
+    let out = run(slow().args(["--node-timeout", "1s", "acquire", "--ttl", "3s", "job"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(servers.iter().all(|s| exists(s, "job")));
+
+    let one = run(Command::new(env!("CARGO_BIN_EXE_redmutex")).args([
+        "--redis",
+        &servers[0].url(),
+        "--node-timeout",
+        "1s",
+        "acquire",
+        "other",
+    ]));
+    assert_eq!(code(&one), 64, "{}", stderr(&one));
+    assert!(stderr(&one).contains("--node-timeout is for Redlock"));
+    assert!(!exists(&servers[0], "other"));
+}
+
 /// The last round of PINGs before giving up often has next to no time left: it must not
 /// turn nodes that answer into "no answer". With 2 of 5 up, every run says 2 (before: 0,
 /// 1 or 2, depending on where the deadline fell).
