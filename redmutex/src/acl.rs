@@ -11,14 +11,15 @@ use crate::fence::Companion;
 const COMMANDS: &str = "+evalsha +eval +script|load +set +get +del +pexpire +pexpireat +pttl \
                         +type +setrange +time +publish +subscribe +unsubscribe +ping +zadd \
                         +zrem +zscore +zrank +zcard +zcount +zrange +zrevrange +zrangebyscore \
-                        +zremrangebyscore +hget +hmget +hset +hdel +hexists +hincrby +exists +wait";
+                        +zremrangebyscore +hget +hmget +hset +hdel +hexists +hincrby +exists +wait \
+                        +sadd +sismember";
 
 /// The ACL rule for a user that locks keys under `prefix`: the commands redmutex needs,
 /// the lock keys (`~PREFIX*`), the keys beside them — fence counters (`~{PREFIX*}:fence`,
 /// and `~{*}:fence:PREFIX*` for keys with a hash tag or a `}`), and the same for a
 /// semaphore's details (`:permits`), a fair lock's queue (`:queue`) and a
 /// read-write lock's readers and waiting writers (`:readers`, `:intents`), a lock's line of
-/// waiting lockers (`:line`) — and the
+/// waiting lockers (`:line`), the holders asked to let a key go (`:ask`) — and the
 /// wake-up channels (`&PREFIX*`); nothing else. Glob characters in
 /// the prefix are escaped. Append it to `ACL SETUSER NAME on >PASSWORD` (or an ACL file's
 /// `user NAME on >PASSWORD` line).
@@ -32,11 +33,12 @@ const COMMANDS: &str = "+evalsha +eval +script|load +set +get +del +pexpire +pex
 ///     "resetkeys ~app:* ~{app:*}:fence ~{*}:fence:app:* ~{app:*}:permits \
 ///      ~{*}:permits:app:* ~{app:*}:queue ~{*}:queue:app:* ~{app:*}:readers \
 ///      ~{*}:readers:app:* ~{app:*}:intents \
-///      ~{*}:intents:app:* ~{app:*}:line ~{*}:line:app:* resetchannels &app:* -@all \
-///      +evalsha +eval +script|load +set \
+///      ~{*}:intents:app:* ~{app:*}:line ~{*}:line:app:* ~{app:*}:ask ~{*}:ask:app:* \
+///      resetchannels &app:* -@all +evalsha +eval +script|load +set \
 ///      +get +del +pexpire +pexpireat +pttl +type +setrange +time +publish +subscribe \
 ///      +unsubscribe +ping +zadd +zrem +zscore +zrank +zcard +zcount +zrange +zrevrange \
-///      +zrangebyscore +zremrangebyscore +hget +hmget +hset +hdel +hexists +hincrby +exists +wait"
+///      +zrangebyscore +zremrangebyscore +hget +hmget +hset +hdel +hexists +hincrby +exists +wait \
+///      +sadd +sismember"
 /// );
 /// ```
 pub fn acl_rule(prefix: &str) -> String {

@@ -19,8 +19,8 @@
 //! A tag never contains `}`, so these names cannot collide with each other. Lock keys
 //! (prefix included) of the forms `{…}:fence` and `{…}:fence:…` are refused
 //! ([`reserved_as`]), so no lock key can ever be a counter; the same goes for the other
-//! companions: a semaphore's details (`:permits`), a fair lock's queue (`:queue`), a read-write lock's readers and writers' intents, and a lock's
-//! line of waiting lockers (`:line`).
+//! companions: a semaphore's details (`:permits`), a fair lock's queue (`:queue`), a read-write lock's readers and writers' intents, a lock's
+//! line of waiting lockers (`:line`), and the holders asked to let a key go (`:ask`).
 //!
 //! Counters expire [`DEFAULT_RETENTION`] (configurable) after their last use, so that keys
 //! locked once do not leave a key behind forever. A missing counter counts on from the
@@ -79,17 +79,20 @@ pub(crate) enum Companion {
     Intents,
     /// The lockers waiting for a mutex key, in line (see `helpers.lua`).
     Line,
+    /// The holders of a key asked to let it go (see `listing.lua`'s `ask`).
+    Ask,
 }
 
 impl Companion {
     /// Every kind, for the reserved-name check.
-    pub(crate) const ALL: [Companion; 6] = [
+    pub(crate) const ALL: [Companion; 7] = [
         Companion::Fence,
         Companion::Permits,
         Companion::Queue,
         Companion::Readers,
         Companion::Intents,
         Companion::Line,
+        Companion::Ask,
     ];
 
     /// The part of the name after the tag's `}`.
@@ -101,6 +104,7 @@ impl Companion {
             Companion::Readers => b":readers",
             Companion::Intents => b":intents",
             Companion::Line => b":line",
+            Companion::Ask => b":ask",
         }
     }
 
@@ -113,6 +117,7 @@ impl Companion {
             Companion::Readers => "read-write locks' readers",
             Companion::Intents => "read-write locks' waiting writers",
             Companion::Line => "locks' lines of waiting lockers",
+            Companion::Ask => "requests to release held locks",
         }
     }
 }

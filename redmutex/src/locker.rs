@@ -747,6 +747,51 @@ impl<C: Connection> Locker<C> {
         listing::force_release(&self.context.backend, key, false).await
     }
 
+    /// Asks whoever holds `key` to let it go (polite revocation, as Curator's `Revoker`):
+    /// a lock's, fair lock's or writer's holder; every holder of a semaphore and every
+    /// reader (which of them should yield is the application's to say, and a writer
+    /// waits for them all). Each holder's kept-alive lease learns it at its next renewal
+    /// — within its renewal interval, a third of its TTL by default — as a signal of its
+    /// own ([`Lease::release_requested`](crate::Lease::release_requested)), distinct from
+    /// loss; `redmutex exec` then signals its command and releases when it ends. It is a
+    /// request: a holder that ignores it keeps the key, and nobody else is let in before
+    /// it lets go. The request lasts as long as the holders' TTLs at the time (a later
+    /// holder is not asked). Returns what holds the key, or `None` when free (nothing is
+    /// asked: a tombstone of a forced release or something redmutex did not write has no
+    /// holder to ask). Redlock: asked on every node that answers; what a quorum holds.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad key (before any request); [`Error::Redis`] /
+    /// [`Error::NoQuorum`].
+    ///
+    /// # Cancel safety
+    /// If cancelled, the request may or may not have been stored; asking again is
+    /// harmless.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// let redis = redmutex::memory::MemoryRedis::new();
+    /// let (worker, operator) = (redmutex::Locker::in_memory_on(&redis), redmutex::Locker::in_memory_on(&redis));
+    /// let lease = worker.acquire("reindex", Duration::from_secs(30)).metadata("host=web-3").await?.keep_alive()?;
+    /// let held = operator.request_release("reindex").await?.expect("it is held");
+    /// assert_eq!(held.holders[0].metadata.as_deref(), Some("host=web-3"));
+    /// lease.release_requested().await; // at its next renewal, 10 s later here
+    /// assert!(!lease.is_lost()); // a request, not a loss: the holder lets go when it can
+    /// lease.release().await?;
+    /// assert!(operator.request_release("reindex").await?.is_none()); // free: nobody to ask
+    /// # Ok(()) }
+    /// ```
+    pub async fn request_release(
+        &self,
+        key: impl AsRef<[u8]>,
+    ) -> Result<Option<ListedLock>, Error> {
+        let keys = self.keys([key])?;
+        let key = keys.get(0).expect("one key");
+        listing::request_release(&self.context.backend, key).await
+    }
+
     /// Releases whatever redmutex holds at `key`, whoever holds it, **at once** (a
     /// tombstone too): for a holder known to be dead whose TTL is too long to wait out.
     /// **This breaks mutual exclusion** if the holder still lives: it is not told, finds

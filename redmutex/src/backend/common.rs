@@ -67,10 +67,13 @@ pub(crate) enum TryResult {
 
 /// What one renewal call did for one lease.
 pub(crate) enum Renewal {
-    /// Extended by a call sent at `sent_at`; valid until `valid_until`.
+    /// Extended by a call sent at `sent_at`; valid until `valid_until`. `asked`: another
+    /// process asked this holder to let go (`Locker::request_release`; Redlock: any node
+    /// that renewed it says so).
     Renewed {
         sent_at: Instant,
         valid_until: Instant,
+        asked: bool,
     },
     /// The claim is gone (on so many nodes that no quorum holds it).
     NotHeld,

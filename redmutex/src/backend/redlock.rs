@@ -497,14 +497,18 @@ impl<C: Connection> Quorum<C> {
             .map(|lease| {
                 let mut failure =
                     self.tally(lease_replies(lease), elapsed, |answer| match answer {
-                        1 => Ok(()),
+                        1 | 2 => Ok(()),
                         _ => Err(NodeError::NotHeld),
                     });
                 if failure.agreed >= failure.needed {
                     if let Some(valid_until) = self.valid_until(ttls[lease], started, elapsed) {
+                        // A request to let go is a request: one node's word is enough.
+                        let asked =
+                            (replies.iter()).any(|r| r.as_ref().is_ok_and(|a| a[lease] == 2));
                         return Renewal::Renewed {
                             sent_at: started,
                             valid_until,
+                            asked,
                         };
                     }
                     failure.too_late = true;

@@ -248,9 +248,10 @@ impl<C: Connection> Single<C> {
             }
         }
         let renewal = |(answer, ttl): (&i64, &Duration)| match answer {
-            1 => Renewal::Renewed {
+            1 | 2 => Renewal::Renewed {
                 sent_at,
                 valid_until: self.valid_until(sent_at, *ttl),
+                asked: *answer == 2,
             },
             _ => Renewal::NotHeld,
         };

@@ -708,6 +708,44 @@ impl<C: Connection, P: Send + Sync + 'static> Lease<C, P> {
         self.inner().is_lost()
     }
 
+    /// Whether another process asked this holder to let go: see
+    /// [`crate::Lease::is_release_requested`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lease = locker.acquire("job", Duration::from_millis(300)).call()?.keep_alive()?;
+    /// assert!(!lease.is_release_requested());
+    /// # lease.release()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn is_release_requested(&self) -> bool {
+        self.inner().is_release_requested()
+    }
+
+    /// Waits at most `timeout` for another process to ask this holder to let go (see
+    /// [`crate::Lease::release_requested`]): whether one did.
+    ///
+    /// # Errors
+    /// [`Error::InsideRuntime`] only.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lease = locker.acquire("job", Duration::from_millis(300)).call()?.keep_alive()?;
+    /// assert!(!lease.release_requested_within(Duration::from_millis(50))?); // nobody asked
+    /// # lease.release()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn release_requested_within(&self, timeout: Duration) -> Result<bool, Error> {
+        // The timer is made inside the runtime (the async block runs there).
+        let waited =
+            async { tokio::time::timeout(timeout, self.inner().release_requested()).await };
+        Ok(self.runtime.call(waited)?.is_ok())
+    }
+
     /// A clonable view of the lease's fate, for other threads.
     ///
     /// ```

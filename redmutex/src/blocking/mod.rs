@@ -494,6 +494,25 @@ impl<C: Connection> Locker<C> {
         self.runtime.call(self.inner.describe(key))?
     }
 
+    /// Asks whoever holds `key` to let it go: [`crate::Locker::request_release`].
+    ///
+    /// # Errors
+    /// As the async call; [`Error::InsideRuntime`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let lease = locker.acquire("deploy", Duration::from_millis(300)).call()?.keep_alive()?;
+    /// assert!(locker.request_release("deploy")?.is_some()); // as another process would
+    /// assert!(lease.release_requested_within(Duration::from_secs(5))?); // at its next renewal
+    /// lease.release()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn request_release(&self, key: impl AsRef<[u8]>) -> Result<Option<ListedLock>, Error> {
+        self.runtime.call(self.inner.request_release(key))?
+    }
+
     /// An operator's release of someone else's lock: [`crate::Locker::force_release`].
     ///
     /// # Errors

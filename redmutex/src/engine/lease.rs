@@ -535,6 +535,57 @@ impl<C: Connection, P> Lease<C, P> {
         self.state.ended().await
     }
 
+    /// Whether another process asked this holder to let go
+    /// ([`Locker::request_release`](crate::Locker::request_release)), as a renewal found.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let lease = locker.acquire("reindex", Duration::from_secs(30)).await?.keep_alive()?;
+    /// let mut batches = 0;
+    /// while !lease.is_release_requested() && !lease.is_lost() {
+    ///     tokio::time::sleep(Duration::from_secs(4)).await; // one batch of the work
+    ///     batches += 1;
+    ///     if batches == 1 {
+    ///         locker.request_release("reindex").await?; // as another process would
+    ///     }
+    /// }
+    /// assert_eq!(batches, 3); // the renewal at 10 s brought the request
+    /// lease.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn is_release_requested(&self) -> bool {
+        self.state.release_requested()
+    }
+
+    /// Completes once another process has asked this holder to let go
+    /// ([`Locker::request_release`](crate::Locker::request_release)): at the first renewal
+    /// after the request. The lease still holds: release it (or let `run`'s work end) at a
+    /// safe point. It never completes because the lease ended: wait for
+    /// [`lost`](Lease::lost) beside it.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let lease = locker.acquire("reindex", Duration::from_secs(30)).await?.keep_alive()?;
+    /// locker.request_release("reindex").await?; // as another process would
+    /// tokio::select! {
+    ///     () = lease.release_requested() => lease.release().await?, // at a safe point
+    ///     reason = lease.lost() => panic!("stop the work at once: {reason}"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn release_requested(&self) {
+        self.state.asked().await;
+    }
+
     /// A clonable watcher of this lease, e.g. for another task.
     ///
     /// ```

@@ -77,6 +77,9 @@ impl std::error::Error for LostReason {}
 pub(crate) struct LeaseState {
     reason: OnceLock<LostReason>,
     cancel: CancellationToken,
+    /// Cancelled when a renewal finds that another process asked this holder to let go
+    /// (`Locker::request_release`).
+    asked: CancellationToken,
     valid_until: Mutex<Instant>,
     renewals: AtomicU64,
 }
@@ -86,6 +89,7 @@ impl LeaseState {
         LeaseState {
             reason: OnceLock::new(),
             cancel: CancellationToken::new(),
+            asked: CancellationToken::new(),
             valid_until: Mutex::new(valid_until),
             renewals: AtomicU64::new(0),
         }
@@ -106,6 +110,22 @@ impl LeaseState {
             *valid_until = (*valid_until).min(Instant::now());
         }
         self.cancel.cancel();
+    }
+
+    /// Records that another process asked the holder to let go, and wakes whoever waits
+    /// for that.
+    pub(crate) fn ask_release(&self) {
+        self.asked.cancel();
+    }
+
+    /// Whether another process asked the holder to let go.
+    pub(crate) fn release_requested(&self) -> bool {
+        self.asked.is_cancelled()
+    }
+
+    /// Completes once another process asked the holder to let go.
+    pub(crate) async fn asked(&self) {
+        self.asked.cancelled().await;
     }
 
     /// Why the lease ended, if it has.
@@ -227,6 +247,56 @@ impl LostSignal {
     /// ```
     pub async fn lost(&self) -> LostReason {
         self.0.ended().await
+    }
+
+    /// Whether another process asked the holder to let go (see
+    /// [`Lease::release_requested`](crate::Lease::release_requested)).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// # let locker = redmutex::Locker::in_memory();
+    /// let lease = locker.acquire("job", Duration::from_secs(30)).await?.keep_alive()?;
+    /// let signal = lease.signal();
+    /// locker.request_release("job").await?; // as another process would
+    /// assert!(!signal.is_release_requested()); // not before the next renewal
+    /// tokio::time::sleep(Duration::from_secs(11)).await;
+    /// assert!(signal.is_release_requested() && !signal.is_lost());
+    /// # lease.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn is_release_requested(&self) -> bool {
+        self.0.release_requested()
+    }
+
+    /// Completes once another process has asked the holder to let go (see
+    /// [`Lease::release_requested`](crate::Lease::release_requested)); never because the
+    /// lease ended.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// # let locker = redmutex::Locker::in_memory();
+    /// let lease = locker.acquire("job", Duration::from_secs(30)).await?.keep_alive()?;
+    /// let signal = lease.signal();
+    /// let work = tokio::spawn(async move {
+    ///     tokio::select! {
+    ///         () = signal.release_requested() => "asked to stop: saved and stopped",
+    ///         _ = signal.lost() => "lost",
+    ///     }
+    /// });
+    /// locker.request_release("job").await?; // as another process would
+    /// assert_eq!(work.await.unwrap(), "asked to stop: saved and stopped");
+    /// lease.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn release_requested(&self) {
+        self.0.asked().await;
     }
 }
 

@@ -454,7 +454,11 @@ fn apply<C: Connection>(leases: &mut BTreeMap<u64, Tracked>, done: BatchDone, en
             Renewal::Renewed {
                 sent_at,
                 valid_until,
+                asked,
             } => {
+                if asked {
+                    tracked.entry.state.ask_release();
+                }
                 tracked.renewing = !due.last;
                 let entry = &mut tracked.entry;
                 entry.valid_until = entry.valid_until.max(valid_until);

@@ -174,6 +174,7 @@ pub(crate) enum Data {
     String(Vec<u8>),
     Hash(Fields),
     SortedSet(SortedSet),
+    Set(BTreeSet<Vec<u8>>),
 }
 
 impl Data {
@@ -182,6 +183,7 @@ impl Data {
             Data::String(_) => "string",
             Data::Hash(_) => "hash",
             Data::SortedSet(_) => "zset",
+            Data::Set(_) => "set",
         }
     }
 }
@@ -319,6 +321,7 @@ impl Keyspace {
             "hset" | "hget" | "hmget" | "hdel" | "hexists" | "hincrby" | "hgetall" => {
                 self.hash_command(&name, args, now_ms)
             }
+            "sadd" | "sismember" => self.set_command(&name, args, now_ms),
             "zadd" => self.zadd(args, now_ms),
             "zcard" | "zcount" | "zscore" | "zrank" | "zrange" | "zrevrange" | "zrangebyscore" => {
                 self.zset_read(&name, args, now_ms)
@@ -544,6 +547,31 @@ impl Keyspace {
             Data::Hash(fields) => Some(fields),
             _ => None,
         })
+    }
+
+    /// `SADD key member …` and `SISMEMBER key member`.
+    fn set_command(&mut self, name: &str, args: &[Vec<u8>], now_ms: u64) -> Outcome {
+        let create = name == "sadd";
+        let empty = create.then_some((|| Data::Set(BTreeSet::new())) as fn() -> Data);
+        match (name, args) {
+            ("sadd", [key, members @ ..]) if !members.is_empty() => {
+                let set = self.typed(key, now_ms, empty, |data| match data {
+                    Data::Set(set) => Some(set),
+                    _ => None,
+                })?;
+                let set = set.expect("created");
+                let added = members.iter().filter(|m| set.insert(m.to_vec())).count();
+                Ok(Reply::Int(added as i64))
+            }
+            ("sismember", [key, member]) => {
+                let set = self.typed(key, now_ms, empty, |data| match data {
+                    Data::Set(set) => Some(set),
+                    _ => None,
+                })?;
+                Ok(Reply::Int(set.is_some_and(|s| s.contains(member)).into()))
+            }
+            _ => Err(CommandError::arity(name)),
+        }
     }
 
     fn hash_command(&mut self, name: &str, args: &[Vec<u8>], now_ms: u64) -> Outcome {
@@ -1097,6 +1125,26 @@ mod tests {
             "{error:?}"
         );
         assert!(ks.keys(0) == vec![b"h".to_vec()]);
+    }
+
+    #[test]
+    fn sets_add_members_once_and_answer_membership_by_type() {
+        let mut ks = Keyspace::default();
+        assert_eq!(run(&mut ks, 0, &["sismember", "s", "a"]), Ok(Reply::Int(0)));
+        assert_eq!(
+            run(&mut ks, 0, &["sadd", "s", "a", "b", "a"]),
+            Ok(Reply::Int(2))
+        );
+        assert_eq!(run(&mut ks, 0, &["sadd", "s", "b"]), Ok(Reply::Int(0)));
+        assert_eq!(run(&mut ks, 0, &["sismember", "s", "b"]), Ok(Reply::Int(1)));
+        assert_eq!(run(&mut ks, 0, &["sismember", "s", "c"]), Ok(Reply::Int(0)));
+        assert_eq!(run(&mut ks, 0, &["type", "s"]), Ok(Reply::Status("set")));
+        run(&mut ks, 0, &["set", "k", "v"]).unwrap();
+        for command in [&["sadd", "k", "a"][..], &["sismember", "k", "a"]] {
+            assert_eq!(run(&mut ks, 0, command).unwrap_err().code, "WRONGTYPE");
+        }
+        assert!(run(&mut ks, 0, &["sadd", "s"]).is_err());
+        assert!(run(&mut ks, 0, &["sismember", "s"]).is_err());
     }
 
     #[test]

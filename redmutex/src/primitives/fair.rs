@@ -375,8 +375,10 @@ impl Claim for FairKey {
     }
 
     /// As the mutex's renewal: one key per lease.
+    /// The key and its ask companion, as the mutex's `renew` takes them.
     fn add_renewal(&self, call: &mut ScriptInvocation<'static>, token: &Token, ttl_ms: u64) {
         call.key(self.key());
+        call.key(companion_key(self.key(), Companion::Ask));
         call.arg(1).arg(token.as_bytes()).arg(ttl_ms);
     }
 }

@@ -292,3 +292,47 @@ if freed and kind_of(KEYS[3]) == 'zset' then
   end
 end
 return { entry }
+
+--- op: ask
+-- a request that whoever holds a key let it go (polite revocation): each live holder's
+-- token joins the key's ask companion, a set kept as long as the longest of their TTLs,
+-- where each holder's next renewal finds it (the renewal scripts' `asked`). Nothing else
+-- changes: a holder that ignores the request keeps the key. A lock's, fair lock's or
+-- writer's holder is asked; every holder of a semaphore and every reader (which of them
+-- should yield is the application's to say, and a writer needs them all gone). A
+-- tombstone, a key released into a minimum hold or handed to a waiting locker, and
+-- something redmutex did not write have no holder to ask.
+-- KEYS:    the key and its six companions, as for `describe`, then its ask companion.
+-- Returns: { entry }: the key's entry as `describe` reads it.
+local now = now_ms()
+local entry = describe_at(1, now)
+local kind, asks = entry[1], KEYS[8]
+local found = kind_of(asks)
+if found ~= 'none' and found ~= 'set' then
+  return redis.error_reply('ERR ' .. asks .. ' holds data of another kind, where requests to release ' .. KEYS[1] .. ' are kept')
+end
+local longest = 0
+if (kind == 'lock' or kind == 'fair_lock' or kind == 'rw_lock_write') and entry[11] == 0 then
+  local flag = string.sub(entry[4], FLAG_AT, FLAG_AT)
+  if flag ~= 'k' and flag ~= 'r' and entry[2] > 0 then
+    redis.call('sadd', asks, string.sub(entry[4], 1, TOKEN_LEN))
+    longest = entry[2]
+  end
+elseif kind == 'semaphore' or kind == 'rw_lock_read' then
+  local members = redis.call('zrangebyscore', KEYS[1], live_from(now), '+inf', 'withscores')
+  for j = 1, #members, 2 do
+    local first = string.sub(members[j], 1, 1)
+    -- (Not a tombstone, nor a semaphore's reserved place: '>' holds no token.)
+    if first ~= GRAVE and first ~= '>' then
+      redis.call('sadd', asks, members[j])
+      longest = math.max(longest, tonumber(members[j + 1]) - now)
+    end
+  end
+end
+if longest > 0 then
+  local kept = redis.pcall('pttl', asks)
+  if type(kept) ~= 'number' or kept < longest then
+    redis.call('pexpire', asks, string.format('%.0f', longest))
+  end
+end
+return { entry }

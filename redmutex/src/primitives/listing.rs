@@ -16,7 +16,7 @@ use crate::quorum::{NodeError, NodeFailure, QuorumFailure};
 use crate::scripts::{operations, Operation};
 use crate::token::{parse_value, watched_outside_line, StoredValue, TOKEN_LEN};
 
-operations!("primitives/listing.lua"; DESCRIBE = "describe", FORCE = "force");
+operations!("primitives/listing.lua"; DESCRIBE = "describe", FORCE = "force", ASK = "ask");
 
 /// Keys described per script call, the most a page holds: each call stays short on the
 /// server (100 keys cost it about half a millisecond) whatever the total.
@@ -443,6 +443,25 @@ pub(crate) async fn force_release<C: Connection>(
     // their lines are among the companions.
     let mode = if at_once { "now" } else { "delay" };
     one_key(backend, &FORCE, key, Some(mode)).await
+}
+
+/// A request that whoever holds `key` (with the prefix) let it go (see
+/// [`Locker::request_release`](crate::Locker::request_release)): what holds it, as a
+/// listing would show it, or `None` when free. Redlock: asked on every node that answers;
+/// what a quorum holds alike.
+pub(crate) async fn request_release<C: Connection>(
+    backend: &Backend<C>,
+    key: &[u8],
+) -> Result<Option<ListedLock>, Error> {
+    let keys = [key.to_vec()];
+    let mut call = ASK.script().prepare_invoke();
+    add_keys(&mut call, key);
+    call.key(fence::companion_key(key, Companion::Ask));
+    let view = PageView {
+        keys: &keys,
+        quorum_only: true,
+    };
+    Ok(backend.inspect(&view, &call).await?.pop())
 }
 
 /// What `key` (with the prefix) holds, as a listing would show it; `None` when free.

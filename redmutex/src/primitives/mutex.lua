@@ -250,12 +250,15 @@ end
 return 1
 
 --- op: renew
--- refresh many leases in one call (keep-alive), each owner-checked on its own.
--- KEYS:    the keys of every lease in the batch, lease after lease.
+-- refresh many leases in one call (keep-alive), each owner-checked on its own, and say
+-- which were asked to let go.
+-- KEYS:    per lease in the batch, lease after lease: its keys, then the ask companion of
+--          each (see `asked`), in the same order.
 -- ARGV:    three values per lease, in the same order: its number of keys, its token, and
 --          the TTL in milliseconds to set.
--- Returns: one integer per lease: 1 when all its keys were extended; 0 when some key is not
---          held by its token (then none of that lease's keys was changed).
+-- Returns: one integer per lease: 1 when all its keys were extended; 2 when they were,
+--          and its holder was asked to release one of them; 0 when some key is not held
+--          by its token (then none of that lease's keys was changed).
 local results = {}
 local k = 1
 for a = 1, #ARGV, 3 do
@@ -266,10 +269,13 @@ for a = 1, #ARGV, 3 do
     held = 1
     for i = k, last do
       redis.call('pexpire', KEYS[i], ARGV[a + 2])
+      if asked(KEYS[i + count], ARGV[a + 1]) then
+        held = 2
+      end
     end
   end
   results[#results + 1] = held
-  k = k + count
+  k = k + 2 * count
 end
 return results
 

@@ -134,9 +134,13 @@ impl Claim for Keys {
         }
     }
 
+    /// The keys, then the ask companion of each (see `mutex.lua`'s `renew`).
     fn add_renewal(&self, call: &mut ScriptInvocation<'static>, token: &Token, ttl_ms: u64) {
         for key in self.iter() {
             call.key(key);
+        }
+        for key in self.iter() {
+            call.key(companion_key(key, Companion::Ask));
         }
         call.arg(self.len()).arg(token.as_bytes()).arg(ttl_ms);
     }

@@ -410,15 +410,22 @@ return 1
 return extend(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
 
 --- op: renew_read
--- 'renew_read': refresh many readers in one call (keep-alive), each on its own.
--- KEYS:    the lock key and the details of each reader in the batch, reader after reader.
+-- 'renew_read': refresh many readers in one call (keep-alive), each on its own, and say
+-- which were asked to let go.
+-- KEYS:    per reader in the batch, reader after reader: the lock key, the readers'
+--          details, and the key's ask companion (see `asked`).
 -- ARGV:    two values per reader, in the same order: its token and the TTL in ms to set.
--- Returns: one integer per reader: 1 when extended, 0 when not held.
+-- Returns: one integer per reader: 1 when extended; 2 when extended, and the reader was
+--          asked to let go; 0 when not held.
 local results = {}
 local k = 1
 for a = 1, #ARGV, 2 do
-  results[#results + 1] = extend(KEYS[k], KEYS[k + 1], ARGV[a], ARGV[a + 1])
-  k = k + 2
+  local held = extend(KEYS[k], KEYS[k + 1], ARGV[a], ARGV[a + 1])
+  if held == 1 and asked(KEYS[k + 2], ARGV[a]) then
+    held = 2
+  end
+  results[#results + 1] = held
+  k = k + 3
 end
 return results
 

@@ -483,10 +483,13 @@ impl Claim for ReadKey {
         })
     }
 
+    /// The key, its readers' details, and its ask companion (see `rwlock.lua`'s
+    /// `renew_read`).
     fn add_renewal(&self, call: &mut ScriptInvocation<'static>, token: &Token, ttl_ms: u64) {
         self.script_keys(false, &mut |key| {
             call.key(key);
         });
+        call.key(companion_key(self.keys.key(), Companion::Ask));
         call.arg(token.as_bytes()).arg(ttl_ms);
     }
 }
@@ -554,8 +557,10 @@ impl Claim for WriteKey {
     }
 
     /// As the mutex's renewal: one key per lease.
+    /// The key and its ask companion, as the mutex's `renew` takes them.
     fn add_renewal(&self, call: &mut ScriptInvocation<'static>, token: &Token, ttl_ms: u64) {
         call.key(self.keys.key());
+        call.key(companion_key(self.keys.key(), Companion::Ask));
         call.arg(1).arg(token.as_bytes()).arg(ttl_ms);
     }
 

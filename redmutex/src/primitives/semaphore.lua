@@ -552,15 +552,22 @@ return 0
 return extend(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
 
 --- op: renew
--- 'renew': refresh many holders in one call (keep-alive), each on its own.
--- KEYS:    holders, details of each holder in the batch, holder after holder.
+-- 'renew': refresh many holders in one call (keep-alive), each on its own, and say which
+-- were asked to let go.
+-- KEYS:    per holder in the batch, holder after holder: the holders, their details, and
+--          the key's ask companion (see `asked`).
 -- ARGV:    two values per holder, in the same order: its token and the TTL in ms to set.
--- Returns: one integer per holder: 1 when extended, 0 when not held.
+-- Returns: one integer per holder: 1 when extended; 2 when extended, and the holder was
+--          asked to release its permits; 0 when not held.
 local results = {}
 local k = 1
 for a = 1, #ARGV, 2 do
-  results[#results + 1] = extend(KEYS[k], KEYS[k + 1], ARGV[a], ARGV[a + 1])
-  k = k + 2
+  local held = extend(KEYS[k], KEYS[k + 1], ARGV[a], ARGV[a + 1])
+  if held == 1 and asked(KEYS[k + 2], ARGV[a]) then
+    held = 2
+  end
+  results[#results + 1] = held
+  k = k + 3
 end
 return results
 

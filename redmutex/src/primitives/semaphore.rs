@@ -493,10 +493,14 @@ impl Claim for Permits {
         })
     }
 
+    /// The holders, their details, and the key's ask companion (see `semaphore.lua`'s
+    /// `renew`).
     fn add_renewal(&self, call: &mut ScriptInvocation<'static>, token: &Token, ttl_ms: u64) {
         self.script_keys(false, &mut |key| {
             call.key(key);
         });
+        let key = self.keys.get(0).expect("one key");
+        call.key(companion_key(key, Companion::Ask));
         call.arg(token.as_bytes()).arg(ttl_ms);
     }
 }

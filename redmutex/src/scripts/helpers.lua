@@ -46,6 +46,13 @@ local function holds(first, last, token)
   return true
 end
 
+-- Whether the holder `token` was asked to let its key go (`Locker::request_release`): its
+-- token is a member of `asks`, the key's ask companion (see listing.lua's `ask`). What is
+-- not a set there asks nothing (pcall: its WRONGTYPE error is no member).
+local function asked(asks, token)
+  return redis.pcall('sismember', asks, token) == 1
+end
+
 -- Fences stay below 2^53 - 1: beyond it they are no longer exact as Lua numbers or in JSON.
 local FENCE_LIMIT = 9007199254740991
 

@@ -27,6 +27,7 @@ mod mixed_holders;
 mod operations;
 mod redlock;
 mod replication;
+mod revoke;
 mod rwlock;
 mod semaphore;
 mod semaphore_faults;

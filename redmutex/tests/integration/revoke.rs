@@ -1,0 +1,189 @@
+//! Polite revocation (`Locker::request_release`): another process asks the holder to let
+//! go; the holder's lease learns it at its next renewal, as a signal distinct from loss,
+//! and keeps the lock until it lets go — against real servers, for every primitive, on
+//! one node, Redlock and (with the feature) a cluster.
+
+use std::time::Duration;
+
+use redmutex::{Argument, Error, LockKind, Locker};
+use testkit::RedisServer;
+
+use crate::common::{self, ms, multiplexed, multiplexed_all, Raw};
+
+/// A renewal of a 600 ms lease comes every 200 ms: the request is heard within that.
+const TTL: Duration = Duration::from_millis(600);
+
+/// Waits for `lease` to hear a request, at most `within`; whether it did.
+async fn hears<C: redmutex::Connection, P>(
+    lease: &redmutex::Lease<C, P>,
+    within: Duration,
+) -> bool {
+    tokio::time::timeout(within, lease.release_requested())
+        .await
+        .is_ok()
+}
+
+#[tokio::test]
+async fn the_holder_hears_the_request_at_its_next_renewal_and_keeps_the_lock() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let holder = common::own_locker(&server, false).await;
+    let asker = common::own_locker(&server, false).await;
+    let lease = (holder.acquire("job", TTL).metadata("host=a").await.unwrap())
+        .keep_alive()
+        .unwrap();
+    let signal = lease.signal();
+    assert!(!lease.is_release_requested());
+
+    let held = asker.request_release("job").await.unwrap().expect("held");
+    assert_eq!(held.kind, LockKind::Lock);
+    assert_eq!(held.holders[0].metadata.as_deref(), Some("host=a"));
+    // Kept as long as the holder's TTL at the time: its next renewal comes before.
+    let kept = raw.pttl("{job}:ask").await;
+    assert!(kept > 0 && kept <= TTL.as_millis() as i64, "{kept}");
+    assert!(hears(&lease, ms(1_000)).await, "no renewal brought it");
+    assert!(lease.is_release_requested() && signal.is_release_requested());
+
+    // A request, not a loss: the holder keeps the key, renewed, and nobody else gets in.
+    tokio::time::sleep(ms(700)).await;
+    assert!(!lease.is_lost() && !signal.is_lost());
+    let once = asker
+        .acquire("job", TTL)
+        .retry(redmutex::retry::none())
+        .await;
+    assert!(once.unwrap_err().is_not_obtained());
+    assert!(raw.exists("job").await);
+
+    // Let go; the next holder is not asked (the request named the one before).
+    lease.release().await.unwrap();
+    let next = (asker.acquire("job", TTL).await.unwrap())
+        .keep_alive()
+        .unwrap();
+    assert!(!hears(&next, ms(700)).await, "a later holder was asked");
+    next.release().await.unwrap();
+
+    // Nobody holds it: nothing to ask, nothing written.
+    assert!(asker.request_release("job").await.unwrap().is_none());
+    tokio::time::sleep(TTL).await;
+    assert!(
+        !raw.exists("{job}:ask").await,
+        "the request outlived its holder"
+    );
+}
+
+/// A semaphore's holders and a read-write lock's readers are all asked; a writer, a fair
+/// lock's holder, and a multi-key lock's holder (asked through any of its keys) too.
+#[tokio::test]
+async fn every_primitive_hears_it() {
+    let server = RedisServer::spawn();
+    let holder = common::own_locker(&server, false).await;
+    let asker = common::own_locker(&server, false).await;
+
+    let pool = holder.semaphore("pool", 3).unwrap();
+    let one = pool.acquire(1, TTL).await.unwrap().keep_alive().unwrap();
+    let two = pool.acquire(2, TTL).await.unwrap().keep_alive().unwrap();
+    let held = asker.request_release("pool").await.unwrap().expect("held");
+    assert_eq!((held.kind, held.holder_count), (LockKind::Semaphore, 2));
+    assert!(hears(&one, ms(1_000)).await && hears(&two, ms(1_000)).await);
+    one.release().await.unwrap();
+    two.release().await.unwrap();
+
+    let table = holder.rw_lock("table").unwrap();
+    let r1 = table.read(TTL).await.unwrap().keep_alive().unwrap();
+    let r2 = table.read(TTL).await.unwrap().keep_alive().unwrap();
+    asker.request_release("table").await.unwrap().expect("read");
+    assert!(hears(&r1, ms(1_000)).await && hears(&r2, ms(1_000)).await);
+    r1.release().await.unwrap();
+    r2.release().await.unwrap();
+    let writer = table.write(TTL).await.unwrap().keep_alive().unwrap();
+    asker
+        .request_release("table")
+        .await
+        .unwrap()
+        .expect("written");
+    assert!(hears(&writer, ms(1_000)).await);
+    writer.release().await.unwrap();
+
+    let fair = holder
+        .fair_lock("ledger")
+        .unwrap()
+        .acquire(TTL)
+        .await
+        .unwrap();
+    let fair = fair.keep_alive().unwrap();
+    asker
+        .request_release("ledger")
+        .await
+        .unwrap()
+        .expect("held");
+    assert!(hears(&fair, ms(1_000)).await);
+    fair.release().await.unwrap();
+
+    let both = holder.acquire_all(["a", "b"], TTL).await.unwrap();
+    let both = both.keep_alive().unwrap();
+    asker.request_release("b").await.unwrap().expect("held");
+    assert!(hears(&both, ms(1_000)).await);
+    assert!(!both.is_lost());
+    both.release().await.unwrap();
+}
+
+/// What has no holder to ask is not asked: a foreign value, a tombstone of a forced
+/// release. The request's own key is no lock key, and data of another kind there is an
+/// error for the asker, never a loss for the holder.
+#[tokio::test]
+async fn nothing_without_a_holder_is_asked_and_the_companion_is_guarded() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let locker = Locker::new(multiplexed(&server).await);
+
+    raw.set("theirs", "not ours").await;
+    let foreign = locker
+        .request_release("theirs")
+        .await
+        .unwrap()
+        .expect("a key");
+    assert_eq!(foreign.kind, LockKind::Foreign);
+    assert!(!raw.exists("{theirs}:ask").await);
+
+    let lock = locker.acquire("gone", ms(30_000)).await.unwrap();
+    locker.force_release("gone").await.unwrap();
+    let tomb = locker
+        .request_release("gone")
+        .await
+        .unwrap()
+        .expect("a tombstone");
+    assert_eq!(tomb.forced, 1);
+    assert!(!raw.exists("{gone}:ask").await);
+    drop(lock);
+
+    let error = locker.request_release("{job}:ask").await.unwrap_err();
+    assert!(matches!(error, Error::InvalidArgument(ref e) if e.argument == Argument::Key));
+
+    let lease = (locker.acquire("job", TTL).await.unwrap())
+        .keep_alive()
+        .unwrap();
+    raw.set("{job}:ask", "someone else's").await;
+    let refused = locker.request_release("job").await.unwrap_err();
+    assert!(refused.to_string().contains("another kind"), "{refused}");
+    tokio::time::sleep(ms(700)).await;
+    assert!(!lease.is_lost() && !lease.is_release_requested());
+    lease.release().await.unwrap();
+}
+
+/// Redlock: the request goes to every node that answers; with one of three down, the
+/// holder still hears it, and keeps its lock.
+#[tokio::test]
+async fn redlock_holders_hear_it_with_a_node_down() {
+    let servers = RedisServer::spawn_many(3);
+    let holder = Locker::redlock(multiplexed_all(&servers).await).unwrap();
+    let asker = Locker::redlock(multiplexed_all(&servers).await).unwrap();
+    let lease = (holder.acquire("job", ms(1_500)).await.unwrap())
+        .keep_alive()
+        .unwrap();
+    servers[2].kill();
+    let held = asker.request_release("job").await.unwrap().expect("held");
+    assert_eq!(held.kind, LockKind::Lock);
+    assert!(hears(&lease, ms(2_000)).await);
+    assert!(!lease.is_lost());
+    lease.release().await.unwrap();
+}
