@@ -366,6 +366,27 @@ impl<C: Connection> Election<C> {
         Election { inner, runtime }
     }
 
+    /// The same election with leaderships of this TTL: [`crate::Election::with_ttl`].
+    ///
+    /// # Errors
+    /// As the async call.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// let locker = redmutex::blocking::Locker::in_memory()?;
+    /// let election = locker.election("scheduler")?.with_ttl(Duration::from_secs(3))?;
+    /// assert_eq!(election.ttl(), Duration::from_secs(3));
+    /// assert!(locker.election("scheduler")?.with_ttl(Duration::from_millis(2)).is_err());
+    /// # Ok(()) }
+    /// ```
+    pub fn with_ttl(self, ttl: Duration) -> Result<Self, Error> {
+        Ok(Election {
+            inner: self.inner.with_ttl(ttl)?,
+            runtime: self.runtime,
+        })
+    }
+
     /// Runs for leader with `value`: set it up, then [`call`](Campaign::call) it. See
     /// [`crate::Election::campaign`].
     ///
@@ -733,6 +754,26 @@ impl<C: Connection> Leadership<C> {
     /// ```
     pub fn is_lost(&self) -> bool {
         self.inner().is_lost()
+    }
+
+    /// Whether another process asked this leader to step down:
+    /// [`crate::Leadership::is_release_requested`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::blocking::Locker::in_memory()?;
+    /// use std::time::Duration;
+    /// let election = locker.election("scheduler")?.with_ttl(Duration::from_millis(300))?;
+    /// let leadership = election.campaign("host-7").call()?;
+    /// locker.request_release("scheduler")?; // an operator, before maintenance
+    /// while !leadership.is_release_requested() {
+    ///     std::thread::sleep(Duration::from_millis(50)); // leading meanwhile
+    /// }
+    /// leadership.resign()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn is_release_requested(&self) -> bool {
+        self.inner().is_release_requested()
     }
 
     /// A clonable view of the leadership's fate, for other threads.

@@ -758,6 +758,44 @@ impl<C: Connection> Leadership<C> {
         self.lease.is_lost()
     }
 
+    /// Waits until another process asks this leader to step down
+    /// ([`Locker::request_release`](crate::Locker::request_release), heard at the next
+    /// renewal; see [`Lease::release_requested`]). The leadership holds until it resigns.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// let leadership = locker.election("scheduler")?.campaign("host-7:8080").await?;
+    /// locker.request_release("scheduler").await?; // an operator, before maintenance
+    /// leadership.release_requested().await;
+    /// assert!(leadership.is_release_requested() && !leadership.is_lost());
+    /// leadership.resign().await?; // hand over at a safe point
+    /// # Ok(()) }
+    /// ```
+    pub async fn release_requested(&self) {
+        self.lease.release_requested().await;
+    }
+
+    /// Whether another process asked this leader to step down (see
+    /// [`release_requested`](Leadership::release_requested)).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// let leadership = locker.election("scheduler")?.campaign("host-7:8080").await?;
+    /// assert!(!leadership.is_release_requested());
+    /// # leadership.resign().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn is_release_requested(&self) -> bool {
+        self.lease.is_release_requested()
+    }
+
     /// The lost signal, to hand to other tasks (see [`Lease::signal`]).
     ///
     /// ```

@@ -175,6 +175,14 @@ async fn keep_alive_and_wake_up_work_on_the_cluster() {
         assert!(!lease.is_lost(), "{:?}", lease.signal().reason());
         assert!(lease.renewals() >= 3, "{}", lease.renewals());
     }
+    // A request to let go reaches the one holder asked, in its own slot's batch.
+    let asked = locker.request_release("lease-7").await.unwrap();
+    assert!(asked.is_some());
+    tokio::time::sleep(ms(500)).await;
+    for (i, lease) in leases.iter().enumerate() {
+        assert_eq!(lease.is_release_requested(), i == 7, "lease-{i}");
+        assert!(!lease.is_lost());
+    }
     for lease in leases {
         lease.release().await.unwrap();
     }

@@ -72,7 +72,8 @@ async fn the_holder_hears_the_request_at_its_next_renewal_and_keeps_the_lock() {
 }
 
 /// A semaphore's holders and a read-write lock's readers are all asked; a writer, a fair
-/// lock's holder, and a multi-key lock's holder (asked through any of its keys) too.
+/// lock's holder, a leader, and a multi-key lock's holder (asked through any of its keys)
+/// too.
 #[tokio::test]
 async fn every_primitive_hears_it() {
     let server = RedisServer::spawn();
@@ -118,6 +119,13 @@ async fn every_primitive_hears_it() {
         .expect("held");
     assert!(hears(&fair, ms(1_000)).await);
     fair.release().await.unwrap();
+
+    let election = holder.election("leader").unwrap().with_ttl(TTL).unwrap();
+    let leadership = election.campaign("node-1").await.unwrap();
+    asker.request_release("leader").await.unwrap().expect("led");
+    let heard = tokio::time::timeout(ms(1_000), leadership.release_requested()).await;
+    assert!(heard.is_ok() && !leadership.is_lost());
+    leadership.resign().await.unwrap();
 
     let both = holder.acquire_all(["a", "b"], TTL).await.unwrap();
     let both = both.keep_alive().unwrap();
