@@ -75,8 +75,11 @@ pub async fn release<C: Connection>(
     args: ReleaseArgs,
     urls: &[String],
 ) -> Result<u8, Failure> {
+    if args.ask {
+        return crate::ops::ask_release(locker, &args.keys, urls).await;
+    }
     let Some(token) = args.token.as_deref() else {
-        // (clap requires a token without --force.)
+        // (clap requires a token without --force or --ask.)
         return crate::ops::force_release(locker, &args.keys, args.now, urls).await;
     };
     let token = parse_token(token)?;

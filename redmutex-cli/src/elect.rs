@@ -37,6 +37,7 @@ pub async fn elect<C: Connection>(
         grace: args.grace,
         permits: None,
         urls,
+        on_revoke: args.on_revoke,
     };
     // A campaign ends at once when Redis goes away (it never outlives its connection):
     // through an outage shorter than --wait-redis, this campaigns again.

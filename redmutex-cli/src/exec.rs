@@ -77,6 +77,56 @@ pub struct Job<'a> {
     pub permits: Option<(u32, u32)>,
     /// The Redis URLs, to name Redlock nodes by address in messages.
     pub urls: &'a [String],
+    /// What the command is sent when another process asks the holder to let go.
+    pub on_revoke: OnRevoke,
+}
+
+/// The signals `--on-revoke` knows by name (without `SIG`).
+const SIGNALS: [(&str, libc::c_int); 10] = [
+    ("TERM", libc::SIGTERM),
+    ("INT", libc::SIGINT),
+    ("HUP", libc::SIGHUP),
+    ("QUIT", libc::SIGQUIT),
+    ("USR1", libc::SIGUSR1),
+    ("USR2", libc::SIGUSR2),
+    ("KILL", libc::SIGKILL),
+    ("ALRM", libc::SIGALRM),
+    ("WINCH", libc::SIGWINCH),
+    ("CONT", libc::SIGCONT),
+];
+
+/// `SIGTERM`, or `signal 42` for one without a name here.
+fn signal_name(number: libc::c_int) -> String {
+    match SIGNALS.iter().find(|(_, n)| *n == number) {
+        Some((name, _)) => format!("SIG{name}"),
+        None => format!("signal {number}"),
+    }
+}
+
+/// The signal `--on-revoke` names; `None` ignores requests to let go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OnRevoke(pub Option<libc::c_int>);
+
+/// Reads `--on-revoke`: `none`, a signal's name with or without `SIG` (any case), or its
+/// number.
+pub fn parse_on_revoke(text: &str) -> Result<OnRevoke, String> {
+    let upper = text.trim().to_ascii_uppercase();
+    if upper == "NONE" {
+        return Ok(OnRevoke(None));
+    }
+    if let Ok(number) = upper.parse::<libc::c_int>() {
+        return match (1..=64).contains(&number) {
+            true => Ok(OnRevoke(Some(number))),
+            false => Err(format!("no signal numbered {number} (1 to 64)")),
+        };
+    }
+    let name = upper.strip_prefix("SIG").unwrap_or(&upper);
+    (SIGNALS.iter())
+        .find(|(known, _)| *known == name)
+        .map(|(_, number)| OnRevoke(Some(*number)))
+        .ok_or_else(|| {
+            format!("unknown signal {text:?}: a name (TERM, INT, HUP, QUIT, USR1, USR2, KILL, ALRM, WINCH, CONT), a number, or none")
+        })
 }
 
 impl<'a> Job<'a> {
@@ -87,6 +137,7 @@ impl<'a> Job<'a> {
             grace: args.grace,
             permits: (args.lock.limit).map(|limit| (limit, args.lock.permits.unwrap_or(1))),
             urls,
+            on_revoke: args.on_revoke,
         }
     }
 }
@@ -146,7 +197,7 @@ pub async fn hold<C: Connection, P>(
         }
     }
 
-    let result = match supervise(&mut child, pgid, &lease, &mut signals).await {
+    let result = match supervise(&mut child, pgid, &lease, &mut signals, args).await {
         Ok(status) => {
             // The group is gone: nothing for the guard to stop (its number may be reused).
             if let Some(guard) = guard.take() {
@@ -242,13 +293,19 @@ async fn supervise<C: Connection, P>(
     pgid: libc::pid_t,
     lease: &Lease<C, P>,
     signals: &mut Forwarded,
+    job: &Job<'_>,
 ) -> Result<Option<ExitStatus>, LostReason> {
+    let mut asked = false;
     let status = loop {
         tokio::select! {
             biased;
             status = child.wait() => break status.ok(),
             reason = lease.lost() => return Err(reason),
             sig = signals.recv() => signal_group(pgid, sig),
+            () = lease.release_requested(), if !asked => {
+                asked = true;
+                revoked(pgid, job);
+            }
         }
     };
     while group_alive(pgid) {
@@ -260,6 +317,27 @@ async fn supervise<C: Connection, P>(
         }
     }
     Ok(status)
+}
+
+/// Another process asked the holder to let go: the command is sent `--on-revoke`'s signal
+/// (and told on stderr), and the lock goes when it ends; or the request is only noted.
+fn revoked(pgid: libc::pid_t, job: &Job<'_>) {
+    let keys = job.keys.join(", ");
+    match job.on_revoke.0 {
+        Some(sig) => {
+            signal_group(pgid, sig);
+            // A stopped group (Ctrl-Z) would not see it until continued.
+            signal_group(pgid, libc::SIGCONT);
+            say(&format!(
+                "asked to let {keys} go: sent {} to the command; the lock is released when \
+                 it ends",
+                signal_name(sig)
+            ));
+        }
+        None => say(&format!(
+            "asked to let {keys} go; ignored (--on-revoke none): the lock is kept"
+        )),
+    }
 }
 
 /// How often the rest of the command's group is looked for once the command has exited.
@@ -483,6 +561,21 @@ fn is_ignored(sig: libc::c_int) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn on_revoke_reads_names_numbers_and_none() {
+        let read = |text: &str| parse_on_revoke(text).map(|on| on.0);
+        assert_eq!(read("TERM"), Ok(Some(libc::SIGTERM)));
+        assert_eq!(read("sigusr1"), Ok(Some(libc::SIGUSR1)));
+        assert_eq!(read("SIGHUP"), Ok(Some(libc::SIGHUP)));
+        assert_eq!(read("2"), Ok(Some(libc::SIGINT)));
+        assert_eq!(read("none"), Ok(None));
+        for bad in ["", "0", "65", "-1", "TERMINATE", "SIG", "1.5"] {
+            assert!(read(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(signal_name(libc::SIGUSR2), "SIGUSR2");
+        assert_eq!(signal_name(40), "signal 40");
+    }
 
     #[test]
     fn keys_are_joined_unambiguously() {

@@ -231,6 +231,12 @@ struct ExecArgs {
     #[arg(long, value_name = "DUR", default_value = "5s", value_parser = duration::parse)]
     grace: Duration,
 
+    /// When another process asks the holder to let go (`release --ask`), send the command
+    /// this signal (a name like TERM, SIGUSR1, or a number; `none` to ignore requests);
+    /// the lock is released when the command ends.
+    #[arg(long = "on-revoke", value_name = "SIGNAL", default_value = "TERM", value_parser = exec::parse_on_revoke)]
+    on_revoke: exec::OnRevoke,
+
     /// Keep the lock at least this long from the acquire, however soon the command ends:
     /// at most one run per period across all hosts (e.g. a cron job on every host).
     #[arg(long = "min-hold", value_name = "DUR", value_parser = duration::parse)]
@@ -314,6 +320,12 @@ struct ElectArgs {
     #[arg(long, value_name = "DUR", default_value = "5s", value_parser = duration::parse)]
     grace: Duration,
 
+    /// When another process asks the leader to step down (`release --ask KEY`), send the
+    /// command this signal (a name like TERM, SIGUSR1, or a number; `none` to ignore
+    /// requests); the leadership ends when the command does.
+    #[arg(long = "on-revoke", value_name = "SIGNAL", default_value = "TERM", value_parser = exec::parse_on_revoke)]
+    on_revoke: exec::OnRevoke,
+
     /// The election's key, then the command to run while leading and its arguments, as
     /// `exec` takes them (straight after the key, or after `--`). Options go before the
     /// key.
@@ -367,10 +379,16 @@ struct ReleaseArgs {
         long,
         value_name = "T",
         allow_hyphen_values = true,
-        required_unless_present = "force",
-        conflicts_with = "force"
+        required_unless_present_any = ["force", "ask"],
+        conflicts_with_all = ["force", "ask"]
     )]
     token: Option<String>,
+
+    /// Ask whoever holds it to let it go (polite revocation): its kept-alive lease hears
+    /// it at its next renewal (`exec` sends its command --on-revoke's signal and releases
+    /// when it ends). Only a request: a holder that ignores it keeps the lock.
+    #[arg(long, conflicts_with = "force")]
+    ask: bool,
 
     /// Release it whoever holds it, for a stuck holder: prints who held it, and an audit
     /// line on stderr. Nobody else gets it until the holder's TTL ends (a tombstone keeps
@@ -667,7 +685,9 @@ fn check_arguments(
         | Command::Watch(_)
         | Command::Leader(_)
         | Command::Doctor(_) => output::check_stdout_open(output::ANSWER_LOST)?,
-        Command::Release(args) if args.force => output::check_stdout_open(output::ANSWER_LOST)?,
+        Command::Release(args) if args.force || args.ask => {
+            output::check_stdout_open(output::ANSWER_LOST)?
+        }
         Command::Acquire(args) => {
             args.lock.check_fair(&args.keys, urls)?;
             args.lock.check_limit(&args.keys, urls)?;

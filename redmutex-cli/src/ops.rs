@@ -295,6 +295,39 @@ pub async fn force_release<C: Connection>(
     }
 }
 
+/// `release --ask`: asks each key's holders to let it go; says who was asked. Exit 1 (as
+/// for a release of a lock not held) when some key had nobody to ask.
+pub async fn ask_release<C: Connection>(
+    locker: &Locker<C>,
+    keys: &[String],
+    urls: &[String],
+) -> Result<u8, Failure> {
+    let mut missed = Vec::new();
+    for key in keys {
+        let held =
+            (locker.request_release(key).await).map_err(|e| Failure::from_lock_error(&e, urls))?;
+        let shown = printable(&stored(locker, key));
+        match held {
+            Some(lock) if lock.kind == LockKind::Foreign => missed.push(format!(
+                "{shown} holds data redmutex did not write; nobody to ask"
+            )),
+            Some(lock) if lock.forced > 0 => missed.push(format!(
+                "{shown} was released by force already; nobody to ask"
+            )),
+            Some(lock) => outln!(
+                "asked to let {shown} go: {}. Its holder hears it at its next renewal, and \
+                 keeps the lock until it releases it.",
+                describe::holding(&lock)
+            )?,
+            None => missed.push(format!("{shown} was not held")),
+        }
+    }
+    match missed.is_empty() {
+        true => Ok(0),
+        false => Err(Failure::new(exit::NOT_HELD, missed.join("; "))),
+    }
+}
+
 /// The audit line of a forced release: what was taken from whom, by whom, when.
 fn audit(key: &str, lock: &ListedLock, now: bool) -> String {
     let holders: Vec<String> = (lock.holders.iter())

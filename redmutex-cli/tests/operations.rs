@@ -553,3 +553,119 @@ fn inspect_says_what_holds_a_semaphore() {
     let out = run(redmutex(&server).args(["inspect", "exports"]));
     assert_eq!(stdout(&out).trim(), "exports: free");
 }
+
+/// `release --ask`: the holder (an `exec`) hears it at its next renewal, sends its command
+/// `--on-revoke`'s signal, and releases once the command ends; `--on-revoke none` keeps
+/// the lock. Nobody to ask is exit 1.
+#[test]
+fn release_ask_makes_exec_signal_its_command_and_let_go_when_it_ends() {
+    let server = RedisServer::spawn();
+    let dir = scratch("ask");
+    let trapped = dir.join("trapped");
+    let script = format!(
+        "trap 'echo $1 > {}; exit 0' USR1; sleep 20 & wait",
+        trapped.display()
+    );
+    let mut holder = redmutex(&server)
+        .args([
+            "exec",
+            "--ttl",
+            "900ms",
+            "--on-revoke",
+            "SIGUSR1",
+            "job",
+            "--",
+        ])
+        .args(["sh", "-c", &script, "sh", "usr1"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    until_exists(&server, "job", Duration::from_secs(5));
+    let out = run(redmutex(&server).args(["release", "--ask", "job"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stdout(&out).starts_with("asked to let job go: held by "),
+        "{}",
+        stdout(&out)
+    );
+    let status = wait_child(&mut holder, Duration::from_secs(5));
+    let mut err = String::new();
+    holder
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("asked to let job go: sent SIGUSR1 to the command"),
+        "{err}"
+    );
+    assert_eq!(wait_for_file(&trapped, ms(100)).trim(), "usr1");
+    assert!(!exists(&server, "job"), "released when the command ended");
+
+    // Ignored: the command runs to its end, holding the lock throughout.
+    let mut stubborn = redmutex(&server)
+        .args(["exec", "--ttl", "900ms", "--on-revoke", "none", "job", "--"])
+        .args(["sleep", "1.5"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    until_exists(&server, "job", Duration::from_secs(5));
+    let asked = Instant::now();
+    let out = run(redmutex(&server).args(["release", "--ask", "job"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    thread::sleep(ms(700));
+    assert!(exists(&server, "job"), "kept: a request is not a release");
+    let status = wait_child(&mut stubborn, Duration::from_secs(5));
+    assert_eq!(status.code(), Some(0));
+    assert!(asked.elapsed() >= ms(1_000), "the command ran to its end");
+    let mut err = String::new();
+    stubborn
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(err.contains("ignored (--on-revoke none)"), "{err}");
+
+    let out = run(redmutex(&server).args(["release", "--ask", "job"]));
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("job was not held"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run(redmutex(&server).args(["release", "--ask", "--token", "x", "job"]));
+    assert_eq!(code(&out), 64, "{}", stderr(&out));
+    let out = run(redmutex(&server).args(["exec", "--on-revoke", "BOGUS", "job", "true"]));
+    assert_eq!(code(&out), 64, "{}", stderr(&out));
+    assert!(!exists(&server, "job"));
+}
+
+/// `elect`: a leader asked to step down signals its command (SIGTERM by default), and
+/// the leadership ends with it.
+#[test]
+fn a_leader_asked_to_step_down_signals_its_command() {
+    let server = RedisServer::spawn();
+    let dir = scratch("ask-leader");
+    let trapped = dir.join("trapped");
+    let script = format!(
+        "trap 'echo term > {}; exit 0' TERM; sleep 20 & wait",
+        trapped.display()
+    );
+    let mut leader = redmutex(&server)
+        .args([
+            "elect", "--ttl", "900ms", "leader", "--", "sh", "-c", &script,
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    until_exists(&server, "leader", Duration::from_secs(5));
+    let out = run(redmutex(&server).args(["release", "--ask", "leader"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let status = wait_child(&mut leader, Duration::from_secs(5));
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(wait_for_file(&trapped, ms(100)).trim(), "term");
+    assert!(!exists(&server, "leader"));
+}
