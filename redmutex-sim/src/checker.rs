@@ -16,6 +16,7 @@
 //! | `ttl`, `left-behind` | 5: every key has a TTL; nothing but fence counters outlives its holders |
 //! | `quorum` | Networks: on Redlock, a try fails for want of a node only if something hindered that node (frozen, down, restarting, its link slowed or cut, the process paused): a quorum of healthy nodes is enough |
 //! | `guarded` | 12: a holder's guarded write that ran finds its own mark once it wrote one (no other holder's write landed between two of its own), and a late holder's lands only while it still holds |
+//! | `ask` | 14: a holder hears a request to let go only if one was made for its name while it held (a request names the holders of its moment, never a later one) |
 //! | `liveness` | 8, 9, principle 12: once faults stop, a waiter with wake-up is served within [`SERVED_WITHIN`] of its name being free |
 //!
 //! A holder is vouched for only while the conditions hold: a breach (a server restarted
@@ -99,6 +100,7 @@ pub fn check(plan: &Plan, history: &History) -> Vec<Violation> {
     observations(history, &mut found);
     healthy_nodes_answer(plan, history, &mut found);
     guarded(history, &mut found);
+    asks(history, &mut found);
     liveness(plan, history, &mut found);
     found.sort_by_key(|v| v.at);
     // A run whose clients spun without time passing was stopped there: what came after
@@ -161,6 +163,35 @@ fn guarded(history: &History, found: &mut Vec<Violation>) {
                     write.found.map(|s| describe(&history.sections[s])),
                     write.section,
                     describe(&history.sections[write.section]),
+                ),
+            });
+        }
+    }
+}
+
+/// Requests to let go (claim 14): a holder that heard one must have been asked — a request
+/// for its name, stored (between its sending and its answer) no earlier than the holder's
+/// acquire was called, and sent no later than the holder heard it. A request made for an
+/// earlier holder never reaches a later one. (A lock of two names hears a request for
+/// either: its sections, one per name, share their task and start.)
+fn asks(history: &History, found: &mut Vec<Violation>) {
+    for section in &history.sections {
+        let Some(heard) = section.heard_ask else {
+            continue;
+        };
+        let held = |name: &str| {
+            (history.sections.iter())
+                .any(|s| s.task == section.task && s.start == section.start && s.name == name)
+        };
+        let asked = (history.asks.iter())
+            .any(|ask| held(ask.name) && ask.sent <= heard && ask.until >= section.asked);
+        if !asked {
+            found.push(Violation {
+                rule: "ask",
+                at: heard,
+                text: format!(
+                    "heard a request to let go that nobody made while it held: {}",
+                    describe(section)
                 ),
             });
         }
@@ -863,6 +894,58 @@ mod tests {
 
     fn secs(s: f64) -> Duration {
         Duration::from_secs_f64(s)
+    }
+
+    /// A kept-alive holder of `name` from 1 s (asked at 0.9 s) that heard a request at
+    /// 2 s, with the given requests (name, sent, answered).
+    fn ask_rule(asks: &[(&'static str, f64, f64)]) -> Vec<&'static str> {
+        let section = Section {
+            task: 0,
+            process: 0,
+            primitive: Primitive::Lock,
+            style: crate::plan::Style::Lease,
+            name: "job",
+            fence: None,
+            asked: secs(0.9),
+            start: secs(1.0),
+            valid: secs(3.0),
+            keep_until: None,
+            last_act: None,
+            overran: false,
+            released: Some(secs(2.1)),
+            release_held: Some(true),
+            told_lost: None,
+            heard_ask: Some(secs(2.0)),
+            shortened: false,
+        };
+        let history = History {
+            sections: vec![section],
+            asks: (asks.iter())
+                .map(|&(name, sent, until)| crate::history::Ask {
+                    task: 1,
+                    name,
+                    sent: secs(sent),
+                    until: secs(until),
+                })
+                .collect(),
+            ..History::default()
+        };
+        let mut found = Vec::new();
+        super::asks(&history, &mut found);
+        found.iter().map(|v| v.rule).collect()
+    }
+
+    #[test]
+    fn a_holder_hears_a_request_only_if_one_was_made_while_it_held() {
+        assert_eq!(ask_rule(&[]), ["ask"]);
+        assert!(ask_rule(&[("job", 1.5, 1.6)]).is_empty());
+        // Stored while its acquire was under way: it may have held on the server already.
+        assert!(ask_rule(&[("job", 0.8, 0.95)]).is_empty());
+        // Answered before it asked for the lock: a request for an earlier holder.
+        assert_eq!(ask_rule(&[("job", 0.5, 0.8)]), ["ask"]);
+        // Sent after it heard one; or for another name.
+        assert_eq!(ask_rule(&[("job", 2.05, 2.06)]), ["ask"]);
+        assert_eq!(ask_rule(&[("other", 1.5, 1.6)]), ["ask"]);
     }
 
     /// A fair waiter of `line` in process `process`.

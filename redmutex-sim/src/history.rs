@@ -41,6 +41,8 @@ pub struct Section {
     pub release_held: Option<bool>,
     /// When it was told "lost".
     pub told_lost: Option<Duration>,
+    /// When its lease heard a request to let go (`request_release`).
+    pub heard_ask: Option<Duration>,
     /// A refresh set its key to end sooner than it would have: waiters in other processes
     /// learned the longer TTL from their last try.
     pub shortened: bool,
@@ -173,6 +175,20 @@ pub struct GuardedWrite {
     pub found: Option<usize>,
 }
 
+/// One request that whoever holds a name let it go (`request_release`): stored somewhere
+/// between `sent` and `until` — its answer, or, unanswered, the end of the run.
+#[derive(Clone, Debug)]
+pub struct Ask {
+    /// The task that asked.
+    pub task: usize,
+    /// The name asked about.
+    pub name: &'static str,
+    /// When it was sent.
+    pub sent: Duration,
+    /// When it answered (or, unanswered, the end of the run).
+    pub until: Duration,
+}
+
 /// One sample of what the servers hold, per name: whether an acquire of each primitive
 /// could succeed now.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -223,4 +239,6 @@ pub struct History {
     pub guarded: Vec<GuardedWrite>,
     /// The fenced store: per name, the highest fence it accepted.
     pub highest: Vec<(&'static str, u64)>,
+    /// Every request to let go.
+    pub asks: Vec<Ask>,
 }

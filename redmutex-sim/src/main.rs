@@ -183,6 +183,10 @@ fn sweep(cli: &Cli, scale: Scale) -> bool {
         found.speed(),
         found.requests / found.runs.max(1)
     );
+    println!(
+        "  {} requests to let go, heard by {} holders",
+        found.asks.0, found.asks.1
+    );
     for (rule, (count, first)) in &found.rules {
         println!(
             "  {rule}: {count} runs, first seed {first} (replay: redmutex-sim --seed {first}{})",

@@ -35,6 +35,8 @@ pub struct Sweep {
     pub covered: BTreeMap<String, u64>,
     /// Sections recorded (critical sections held), over all runs.
     pub sections: u64,
+    /// Requests to let go made, and sections that heard one, over all runs.
+    pub asks: (u64, u64),
     /// Per replicated topology ("replicated", "replicated-wait"): runs with a failover,
     /// and how many of them lost a lock, a permit, a minimum hold or fence order to it
     /// ([`lost_to_failover`]; with replica confirmation,
@@ -87,7 +89,12 @@ pub fn sweep(
                     entry.1 += u64::from(lost);
                 }
                 sweep.runs += 1;
-                sweep.sections += report.outcome.history.sections.len() as u64;
+                let history = &report.outcome.history;
+                sweep.sections += history.sections.len() as u64;
+                sweep.asks.0 += history.asks.len() as u64;
+                sweep.asks.1 += (history.sections.iter())
+                    .filter(|s| s.heard_ask.is_some())
+                    .count() as u64;
                 for what in covered(&report.plan) {
                     *sweep.covered.entry(what).or_insert(0) += 1;
                 }

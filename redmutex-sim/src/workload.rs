@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use redmutex::{retry, Acquire, Error, KeepAlive, Lock, Locker, Writes};
 
-use crate::history::{Attempt, FailedTry, GuardedWrite, Observation, Section, Watch};
+use crate::history::{Ask, Attempt, FailedTry, GuardedWrite, Observation, Section, Watch};
 use crate::net::{precise_sleep_until, SimConn};
 use crate::plan::{Primitive, Role, Style, TaskPlan};
 use crate::rng::Rng;
@@ -294,6 +294,7 @@ impl Task {
                 released: None,
                 release_held: None,
                 told_lost: None,
+                heard_ask: None,
                 shortened: false,
             }));
         first
@@ -527,12 +528,20 @@ impl Task {
                 let hold = self.rng.between(Duration::ZERO, ttl * 3);
                 let until = tokio::time::Instant::now() + hold;
                 let gap = (ttl / 4).max(Duration::from_millis(5));
+                let mut heard = false;
                 loop {
                     // Told "lost" at once, not at the next act: from then on it is not
-                    // vouched for.
+                    // vouched for. Asked to let go, it lets go after this act.
                     let told = tokio::select! {
                         biased;
                         _ = lease.lost() => true,
+                        () = lease.release_requested(), if !heard => {
+                            heard = true;
+                            let at = self.world.now();
+                            self.edit(section, |s| s.heard_ask = Some(at));
+                            self.world.note(|| format!("t{}: asked to let go", self.index));
+                            false
+                        }
                         () = tokio::time::sleep(gap) => false,
                     };
                     if told {
@@ -578,7 +587,7 @@ impl Task {
                         held.write_if_held(&w).await
                     }))
                     .await;
-                    if now >= until || self.over() {
+                    if now >= until || heard || self.over() {
                         break;
                     }
                 }
@@ -787,10 +796,11 @@ impl Task {
         }
     }
 
-    /// An operator forces the release of whatever holds the name: half the time with the
-    /// lock-delay (`force_release`: a tombstone keeps everyone out until the holder's TTL
-    /// ends — no excuse for any claim, which the checker holds it to), half the time at
-    /// once (`force_release_now`, which breaks exclusion until the holder notices).
+    /// An operator asks whoever holds the name to let go (`request_release`: a request,
+    /// no excuse for any claim; a kept-alive holder that hears it lets go), or forces the
+    /// release: with the lock-delay (`force_release`: a tombstone keeps everyone out until
+    /// the holder's TTL ends — no excuse either), or at once (`force_release_now`, which
+    /// breaks exclusion until the holder notices); a third of the time each.
     async fn force(&mut self) {
         let pause = self
             .rng
@@ -799,6 +809,9 @@ impl Task {
         self.gate().await;
         if self.over() {
             return;
+        }
+        if self.rng.chance(1.0 / 3.0) {
+            return self.ask().await;
         }
         let at_once = self.rng.chance(0.5);
         if !at_once {
@@ -840,6 +853,40 @@ impl Task {
                 self.index,
                 self.name(),
                 taken.as_ref().map(|t| t.as_ref().map(|l| l.kind))
+            )
+        });
+    }
+}
+
+impl Task {
+    /// `request_release` of the name, recorded open-ended before the call (it may be
+    /// stored whether or not the task lives to see the answer) and closed at the answer.
+    async fn ask(&mut self) {
+        let sent = self.world.now();
+        let open = self.end + crate::plan::SETTLE;
+        let index = {
+            let mut history = self.world.history();
+            history.asks.push(Ask {
+                task: self.index,
+                name: self.name(),
+                sent,
+                until: open,
+            });
+            history.asks.len() - 1
+        };
+        let asked = self.locker.request_release(self.name()).await;
+        if asked.is_ok() {
+            let now = self.world.now();
+            self.world.history().asks[index].until = now;
+        }
+        self.world.note(|| {
+            format!(
+                "t{}: asked the holders of {} to let go: {:?}",
+                self.index,
+                self.name(),
+                asked
+                    .as_ref()
+                    .map(|a| a.as_ref().map(|l| (l.kind, l.holder_count)))
             )
         });
     }
