@@ -10,7 +10,7 @@ ensure_redis
 if [ -z "${REDMUTEX_PREBUILT:-}" ]; then
     cargo build -q -p testkit --bin with-redis -p redmutex --examples --all-features
 fi
-examples="must_acquire try_once_or_retry ttl_refresh metadata multi_key keep_alive fenced_storage guarded_writes forced_release semaphore fair_lock rw_lock election at_most_once_per_period redlock blocking"
+examples="must_acquire try_once_or_retry ttl_refresh metadata multi_key keep_alive fenced_storage guarded_writes forced_release polite_revocation semaphore fair_lock rw_lock election at_most_once_per_period redlock blocking"
 exec target/debug/with-redis --nodes 5 bash -c '
     set -e
     for example in '"$examples"'; do
