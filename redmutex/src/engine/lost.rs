@@ -2,7 +2,7 @@
 //! watchers, and the margin by which a loss is announced before the validity ends.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -77,9 +77,11 @@ impl std::error::Error for LostReason {}
 pub(crate) struct LeaseState {
     reason: OnceLock<LostReason>,
     cancel: CancellationToken,
-    /// Cancelled when a renewal finds that another process asked this holder to let go
-    /// (`Locker::request_release`).
-    asked: CancellationToken,
+    /// Set when a renewal finds that another process asked this holder to let go
+    /// (`Locker::request_release`), and whoever waits for that is woken. (A flag and a
+    /// `Notify`, which allocate nothing: every lease has them.)
+    asked: AtomicBool,
+    asked_notify: tokio::sync::Notify,
     valid_until: Mutex<Instant>,
     renewals: AtomicU64,
 }
@@ -89,7 +91,8 @@ impl LeaseState {
         LeaseState {
             reason: OnceLock::new(),
             cancel: CancellationToken::new(),
-            asked: CancellationToken::new(),
+            asked: AtomicBool::new(false),
+            asked_notify: tokio::sync::Notify::new(),
             valid_until: Mutex::new(valid_until),
             renewals: AtomicU64::new(0),
         }
@@ -115,17 +118,27 @@ impl LeaseState {
     /// Records that another process asked the holder to let go, and wakes whoever waits
     /// for that.
     pub(crate) fn ask_release(&self) {
-        self.asked.cancel();
+        self.asked.store(true, Ordering::Release);
+        self.asked_notify.notify_waiters();
     }
 
     /// Whether another process asked the holder to let go.
     pub(crate) fn release_requested(&self) -> bool {
-        self.asked.is_cancelled()
+        self.asked.load(Ordering::Acquire)
     }
 
     /// Completes once another process asked the holder to let go.
     pub(crate) async fn asked(&self) {
-        self.asked.cancelled().await;
+        loop {
+            // Registered before the flag is read, so that a request between the two wakes it.
+            let notified = self.asked_notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.release_requested() {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// Why the lease ended, if it has.
