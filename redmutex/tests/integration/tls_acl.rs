@@ -275,6 +275,19 @@ async fn the_minimal_acl_rule_is_enough_for_every_primitive() {
         );
     }
     leadership.resign().await.unwrap();
+
+    // A request to let go (its key beside the lock's, `SADD`), heard by a kept-alive
+    // holder's renewal (`SISMEMBER`), for a key with a hash tag too.
+    for key in ["asked", "{tagged}:asked"] {
+        let lease = locker.acquire(key, ms(600)).await.unwrap();
+        let lease = lease.keep_alive().unwrap();
+        assert!(locker.request_release(key).await.unwrap().is_some());
+        tokio::time::timeout(ms(1_000), lease.release_requested())
+            .await
+            .expect("heard at its next renewal");
+        assert!(!lease.is_lost());
+        lease.release().await.unwrap();
+    }
 }
 
 /// A user without the rule's commands gets an error that says "no permission", not
