@@ -54,7 +54,7 @@ pub async fn elect<C: Connection>(
         };
         outage.answered();
         crate::output::say(&format!("leading in term {}", leadership.term()));
-        match exec::hold(leadership.into_lease(), &job, &program).await {
+        match exec::hold(leadership, &job, &program).await {
             Err(failure) if args.again && failure.code == exit::LOST => {
                 crate::output::say(&format!("{}; campaigning again", failure.message));
             }

@@ -481,7 +481,7 @@ impl Sections<'_> {
         };
         let start = now_ns();
         let term = leadership.term();
-        let decision = hold_lease(leadership.into_lease(), rng, self.args.ttl_ms).await;
+        let decision = hold_lease(leadership, rng, self.args.ttl_ms).await;
         self.finish(key, (asked, start, term), decision).await;
         Ok(())
     }

@@ -579,18 +579,24 @@ pub struct Lease<C: Connection, P: Send + Sync + 'static = Keys> {
 }
 
 impl<C: Connection, P: Send + Sync + 'static> Lease<C, P> {
-    fn new(inner: crate::Lease<C, P>, runtime: Runtime) -> Lease<C, P> {
+    pub(super) fn new(inner: crate::Lease<C, P>, runtime: Runtime) -> Lease<C, P> {
         Lease {
             inner: Some(inner),
             runtime,
         }
     }
 
-    fn inner(&self) -> &crate::Lease<C, P> {
+    pub(super) fn inner(&self) -> &crate::Lease<C, P> {
         self.inner.as_ref().expect("held until given up")
     }
 
-    fn take(mut self) -> (crate::Lease<C, P>, Runtime) {
+    /// The async lease, to change, and the runtime to run the change on.
+    pub(super) fn parts_mut(&mut self) -> (&mut crate::Lease<C, P>, &Runtime) {
+        let inner = self.inner.as_mut().expect("held until given up");
+        (inner, &self.runtime)
+    }
+
+    pub(super) fn take(mut self) -> (crate::Lease<C, P>, Runtime) {
         let inner = self.inner.take().expect("held until given up");
         (inner, self.runtime.clone())
     }

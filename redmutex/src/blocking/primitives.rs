@@ -3,19 +3,16 @@
 
 use std::future::IntoFuture;
 use std::pin::Pin;
-use std::time::{Duration, Instant as StdInstant};
+use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
-use tokio_util::sync::CancellationToken;
 
-use super::guard::Acquire;
+use super::guard::{Acquire, Lease};
 use super::runtime::Runtime;
-use super::RELEASE_WAIT_ON_DROP;
 use crate::connection::Connection;
-use crate::engine::lost::{LostReason, LostSignal};
 use crate::engine::tally::FailedTry;
 use crate::error::Error;
-use crate::primitives::election::Leader;
+use crate::primitives::election::{ElectionKey, Leader};
 use crate::primitives::fair::{FairKey, FairLockInfo};
 use crate::primitives::rwlock::{ReadKey, RwLockInfo, WriteKey};
 use crate::primitives::semaphore::{Permits, SemaphoreInfo};
@@ -637,15 +634,13 @@ impl<C: Connection> Campaign<C> {
     /// ```
     pub fn call(self) -> Result<Leadership<C>, Error> {
         let inner = self.runtime.call(self.inner.into_future())??;
-        Ok(Leadership {
-            inner: Some(inner),
-            runtime: self.runtime,
-        })
+        Ok(Lease::new(inner, self.runtime))
     }
 }
 
-/// Leadership, kept alive in the background: [`crate::Leadership`], with blocking calls.
-/// Dropping it resigns, waiting at most [`RELEASE_WAIT_ON_DROP`].
+/// Leadership, kept alive in the background: [`crate::Leadership`], with blocking calls —
+/// the blocking [`Lease`] over the election's key, with its term and value, proclaiming
+/// and resigning. Dropping it resigns, waiting at most [`RELEASE_WAIT_ON_DROP`](super::RELEASE_WAIT_ON_DROP).
 ///
 /// ```
 /// # fn main() -> Result<(), redmutex::Error> {
@@ -657,37 +652,10 @@ impl<C: Connection> Campaign<C> {
 /// assert_eq!(election.leader()?, None);
 /// # Ok(()) }
 /// ```
-#[must_use = "dropping a Leadership resigns it"]
-pub struct Leadership<C: Connection> {
-    inner: Option<crate::Leadership<C>>,
-    runtime: Runtime,
-}
+pub type Leadership<C> = Lease<C, ElectionKey>;
 
-impl<C: Connection> Leadership<C> {
-    fn inner(&self) -> &crate::Leadership<C> {
-        self.inner.as_ref().expect("held until given up")
-    }
-
-    /// Runs `writes` only while this candidate leads:
-    /// [`crate::Leadership::write_if_held`].
-    ///
-    /// # Errors
-    /// As the async call; [`Error::InsideRuntime`].
-    ///
-    /// ```
-    /// # fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::blocking::Locker::in_memory()?;
-    /// let leadership = locker.election("scheduler")?.campaign("host-7").call()?;
-    /// let mut writes = redmutex::Writes::new();
-    /// writes.add(redis::cmd("SET").arg("schedule:next").arg("03:00"), ["schedule:next"]);
-    /// leadership.write_if_held(&writes)?;
-    /// # leadership.resign()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn write_if_held(&self, writes: &crate::Writes) -> Result<Vec<redis::Value>, Error> {
-        self.runtime.call(self.inner().write_if_held(writes))?
-    }
-
+/// What only a leadership has: its term and value, proclaiming and resigning.
+impl<C: Connection> Lease<C, ElectionKey> {
     /// The term: a fence above every earlier leader's.
     ///
     /// ```
@@ -721,121 +689,6 @@ impl<C: Connection> Leadership<C> {
         self.inner().value()
     }
 
-    /// Until when it certainly leads, as of the last renewal.
-    ///
-    /// ```
-    /// # fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::blocking::Locker::in_memory()?;
-    /// use std::time::{Duration, Instant};
-    /// let election = locker.election("scheduler")?;
-    /// let leadership = election.campaign("host-7").call()?;
-    /// let left = leadership.valid_until().saturating_duration_since(Instant::now());
-    /// assert!(left > Duration::ZERO && left <= election.ttl());
-    /// # Ok(()) }
-    /// ```
-    pub fn valid_until(&self) -> StdInstant {
-        self.inner().valid_until().into_std()
-    }
-
-    /// Whether the leadership has ended.
-    ///
-    /// ```
-    /// # fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::blocking::Locker::in_memory()?;
-    /// let leadership = locker.election("scheduler")?.campaign("host-7").call()?;
-    /// for _step in 0..3 {
-    ///     if leadership.is_lost() {
-    ///         break; // someone else may lead now: stop at once
-    ///     }
-    ///     // ... a step of the leader's work ...
-    /// }
-    /// assert!(!leadership.is_lost());
-    /// # Ok(()) }
-    /// ```
-    pub fn is_lost(&self) -> bool {
-        self.inner().is_lost()
-    }
-
-    /// Whether another process asked this leader to step down:
-    /// [`crate::Leadership::is_release_requested`].
-    ///
-    /// ```
-    /// # fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::blocking::Locker::in_memory()?;
-    /// use std::time::Duration;
-    /// let election = locker.election("scheduler")?.with_ttl(Duration::from_millis(300))?;
-    /// let leadership = election.campaign("host-7").call()?;
-    /// locker.request_release("scheduler")?; // an operator, before maintenance
-    /// while !leadership.is_release_requested() {
-    ///     std::thread::sleep(Duration::from_millis(50)); // leading meanwhile
-    /// }
-    /// leadership.resign()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn is_release_requested(&self) -> bool {
-        self.inner().is_release_requested()
-    }
-
-    /// A clonable view of the leadership's fate, for other threads.
-    ///
-    /// ```
-    /// # fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::blocking::Locker::in_memory()?;
-    /// let leadership = locker.election("scheduler")?.campaign("host-7").call()?;
-    /// let signal = leadership.signal();
-    /// let worker = std::thread::spawn(move || {
-    ///     while !signal.is_lost() {
-    ///         std::thread::yield_now(); // ... a step of the leader's work ...
-    ///     }
-    ///     signal.reason()
-    /// });
-    /// leadership.resign()?;
-    /// assert!(matches!(worker.join().unwrap(), Some(redmutex::LostReason::Released)));
-    /// # Ok(()) }
-    /// ```
-    pub fn signal(&self) -> LostSignal {
-        self.inner().signal()
-    }
-
-    /// A token cancelled when the leadership ends.
-    ///
-    /// ```
-    /// # fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::blocking::Locker::in_memory()?;
-    /// let leadership = locker.election("scheduler")?.campaign("host-7").call()?;
-    /// let token = leadership.cancellation_token(); // for async work: `token.cancelled().await`
-    /// assert!(!token.is_cancelled());
-    /// leadership.resign()?;
-    /// assert!(token.is_cancelled());
-    /// # Ok(()) }
-    /// ```
-    pub fn cancellation_token(&self) -> CancellationToken {
-        self.inner().cancellation_token()
-    }
-
-    /// Waits until the leadership ends, and says why.
-    ///
-    /// # Errors
-    /// [`Error::InsideRuntime`] only.
-    ///
-    /// ```
-    /// # fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::blocking::Locker::in_memory()?;
-    /// use std::sync::Arc;
-    /// let leadership = Arc::new(locker.election("scheduler")?.campaign("host-7").call()?);
-    /// let watched = Arc::clone(&leadership);
-    /// std::thread::spawn(move || match watched.lost() {
-    ///     Ok(reason) => eprintln!("no longer leading: {reason}"),
-    ///     Err(e) => eprintln!("cannot wait here: {e}"),
-    /// });
-    /// // ... lead; the watcher thread learns of a loss as soon as it happens ...
-    /// assert!(!leadership.is_lost());
-    /// # Ok(()) }
-    /// ```
-    pub fn lost(&self) -> Result<LostReason, Error> {
-        self.runtime.call(self.inner().lost())
-    }
-
     /// Tells everyone a new value: [`crate::Leadership::proclaim`].
     ///
     /// # Errors
@@ -851,8 +704,8 @@ impl<C: Connection> Leadership<C> {
     /// # Ok(()) }
     /// ```
     pub fn proclaim(&mut self, value: impl Into<String>) -> Result<(), Error> {
-        let inner = self.inner.as_mut().expect("held until given up");
-        self.runtime.call(inner.proclaim(value))?
+        let (inner, runtime) = self.parts_mut();
+        runtime.call(inner.proclaim(value))?
     }
 
     /// Steps down: [`crate::Leadership::resign`].
@@ -871,28 +724,8 @@ impl<C: Connection> Leadership<C> {
     /// assert!(next.term() > 0);
     /// # Ok(()) }
     /// ```
-    pub fn resign(mut self) -> Result<(), Error> {
-        let inner = self.inner.take().expect("held until given up");
-        self.runtime.call(inner.resign())?
-    }
-}
-
-impl<C: Connection> std::fmt::Debug for Leadership<C> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.inner {
-            Some(inner) => inner.fmt(f),
-            None => f.write_str("Leadership(given up)"),
-        }
-    }
-}
-
-impl<C: Connection> Drop for Leadership<C> {
-    fn drop(&mut self) {
-        if let Some(inner) = self.inner.take() {
-            let resign = async move {
-                let _ = inner.resign().await;
-            };
-            self.runtime.finish(resign, RELEASE_WAIT_ON_DROP);
-        }
+    pub fn resign(self) -> Result<(), Error> {
+        let (inner, runtime) = self.take();
+        runtime.call(inner.resign())?
     }
 }

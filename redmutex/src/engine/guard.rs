@@ -174,6 +174,11 @@ impl<C: Connection, P> Lock<C, P> {
         self.metadata.as_deref()
     }
 
+    /// Replaces the metadata kept here, once the server has the new one.
+    pub(crate) fn set_metadata(&mut self, metadata: String) {
+        self.metadata = Some(metadata);
+    }
+
     /// This acquisition's fencing token: greater than the fence of every earlier holder of
     /// any of its keys (see [Fencing tokens](crate#fencing-tokens)). Pass it with every
     /// write to the resource the lock guards, and have the resource refuse writes with a

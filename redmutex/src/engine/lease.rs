@@ -307,6 +307,14 @@ impl<C: Connection, P> Lease<C, P> {
         self.lock.as_ref().expect("present until consumed")
     }
 
+    /// Replaces the metadata kept with the claim (an election's proclaimed value, once the
+    /// server has it).
+    pub(crate) fn set_metadata(&mut self, metadata: String) {
+        if let Some(lock) = self.lock.as_mut() {
+            lock.set_metadata(metadata);
+        }
+    }
+
     /// The owner's token.
     ///
     /// ```

@@ -10,7 +10,6 @@ use std::time::Duration;
 use futures_util::Stream;
 use redis::{Cmd, ScriptInvocation};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::args::{self, Keys};
 use crate::connection::Connection;
@@ -18,7 +17,6 @@ use crate::engine::acquire::Acquire;
 use crate::engine::context::Context;
 use crate::engine::inspect::{KeyView, LockInfo};
 use crate::engine::lease::{KeepAlive, Lease};
-use crate::engine::lost::{LostReason, LostSignal};
 use crate::engine::waiting::Waiting;
 use crate::error::{Argument, Error};
 use crate::primitives::mutex;
@@ -27,7 +25,6 @@ use crate::scripts::{
     operations, send_notice, Call, Change, Claim, Conn, Obtain, ObtainTry, Operations,
 };
 use crate::token::Token;
-use crate::writes::Writes;
 
 operations!(
     "primitives/election.lua";
@@ -472,13 +469,9 @@ impl<'a, C: Connection> std::future::IntoFuture for Campaign<'a, C> {
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(async move {
             let lock = self.acquire.await?;
-            let term = lock.fence().await?;
-            let value = lock.metadata().unwrap_or_default().to_owned();
-            Ok(Leadership {
-                lease: lock.keep_alive()?,
-                value,
-                term,
-            })
+            // The term, kept with the lock (`Lease::term`).
+            lock.fence().await?;
+            lock.keep_alive()
         })
     }
 }
@@ -542,9 +535,10 @@ fn observers_channel(key: &[u8]) -> Vec<u8> {
     [key, b":~e"].concat()
 }
 
-/// A leader's hold on an election: its term, its value, and the [`Lease`] that keeps it
-/// (renewed in the background; its lost signal says the leadership is over). Dropping it
-/// resigns in the background.
+/// A leader's hold on an election: the [`Lease`] over the election's key, with its
+/// [`term`](Lease::term) and [`value`](Lease::value), and [`proclaim`](Lease::proclaim) and
+/// [`resign`](Lease::resign) besides everything a lease does (renewed in the background;
+/// its lost signal says the leadership is over). Dropping it resigns in the background.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -559,24 +553,10 @@ fn observers_channel(key: &[u8]) -> Vec<u8> {
 /// assert_eq!(election.leader().await?, None);
 /// # Ok(()) }
 /// ```
-#[must_use = "dropping a Leadership resigns it"]
-pub struct Leadership<C: Connection> {
-    lease: Lease<C, ElectionKey>,
-    value: String,
-    term: u64,
-}
+pub type Leadership<C> = Lease<C, ElectionKey>;
 
-impl<C: Connection> std::fmt::Debug for Leadership<C> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Leadership")
-            .field("term", &self.term)
-            .field("value", &self.value)
-            .field("lost", &self.lease.is_lost())
-            .finish_non_exhaustive()
-    }
-}
-
-impl<C: Connection> Leadership<C> {
+/// What only a leadership has: its term and value, proclaiming and resigning.
+impl<C: Connection> Lease<C, ElectionKey> {
     /// The term: the fence taken when this candidate won, above every earlier leader's —
     /// pass it to resources that must refuse a deposed leader's writes.
     ///
@@ -594,7 +574,8 @@ impl<C: Connection> Leadership<C> {
     /// # Ok(()) }
     /// ```
     pub fn term(&self) -> u64 {
-        self.term
+        // Taken as it was won (see `Campaign`); never missing.
+        self.fence_if_taken().unwrap_or_default()
     }
 
     /// The value it leads with (campaigned with, or proclaimed since).
@@ -611,7 +592,7 @@ impl<C: Connection> Leadership<C> {
     /// # Ok(()) }
     /// ```
     pub fn value(&self) -> &str {
-        &self.value
+        self.metadata().unwrap_or_default()
     }
 
     /// Sets the leader's value for everyone to read, announced to observers; the lease's
@@ -645,7 +626,7 @@ impl<C: Connection> Leadership<C> {
     pub async fn proclaim(&mut self, value: impl Into<String>) -> Result<(), Error> {
         let value = value.into();
         args::check_metadata(&value)?;
-        let lock = self.lease.lock();
+        let lock = self.lock();
         let mut call = PROCLAIM.script().prepare_invoke();
         call.key(lock.what().key())
             .arg(lock.token().as_bytes())
@@ -655,13 +636,13 @@ impl<C: Connection> Leadership<C> {
             claim: lock.what().clone(),
             call,
         };
-        let ttl_ms = args::ttl_millis(self.lease.lease_ttl())?;
+        let ttl_ms = args::ttl_millis(self.lease_ttl())?;
         let backend = &lock.context().backend;
-        let valid_until = Some(self.lease.valid_until());
+        let valid_until = Some(self.valid_until());
         backend
             .refresh(&via, &lock.token(), ttl_ms, valid_until)
             .await?;
-        self.value = value;
+        self.set_metadata(value);
         Ok(())
     }
 
@@ -688,214 +669,7 @@ impl<C: Connection> Leadership<C> {
     /// # Ok(()) }
     /// ```
     pub async fn resign(self) -> Result<(), Error> {
-        self.lease.release().await
-    }
-
-    /// Runs `writes` in Redis only while this candidate leads — "write only while I lead" —
-    /// the check and the commands in one call (see [`Lock::write_if_held`](crate::Lock::write_if_held)): a deposed
-    /// leader's late writes land nowhere.
-    ///
-    /// # Errors
-    /// As [`Lock::write_if_held`](crate::Lock::write_if_held): [`Error::NotHeld`] once the leadership is lost (nothing
-    /// ran).
-    ///
-    /// # Cancel safety
-    /// As [`Lock::write_if_held`](crate::Lock::write_if_held): the commands may or may not have run.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::Locker::in_memory();
-    /// use std::time::Duration;
-    /// let leadership = locker.election("scheduler")?.campaign("host-7").await?;
-    /// let mut writes = redmutex::Writes::new();
-    /// writes.add(redis::cmd("SET").arg("schedule:next").arg("03:00"), ["schedule:next"]);
-    /// leadership.write_if_held(&writes).await?;
-    /// locker.connection().take_over("scheduler", Duration::from_secs(60)); // deposed
-    /// assert!(leadership.write_if_held(&writes).await.unwrap_err().is_not_held());
-    /// # Ok(()) }
-    /// ```
-    pub async fn write_if_held(&self, writes: &Writes) -> Result<Vec<redis::Value>, Error> {
-        self.lease.write_if_held(writes).await
-    }
-
-    /// Waits until the leadership is lost, and says why (see [`Lease::lost`]).
-    ///
-    /// # Cancel safety
-    /// Cancel safe.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::Locker::in_memory();
-    /// use std::time::Duration;
-    /// let leadership = locker.election("scheduler")?.campaign("host-7:8080").await?;
-    /// locker.connection().take_over("scheduler", Duration::from_secs(60)); // someone else's now
-    /// let reason = leadership.lost().await; // noticed at the next renewal
-    /// assert!(matches!(reason, redmutex::LostReason::NotHeld));
-    /// # Ok(()) }
-    /// ```
-    pub async fn lost(&self) -> LostReason {
-        self.lease.lost().await
-    }
-
-    /// Whether the leadership is lost (see [`Lease::is_lost`]).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::Locker::in_memory();
-    /// use std::time::Duration;
-    /// let election = locker.election("scheduler")?;
-    /// let leadership = election.campaign("host-7:8080").await?;
-    /// locker.connection().expire_now("scheduler");
-    /// assert!(!leadership.is_lost()); // not known yet...
-    /// tokio::time::sleep(election.ttl() / 2).await;
-    /// assert!(leadership.is_lost()); // ...but after the next renewal
-    /// # Ok(()) }
-    /// ```
-    pub fn is_lost(&self) -> bool {
-        self.lease.is_lost()
-    }
-
-    /// Waits until another process asks this leader to step down
-    /// ([`Locker::request_release`](crate::Locker::request_release), heard at the next
-    /// renewal; see [`Lease::release_requested`]). The leadership holds until it resigns.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: it only waits.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::Locker::in_memory();
-    /// let leadership = locker.election("scheduler")?.campaign("host-7:8080").await?;
-    /// locker.request_release("scheduler").await?; // an operator, before maintenance
-    /// leadership.release_requested().await;
-    /// assert!(leadership.is_release_requested() && !leadership.is_lost());
-    /// leadership.resign().await?; // hand over at a safe point
-    /// # Ok(()) }
-    /// ```
-    pub async fn release_requested(&self) {
-        self.lease.release_requested().await;
-    }
-
-    /// Whether another process asked this leader to step down (see
-    /// [`release_requested`](Leadership::release_requested)).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::Locker::in_memory();
-    /// let leadership = locker.election("scheduler")?.campaign("host-7:8080").await?;
-    /// assert!(!leadership.is_release_requested());
-    /// # leadership.resign().await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn is_release_requested(&self) -> bool {
-        self.lease.is_release_requested()
-    }
-
-    /// The lost signal, to hand to other tasks (see [`Lease::signal`]).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::Locker::in_memory();
-    /// let leadership = locker.election("scheduler")?.campaign("host-7:8080").await?;
-    /// let signal = leadership.signal();
-    /// let watcher = tokio::spawn(async move { signal.lost().await });
-    /// leadership.resign().await?;
-    /// assert!(matches!(watcher.await.unwrap(), redmutex::LostReason::Released));
-    /// # Ok(()) }
-    /// ```
-    pub fn signal(&self) -> LostSignal {
-        self.lease.signal()
-    }
-
-    /// A token cancelled when the leadership is lost (see [`Lease::cancellation_token`]).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::Locker::in_memory();
-    /// let leadership = locker.election("scheduler")?.campaign("host-7:8080").await?;
-    /// let token = leadership.cancellation_token();
-    /// let scheduler = tokio::spawn(async move {
-    ///     token.cancelled().await; // ... schedules jobs until then ...
-    ///     "stopped"
-    /// });
-    /// locker.connection().expire_now("scheduler");
-    /// assert_eq!(scheduler.await.unwrap(), "stopped"); // at the next renewal
-    /// # drop(leadership);
-    /// # Ok(()) }
-    /// ```
-    pub fn cancellation_token(&self) -> CancellationToken {
-        self.lease.cancellation_token()
-    }
-
-    /// Until when this leadership is valid at least, on this client's monotonic clock.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::Locker::in_memory();
-    /// use tokio::time::Instant;
-    /// let election = locker.election("scheduler")?;
-    /// let leadership = election.campaign("host-7:8080").await?;
-    /// let left = leadership.valid_until().saturating_duration_since(Instant::now());
-    /// assert!(left > election.ttl() / 2 && left <= election.ttl());
-    /// # drop(leadership);
-    /// # Ok(()) }
-    /// ```
-    pub fn valid_until(&self) -> Instant {
-        self.lease.valid_until()
-    }
-
-    /// Runs `work` while leading: cancelled the moment the leadership is lost (`Err` with
-    /// the reason); resigns when it is done (see [`Lease::run`]).
-    ///
-    /// # Cancel safety
-    /// As [`Lease::run`].
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::Locker::in_memory();
-    /// use std::time::Duration;
-    /// let election = locker.election("scheduler")?;
-    /// let leadership = election.campaign("host-7:8080").await?;
-    /// let scheduled = leadership.run(async { 3 /* jobs scheduled */ }).await;
-    /// assert!(matches!(scheduled, Ok(3)));
-    /// assert_eq!(election.leader().await?, None); // resigned when done
-    /// let leadership = election.campaign("host-7:8080").await?;
-    /// locker.connection().take_over("scheduler", Duration::from_secs(60));
-    /// let cut_short = leadership.run(std::future::pending::<()>()).await;
-    /// assert!(matches!(cut_short, Err(redmutex::LostReason::NotHeld)));
-    /// # Ok(()) }
-    /// ```
-    pub async fn run<F: Future>(self, work: F) -> Result<F::Output, LostReason> {
-        self.lease.run(work).await
-    }
-
-    /// The lease that keeps the leadership.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::Locker::in_memory();
-    /// let election = locker.election("scheduler")?;
-    /// let leadership = election.campaign("host-7:8080").await?;
-    /// let term = leadership.term();
-    /// let lease = leadership.into_lease();
-    /// assert_eq!(lease.fence().await?, term);
-    /// assert_eq!(lease.metadata(), Some("host-7:8080"));
-    /// assert_eq!(lease.lease_ttl(), election.ttl());
-    /// lease.release().await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn into_lease(self) -> Lease<C, ElectionKey> {
-        self.lease
+        self.release().await
     }
 }
 
@@ -907,7 +681,7 @@ impl<C: Connection> Leadership<C> {
 /// # let locker = redmutex::Locker::in_memory();
 /// use redmutex::{ElectionKey, Lease};
 /// let leadership = locker.election("scheduler")?.campaign("host-7:8080").await?;
-/// let lease: Lease<_, ElectionKey> = leadership.into_lease();
+/// let lease: Lease<_, ElectionKey> = leadership; // a leadership is a lease
 /// assert!(!lease.is_lost());
 /// lease.release().await?;
 /// # Ok(()) }
