@@ -210,9 +210,11 @@ fn an_unreachable_server_delays_the_exit_by_a_bounded_time() {
 
 /// The program ends while the connection manager is reconnecting on the runtime that is
 /// ending, to a server that no longer answers: the release handed over is left to the
-/// key's TTL, without a panic report and within the exit bound. (A try that does panic on
-/// the release thread — the manager's timer on the ended runtime — is counted finished:
-/// `background`'s unit test.)
+/// key's TTL, and the process exits 0 within the exit bound. Polling that manager from
+/// redmutex's release thread may panic inside tokio (its reconnection's timer belongs to
+/// the runtime that ended): the panic is caught there and the release counted finished
+/// (`background`'s unit test), its report printed by the panic hook — from that thread
+/// alone, saying just that.
 #[test]
 fn a_release_through_a_manager_reconnecting_at_the_end_exits_cleanly() {
     if std::env::var(CHILD).is_ok() {
@@ -223,7 +225,13 @@ fn a_release_through_a_manager_reconnecting_at_the_end_exits_cleanly() {
         for run in 0..3 {
             let key = format!("reconnecting-{flavour}-{run}");
             let (took, stderr) = child_with_stderr(&server, flavour, "reconnecting", &key);
-            assert!(!stderr.contains("panicked"), "{flavour}: {stderr}");
+            for report in stderr.lines().filter(|line| line.contains("panicked")) {
+                assert!(
+                    report.starts_with("thread 'redmutex-release'")
+                        && stderr.contains("being shutdown"),
+                    "{flavour}: {stderr}"
+                );
+            }
             assert!(
                 took < Duration::from_secs(8),
                 "{flavour}: the exit waited {took:?}"
