@@ -82,7 +82,7 @@ pub struct Job<'a> {
 }
 
 /// The signals `--on-revoke` knows by name (without `SIG`).
-const SIGNALS: [(&str, libc::c_int); 10] = [
+const SIGNALS: [(&str, libc::c_int); 9] = [
     ("TERM", libc::SIGTERM),
     ("INT", libc::SIGINT),
     ("HUP", libc::SIGHUP),
@@ -92,7 +92,6 @@ const SIGNALS: [(&str, libc::c_int); 10] = [
     ("KILL", libc::SIGKILL),
     ("ALRM", libc::SIGALRM),
     ("WINCH", libc::SIGWINCH),
-    ("CONT", libc::SIGCONT),
 ];
 
 /// `SIGTERM`, or `signal 42` for one without a name here.
@@ -114,19 +113,37 @@ pub fn parse_on_revoke(text: &str) -> Result<OnRevoke, String> {
     if upper == "NONE" {
         return Ok(OnRevoke(None));
     }
-    if let Ok(number) = upper.parse::<libc::c_int>() {
-        return match (1..=64).contains(&number) {
-            true => Ok(OnRevoke(Some(number))),
-            false => Err(format!("no signal numbered {number} (1 to 64)")),
-        };
+    let number = match upper.parse::<libc::c_int>() {
+        Ok(number) if (1..=64).contains(&number) => number,
+        Ok(number) => return Err(format!("no signal numbered {number} (1 to 64)")),
+        Err(_) => {
+            let name = upper.strip_prefix("SIG").unwrap_or(&upper);
+            let known = SIGNALS.iter().find(|(known, _)| *known == name);
+            let Some((_, number)) = known else {
+                return Err(format!(
+                    "unknown signal {text:?}: a name (TERM, INT, HUP, QUIT, USR1, USR2, KILL, \
+                     ALRM, WINCH), a number, or none"
+                ));
+            };
+            *number
+        }
+    };
+    // The lock is released when the command ends: a signal that stops it (or continues
+    // it) would keep the lock held by a command that does nothing.
+    let stops = [
+        libc::SIGSTOP,
+        libc::SIGTSTP,
+        libc::SIGTTIN,
+        libc::SIGTTOU,
+        libc::SIGCONT,
+    ];
+    match stops.contains(&number) {
+        true => Err(format!(
+            "signal {number} stops or continues the command rather than asking it to end; \
+             choose one it ends on (TERM, INT, HUP, USR1, …) or none"
+        )),
+        false => Ok(OnRevoke(Some(number))),
     }
-    let name = upper.strip_prefix("SIG").unwrap_or(&upper);
-    (SIGNALS.iter())
-        .find(|(known, _)| *known == name)
-        .map(|(_, number)| OnRevoke(Some(*number)))
-        .ok_or_else(|| {
-            format!("unknown signal {text:?}: a name (TERM, INT, HUP, QUIT, USR1, USR2, KILL, ALRM, WINCH, CONT), a number, or none")
-        })
 }
 
 impl<'a> Job<'a> {
@@ -570,7 +587,19 @@ mod tests {
         assert_eq!(read("SIGHUP"), Ok(Some(libc::SIGHUP)));
         assert_eq!(read("2"), Ok(Some(libc::SIGINT)));
         assert_eq!(read("none"), Ok(None));
-        for bad in ["", "0", "65", "-1", "TERMINATE", "SIG", "1.5"] {
+        for bad in [
+            "",
+            "0",
+            "65",
+            "-1",
+            "TERMINATE",
+            "SIG",
+            "1.5",
+            "19",
+            "STOP",
+            "CONT",
+            "20",
+        ] {
             assert!(read(bad).is_err(), "{bad:?}");
         }
         assert_eq!(signal_name(libc::SIGUSR2), "SIGUSR2");
