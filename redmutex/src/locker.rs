@@ -761,8 +761,9 @@ impl<C: Connection> Locker<C> {
     /// holder to ask). Redlock: asked on every node that answers; what a quorum holds.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a bad key (before any request); [`Error::Redis`] /
-    /// [`Error::NoQuorum`].
+    /// [`Error::InvalidArgument`] for a bad key (before any request), and when the key
+    /// beside it where requests are kept (`{KEY}:ask`) holds something else's data
+    /// (nothing asked); [`Error::Redis`] / [`Error::NoQuorum`].
     ///
     /// # Cancel safety
     /// If cancelled, the request may or may not have been stored; asking again is

@@ -461,8 +461,24 @@ pub(crate) async fn request_release<C: Connection>(
         keys: &keys,
         quorum_only: true,
     };
-    Ok(backend.inspect(&view, &call).await?.pop())
+    match backend.inspect(&view, &call).await {
+        Ok(mut listed) => Ok(listed.pop()),
+        // Something else's data where requests are kept (`listing.lua`): the key cannot
+        // take requests, as a lock key whose companion holds foreign data cannot be taken.
+        Err(Error::Redis(e)) if e.to_string().contains(ASK_TAKEN) => {
+            let reason = format!(
+                "{} holds data of another kind, where requests to release this key are \
+                 kept; nothing was asked",
+                String::from_utf8_lossy(&fence::companion_key(key, Companion::Ask))
+            );
+            Err(Error::invalid(Argument::Key, reason))
+        }
+        Err(e) => Err(e),
+    }
 }
+
+/// What `listing.lua`'s `ask` answers when the key's ask companion holds something else.
+const ASK_TAKEN: &str = "holds data of another kind, where requests to release";
 
 /// What `key` (with the prefix) holds, as a listing would show it; `None` when free.
 pub(crate) async fn describe<C: Connection>(

@@ -173,6 +173,7 @@ async fn nothing_without_a_holder_is_asked_and_the_companion_is_guarded() {
     raw.set("{job}:ask", "someone else's").await;
     let refused = locker.request_release("job").await.unwrap_err();
     assert!(refused.to_string().contains("another kind"), "{refused}");
+    assert!(matches!(refused, Error::InvalidArgument(ref e) if e.argument == Argument::Key));
     tokio::time::sleep(ms(700)).await;
     assert!(!lease.is_lost() && !lease.is_release_requested());
     lease.release().await.unwrap();
