@@ -454,9 +454,10 @@ pub(crate) async fn request_release<C: Connection>(
     key: &[u8],
 ) -> Result<Option<ListedLock>, Error> {
     let keys = [key.to_vec()];
+    let asks = fence::companion_key(key, Companion::Ask);
     let mut call = ASK.script().prepare_invoke();
     add_keys(&mut call, key);
-    call.key(fence::companion_key(key, Companion::Ask));
+    call.key(&asks);
     let view = PageView {
         keys: &keys,
         quorum_only: true,
@@ -469,7 +470,7 @@ pub(crate) async fn request_release<C: Connection>(
             let reason = format!(
                 "{} holds data of another kind, where requests to release this key are \
                  kept; nothing was asked",
-                String::from_utf8_lossy(&fence::companion_key(key, Companion::Ask))
+                String::from_utf8_lossy(&asks)
             );
             Err(Error::invalid(Argument::Key, reason))
         }

@@ -559,17 +559,7 @@ return extend(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
 -- ARGV:    two values per holder, in the same order: its token and the TTL in ms to set.
 -- Returns: one integer per holder: 1 when extended; 2 when extended, and the holder was
 --          asked to release its permits; 0 when not held.
-local results = {}
-local k = 1
-for a = 1, #ARGV, 2 do
-  local held = extend(KEYS[k], KEYS[k + 1], ARGV[a], ARGV[a + 1])
-  if held == 1 and asked(KEYS[k + 2], ARGV[a]) then
-    held = 2
-  end
-  results[#results + 1] = held
-  k = k + 3
-end
-return results
+return renew_holders(extend)
 
 --- op: ttl
 -- 'ttl': KEYS holders, details; ARGV[1] the token.

@@ -53,6 +53,26 @@ local function asked(asks, token)
   return redis.pcall('sismember', asks, token) == 1
 end
 
+-- The keep-alive of holders kept in a sorted set beside their details (a semaphore's
+-- holders, a read-write lock's readers), with `extend`, the primitive's own (1 when it
+-- extended the holder, 0 when not held). KEYS: per holder in the batch, the sorted set,
+-- the details and the key's ask companion; ARGV: per holder, its token and the TTL in ms.
+-- One integer per holder: 1 extended; 2 extended, and asked to let go (see `asked`); 0
+-- not held.
+local function renew_holders(extend)
+  local results = {}
+  local k = 1
+  for a = 1, #ARGV, 2 do
+    local held = extend(KEYS[k], KEYS[k + 1], ARGV[a], ARGV[a + 1])
+    if held == 1 and asked(KEYS[k + 2], ARGV[a]) then
+      held = 2
+    end
+    results[#results + 1] = held
+    k = k + 3
+  end
+  return results
+end
+
 -- Fences stay below 2^53 - 1: beyond it they are no longer exact as Lua numbers or in JSON.
 local FENCE_LIMIT = 9007199254740991
 
