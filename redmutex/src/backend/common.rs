@@ -68,8 +68,8 @@ pub(crate) enum TryResult {
 /// What one renewal call did for one lease.
 pub(crate) enum Renewal {
     /// Extended by a call sent at `sent_at`; valid until `valid_until`. `asked`: another
-    /// process asked this holder to let go (`Locker::request_release`; Redlock: any node
-    /// that renewed it says so).
+    /// process asked this holder to let go (`Locker::request_release`; Redlock: a quorum
+    /// of the nodes that renewed it say so, as a quorum answered the asker).
     Renewed {
         sent_at: Instant,
         valid_until: Instant,

@@ -502,9 +502,12 @@ impl<C: Connection> Quorum<C> {
                     });
                 if failure.agreed >= failure.needed {
                     if let Some(valid_until) = self.valid_until(ttls[lease], started, elapsed) {
-                        // A request to let go is a request: one node's word is enough.
-                        let asked =
-                            (replies.iter()).any(|r| r.as_ref().is_ok_and(|a| a[lease] == 2));
+                        // Heard as the asker was answered: from a quorum of the nodes. (A
+                        // request stored on a minority failed as far as the asker knows.)
+                        let asking = (replies.iter())
+                            .filter(|r| r.as_ref().is_ok_and(|a| a[lease] == 2))
+                            .count();
+                        let asked = asking >= failure.needed;
                         return Renewal::Renewed {
                             sent_at: started,
                             valid_until,

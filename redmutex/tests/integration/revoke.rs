@@ -196,3 +196,28 @@ async fn redlock_holders_hear_it_with_a_node_down() {
     assert!(!lease.is_lost());
     lease.release().await.unwrap();
 }
+
+/// Redlock: a request that failed for want of a quorum (one node emptied, one frozen) is
+/// not heard, though the one node that answered stored it: the asker was told it failed,
+/// and the holder keeps working. Before, one node's word was enough.
+#[tokio::test]
+async fn a_redlock_request_without_a_quorum_is_not_heard() {
+    let servers = RedisServer::spawn_many(3);
+    let holder = Locker::redlock(multiplexed_all(&servers).await).unwrap();
+    let asker = Locker::redlock(multiplexed_all(&servers).await).unwrap();
+    let lease = (holder.acquire("job", ms(3_000)).await.unwrap())
+        .keep_alive()
+        .unwrap();
+    assert_eq!(servers[1].command(&["DEL", "job"]), ":1\r\n");
+    servers[2].pause();
+    let failed = asker.request_release("job").await;
+    servers[2].resume();
+    assert!(matches!(failed, Err(Error::NoQuorum(_))), "{failed:?}");
+    assert_eq!(servers[0].command(&["EXISTS", "{job}:ask"]), ":1\r\n");
+    assert!(
+        !hears(&lease, ms(2_500)).await,
+        "a failed request was heard"
+    );
+    assert!(!lease.is_lost());
+    lease.release().await.unwrap();
+}
