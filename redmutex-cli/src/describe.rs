@@ -63,7 +63,7 @@ pub fn held_by(lock: &ListedLock) -> String {
         (_, Some(first)) => first,
         (_, None) => return "nobody".to_owned(),
     };
-    if more > 0 && lock.kind != LockKind::Readers {
+    if more > 0 {
         text.push_str(&format!(", +{more} more"));
     }
     text

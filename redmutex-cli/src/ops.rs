@@ -276,7 +276,13 @@ pub async fn force_release<C: Connection>(
                 outln!(
                     "released {shown}: {}. {after}{minority}",
                     describe::holding(&lock)
-                )?;
+                )
+                .map_err(|failure| {
+                    Failure::new(
+                        failure.code,
+                        format!("released {shown} by force, but {}", failure.message),
+                    )
+                })?;
                 let _ = writeln!(
                     std::io::stderr(),
                     "{}",
@@ -314,17 +320,34 @@ pub async fn ask_release<C: Connection>(
             Some(lock) if lock.forced > 0 => missed.push(format!(
                 "{shown} was released by force already; nobody to ask"
             )),
-            Some(lock) => outln!(
-                "asked to let {shown} go: {}. Its holder hears it at its next renewal, and \
-                 keeps the lock until it releases it.",
-                describe::holding(&lock)
-            )?,
+            Some(lock) => outln!("{}", asked_line(&shown, &lock)).map_err(|failure| {
+                Failure::new(
+                    failure.code,
+                    format!("asked to let {shown} go, but {}", failure.message),
+                )
+            })?,
             None => missed.push(format!("{shown} was not held")),
         }
     }
     match missed.is_empty() {
         true => Ok(0),
         false => Err(Failure::new(exit::NOT_HELD, missed.join("; "))),
+    }
+}
+
+/// What `release --ask` says it did: whom it asked (one holder, or every holder of a
+/// semaphore or a read-write lock's readers) and what they do with the request.
+fn asked_line(shown: &str, lock: &ListedLock) -> String {
+    let holding = describe::holding(lock);
+    match lock.holder_count {
+        0 | 1 => format!(
+            "asked to let {shown} go: {holding}. Its holder hears the request at its next \
+             renewal, and keeps the lock until it releases it."
+        ),
+        n => format!(
+            "asked all {n} holders to let {shown} go: {holding}. Each hears the request at its \
+             next renewal, and keeps its share until it releases it."
+        ),
     }
 }
 

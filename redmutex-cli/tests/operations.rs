@@ -669,3 +669,57 @@ fn a_leader_asked_to_step_down_signals_its_command() {
     assert_eq!(wait_for_file(&trapped, ms(100)).trim(), "term");
     assert!(!exists(&server, "leader"));
 }
+
+/// `release --ask` on a read-write lock's readers says it asked them all and names each
+/// beyond the first by count; with stdout on a full disk, the request is still made, and
+/// the error says so (a caller must not retry as if nothing happened).
+#[test]
+fn release_ask_names_every_reader_and_a_lost_answer_says_the_request_was_made() {
+    let server = RedisServer::spawn();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (first, second) = runtime.block_on(async {
+        let client = redis::Client::open(server.url()).unwrap();
+        let conn = client.get_multiplexed_async_connection().await.unwrap();
+        let config = redmutex::Locker::new(conn).rw_lock("config").unwrap();
+        let ttl = Duration::from_secs(30);
+        let first = config.read(ttl).metadata("host=a").await.unwrap();
+        let second = config.read(ttl).metadata("host=b").await.unwrap();
+        (first, second)
+    });
+    let out = run(redmutex(&server).args(["release", "--ask", "config"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.starts_with("asked all 2 holders to let config go: held by 2 readers: host="),
+        "{text}"
+    );
+    assert!(text.contains(", +1 more (rw_lock_read"), "{text}");
+    assert!(text.contains("Each hears the request"), "{text}");
+
+    assert_eq!(server.command(&["DEL", "{config}:ask"]), ":1\r\n");
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = run(redmutex(&server)
+        .args(["release", "--ask", "config"])
+        .stdout(full));
+    assert_eq!(code(&out), 74, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("asked to let config go, but cannot write to stdout"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        server.command(&["SCARD", "{config}:ask"]),
+        ":2\r\n",
+        "both readers were asked"
+    );
+    runtime.block_on(async {
+        first.release().await.unwrap();
+        second.release().await.unwrap();
+    });
+}

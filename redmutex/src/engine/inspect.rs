@@ -142,6 +142,8 @@ impl RawKey {
         let mut forced = false;
         let (held, metadata, foreign, awaited) = match (self.kind.as_str(), self.value) {
             ("none", _) => (false, None, false, false),
+            // redmutex writes no key without a TTL (-1): such a value is someone else's.
+            ("string", Some(_)) if self.pttl == -1 => (true, None, true, false),
             ("string", Some(value)) => match parse_value(&value) {
                 StoredValue::Redmutex {
                     metadata, awaited, ..
@@ -172,6 +174,9 @@ impl RawKey {
     /// The owner whose token this node holds, with its metadata (a tombstone's: the holder
     /// it keeps the place of).
     fn owner(&self) -> Option<(Token, Option<String>)> {
+        if self.pttl == -1 {
+            return None;
+        }
         match parse_value(self.value.as_deref()?) {
             StoredValue::Redmutex {
                 token, metadata, ..

@@ -109,7 +109,11 @@ local function describe_at(i, now)
     entry[4] = redis.call('get', key)
     entry[5] = 1
     entry[1] = 'lock'
-    if is_tombstone(entry[4]) then
+    if ttl == -1 then
+      -- redmutex writes no key without a TTL: a value without one (written by hand, or
+      -- copied by a tool) is someone else's, whatever it looks like, and nobody holds it.
+      entry[1], entry[4], entry[5] = 'foreign', false, 0
+    elseif is_tombstone(entry[4]) then
       entry[1] = string.match(entry[4], '^' .. TOMBSTONE .. '([%w_]+)~') or 'lock'
       entry[11] = 1
       if entry[1] == 'fair_lock' then

@@ -153,6 +153,33 @@ async fn nothing_without_a_holder_is_asked_and_the_companion_is_guarded() {
     assert_eq!(foreign.kind, LockKind::Foreign);
     assert!(!raw.exists("{theirs}:ask").await);
 
+    // A lock's value copied by hand to a key without a TTL: redmutex never writes one, so
+    // nobody holds it. Not asked, not made a tombstone (which would never expire), and
+    // described as someone else's data.
+    let original = locker.acquire("original", ms(30_000)).await.unwrap();
+    let value = raw.get("original").await.expect("the lock's value");
+    original.release().await.unwrap();
+    let copy = String::from_utf8(value).unwrap();
+    raw.set("copy", &copy).await;
+    let asked = locker
+        .request_release("copy")
+        .await
+        .unwrap()
+        .expect("a key");
+    assert_eq!(asked.kind, LockKind::Foreign);
+    assert!(!raw.exists("{copy}:ask").await);
+    let forced = locker.force_release("copy").await.unwrap().expect("a key");
+    assert_eq!(forced.kind, LockKind::Foreign);
+    assert_eq!(raw.get("copy").await, Some(copy.clone().into_bytes()));
+    assert_eq!(raw.pttl("copy").await, -1);
+    let described = locker.describe("copy").await.unwrap().expect("a key");
+    assert_eq!(described.kind, LockKind::Foreign);
+    let inspected = locker.inspect("copy").await.unwrap();
+    assert!(
+        inspected.foreign && inspected.metadata.is_none(),
+        "{inspected:?}"
+    );
+
     let lock = locker.acquire("gone", ms(30_000)).await.unwrap();
     locker.force_release("gone").await.unwrap();
     let tomb = locker
