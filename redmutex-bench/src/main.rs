@@ -73,7 +73,8 @@ struct Args {
     only: Option<String>,
 
     /// Run only this implementation (baseline, rslock, redmutex, fenced, or woken in the
-    /// polling row, fair, rwlock, semaphore and election in theirs), e.g. under a profiler.
+    /// polling and keepalive rows, fair, rwlock, semaphore and election in theirs), e.g. under
+    /// a profiler.
     #[arg(long = "impl", value_name = "NAME")]
     implementation: Option<String>,
 
@@ -220,9 +221,26 @@ async fn run(args: Args) -> Result<(), String> {
         }
     }
     if wanted("keepalive") {
-        let conn = connect(&single_url).await?;
+        // Plain, and with wake-up ("woken"): each kept-alive lease then listens for requests
+        // to let go on its key's channel (a subscription per key held).
         let hold = Duration::from_secs_f64(args.hold);
-        rows.push(workload::keep_alive(Locker::new(conn), args.leases, hold, &single_url).await?);
+        for implementation in ["redmutex", "woken"] {
+            if (args.implementation.as_deref()).is_some_and(|only| only != implementation) {
+                continue;
+            }
+            let mut locker = Locker::new(connect(&single_url).await?);
+            if implementation == "woken" {
+                let subscriber =
+                    redis::Client::open(single_url.as_str()).map_err(|e| e.to_string())?;
+                locker = locker
+                    .with_wake_up([subscriber])
+                    .map_err(|e| e.to_string())?;
+            }
+            let leases = args.leases;
+            rows.push(
+                workload::keep_alive(locker, implementation, leases, hold, &single_url).await?,
+            );
+        }
     }
 
     workload::fill_ratios(&mut rows);

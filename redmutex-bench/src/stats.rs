@@ -72,6 +72,18 @@ pub async fn server_cpu(conn: &mut MultiplexedConnection) -> redis::RedisResult<
     Ok(Duration::from_secs_f64(cpu_seconds(&info)))
 }
 
+/// How many channels the server has subscribers on (`INFO stats`' `pubsub_channels`).
+pub async fn pubsub_channels(url: &str) -> Result<u64, String> {
+    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    let mut conn = (client.get_multiplexed_async_connection().await).map_err(|e| e.to_string())?;
+    let info: String = (redis::cmd("INFO").arg("stats").query_async(&mut conn).await)
+        .map_err(|e| e.to_string())?;
+    let channels = info
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("pubsub_channels:"));
+    Ok(channels.and_then(|n| n.parse().ok()).unwrap_or(0))
+}
+
 /// The sum of `used_cpu_sys` and `used_cpu_user` in an `INFO cpu` reply, in seconds.
 fn cpu_seconds(info: &str) -> f64 {
     info.lines()

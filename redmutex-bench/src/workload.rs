@@ -215,6 +215,7 @@ pub async fn keyspace(
 /// Many kept-alive leases held for a while: what renewing them costs.
 pub async fn keep_alive(
     locker: Locker<MultiplexedConnection>,
+    implementation: &'static str,
     leases: usize,
     hold: Duration,
     stats_url: &str,
@@ -237,6 +238,18 @@ pub async fn keep_alive(
         }
     }
     let memory_per_lease = stats::resident_bytes().saturating_sub(rss_before) / leases as u64;
+    // With wake-up, the leases' subscriptions are made in the background: the window opens
+    // once they are (at most 10 s later).
+    let subscribing = Instant::now();
+    let mut channels = stats::pubsub_channels(stats_url).await?;
+    while implementation == "woken" && (channels as usize) < leases {
+        if subscribing.elapsed() > Duration::from_secs(10) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        channels = stats::pubsub_channels(stats_url).await?;
+    }
+    let subscribed_in = subscribing.elapsed();
     let window = Window::open(stats_url).await?;
     tokio::time::sleep(hold).await;
     let Spent {
@@ -258,7 +271,7 @@ pub async fn keep_alive(
     }
     let notes = format!(
         "{lost} lost; {:.1} renewal calls/round ({:.0} Redis cmds/round incl. script-internal); \
-         CPU {:.1} µs/renewal; {} B/lease",
+         CPU {:.1} µs/renewal; {} B/lease; {channels} channels subscribed (within {subscribed_in:.0?})",
         calls as f64 / rounds,
         commands as f64 / rounds,
         cpu.as_secs_f64() * 1e6 / renewals.max(1) as f64,
@@ -266,7 +279,7 @@ pub async fn keep_alive(
     );
     Ok(Row {
         workload,
-        implementation: "redmutex",
+        implementation,
         ops: renewals,
         ops_per_s: renewals as f64 / elapsed.as_secs_f64(),
         p50: Duration::ZERO,

@@ -341,12 +341,12 @@ fn asked_line(shown: &str, lock: &ListedLock) -> String {
     let holding = describe::holding(lock);
     match lock.holder_count {
         0 | 1 => format!(
-            "asked to let {shown} go: {holding}. Its holder hears the request at its next \
-             renewal, and keeps the lock until it releases it."
+            "asked to let {shown} go: {holding}. Its holder hears the request at once, or at its \
+             next renewal, and keeps the lock until it releases it."
         ),
         n => format!(
-            "asked all {n} holders to let {shown} go: {holding}. Each hears the request at its \
-             next renewal, and keeps its share until it releases it."
+            "asked all {n} holders to let {shown} go: {holding}. Each hears the request at once, or \
+             at its next renewal, and keeps its share until it releases it."
         ),
     }
 }

@@ -750,9 +750,13 @@ impl<C: Connection> Locker<C> {
     /// Asks whoever holds `key` to let it go (polite revocation, as Curator's `Revoker`):
     /// a lock's, fair lock's or writer's holder; every holder of a semaphore and every
     /// reader (which of them should yield is the application's to say, and a writer
-    /// waits for them all). Each holder's kept-alive lease learns it at its next renewal
-    /// — within its renewal interval, a third of its TTL by default — as a signal of its
-    /// own ([`Lease::release_requested`](crate::Lease::release_requested)), distinct from
+    /// waits for them all). Each holder's kept-alive lease learns it at once when its
+    /// locker has [wake-up](Locker::with_wake_up) (the request is announced, and prompts a
+    /// renewal; a request made before the locker's subscription is up, a round trip after
+    /// `keep_alive`, or while its subscriber connection is down, waits for the next
+    /// renewal), and otherwise at its next renewal — within its renewal interval, a third
+    /// of its TTL by default — as a signal of its own
+    /// ([`Lease::release_requested`](crate::Lease::release_requested)), distinct from
     /// loss; `redmutex exec` then signals its command and releases when it ends. It is a
     /// request: a holder that ignores it keeps the key, and nobody else is let in before
     /// it lets go. The request lasts as long as the holders' TTLs at the time (a later
@@ -776,9 +780,12 @@ impl<C: Connection> Locker<C> {
     /// let redis = redmutex::memory::MemoryRedis::new();
     /// let (worker, operator) = (redmutex::Locker::in_memory_on(&redis), redmutex::Locker::in_memory_on(&redis));
     /// let lease = worker.acquire("reindex", Duration::from_secs(30)).metadata("host=web-3").await?.keep_alive()?;
+    /// tokio::time::sleep(Duration::from_millis(100)).await; // the worker subscribes meanwhile
     /// let held = operator.request_release("reindex").await?.expect("it is held");
     /// assert_eq!(held.holders[0].metadata.as_deref(), Some("host=web-3"));
-    /// lease.release_requested().await; // at its next renewal, 10 s later here
+    /// let asked = tokio::time::Instant::now();
+    /// lease.release_requested().await; // at once: the worker's locker has wake-up
+    /// assert!(asked.elapsed() < Duration::from_secs(1)); // (else at its next renewal, in 10 s)
     /// assert!(!lease.is_lost()); // a request, not a loss: the holder lets go when it can
     /// lease.release().await?;
     /// assert!(operator.request_release("reindex").await?.is_none()); // free: nobody to ask

@@ -853,6 +853,9 @@ mod tests {
             listing.contains(&tombstone),
             "listing.lua must say {tombstone:?}"
         );
+        let ask = String::from_utf8(crate::token::ASK_CHANNEL.to_vec()).unwrap();
+        let ask = format!("local ASK_CHANNEL = '{ask}'\n");
+        assert!(listing.contains(&ask), "listing.lua must say {ask:?}");
     }
 
     #[test]

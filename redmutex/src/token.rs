@@ -263,6 +263,17 @@ pub(crate) fn turn_channel(key: &[u8], id: &Token) -> Vec<u8> {
     channel
 }
 
+/// The channel on which a request that `key`'s holders let go is announced (`listing.lua`'s
+/// `ask`, `ASK_CHANNEL` there): the key and `:~a`. Only a prompt — a holder that hears it
+/// renews at once, and its renewal, which reads the request where it is kept, says whether
+/// it was asked — so a message on it from anyone else costs a renewal and nothing more.
+pub(crate) fn ask_channel(key: &[u8]) -> Vec<u8> {
+    [key, ASK_CHANNEL].concat()
+}
+
+/// What [`ask_channel`] adds to the key.
+pub(crate) const ASK_CHANNEL: &[u8] = b":~a";
+
 /// Whether someone not in the key's line waits for the release of `value` (the flags 'w'
 /// and 'L'): where the line's length is known, the rest of the waiters are counted there.
 pub(crate) fn watched_outside_line(value: &[u8]) -> bool {

@@ -14,9 +14,10 @@ use crate::connection::Connection;
 use crate::engine::guard::Lock;
 use crate::engine::lost::{loss_margin, LeaseState, LostReason, LostSignal};
 use crate::engine::renewer::{Entry, Registration};
+use crate::engine::wakeup::Listening;
 use crate::error::{Argument, Error};
 use crate::quorum::{Drift, QuorumSettings};
-use crate::token::Token;
+use crate::token::{self, Token};
 use crate::writes::Writes;
 
 /// Keep-alive settings for [`Lock::keep_alive_with`].
@@ -191,6 +192,8 @@ pub struct Lease<C: Connection, P = Keys> {
     lock: Option<Lock<C, P>>,
     state: Arc<LeaseState>,
     registration: Registration,
+    /// With wake-up: where it hears at once that another process asks it to let go.
+    _listening: Vec<Listening>,
 }
 
 impl<C: Connection, P> Lock<C, P> {
@@ -295,10 +298,17 @@ impl<C: Connection, P> Lease<C, P> {
         let registration = context
             .renewer
             .register(&context.backend, &context.meter, entry);
+        let listening = match &context.hub {
+            Some(hub) => (lock.claim().keys().iter())
+                .map(|key| hub.listen(&token::ask_channel(key), registration.prompt()))
+                .collect(),
+            None => Vec::new(),
+        };
         Ok(Lease {
             lock: Some(lock),
             state,
             registration,
+            _listening: listening,
         })
     }
 
@@ -560,7 +570,9 @@ impl<C: Connection, P> Lease<C, P> {
     ///         locker.request_release("reindex").await?; // as another process would
     ///     }
     /// }
-    /// assert_eq!(batches, 3); // the renewal at 10 s brought the request
+    /// // Heard during the second batch: the locker has wake-up, so the request prompted a
+    /// // renewal at once (without wake-up, the renewal at 10 s would bring it: 3 batches).
+    /// assert_eq!(batches, 2);
     /// lease.release().await?;
     /// # Ok(()) }
     /// ```
@@ -570,7 +582,8 @@ impl<C: Connection, P> Lease<C, P> {
 
     /// Completes once another process has asked this holder to let go
     /// ([`Locker::request_release`](crate::Locker::request_release)): at the first renewal
-    /// after the request. The lease still holds: release it (or let `run`'s work end) at a
+    /// after the request, which with [wake-up](crate::Locker::with_wake_up) the request
+    /// itself prompts at once. The lease still holds: release it (or let `run`'s work end) at a
     /// safe point. It never completes because the lease ended: wait for
     /// [`lost`](Lease::lost) beside it.
     ///

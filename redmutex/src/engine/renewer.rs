@@ -48,6 +48,15 @@ impl Registration {
     pub(crate) fn unregister(&self) {
         let _ = self.sender.send(Command::Unregister(self.id));
     }
+
+    /// What renews this lease at once when called (a request to let go was announced):
+    /// unless a renewal is on the way, or one already heard the request.
+    pub(crate) fn prompt(&self) -> Arc<dyn Fn() + Send + Sync> {
+        let (id, sender) = (self.id, self.sender.clone());
+        Arc::new(move || {
+            let _ = sender.send(Command::RenewNow(id));
+        })
+    }
 }
 
 /// What the renewer needs to know about a lease.
@@ -73,6 +82,8 @@ pub(crate) struct Entry {
 pub(crate) enum Command {
     Register(u64, Box<Entry>),
     Unregister(u64),
+    /// Renew this lease now (see [`Registration::prompt`]).
+    RenewNow(u64),
 }
 
 impl<C: Connection> RenewerSlot<C> {
@@ -261,6 +272,16 @@ fn register_or_drop(leases: &mut BTreeMap<u64, Tracked>, command: Command) {
         }
         Command::Unregister(id) => {
             leases.remove(&id);
+        }
+        Command::RenewNow(id) => {
+            if let Some(tracked) = leases.get_mut(&id)
+                && tracked.renewing
+                && !tracked.in_flight
+                && !tracked.entry.state.release_requested()
+            {
+                let now = Instant::now();
+                tracked.entry.next_renewal = tracked.entry.next_renewal.min(now);
+            }
         }
     }
 }

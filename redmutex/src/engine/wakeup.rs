@@ -39,8 +39,14 @@
 //!   is not a redmutex waiter taking the key in between, or a subscriber connection that
 //!   dropped (it reconnects with backoff and, once subscribed again, wakes one waiter to
 //!   re-check).
+//! - The same connection carries requests to let go (polite revocation): each lease this
+//!   locker keeps alive [`listen`](Hub::listen)s on its keys' ask channels, and a request
+//!   announced there prompts its renewal at once. The message is only a prompt; the
+//!   renewal reads the request where it is kept. A key held again within [`LINGER`] keeps
+//!   its subscription.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -94,6 +100,9 @@ pub(crate) enum Outcome {
 /// The wake-up machinery of one locker (and its clones).
 pub(crate) struct Hub {
     channels: Mutex<BTreeMap<Box<[u8]>, Arc<Channel>>>,
+    /// Leases of this locker that listen for requests to let go, by channel.
+    listeners: Mutex<BTreeMap<Box<[u8]>, Listeners>>,
+    next_listener: AtomicU64,
     subscribers: Vec<Subscriber>,
     /// Nodes that must confirm a subscription before it counts: all of one, a quorum of N.
     needed: usize,
@@ -228,6 +237,38 @@ struct ChannelState {
     untried: usize,
 }
 
+/// What a lease does when a request to let go is announced: renew at once.
+pub(crate) type Prompt = Arc<dyn Fn() + Send + Sync>;
+
+/// The leases listening on one ask channel.
+struct Listeners {
+    prompts: Vec<(u64, Prompt)>,
+    /// Since when nobody listens (it lingers for [`LINGER`], as a waiters' channel does).
+    idle_since: Option<Instant>,
+}
+
+/// A lease's place among the listeners of an ask channel; dropping it leaves.
+pub(crate) struct Listening {
+    hub: Weak<Hub>,
+    channel: Box<[u8]>,
+    id: u64,
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        let Some(hub) = self.hub.upgrade() else {
+            return;
+        };
+        let mut listeners = lock(&hub.listeners);
+        if let Some(on) = listeners.get_mut(&self.channel) {
+            on.prompts.retain(|(id, _)| *id != self.id);
+            if on.prompts.is_empty() {
+                on.idle_since = Some(Instant::now());
+            }
+        }
+    }
+}
+
 /// How a newcomer joins the waiters of a key (see [`Hub::enter`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Entry {
@@ -266,6 +307,8 @@ impl Hub {
     pub(crate) fn new(sources: Vec<WakeUpSource>, needed: usize) -> Hub {
         Hub {
             channels: Mutex::new(BTreeMap::new()),
+            listeners: Mutex::new(BTreeMap::new()),
+            next_listener: AtomicU64::new(0),
             subscribers: sources
                 .into_iter()
                 .map(|source| Subscriber {
@@ -379,6 +422,29 @@ impl Hub {
         member
     }
 
+    /// Listens on `channel` (a key's ask channel) until the returned [`Listening`] is
+    /// dropped: a message there calls `prompt`. The channel is subscribed to if it was not.
+    pub(crate) fn listen(self: &Arc<Self>, channel: &[u8], prompt: Prompt) -> Listening {
+        let id = self.next_listener.fetch_add(1, Ordering::Relaxed);
+        let mut listeners = lock(&self.listeners);
+        let created = !listeners.contains_key(channel);
+        let on = listeners.entry(channel.into()).or_insert(Listeners {
+            prompts: Vec::new(),
+            idle_since: None,
+        });
+        on.prompts.push((id, prompt));
+        on.idle_since = None;
+        drop(listeners);
+        if created {
+            self.sync(channel);
+        }
+        Listening {
+            hub: Arc::downgrade(self),
+            channel: channel.into(),
+            id,
+        }
+    }
+
     fn subscribed(&self, state: &ChannelState) -> bool {
         state.confirmed.iter().filter(|c| **c).count() >= self.needed
     }
@@ -464,6 +530,16 @@ impl Hub {
     /// waking the waiters for it would have them try, fail and undo in turn, waking each
     /// other without end while the key is held elsewhere.
     fn released(&self, node: usize, key: &[u8], freed: usize) {
+        // A request to let go, for the leases listening (on any node: it only prompts a
+        // renewal, which counts the nodes itself). A user's key may be named like another
+        // key's ask channel: its waiters and the listeners then each take the other's
+        // messages as prompts, which costs a try or a renewal and nothing more.
+        let prompts: Vec<Prompt> = (lock(&self.listeners).get(key))
+            .map(|on| on.prompts.iter().map(|(_, p)| p.clone()).collect())
+            .unwrap_or_default();
+        for prompt in prompts {
+            prompt();
+        }
         let channel = lock(&self.channels).get(key).cloned();
         if let Some(channel) = channel {
             let mut state = lock(&channel.state);
@@ -540,9 +616,16 @@ impl Hub {
         *current = status;
     }
 
-    /// The keys that have waiters now (or had them within [`LINGER`]).
+    /// The channels that have waiters or listeners now (or had them within [`LINGER`]).
     fn keys(&self) -> Vec<Box<[u8]>> {
-        lock(&self.channels).keys().cloned().collect()
+        let mut keys: Vec<Box<[u8]>> = lock(&self.channels).keys().cloned().collect();
+        keys.extend(lock(&self.listeners).keys().cloned());
+        keys
+    }
+
+    /// Whether `channel` has waiters or listeners (or had them within [`LINGER`]).
+    fn wanted(&self, channel: &[u8]) -> bool {
+        lock(&self.channels).contains_key(channel) || lock(&self.listeners).contains_key(channel)
     }
 
     /// Drops the channels that have had no waiters for [`LINGER`], and unsubscribes them.
@@ -555,6 +638,13 @@ impl Hub {
                 .is_some_and(|since| now.duration_since(since) >= LINGER);
             if idle {
                 gone.push(key.clone());
+            }
+            !idle
+        });
+        lock(&self.listeners).retain(|channel, on| {
+            let idle = (on.idle_since).is_some_and(|since| now.duration_since(since) >= LINGER);
+            if idle {
+                gone.push(channel.clone());
             }
             !idle
         });
@@ -922,10 +1012,7 @@ async fn reconcile(
     };
     keys.sort_unstable();
     keys.dedup();
-    let (wanted, unwanted): (Vec<_>, Vec<_>) = {
-        let channels = lock(&strong.channels);
-        keys.into_iter().partition(|key| channels.contains_key(key))
-    };
+    let (wanted, unwanted): (Vec<_>, Vec<_>) = keys.into_iter().partition(|key| strong.wanted(key));
     drop(strong);
     let names = |keys: &[Box<[u8]>]| keys.iter().map(|k| k.to_vec()).collect::<Vec<Vec<u8>>>();
     let outcome = async {

@@ -29,6 +29,10 @@ local LINED_VALUE = '^' .. string.rep('[%w_%-]', TOKEN_LEN) .. '[lL]'
 local TOMBSTONE = '~forced~'
 local GRAVE = '~'
 
+-- A request that a key's holders let go is announced on the key's name and ASK_CHANNEL
+-- (see `ask`; token.rs's ask_channel, which listens there).
+local ASK_CHANNEL = ':~a'
+
 local function is_tombstone(value)
   return string.sub(value, 1, #TOMBSTONE) == TOMBSTONE
 end
@@ -305,7 +309,10 @@ return { entry }
 -- writer's holder is asked; every holder of a semaphore and every reader (which of them
 -- should yield is the application's to say, and a writer needs them all gone). A
 -- tombstone, a key released into a minimum hold or handed to a waiting locker, and
--- something redmutex did not write have no holder to ask.
+-- something redmutex did not write have no holder to ask. When someone was asked, it is
+-- announced on the key's ASK_CHANNEL, where holders kept alive by a locker with wake-up
+-- listen: they renew at once rather than at their next renewal (the renewal, not the
+-- message, tells them they were asked).
 -- KEYS:    the key and its six companions, as for `describe`, then its ask companion.
 -- Returns: { entry }: the key's entry as `describe` reads it.
 local now = now_ms()
@@ -338,5 +345,6 @@ if longest > 0 then
   if type(kept) ~= 'number' or kept < longest then
     redis.call('pexpire', asks, string.format('%.0f', longest))
   end
+  redis.pcall('publish', KEYS[1] .. ASK_CHANNEL, 'ask')
 end
 return { entry }

@@ -248,3 +248,112 @@ async fn a_redlock_request_without_a_quorum_is_not_heard() {
     assert!(!lease.is_lost());
     lease.release().await.unwrap();
 }
+
+/// Waits until `channel` on `server` has `count` subscribers, at most `within`.
+async fn until_subscribers(server: &RedisServer, channel: &str, count: u32, within: Duration) {
+    let until = std::time::Instant::now() + within;
+    let want = format!(":{count}\r\n");
+    while !server
+        .command(&["PUBSUB", "NUMSUB", channel])
+        .ends_with(&want)
+    {
+        assert!(
+            std::time::Instant::now() < until,
+            "{channel}: {:?}",
+            server.command(&["PUBSUB", "NUMSUB", channel])
+        );
+        tokio::time::sleep(ms(20)).await;
+    }
+}
+
+/// With wake-up, a request reaches a kept-alive holder at once, long before its next
+/// renewal (a 30 s lease renews every 10 s): its announcement prompts a renewal, which
+/// finds the request where it is kept. A message on the channel from anyone else costs a
+/// renewal and is not taken for a request. The subscription ends once no lease of the key
+/// is kept.
+#[tokio::test]
+async fn with_wake_up_the_holder_hears_a_request_at_once() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let holder = common::own_locker(&server, true).await;
+    let asker = common::own_locker(&server, false).await;
+    let long = ms(30_000);
+    let lease = (holder.acquire("job", long).await.unwrap())
+        .keep_alive()
+        .unwrap();
+    until_subscribers(&server, "job:~a", 1, ms(2_000)).await;
+
+    let before = lease.renewals();
+    let heard: i64 = raw
+        .run(redis::cmd("PUBLISH").arg("job:~a").arg("ask"))
+        .await;
+    assert_eq!(heard, 1);
+    let until = std::time::Instant::now() + ms(1_000);
+    while lease.renewals() == before {
+        assert!(
+            std::time::Instant::now() < until,
+            "the message prompted no renewal"
+        );
+        tokio::time::sleep(ms(10)).await;
+    }
+    assert!(
+        !lease.is_release_requested(),
+        "a bare message taken for a request"
+    );
+
+    asker.request_release("job").await.unwrap().expect("held");
+    assert!(
+        hears(&lease, ms(1_000)).await,
+        "heard only at the next renewal"
+    );
+    assert!(!lease.is_lost());
+
+    // A semaphore's holder, through the same subscriber connection.
+    let pool = holder.semaphore("pool", 2).unwrap();
+    let permit = (pool.acquire(1, long).await.unwrap()).keep_alive().unwrap();
+    until_subscribers(&server, "pool:~a", 1, ms(2_000)).await;
+    asker.request_release("pool").await.unwrap().expect("held");
+    assert!(
+        hears(&permit, ms(1_000)).await,
+        "heard only at the next renewal"
+    );
+
+    lease.release().await.unwrap();
+    permit.release().await.unwrap();
+    // Kept a moment for a key held again soon (as a waiters' channel is), then dropped.
+    until_subscribers(&server, "job:~a", 0, ms(5_000)).await;
+    until_subscribers(&server, "pool:~a", 0, ms(5_000)).await;
+}
+
+/// Redlock with wake-up: every node announces the request, and the renewal it prompts
+/// counts the nodes. A request stored on one node of three (one emptied, one frozen) is
+/// not heard; one stored on a quorum is, at once.
+#[tokio::test]
+async fn a_redlock_holder_with_wake_up_hears_at_once_only_a_quorums_request() {
+    let servers = RedisServer::spawn_many(3);
+    let holder = common::waking_redlock(multiplexed_all(&servers).await, &servers);
+    let asker = Locker::redlock(multiplexed_all(&servers).await).unwrap();
+    let lease = (holder.acquire("job", ms(30_000)).await.unwrap())
+        .keep_alive()
+        .unwrap();
+    for server in &servers {
+        until_subscribers(server, "job:~a", 1, ms(2_000)).await;
+    }
+    assert_eq!(servers[1].command(&["DEL", "job"]), ":1\r\n");
+    servers[2].pause();
+    let failed = asker.request_release("job").await;
+    servers[2].resume();
+    assert!(matches!(failed, Err(Error::NoQuorum(_))), "{failed:?}");
+    assert!(
+        !hears(&lease, ms(1_000)).await,
+        "one node's request was heard"
+    );
+
+    asker.request_release("job").await.unwrap().expect("held");
+    assert!(
+        hears(&lease, ms(1_000)).await,
+        "heard only at the next renewal"
+    );
+    assert!(!lease.is_lost());
+    lease.release().await.unwrap();
+}
