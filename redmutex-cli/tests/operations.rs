@@ -723,3 +723,43 @@ fn release_ask_names_every_reader_and_a_lost_answer_says_the_request_was_made() 
         second.release().await.unwrap();
     });
 }
+
+/// An `exec` holding for a minute (renewed every 20 s) hears `release --ask` at once: its
+/// locker listens where requests are announced.
+#[test]
+fn exec_hears_a_request_at_once_not_at_its_next_renewal() {
+    let server = RedisServer::spawn();
+    let mut holder = redmutex(&server)
+        .args(["exec", "--ttl", "60s", "job", "--", "sleep", "30"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    until_exists(&server, "job", Duration::from_secs(5));
+    let until = Instant::now() + Duration::from_secs(5);
+    while !server
+        .command(&["PUBSUB", "NUMSUB", "job:~a"])
+        .ends_with(":1\r\n")
+    {
+        assert!(Instant::now() < until, "exec never listened for requests");
+        thread::sleep(ms(10));
+    }
+    let asked = Instant::now();
+    let out = run(redmutex(&server).args(["release", "--ask", "job"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let status = wait_child(&mut holder, Duration::from_secs(10));
+    assert!(asked.elapsed() < Duration::from_secs(10));
+    let mut err = String::new();
+    holder
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(
+        err.contains("asked to let job go: sent SIGTERM to the command"),
+        "{err}"
+    );
+    // sleep's own status on SIGTERM, passed on.
+    assert_ne!(status.code(), Some(0), "{err}");
+    assert!(!exists(&server, "job"), "released when the command ended");
+}

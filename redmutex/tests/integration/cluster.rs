@@ -186,6 +186,20 @@ async fn keep_alive_and_wake_up_work_on_the_cluster() {
     for lease in leases {
         lease.release().await.unwrap();
     }
+    // With wake-up, heard at once, long before the next renewal of a 30 s lease: the
+    // request, announced on its node, reaches the subscriber on another (the cluster bus).
+    let long = (locker.acquire("long", ms(30_000)).await.unwrap())
+        .keep_alive()
+        .unwrap();
+    let until = tokio::time::Instant::now() + ms(2_000);
+    while !(cluster.nodes()[3].command(&["PUBSUB", "NUMSUB", "long:~a"])).ends_with(":1\r\n") {
+        assert!(tokio::time::Instant::now() < until, "never subscribed");
+        tokio::time::sleep(ms(10)).await;
+    }
+    assert!(locker.request_release("long").await.unwrap().is_some());
+    let heard = tokio::time::timeout(ms(1_000), long.release_requested()).await;
+    assert!(heard.is_ok(), "heard only at the next renewal");
+    long.release().await.unwrap();
 
     // A waiter polling only every 30 s is woken by the release.
     let holder = locker.acquire("woken", ms(10_000)).await.unwrap();
