@@ -11,6 +11,7 @@
 //! cargo run --release -p redmutex-bench -- --json  # one JSON object per row as well
 //! ```
 
+mod cluster_bus;
 mod contender;
 mod fairness;
 mod herd;
@@ -68,7 +69,8 @@ struct Args {
     fairness_seconds: f64,
 
     /// Run only the workloads whose name contains this (uncontended, contended, polling,
-    /// keyspace, redlock5, keepalive, fairness, read-mostly, permits, handover, wait, herd).
+    /// keyspace, redlock5, keepalive, fairness, read-mostly, permits, handover, wait, herd,
+    /// cluster-bus).
     #[arg(long, value_name = "NAME")]
     only: Option<String>,
 
@@ -219,6 +221,9 @@ async fn run(args: Args) -> Result<(), String> {
             let lockers = fairness_lockers(implementation, n, &single_url).await?;
             rows.push(herd::herd(&workload, lockers, duration, &single_url).await?);
         }
+    }
+    if wanted("cluster-bus") && (args.implementation.as_deref()).is_none_or(|i| i == "woken") {
+        rows.push(cluster_bus::cluster_bus(duration).await?);
     }
     if wanted("keepalive") {
         // Plain, and with wake-up ("woken"): each kept-alive lease then listens for requests
