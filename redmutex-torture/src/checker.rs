@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::record::{Guarded, Holder, Outcome, Release, Section, Write, PERMITS};
+use crate::record::{Answer, Ask, Guarded, Holder, Outcome, Release, Section, Write, PERMITS};
 
 /// What the checker found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -69,6 +69,14 @@ pub struct Verdict {
     /// another owner held the lock. Must be zero (but for a failover that lost writes:
     /// the write then went to the old master, which the failover wiped).
     pub guarded_after_rival: usize,
+    /// Requests that a key's holder let go: answered "asked", "nobody", or an error.
+    pub asks: [usize; 3],
+    /// Kept-alive holders that heard a request to let go (and let go).
+    pub heard: usize,
+    /// Holders that heard a request nobody made while they held: no request for their key
+    /// sent before they heard it whose answer came after they began acquiring (or that
+    /// failed, and may have been stored whenever). Must be zero.
+    pub ask_violations: usize,
     /// A few of the violations, described.
     pub examples: Vec<String>,
 }
@@ -87,6 +95,7 @@ impl Verdict {
             && self.fence_violations == 0
             && self.store_violations == 0
             && self.guarded_violations == 0
+            && self.ask_violations == 0
     }
 
     /// What must hold even when a failover lost writes the lockers were told had
@@ -98,6 +107,7 @@ impl Verdict {
             && self.fence_violations == 0
             && self.store_violations == 0
             && self.guarded_violations == 0
+            && self.ask_violations == 0
     }
 
     /// Locks, permits, minimum holds and "free" answers that rivals broke: what a failover
@@ -169,6 +179,43 @@ pub fn check(sections: &[Section]) -> Verdict {
         fence_order(key, &sections, &mut verdict);
     }
     verdict
+}
+
+/// Polite revocation: a holder hears a request to let go only if one was made for it — a
+/// request for its key sent before it heard, and answered after it began acquiring (a
+/// request stores the tokens of the holders of the moment: one answered before this holder
+/// asked for the key cannot name it). A request that failed may have been stored at any
+/// time after it was sent (a frozen server runs it when it wakes), so only its sending
+/// counts. A request answered "nobody" stored nothing.
+pub fn heard(sections: &[Section], asks: &[Ask], verdict: &mut Verdict) {
+    for ask in asks {
+        verdict.asks[ask.answer as usize] += 1;
+    }
+    for section in sections {
+        let Some(at) = section.heard else {
+            continue;
+        };
+        verdict.heard += 1;
+        let made = asks.iter().any(|ask| {
+            ask.key == section.key
+                && ask.sent <= at
+                && match ask.answer {
+                    Answer::Asked => ask.answered >= section.asked,
+                    Answer::Failed => true,
+                    Answer::Nobody => false,
+                }
+        });
+        if !made {
+            verdict.ask_violations += 1;
+            let text = format!(
+                "key {}: {} heard a request to let go at {:.3}s that nobody made while it held",
+                section.key,
+                describe(section),
+                secs(at)
+            );
+            verdict.example(text);
+        }
+    }
 }
 
 /// A periodic holder that released its lock (the release found it still its own) keeps
@@ -488,7 +535,63 @@ mod tests {
             write: Write::Accepted(fence),
             guarded: Guarded::Skipped,
             release: Release::Released,
+            heard: None,
         }
+    }
+
+    #[test]
+    fn a_holder_hears_only_a_request_made_while_it_held() {
+        let ms = 1_000_000;
+        // Began acquiring at 9 ms, held from 10 ms, heard a request at 20 ms.
+        let mut lease = section(Holder::Lease, 1, 10, 30, 40);
+        lease.heard = Some(20 * ms);
+        let ask = |sent: u64, answered: u64, answer: Answer| Ask {
+            worker: 9,
+            task: 0,
+            key: 0,
+            sent: sent * ms,
+            answered: answered * ms,
+            answer,
+        };
+        let violations = |asks: &[Ask]| {
+            let mut verdict = Verdict::default();
+            heard(&[lease.clone()], asks, &mut verdict);
+            assert_eq!(verdict.heard, 1);
+            verdict.ask_violations
+        };
+        assert_eq!(violations(&[]), 1, "nobody asked");
+        assert_eq!(violations(&[ask(15, 16, Answer::Asked)]), 0);
+        assert_eq!(
+            violations(&[ask(5, 9, Answer::Asked)]),
+            0,
+            "answered as it began"
+        );
+        assert_eq!(
+            violations(&[ask(5, 8, Answer::Asked)]),
+            1,
+            "answered before it asked"
+        );
+        assert_eq!(
+            violations(&[ask(21, 22, Answer::Asked)]),
+            1,
+            "sent after it heard"
+        );
+        assert_eq!(
+            violations(&[ask(15, 16, Answer::Nobody)]),
+            1,
+            "stored nothing"
+        );
+        assert_eq!(
+            violations(&[ask(1, 2, Answer::Failed)]),
+            0,
+            "may have been stored late"
+        );
+        let mut other = ask(15, 16, Answer::Asked);
+        other.key = 1;
+        assert_eq!(violations(&[other]), 1, "another key's");
+        let mut verdict = Verdict::default();
+        heard(&[lease.clone()], &[], &mut verdict);
+        assert!(!verdict.upheld() && !verdict.upheld_apart_from_lost_writes());
     }
 
     #[test]

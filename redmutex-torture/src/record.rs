@@ -192,6 +192,9 @@ pub struct Section {
     pub guarded: Guarded,
     /// The release.
     pub release: Release,
+    /// When a kept-alive holder heard that another process asked it to let go (it then
+    /// acted and let go at once); `None` when it heard nothing.
+    pub heard: Option<u64>,
 }
 
 impl Section {
@@ -221,9 +224,10 @@ impl fmt::Display for Section {
             Release::NotHeld => "notheld",
             Release::Failed => "failed",
         };
+        let heard = self.heard.map_or("-".to_owned(), |at| at.to_string());
         write!(
             f,
-            "section {} {} {holder} {} {} {} {} {} {} {outcome} {write} {} {release}",
+            "section {} {} {holder} {} {} {} {} {} {} {outcome} {write} {} {release} {heard}",
             self.worker,
             self.task,
             self.key,
@@ -243,7 +247,7 @@ impl FromStr for Section {
     fn from_str(line: &str) -> Result<Section, String> {
         let bad = || format!("not a section line: {line:?}");
         let fields: Vec<&str> = line.split(' ').collect();
-        let [tag, worker, task, holder, key, fence, asked, start, end, valid, outcome, write, guarded, release] =
+        let [tag, worker, task, holder, key, fence, asked, start, end, valid, outcome, write, guarded, release, heard] =
             fields[..]
         else {
             return Err(bad());
@@ -286,6 +290,77 @@ impl FromStr for Section {
                 "failed" => Release::Failed,
                 _ => return Err(bad()),
             },
+            heard: match heard {
+                "-" => None,
+                at => Some(num(at)?),
+            },
+        })
+    }
+}
+
+/// What an operator's request that a key's holder let go (`Locker::request_release`)
+/// answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// Someone held the key, and was asked.
+    Asked = 0,
+    /// Nobody (of redmutex's) held it: nobody was asked.
+    Nobody,
+    /// An error: the request may or may not have been stored, even after the answer (a
+    /// frozen server runs it when it wakes).
+    Failed,
+}
+
+/// One request that whoever holds a key let it go, made by a watcher task before it waits
+/// for the key to be free.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ask {
+    pub worker: u32,
+    pub task: u32,
+    /// Key index.
+    pub key: u32,
+    /// When the request was sent, and when its answer came ([`crate::clock::now_ns`]).
+    pub sent: u64,
+    pub answered: u64,
+    pub answer: Answer,
+}
+
+impl fmt::Display for Ask {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let answer = match self.answer {
+            Answer::Asked => "asked",
+            Answer::Nobody => "nobody",
+            Answer::Failed => "failed",
+        };
+        write!(
+            f,
+            "ask {} {} {} {} {} {answer}",
+            self.worker, self.task, self.key, self.sent, self.answered
+        )
+    }
+}
+
+impl FromStr for Ask {
+    type Err = String;
+
+    fn from_str(line: &str) -> Result<Ask, String> {
+        let bad = || format!("not an ask line: {line:?}");
+        let fields: Vec<&str> = line.split(' ').collect();
+        let ["ask", worker, task, key, sent, answered, answer] = fields[..] else {
+            return Err(bad());
+        };
+        Ok(Ask {
+            worker: worker.parse().map_err(|_| bad())?,
+            task: task.parse().map_err(|_| bad())?,
+            key: key.parse().map_err(|_| bad())?,
+            sent: sent.parse().map_err(|_| bad())?,
+            answered: answered.parse().map_err(|_| bad())?,
+            answer: match answer {
+                "asked" => Answer::Asked,
+                "nobody" => Answer::Nobody,
+                "failed" => Answer::Failed,
+                _ => return Err(bad()),
+            },
         })
     }
 }
@@ -310,6 +385,7 @@ mod tests {
             write: Write::Skipped,
             guarded: Guarded::Skipped,
             release: Release::NotHeld,
+            heard: None,
         };
         for write in [
             Write::Accepted(9),
@@ -330,6 +406,9 @@ mod tests {
             let line = section.to_string();
             assert_eq!(line.parse::<Section>().unwrap(), section, "{line}");
         }
+        section.heard = Some(12);
+        let line = section.to_string();
+        assert_eq!(line.parse::<Section>().unwrap(), section, "{line}");
         assert_eq!(section.vouched_end(), 25);
         for bad in [
             "",
@@ -339,6 +418,30 @@ mod tests {
             &section.to_string().replace(" failed:33 ", " failed "),
         ] {
             assert!(bad.parse::<Section>().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn asks_round_trip_through_their_line() {
+        for answer in [Answer::Asked, Answer::Nobody, Answer::Failed] {
+            let ask = Ask {
+                worker: 1,
+                task: 4,
+                key: 2,
+                sent: 100,
+                answered: 130,
+                answer,
+            };
+            let line = ask.to_string();
+            assert_eq!(line.parse::<Ask>().unwrap(), ask, "{line}");
+        }
+        for bad in [
+            "",
+            "ask 1 4 2 100 130",
+            "ask 1 4 2 100 130 maybe",
+            "section 1",
+        ] {
+            assert!(bad.parse::<Ask>().is_err(), "{bad:?}");
         }
     }
 }

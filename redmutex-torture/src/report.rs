@@ -142,6 +142,14 @@ pub fn text(r: &Report) -> String {
         ),
     );
     row(
+        "requests to let go",
+        format!(
+            "{} asked a holder, {} found nobody, {} failed; heard by {} holders, {} of them \
+             never asked (must be 0)",
+            v.asks[0], v.asks[1], v.asks[2], v.heard, v.ask_violations
+        ),
+    );
+    row(
         "failed acquires",
         format!(
             "not obtained {}, transient {}, other {}",
@@ -214,6 +222,8 @@ pub fn json(r: &Report) -> String {
             "\"store_violations\":{},\"writes_accepted\":{},\"stale_writes_refused\":{},",
             "\"guarded_accepted\":{},\"guarded_refused\":{},\"guarded_stale_refused\":{},",
             "\"guarded_violations\":{},\"guarded_after_rival\":{},",
+            "\"asks\":{},\"asks_nobody\":{},\"asks_failed\":{},\"asks_heard\":{},",
+            "\"ask_violations\":{},",
             "\"not_obtained\":{},\"transient_errors\":{},\"other_errors\":{},\"no_fence\":{},",
             "\"releases_not_held\":{},\"releases_failed\":{},\"leftover_at_exit\":{},",
             "\"leftover_after_ttl\":{},\"keys_without_ttl\":{},\"broken_by_rivals\":{},",
@@ -253,6 +263,11 @@ pub fn json(r: &Report) -> String {
         v.guarded_stale_refused,
         v.guarded_violations,
         v.guarded_after_rival,
+        v.asks[0],
+        v.asks[1],
+        v.asks[2],
+        v.heard,
+        v.ask_violations,
         r.not_obtained,
         r.transient_errors,
         r.other_errors,

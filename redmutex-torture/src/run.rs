@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use testkit::{Proxy, RedisCluster, RedisServer, SentinelGroup, ServerOptions};
 
-use crate::checker::{check, Verdict};
+use crate::checker::{self, check, Verdict};
 use crate::clock::now_ns;
-use crate::record::Section;
+use crate::record::{Ask, Section};
 use crate::schedule::{schedule, Fault, FaultKind, Mode, Plan};
 use crate::worker::PREFIX;
 
@@ -397,6 +397,7 @@ pub fn run_mode(mode: Mode, seed: u64, args: &RunArgs) -> Report {
     let exited = Instant::now();
     let leftover_at_exit = topology.lock_keys().0.len();
     let mut sections = Vec::new();
+    let mut asks = Vec::new();
     let mut report_tally = [0u64; 4];
     let mut error_messages = Vec::new();
     for (id, reader) in readers.into_iter().enumerate() {
@@ -405,6 +406,11 @@ pub fn run_mode(mode: Mode, seed: u64, args: &RunArgs) -> Report {
             if line.starts_with("section ") {
                 match line.parse::<Section>() {
                     Ok(section) => sections.push(section),
+                    Err(e) => worker_failures.push(format!("worker {id}: {e}")),
+                }
+            } else if line.starts_with("ask ") {
+                match line.parse::<Ask>() {
+                    Ok(ask) => asks.push(ask),
                     Err(e) => worker_failures.push(format!("worker {id}: {e}")),
                 }
             } else if let Some(counts) = line.strip_prefix("tally ") {
@@ -423,7 +429,8 @@ pub fn run_mode(mode: Mode, seed: u64, args: &RunArgs) -> Report {
         }
     }
     let (leftover_keys, keys_without_ttl) = topology.keys_left_behind(exited, ttl);
-    let verdict = check(&sections);
+    let mut verdict = check(&sections);
+    checker::heard(&sections, &asks, &mut verdict);
     let mut faults_by_kind: Vec<(FaultKind, usize)> = mode
         .fault_kinds()
         .iter()

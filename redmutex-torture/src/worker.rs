@@ -15,7 +15,7 @@ use redmutex::{Acquire, Connection, Error, Keys, Locker, Replication, Writes};
 use tokio::time::Instant;
 
 use crate::clock::{instant_ns, now_ns};
-use crate::record::{Guarded, Holder, Outcome, Release, Section, Write, PERMITS};
+use crate::record::{Answer, Ask, Guarded, Holder, Outcome, Release, Section, Write, PERMITS};
 use crate::rng::Rng;
 use crate::schedule::Mode;
 
@@ -302,14 +302,14 @@ async fn decide<C: Connection, P>(
     args: &WorkerArgs,
     rng: &mut Rng,
     shared: &Shared,
-) -> (u64, u64, Outcome, Held<C, P>) {
+) -> Decision<C, P> {
     let ttl_ms = args.ttl_ms;
     let ms = |n: u64| Duration::from_millis(n);
     match holder {
         Holder::Careful | Holder::Permit if args.sabotage_validity => {
             tokio::time::sleep(ms(rng.between(ttl_ms / 2, ttl_ms * 2))).await;
             let believed = start + 2 * ttl_ms * 1_000_000;
-            (now_ns(), believed, Outcome::Kept, Held::Lock(lock))
+            (now_ns(), believed, Outcome::Kept, Held::Lock(lock), None)
         }
         Holder::Careful
         | Holder::Fair
@@ -321,16 +321,16 @@ async fn decide<C: Connection, P>(
             let valid_until = lock.valid_until();
             let valid = instant_ns(valid_until.into_std());
             if Instant::now() < valid_until {
-                (now_ns(), valid, Outcome::Kept, Held::Lock(lock))
+                (now_ns(), valid, Outcome::Kept, Held::Lock(lock), None)
             } else {
                 // It stopped believing when its validity ran out.
-                (valid, valid, Outcome::Expired, Held::Lock(lock))
+                (valid, valid, Outcome::Expired, Held::Lock(lock), None)
             }
         }
         Holder::Naive => {
             tokio::time::sleep(ms(rng.between(0, ttl_ms / 10))).await;
             let valid = instant_ns(lock.valid_until().into_std());
-            (now_ns(), valid, Outcome::Kept, Held::Lock(lock))
+            (now_ns(), valid, Outcome::Kept, Held::Lock(lock), None)
         }
         // (Leaders hold a lease from their campaign and watchers hold nothing: neither
         // comes here.)
@@ -342,7 +342,7 @@ async fn decide<C: Connection, P>(
                     // The lock was dropped (which releases it); still a section with a
                     // fence, ended before its holder acted.
                     shared.tally.lock().unwrap().failed(&e);
-                    (now_ns(), valid_before, Outcome::Lost, Held::Dropped)
+                    (now_ns(), valid_before, Outcome::Lost, Held::Dropped, None)
                 }
             }
         }
@@ -494,6 +494,11 @@ impl Sections<'_> {
         name: &str,
         rng: &mut Rng,
     ) -> Result<(), ()> {
+        // Half the time, first ask whoever holds it to let go (an operator's polite
+        // revocation): kept-alive holders that hear it let go at once.
+        if rng.below(2) == 0 {
+            self.ask(key, locker, name).await;
+        }
         let asked = now_ns();
         let timeout = Duration::from_millis(self.args.ttl_ms);
         let outcome = match locker.wait_released(name, timeout).await {
@@ -519,10 +524,33 @@ impl Sections<'_> {
             write: Write::Skipped,
             guarded: Guarded::Skipped,
             release: Release::Released,
+            heard: None,
         };
         self.shared.line(&section.to_string());
         tokio::time::sleep(Duration::from_millis(rng.between(0, 5))).await;
         Ok(())
+    }
+
+    /// Asks whoever holds `key` to let it go, recorded as an `ask` line.
+    async fn ask<C: Connection>(&mut self, key: u32, locker: &Locker<C>, name: &str) {
+        let sent = now_ns();
+        let answer = match locker.request_release(name).await {
+            Ok(Some(_)) => Answer::Asked,
+            Ok(None) => Answer::Nobody,
+            Err(e) => {
+                self.shared.tally.lock().unwrap().failed(&e);
+                Answer::Failed
+            }
+        };
+        let ask = Ask {
+            worker: self.args.id,
+            task: self.task,
+            key,
+            sent,
+            answered: now_ns(),
+            answer,
+        };
+        self.shared.line(&ask.to_string());
     }
 
     /// The rest of a section once held: the write (after the decision, as in real code: a
@@ -531,7 +559,7 @@ impl Sections<'_> {
         &mut self,
         key: u32,
         (asked, start, fence): (u64, u64, u64),
-        (decided, mut valid, outcome, held): (u64, u64, Outcome, Held<C, P>),
+        (decided, mut valid, outcome, held, heard): Decision<C, P>,
     ) {
         let (shared, args, holder) = (self.shared, self.args, self.holder);
         // Permit holders and readers are several at once: the one-writer resource is not
@@ -585,6 +613,7 @@ impl Sections<'_> {
             write,
             guarded,
             release,
+            heard,
         };
         shared.line(&section.to_string());
     }
@@ -618,22 +647,33 @@ async fn guarded_write<C: Connection, P>(
     }
 }
 
-/// Works under a kept-alive lease: mostly briefly, one time in eight long enough to need
-/// several renewals, stopping early when told "lost". Returns when the holder stopped
-/// believing (or decided to act), the lease's validity, and the outcome.
+/// When a holder decided (or stopped believing), until when it believed its lock valid,
+/// the outcome, what it still holds, and when it heard a request to let go.
+type Decision<C, P> = (u64, u64, Outcome, Held<C, P>, Option<u64>);
+
+/// Works under a kept-alive lease: mostly briefly, one time in four long enough to need
+/// several renewals, stopping early when told "lost" — or when another process asks it to
+/// let go (a watcher's request): it then acts and lets go at once, as a polite holder does.
+/// Returns when the holder stopped believing (or decided to act), the lease's validity,
+/// the outcome, and when it heard a request.
 async fn hold_lease<C: Connection, P>(
     lease: redmutex::Lease<C, P>,
     rng: &mut Rng,
     ttl_ms: u64,
-) -> (u64, u64, Outcome, Held<C, P>) {
+) -> Decision<C, P> {
     let ms = Duration::from_millis;
-    let work = match rng.below(8) {
+    let work = match rng.below(4) {
         0 => ms(rng.between(ttl_ms, ttl_ms * 2)),
         _ => ms(rng.between(0, ttl_ms / 10)),
     };
+    let mut heard = None;
     let lost_at = tokio::select! {
         _ = tokio::time::sleep(work) => None,
         _ = lease.lost() => Some(now_ns()),
+        () = lease.release_requested() => {
+            heard = Some(now_ns());
+            None
+        }
     };
     let valid_until = lease.valid_until();
     let valid = instant_ns(valid_until.into_std());
@@ -642,7 +682,7 @@ async fn hold_lease<C: Connection, P>(
         None if lease.is_lost() || Instant::now() >= valid_until => (now_ns(), Outcome::Lost),
         None => (now_ns(), Outcome::Kept),
     };
-    (end, valid, outcome, Held::Lease(lease))
+    (end, valid, outcome, Held::Lease(lease), heard)
 }
 
 /// What a holder releases once it has written.
