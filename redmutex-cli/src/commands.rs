@@ -135,15 +135,25 @@ pub async fn refresh<C: Connection>(
     }
 }
 
+/// What holds a key. Where Redis cannot say (a Redlock key whose nodes that did not answer
+/// could complete a quorum, a server that does not answer), it asks again, as `wait` and
+/// `watch` do, until `--wait-redis` has passed.
 pub async fn inspect<C: Connection>(
     locker: &Locker<C>,
     args: InspectArgs,
     urls: &[String],
+    wait_redis: Duration,
 ) -> Result<u8, Failure> {
-    let info = locker
-        .inspect(&args.key)
-        .await
-        .map_err(|e| Failure::from_lock_error(&e, urls))?;
+    let mut outage = crate::reach::Outage::new(wait_redis);
+    let info = loop {
+        match locker.inspect(&args.key).await {
+            Ok(info) => break info,
+            Err(e) => {
+                outage.failed(Failure::from_lock_error(&e, urls), e.is_transient())?;
+                tokio::time::sleep(crate::reach::ASK_EVERY).await;
+            }
+        }
+    };
     let listed = described(locker, &args.key, &info).await;
     if args.json {
         let mut line = json_view(&info, awaited(&info, listed.as_ref()));

@@ -617,7 +617,7 @@ async fn run_command(cli: Cli, urls: &[String], access: &target::Access) -> Resu
         Command::Acquire(args) => commands::acquire(&locker, args, urls).await,
         Command::Release(args) => commands::release(&locker, args, urls).await,
         Command::Refresh(args) => commands::refresh(&locker, args, urls).await,
-        Command::Inspect(args) => commands::inspect(&locker, args, urls).await,
+        Command::Inspect(args) => commands::inspect(&locker, args, urls, cli.wait_redis).await,
         Command::List(args) => ops::list(&locker, args, urls).await,
         Command::Watch(args) => ops::watch(&locker, args, urls, cli.wait_redis).await,
         Command::Wait(args) => commands::wait(&locker, args, urls, cli.wait_redis).await,
