@@ -193,7 +193,9 @@ pub async fn inspect<C: Connection>(
             printable(&info.key_lossy()),
             info.nodes.len()
         )?;
-    } else if let Some(listed) = listed.as_ref().filter(|_| info.foreign) {
+    } else if let Some(listed) = (listed.as_ref())
+        .filter(|listed| info.foreign && listed.kind != redmutex::LockKind::Foreign)
+    {
         // A semaphore's or readers' key is not a lock's: say what holds it instead of
         // calling it foreign.
         let holding = describe::holding(listed);

@@ -714,7 +714,7 @@ fn release_ask_names_every_reader_and_a_lost_answer_says_the_request_was_made() 
         stderr(&out)
     );
     assert_eq!(
-        server.command(&["SCARD", "{config}:ask"]),
+        server.command(&["ZCARD", "{config}:ask"]),
         ":2\r\n",
         "both readers were asked"
     );

@@ -6,13 +6,14 @@ use crate::fence::Companion;
 /// `EVAL` and `SCRIPT LOAD` (a script's first use, and clean-up that cannot wait for a
 /// reply), `SET` (a plain acquire) and the commands inside the scripts (`TIME` starts a
 /// fence counter from the server's clock; the sorted-set and hash commands keep a
-/// semaphore's holders, a fair lock's queue and a read-write lock's readers), `SUBSCRIBE`, `UNSUBSCRIBE` and `PING` for
+/// semaphore's holders, a fair lock's queue, a read-write lock's readers and the requests to
+/// let a key go), `SUBSCRIBE`, `UNSUBSCRIBE` and `PING` for
 /// the wake-up subscriber.
 const COMMANDS: &str = "+evalsha +eval +script|load +set +get +del +pexpire +pexpireat +pttl \
                         +type +setrange +time +publish +subscribe +unsubscribe +ping +zadd \
                         +zrem +zscore +zrank +zcard +zcount +zrange +zrevrange +zrangebyscore \
-                        +zremrangebyscore +hget +hmget +hset +hdel +hexists +hincrby +exists +wait \
-                        +sadd +sismember";
+                        +zremrangebyscore +zrangebylex +hget +hmget +hset +hdel +hexists +hincrby \
+                        +exists +wait";
 
 /// The ACL rule for a user that locks keys under `prefix`: the commands redmutex needs,
 /// the lock keys (`~PREFIX*`), the keys beside them — fence counters (`~{PREFIX*}:fence`,
@@ -37,8 +38,8 @@ const COMMANDS: &str = "+evalsha +eval +script|load +set +get +del +pexpire +pex
 ///      resetchannels &app:* -@all +evalsha +eval +script|load +set \
 ///      +get +del +pexpire +pexpireat +pttl +type +setrange +time +publish +subscribe \
 ///      +unsubscribe +ping +zadd +zrem +zscore +zrank +zcard +zcount +zrange +zrevrange \
-///      +zrangebyscore +zremrangebyscore +hget +hmget +hset +hdel +hexists +hincrby +exists +wait \
-///      +sadd +sismember"
+///      +zrangebyscore +zremrangebyscore +zrangebylex +hget +hmget +hset +hdel +hexists +hincrby \
+///      +exists +wait"
 /// );
 /// ```
 pub fn acl_rule(prefix: &str) -> String {

@@ -96,16 +96,41 @@ pub(crate) trait View {
     ) -> Result<Self::Info, crate::error::Error>;
 }
 
-/// A renewal reply must answer every lease of the call.
-pub(crate) fn check_renewal_reply(answers: &[i64], leases: usize) -> Result<(), RedisError> {
-    if answers.len() == leases {
-        return Ok(());
+/// One lease's answer to a renewal call (`helpers.lua`'s `renewed`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Renewed {
+    NotHeld,
+    /// Extended; the ids of the requests to let go stored beside it (none: not asked).
+    Extended {
+        requests: Vec<Vec<u8>>,
+    },
+}
+
+/// A renewal call's reply: one answer per lease (0, 1, or `{ 1, ids… }`), every lease of
+/// the call answered.
+pub(crate) fn renewal_reply(reply: Value, leases: usize) -> Result<Vec<Renewed>, RedisError> {
+    let bad = |what: String| RedisError::from((redis::ErrorKind::Parse, "renewal reply", what));
+    let answers: Vec<Value> = redis::from_redis_value(reply)?;
+    if answers.len() != leases {
+        return Err(bad(format!(
+            "{} answers for {leases} leases",
+            answers.len()
+        )));
     }
-    Err(RedisError::from((
-        redis::ErrorKind::Parse,
-        "renewal reply of the wrong length",
-        format!("{} answers for {leases} leases", answers.len()),
-    )))
+    let answer = |value: Value| match value {
+        Value::Int(0) => Ok(Renewed::NotHeld),
+        Value::Int(1) => Ok(Renewed::Extended {
+            requests: Vec::new(),
+        }),
+        Value::Array(items) if items.first() == Some(&Value::Int(1)) => {
+            let ids = items.into_iter().skip(1).map(redis::from_redis_value);
+            Ok(Renewed::Extended {
+                requests: ids.collect::<Result<_, _>>()?,
+            })
+        }
+        other => Err(bad(format!("{other:?}"))),
+    };
+    answers.into_iter().map(answer).collect()
 }
 
 /// One try of an owner-checked release of `claim` on `conn`, for [`background::release`];
@@ -142,4 +167,38 @@ pub(crate) fn keep_ms(keep_until: Option<Instant>, drift: Drift) -> u64 {
         return 0;
     }
     u64::try_from(drift.keep(left).as_micros().div_ceil(1000)).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renewal_replies_read_each_leases_answer_and_its_requests() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let reply = Value::Array(vec![
+            Value::Int(0),
+            Value::Int(1),
+            Value::Array(vec![Value::Int(1), bulk("id-a"), bulk("id-b")]),
+        ]);
+        let extended = |ids: &[&str]| Renewed::Extended {
+            requests: ids.iter().map(|id| id.as_bytes().to_vec()).collect(),
+        };
+        assert_eq!(
+            renewal_reply(reply.clone(), 3).unwrap(),
+            [Renewed::NotHeld, extended(&[]), extended(&["id-a", "id-b"])]
+        );
+        assert!(renewal_reply(reply, 2).is_err(), "one answer per lease");
+        for bad in [
+            Value::Int(2),
+            Value::Array(vec![Value::Int(0), bulk("id")]),
+            Value::Array(vec![]),
+            bulk("1"),
+        ] {
+            assert!(
+                renewal_reply(Value::Array(vec![bad.clone()]), 1).is_err(),
+                "{bad:?}"
+            );
+        }
+    }
 }

@@ -19,7 +19,7 @@ use redis::{RedisError, RedisResult, ScriptInvocation, Value};
 use tokio::time::Instant;
 
 use crate::backend::common::{
-    check_renewal_reply, keep_ms, release_try, Attempt, Renewal, Reply, TryResult, View,
+    keep_ms, release_try, renewal_reply, Attempt, Renewal, Renewed, Reply, TryResult, View,
 };
 use crate::background;
 use crate::connection::Connection;
@@ -477,37 +477,31 @@ impl<C: Connection> Quorum<C> {
         // Sized for the longest lease: a short one in the batch (e.g. a last renewal cut
         // to a hold limit) must not starve the others; each is judged by its own validity.
         let longest = ttls.iter().max().copied().unwrap_or(TTL_FOR_TIMEOUTS);
-        let replies: Vec<Reply<Vec<i64>>> = self
+        let replies: Vec<Reply<Vec<Renewed>>> = self
             .fan_out(
                 self.settings.timeout_for(longest),
                 |_, mut conn| async move {
-                    let answers = call.invoke_async::<Vec<i64>>(&mut conn).await?;
-                    check_renewal_reply(&answers, ttls.len())?;
-                    Ok(answers)
+                    let reply = call.invoke_async::<Value>(&mut conn).await?;
+                    Ok(renewal_reply(reply, ttls.len())?)
                 },
             )
             .await;
         let elapsed = started.elapsed();
-        let lease_replies = |lease: usize| -> Vec<Reply<i64>> {
+        let lease_replies = |lease: usize| -> Vec<Reply<Renewed>> {
             (replies.iter())
-                .map(|r| r.as_ref().map(|a| a[lease]).map_err(Clone::clone))
+                .map(|r| r.as_ref().map(|a| a[lease].clone()).map_err(Clone::clone))
                 .collect()
         };
         (0..ttls.len())
             .map(|lease| {
                 let mut failure =
                     self.tally(lease_replies(lease), elapsed, |answer| match answer {
-                        1 | 2 => Ok(()),
-                        _ => Err(NodeError::NotHeld),
+                        Renewed::Extended { .. } => Ok(()),
+                        Renewed::NotHeld => Err(NodeError::NotHeld),
                     });
                 if failure.agreed >= failure.needed {
                     if let Some(valid_until) = self.valid_until(ttls[lease], started, elapsed) {
-                        // Heard as the asker was answered: from a quorum of the nodes. (A
-                        // request stored on a minority failed as far as the asker knows.)
-                        let asking = (replies.iter())
-                            .filter(|r| r.as_ref().is_ok_and(|a| a[lease] == 2))
-                            .count();
-                        let asked = asking >= failure.needed;
+                        let asked = asked_by_a_quorum(&replies, lease, failure.needed);
                         return Renewal::Renewed {
                             sent_at: started,
                             valid_until,
@@ -567,6 +561,25 @@ impl<C: Connection> Quorum<C> {
 
 /// The claim was taken, but the fence could not be made durable on a quorum: only the
 /// nodes that stored both agreed; `unfenced` are no longer counted, and say why.
+/// Whether one request to let go (one id) was found beside `lease` on `needed` nodes: heard
+/// as the asker was answered, from a quorum. Requests each stored on a minority (each
+/// failed, as far as its asker knows) do not add up to one.
+fn asked_by_a_quorum(replies: &[Reply<Vec<Renewed>>], lease: usize, needed: usize) -> bool {
+    let mut seen: Vec<(&[u8], usize)> = Vec::new();
+    for reply in replies.iter().filter_map(|r| r.as_ref().ok()) {
+        let Renewed::Extended { requests } = &reply[lease] else {
+            continue;
+        };
+        for id in requests {
+            match seen.iter_mut().find(|(known, _)| *known == &id[..]) {
+                Some((_, nodes)) => *nodes += 1,
+                None => seen.push((id, 1)),
+            }
+        }
+    }
+    seen.iter().any(|(_, nodes)| *nodes >= needed)
+}
+
 /// A quorum that agreed although some nodes could not be asked: the lock holds, with less
 /// room for another failure — operators should hear of the nodes that are down.
 fn warn_if_partial(tally: &QuorumFailure) {

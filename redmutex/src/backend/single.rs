@@ -8,7 +8,7 @@ use redis::{RedisError, ScriptInvocation, Value};
 use tokio::time::Instant;
 
 use crate::backend::common::{
-    check_renewal_reply, keep_ms, release_try, Attempt, Renewal, TryResult, View,
+    keep_ms, release_try, renewal_reply, Attempt, Renewal, Renewed, TryResult, View,
 };
 use crate::backend::replication::Replication;
 use crate::background;
@@ -230,10 +230,8 @@ impl<C: Connection> Single<C> {
         ttls: &[Duration],
     ) -> Result<Vec<Renewal>, RedisError> {
         let sent_at = Instant::now();
-        let answers = call
-            .invoke_async::<Vec<i64>>(&mut self.conn.clone())
-            .await?;
-        check_renewal_reply(&answers, ttls.len())?;
+        let reply = call.invoke_async::<Value>(&mut self.conn.clone()).await?;
+        let answers = renewal_reply(reply, ttls.len())?;
         // Renewals the replicas did not confirm do not count: the call fails as a whole,
         // and the renewer tries again while the leases are valid.
         match self.confirm(&mut self.conn.clone(), None).await {
@@ -247,15 +245,15 @@ impl<C: Connection> Single<C> {
                 )))
             }
         }
-        let renewal = |(answer, ttl): (&i64, &Duration)| match answer {
-            1 | 2 => Renewal::Renewed {
+        let renewal = |(answer, ttl): (Renewed, &Duration)| match answer {
+            Renewed::Extended { requests } => Renewal::Renewed {
                 sent_at,
                 valid_until: self.valid_until(sent_at, *ttl),
-                asked: *answer == 2,
+                asked: !requests.is_empty(),
             },
-            _ => Renewal::NotHeld,
+            Renewed::NotHeld => Renewal::NotHeld,
         };
-        Ok(answers.iter().zip(ttls).map(renewal).collect())
+        Ok(answers.into_iter().zip(ttls).map(renewal).collect())
     }
 
     /// The fence of a claim taken without one, while this owner holds it.

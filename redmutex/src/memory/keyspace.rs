@@ -81,6 +81,46 @@ pub(crate) struct SortedSet {
     order: BTreeSet<(Score, Vec<u8>)>,
 }
 
+/// A bound of `ZRANGEBYLEX`: `-`, `+`, `[member` (inclusive) or `(member` (exclusive).
+enum LexBound {
+    Lowest,
+    Highest,
+    Inclusive(Vec<u8>),
+    Exclusive(Vec<u8>),
+}
+
+impl LexBound {
+    fn parse(bound: &[u8]) -> Result<LexBound, CommandError> {
+        match bound.split_first() {
+            Some((b'-', [])) => Ok(LexBound::Lowest),
+            Some((b'+', [])) => Ok(LexBound::Highest),
+            Some((b'[', member)) => Ok(LexBound::Inclusive(member.to_vec())),
+            Some((b'(', member)) => Ok(LexBound::Exclusive(member.to_vec())),
+            _ => Err(CommandError::err("min or max not valid string range item")),
+        }
+    }
+
+    /// As a minimum: whether `member` is at or above it.
+    fn below(&self, member: &[u8]) -> bool {
+        match self {
+            LexBound::Lowest => true,
+            LexBound::Highest => false,
+            LexBound::Inclusive(bound) => member >= bound.as_slice(),
+            LexBound::Exclusive(bound) => member > bound.as_slice(),
+        }
+    }
+
+    /// As a maximum: whether `member` is at or below it.
+    fn above(&self, member: &[u8]) -> bool {
+        match self {
+            LexBound::Lowest => false,
+            LexBound::Highest => true,
+            LexBound::Inclusive(bound) => member <= bound.as_slice(),
+            LexBound::Exclusive(bound) => member < bound.as_slice(),
+        }
+    }
+}
+
 /// A score with a total order (scores are never NaN: parsing refuses it).
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Score(f64);
@@ -323,9 +363,8 @@ impl Keyspace {
             }
             "sadd" | "sismember" => self.set_command(&name, args, now_ms),
             "zadd" => self.zadd(args, now_ms),
-            "zcard" | "zcount" | "zscore" | "zrank" | "zrange" | "zrevrange" | "zrangebyscore" => {
-                self.zset_read(&name, args, now_ms)
-            }
+            "zcard" | "zcount" | "zscore" | "zrank" | "zrange" | "zrevrange" | "zrangebyscore"
+            | "zrangebylex" => self.zset_read(&name, args, now_ms),
             "zrem" | "zremrangebyscore" => self.zset_remove(&name, args, now_ms),
             "publish" => match args {
                 [channel, message] => Ok(Reply::Int(publish(channel, message))),
@@ -750,6 +789,15 @@ impl Keyspace {
                 };
                 Ok(listed(&found, scores))
             }
+            // (The members all of one score, as Redis requires for a meaningful answer.)
+            ("zrangebylex", [min, max]) => {
+                let (min, max) = (LexBound::parse(min)?, LexBound::parse(max)?);
+                let found: Vec<(f64, &[u8])> = (set.order.iter())
+                    .map(|(score, member)| (score.0, member.as_slice()))
+                    .filter(|(_, member)| min.below(member) && max.above(member))
+                    .collect();
+                Ok(listed(&found, false))
+            }
             _ => Err(CommandError::arity(name)),
         }
     }
@@ -1125,6 +1173,31 @@ mod tests {
             "{error:?}"
         );
         assert!(ks.keys(0) == vec![b"h".to_vec()]);
+    }
+
+    #[test]
+    fn zrangebylex_reads_members_between_its_bounds() {
+        let mut ks = Keyspace::default();
+        let zadd = [
+            "zadd", "lex", "0", "a:1", "0", "ab:2", "0", "a:3", "0", "b:4",
+        ];
+        assert_eq!(run(&mut ks, 0, &zadd), Ok(Reply::Int(4)));
+        let mut range = |min: &str, max: &str| run(&mut ks, 0, &["zrangebylex", "lex", min, max]);
+        let members = |names: &[&str]| Ok(Reply::Array(names.iter().map(|n| bulk(n)).collect()));
+        // A token's requests: from `[a:` up to, not including, `(a;`.
+        assert_eq!(range("[a:", "(a;"), members(&["a:1", "a:3"]));
+        assert_eq!(range("(a:1", "+"), members(&["a:3", "ab:2", "b:4"]));
+        assert_eq!(range("-", "[ab:2"), members(&["a:1", "a:3", "ab:2"]));
+        assert_eq!(range("[c", "+"), members(&[]));
+        assert_eq!(range("+", "-"), members(&[]));
+        assert!(range("a", "+").is_err());
+        assert_eq!(
+            run(&mut ks, 0, &["zrangebylex", "missing", "-", "+"]),
+            members(&[])
+        );
+        run(&mut ks, 0, &["set", "str", "v"]).unwrap();
+        let error = run(&mut ks, 0, &["zrangebylex", "str", "-", "+"]).unwrap_err();
+        assert_eq!(error.code, "WRONGTYPE");
     }
 
     #[test]

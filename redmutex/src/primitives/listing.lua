@@ -145,7 +145,11 @@ local function describe_at(i, now)
     end
   elseif kind == 'zset' then
     local details = false
-    if kind_of(permits) == 'hash' then
+    if ttl == -1 then
+      -- As for a string: redmutex keeps a semaphore's holders and the readers with an
+      -- expiry; a set without one is someone else's (a copy), however it looks.
+      details = false
+    elseif kind_of(permits) == 'hash' then
       entry[1], details = 'semaphore', permits
       entry[9] = live_permits(key, permits, live)
       entry[10] = tonumber(redis.call('hget', permits, '#limit') or '0')
@@ -303,7 +307,7 @@ return { entry }
 
 --- op: ask
 -- a request that whoever holds a key let it go (polite revocation): each live holder's
--- token joins the key's ask companion, a set kept as long as the longest of their TTLs,
+-- token joins the key's ask companion, a sorted set kept as long as the longest of their TTLs,
 -- where each holder's next renewal finds it (the renewal scripts' `asked`). Nothing else
 -- changes: a holder that ignores the request keeps the key. A lock's, fair lock's or
 -- writer's holder is asked; every holder of a semaphore and every reader (which of them
@@ -313,20 +317,23 @@ return { entry }
 -- announced on the key's ASK_CHANNEL, where holders kept alive by a locker with wake-up
 -- listen: they renew at once rather than at their next renewal (the renewal, not the
 -- message, tells them they were asked).
+-- Each asked holder's token joins the companion as the member `token:id` (ARGV[1], the
+-- request's id: the same on every node, see helpers.lua's `asked`).
 -- KEYS:    the key and its six companions, as for `describe`, then its ask companion.
+-- ARGV[1]: the request's id.
 -- Returns: { entry }: the key's entry as `describe` reads it.
 local now = now_ms()
 local entry = describe_at(1, now)
-local kind, asks = entry[1], KEYS[8]
+local kind, asks, request = entry[1], KEYS[8], ':' .. ARGV[1]
 local found = kind_of(asks)
-if found ~= 'none' and found ~= 'set' then
+if found ~= 'none' and found ~= 'zset' then
   return redis.error_reply('ERR ' .. asks .. ' holds data of another kind, where requests to release ' .. KEYS[1] .. ' are kept')
 end
 local longest = 0
 if (kind == 'lock' or kind == 'fair_lock' or kind == 'rw_lock_write') and entry[11] == 0 then
   local flag = string.sub(entry[4], FLAG_AT, FLAG_AT)
   if flag ~= 'k' and flag ~= 'r' and entry[2] > 0 then
-    redis.call('sadd', asks, string.sub(entry[4], 1, TOKEN_LEN))
+    redis.call('zadd', asks, 0, string.sub(entry[4], 1, TOKEN_LEN) .. request)
     longest = entry[2]
   end
 elseif kind == 'semaphore' or kind == 'rw_lock_read' then
@@ -335,7 +342,7 @@ elseif kind == 'semaphore' or kind == 'rw_lock_read' then
     local first = string.sub(members[j], 1, 1)
     -- (Not a tombstone, nor a semaphore's reserved place: '>' holds no token.)
     if first ~= GRAVE and first ~= '>' then
-      redis.call('sadd', asks, members[j])
+      redis.call('zadd', asks, 0, members[j] .. request)
       longest = math.max(longest, tonumber(members[j + 1]) - now)
     end
   end

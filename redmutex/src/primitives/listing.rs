@@ -14,7 +14,7 @@ use crate::error::{Argument, Error};
 use crate::fence::{self, Companion};
 use crate::quorum::{NodeError, NodeFailure, QuorumFailure};
 use crate::scripts::{operations, Operation};
-use crate::token::{parse_value, watched_outside_line, StoredValue, TOKEN_LEN};
+use crate::token::{parse_value, watched_outside_line, StoredValue, Token, TOKEN_LEN};
 
 operations!("primitives/listing.lua"; DESCRIBE = "describe", FORCE = "force", ASK = "ask");
 
@@ -458,6 +458,9 @@ pub(crate) async fn request_release<C: Connection>(
     let mut call = ASK.script().prepare_invoke();
     add_keys(&mut call, key);
     call.key(&asks);
+    // The request's id, the same on every node: Redlock's holders count each request on
+    // its own (see `helpers.lua`'s `asked`).
+    call.arg(Token::generate()?.as_str());
     let view = PageView {
         keys: &keys,
         quorum_only: true,

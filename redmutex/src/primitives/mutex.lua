@@ -256,25 +256,25 @@ return 1
 --          each (see `asked`), in the same order.
 -- ARGV:    three values per lease, in the same order: its number of keys, its token, and
 --          the TTL in milliseconds to set.
--- Returns: one integer per lease: 1 when all its keys were extended; 2 when they were,
---          and its holder was asked to release one of them; 0 when some key is not held
---          by its token (then none of that lease's keys was changed).
+-- Returns: one answer per lease (see `renewed`): 1 when all its keys were extended;
+--          { 1, ids... } when they were, and its holder was asked to release one of them
+--          by those requests; 0 when some key is not held by its token (then none of that
+--          lease's keys was changed).
 local results = {}
 local k = 1
 for a = 1, #ARGV, 3 do
   local count = tonumber(ARGV[a])
   local last = k + count - 1
   local held = 0
+  local requests = {}
   if holds(k, last, ARGV[a + 1]) then
     held = 1
     for i = k, last do
       redis.call('pexpire', KEYS[i], ARGV[a + 2])
-      if asked(KEYS[i + count], ARGV[a + 1]) then
-        held = 2
-      end
+      asked(KEYS[i + count], ARGV[a + 1], requests)
     end
   end
-  results[#results + 1] = held
+  results[#results + 1] = renewed(held, requests)
   k = k + 2 * count
 end
 return results

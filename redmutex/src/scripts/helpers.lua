@@ -46,28 +46,52 @@ local function holds(first, last, token)
   return true
 end
 
--- Whether the holder `token` was asked to let its key go (`Locker::request_release`): its
--- token is a member of `asks`, the key's ask companion (see listing.lua's `ask`). What is
--- not a set there asks nothing (pcall: its WRONGTYPE error is no member).
-local function asked(asks, token)
-  return redis.pcall('sismember', asks, token) == 1
+-- The requests that the holder `token` let its key go (`Locker::request_release`), added
+-- to `into`: the ids of those stored in `asks`, the key's ask companion (see listing.lua's
+-- `ask`), a sorted set of members `token:id`, all scored 0 so that one ZRANGEBYLEX reads a
+-- token's. Each request has an id of its own, the same on every node, so that Redlock
+-- counts each request on its own: a request heard from a quorum of nodes, not requests
+-- that each failed on a minority added up. What is not a sorted set there asks nothing
+-- (pcall: its WRONGTYPE error is no request).
+local function asked(asks, token, into)
+  local found = redis.pcall('zrangebylex', asks, '[' .. token .. ':', '(' .. token .. ';')
+  if type(found) == 'table' and not found.err then
+    for _, member in ipairs(found) do
+      into[#into + 1] = string.sub(member, #token + 2)
+    end
+  end
+  return into
+end
+
+-- A renewal's answer for one holder: 0 not held; 1 extended; or, when it was asked to
+-- let go, { 1, the requests' ids... }.
+local function renewed(held, requests)
+  if held ~= 1 or #requests == 0 then
+    return held
+  end
+  local answer = { 1 }
+  for _, id in ipairs(requests) do
+    answer[#answer + 1] = id
+  end
+  return answer
 end
 
 -- The keep-alive of holders kept in a sorted set beside their details (a semaphore's
 -- holders, a read-write lock's readers), with `extend`, the primitive's own (1 when it
 -- extended the holder, 0 when not held). KEYS: per holder in the batch, the sorted set,
 -- the details and the key's ask companion; ARGV: per holder, its token and the TTL in ms.
--- One integer per holder: 1 extended; 2 extended, and asked to let go (see `asked`); 0
--- not held.
+-- One answer per holder (see `renewed`): 0 not held; 1 extended; { 1, ids... } extended,
+-- and asked to let go by those requests (see `asked`).
 local function renew_holders(extend)
   local results = {}
   local k = 1
   for a = 1, #ARGV, 2 do
     local held = extend(KEYS[k], KEYS[k + 1], ARGV[a], ARGV[a + 1])
-    if held == 1 and asked(KEYS[k + 2], ARGV[a]) then
-      held = 2
+    local requests = {}
+    if held == 1 then
+      asked(KEYS[k + 2], ARGV[a], requests)
     end
-    results[#results + 1] = held
+    results[#results + 1] = renewed(held, requests)
     k = k + 3
   end
   return results

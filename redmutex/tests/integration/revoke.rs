@@ -180,6 +180,35 @@ async fn nothing_without_a_holder_is_asked_and_the_companion_is_guarded() {
         "{inspected:?}"
     );
 
+    // The same for a semaphore's holders and details copied without a TTL.
+    let permit = (locker.semaphore("sem", 3).unwrap())
+        .acquire(1, ms(30_000))
+        .await
+        .unwrap();
+    for (from, to) in [("sem", "fsem"), ("{sem}:permits", "{fsem}:permits")] {
+        let dump: Vec<u8> = raw.run(redis::cmd("DUMP").arg(from)).await;
+        let _: () = raw
+            .run(redis::cmd("RESTORE").arg(to).arg(0).arg(dump))
+            .await;
+    }
+    permit.release().await.unwrap();
+    let mut zrange = redis::cmd("ZRANGE");
+    zrange.arg("fsem").arg(0).arg(-1);
+    let before: Vec<String> = raw.run(&mut zrange).await;
+    assert_eq!(before.len(), 1);
+    let asked = locker
+        .request_release("fsem")
+        .await
+        .unwrap()
+        .expect("a key");
+    assert_eq!(asked.kind, LockKind::Foreign);
+    assert!(!raw.exists("{fsem}:ask").await);
+    let forced = locker.force_release("fsem").await.unwrap().expect("a key");
+    assert_eq!(forced.kind, LockKind::Foreign);
+    let after: Vec<String> = raw.run(&mut zrange).await;
+    assert_eq!(after, before, "left as it was");
+    assert_eq!(raw.pttl("fsem").await, -1);
+
     let lock = locker.acquire("gone", ms(30_000)).await.unwrap();
     locker.force_release("gone").await.unwrap();
     let tomb = locker
@@ -355,5 +384,51 @@ async fn a_redlock_holder_with_wake_up_hears_at_once_only_a_quorums_request() {
         "heard only at the next renewal"
     );
     assert!(!lease.is_lost());
+    lease.release().await.unwrap();
+}
+
+/// Redlock: each request counts on its own. Two requests that each reached one node of
+/// three (the others swallowed them: never run) failed, and stored the holder's token on
+/// two nodes between them; the holder hears neither. Before, the two added up to a quorum
+/// and the holder heard a request nobody had made.
+#[tokio::test]
+async fn redlock_requests_that_each_failed_on_a_minority_do_not_add_up() {
+    let servers = RedisServer::spawn_many(3);
+    let proxies: Vec<testkit::Proxy> = (servers.iter())
+        .map(|s| testkit::Proxy::start(s.addr()))
+        .collect();
+    let holder = Locker::redlock(multiplexed_all(&servers).await).unwrap();
+    // Renewed every second: the requests (kept as long as its TTL) outlive the two tries.
+    let lease = (holder.acquire("job", ms(3_000)).await.unwrap())
+        .keep_alive()
+        .unwrap();
+    for reached in [0, 1] {
+        let mut conns = Vec::new();
+        for proxy in &proxies {
+            let client = redis::Client::open(proxy.url()).unwrap();
+            conns.push(client.get_multiplexed_async_connection().await.unwrap());
+        }
+        let asker = Locker::redlock(conns).unwrap();
+        for (node, proxy) in proxies.iter().enumerate() {
+            proxy.blackhole(node != reached);
+        }
+        let failed = asker.request_release("job").await;
+        assert!(matches!(failed, Err(Error::NoQuorum(_))), "{failed:?}");
+        for proxy in &proxies {
+            proxy.blackhole(false);
+        }
+        let asks = servers[reached].command(&["ZCARD", "{job}:ask"]);
+        assert_eq!(
+            asks, ":1\r\n",
+            "node {reached} stored the request: {failed:?}"
+        );
+    }
+    // Two renewals, and neither hears a request.
+    assert!(!hears(&lease, ms(2_200)).await, "two minorities added up");
+    assert!(!lease.is_lost());
+
+    let asker = Locker::redlock(multiplexed_all(&servers).await).unwrap();
+    asker.request_release("job").await.unwrap().expect("held");
+    assert!(hears(&lease, ms(1_500)).await);
     lease.release().await.unwrap();
 }

@@ -276,8 +276,8 @@ async fn the_minimal_acl_rule_is_enough_for_every_primitive() {
     }
     leadership.resign().await.unwrap();
 
-    // A request to let go (its key beside the lock's, `SADD`), heard by a kept-alive
-    // holder's renewal (`SISMEMBER`), for a key with a hash tag too.
+    // A request to let go (its key beside the lock's, `ZADD`), heard by a kept-alive
+    // holder's renewal (`ZRANGEBYLEX`), for a key with a hash tag too.
     for key in ["asked", "{tagged}:asked"] {
         let lease = locker.acquire(key, ms(600)).await.unwrap();
         let lease = lease.keep_alive().unwrap();
