@@ -482,7 +482,7 @@ impl<C: Connection> Quorum<C> {
                 self.settings.timeout_for(longest),
                 |_, mut conn| async move {
                     let reply = call.invoke_async::<Value>(&mut conn).await?;
-                    Ok(renewal_reply(reply, ttls.len())?)
+                    renewal_reply(reply, ttls.len())
                 },
             )
             .await;
