@@ -30,6 +30,11 @@ use crate::token::Token;
 /// for long (each lease costs a few commands per key inside the script).
 const MAX_BATCH_LEASES: usize = 1000;
 
+/// The least time between a lease's renewal and one a prompt asks for
+/// ([`Registration::prompt`]): a flood of prompts costs each lease at most ten renewals a
+/// second, and a request that arrives just after a renewal waits no longer than this.
+const PROMPT_GAP: Duration = Duration::from_millis(100);
+
 /// Where a locker's renewer task is reached; the task is started on first use.
 pub(crate) struct RenewerSlot<C> {
     sender: Mutex<Option<UnboundedSender<Command>>>,
@@ -134,6 +139,9 @@ struct Tracked {
     entry: Entry,
     /// A renewal request for it is on the way.
     in_flight: bool,
+    /// When its last renewal was sent: a prompt (see [`Command::RenewNow`]) renews no
+    /// sooner than [`PROMPT_GAP`] after it.
+    last_sent: Option<Instant>,
     /// False once the hold-time limit leaves no room for another renewal.
     renewing: bool,
     last_error: Option<redis::RedisError>,
@@ -265,6 +273,7 @@ fn register_or_drop(leases: &mut BTreeMap<u64, Tracked>, command: Command) {
             let tracked = Tracked {
                 entry: *entry,
                 in_flight: false,
+                last_sent: None,
                 renewing: true,
                 last_error: None,
             };
@@ -279,8 +288,11 @@ fn register_or_drop(leases: &mut BTreeMap<u64, Tracked>, command: Command) {
                 && !tracked.in_flight
                 && !tracked.entry.state.release_requested()
             {
+                // Prompts are messages anyone may publish: however many come, a lease is
+                // renewed for them at most once per PROMPT_GAP.
                 let now = Instant::now();
-                tracked.entry.next_renewal = tracked.entry.next_renewal.min(now);
+                let earliest = (tracked.last_sent).map_or(now, |sent| (sent + PROMPT_GAP).max(now));
+                tracked.entry.next_renewal = tracked.entry.next_renewal.min(earliest);
             }
         }
     }
@@ -421,6 +433,7 @@ fn collect_due(leases: &mut BTreeMap<u64, Tracked>, now: Instant) -> Vec<Due> {
             entry.state.set_valid_until(entry.valid_until);
         }
         tracked.in_flight = true;
+        tracked.last_sent = Some(now);
         due.push(Due {
             id: *id,
             ttl: Duration::from_millis(ttl.as_millis() as u64),

@@ -245,6 +245,9 @@ struct Listeners {
     prompts: Vec<(u64, Prompt)>,
     /// Since when nobody listens (it lingers for [`LINGER`], as a waiters' channel does).
     idle_since: Option<Instant>,
+    /// A subscriber connection that carried it was lost: a request announced meanwhile
+    /// went unheard, so the listeners are prompted once it is subscribed again.
+    lapsed: bool,
 }
 
 /// A lease's place among the listeners of an ask channel; dropping it leaves.
@@ -431,6 +434,7 @@ impl Hub {
         let on = listeners.entry(channel.into()).or_insert(Listeners {
             prompts: Vec::new(),
             idle_since: None,
+            lapsed: false,
         });
         on.prompts.push((id, prompt));
         on.idle_since = None;
@@ -502,6 +506,7 @@ impl Hub {
     /// Records whether `node` is subscribed to `keys`; a subscription that becomes
     /// confirmed by enough nodes wakes one waiter to re-check.
     fn confirm(&self, node: usize, keys: Option<&[Box<[u8]>]>, confirmed: bool) {
+        self.relisten(keys, confirmed);
         let channels = lock(&self.channels);
         let mut touched: Vec<Arc<Channel>> = Vec::new();
         match keys {
@@ -520,6 +525,31 @@ impl Hub {
             if !was && self.subscribed(&state) {
                 channel.announce(&mut state, Wake::Subscribed, 1);
             }
+        }
+    }
+
+    /// The listeners' side of [`confirm`](Hub::confirm): a lost connection lapses every
+    /// ask channel; a lapsed one subscribed again prompts its listeners to renew, which
+    /// finds any request announced while nobody heard.
+    fn relisten(&self, keys: Option<&[Box<[u8]>]>, confirmed: bool) {
+        let mut prompts: Vec<Prompt> = Vec::new();
+        let mut listeners = lock(&self.listeners);
+        match (keys, confirmed) {
+            (_, false) => listeners.values_mut().for_each(|on| on.lapsed = true),
+            (Some(keys), true) => {
+                for key in keys {
+                    if let Some(on) = listeners.get_mut(key)
+                        && std::mem::take(&mut on.lapsed)
+                    {
+                        prompts.extend(on.prompts.iter().map(|(_, p)| p.clone()));
+                    }
+                }
+            }
+            (None, true) => {}
+        }
+        drop(listeners);
+        for prompt in prompts {
+            prompt();
         }
     }
 

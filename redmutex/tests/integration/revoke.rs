@@ -432,3 +432,49 @@ async fn redlock_requests_that_each_failed_on_a_minority_do_not_add_up() {
     assert!(hears(&lease, ms(1_500)).await);
     lease.release().await.unwrap();
 }
+
+/// The announcement only prompts a renewal, and prompts are coalesced: a flood of
+/// messages on a holder's ask channel renews it at most once per 100 ms, and is never
+/// taken for a request. A request announced while the holder's subscriber connection was
+/// down is heard once it is subscribed again, not at the next renewal 10 s later.
+#[tokio::test]
+async fn prompts_are_coalesced_and_a_resubscribed_holder_catches_up() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let holder = common::own_locker(&server, true).await;
+    let asker = common::own_locker(&server, false).await;
+    let lease = (holder.acquire("job", ms(30_000)).await.unwrap())
+        .keep_alive()
+        .unwrap();
+    until_subscribers(&server, "job:~a", 1, ms(2_000)).await;
+
+    let before = lease.renewals();
+    let flooded = std::time::Instant::now();
+    // A message every millisecond or so, as fast as a renewal comes back.
+    for _ in 0..300 {
+        let _: i64 = raw
+            .run(redis::cmd("PUBLISH").arg("job:~a").arg("ask"))
+            .await;
+        tokio::time::sleep(ms(1)).await;
+    }
+    tokio::time::sleep(ms(200)).await;
+    let renewed = lease.renewals() - before;
+    let allowed = flooded.elapsed().as_millis() as u64 / 100 + 2;
+    assert!(
+        renewed >= 1 && renewed <= allowed,
+        "{renewed} renewals, {allowed} allowed"
+    );
+    assert!(!lease.is_release_requested() && !lease.is_lost());
+
+    // The subscriber connection cut, and the request made before it is back.
+    let killed: i64 = raw
+        .run(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub"))
+        .await;
+    assert_eq!(killed, 1);
+    asker.request_release("job").await.unwrap().expect("held");
+    assert!(
+        hears(&lease, ms(2_000)).await,
+        "heard only at the next renewal"
+    );
+    lease.release().await.unwrap();
+}
