@@ -220,10 +220,20 @@ pub async fn hold<C: Connection, P>(
             if let Some(guard) = guard.take() {
                 guard.done();
             }
-            if let Err(e) = lease.release().await
-                && e.is_not_held()
-            {
-                say("warning: the lock was already gone when the command's group exited");
+            let ttl = lease.lease_ttl();
+            match lease.release().await {
+                Ok(()) => {}
+                Err(e) if e.is_not_held() => {
+                    say("warning: the lock was already gone when the command's group exited")
+                }
+                Err(e) => {
+                    let e = crate::redact::name_nodes(&e.to_string(), args.urls);
+                    say(&format!(
+                        "warning: the lock could not be released ({e}): nobody else gets it \
+                         until its ttl ends, within {}",
+                        crate::duration::human(ttl)
+                    ));
+                }
             }
             Ok(status.map_or(1, |s| exit_code(&s)))
         }

@@ -385,9 +385,9 @@ struct ReleaseArgs {
     token: Option<String>,
 
     /// Ask whoever holds it to let it go (polite revocation): its kept-alive lease hears
-    /// it at once, or at its next renewal (`exec` sends its command --on-revoke's signal and releases
-    /// when it ends). Only a request: a holder that ignores it keeps the lock.
-    #[arg(long, conflicts_with = "force")]
+    /// it at once, or at its next renewal (`exec` sends its command --on-revoke's signal
+    /// and releases when it ends). Only a request: a holder that ignores it keeps the lock.
+    #[arg(long, conflicts_with_all = ["force", "now"])]
     ask: bool,
 
     /// Release it whoever holds it, for a stuck holder: prints who held it, and an audit

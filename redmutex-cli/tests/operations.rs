@@ -638,6 +638,8 @@ fn release_ask_makes_exec_signal_its_command_and_let_go_when_it_ends() {
     );
     let out = run(redmutex(&server).args(["release", "--ask", "--token", "x", "job"]));
     assert_eq!(code(&out), 64, "{}", stderr(&out));
+    let out = run(redmutex(&server).args(["release", "--ask", "--now", "job"]));
+    assert_eq!(code(&out), 64, "{}", stderr(&out));
     let out = run(redmutex(&server).args(["exec", "--on-revoke", "BOGUS", "job", "true"]));
     assert_eq!(code(&out), 64, "{}", stderr(&out));
     assert!(!exists(&server, "job"));
@@ -762,4 +764,33 @@ fn exec_hears_a_request_at_once_not_at_its_next_renewal() {
     // sleep's own status on SIGTERM, passed on.
     assert_ne!(status.code(), Some(0), "{err}");
     assert!(!exists(&server, "job"), "released when the command ended");
+}
+
+/// A release that fails when the command ends (the server frozen) is not silent: `exec`
+/// says the lock stays taken until its ttl ends, and exits with the command's status.
+#[test]
+fn exec_says_when_the_release_at_the_end_fails() {
+    let server = RedisServer::spawn();
+    let mut holder = redmutex(&server)
+        .args(["exec", "--ttl", "30s", "job", "--", "sleep", "1"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    until_exists(&server, "job", Duration::from_secs(5));
+    server.pause();
+    let status = wait_child(&mut holder, Duration::from_secs(20));
+    server.resume();
+    let mut err = String::new();
+    holder
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("warning: the lock could not be released (")
+            && err.contains("nobody else gets it until its ttl ends, within "),
+        "{err}"
+    );
 }
