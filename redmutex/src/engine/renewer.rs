@@ -142,12 +142,31 @@ struct Tracked {
     /// When its last renewal was sent: a prompt (see [`Command::RenewNow`]) renews no
     /// sooner than [`PROMPT_GAP`] after it.
     last_sent: Option<Instant>,
+    /// A prompt came while a renewal was on the way (which may have read the key before
+    /// the request it announces was stored): it renews again once that one is back.
+    prompted: bool,
     /// False once the hold-time limit leaves no room for another renewal.
     renewing: bool,
     last_error: Option<redis::RedisError>,
 }
 
 impl Tracked {
+    /// Renews soon, for a request to let go that may have been announced: at once, or
+    /// after the renewal on the way. Prompts are messages anyone may publish: however many
+    /// come, a lease is renewed for them at most once per [`PROMPT_GAP`].
+    fn prompt(&mut self) {
+        if !self.renewing || self.entry.state.release_requested() {
+            return;
+        }
+        if self.in_flight {
+            self.prompted = true;
+            return;
+        }
+        let now = Instant::now();
+        let earliest = (self.last_sent).map_or(now, |sent| (sent + PROMPT_GAP).max(now));
+        self.entry.next_renewal = self.entry.next_renewal.min(earliest);
+    }
+
     /// When the lease must be declared lost: a little before its validity ends, so that
     /// the signal reaches the work while the lock is still certainly held.
     fn lost_at(&self) -> Instant {
@@ -274,6 +293,7 @@ fn register_or_drop(leases: &mut BTreeMap<u64, Tracked>, command: Command) {
                 entry: *entry,
                 in_flight: false,
                 last_sent: None,
+                prompted: false,
                 renewing: true,
                 last_error: None,
             };
@@ -283,16 +303,8 @@ fn register_or_drop(leases: &mut BTreeMap<u64, Tracked>, command: Command) {
             leases.remove(&id);
         }
         Command::RenewNow(id) => {
-            if let Some(tracked) = leases.get_mut(&id)
-                && tracked.renewing
-                && !tracked.in_flight
-                && !tracked.entry.state.release_requested()
-            {
-                // Prompts are messages anyone may publish: however many come, a lease is
-                // renewed for them at most once per PROMPT_GAP.
-                let now = Instant::now();
-                let earliest = (tracked.last_sent).map_or(now, |sent| (sent + PROMPT_GAP).max(now));
-                tracked.entry.next_renewal = tracked.entry.next_renewal.min(earliest);
+            if let Some(tracked) = leases.get_mut(&id) {
+                tracked.prompt();
             }
         }
     }
@@ -500,6 +512,9 @@ fn apply<C: Connection>(leases: &mut BTreeMap<u64, Tracked>, done: BatchDone, en
                 tracked.last_error = None;
                 entry.state.renewed(entry.valid_until);
                 ends.meter.renewal(true);
+                if std::mem::take(&mut tracked.prompted) {
+                    tracked.prompt();
+                }
             }
             Renewal::NotHeld => {
                 let tracked = leases.remove(&id).expect("found above");
@@ -539,6 +554,8 @@ fn retry_later(
         if let Some(tracked) = leases.get_mut(&due.id) {
             meter.renewal(false);
             tracked.in_flight = false;
+            // (The retry reads the key afresh: it answers a prompt that came meanwhile.)
+            tracked.prompted = false;
             tracked.entry.next_renewal =
                 now + (tracked.entry.interval / 4).max(Duration::from_millis(1));
             tracked.last_error = Some(error.clone());

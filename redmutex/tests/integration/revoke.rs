@@ -478,3 +478,33 @@ async fn prompts_are_coalesced_and_a_resubscribed_holder_catches_up() {
     );
     lease.release().await.unwrap();
 }
+
+/// A request announced while a renewal is on the way (which read the key before the
+/// request was stored) is heard by the renewal after it, not at the next one 10 s later:
+/// Redlock, one node frozen, so that a renewal waits for it half a second.
+#[tokio::test]
+async fn a_request_announced_during_a_renewal_is_heard_by_the_next() {
+    let servers = RedisServer::spawn_many(3);
+    let holder = common::waking_redlock(multiplexed_all(&servers).await, &servers);
+    let asker = Locker::redlock(multiplexed_all(&servers).await).unwrap();
+    let lease = (holder.acquire("job", ms(30_000)).await.unwrap())
+        .keep_alive()
+        .unwrap();
+    for server in &servers {
+        until_subscribers(server, "job:~a", 1, ms(2_000)).await;
+    }
+    servers[2].pause();
+    let before = lease.renewals();
+    // A bare message: a renewal now, which waits for the frozen node.
+    assert_eq!(servers[0].command(&["PUBLISH", "job:~a", "x"]), ":1\r\n");
+    tokio::time::sleep(ms(50)).await;
+    asker.request_release("job").await.unwrap().expect("held");
+    let heard = hears(&lease, ms(3_000)).await;
+    servers[2].resume();
+    assert!(heard, "heard only at the next renewal");
+    assert!(
+        lease.renewals() >= before + 2,
+        "the prompted renewal, then one more"
+    );
+    lease.release().await.unwrap();
+}
