@@ -589,13 +589,7 @@ fn release_ask_makes_exec_signal_its_command_and_let_go_when_it_ends() {
         stdout(&out)
     );
     let status = wait_child(&mut holder, Duration::from_secs(5));
-    let mut err = String::new();
-    holder
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let err = piped_stderr(&mut holder);
     assert_eq!(status.code(), Some(0), "{err}");
     assert!(
         err.contains("asked to let job go: sent SIGUSR1 to the command"),
@@ -620,13 +614,7 @@ fn release_ask_makes_exec_signal_its_command_and_let_go_when_it_ends() {
     let status = wait_child(&mut stubborn, Duration::from_secs(5));
     assert_eq!(status.code(), Some(0));
     assert!(asked.elapsed() >= ms(1_000), "the command ran to its end");
-    let mut err = String::new();
-    stubborn
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let err = piped_stderr(&mut stubborn);
     assert!(err.contains("ignored (--on-revoke none)"), "{err}");
 
     let out = run(redmutex(&server).args(["release", "--ask", "job"]));
@@ -750,13 +738,7 @@ fn exec_hears_a_request_at_once_not_at_its_next_renewal() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let status = wait_child(&mut holder, Duration::from_secs(10));
     assert!(asked.elapsed() < Duration::from_secs(10));
-    let mut err = String::new();
-    holder
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let err = piped_stderr(&mut holder);
     assert!(
         err.contains("asked to let job go: sent SIGTERM to the command"),
         "{err}"
@@ -780,17 +762,19 @@ fn exec_says_when_the_release_at_the_end_fails() {
     server.pause();
     let status = wait_child(&mut holder, Duration::from_secs(20));
     server.resume();
-    let mut err = String::new();
-    holder
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let err = piped_stderr(&mut holder);
     assert_eq!(status.code(), Some(0), "{err}");
     assert!(
         err.contains("warning: the lock could not be released (")
             && err.contains("nobody else gets it until its ttl ends, within "),
         "{err}"
     );
+}
+
+/// What a finished child wrote on its piped stderr.
+fn piped_stderr(child: &mut std::process::Child) -> String {
+    let mut err = String::new();
+    let pipe = child.stderr.as_mut().expect("stderr piped");
+    pipe.read_to_string(&mut err).unwrap();
+    err
 }

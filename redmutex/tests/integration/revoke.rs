@@ -295,6 +295,25 @@ async fn until_subscribers(server: &RedisServer, channel: &str, count: u32, with
     }
 }
 
+/// On Redlock over `servers`: an asker, and a 30 s lease on `job` (renewed every 10 s)
+/// whose locker has wake-up, once every node has its subscription to the ask channel.
+async fn listening_redlock_holder(
+    servers: &[RedisServer],
+) -> (
+    Locker<redis::aio::MultiplexedConnection>,
+    redmutex::Lease<redis::aio::MultiplexedConnection>,
+) {
+    let holder = common::waking_redlock(multiplexed_all(servers).await, servers);
+    let asker = Locker::redlock(multiplexed_all(servers).await).unwrap();
+    let lease = (holder.acquire("job", ms(30_000)).await.unwrap())
+        .keep_alive()
+        .unwrap();
+    for server in servers {
+        until_subscribers(server, "job:~a", 1, ms(2_000)).await;
+    }
+    (asker, lease)
+}
+
 /// With wake-up, a request reaches a kept-alive holder at once, long before its next
 /// renewal (a 30 s lease renews every 10 s): its announcement prompts a renewal, which
 /// finds the request where it is kept. A message on the channel from anyone else costs a
@@ -360,14 +379,7 @@ async fn with_wake_up_the_holder_hears_a_request_at_once() {
 #[tokio::test]
 async fn a_redlock_holder_with_wake_up_hears_at_once_only_a_quorums_request() {
     let servers = RedisServer::spawn_many(3);
-    let holder = common::waking_redlock(multiplexed_all(&servers).await, &servers);
-    let asker = Locker::redlock(multiplexed_all(&servers).await).unwrap();
-    let lease = (holder.acquire("job", ms(30_000)).await.unwrap())
-        .keep_alive()
-        .unwrap();
-    for server in &servers {
-        until_subscribers(server, "job:~a", 1, ms(2_000)).await;
-    }
+    let (asker, lease) = listening_redlock_holder(&servers).await;
     assert_eq!(servers[1].command(&["DEL", "job"]), ":1\r\n");
     servers[2].pause();
     let failed = asker.request_release("job").await;
@@ -485,14 +497,7 @@ async fn prompts_are_coalesced_and_a_resubscribed_holder_catches_up() {
 #[tokio::test]
 async fn a_request_announced_during_a_renewal_is_heard_by_the_next() {
     let servers = RedisServer::spawn_many(3);
-    let holder = common::waking_redlock(multiplexed_all(&servers).await, &servers);
-    let asker = Locker::redlock(multiplexed_all(&servers).await).unwrap();
-    let lease = (holder.acquire("job", ms(30_000)).await.unwrap())
-        .keep_alive()
-        .unwrap();
-    for server in &servers {
-        until_subscribers(server, "job:~a", 1, ms(2_000)).await;
-    }
+    let (asker, lease) = listening_redlock_holder(&servers).await;
     servers[2].pause();
     let before = lease.renewals();
     // A bare message: a renewal now, which waits for the frozen node.

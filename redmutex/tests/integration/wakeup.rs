@@ -263,10 +263,14 @@ async fn one_release_wakes_one_waiter_and_they_take_turns() {
         all_done < ms(8 * 20) + WOKEN_WITHIN,
         "8 turns of 20 ms took {all_done:?}"
     );
-    assert_eq!(
-        tries.load(Ordering::SeqCst),
-        8,
-        "each waiter failed once (before it waited), never after being woken"
+    // Each waiter failed once, before it waited. A woken waiter whose try comes after the
+    // 50 ms the key is kept for its locker (a loaded machine: seen once in CI, 9 tries)
+    // may fail once more; a release that woke every waiter would make the others fail
+    // again at each release.
+    let failed = tries.load(Ordering::SeqCst);
+    assert!(
+        (8..=10).contains(&failed),
+        "{failed} failed tries: each waiter fails once before it waits, and is not woken for nothing"
     );
     wait_for_subscribers(&server, "turns", 0, ms(3000)).await;
     assert_eq!(raw.dbsize().await, 0);
