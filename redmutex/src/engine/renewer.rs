@@ -54,8 +54,8 @@ impl Registration {
         let _ = self.sender.send(Command::Unregister(self.id));
     }
 
-    /// What renews this lease at once when called (a request to let go was announced):
-    /// unless a renewal is on the way, or one already heard the request.
+    /// What renews this lease soon when called (a request to let go was announced): see
+    /// `Tracked::prompt`.
     pub(crate) fn prompt(&self) -> Arc<dyn Fn() + Send + Sync> {
         let (id, sender) = (self.id, self.sender.clone());
         Arc::new(move || {

@@ -250,6 +250,13 @@ struct Listeners {
     lapsed: bool,
 }
 
+impl Listeners {
+    /// Every listener's prompt, to call once the lock is let go.
+    fn all(&self) -> impl Iterator<Item = Prompt> + '_ {
+        self.prompts.iter().map(|(_, prompt)| prompt.clone())
+    }
+}
+
 /// A lease's place among the listeners of an ask channel; dropping it leaves.
 pub(crate) struct Listening {
     hub: Weak<Hub>,
@@ -541,7 +548,7 @@ impl Hub {
                     if let Some(on) = listeners.get_mut(key)
                         && std::mem::take(&mut on.lapsed)
                     {
-                        prompts.extend(on.prompts.iter().map(|(_, p)| p.clone()));
+                        prompts.extend(on.all());
                     }
                 }
             }
@@ -565,7 +572,7 @@ impl Hub {
         // key's ask channel: its waiters and the listeners then each take the other's
         // messages as prompts, which costs a try or a renewal and nothing more.
         let prompts: Vec<Prompt> = (lock(&self.listeners).get(key))
-            .map(|on| on.prompts.iter().map(|(_, p)| p.clone()).collect())
+            .map(|on| on.all().collect())
             .unwrap_or_default();
         for prompt in prompts {
             prompt();
@@ -651,11 +658,6 @@ impl Hub {
         let mut keys: Vec<Box<[u8]>> = lock(&self.channels).keys().cloned().collect();
         keys.extend(lock(&self.listeners).keys().cloned());
         keys
-    }
-
-    /// Whether `channel` has waiters or listeners (or had them within [`LINGER`]).
-    fn wanted(&self, channel: &[u8]) -> bool {
-        lock(&self.channels).contains_key(channel) || lock(&self.listeners).contains_key(channel)
     }
 
     /// Drops the channels that have had no waiters for [`LINGER`], and unsubscribes them.
@@ -1042,7 +1044,11 @@ async fn reconcile(
     };
     keys.sort_unstable();
     keys.dedup();
-    let (wanted, unwanted): (Vec<_>, Vec<_>) = keys.into_iter().partition(|key| strong.wanted(key));
+    let (wanted, unwanted): (Vec<_>, Vec<_>) = {
+        let (channels, listeners) = (lock(&strong.channels), lock(&strong.listeners));
+        (keys.into_iter())
+            .partition(|key| channels.contains_key(key) || listeners.contains_key(key))
+    };
     drop(strong);
     let names = |keys: &[Box<[u8]>]| keys.iter().map(|k| k.to_vec()).collect::<Vec<Vec<u8>>>();
     let outcome = async {
