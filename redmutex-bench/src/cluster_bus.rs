@@ -61,12 +61,12 @@ async fn connect(cluster: &RedisCluster) -> Result<ClusterConnection, String> {
 pub async fn cluster_bus(duration: Duration) -> Result<Row, String> {
     let cluster = RedisCluster::spawn();
     let key = "bench:cluster-bus";
-    let master = cluster.master_of(key);
     let mut lockers = Vec::new();
     for _ in 0..LOCKERS {
-        // Each subscribes on the key's master, as a process that picks a node would.
-        let subscriber =
-            redis::Client::open(cluster.urls()[master].as_str()).map_err(|e| e.to_string())?;
+        let subscriber = redis::cluster::ClusterClient::builder(cluster.urls())
+            .use_protocol(redis::ProtocolVersion::RESP3)
+            .build()
+            .map_err(|e| e.to_string())?;
         let locker = (Locker::cluster(connect(&cluster).await?).with_wake_up([subscriber]))
             .map_err(|e| e.to_string())?;
         lockers.push(Arc::new(locker));

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redmutex::retry::{self, Jitter, RetryExt};
-use redmutex::{Acquire, Connection, Error, Keys, Locker, Replication, Writes};
+use redmutex::{Acquire, Connection, Error, Keys, Locker, Replication, WakeUpSource, Writes};
 use tokio::time::Instant;
 
 use crate::clock::{instant_ns, now_ns};
@@ -100,10 +100,8 @@ async fn run(args: WorkerArgs) -> Result<(), String> {
         .get_multiplexed_async_connection()
         .await
         .map_err(|e| format!("storage: {e}"))?;
-    let clients = args
-        .urls
-        .iter()
-        .map(|url| redis::Client::open(url.as_str()))
+    let clients = (args.urls.iter())
+        .map(|url| redis::Client::open(url.as_str()).map(WakeUpSource::from))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())?;
     match args.mode {
@@ -134,8 +132,14 @@ async fn run(args: WorkerArgs) -> Result<(), String> {
                 .await
                 .map_err(|e| format!("cluster: {e}"))?;
             let locker = Locker::cluster(conn);
-            // One subscriber is enough: the cluster bus carries releases to every node.
-            drive(locker, clients[..1].to_vec(), storage, args).await
+            // One cluster subscriber, on the shard channels of each key's master.
+            let subscriber = redis::cluster::ClusterClient::builder(args.urls.clone())
+                .use_protocol(redis::ProtocolVersion::RESP3)
+                .connection_timeout(Duration::from_secs(1))
+                .response_timeout(redmutex::RESPONSE_TIMEOUT)
+                .build()
+                .map_err(|e| e.to_string())?;
+            drive(locker, vec![subscriber.into()], storage, args).await
         }
         Mode::Sentinel | Mode::SentinelConfirmed => {
             let conn = redmutex::connect_sentinel(&args.urls, testkit::MASTER_NAME)
@@ -193,7 +197,7 @@ impl Shared {
 
 async fn drive<C: Connection>(
     locker: Locker<C>,
-    clients: Vec<redis::Client>,
+    clients: Vec<WakeUpSource>,
     storage: redis::aio::MultiplexedConnection,
     args: WorkerArgs,
 ) -> Result<(), String> {

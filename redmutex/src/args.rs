@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::error::{Argument, Error};
+use crate::token::Channels;
 
 /// The longest key accepted, in bytes (before the locker's prefix is added).
 pub const MAX_KEY_LEN: usize = 64 * 1024;
@@ -78,7 +79,7 @@ pub(crate) fn ttl_millis(ttl: Duration) -> Result<u64, Error> {
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Keys(Box<[Box<[u8]>]>, Lines);
+pub struct Keys(Box<[Box<[u8]>]>, Lines, Channels);
 
 /// Whether a lock's waiting lockers line up beside its keys (see `mutex.lua`): not on a
 /// cluster, where a release declaring a line that does not exist yet would be refused
@@ -118,12 +119,22 @@ impl Keys {
                 "a lock needs at least one key",
             ));
         }
-        Ok(Keys(out.into_boxed_slice(), Lines::Kept))
+        Ok(Keys(out.into_boxed_slice(), Lines::Kept, Channels::Plain))
     }
 
     /// The same keys, whose waiters do not line up (see [`Lines`]).
     pub(crate) fn without_lines(self) -> Keys {
-        Keys(self.0, Lines::None)
+        Keys(self.0, Lines::None, self.2)
+    }
+
+    /// The same keys, announced on shard channels (a cluster's, see [`Channels`]).
+    pub(crate) fn sharded(self) -> Keys {
+        Keys(self.0, self.1, Channels::Sharded)
+    }
+
+    /// How their releases and requests are announced.
+    pub(crate) fn channels(&self) -> Channels {
+        self.2
     }
 
     /// Whether waiting lockers line up beside these keys.

@@ -187,8 +187,11 @@ impl<C: Connection> Locker<C> {
     /// `{order-7}:payment` and `{order-7}:stock` — and keys that do not are refused with
     /// [`Error::InvalidArgument`] *before* anything is sent; fence counters live in their
     /// key's slot; keep-alive batches renewals per slot. For
-    /// [`with_wake_up`](Locker::with_wake_up), give one client to any node: releases
-    /// publish on the cluster bus, which carries every message to every node.
+    /// [`with_wake_up`](Locker::with_wake_up), give a `redis::cluster::ClusterClient` that
+    /// speaks RESP3: releases are announced on shard channels (`SPUBLISH`), which stay on
+    /// the key's shard instead of crossing the cluster bus to every node, and the
+    /// subscriber follows each slot to its master (Redis 6.2, without shard channels, gets
+    /// `PUBLISH` and `SUBSCRIBE`).
     ///
     /// A lock is as safe as its master: when the master fails and a replica that had not
     /// yet received the lock is promoted, another client can take the lock. Keep-alive
@@ -329,7 +332,8 @@ impl<C: Connection> Locker<C> {
     /// Waiting lockers line up beside them only where one node decides and not on a
     /// cluster (see `Context::lined`); elsewhere the keys carry no lines, so that a release
     /// names no line that nobody can have joined (on Redlock, a line key less to send and
-    /// to check on every node, each cycle).
+    /// to check on every node, each cycle). A cluster's are announced on shard channels
+    /// (see [`Channels`](crate::token::Channels)).
     pub(crate) fn keys<K: AsRef<[u8]>>(
         &self,
         keys: impl IntoIterator<Item = K>,
@@ -337,7 +341,7 @@ impl<C: Connection> Locker<C> {
         let keys = Keys::new(&self.prefix, keys)?;
         if self.is_cluster() {
             args::check_one_slot(&keys)?;
-            return Ok(keys.without_lines());
+            return Ok(keys.without_lines().sharded());
         }
         if self.context.backend.quorum_settings().is_some() {
             return Ok(keys.without_lines());
@@ -387,7 +391,8 @@ impl<C: Connection> Locker<C> {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when the number of clients differs from the number of
-    /// nodes.
+    /// nodes, or when a cluster locker is not given a cluster client (or another locker
+    /// is).
     ///
     /// ```
     /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -421,6 +426,20 @@ impl<C: Connection> Locker<C> {
                     sources.len()
                 ),
             ));
+        }
+        if let Some(source) = sources.iter().find(|s| s.sharded() != self.is_cluster()) {
+            let why = match source.sharded() {
+                true => {
+                    "a cluster client is for a cluster locker (Locker::cluster); give one \
+                         redis::Client per node"
+                }
+                false => {
+                    "a cluster locker's wake-up needs a redis::cluster::ClusterClient \
+                          speaking RESP3: releases are announced on shard channels, each \
+                          heard from its own slot's master only"
+                }
+            };
+            return Err(Error::invalid(Argument::Nodes, why));
         }
         let hub = Arc::new(Hub::new(sources, self.context.backend.needed()));
         Ok(self.edit(|context| context.hub = Some(hub)))
@@ -1180,9 +1199,9 @@ impl<C: Connection> Locker<C> {
     /// # Ok(()) }
     /// ```
     pub async fn inspect(&self, key: impl AsRef<[u8]>) -> Result<LockInfo, Error> {
-        let keys = Keys::new(&self.prefix, [key])?;
+        let keys = self.keys([key])?;
         let key = keys.get(0).expect("one key");
-        let call = mutex::inspect_call(key);
+        let call = mutex::inspect_call(key, keys.channels());
         self.context.backend.inspect(&KeyView { key }, &call).await
     }
 
@@ -1219,16 +1238,17 @@ impl<C: Connection> Locker<C> {
         key: impl AsRef<[u8]>,
         timeout: Duration,
     ) -> Result<bool, Error> {
-        let keys = Keys::new(&self.prefix, [key])?;
-        let key = keys.get(0).expect("one key");
+        let keys = self.keys([key])?;
+        let (key, channels) = (keys.get(0).expect("one key"), keys.channels());
         let backend = &self.context.backend;
         // (Redlock: free only when a quorum of nodes answered "free", held when the holders
         // leave too few for a quorum; otherwise unknown, an error — see `KeyView`.)
         let read = |mark: bool| async move {
-            let call = mutex::await_call(key, mark);
+            let call = mutex::await_call(key, mark, channels);
             backend.inspect(&KeyView { key }, &call).await
         };
-        waiting::until_free(self.context.hub.as_ref(), key, timeout, read).await
+        let channel = channels.name(key, b"");
+        waiting::until_free(self.context.hub.as_ref(), &channel, timeout, read).await
     }
 
     /// Releases the lock on `keys` held by `token`, for an owner that kept only the token

@@ -30,12 +30,20 @@ pub(crate) type Messages = BoxStream<'static, Message>;
 /// Opens subscriber connections to one node.
 pub(crate) trait SubscriberSource: Send + Sync {
     fn open(&self) -> BoxFuture<'_, RedisResult<(Box<dyn SubscriberSink>, Messages)>>;
+
+    /// Subscribes a cluster's shard channels where each lives (see [`Channels`]).
+    ///
+    /// [`Channels`]: crate::token::Channels
+    fn sharded(&self) -> bool {
+        false
+    }
 }
 
 /// Where a locker's push wake-up subscribes, one per node (see
 /// [`Locker::with_wake_up`](crate::Locker::with_wake_up)): made from a [`redis::Client`]
-/// for the node's server, or, with the feature `memory`, from the in-memory server
-/// itself.
+/// for the node's server; for a cluster, with the feature `cluster`, from a
+/// `redis::cluster::ClusterClient` that speaks RESP3 (see the `From` impl); or, with the
+/// feature `memory`, from the in-memory server itself.
 ///
 /// ```
 /// let client = redis::Client::open("redis://127.0.0.1:6379")?;
@@ -48,6 +56,13 @@ pub struct WakeUpSource(pub(crate) Arc<dyn SubscriberSource>);
 impl std::fmt::Debug for WakeUpSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("WakeUpSource")
+    }
+}
+
+impl WakeUpSource {
+    /// A cluster's source, for shard channels.
+    pub(crate) fn sharded(&self) -> bool {
+        self.0.sharded()
     }
 }
 
@@ -87,5 +102,254 @@ impl SubscriberSink for ClientSink {
 
     fn ping(&mut self) -> BoxFuture<'_, RedisResult<()>> {
         Box::pin(async move { self.0.ping::<redis::Value>().await.map(drop) })
+    }
+}
+
+#[cfg(feature = "cluster")]
+mod cluster {
+    //! A cluster's subscriber: one cluster connection (RESP3) that subscribes each shard
+    //! channel on the master of its slot (`SSUBSCRIBE`), and redis-rs's connection follows
+    //! the slot's moves. Any sign that a subscription may have lapsed — a node's
+    //! connection dropped, or the server unsubscribed a channel we still want (its slot
+    //! moved away) — ends the messages, so that the wake-up machinery connects again,
+    //! subscribes everything afresh and has its waiters re-check: no release goes unheard
+    //! for longer than a reconnection.
+
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::sync::{Arc, Mutex};
+
+    use futures_util::future::BoxFuture;
+    use futures_util::StreamExt;
+    use redis::cluster::{ClusterClient, ClusterConfig};
+    use redis::cluster_async::ClusterConnection;
+    use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+    use redis::{PushInfo, PushKind, RedisResult, Value};
+
+    use super::{Message, Messages, SubscriberSink, SubscriberSource, WakeUpSource};
+    use crate::connection::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
+    use crate::fence::hash_slot;
+    use crate::token::is_shard_channel;
+
+    /// A cluster's subscriber connections: a [`ClusterClient`] that speaks RESP3 (built with
+    /// `.use_protocol(redis::ProtocolVersion::RESP3)`, or from `?protocol=resp3` URLs) —
+    /// shard channels are subscribed on RESP3 connections only. A client that speaks RESP2
+    /// leaves wake-up [failing](crate::WakeUpState::Failing) with redis-rs's error, and
+    /// waiters polling.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let nodes = ["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"];
+    /// let client = redis::cluster::ClusterClientBuilder::new(nodes.to_vec())
+    ///     .use_protocol(redis::ProtocolVersion::RESP3)
+    ///     .build()?;
+    /// let conn = client.get_async_connection().await?;
+    /// let locker = redmutex::Locker::cluster(conn).with_wake_up([client])?;
+    /// # Ok(()) }
+    /// ```
+    impl From<ClusterClient> for WakeUpSource {
+        fn from(client: ClusterClient) -> WakeUpSource {
+            WakeUpSource(Arc::new(ClusterSource(client)))
+        }
+    }
+
+    struct ClusterSource(ClusterClient);
+
+    impl SubscriberSource for ClusterSource {
+        fn sharded(&self) -> bool {
+            true
+        }
+
+        fn open(&self) -> BoxFuture<'_, RedisResult<(Box<dyn SubscriberSink>, Messages)>> {
+            Box::pin(async move {
+                let (pushes, heard) = tokio::sync::mpsc::unbounded_channel::<PushInfo>();
+                let config = ClusterConfig::new()
+                    .set_connection_timeout(CONNECT_TIMEOUT)
+                    .set_response_timeout(RESPONSE_TIMEOUT)
+                    .set_push_sender(pushes);
+                let conn = self.0.get_async_connection_with_config(config).await?;
+                let wanted = Arc::new(Mutex::new(BTreeSet::new()));
+                let messages = messages(heard, wanted.clone());
+                let sink = ClusterSink {
+                    conn,
+                    wanted,
+                    shard_channels: true,
+                };
+                Ok((Box::new(sink) as Box<dyn SubscriberSink>, messages))
+            })
+        }
+    }
+
+    /// What one push means to the wake-up machinery.
+    enum Heard {
+        Message(Message),
+        /// A subscription may have lapsed: end the messages.
+        Lapsed,
+        Nothing,
+    }
+
+    /// The messages published on the channels subscribed, until a subscription may have
+    /// lapsed (see the module's docs).
+    fn messages(
+        heard: tokio::sync::mpsc::UnboundedReceiver<PushInfo>,
+        wanted: Arc<Mutex<BTreeSet<Vec<u8>>>>,
+    ) -> Messages {
+        let pushes = futures_util::stream::unfold(heard, |mut heard| async move {
+            heard.recv().await.map(|push| (push, heard))
+        });
+        pushes
+            .map(move |push| meaning(push, &wanted))
+            .take_while(|heard| std::future::ready(!matches!(heard, Heard::Lapsed)))
+            .filter_map(|heard| async move {
+                match heard {
+                    Heard::Message(message) => Some(message),
+                    _ => None,
+                }
+            })
+            .boxed()
+    }
+
+    fn meaning(push: PushInfo, wanted: &Mutex<BTreeSet<Vec<u8>>>) -> Heard {
+        let bytes = |value: Option<&Value>| match value {
+            Some(Value::BulkString(bytes)) => Some(bytes.clone()),
+            Some(Value::SimpleString(text)) => Some(text.clone().into_bytes()),
+            _ => None,
+        };
+        match push.kind {
+            PushKind::Message | PushKind::SMessage => match bytes(push.data.first()) {
+                Some(channel) => Heard::Message(Message {
+                    channel,
+                    payload: bytes(push.data.get(1)).unwrap_or_default(),
+                }),
+                None => Heard::Nothing,
+            },
+            PushKind::Disconnection => Heard::Lapsed,
+            // The server drops a shard channel's subscribers when its slot moves away
+            // (or is deleted); one we still want is lost.
+            PushKind::SUnsubscribe | PushKind::Unsubscribe => {
+                let channel = bytes(push.data.first()).unwrap_or_default();
+                match lock(wanted).contains(&channel) {
+                    true => Heard::Lapsed,
+                    false => Heard::Nothing,
+                }
+            }
+            _ => Heard::Nothing,
+        }
+    }
+
+    fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+        mutex
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    struct ClusterSink {
+        conn: ClusterConnection,
+        /// The channels subscribed (or being subscribed): an unsubscription of one of these
+        /// that we did not ask for means it lapsed.
+        wanted: Arc<Mutex<BTreeSet<Vec<u8>>>>,
+        /// The server has shard channels (false once `SSUBSCRIBE` is unknown: Redis 6.2,
+        /// where scripts fall back to `PUBLISH` too, see `helpers.lua`'s `announce_on`).
+        shard_channels: bool,
+    }
+
+    /// `channels` by hash slot: a shard channel command names channels of one slot.
+    fn by_slot(channels: Vec<Vec<u8>>) -> BTreeMap<u16, Vec<Vec<u8>>> {
+        let mut slots: BTreeMap<u16, Vec<Vec<u8>>> = BTreeMap::new();
+        for channel in channels {
+            slots.entry(hash_slot(&channel)).or_default().push(channel);
+        }
+        slots
+    }
+
+    fn is_unknown_command(e: &redis::RedisError) -> bool {
+        e.to_string()
+            .to_ascii_lowercase()
+            .contains("unknown command")
+    }
+
+    impl ClusterSink {
+        async fn subscribe_all(&mut self, channels: Vec<Vec<u8>>) -> RedisResult<()> {
+            lock(&self.wanted).extend(channels.iter().cloned());
+            let (shard, plain): (Vec<_>, Vec<_>) =
+                channels.into_iter().partition(|c| is_shard_channel(c));
+            let mut plain = plain;
+            for (_, channels) in by_slot(shard) {
+                if !self.shard_channels {
+                    plain.extend(channels);
+                    continue;
+                }
+                match self.conn.ssubscribe(&channels).await {
+                    Err(e) if is_unknown_command(&e) => {
+                        self.shard_channels = false;
+                        plain.extend(channels);
+                    }
+                    result => result?,
+                }
+            }
+            if !plain.is_empty() {
+                self.conn.subscribe(&plain).await?;
+            }
+            Ok(())
+        }
+
+        async fn unsubscribe_all(&mut self, channels: Vec<Vec<u8>>) -> RedisResult<()> {
+            {
+                let mut wanted = lock(&self.wanted);
+                channels.iter().for_each(|channel| {
+                    wanted.remove(channel);
+                });
+            }
+            let (shard, mut plain): (Vec<_>, Vec<_>) =
+                (channels.into_iter()).partition(|c| self.shard_channels && is_shard_channel(c));
+            for (_, channels) in by_slot(shard) {
+                self.conn.sunsubscribe(&channels).await?;
+            }
+            if !plain.is_empty() {
+                self.conn.unsubscribe(std::mem::take(&mut plain)).await?;
+            }
+            Ok(())
+        }
+
+        /// Pings the master of every slot a shard channel is subscribed in (a frozen one
+        /// must not leave its waiters without wake-ups), and any node for plain channels.
+        async fn ping_all(&mut self) -> RedisResult<()> {
+            let (mut slots, mut plain) = (BTreeSet::new(), false);
+            for channel in lock(&self.wanted).iter() {
+                match self.shard_channels && is_shard_channel(channel) {
+                    true => slots.insert(hash_slot(channel)),
+                    false => {
+                        plain = true;
+                        continue;
+                    }
+                };
+            }
+            let mut routes: Vec<SingleNodeRoutingInfo> = (slots.into_iter())
+                .map(|slot| SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master)))
+                .collect();
+            if plain || routes.is_empty() {
+                routes.push(SingleNodeRoutingInfo::Random);
+            }
+            for route in routes {
+                let ping = redis::cmd("PING");
+                self.conn
+                    .route_command(ping, RoutingInfo::SingleNode(route))
+                    .await?;
+            }
+            Ok(())
+        }
+    }
+
+    impl SubscriberSink for ClusterSink {
+        fn subscribe(&mut self, channels: Vec<Vec<u8>>) -> BoxFuture<'_, RedisResult<()>> {
+            Box::pin(self.subscribe_all(channels))
+        }
+
+        fn unsubscribe(&mut self, channels: Vec<Vec<u8>>) -> BoxFuture<'_, RedisResult<()>> {
+            Box::pin(self.unsubscribe_all(channels))
+        }
+
+        fn ping(&mut self) -> BoxFuture<'_, RedisResult<()>> {
+            Box::pin(self.ping_all())
+        }
     }
 }

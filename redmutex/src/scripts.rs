@@ -27,7 +27,7 @@ use redis::{
 
 use crate::args::Keys;
 use crate::error::InvalidArgument;
-use crate::token::Token;
+use crate::token::{Channels, Token};
 use crate::writes::Writes;
 
 /// Runs an idempotent request once more if the first try found the connection broken
@@ -86,9 +86,27 @@ const HEAD: &str = "\n--- then\n";
 /// operations measured 30–80 % more server time for a release). A section may open with a
 /// head, ended by a `--- then` line, that runs before those declarations: the lock's
 /// release deletes an unwatched key there, at half the server time.
+///
+/// Each operation comes in two variants ([`Channels`]): the script as written, and, where it
+/// announces anything, the same with `sharded.lua`'s `announce_on` in place of
+/// `helpers.lua`'s, for a cluster.
 pub(crate) struct Operation {
     source: String,
     script: Script,
+    /// The sharded variant, when it differs.
+    sharded: Option<(String, Script)>,
+}
+
+/// How a cluster's scripts announce: `sharded.lua`'s `announce_on`, which the sharded
+/// variant of a script has in place of `helpers.lua`'s.
+const SHARDED: &str = include_str!("scripts/sharded.lua");
+
+/// The text of `source`'s `announce_on` function, from its `local function` line to its
+/// closing `end` line.
+fn announce_function(source: &str) -> Option<&str> {
+    let start = source.find("local function announce_on(")?;
+    let len = source[start..].find("\nend\n")? + "\nend".len();
+    Some(&source[start..start + len])
 }
 
 impl Operation {
@@ -108,16 +126,33 @@ impl Operation {
             None => format!("{used}-- {section}"),
         };
         let script = Script::new(&source);
-        Operation { source, script }
+        let sharded = announce_function(&source).map(|plain| {
+            let by_shard = announce_function(SHARDED).expect("sharded.lua's announce_on");
+            let sharded = source.replacen(plain, by_shard, 1);
+            let script = Script::new(&sharded);
+            (sharded, script)
+        });
+        Operation {
+            source,
+            script,
+            sharded,
+        }
     }
 
-    pub(crate) fn script(&self) -> &Script {
-        &self.script
+    /// The script for claims whose announcements travel as `channels` say.
+    pub(crate) fn script(&self, channels: Channels) -> &Script {
+        match (channels, &self.sharded) {
+            (Channels::Sharded, Some((_, script))) => script,
+            _ => &self.script,
+        }
     }
 
     /// The whole source, for [`eval_whole`].
-    pub(crate) fn source(&self) -> &str {
-        &self.source
+    pub(crate) fn source(&self, channels: Channels) -> &str {
+        match (channels, &self.sharded) {
+            (Channels::Sharded, Some((source, _))) => source,
+            _ => &self.source,
+        }
     }
 }
 
@@ -293,7 +328,7 @@ pub(crate) trait Claim: Send + Sync + 'static {
 
     /// A call of `operation` over the claim's script keys.
     fn call(&self, operation: &'static Operation, fenced: bool) -> ScriptInvocation<'static> {
-        let mut call = operation.script().prepare_invoke();
+        let mut call = operation.script(self.keys().channels()).prepare_invoke();
         self.script_keys(fenced, &mut |key| {
             call.key(key);
         });
@@ -307,7 +342,7 @@ pub(crate) trait Claim: Send + Sync + 'static {
         let cmd = self.release_cmd(token, keep_ms);
         let release: &'static Operation = self.operations().release;
         Box::pin(async move {
-            let missing: i64 = evalsha(&mut *conn, &cmd, release).await?;
+            let missing: i64 = evalsha(&mut *conn, &cmd, release, self.keys().channels()).await?;
             send_notice(conn, self.release_notice().as_ref()).await;
             Ok(missing == 0)
         })
@@ -326,8 +361,13 @@ pub(crate) trait Claim: Send + Sync + 'static {
         let mut keys = 0;
         self.release_keys(&mut |_| keys += 1);
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(self.operations().release.script().get_hash())
-            .arg(keys);
+        cmd.arg(
+            self.operations()
+                .release
+                .script(self.keys().channels())
+                .get_hash(),
+        )
+        .arg(keys);
         self.release_keys(&mut |key| {
             cmd.arg(key);
         });
@@ -365,7 +405,7 @@ pub(crate) trait Claim: Send + Sync + 'static {
     /// and arguments.
     fn release_eval(&self, token: &Token, keep_ms: u64) -> Cmd {
         let mut cmd = redis::cmd("EVAL");
-        cmd.arg(self.operations().release.source());
+        cmd.arg(self.operations().release.source(self.keys().channels()));
         let mut keys: Vec<Vec<u8>> = Vec::new();
         self.release_keys(&mut |key| keys.push(key.to_vec()));
         cmd.arg(keys.len()).arg(keys);
@@ -427,7 +467,7 @@ pub(crate) trait Claim: Send + Sync + 'static {
         token: &'a Token,
         writes: &'a Writes,
     ) -> Call<'a, Option<Vec<Value>>> {
-        let mut call = self.operations().guarded.script().prepare_invoke();
+        let mut call = (self.operations().guarded.script(self.keys().channels())).prepare_invoke();
         let mut own_keys = 0;
         self.script_keys(false, &mut |key| {
             call.key(key);
@@ -462,7 +502,7 @@ pub(crate) trait Claim: Send + Sync + 'static {
     /// The script that renews many claims of this kind in one call (keep-alive). Claims
     /// with the same renewal script share calls.
     fn renewal_script(&self) -> &'static Script {
-        self.operations().renew.script()
+        self.operations().renew.script(self.keys().channels())
     }
 }
 
@@ -716,11 +756,12 @@ pub(crate) async fn evalsha<T: FromRedisValue>(
     conn: Conn<'_>,
     cmd: &Cmd,
     operation: &Operation,
+    channels: Channels,
 ) -> RedisResult<T> {
     let mut node = Node(conn);
     match cmd.query_async(&mut node).await {
         Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            operation.script().load_async(&mut node).await?;
+            operation.script(channels).load_async(&mut node).await?;
             cmd.query_async(&mut node).await
         }
         reply => reply,
@@ -745,35 +786,78 @@ mod tests {
     const FILE: &str = "-- preamble\nlocal function shared() return 1 end\n--- op: one\n-- one's header\nreturn shared()\n--- op: two\nreturn 2\n";
 
     #[test]
+    fn a_cluster_variant_announces_on_shard_channels_and_only_where_a_script_announces() {
+        let announcing =
+            "-- preamble\n--- op: a\nannounce_on(KEYS[1], '', 'released')\n--- op: quiet\nreturn 1\n";
+        let (a, quiet) = (
+            Operation::new(announcing, "a"),
+            Operation::new(announcing, "quiet"),
+        );
+        let (plain, sharded) = (a.source(Channels::Plain), a.source(Channels::Sharded));
+        assert!(plain.contains("redis.pcall('publish', key .. suffix, message)"));
+        assert!(!plain.contains("spublish"));
+        assert!(sharded.contains("redis.pcall('spublish', channel, message)"));
+        assert_eq!(sharded.matches("local function announce_on(").count(), 1);
+        assert_eq!(
+            plain.replace(announce_function(plain).unwrap(), ""),
+            sharded.replace(announce_function(sharded).unwrap(), "")
+        );
+        assert_ne!(
+            a.script(Channels::Plain).get_hash(),
+            a.script(Channels::Sharded).get_hash()
+        );
+        // Nothing announced: one script serves both.
+        assert_eq!(
+            quiet.source(Channels::Sharded),
+            quiet.source(Channels::Plain)
+        );
+        assert_eq!(
+            quiet.script(Channels::Sharded).get_hash(),
+            quiet.script(Channels::Plain).get_hash()
+        );
+    }
+
+    #[test]
     fn an_operation_is_what_it_uses_of_the_helpers_and_preamble_then_its_section() {
         let one = Operation::new(FILE, "one");
         assert!(one
-            .source()
+            .source(Channels::Plain)
             .starts_with("-- preamble\nlocal function shared() return 1 end\n-- one\n"));
         assert!(one
-            .source()
+            .source(Channels::Plain)
             .ends_with("-- one\n-- one's header\nreturn shared()"));
-        assert!(!one.source().contains("return 2"));
+        assert!(!one.source(Channels::Plain).contains("return 2"));
         let two = Operation::new(FILE, "two");
-        assert_eq!(two.source(), "-- two\nreturn 2\n");
+        assert_eq!(two.source(Channels::Plain), "-- two\nreturn 2\n");
         // A head runs before the declarations.
         let headed = "local function shared() return 1 end\n--- op: h\nif ARGV[1] then return 0 end\n--- then\nreturn shared()\n";
         assert_eq!(
-            Operation::new(headed, "h").source(),
+            Operation::new(headed, "h").source(Channels::Plain),
             "-- h\nif ARGV[1] then return 0 end\nlocal function shared() return 1 end\nreturn shared()\n"
         );
-        assert_ne!(one.script().get_hash(), two.script().get_hash());
+        assert_ne!(
+            one.script(Channels::Plain).get_hash(),
+            two.script(Channels::Plain).get_hash()
+        );
         // The helpers come along as used: `holds` calls `owned`.
         let three = Operation::new("\n--- op: three\nreturn holds(1, 1, ARGV[1])", "three");
         let (owned, holds) = (
-            three.source().find("local function owned(").expect("owned"),
-            three.source().find("local function holds(").expect("holds"),
+            three
+                .source(Channels::Plain)
+                .find("local function owned(")
+                .expect("owned"),
+            three
+                .source(Channels::Plain)
+                .find("local function holds(")
+                .expect("holds"),
         );
         assert!(owned < holds, "in the helpers' order");
         assert!(three
-            .source()
+            .source(Channels::Plain)
             .contains("-- Whether every key in KEYS[first..last]"));
-        assert!(!three.source().contains("local function now_ms("));
+        assert!(!three
+            .source(Channels::Plain)
+            .contains("local function now_ms("));
     }
 
     /// Declarations kept, with their comments, by name — used in code, or by another
@@ -810,10 +894,14 @@ mod tests {
             let shared = top_level_blocks(&format!("{HELPERS}\n{preamble}"));
             for section in file.split(SECTION).skip(1) {
                 let name = section.split('\n').next().unwrap_or_default();
-                let source = Operation::new(file, name).source().to_string();
-                if let Err(e) = lua.load(&source).into_function() {
-                    panic!("{name}: {e}");
+                let operation = Operation::new(file, name);
+                for channels in [Channels::Sharded, Channels::Plain] {
+                    let source = operation.source(channels).to_string();
+                    if let Err(e) = lua.load(&source).into_function() {
+                        panic!("{name} ({channels:?}): {e}");
+                    }
                 }
+                let source = operation.source(Channels::Plain).to_string();
                 let declared: Vec<String> = (top_level_blocks(&source).into_iter())
                     .flat_map(|b| b.names)
                     .collect();

@@ -251,24 +251,54 @@ pub(crate) fn set_awaited(value: &mut [u8], awaited: bool) {
     value[TOKEN_LEN] = if awaited { AWAITED } else { NOT_AWAITED };
 }
 
+/// How a claim's announcements travel, and so how its channels are named (as
+/// `helpers.lua`'s and `sharded.lua`'s `announce_on` do it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Channels {
+    /// PUBLISH and SUBSCRIBE on channels named from the key (one node, Redlock).
+    Plain,
+    /// A cluster: SPUBLISH and SSUBSCRIBE on channels in the key's hash slot, so that an
+    /// announcement stays on the key's shard instead of crossing the cluster bus to every
+    /// node (Redis 6.2, without sharded Pub/Sub, gets PUBLISH and SUBSCRIBE instead).
+    Sharded,
+}
+
+impl Channels {
+    /// The channel of `key` named by `suffix` (empty for the key's own): the key and the
+    /// suffix. Sharded, in the key's hash slot (as `sharded.lua` names it): an untagged key in braces (`job` → `{job}`,
+    /// `{job}:~a`). A key with a `}` but no hash tag cannot be named so: its channels keep
+    /// the plain name, and travel as plain ones ([`is_shard_channel`]).
+    pub(crate) fn name(self, key: &[u8], suffix: &[u8]) -> Vec<u8> {
+        let braced = self == Channels::Sharded
+            && crate::fence::hash_tag(key).is_none()
+            && !key.contains(&b'}');
+        match braced {
+            true => [b"{", key, b"}", suffix].concat(),
+            false => [key, suffix].concat(),
+        }
+    }
+}
+
+/// Whether a channel named by [`Channels::Sharded`] is a shard channel (SPUBLISH,
+/// SSUBSCRIBE): exactly those with a hash tag, which puts them in their key's slot.
+pub(crate) fn is_shard_channel(channel: &[u8]) -> bool {
+    crate::fence::hash_tag(channel).is_some()
+}
+
 /// The channel on which `id` — a fair lock waiter's token, or a locker's id — hears that
 /// `key` is its turn: the key, `:~`, and the first 16 hex digits of the id's SHA-1 (as
 /// `helpers.lua`'s `turn` names it). Public, and of no use for taking anyone's lock.
-pub(crate) fn turn_channel(key: &[u8], id: &Token) -> Vec<u8> {
+pub(crate) fn turn_channel(key: &[u8], id: &Token, channels: Channels) -> Vec<u8> {
     let digest = sha1_smol::Sha1::from(id.as_bytes()).digest().to_string();
-    let mut channel = Vec::with_capacity(key.len() + 18);
-    channel.extend_from_slice(key);
-    channel.extend_from_slice(b":~");
-    channel.extend_from_slice(&digest.as_bytes()[..16]);
-    channel
+    channels.name(key, &[b":~", &digest.as_bytes()[..16]].concat())
 }
 
 /// The channel on which a request that `key`'s holders let go is announced (`listing.lua`'s
 /// `ask`, `ASK_CHANNEL` there): the key and `:~a`. Only a prompt — a holder that hears it
 /// renews at once, and its renewal, which reads the request where it is kept, says whether
 /// it was asked — so a message on it from anyone else costs a renewal and nothing more.
-pub(crate) fn ask_channel(key: &[u8]) -> Vec<u8> {
-    [key, ASK_CHANNEL].concat()
+pub(crate) fn ask_channel(key: &[u8], channels: Channels) -> Vec<u8> {
+    channels.name(key, ASK_CHANNEL)
 }
 
 /// What [`ask_channel`] adds to the key.
@@ -401,11 +431,39 @@ mod tests {
     fn turn_channels_name_the_key_and_a_digest_of_the_id() {
         let id: Token = "AAAAAAAAAAAAAAAAAAAAAA".parse().unwrap();
         let digest = sha1_smol::Sha1::from(id.as_bytes()).digest().to_string();
-        let channel = turn_channel(b"app:job", &id);
+        let channel = turn_channel(b"app:job", &id, Channels::Plain);
         assert_eq!(channel, format!("app:job:~{}", &digest[..16]).into_bytes());
         assert!(!String::from_utf8_lossy(&channel).contains(id.as_str()));
         let other = Token::generate().unwrap();
-        assert_ne!(turn_channel(b"app:job", &other), channel);
+        assert_ne!(turn_channel(b"app:job", &other, Channels::Plain), channel);
+        let sharded = turn_channel(b"app:job", &id, Channels::Sharded);
+        assert_eq!(
+            sharded,
+            format!("{{app:job}}:~{}", &digest[..16]).into_bytes()
+        );
+    }
+
+    #[test]
+    fn sharded_channels_are_in_their_keys_slot_or_plain() {
+        use crate::fence::hash_slot;
+        let suffixes: [&[u8]; 4] = [b"", b":~a", b":~e", b":~0123456789abcdef"];
+        // Untagged, tagged, a tag with `}` after it, a lone `{`.
+        for key in [&b"job"[..], b"{order-7}:pay", b"a{b}c}", b"a{b"] {
+            for suffix in suffixes {
+                let name = Channels::Sharded.name(key, suffix);
+                assert_eq!(hash_slot(&name), hash_slot(key), "{:?}", name);
+                assert!(is_shard_channel(&name));
+                assert_eq!(Channels::Plain.name(key, suffix), [key, suffix].concat());
+            }
+        }
+        assert_eq!(Channels::Sharded.name(b"job", b""), b"{job}");
+        assert_eq!(Channels::Sharded.name(b"{o}:p", b":~a"), b"{o}:p:~a");
+        // A `}` without a tag: no name in the key's slot can be made, so it stays plain.
+        for key in [&b"a}b"[..], b"x{}y}", b"}{a"] {
+            let name = Channels::Sharded.name(key, b":~a");
+            assert_eq!(name, [key, b":~a"].concat());
+            assert!(!is_shard_channel(&name));
+        }
     }
 
     #[test]

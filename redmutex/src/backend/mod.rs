@@ -18,7 +18,7 @@ use crate::connection::Connection;
 use crate::error::{Argument, Error};
 use crate::quorum::{Drift, QuorumSettings};
 use crate::scripts::{Claim, ObtainTry};
-use crate::token::Token;
+use crate::token::{Channels, Token};
 use crate::writes::Writes;
 use common::{Attempt, Renewal, View};
 use redlock::Quorum;
@@ -120,6 +120,14 @@ impl<C: Connection> Backend<C> {
         match self {
             Backend::Single(single) => single.is_cluster(),
             Backend::Quorum(_) => false,
+        }
+    }
+
+    /// How announcements travel: on shard channels on a cluster (see [`Channels`]).
+    pub(crate) fn channels(&self) -> Channels {
+        match self.is_cluster() {
+            true => Channels::Sharded,
+            false => Channels::Plain,
         }
     }
 

@@ -397,12 +397,12 @@ impl<C: Connection> Quorum<C> {
         // One command for every node (a command built per node was a measurable part of a
         // cycle's client CPU).
         let (cmd, release) = (claim.release_cmd(token, keep), claim.operations().release);
-        let notice = claim.release_notice();
+        let (notice, channels) = (claim.release_notice(), claim.keys().channels());
         let replies = self
             .fan_out(timeout, |_, mut conn| {
                 let (cmd, notice) = (&cmd, notice.as_ref());
                 async move {
-                    let missing: i64 = evalsha(&mut conn, cmd, release).await?;
+                    let missing: i64 = evalsha(&mut conn, cmd, release, channels).await?;
                     send_notice(&mut conn, notice).await;
                     Ok(missing == 0)
                 }

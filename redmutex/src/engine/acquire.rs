@@ -466,7 +466,12 @@ impl<C: Connection> Tries<'_, '_, C> {
                     (Some(channel), _) => self.waiting.admit(&channel),
                     (None, true) => {
                         let key = keys.get(0).expect("one key");
-                        self.waiting.admit(&wait_channel(key, true, &self.locker));
+                        self.waiting.admit(&wait_channel(
+                            key,
+                            true,
+                            &self.locker,
+                            self.claim.keys().channels(),
+                        ));
                     }
                     (None, false) => {}
                 }
@@ -474,7 +479,14 @@ impl<C: Connection> Tries<'_, '_, C> {
             let queued = match first && self.queue.is_none() && self.schedule.may_wait() {
                 true => {
                     let channels: Vec<Vec<u8>> = (keys.iter())
-                        .map(|key| wait_channel(key, self.lined, &self.locker))
+                        .map(|key| {
+                            wait_channel(
+                                key,
+                                self.lined,
+                                &self.locker,
+                                self.claim.keys().channels(),
+                            )
+                        })
                         .collect();
                     self.waiting.enter(&channels, self.lined)
                 }
@@ -516,8 +528,9 @@ impl<C: Connection> Tries<'_, '_, C> {
             let channel = match (self.queue_channel(), &self.channel) {
                 (Some(channel), _) => held.map(|_| channel),
                 (None, Some(channel)) => held.map(|_| channel.clone()),
-                (None, None) => (held.and_then(|index| keys.get(index)))
-                    .map(|key| wait_channel(key, self.lined, &self.locker)),
+                (None, None) => (held.and_then(|index| keys.get(index))).map(|key| {
+                    wait_channel(key, self.lined, &self.locker, self.claim.keys().channels())
+                }),
             };
             self.waiting.join(channel.as_deref());
             // A held key that expires before the next try is due is tried when it expires;
@@ -544,7 +557,7 @@ impl<C: Connection> Tries<'_, '_, C> {
         Some(match self.lined {
             true => {
                 let key = self.claim.keys().get(0).expect("one key");
-                wait_channel(key, true, &self.locker)
+                wait_channel(key, true, &self.locker, self.claim.keys().channels())
             }
             false => queue.channel.clone(),
         })

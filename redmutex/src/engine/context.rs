@@ -137,7 +137,7 @@ impl<C: Connection> Context<C> {
             let lines = claim.keys().lined() && self.backend.quorum_settings().is_none();
             if let (false, true, Some(id)) = (self.lined(claim), lines, self.id.get()) {
                 for key in claim.keys().iter() {
-                    hub.held_until(&wait_channel(key, true, id), until);
+                    hub.held_until(&wait_channel(key, true, id, claim.keys().channels()), until);
                 }
             }
         }
@@ -146,12 +146,14 @@ impl<C: Connection> Context<C> {
     /// The channels this locker's waiters for `claim`'s keys hear of their release on, in
     /// order (see `wait_channel`).
     pub(crate) fn wait_channels(&self, claim: &dyn Claim) -> Vec<Vec<u8>> {
-        let lined = self.lined(claim);
+        let (lined, channels) = (self.lined(claim), claim.keys().channels());
         let keys = claim.keys().iter();
         match self.id.get() {
-            Some(id) => keys.map(|key| wait_channel(key, lined, id)).collect(),
+            Some(id) => keys
+                .map(|key| wait_channel(key, lined, id, channels))
+                .collect(),
             // No waiter of this locker ever lined up.
-            None => keys.map(<[u8]>::to_vec).collect(),
+            None => keys.map(|key| channels.name(key, b"")).collect(),
         }
     }
 }

@@ -299,9 +299,13 @@ impl<C: Connection, P> Lease<C, P> {
             .renewer
             .register(&context.backend, &context.meter, entry);
         let listening = match &context.hub {
-            Some(hub) => (lock.claim().keys().iter())
-                .map(|key| hub.listen(&token::ask_channel(key), registration.prompt()))
-                .collect(),
+            Some(hub) => {
+                let keys = lock.claim().keys();
+                (keys.iter())
+                    .map(|key| token::ask_channel(key, keys.channels()))
+                    .map(|channel| hub.listen(&channel, registration.prompt()))
+                    .collect()
+            }
             None => Vec::new(),
         };
         Ok(Lease {

@@ -14,7 +14,7 @@ use crate::engine::schedule::pause_until;
 use crate::engine::wakeup::{Entry, Hub, Member, Outcome, Wake};
 use crate::error::Error;
 use crate::retry::{self, Jitter, RetryExt};
-use crate::token::{self, Token};
+use crate::token::{self, Channels, Token};
 
 /// The waiting side of one acquire; without wake-up, it only pauses.
 pub(crate) struct Waiting {
@@ -151,11 +151,11 @@ impl Waiting {
 /// The channel a waiter for `key` of `claim` hears of its release on: where the claim's
 /// lockers line up (`lined`, see `Claim::lined`), the turn channel of `locker` for that
 /// key, which only a release handing the key to `locker` announces on; otherwise the
-/// key's own.
-pub(crate) fn wait_channel(key: &[u8], lined: bool, locker: &Token) -> Vec<u8> {
+/// key's own. Both named as `channels` says (see [`Channels`]).
+pub(crate) fn wait_channel(key: &[u8], lined: bool, locker: &Token, channels: Channels) -> Vec<u8> {
     match lined {
-        true => token::turn_channel(key, locker),
-        false => key.to_vec(),
+        true => token::turn_channel(key, locker, channels),
+        false => channels.name(key, b""),
     }
 }
 
@@ -167,7 +167,7 @@ pub(crate) fn wait_channel(key: &[u8], lined: bool, locker: &Token) -> Vec<u8> {
 /// announces. No wait lasts past the holder's expiry, when known.
 pub(crate) async fn until_free<F, R>(
     hub: Option<&Arc<Hub>>,
-    key: &[u8],
+    channel: &[u8],
     timeout: Duration,
     mut read: F,
 ) -> Result<bool, Error>
@@ -179,7 +179,7 @@ where
     // Joined before the first look, so that no release after it goes unheard (once the
     // subscription is confirmed, a re-check covers the moment before).
     let mut waiting = Waiting::new(hub.cloned(), true, 1);
-    waiting.join(Some(key));
+    waiting.join(Some(channel));
     let mut polls = retry::exponential(Duration::from_millis(10), Duration::from_secs(1))
         .jitter(Jitter::equal());
     loop {

@@ -18,5 +18,14 @@ end
 -- The flag stays as it is: an awaited leader's release must still announce itself, or
 -- hand the key on to the lockers in line.
 redis.call('set', key, string.sub(value, 1, #token + 1) .. ARGV[2], 'keepttl')
-redis.pcall('publish', key .. ':~e', ARGV[3])
+announce_on(key, ':~e', ARGV[3])
 return 1
+
+--- op: announce
+-- 'announce': tells the election's observers that its leader changed, where the channel
+-- is a shard channel (a cluster; see announce_on, which falls back to PUBLISH on a server
+-- without them). Elsewhere a plain PUBLISH does it.
+-- KEYS[1]: the election's key.
+-- ARGV[1]: the announcement for observers (how many of a locker's observers to wake).
+-- Returns: nothing.
+announce_on(KEYS[1], ':~e', ARGV[1])

@@ -1,7 +1,7 @@
 //! Leader election, after etcd's `concurrency.Election`: candidates campaign for one key;
 //! the leader holds it as a mutex does — its value is the lock's metadata, its term the
 //! lock's fence — kept alive by a lease; everyone can read the leader and observe changes,
-//! announced on a channel beside the key (`election.lua` has the one operation of its own).
+//! announced on a channel beside the key (`election.lua` has the operations of its own).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -24,11 +24,12 @@ use crate::retry::{self, Jitter, RetryExt};
 use crate::scripts::{
     operations, send_notice, Call, Change, Claim, Conn, Obtain, ObtainTry, Operations,
 };
-use crate::token::Token;
+use crate::token::{Channels, Token};
 
 operations!(
     "primitives/election.lua";
     PROCLAIM = "proclaim",
+    ANNOUNCE = "announce",
 );
 
 /// How long a leader's lease lasts unless an election says otherwise
@@ -297,7 +298,7 @@ impl<C: Connection> Election<C> {
     /// ```
     pub async fn leader(&self) -> Result<Option<Leader>, Error> {
         let key = self.key();
-        let call = mutex::inspect_call(key);
+        let call = mutex::inspect_call(key, self.key.channels());
         let settle_by = Instant::now() + (self.ttl / 3).min(SETTLE_AT_MOST);
         let mut pause = Duration::from_millis(2);
         loop {
@@ -343,7 +344,7 @@ impl<C: Connection> Election<C> {
         &self,
     ) -> impl Stream<Item = Result<Option<Leader>, Error>> + Send + 'static + use<C> {
         let mut waiting = Waiting::new(self.context.hub.clone(), false, 1);
-        waiting.join(Some(&observers_channel(self.key())));
+        waiting.join(Some(&observers_channel(self.key(), self.key.channels())));
         let observer = Observer {
             election: self.clone(),
             waiting,
@@ -531,8 +532,8 @@ const ASK_AGAIN_AFTER_FAILURE: Duration = Duration::from_millis(500);
 
 /// The channel observers hear of changes on: the key and `:~e` (as `election.lua` names
 /// it).
-fn observers_channel(key: &[u8]) -> Vec<u8> {
-    [key, b":~e"].concat()
+fn observers_channel(key: &[u8], channels: Channels) -> Vec<u8> {
+    channels.name(key, b":~e")
 }
 
 /// A leader's hold on an election: the [`Lease`] over the election's key, with its
@@ -627,7 +628,9 @@ impl<C: Connection> Lease<C, ElectionKey> {
         let value = value.into();
         args::check_metadata(&value)?;
         let lock = self.lock();
-        let mut call = PROCLAIM.script().prepare_invoke();
+        let mut call = PROCLAIM
+            .script(lock.what().keys.channels())
+            .prepare_invoke();
         call.key(lock.what().key())
             .arg(lock.token().as_bytes())
             .arg(value.as_bytes())
@@ -689,13 +692,14 @@ impl<C: Connection> Lease<C, ElectionKey> {
 #[derive(Debug, Clone)]
 pub struct ElectionKey {
     keys: Keys,
-    channel: Vec<u8>,
+    /// What tells observers that the leader changed (see [`announcement`]).
+    announcement: Cmd,
 }
 
 impl ElectionKey {
     fn new(keys: Keys) -> ElectionKey {
-        let channel = observers_channel(keys.get(0).expect("one key"));
-        ElectionKey { keys, channel }
+        let announcement = announcement(keys.get(0).expect("one key"), keys.channels());
+        ElectionKey { keys, announcement }
     }
 
     /// The key, as stored in Redis (users read it from the guard: this type only
@@ -705,15 +709,24 @@ impl ElectionKey {
     }
 }
 
-/// Tells observers that something changed; a hint (they also poll), so a PUBLISH refused
-/// (an ACL user without the channel) or lost changes nothing.
-async fn announce(conn: Conn<'_>, channel: &[u8]) {
-    send_notice(conn, Some(&announcement(channel))).await;
-}
-
-/// The `PUBLISH` that tells the election's observers that its leader changed.
-fn announcement(channel: &[u8]) -> Cmd {
-    redis::cmd("PUBLISH").arg(channel).arg(EVERYONE).clone()
+/// The command that tells the election's observers that its leader changed; a hint (they
+/// also poll), so one refused (an ACL user without the channel) or lost changes nothing. A
+/// `PUBLISH`; on a cluster, the `announce` script, which publishes on the shard channel
+/// (or, on a server without shard channels, as a `PUBLISH`: see `helpers.lua`'s
+/// `announce_on`), sent whole since a node that lost its scripts must still hear it.
+fn announcement(key: &[u8], channels: Channels) -> Cmd {
+    match channels {
+        Channels::Plain => redis::cmd("PUBLISH")
+            .arg(observers_channel(key, channels))
+            .arg(EVERYONE)
+            .clone(),
+        Channels::Sharded => redis::cmd("EVAL")
+            .arg(ANNOUNCE.source(channels))
+            .arg(1)
+            .arg(key)
+            .arg(EVERYONE)
+            .clone(),
+    }
 }
 
 /// The mutex's claim on the key, with every change announced to observers: a win, and a
@@ -745,7 +758,7 @@ impl Claim for ElectionKey {
         Box::pin(async move {
             let obtained = self.keys.obtain(&mut *conn, request).await?;
             if matches!(obtained, Obtain::Obtained { .. }) {
-                announce(conn, &self.channel).await;
+                send_notice(conn, Some(&self.announcement)).await;
             }
             Ok(obtained)
         })
@@ -761,7 +774,7 @@ impl Claim for ElectionKey {
 
     /// A release (a resignation, or a dropped leadership) tells observers at once.
     fn release_notice(&self) -> Option<Cmd> {
-        Some(announcement(&self.channel))
+        Some(self.announcement.clone())
     }
 
     /// The lock's undo, unannounced: a failed try changed no leader.
@@ -776,7 +789,10 @@ mod tests {
 
     #[test]
     fn observers_hear_on_a_channel_beside_the_key() {
-        assert_eq!(observers_channel(b"app:sched"), b"app:sched:~e".to_vec());
+        assert_eq!(
+            observers_channel(b"app:sched", Channels::Plain),
+            b"app:sched:~e".to_vec()
+        );
     }
 
     #[test]
@@ -797,6 +813,8 @@ mod tests {
 
     #[test]
     fn the_proclamation_has_its_section() {
-        assert!(PROCLAIM.source().contains("local function owned("));
+        assert!(PROCLAIM
+            .source(Channels::Plain)
+            .contains("local function owned("));
     }
 }

@@ -197,7 +197,8 @@ impl<C: Connection> FairLock<C> {
     /// ```
     pub fn acquire<'a>(&self, ttl: Duration) -> Acquire<'a, C, FairKey> {
         let key = self.key();
-        let turns = self.context.own_turns(|id| turn_channel(key, id));
+        let channels = self.key.channels();
+        let turns = self.context.own_turns(|id| turn_channel(key, id, channels));
         let claim = turns.map(|turns| {
             let key = Arc::new(FairKey::new(self.key.clone(), self.heartbeat, turns));
             (key.clone(), key as Arc<dyn Claim>)
@@ -233,7 +234,7 @@ impl<C: Connection> FairLock<C> {
     /// ```
     pub async fn inspect(&self) -> Result<FairLockInfo, Error> {
         let key = self.key();
-        let mut call = INSPECT.script().prepare_invoke();
+        let mut call = INSPECT.script(self.key.channels()).prepare_invoke();
         call.key(key).key(companion_key(key, Companion::Queue));
         call.key(counter_key(key));
         let view = FairView { key: self.key() };
@@ -346,13 +347,13 @@ impl Claim for FairKey {
     /// A waiter hears of its turn on the turn channel its id names (see [`TurnId`]).
     fn queue(&self) -> Option<Queue> {
         Some(Queue {
-            channel: turn_channel(self.key(), &self.turns.id),
+            channel: turn_channel(self.key(), &self.turns.id, self.keys.channels()),
             every: Duration::from_millis(self.heartbeat_ms / 3),
         })
     }
 
     fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {
-        let mut call = OBTAIN.script().prepare_invoke();
+        let mut call = OBTAIN.script(self.keys.channels()).prepare_invoke();
         call.key(self.key()).key(&self.queue);
         if request.fenced {
             call.key(&self.counter);

@@ -265,9 +265,9 @@ end
 local freed = true
 if kind == 'lock' or kind == 'fair_lock' or kind == 'rw_lock_write' then
   redis.call('del', KEYS[1])
-  redis.pcall('publish', KEYS[1], 'released')
+  announce_on(KEYS[1], '', 'released')
   -- An election's observers listen on their own channel (election.lua).
-  redis.pcall('publish', KEYS[1] .. ':~e', 'released')
+  announce_on(KEYS[1], ':~e', 'released')
   tell_line(KEYS[1], KEYS[7])
   -- Any holder's key keeps readers out: with no writer waiting, they may come in. (A fair
   -- lock's entry counts its own waiters; the intents are read here.)
@@ -276,11 +276,11 @@ if kind == 'lock' or kind == 'fair_lock' or kind == 'rw_lock_write' then
     writers = redis.pcall('zcount', KEYS[6], live_from(now), '+inf')
   end
   if type(writers) == 'number' and writers <= 0 then
-    redis.pcall('publish', readers_channel(KEYS[1]), EVERYONE)
+    announce_on(KEYS[1], READERS, EVERYONE)
   end
 elseif kind == 'semaphore' then
   redis.call('del', KEYS[1], KEYS[4])
-  redis.pcall('publish', KEYS[1], tostring(entry[9]))
+  announce_on(KEYS[1], '', tostring(entry[9]))
   -- Every permit is free: the first places in its line, as many as the limit, try.
   local places = redis.pcall('zrangebyscore', KEYS[7], 0, '+inf', 'limit', 0, entry[10])
   if not places.err then
@@ -290,7 +290,7 @@ elseif kind == 'semaphore' then
   end
 elseif kind == 'rw_lock_read' then
   redis.call('del', KEYS[1], KEYS[5])
-  redis.pcall('publish', KEYS[1], 'released')
+  announce_on(KEYS[1], '', 'released')
   tell_line(KEYS[1], KEYS[7])
 else
   freed = false
@@ -352,6 +352,6 @@ if longest > 0 then
   if type(kept) ~= 'number' or kept < longest then
     redis.call('pexpire', asks, string.format('%.0f', longest))
   end
-  redis.pcall('publish', KEYS[1] .. ASK_CHANNEL, 'ask')
+  announce_on(KEYS[1], ASK_CHANNEL, 'ask')
 end
 return { entry }

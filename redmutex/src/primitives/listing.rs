@@ -14,7 +14,7 @@ use crate::error::{Argument, Error};
 use crate::fence::{self, Companion};
 use crate::quorum::{NodeError, NodeFailure, QuorumFailure};
 use crate::scripts::{operations, Operation};
-use crate::token::{parse_value, watched_outside_line, StoredValue, Token, TOKEN_LEN};
+use crate::token::{parse_value, watched_outside_line, Channels, StoredValue, Token, TOKEN_LEN};
 
 operations!("primitives/listing.lua"; DESCRIBE = "describe", FORCE = "force", ASK = "ask");
 
@@ -314,7 +314,7 @@ impl<C: Connection> Listing<C> {
             }
             let rest = self.pending.split_off(self.pending.len().min(LIST_PAGE));
             let keys = std::mem::replace(&mut self.pending, rest);
-            let call = describe_call(&keys);
+            let call = describe_call(&keys, self.backend.channels());
             let view = PageView {
                 keys: &keys,
                 quorum_only: true,
@@ -455,7 +455,7 @@ pub(crate) async fn request_release<C: Connection>(
 ) -> Result<Option<ListedLock>, Error> {
     let keys = [key.to_vec()];
     let asks = fence::companion_key(key, Companion::Ask);
-    let mut call = ASK.script().prepare_invoke();
+    let mut call = ASK.script(backend.channels()).prepare_invoke();
     add_keys(&mut call, key);
     call.key(&asks);
     // The request's id, the same on every node: Redlock's holders count each request on
@@ -501,7 +501,7 @@ async fn one_key<C: Connection>(
     force: Option<&str>,
 ) -> Result<Option<ListedLock>, Error> {
     let keys = [key.to_vec()];
-    let mut call = operation.script().prepare_invoke();
+    let mut call = operation.script(backend.channels()).prepare_invoke();
     add_keys(&mut call, &keys[0]);
     if let Some(mode) = force {
         call.arg(mode);
@@ -514,8 +514,8 @@ async fn one_key<C: Connection>(
 }
 
 /// The describe call for a page of keys: each with its companions.
-fn describe_call(keys: &[Vec<u8>]) -> ScriptInvocation<'static> {
-    let mut call = DESCRIBE.script().prepare_invoke();
+fn describe_call(keys: &[Vec<u8>], channels: Channels) -> ScriptInvocation<'static> {
+    let mut call = DESCRIBE.script(channels).prepare_invoke();
     for key in keys {
         add_keys(&mut call, key);
     }

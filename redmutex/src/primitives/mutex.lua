@@ -219,7 +219,7 @@ for i = 1, count do
       tell_watchers(key, freed)
     elseif announce and freed and lined(flag) then
       -- The end of a line: readers refused while it lasted may come in.
-      redis.pcall('publish', readers_channel(key), EVERYONE)
+      announce_on(key, READERS, EVERYONE)
     end
   else
     -- A locker giving up: out of line, and a key handed to it goes on.
@@ -227,7 +227,7 @@ for i = 1, count do
       leave_line(line, token)
       if value == token .. 'r' and not hand_key(key, line) then
         redis.call('del', key)
-        redis.pcall('publish', readers_channel(key), EVERYONE)
+        announce_on(key, READERS, EVERYONE)
       end
     end
     missing = missing + 1

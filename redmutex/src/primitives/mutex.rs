@@ -16,7 +16,7 @@ use crate::fence::{companion_key, counter_key, Companion};
 use crate::scripts::{
     eval_whole, operations, Call, Claim, Conn, Node, Obtain, ObtainTry, Operations,
 };
-use crate::token::{lock_value, Token, TOKEN_LEN};
+use crate::token::{lock_value, Channels, Token, TOKEN_LEN};
 
 operations!(
     "primitives/mutex.lua";
@@ -35,8 +35,8 @@ operations!(
 
 /// The `await` call for one key (with the prefix): marks its holder as awaited when `mark`
 /// (so that its release announces itself), then reads it as [`inspect_call`] does.
-pub(crate) fn await_call(key: &[u8], mark: bool) -> ScriptInvocation<'static> {
-    let mut call = AWAIT.script().prepare_invoke();
+pub(crate) fn await_call(key: &[u8], mark: bool, channels: Channels) -> ScriptInvocation<'static> {
+    let mut call = AWAIT.script(channels).prepare_invoke();
     call.key(key).key(counter_key(key));
     call.arg(if mark { "1" } else { "0" }).arg(TOKEN_LEN);
     call
@@ -49,8 +49,8 @@ pub(crate) fn claim(keys: Keys) -> (Arc<Keys>, Arc<dyn Claim>) {
 }
 
 /// The `inspect` call for one key (with the prefix): what it holds and its latest fence.
-pub(crate) fn inspect_call(key: &[u8]) -> ScriptInvocation<'static> {
-    let mut call = INSPECT.script().prepare_invoke();
+pub(crate) fn inspect_call(key: &[u8], channels: Channels) -> ScriptInvocation<'static> {
+    let mut call = INSPECT.script(channels).prepare_invoke();
     call.key(key).key(counter_key(key));
     call
 }
@@ -170,7 +170,7 @@ async fn obtain(
     } = request;
     if let (1, false, Some(key)) = (keys.len(), retrying_own, keys.get(0)) {
         if fenced && !waiting {
-            let mut call = OBTAIN_ONE.script().prepare_invoke();
+            let mut call = OBTAIN_ONE.script(keys.channels()).prepare_invoke();
             call.key(key).key(counter_key(key));
             call.arg(value).arg(ttl_ms).arg(retention_ms);
             // Held: `{ 1, -3 }`, no TTL read on this path.
@@ -291,7 +291,7 @@ mod tests {
             &FENCE,
             &RAISE_FENCE,
         ] {
-            assert!(operation.source().contains("redis.call"));
+            assert!(operation.source(Channels::Plain).contains("redis.call"));
         }
     }
 }

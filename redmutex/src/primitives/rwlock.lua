@@ -315,7 +315,7 @@ if owned(value, token) then
     redis.call('del', lock)
   end
   if watched(flag) and announce then
-    redis.pcall('publish', lock, 'released')
+    announce_on(lock, '', 'released')
   end
 elseif value == token .. 'r' then
   -- A locker giving up, handed the key: it goes on.
@@ -327,7 +327,7 @@ else
   leave_line(line, token)
 end
 if announce and after == 0 and ((missing == 0 and keep == 0) or before > 0) then
-  redis.pcall('publish', readers_channel(lock), EVERYONE)
+  announce_on(lock, READERS, EVERYONE)
 end
 return missing
 
@@ -376,7 +376,7 @@ if latest() < ended then
   elseif first then
     tell_waiter(lock, first)
   elseif intents_ours(intents) and live_intents(intents, now) > 0 then
-    redis.pcall('publish', lock, 'released')
+    announce_on(lock, '', 'released')
   end
 end
 return 0
@@ -400,7 +400,7 @@ redis.call('zadd', lock, now + tonumber(ARGV[2]), token)
 redis.call('hset', details, token, metadata_of(value, #token))
 expire_with(lock, details)
 if not intents_ours(intents) or live_intents(intents, now) == 0 then
-  redis.pcall('publish', readers_channel(lock), EVERYONE)
+  announce_on(lock, READERS, EVERYONE)
 end
 return 1
 

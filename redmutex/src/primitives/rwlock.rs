@@ -23,7 +23,7 @@ use crate::scripts::{
     eval_whole, operations, Call, Change, Claim, Conn, Node, Obtain, ObtainTry, Operation,
     Operations, Queue,
 };
-use crate::token::{self, StoredValue, Token, TOKEN_LEN};
+use crate::token::{self, Channels, StoredValue, Token, TOKEN_LEN};
 
 operations!(
     "primitives/rwlock.lua";
@@ -269,7 +269,7 @@ impl<C: Connection> RwLock<C> {
     /// ```
     pub async fn inspect(&self) -> Result<RwLockInfo, Error> {
         let keys = RwKeys::new(self.key.clone());
-        let mut call = INSPECT.script().prepare_invoke();
+        let mut call = INSPECT.script(keys.keys.channels()).prepare_invoke();
         keys.add_all(&mut |name| {
             call.key(name);
         });
@@ -323,7 +323,7 @@ impl RwKeys {
 
     /// A try: the three keys, then (fenced) the counter.
     fn call(&self, operation: &'static Operation, fenced: bool) -> ScriptInvocation<'static> {
-        let mut call = operation.script().prepare_invoke();
+        let mut call = operation.script(self.keys.channels()).prepare_invoke();
         self.add_all(&mut |key| {
             call.key(key);
         });
@@ -460,7 +460,7 @@ impl Claim for ReadKey {
     }
 
     fn channel(&self) -> Option<Vec<u8>> {
-        Some(readers_channel(self.keys.key()))
+        Some(readers_channel(self.keys.key(), self.keys.keys.channels()))
     }
 
     fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {
@@ -527,7 +527,7 @@ impl Claim for WriteKey {
     /// ([`lined`](Claim::lined)), of hand-offs on its locker's turn channel.
     fn queue(&self) -> Option<Queue> {
         Some(Queue {
-            channel: self.keys.key().to_vec(),
+            channel: self.keys.keys.channels().name(self.keys.key(), b""),
             every: Duration::from_millis(self.heartbeat_ms / 3),
         })
     }
@@ -578,9 +578,9 @@ impl Claim for WriteKey {
 const KEEP_INTENT: &str = "keep-intent";
 
 /// The channel waiting readers hear of a writer's release on: the key and `:~r` (as
-/// `rwlock.lua` names it).
-fn readers_channel(key: &[u8]) -> Vec<u8> {
-    [key, b":~r"].concat()
+/// `helpers.lua`'s `READERS` names it).
+fn readers_channel(key: &[u8], channels: Channels) -> Vec<u8> {
+    channels.name(key, b":~r")
 }
 
 impl<C: Connection> Lock<C, WriteKey> {
@@ -632,7 +632,7 @@ impl<C: Connection> Lock<C, WriteKey> {
     pub async fn downgrade(self) -> Result<ReadGuard<C>, Error> {
         let keys = self.what().keys.clone();
         let ttl_ms = args::ttl_millis(self.lease_ttl())?;
-        let mut call = DOWNGRADE.script().prepare_invoke();
+        let mut call = DOWNGRADE.script(keys.keys.channels()).prepare_invoke();
         keys.add_all(&mut |key| {
             call.key(key);
         });
@@ -953,6 +953,9 @@ mod tests {
 
     #[test]
     fn readers_hear_on_a_channel_of_their_own_beside_the_key() {
-        assert_eq!(readers_channel(b"app:config"), b"app:config:~r".to_vec());
+        assert_eq!(
+            readers_channel(b"app:config", Channels::Plain),
+            b"app:config:~r".to_vec()
+        );
     }
 }

@@ -202,7 +202,7 @@ local function pass_on(holders, details, line, state, now, freed)
     tell_line(holders, line)
   end
   if state.awaited then
-    redis.pcall('publish', holders, tostring(freed))
+    announce_on(holders, '', tostring(freed))
   end
 end
 
@@ -533,7 +533,7 @@ if used > 0 and stopped == 'empty' and not expired then
     end
   end
   if state.awaited then
-    redis.pcall('publish', holders, tostring(left))
+    announce_on(holders, '', tostring(left))
   end
   return 0
 end

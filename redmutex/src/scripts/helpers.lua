@@ -222,12 +222,19 @@ local function expire_with(scores, other)
   redis.call('pexpireat', other, key_expiry(last[2]))
 end
 
+-- Announces `message` on `key`'s channel named by `suffix` ('' for the key's own): the
+-- key and the suffix. A hint (waiters also poll): a refusal (an ACL user without the
+-- channel) must not fail the script, so it goes through pcall. On a cluster, scripts.rs
+-- puts sharded.lua's version in its place (shard channels).
+local function announce_on(key, suffix, message)
+  redis.pcall('publish', key .. suffix, message)
+end
+
 -- Tells the locker `id` that it is its turn at `key`, on a channel of its own: the lock
 -- key, ':~', and 16 hex digits of its id's SHA-1 — public, and useless for taking anyone's
--- lock. A hint (waiters also try at least once per heartbeat interval): a PUBLISH refused
--- must not fail the script, so it goes through pcall.
+-- lock. A hint (waiters also try at least once per heartbeat interval).
 local function turn(key, id)
-  redis.pcall('publish', key .. ':~' .. string.sub(redis.sha1hex(id), 1, 16), 'turn')
+  announce_on(key, ':~' .. string.sub(redis.sha1hex(id), 1, 16), 'turn')
 end
 
 -- A key's line: the lockers (processes) whose waiters wait for a mutex key, in arrival
@@ -358,20 +365,18 @@ end
 
 -- The channel a read-write lock's readers wait on, and what a writer's release announces
 -- there: how many readers may try — all of them.
-local function readers_channel(key)
-  return key .. ':~r'
-end
+local READERS = ':~r'
 local EVERYONE = '1000000'
 
 -- Tells those who watch `key` that its holder let go: on the key's own channel (waiters
 -- not in a line, `wait_released`) and, when the key is now `free` (not kept, not handed
 -- on), on the readers' channel: a read-write lock's readers of the same name wait there,
 -- and any holder's key keeps them out. (They marked the holder, or found a locker in its
--- line.) Hints: a PUBLISH refused must not fail the script.
+-- line.) Hints (see announce_on).
 local function tell_watchers(key, free)
-  redis.pcall('publish', key, 'released')
+  announce_on(key, '', 'released')
   if free then
-    redis.pcall('publish', readers_channel(key), EVERYONE)
+    announce_on(key, READERS, EVERYONE)
   end
 end
 

@@ -24,6 +24,16 @@ async fn connect(cluster: &RedisCluster) -> ClusterConnection {
         .unwrap()
 }
 
+/// The client a cluster locker's wake-up subscribes through: RESP3, for shard channels.
+fn subscriber(cluster: &RedisCluster) -> redis::cluster::ClusterClient {
+    redis::cluster::ClusterClient::builder(cluster.urls())
+        .use_protocol(redis::ProtocolVersion::RESP3)
+        .connection_timeout(ms(1_000))
+        .response_timeout(ms(1_000))
+        .build()
+        .unwrap()
+}
+
 /// The value at `key` on node `node`, read directly (`None` when missing or not there);
 /// `ASKING` first, so that a node importing the key's slot answers too.
 fn get(cluster: &RedisCluster, node: usize, key: &str) -> Option<String> {
@@ -160,9 +170,8 @@ fn total_calls(cluster: &RedisCluster) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keep_alive_and_wake_up_work_on_the_cluster() {
     let cluster = RedisCluster::spawn();
-    let client = redis::Client::open(cluster.urls()[3].as_str()).unwrap();
     let locker = Locker::cluster(connect(&cluster).await)
-        .with_wake_up([client])
+        .with_wake_up([subscriber(&cluster)])
         .unwrap();
     // Leases on keys in many slots on all masters: renewed in per-slot batches.
     let mut leases = Vec::new();
@@ -187,12 +196,14 @@ async fn keep_alive_and_wake_up_work_on_the_cluster() {
         lease.release().await.unwrap();
     }
     // With wake-up, heard at once, long before the next renewal of a 30 s lease: the
-    // request, announced on its node, reaches the subscriber on another (the cluster bus).
+    // request is announced on the key's shard channel, subscribed on the key's master.
     let long = (locker.acquire("long", ms(30_000)).await.unwrap())
         .keep_alive()
         .unwrap();
     let until = tokio::time::Instant::now() + ms(2_000);
-    while !(cluster.nodes()[3].command(&["PUBSUB", "NUMSUB", "long:~a"])).ends_with(":1\r\n") {
+    let master = cluster.master_of("long");
+    let numsub = ["PUBSUB", "SHARDNUMSUB", "{long}:~a"];
+    while !(cluster.nodes()[master].command(&numsub)).ends_with(":1\r\n") {
         assert!(tokio::time::Instant::now() < until, "never subscribed");
         tokio::time::sleep(ms(10)).await;
     }
@@ -369,9 +380,8 @@ async fn a_master_killed_under_a_kept_alive_lease_never_leaves_it_silently_lost(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_semaphore_keeps_its_keys_in_one_slot_on_the_cluster() {
     let cluster = RedisCluster::spawn();
-    let client = redis::Client::open(cluster.urls()[0].as_str()).unwrap();
     let locker = Locker::cluster(connect(&cluster).await)
-        .with_wake_up([client])
+        .with_wake_up([subscriber(&cluster)])
         .unwrap();
     // Semaphores whose names hash to different slots (and one with a hash tag): each
     // one's holders, details and fence counter in its own slot, on whichever master.
@@ -399,10 +409,9 @@ async fn a_fair_lock_serves_its_line_in_order_on_the_cluster() {
     let cluster = RedisCluster::spawn();
     for name in ["ledger", "{tenant-7}:ledger"] {
         let mut lockers = Vec::new();
-        for node in 0..3 {
-            let client = redis::Client::open(cluster.urls()[node].as_str()).unwrap();
+        for _ in 0..3 {
             let locker = Locker::cluster(connect(&cluster).await)
-                .with_wake_up([client])
+                .with_wake_up([subscriber(&cluster)])
                 .unwrap();
             lockers.push(
                 locker
@@ -452,10 +461,9 @@ async fn a_read_write_lock_works_on_the_cluster() {
     let cluster = RedisCluster::spawn();
     for name in ["catalog", "{tenant-7}:catalog"] {
         let mut locks = Vec::new();
-        for node in 0..3 {
-            let client = redis::Client::open(cluster.urls()[node].as_str()).unwrap();
+        for _ in 0..3 {
             let locker = Locker::cluster(connect(&cluster).await)
-                .with_wake_up([client])
+                .with_wake_up([subscriber(&cluster)])
                 .unwrap();
             let rw = locker.rw_lock(name).unwrap();
             locks.push(rw.with_heartbeat(ms(60_000)).unwrap());
@@ -503,10 +511,9 @@ async fn an_election_works_on_the_cluster() {
     use futures_util::StreamExt;
     let cluster = RedisCluster::spawn();
     let mut elections = Vec::new();
-    for node in 0..3 {
-        let client = redis::Client::open(cluster.urls()[node].as_str()).unwrap();
+    for _ in 0..3 {
         let locker = Locker::cluster(connect(&cluster).await)
-            .with_wake_up([client])
+            .with_wake_up([subscriber(&cluster)])
             .unwrap();
         elections.push(locker.election("{svc}:leader").unwrap());
     }
