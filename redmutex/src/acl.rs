@@ -21,9 +21,14 @@ const COMMANDS: &str = "+evalsha +eval +script|load +set +get +del +pexpire +pex
 /// semaphore's details (`:permits`), a fair lock's queue (`:queue`) and a
 /// read-write lock's readers and waiting writers (`:readers`, `:intents`), a lock's line of
 /// waiting lockers (`:line`), the holders asked to let a key go (`:ask`) — and the
-/// wake-up channels (`&PREFIX*`); nothing else. Glob characters in
-/// the prefix are escaped. Append it to `ACL SETUSER NAME on >PASSWORD` (or an ACL file's
-/// `user NAME on >PASSWORD` line).
+/// wake-up channels (`&PREFIX*`, and `&{PREFIX*` for a cluster's shard channels); nothing
+/// else. Glob characters in the prefix are escaped. Append it to
+/// `ACL SETUSER NAME on >PASSWORD` (or an ACL file's `user NAME on >PASSWORD` line).
+///
+/// On a Redis 7+ or Valkey cluster with wake-up, add `+spublish +ssubscribe +sunsubscribe`
+/// (shard channels, see [`Locker::cluster`](crate::Locker::cluster)): Redis 6.2 knows no
+/// such commands and would refuse a rule that names them. Without them, wake-up on such a
+/// cluster [fails](crate::WakeUpState::Failing) with a permission error and waiters poll.
 ///
 /// A user without it gets errors for which
 /// [`Error::is_permission_denied`](crate::Error::is_permission_denied) is true.
@@ -35,7 +40,7 @@ const COMMANDS: &str = "+evalsha +eval +script|load +set +get +del +pexpire +pex
 ///      ~{*}:permits:app:* ~{app:*}:queue ~{*}:queue:app:* ~{app:*}:readers \
 ///      ~{*}:readers:app:* ~{app:*}:intents \
 ///      ~{*}:intents:app:* ~{app:*}:line ~{*}:line:app:* ~{app:*}:ask ~{*}:ask:app:* \
-///      resetchannels &app:* -@all +evalsha +eval +script|load +set \
+///      resetchannels &app:* &{app:* -@all +evalsha +eval +script|load +set \
 ///      +get +del +pexpire +pexpireat +pttl +type +setrange +time +publish +subscribe \
 ///      +unsubscribe +ping +zadd +zrem +zscore +zrank +zcard +zcount +zrange +zrevrange \
 ///      +zrangebyscore +zremrangebyscore +zrangebylex +hget +hmget +hset +hdel +hexists +hincrby \
@@ -48,7 +53,7 @@ pub fn acl_rule(prefix: &str) -> String {
         .map(|kind| String::from_utf8_lossy(kind.suffix()).into_owned())
         .map(|suffix| format!(" ~{{{prefix}*}}{suffix} ~{{*}}{suffix}:{prefix}*"))
         .collect();
-    format!("resetkeys ~{prefix}*{beside} resetchannels &{prefix}* -@all {COMMANDS}")
+    format!("resetkeys ~{prefix}*{beside} resetchannels &{prefix}* &{{{prefix}* -@all {COMMANDS}")
 }
 
 /// `prefix` as a literal inside a Redis glob pattern.

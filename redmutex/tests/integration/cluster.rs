@@ -13,7 +13,7 @@ use redis::cluster_async::ClusterConnection;
 use redmutex::{retry, Argument, Error, Locker};
 use testkit::RedisCluster;
 
-async fn connect(cluster: &RedisCluster) -> ClusterConnection {
+pub(crate) async fn connect(cluster: &RedisCluster) -> ClusterConnection {
     redis::cluster::ClusterClient::builder(cluster.urls())
         .connection_timeout(ms(1_000))
         .response_timeout(ms(1_000))
@@ -25,7 +25,7 @@ async fn connect(cluster: &RedisCluster) -> ClusterConnection {
 }
 
 /// The client a cluster locker's wake-up subscribes through: RESP3, for shard channels.
-fn subscriber(cluster: &RedisCluster) -> redis::cluster::ClusterClient {
+pub(crate) fn subscriber(cluster: &RedisCluster) -> redis::cluster::ClusterClient {
     redis::cluster::ClusterClient::builder(cluster.urls())
         .use_protocol(redis::ProtocolVersion::RESP3)
         .connection_timeout(ms(1_000))

@@ -48,6 +48,8 @@ mod memory;
 // The topologies and transports behind features.
 #[cfg(feature = "cluster")]
 mod cluster;
+#[cfg(feature = "cluster")]
+mod sharded;
 #[cfg(feature = "sentinel")]
 mod sentinel;
 #[cfg(feature = "tls")]

@@ -1,0 +1,351 @@
+//! Wake-up on a cluster stays on the key's shard: releases and requests are announced on
+//! shard channels in the key's slot (`SPUBLISH`), which the cluster bus does not carry to
+//! every node, and each locker's subscriber follows the slot when it moves to another
+//! master, by migration or failover. On a server without shard channels (Redis 6.2) the
+//! same tests pass over `PUBLISH`, as the cluster bus carries it.
+
+use std::future::IntoFuture;
+use std::time::Duration;
+
+use crate::cluster::{connect, subscriber};
+use crate::common::{blamed, ms};
+use redis::cluster_async::ClusterConnection;
+use redmutex::{retry, Argument, Error, Lock, Locker, WakeUpState};
+use testkit::RedisCluster;
+use tokio::time::Instant;
+
+/// Whether the cluster's servers have shard channels (Redis 7+, Valkey).
+fn has_shard_channels(cluster: &RedisCluster) -> bool {
+    // An unknown command's entry is a nil: `$-1` (6.2) or `*-1`.
+    let info = cluster.nodes()[0].command(&["COMMAND", "INFO", "SPUBLISH"]);
+    info.to_ascii_lowercase().contains("spublish")
+}
+
+/// A number from a reply's text: the integer after `prefix` (`INFO`'s `field:`), or 0.
+fn after(text: &str, prefix: &str) -> u64 {
+    (text.split(prefix).nth(1))
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// How many times each node ran `command` (scripts' calls included).
+fn calls(cluster: &RedisCluster, command: &str) -> Vec<u64> {
+    let field = format!("cmdstat_{command}:calls=");
+    (cluster.nodes().iter())
+        .map(|node| match node.pid() {
+            Some(_) => after(&node.command(&["INFO", "commandstats"]), &field),
+            None => 0,
+        })
+        .collect()
+}
+
+/// `PUBLISH` messages the nodes sent each other over the cluster bus.
+fn bus_publishes(cluster: &RedisCluster) -> u64 {
+    (cluster.nodes().iter().filter(|node| node.pid().is_some()))
+        .map(|node| {
+            let info = node.command(&["CLUSTER", "INFO"]);
+            after(&info, "cluster_stats_messages_publish_sent:")
+        })
+        .sum()
+}
+
+/// Subscribers of `channel`: on shard channels (on the key's master), and plain ones (on
+/// any node).
+fn subscribers(cluster: &RedisCluster, channel: &str) -> (u64, u64) {
+    let (mut shard, mut plain) = (0, 0);
+    for node in cluster.nodes().iter().filter(|node| node.pid().is_some()) {
+        let count = |reply: String| after(&reply, &format!("{channel}\r\n:"));
+        shard += count(node.command(&["PUBSUB", "SHARDNUMSUB", channel]));
+        plain += count(node.command(&["PUBSUB", "NUMSUB", channel]));
+    }
+    (shard, plain)
+}
+
+async fn woken_locker(cluster: &RedisCluster) -> Locker<ClusterConnection> {
+    Locker::cluster(connect(cluster).await)
+        .with_wake_up([subscriber(cluster)])
+        .unwrap()
+}
+
+/// Waits (up to 10 s) until `channel` has a subscriber: on a shard channel where the server
+/// has them and the channel is one (`by_shard`).
+async fn until_subscribed(cluster: &RedisCluster, channel: &str, by_shard: bool) {
+    let until = Instant::now() + ms(10_000);
+    loop {
+        let (shard, plain) = subscribers(cluster, channel);
+        match by_shard && has_shard_channels(cluster) {
+            true if shard > 0 => return,
+            false if plain > 0 => return,
+            _ => {}
+        }
+        assert!(Instant::now() < until, "{channel}: never subscribed");
+        tokio::time::sleep(ms(20)).await;
+    }
+}
+
+/// A waiter on `key` that polls only every 30 s, so that a wait shorter than that was a
+/// wake-up.
+fn patient(
+    locker: &Locker<ClusterConnection>,
+    key: &str,
+) -> tokio::task::JoinHandle<Result<Lock<ClusterConnection>, Error>> {
+    tokio::spawn(
+        locker
+            .acquire(key, ms(10_000))
+            .retry(retry::constant(Duration::from_secs(30)))
+            .deadline(Duration::from_secs(25))
+            .into_future(),
+    )
+}
+
+/// Releases go on the key's shard channel: the key's master runs `SPUBLISH`, no node runs
+/// `PUBLISH`, and the cluster bus carries no published message — for an untagged key (its
+/// channel `{job}`) and a tagged one. A key with a `}` but no tag has no channel name in
+/// its slot: it goes by `PUBLISH`, and is woken all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_are_announced_on_the_keys_shard_alone() {
+    let cluster = RedisCluster::spawn();
+    let sharded = has_shard_channels(&cluster);
+    let (holder, waiter) = (woken_locker(&cluster).await, woken_locker(&cluster).await);
+    for (key, channel, by_shard) in [
+        ("job", "{job}", sharded),
+        ("{tenant-3}:job", "{tenant-3}:job", sharded),
+        ("odd}key", "odd}key", false),
+    ] {
+        let held = holder.acquire(key, ms(10_000)).await.unwrap();
+        let waiting = patient(&waiter, key);
+        until_subscribed(&cluster, channel, by_shard).await;
+        let master = cluster.master_of(key);
+        let (publish, spublish) = (calls(&cluster, "publish"), calls(&cluster, "spublish"));
+        let bus = bus_publishes(&cluster);
+        let released = Instant::now();
+        held.release().await.unwrap();
+        let lock = waiting.await.unwrap().unwrap();
+        assert!(released.elapsed() < ms(5_000), "{key}: woken, not polled");
+        lock.release().await.unwrap();
+        let (publish_after, spublish_after) =
+            (calls(&cluster, "publish"), calls(&cluster, "spublish"));
+        match by_shard {
+            true => {
+                assert!(spublish_after[master] > spublish[master], "{key}: SPUBLISH");
+                assert_eq!(publish_after, publish, "{key}: no PUBLISH anywhere");
+                assert_eq!(bus_publishes(&cluster), bus, "{key}: nothing on the bus");
+            }
+            false => {
+                assert!(
+                    publish_after.iter().sum::<u64>() > publish.iter().sum::<u64>(),
+                    "{key}: PUBLISH"
+                );
+            }
+        }
+    }
+}
+
+/// A cluster locker's wake-up needs a cluster client, and a cluster client is for a cluster
+/// locker: refused before anything is sent. A cluster client speaking RESP2 cannot
+/// subscribe to shard channels: wake-up says it fails, and waiters get the lock by polling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_locker_wakes_up_through_a_cluster_client_speaking_resp3() {
+    let cluster = RedisCluster::spawn();
+    let node = redis::Client::open(cluster.urls()[0].as_str()).unwrap();
+    let refused = Locker::cluster(connect(&cluster).await)
+        .with_wake_up([node.clone()])
+        .unwrap_err();
+    assert_eq!(blamed(&refused), Some(Argument::Nodes), "{refused}");
+    assert!(refused.to_string().contains("ClusterClient"), "{refused}");
+    let single = node.get_multiplexed_async_connection().await.unwrap();
+    let refused = Locker::new(single)
+        .with_wake_up([subscriber(&cluster)])
+        .unwrap_err();
+    assert_eq!(blamed(&refused), Some(Argument::Nodes), "{refused}");
+
+    if !has_shard_channels(&cluster) {
+        return; // RESP3 itself came with Redis 6; shard channels with 7.
+    }
+    let resp2 = redis::cluster::ClusterClient::new(cluster.urls()).unwrap();
+    let locker = Locker::cluster(connect(&cluster).await)
+        .with_wake_up([resp2])
+        .unwrap();
+    let held = locker.acquire("resp2", ms(10_000)).await.unwrap();
+    let waiting = tokio::spawn(
+        (locker.acquire("resp2", ms(10_000)))
+            .retry(retry::constant(ms(100)))
+            .deadline(Duration::from_secs(10))
+            .into_future(),
+    );
+    let until = Instant::now() + ms(5_000);
+    while !matches!(locker.wake_up_state(), WakeUpState::Failing { .. }) {
+        assert!(Instant::now() < until, "{:?}", locker.wake_up_state());
+        tokio::time::sleep(ms(20)).await;
+    }
+    held.release().await.unwrap();
+    waiting.await.unwrap().unwrap().release().await.unwrap();
+}
+
+/// The key's slot migrates to another master while a waiter waits: the old master drops
+/// the shard channel's subscribers, the waiter's subscriber connects again and subscribes
+/// on the new master, and the holder's release there wakes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_follows_its_keys_slot_to_another_master() {
+    let cluster = RedisCluster::spawn();
+    let (holder, waiter) = (woken_locker(&cluster).await, woken_locker(&cluster).await);
+    let key = "moving";
+    let held = holder.acquire(key, ms(20_000)).await.unwrap();
+    let waiting = patient(&waiter, key);
+    until_subscribed(&cluster, "{moving}", true).await;
+    let source = cluster.master_of(key);
+    let target = (0..3).find(|m| *m != source).unwrap();
+    move_slot(&cluster, key, source, target);
+    assert_eq!(cluster.master_of(key), target);
+    if has_shard_channels(&cluster) {
+        let until = Instant::now() + ms(10_000);
+        while after(
+            &cluster.nodes()[target].command(&["PUBSUB", "SHARDNUMSUB", "{moving}"]),
+            "{moving}\r\n:",
+        ) == 0
+        {
+            assert!(Instant::now() < until, "never subscribed on the new master");
+            tokio::time::sleep(ms(20)).await;
+        }
+    }
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let lock = waiting.await.unwrap().unwrap();
+    assert!(released.elapsed() < ms(5_000), "woken, not polled");
+    lock.release().await.unwrap();
+}
+
+/// Moves `key`'s slot, with its keys, from master `source` to master `target`.
+fn move_slot(cluster: &RedisCluster, key: &str, source: usize, target: usize) {
+    let nodes = cluster.nodes();
+    let id = |node: usize| {
+        let reply = nodes[node].command(&["CLUSTER", "MYID"]);
+        reply.split("\r\n").nth(1).unwrap().to_owned()
+    };
+    let slot = nodes[source].command(&["CLUSTER", "KEYSLOT", key])[1..]
+        .trim()
+        .to_owned();
+    let (source_id, target_id) = (id(source), id(target));
+    let ok = "+OK\r\n";
+    let importing = ["CLUSTER", "SETSLOT", &slot, "IMPORTING", &source_id];
+    assert_eq!(nodes[target].command(&importing), ok);
+    let migrating = ["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target_id];
+    assert_eq!(nodes[source].command(&migrating), ok);
+    let keys = nodes[source].command(&["CLUSTER", "GETKEYSINSLOT", &slot, "100"]);
+    let keys: Vec<&str> = (keys.split("\r\n"))
+        .filter(|line| !line.is_empty() && !line.starts_with(['*', '$']))
+        .collect();
+    let port = nodes[target].port().to_string();
+    let mut migrate = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+    migrate.extend(keys.iter().copied());
+    assert_eq!(nodes[source].command(&migrate), ok, "{keys:?}");
+    for node in 0..3 {
+        let owner = ["CLUSTER", "SETSLOT", &slot, "NODE", &target_id];
+        assert_eq!(nodes[node].command(&owner), ok);
+    }
+}
+
+/// The key's master is killed while a waiter waits, and its replica takes over: the
+/// waiter's subscriber connects again and subscribes on the promoted master; the wait ends
+/// at once when the key is released there (or found free by the re-check that follows a
+/// new subscription, had the lock not reached the replica), long before its 30 s poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_follows_its_keys_slot_through_a_failover() {
+    let cluster = RedisCluster::spawn();
+    let (holder, waiter) = (woken_locker(&cluster).await, woken_locker(&cluster).await);
+    let key = "failing-over";
+    let held = holder.acquire(key, ms(30_000)).await.unwrap();
+    let waiting = patient(&waiter, key);
+    until_subscribed(&cluster, "{failing-over}", true).await;
+    tokio::time::sleep(ms(300)).await; // the lock reaches the replica
+    let master = cluster.master_of(key);
+    cluster.nodes()[master].kill();
+    cluster.wait_until_settled();
+    let promoted = cluster.master_of(key);
+    assert_ne!(promoted, master);
+    let until = Instant::now() + ms(10_000);
+    while !waiting.is_finished() {
+        let (shard, plain) = subscribers(&cluster, "{failing-over}");
+        if shard + plain > 0 {
+            break;
+        }
+        assert!(Instant::now() < until, "never subscribed again");
+        tokio::time::sleep(ms(20)).await;
+    }
+    let released = Instant::now();
+    let _ = held.release().await;
+    let lock = waiting.await.unwrap().unwrap();
+    assert!(released.elapsed() < ms(5_000), "woken, not polled");
+    lock.release().await.unwrap();
+}
+
+/// An ACL user with [`redmutex::acl_rule`], `+cluster|slots` (a cluster client reads the
+/// slot map) and, where the cluster has shard channels, the three commands
+/// docs/OPERATIONS.md adds for them: wake-up works. Without those three, it says it is
+/// refused, and waiters get the lock by polling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_acl_rule_and_the_shard_commands_are_enough_for_wake_up() {
+    let shard = "+spublish +ssubscribe +sunsubscribe";
+    let rule = format!("{} +cluster|slots", redmutex::acl_rule("app:"));
+    let full = format!("full on >pw {rule} {shard}");
+    let bare = format!("bare on >pw {rule}");
+    let probe = RedisCluster::spawn();
+    let sharded = has_shard_channels(&probe);
+    drop(probe);
+    let mut users = testkit::acl_user(&bare);
+    if sharded {
+        users.extend(testkit::acl_user(&full));
+    }
+    let args: Vec<&str> = users.iter().map(String::as_str).collect();
+    let cluster = RedisCluster::spawn_with(&args);
+    let as_user = |user: &str, resp3: bool| {
+        let mut builder = redis::cluster::ClusterClient::builder(cluster.urls())
+            .username(user)
+            .password("pw")
+            .connection_timeout(ms(1_000))
+            .response_timeout(ms(1_000));
+        if resp3 {
+            builder = builder.use_protocol(redis::ProtocolVersion::RESP3);
+        }
+        builder.build().unwrap()
+    };
+    let user = if sharded { "full" } else { "bare" };
+    let locker_of = |user: &'static str| {
+        let (conn, subscriber) = (as_user(user, false), as_user(user, true));
+        async move {
+            let conn = conn.get_async_connection().await.unwrap();
+            (Locker::cluster(conn).with_wake_up([subscriber]))
+                .unwrap()
+                .with_prefix("app:")
+        }
+    };
+    let (holder, waiter) = (locker_of(user).await, locker_of(user).await);
+    let held = holder.acquire("job", ms(10_000)).await.unwrap();
+    let waiting = patient(&waiter, "job");
+    until_subscribed(&cluster, "{app:job}", true).await;
+    let released = Instant::now();
+    held.release().await.unwrap();
+    waiting.await.unwrap().unwrap().release().await.unwrap();
+    assert!(released.elapsed() < ms(5_000), "woken, not polled");
+    assert!(matches!(waiter.wake_up_state(), WakeUpState::Working));
+    if !sharded {
+        return;
+    }
+    // The bare rule: refused, said so, and polled.
+    let (holder, waiter) = (locker_of("bare").await, locker_of("bare").await);
+    let held = holder.acquire("job", ms(10_000)).await.unwrap();
+    let waiting = tokio::spawn(
+        (waiter.acquire("job", ms(10_000)))
+            .retry(retry::constant(ms(100)))
+            .deadline(Duration::from_secs(10))
+            .into_future(),
+    );
+    let until = Instant::now() + ms(5_000);
+    while !waiter.wake_up_state().is_permission_denied() {
+        assert!(Instant::now() < until, "{:?}", waiter.wake_up_state());
+        tokio::time::sleep(ms(20)).await;
+    }
+    held.release().await.unwrap();
+    waiting.await.unwrap().unwrap().release().await.unwrap();
+}
