@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every library example against private redis-servers (one, and five Redlock nodes)
-# that it starts on free loopback ports and stops at the end. Installs redis-server first if missing.
+# Runs every library example against private redis-servers (one, five Redlock nodes, and a
+# six-node cluster) that it starts on free loopback ports and stops at the end. Installs
+# redis-server first if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-redis.sh
@@ -11,6 +12,9 @@ if [ -z "${REDMUTEX_PREBUILT:-}" ]; then
     cargo build -q -p testkit --bin with-redis -p redmutex --examples --all-features
 fi
 examples="must_acquire try_once_or_retry ttl_refresh metadata multi_key keep_alive fenced_storage guarded_writes forced_release polite_revocation semaphore fair_lock rw_lock election at_most_once_per_period redlock blocking"
+echo
+echo "=== example: cluster_wake_up (a private six-node cluster)"
+target/debug/with-redis --cluster target/debug/examples/cluster_wake_up
 exec target/debug/with-redis --nodes 5 bash -c '
     set -e
     for example in '"$examples"'; do

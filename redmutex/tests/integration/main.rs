@@ -48,9 +48,9 @@ mod memory;
 // The topologies and transports behind features.
 #[cfg(feature = "cluster")]
 mod cluster;
-#[cfg(feature = "cluster")]
-mod sharded;
 #[cfg(feature = "sentinel")]
 mod sentinel;
+#[cfg(feature = "cluster")]
+mod sharded;
 #[cfg(feature = "tls")]
 mod tls_acl;

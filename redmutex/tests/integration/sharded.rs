@@ -349,3 +349,39 @@ async fn the_acl_rule_and_the_shard_commands_are_enough_for_wake_up() {
     held.release().await.unwrap();
     waiting.await.unwrap().unwrap().release().await.unwrap();
 }
+
+/// The blocking API over a cluster locker with wake-up: a thread waiting with a 30 s poll
+/// gets the key within moments of another thread's release.
+#[cfg(feature = "blocking")]
+#[test]
+fn a_blocking_cluster_locker_is_woken_on_the_keys_shard() {
+    let cluster = RedisCluster::spawn();
+    let blocking_locker = || {
+        let (urls, subscriber) = (cluster.urls(), subscriber(&cluster));
+        redmutex::blocking::Locker::build(move || async move {
+            let client = redis::cluster::ClusterClient::new(urls).map_err(Error::from)?;
+            let conn = client.get_async_connection().await.map_err(Error::from)?;
+            Locker::cluster(conn).with_wake_up([subscriber])
+        })
+        .unwrap()
+    };
+    let (holder, waiter) = (blocking_locker(), blocking_locker());
+    let held = holder.acquire("blocking-job", ms(10_000)).call().unwrap();
+    let waiting = std::thread::spawn(move || {
+        waiter
+            .acquire("blocking-job", ms(10_000))
+            .retry(retry::constant(Duration::from_secs(30)))
+            .deadline(Duration::from_secs(25))
+            .call()
+    });
+    let until = std::time::Instant::now() + ms(10_000);
+    while subscribers(&cluster, "{blocking-job}") == (0, 0) {
+        assert!(std::time::Instant::now() < until, "never subscribed");
+        std::thread::sleep(ms(20));
+    }
+    let released = std::time::Instant::now();
+    held.release().unwrap();
+    let lock = waiting.join().unwrap().unwrap();
+    assert!(released.elapsed() < ms(5_000), "woken, not polled");
+    lock.release().unwrap();
+}
