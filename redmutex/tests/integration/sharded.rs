@@ -240,9 +240,9 @@ fn move_slot(cluster: &RedisCluster, key: &str, source: usize, target: usize) {
     let mut migrate = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
     migrate.extend(keys.iter().copied());
     assert_eq!(nodes[source].command(&migrate), ok, "{keys:?}");
-    for node in 0..3 {
+    for master in &nodes[..3] {
         let owner = ["CLUSTER", "SETSLOT", &slot, "NODE", &target_id];
-        assert_eq!(nodes[node].command(&owner), ok);
+        assert_eq!(master.command(&owner), ok);
     }
 }
 
