@@ -10,6 +10,13 @@
 //!   processes wait. Elsewhere (Redlock, a cluster, and the other primitives), a waiter's
 //!   try marks the holder's value as awaited, and its release publishes on the channel
 //!   named like the key (`release`). Releases nobody waits for publish nothing.
+//! - On a cluster every channel is a shard channel in its key's slot (`{KEY}`,
+//!   `{KEY}:~a`, …; see [`Channels`](crate::token::Channels)), announced with `SPUBLISH`
+//!   and heard from the slot's master alone, so that announcements stay off the cluster
+//!   bus. The subscriber there is one cluster connection (`pubsub.rs`), which ends its
+//!   messages whenever a subscription may have lapsed (a node's connection dropped, a
+//!   slot moved away): this hub then connects again, subscribes afresh and has its
+//!   waiters re-check, as after any lost connection.
 //! - A locker with wake-up has one [`Hub`]: one subscriber connection per node, opened on
 //!   first use, and one [`Channel`] per channel its acquires wait on. The connection is
 //!   subscribed to exactly the channels that have waiters.
