@@ -167,7 +167,7 @@ mod cluster {
                     .set_response_timeout(RESPONSE_TIMEOUT)
                     .set_push_sender(pushes);
                 let conn = self.0.get_async_connection_with_config(config).await?;
-                let wanted = Arc::new(Mutex::new(BTreeSet::new()));
+                let wanted = Arc::new(Mutex::new(Subscribed::default()));
                 let messages = messages(heard, wanted.clone());
                 let sink = ClusterSink {
                     conn,
@@ -191,7 +191,7 @@ mod cluster {
     /// lapsed (see the module's docs).
     fn messages(
         heard: tokio::sync::mpsc::UnboundedReceiver<PushInfo>,
-        wanted: Arc<Mutex<BTreeSet<Vec<u8>>>>,
+        wanted: Arc<Mutex<Subscribed>>,
     ) -> Messages {
         let pushes = futures_util::stream::unfold(heard, |mut heard| async move {
             heard.recv().await.map(|push| (push, heard))
@@ -208,7 +208,7 @@ mod cluster {
             .boxed()
     }
 
-    fn meaning(push: PushInfo, wanted: &Mutex<BTreeSet<Vec<u8>>>) -> Heard {
+    fn meaning(push: PushInfo, wanted: &Mutex<Subscribed>) -> Heard {
         let bytes = |value: Option<&Value>| match value {
             Some(Value::BulkString(bytes)) => Some(bytes.clone()),
             Some(Value::SimpleString(text)) => Some(text.clone().into_bytes()),
@@ -224,10 +224,10 @@ mod cluster {
             },
             PushKind::Disconnection => Heard::Lapsed,
             // The server drops a shard channel's subscribers when its slot moves away
-            // (or is deleted); one we still want is lost.
+            // (or is deleted): an unsubscription we did not ask for is a lost one.
             PushKind::SUnsubscribe | PushKind::Unsubscribe => {
                 let channel = bytes(push.data.first()).unwrap_or_default();
-                match lock(wanted).contains(&channel) {
+                match lock(wanted).unasked(&channel) {
                     true => Heard::Lapsed,
                     false => Heard::Nothing,
                 }
@@ -242,11 +242,32 @@ mod cluster {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// The channels subscribed, and the unsubscriptions asked for whose confirmation has
+    /// not been heard yet: any other unsubscription means a subscription lapsed.
+    #[derive(Default)]
+    struct Subscribed {
+        wanted: BTreeSet<Vec<u8>>,
+        leaving: BTreeMap<Vec<u8>, usize>,
+    }
+
+    impl Subscribed {
+        /// Whether an unsubscription of `channel` was not asked for (and so lapsed); one
+        /// that was is counted off.
+        fn unasked(&mut self, channel: &[u8]) -> bool {
+            if let Some(count) = self.leaving.get_mut(channel) {
+                *count -= 1;
+                if *count == 0 {
+                    self.leaving.remove(channel);
+                }
+                return false;
+            }
+            true
+        }
+    }
+
     struct ClusterSink {
         conn: ClusterConnection,
-        /// The channels subscribed (or being subscribed): an unsubscription of one of these
-        /// that we did not ask for means it lapsed.
-        wanted: Arc<Mutex<BTreeSet<Vec<u8>>>>,
+        wanted: Arc<Mutex<Subscribed>>,
         /// The server has shard channels (false once `SSUBSCRIBE` is unknown: Redis 6.2,
         /// where scripts fall back to `PUBLISH` too, see `helpers.lua`'s `announce_on`).
         shard_channels: bool,
@@ -269,7 +290,7 @@ mod cluster {
 
     impl ClusterSink {
         async fn subscribe_all(&mut self, channels: Vec<Vec<u8>>) -> RedisResult<()> {
-            lock(&self.wanted).extend(channels.iter().cloned());
+            lock(&self.wanted).wanted.extend(channels.iter().cloned());
             let (shard, plain): (Vec<_>, Vec<_>) =
                 channels.into_iter().partition(|c| is_shard_channel(c));
             let mut plain = plain;
@@ -294,10 +315,11 @@ mod cluster {
 
         async fn unsubscribe_all(&mut self, channels: Vec<Vec<u8>>) -> RedisResult<()> {
             {
-                let mut wanted = lock(&self.wanted);
-                channels.iter().for_each(|channel| {
-                    wanted.remove(channel);
-                });
+                let mut subscribed = lock(&self.wanted);
+                for channel in &channels {
+                    subscribed.wanted.remove(channel);
+                    *subscribed.leaving.entry(channel.clone()).or_default() += 1;
+                }
             }
             let (shard, mut plain): (Vec<_>, Vec<_>) =
                 (channels.into_iter()).partition(|c| self.shard_channels && is_shard_channel(c));
@@ -314,7 +336,7 @@ mod cluster {
         /// must not leave its waiters without wake-ups), and any node for plain channels.
         async fn ping_all(&mut self) -> RedisResult<()> {
             let (mut slots, mut plain) = (BTreeSet::new(), false);
-            for channel in lock(&self.wanted).iter() {
+            for channel in lock(&self.wanted).wanted.iter() {
                 match self.shard_channels && is_shard_channel(channel) {
                     true => slots.insert(hash_slot(channel)),
                     false => {
@@ -350,6 +372,42 @@ mod cluster {
 
         fn ping(&mut self) -> BoxFuture<'_, RedisResult<()>> {
             Box::pin(self.ping_all())
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        fn push(kind: PushKind, channel: &str) -> PushInfo {
+            let data = vec![Value::BulkString(channel.into()), Value::Int(0)];
+            PushInfo { kind, data }
+        }
+
+        #[test]
+        fn a_subscription_lapses_when_unsubscribed_unasked_or_when_a_node_drops() {
+            let subscribed = Mutex::new(Subscribed::default());
+            let message = meaning(push(PushKind::SMessage, "{job}"), &subscribed);
+            assert!(matches!(message, Heard::Message(m) if m.channel == b"{job}"));
+            let confirmed = meaning(push(PushKind::SSubscribe, "{job}"), &subscribed);
+            assert!(matches!(confirmed, Heard::Nothing));
+            // The slot moved away: the server unsubscribed us.
+            let moved = meaning(push(PushKind::SUnsubscribe, "{job}"), &subscribed);
+            assert!(matches!(moved, Heard::Lapsed));
+            // Our own unsubscriptions, as many as asked for, confirm; the next is the
+            // server's.
+            lock(&subscribed).leaving.insert(b"{job}".to_vec(), 2);
+            for _ in 0..2 {
+                let ours = meaning(push(PushKind::SUnsubscribe, "{job}"), &subscribed);
+                assert!(matches!(ours, Heard::Nothing));
+            }
+            let theirs = meaning(push(PushKind::Unsubscribe, "{job}"), &subscribed);
+            assert!(matches!(theirs, Heard::Lapsed));
+            let dropped = PushInfo {
+                kind: PushKind::Disconnection,
+                data: Vec::new(),
+            };
+            assert!(matches!(meaning(dropped, &subscribed), Heard::Lapsed));
         }
     }
 }
