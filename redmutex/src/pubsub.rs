@@ -16,12 +16,20 @@ pub(crate) struct Message {
     pub(crate) payload: Vec<u8>,
 }
 
+/// Channels a subscriber connection could not subscribe, or may have lost, while the
+/// others stand: a cluster's shards whose masters do not answer now. (A connection to one
+/// node has all or none: an error.)
+pub(crate) type Unheard = Vec<Vec<u8>>;
+
 /// The subscribing half of a subscriber connection.
 pub(crate) trait SubscriberSink: Send {
-    fn subscribe(&mut self, channels: Vec<Vec<u8>>) -> BoxFuture<'_, RedisResult<()>>;
+    /// Subscribes to `channels`: those it could not subscribe (see [`Unheard`]); an error
+    /// when none could be.
+    fn subscribe(&mut self, channels: Vec<Vec<u8>>) -> BoxFuture<'_, RedisResult<Unheard>>;
     fn unsubscribe(&mut self, channels: Vec<Vec<u8>>) -> BoxFuture<'_, RedisResult<()>>;
-    /// Checks that the connection still answers.
-    fn ping(&mut self) -> BoxFuture<'_, RedisResult<()>>;
+    /// Checks that the connection still answers: the channels whose node does not (see
+    /// [`Unheard`]); an error when the connection failed.
+    fn ping(&mut self) -> BoxFuture<'_, RedisResult<Unheard>>;
 }
 
 /// What a subscriber connection hears; it ends when the connection is lost.
@@ -92,16 +100,16 @@ impl SubscriberSource for ClientSource {
 struct ClientSink(redis::aio::PubSubSink);
 
 impl SubscriberSink for ClientSink {
-    fn subscribe(&mut self, channels: Vec<Vec<u8>>) -> BoxFuture<'_, RedisResult<()>> {
-        Box::pin(self.0.subscribe(channels))
+    fn subscribe(&mut self, channels: Vec<Vec<u8>>) -> BoxFuture<'_, RedisResult<Unheard>> {
+        Box::pin(async move { self.0.subscribe(channels).await.map(|()| Vec::new()) })
     }
 
     fn unsubscribe(&mut self, channels: Vec<Vec<u8>>) -> BoxFuture<'_, RedisResult<()>> {
         Box::pin(self.0.unsubscribe(channels))
     }
 
-    fn ping(&mut self) -> BoxFuture<'_, RedisResult<()>> {
-        Box::pin(async move { self.0.ping::<redis::Value>().await.map(drop) })
+    fn ping(&mut self) -> BoxFuture<'_, RedisResult<Unheard>> {
+        Box::pin(async move { self.0.ping::<redis::Value>().await.map(|_| Vec::new()) })
     }
 }
 
@@ -125,7 +133,12 @@ mod cluster {
     use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
     use redis::{PushInfo, PushKind, RedisResult, Value};
 
-    use super::{Message, Messages, SubscriberSink, SubscriberSource, WakeUpSource};
+    use std::future::Future;
+    use std::time::Duration;
+
+    use futures_util::future::join_all;
+
+    use super::{Message, Messages, SubscriberSink, SubscriberSource, Unheard, WakeUpSource};
     use crate::connection::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
     use crate::fence::hash_slot;
     use crate::token::is_shard_channel;
@@ -288,29 +301,75 @@ mod cluster {
             .contains("unknown command")
     }
 
+    /// How long a shard's master may take to answer a subscription or a ping before its
+    /// channels count as unheard: within the wake-up's own limit for the whole request.
+    const SHARD_TIMEOUT: Duration =
+        Duration::from_millis(RESPONSE_TIMEOUT.as_millis() as u64 * 3 / 4);
+
+    /// `request`'s answer within [`SHARD_TIMEOUT`].
+    async fn within<T>(request: impl Future<Output = RedisResult<T>>) -> RedisResult<T> {
+        match tokio::time::timeout(SHARD_TIMEOUT, request).await {
+            Ok(answer) => answer,
+            Err(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("a shard's master did not answer within {SHARD_TIMEOUT:?}"),
+            )
+            .into()),
+        }
+    }
+
+    /// `Unheard` channels, or the error when they are all the channels there were.
+    fn unheard(
+        failed: Vec<Vec<u8>>,
+        of: usize,
+        error: Option<redis::RedisError>,
+    ) -> RedisResult<Vec<Vec<u8>>> {
+        match error {
+            Some(error) if failed.len() >= of => Err(error),
+            _ => Ok(failed),
+        }
+    }
+
     impl ClusterSink {
-        async fn subscribe_all(&mut self, channels: Vec<Vec<u8>>) -> RedisResult<()> {
+        /// Subscribes each slot's channels on its own, at once, so that a master that does
+        /// not answer leaves only its own channels unheard.
+        async fn subscribe_all(&mut self, channels: Vec<Vec<u8>>) -> RedisResult<Vec<Vec<u8>>> {
             lock(&self.wanted).wanted.extend(channels.iter().cloned());
-            let (shard, plain): (Vec<_>, Vec<_>) =
+            let total = channels.len();
+            let (shard, mut plain): (Vec<_>, Vec<_>) =
                 channels.into_iter().partition(|c| is_shard_channel(c));
-            let mut plain = plain;
-            for (_, channels) in by_slot(shard) {
-                if !self.shard_channels {
-                    plain.extend(channels);
-                    continue;
-                }
-                match self.conn.ssubscribe(&channels).await {
-                    Err(e) if is_unknown_command(&e) => {
-                        self.shard_channels = false;
-                        plain.extend(channels);
+            let (mut failed, mut error) = (Vec::new(), None);
+            if self.shard_channels {
+                let requests = by_slot(shard).into_values().map(|channels| {
+                    let mut conn = self.conn.clone();
+                    async move {
+                        let result = within(conn.ssubscribe(&channels)).await;
+                        (channels, result)
                     }
-                    result => result?,
+                });
+                for (channels, result) in join_all(requests).await {
+                    match result {
+                        Ok(()) => {}
+                        Err(e) if is_unknown_command(&e) => {
+                            self.shard_channels = false;
+                            plain.extend(channels);
+                        }
+                        Err(e) => {
+                            failed.extend(channels);
+                            error = Some(e);
+                        }
+                    }
                 }
+            } else {
+                plain.extend(shard);
             }
-            if !plain.is_empty() {
-                self.conn.subscribe(&plain).await?;
+            if !plain.is_empty()
+                && let Err(e) = within(self.conn.subscribe(&plain)).await
+            {
+                failed.extend(plain);
+                error = Some(e);
             }
-            Ok(())
+            unheard(failed, total, error)
         }
 
         async fn unsubscribe_all(&mut self, channels: Vec<Vec<u8>>) -> RedisResult<()> {
@@ -321,48 +380,62 @@ mod cluster {
                     *subscribed.leaving.entry(channel.clone()).or_default() += 1;
                 }
             }
-            let (shard, mut plain): (Vec<_>, Vec<_>) =
+            let (shard, plain): (Vec<_>, Vec<_>) =
                 (channels.into_iter()).partition(|c| self.shard_channels && is_shard_channel(c));
             for (_, channels) in by_slot(shard) {
                 self.conn.sunsubscribe(&channels).await?;
             }
             if !plain.is_empty() {
-                self.conn.unsubscribe(std::mem::take(&mut plain)).await?;
+                self.conn.unsubscribe(plain).await?;
             }
             Ok(())
         }
 
-        /// Pings the master of every slot a shard channel is subscribed in (a frozen one
-        /// must not leave its waiters without wake-ups), and any node for plain channels.
-        async fn ping_all(&mut self) -> RedisResult<()> {
-            let (mut slots, mut plain) = (BTreeSet::new(), false);
+        /// Pings the master of every slot a shard channel is subscribed in, each on its
+        /// own (a frozen one must not leave its waiters without wake-ups, nor the others'),
+        /// and any node for plain channels: the channels of those that do not answer.
+        async fn ping_all(&mut self) -> RedisResult<Vec<Vec<u8>>> {
+            let mut routes: BTreeMap<Option<u16>, Vec<Vec<u8>>> = BTreeMap::new();
             for channel in lock(&self.wanted).wanted.iter() {
-                match self.shard_channels && is_shard_channel(channel) {
-                    true => slots.insert(hash_slot(channel)),
-                    false => {
-                        plain = true;
-                        continue;
+                let slot =
+                    (self.shard_channels && is_shard_channel(channel)).then(|| hash_slot(channel));
+                routes.entry(slot).or_default().push(channel.clone());
+            }
+            if routes.is_empty() {
+                routes.insert(None, Vec::new());
+            }
+            let total = routes.len();
+            let pings = routes.into_iter().map(|(slot, channels)| {
+                let mut conn = self.conn.clone();
+                let route = match slot {
+                    Some(slot) => {
+                        SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master))
                     }
+                    None => SingleNodeRoutingInfo::Random,
                 };
+                async move {
+                    let ping =
+                        conn.route_command(redis::cmd("PING"), RoutingInfo::SingleNode(route));
+                    (channels, within(ping).await)
+                }
+            });
+            let (mut failed, mut error, mut silent) = (Vec::new(), None, 0);
+            for (channels, result) in join_all(pings).await {
+                if let Err(e) = result {
+                    failed.extend(channels);
+                    error = Some(e);
+                    silent += 1;
+                }
             }
-            let mut routes: Vec<SingleNodeRoutingInfo> = (slots.into_iter())
-                .map(|slot| SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master)))
-                .collect();
-            if plain || routes.is_empty() {
-                routes.push(SingleNodeRoutingInfo::Random);
+            match error {
+                Some(error) if silent >= total => Err(error),
+                _ => Ok(failed),
             }
-            for route in routes {
-                let ping = redis::cmd("PING");
-                self.conn
-                    .route_command(ping, RoutingInfo::SingleNode(route))
-                    .await?;
-            }
-            Ok(())
         }
     }
 
     impl SubscriberSink for ClusterSink {
-        fn subscribe(&mut self, channels: Vec<Vec<u8>>) -> BoxFuture<'_, RedisResult<()>> {
+        fn subscribe(&mut self, channels: Vec<Vec<u8>>) -> BoxFuture<'_, RedisResult<Unheard>> {
             Box::pin(self.subscribe_all(channels))
         }
 
@@ -370,7 +443,7 @@ mod cluster {
             Box::pin(self.unsubscribe_all(channels))
         }
 
-        fn ping(&mut self) -> BoxFuture<'_, RedisResult<()>> {
+        fn ping(&mut self) -> BoxFuture<'_, RedisResult<Unheard>> {
             Box::pin(self.ping_all())
         }
     }

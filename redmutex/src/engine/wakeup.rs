@@ -537,7 +537,14 @@ impl Hub {
                 state.held_by_waiter = None;
             }
             if !was && self.subscribed(&state) {
-                channel.announce(&mut state, Wake::Subscribed, 1);
+                // Releases may have gone unheard: on a lock one waiter re-checks (and
+                // hands on if the key is free); a semaphore may have freed permits for
+                // all of its waiters, who each re-check.
+                let recheck = match channel.exclusive {
+                    true => 1,
+                    false => state.members.max(1),
+                };
+                channel.announce(&mut state, Wake::Subscribed, recheck);
             }
         }
     }
@@ -549,7 +556,14 @@ impl Hub {
         let mut prompts: Vec<Prompt> = Vec::new();
         let mut listeners = lock(&self.listeners);
         match (keys, confirmed) {
-            (_, false) => listeners.values_mut().for_each(|on| on.lapsed = true),
+            (None, false) => listeners.values_mut().for_each(|on| on.lapsed = true),
+            (Some(keys), false) => {
+                for key in keys {
+                    if let Some(on) = listeners.get_mut(key) {
+                        on.lapsed = true;
+                    }
+                }
+            }
             (Some(keys), true) => {
                 for key in keys {
                     if let Some(on) = listeners.get_mut(key)
@@ -930,14 +944,11 @@ async fn serve(
                     return;
                 };
                 match reconcile(&hub, node, &mut *sink, all).await {
-                    true => {
+                    Some(unheard) => {
                         backoff = RECONNECT_MIN;
-                        if let Some(hub) = hub.upgrade() {
-                            hub.set_status(node, NodeStatus::Up);
-                        }
-                        relay(&hub, node, &mut *sink, stream, &mut keys).await
+                        relay(&hub, node, &mut *sink, stream, &mut keys, unheard).await
                     }
-                    false => Ended::ConnectionLost,
+                    None => Ended::ConnectionLost,
                 }
             }
         };
@@ -991,17 +1002,25 @@ async fn connect(
 /// Serves a subscribed connection: delivers announcements, brings subscriptions in line
 /// with the waiters, sweeps lingering channels and checks the connection's health, until
 /// the connection fails or the hub is gone.
+///
+/// `unheard`: channels the connection could not subscribe, or lost, while it stands for the
+/// others (a cluster's shard whose master does not answer): subscribed again every
+/// [`RECONNECT_MIN`]…[`RECONNECT_MAX`], backing off, until they are.
 async fn relay(
     hub: &Weak<Hub>,
     node: usize,
     sink: &mut dyn SubscriberSink,
     mut stream: Messages,
     keys: &mut mpsc::UnboundedReceiver<Box<[u8]>>,
+    mut unheard: Vec<Box<[u8]>>,
 ) -> Ended {
     let mut health = tokio::time::interval(HEALTH_CHECK);
     health.reset();
     let mut sweep = tokio::time::interval(LINGER);
     sweep.reset();
+    let mut backoff = RECONNECT_MIN;
+    let retry = tokio::time::sleep(backoff);
+    tokio::pin!(retry);
     loop {
         // In a fixed order: announcements first, so that a run is a function of its
         // inputs (the simulator replays runs).
@@ -1020,9 +1039,21 @@ async fn relay(
                 while let Ok(key) = keys.try_recv() {
                     batch.push(key);
                 }
-                if !reconcile(hub, node, sink, batch).await {
-                    return Ended::ConnectionLost;
+                match reconcile(hub, node, sink, batch).await {
+                    Some(more) => unheard.extend(more),
+                    None => return Ended::ConnectionLost,
                 }
+            }
+            () = &mut retry, if !unheard.is_empty() => {
+                match reconcile(hub, node, sink, std::mem::take(&mut unheard)).await {
+                    Some(still) => unheard = still,
+                    None => return Ended::ConnectionLost,
+                }
+                backoff = match unheard.is_empty() {
+                    true => RECONNECT_MIN,
+                    false => (backoff * 2).min(RECONNECT_MAX),
+                };
+                retry.as_mut().reset(Instant::now() + backoff);
             }
             _ = sweep.tick() => match hub.upgrade() {
                 Some(hub) => hub.sweep(),
@@ -1030,8 +1061,18 @@ async fn relay(
             },
             _ = health.tick() => {
                 let ping = tokio::time::timeout(RESPONSE_TIMEOUT, sink.ping());
-                if !matches!(ping.await, Ok(Ok(_))) {
+                let Ok(Ok(lapsed)) = ping.await else {
                     return Ended::ConnectionLost;
+                };
+                // A shard that does not answer: its announcements may go unheard until
+                // it is subscribed again.
+                let Some(strong) = hub.upgrade() else { return Ended::HubGone };
+                let lapsed: Vec<Box<[u8]>> = lapsed.into_iter().map(Vec::into_boxed_slice).collect();
+                if !lapsed.is_empty() {
+                    strong.confirm(node, Some(&lapsed), false);
+                    strong.set_status(node, NodeStatus::Failed(timed_out("a shard's health check")));
+                    unheard.extend(lapsed);
+                    retry.as_mut().reset(Instant::now() + backoff);
                 }
             }
         }
@@ -1039,16 +1080,15 @@ async fn relay(
 }
 
 /// Subscribes to those of `keys` that have waiters and unsubscribes from the others, then
-/// records the confirmations. Returns `false` when the connection failed.
+/// records the confirmations and the connection's status. Returns the channels left
+/// unheard (see [`Unheard`](crate::pubsub::Unheard)), or `None` when the connection failed.
 async fn reconcile(
     hub: &Weak<Hub>,
     node: usize,
     sink: &mut dyn SubscriberSink,
     mut keys: Vec<Box<[u8]>>,
-) -> bool {
-    let Some(strong) = hub.upgrade() else {
-        return false;
-    };
+) -> Option<Vec<Box<[u8]>>> {
+    let strong = hub.upgrade()?;
     keys.sort_unstable();
     keys.dedup();
     let (wanted, unwanted): (Vec<_>, Vec<_>) = {
@@ -1062,28 +1102,40 @@ async fn reconcile(
         if !unwanted.is_empty() {
             answered(sink.unsubscribe(names(&unwanted))).await?;
         }
-        if !wanted.is_empty() {
-            answered(sink.subscribe(names(&wanted))).await?;
-            if let Some(hub) = hub.upgrade() {
-                hub.confirm(node, Some(&wanted), true);
-            }
+        if wanted.is_empty() {
+            return Ok(Vec::new());
         }
-        Ok(())
+        let unheard = answered(sink.subscribe(names(&wanted))).await?;
+        let (unheard, heard): (Vec<_>, Vec<_>) =
+            (wanted.into_iter()).partition(|key| unheard.iter().any(|u| **u == **key));
+        if let Some(hub) = hub.upgrade() {
+            hub.confirm(node, Some(&heard), true);
+        }
+        Ok(unheard)
     };
-    match (outcome.await, hub.upgrade()) {
-        (Ok(()), _) => true,
-        (Err(error), Some(hub)) => {
-            hub.set_status(node, NodeStatus::Failed(error));
-            false
+    let outcome = outcome.await;
+    let hub = hub.upgrade()?;
+    match outcome {
+        Ok(unheard) if unheard.is_empty() => {
+            hub.set_status(node, NodeStatus::Up);
+            Some(unheard)
         }
-        (Err(_), None) => false,
+        Ok(unheard) => {
+            let error = timed_out("the subscription of a shard's channels");
+            hub.set_status(node, NodeStatus::Failed(error));
+            Some(unheard)
+        }
+        Err(error) => {
+            hub.set_status(node, NodeStatus::Failed(error));
+            None
+        }
     }
 }
 
 /// A subscriber request's answer within [`RESPONSE_TIMEOUT`].
-async fn answered(
-    request: impl std::future::Future<Output = redis::RedisResult<()>>,
-) -> redis::RedisResult<()> {
+async fn answered<T>(
+    request: impl std::future::Future<Output = redis::RedisResult<T>>,
+) -> redis::RedisResult<T> {
     tokio::time::timeout(RESPONSE_TIMEOUT, request)
         .await
         .unwrap_or_else(|_| Err(timed_out("a wake-up subscription")))

@@ -9,7 +9,7 @@ use futures_util::StreamExt;
 use redis::RedisResult;
 use tokio::sync::mpsc;
 
-use crate::pubsub::{Message, Messages, SubscriberSink, SubscriberSource};
+use crate::pubsub::{Message, Messages, SubscriberSink, SubscriberSource, Unheard};
 
 /// Every open subscriber connection and its channels.
 #[derive(Default)]
@@ -100,9 +100,9 @@ struct Sink {
 }
 
 impl SubscriberSink for Sink {
-    fn subscribe(&mut self, channels: Vec<Vec<u8>>) -> BoxFuture<'_, RedisResult<()>> {
+    fn subscribe(&mut self, channels: Vec<Vec<u8>>) -> BoxFuture<'_, RedisResult<Unheard>> {
         self.broker.update(self.id, channels, true);
-        Box::pin(async { Ok(()) })
+        Box::pin(async { Ok(Vec::new()) })
     }
 
     fn unsubscribe(&mut self, channels: Vec<Vec<u8>>) -> BoxFuture<'_, RedisResult<()>> {
@@ -110,8 +110,8 @@ impl SubscriberSink for Sink {
         Box::pin(async { Ok(()) })
     }
 
-    fn ping(&mut self) -> BoxFuture<'_, RedisResult<()>> {
-        Box::pin(async { Ok(()) })
+    fn ping(&mut self) -> BoxFuture<'_, RedisResult<Unheard>> {
+        Box::pin(async { Ok(Vec::new()) })
     }
 }
 

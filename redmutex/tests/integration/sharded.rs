@@ -385,3 +385,46 @@ fn a_blocking_cluster_locker_is_woken_on_the_keys_shard() {
     assert!(released.elapsed() < ms(5_000), "woken, not polled");
     lock.release().unwrap();
 }
+
+/// Every permit of a semaphore is freed while its waiters' subscriber connection is cut:
+/// once subscribed again, each waiter re-checks, and all of them get a permit at once —
+/// not one, with the others left to their poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_freed_while_the_subscriber_reconnects_reach_every_waiter() {
+    let cluster = RedisCluster::spawn();
+    let (holder, waiter) = (woken_locker(&cluster).await, woken_locker(&cluster).await);
+    let (held_by, waited_on) = (
+        holder.semaphore("pool", 3).unwrap(),
+        waiter.semaphore("pool", 3).unwrap(),
+    );
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(held_by.acquire(1, ms(30_000)).await.unwrap());
+    }
+    let waiting: Vec<_> = (0..3)
+        .map(|_| {
+            tokio::spawn(
+                (waited_on.acquire(1, ms(30_000)))
+                    .retry(retry::constant(Duration::from_secs(30)))
+                    .deadline(Duration::from_secs(25))
+                    .into_future(),
+            )
+        })
+        .collect();
+    until_subscribed(&cluster, "{pool}", true).await;
+    tokio::time::sleep(ms(300)).await;
+    let master = cluster.master_of("pool");
+    cluster.nodes()[master].command(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    let released = Instant::now();
+    for permit in held {
+        permit.release().await.unwrap();
+    }
+    for waiter in waiting {
+        let permit = waiter.await.unwrap().unwrap();
+        assert!(
+            released.elapsed() < ms(5_000),
+            "a waiter was left to its poll"
+        );
+        permit.release().await.unwrap();
+    }
+}
