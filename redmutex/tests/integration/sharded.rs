@@ -70,7 +70,7 @@ async fn woken_locker(cluster: &RedisCluster) -> Locker<ClusterConnection> {
 
 /// Waits (up to 10 s) until `channel` has a subscriber: on a shard channel where the server
 /// has them and the channel is one (`by_shard`).
-async fn until_subscribed(cluster: &RedisCluster, channel: &str, by_shard: bool) {
+pub(crate) async fn until_subscribed(cluster: &RedisCluster, channel: &str, by_shard: bool) {
     let until = Instant::now() + ms(10_000);
     loop {
         let (shard, plain) = subscribers(cluster, channel);
