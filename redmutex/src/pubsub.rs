@@ -121,22 +121,21 @@ mod cluster {
     //! connection dropped, or the server unsubscribed a channel we still want (its slot
     //! moved away) — ends the messages, so that the wake-up machinery connects again,
     //! subscribes everything afresh and has its waiters re-check: no release goes unheard
-    //! for longer than a reconnection.
+    //! for longer than a reconnection. Each slot is subscribed and pinged on its own; the
+    //! channels of a master that does not answer are reported unheard ([`Unheard`]), to be
+    //! subscribed again, while the others stand.
 
     use std::collections::{BTreeMap, BTreeSet};
+    use std::future::Future;
     use std::sync::{Arc, Mutex};
+    use std::time::Duration;
 
-    use futures_util::future::BoxFuture;
+    use futures_util::future::{join_all, BoxFuture};
     use futures_util::StreamExt;
     use redis::cluster::{ClusterClient, ClusterConfig};
     use redis::cluster_async::ClusterConnection;
     use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
     use redis::{PushInfo, PushKind, RedisResult, Value};
-
-    use std::future::Future;
-    use std::time::Duration;
-
-    use futures_util::future::join_all;
 
     use super::{Message, Messages, SubscriberSink, SubscriberSource, Unheard, WakeUpSource};
     use crate::connection::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
@@ -318,27 +317,43 @@ mod cluster {
         }
     }
 
-    /// `Unheard` channels, or the error when they are all the channels there were.
-    fn unheard(
+    /// What requests sent each on its own (one per slot, one for plain channels) left:
+    /// the channels of those that failed ([`Unheard`]), or the last error when every
+    /// request failed (the connection itself, then).
+    #[derive(Default)]
+    struct Outcome {
+        requests: usize,
         failed: Vec<Vec<u8>>,
-        of: usize,
+        failures: usize,
         error: Option<redis::RedisError>,
-    ) -> RedisResult<Vec<Vec<u8>>> {
-        match error {
-            Some(error) if failed.len() >= of => Err(error),
-            _ => Ok(failed),
+    }
+
+    impl Outcome {
+        fn add(&mut self, channels: Vec<Vec<u8>>, result: RedisResult<()>) {
+            self.requests += 1;
+            if let Err(e) = result {
+                self.failed.extend(channels);
+                self.failures += 1;
+                self.error = Some(e);
+            }
+        }
+
+        fn unheard(self) -> RedisResult<Unheard> {
+            match self.error {
+                Some(error) if self.failures >= self.requests => Err(error),
+                _ => Ok(self.failed),
+            }
         }
     }
 
     impl ClusterSink {
         /// Subscribes each slot's channels on its own, at once, so that a master that does
         /// not answer leaves only its own channels unheard.
-        async fn subscribe_all(&mut self, channels: Vec<Vec<u8>>) -> RedisResult<Vec<Vec<u8>>> {
+        async fn subscribe_all(&mut self, channels: Vec<Vec<u8>>) -> RedisResult<Unheard> {
             lock(&self.wanted).wanted.extend(channels.iter().cloned());
-            let total = channels.len();
             let (shard, mut plain): (Vec<_>, Vec<_>) =
                 channels.into_iter().partition(|c| is_shard_channel(c));
-            let (mut failed, mut error) = (Vec::new(), None);
+            let mut outcome = Outcome::default();
             if self.shard_channels {
                 let requests = by_slot(shard).into_values().map(|channels| {
                     let mut conn = self.conn.clone();
@@ -349,27 +364,21 @@ mod cluster {
                 });
                 for (channels, result) in join_all(requests).await {
                     match result {
-                        Ok(()) => {}
                         Err(e) if is_unknown_command(&e) => {
                             self.shard_channels = false;
                             plain.extend(channels);
                         }
-                        Err(e) => {
-                            failed.extend(channels);
-                            error = Some(e);
-                        }
+                        result => outcome.add(channels, result),
                     }
                 }
             } else {
                 plain.extend(shard);
             }
-            if !plain.is_empty()
-                && let Err(e) = within(self.conn.subscribe(&plain)).await
-            {
-                failed.extend(plain);
-                error = Some(e);
+            if !plain.is_empty() {
+                let result = within(self.conn.subscribe(&plain)).await;
+                outcome.add(plain, result);
             }
-            unheard(failed, total, error)
+            outcome.unheard()
         }
 
         async fn unsubscribe_all(&mut self, channels: Vec<Vec<u8>>) -> RedisResult<()> {
@@ -394,7 +403,7 @@ mod cluster {
         /// Pings the master of every slot a shard channel is subscribed in, each on its
         /// own (a frozen one must not leave its waiters without wake-ups, nor the others'),
         /// and any node for plain channels: the channels of those that do not answer.
-        async fn ping_all(&mut self) -> RedisResult<Vec<Vec<u8>>> {
+        async fn ping_all(&mut self) -> RedisResult<Unheard> {
             let mut routes: BTreeMap<Option<u16>, Vec<Vec<u8>>> = BTreeMap::new();
             for channel in lock(&self.wanted).wanted.iter() {
                 let slot =
@@ -404,7 +413,6 @@ mod cluster {
             if routes.is_empty() {
                 routes.insert(None, Vec::new());
             }
-            let total = routes.len();
             let pings = routes.into_iter().map(|(slot, channels)| {
                 let mut conn = self.conn.clone();
                 let route = match slot {
@@ -416,21 +424,14 @@ mod cluster {
                 async move {
                     let ping =
                         conn.route_command(redis::cmd("PING"), RoutingInfo::SingleNode(route));
-                    (channels, within(ping).await)
+                    (channels, within(ping).await.map(drop))
                 }
             });
-            let (mut failed, mut error, mut silent) = (Vec::new(), None, 0);
+            let mut outcome = Outcome::default();
             for (channels, result) in join_all(pings).await {
-                if let Err(e) = result {
-                    failed.extend(channels);
-                    error = Some(e);
-                    silent += 1;
-                }
+                outcome.add(channels, result);
             }
-            match error {
-                Some(error) if silent >= total => Err(error),
-                _ => Ok(failed),
-            }
+            outcome.unheard()
         }
     }
 

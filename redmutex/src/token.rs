@@ -290,7 +290,10 @@ pub(crate) fn is_shard_channel(channel: &[u8]) -> bool {
 /// `helpers.lua`'s `turn` names it). Public, and of no use for taking anyone's lock.
 pub(crate) fn turn_channel(key: &[u8], id: &Token, channels: Channels) -> Vec<u8> {
     let digest = sha1_smol::Sha1::from(id.as_bytes()).digest().to_string();
-    channels.name(key, &[b":~", &digest.as_bytes()[..16]].concat())
+    let mut suffix = [0u8; 18];
+    suffix[..2].copy_from_slice(b":~");
+    suffix[2..].copy_from_slice(&digest.as_bytes()[..16]);
+    channels.name(key, &suffix)
 }
 
 /// The channel on which a request that `key`'s holders let go is announced (`listing.lua`'s

@@ -16,7 +16,9 @@
 //!   bus. The subscriber there is one cluster connection (`pubsub.rs`), which ends its
 //!   messages whenever a subscription may have lapsed (a node's connection dropped, a
 //!   slot moved away): this hub then connects again, subscribes afresh and has its
-//!   waiters re-check, as after any lost connection.
+//!   waiters re-check, as after any lost connection. A shard whose master does not answer
+//!   a subscription or a health check leaves its channels unheard while the others stand:
+//!   they are subscribed again with backoff, and confirmed (a re-check) once they are.
 //! - A locker with wake-up has one [`Hub`]: one subscriber connection per node, opened on
 //!   first use, and one [`Channel`] per channel its acquires wait on. The connection is
 //!   subscribed to exactly the channels that have waiters.

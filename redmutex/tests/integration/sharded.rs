@@ -99,6 +99,20 @@ fn patient(
     )
 }
 
+/// A waiter on `key` that polls every 100 ms, for a wake-up that is known not to work.
+fn polling(
+    locker: &Locker<ClusterConnection>,
+    key: &str,
+) -> tokio::task::JoinHandle<Result<Lock<ClusterConnection>, Error>> {
+    tokio::spawn(
+        locker
+            .acquire(key, ms(10_000))
+            .retry(retry::constant(ms(100)))
+            .deadline(Duration::from_secs(10))
+            .into_future(),
+    )
+}
+
 /// Releases go on the key's shard channel: the key's master runs `SPUBLISH`, no node runs
 /// `PUBLISH`, and the cluster bus carries no published message — for an untagged key (its
 /// channel `{job}`) and a tagged one. A key with a `}` but no tag has no channel name in
@@ -168,12 +182,7 @@ async fn a_cluster_locker_wakes_up_through_a_cluster_client_speaking_resp3() {
         .with_wake_up([resp2])
         .unwrap();
     let held = locker.acquire("resp2", ms(10_000)).await.unwrap();
-    let waiting = tokio::spawn(
-        (locker.acquire("resp2", ms(10_000)))
-            .retry(retry::constant(ms(100)))
-            .deadline(Duration::from_secs(10))
-            .into_future(),
-    );
+    let waiting = polling(&locker, "resp2");
     let until = Instant::now() + ms(5_000);
     while !matches!(locker.wake_up_state(), WakeUpState::Failing { .. }) {
         assert!(Instant::now() < until, "{:?}", locker.wake_up_state());
@@ -335,12 +344,7 @@ async fn the_acl_rule_and_the_shard_commands_are_enough_for_wake_up() {
     // The bare rule: refused, said so, and polled.
     let (holder, waiter) = (locker_of("bare").await, locker_of("bare").await);
     let held = holder.acquire("job", ms(10_000)).await.unwrap();
-    let waiting = tokio::spawn(
-        (waiter.acquire("job", ms(10_000)))
-            .retry(retry::constant(ms(100)))
-            .deadline(Duration::from_secs(10))
-            .into_future(),
-    );
+    let waiting = polling(&waiter, "job");
     let until = Instant::now() + ms(5_000);
     while !waiter.wake_up_state().is_permission_denied() {
         assert!(Instant::now() < until, "{:?}", waiter.wake_up_state());
