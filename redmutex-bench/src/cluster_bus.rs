@@ -63,10 +63,8 @@ pub async fn cluster_bus(duration: Duration) -> Result<Row, String> {
     let key = "bench:cluster-bus";
     let mut lockers = Vec::new();
     for _ in 0..LOCKERS {
-        let subscriber = redis::cluster::ClusterClient::builder(cluster.urls())
-            .use_protocol(redis::ProtocolVersion::RESP3)
-            .build()
-            .map_err(|e| e.to_string())?;
+        let subscriber =
+            redmutex::WakeUpSource::cluster(cluster.urls()).map_err(|e| e.to_string())?;
         let locker = (Locker::cluster(connect(&cluster).await?).with_wake_up([subscriber]))
             .map_err(|e| e.to_string())?;
         lockers.push(Arc::new(locker));

@@ -132,14 +132,9 @@ async fn run(args: WorkerArgs) -> Result<(), String> {
                 .await
                 .map_err(|e| format!("cluster: {e}"))?;
             let locker = Locker::cluster(conn);
-            // One cluster subscriber, on the shard channels of each key's master.
-            let subscriber = redis::cluster::ClusterClient::builder(args.urls.clone())
-                .use_protocol(redis::ProtocolVersion::RESP3)
-                .connection_timeout(Duration::from_secs(1))
-                .response_timeout(redmutex::RESPONSE_TIMEOUT)
-                .build()
-                .map_err(|e| e.to_string())?;
-            drive(locker, vec![subscriber.into()], storage, args).await
+            // One subscriber, on the shard channels of each key's master.
+            let subscriber = WakeUpSource::cluster(args.urls.clone()).map_err(|e| e.to_string())?;
+            drive(locker, vec![subscriber], storage, args).await
         }
         Mode::Sentinel | Mode::SentinelConfirmed => {
             let conn = redmutex::connect_sentinel(&args.urls, testkit::MASTER_NAME)

@@ -14,18 +14,16 @@ use std::time::{Duration, Instant};
 
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redmutex::{retry, Locker};
+use redmutex::{retry, Locker, WakeUpSource};
 
-/// A worker's locker: a cluster connection for its locks and, for wake-up, a cluster
-/// client speaking RESP3 (shard channels need it).
+/// A worker's locker: a cluster connection for its locks and, for wake-up, a subscriber
+/// that finds each key's master from the same seed nodes.
 async fn worker(urls: &[&str]) -> Result<Locker<ClusterConnection>, Box<dyn std::error::Error>> {
     let conn = ClusterClientBuilder::new(urls.to_vec())
         .build()?
         .get_async_connection()
         .await?;
-    let subscriber = ClusterClientBuilder::new(urls.to_vec())
-        .use_protocol(redis::ProtocolVersion::RESP3)
-        .build()?;
+    let subscriber = WakeUpSource::cluster(urls.to_vec())?;
     Ok(Locker::cluster(conn)
         .with_wake_up([subscriber])?
         .with_prefix("example:"))

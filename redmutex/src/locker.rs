@@ -187,11 +187,11 @@ impl<C: Connection> Locker<C> {
     /// `{order-7}:payment` and `{order-7}:stock` — and keys that do not are refused with
     /// [`Error::InvalidArgument`] *before* anything is sent; fence counters live in their
     /// key's slot; keep-alive batches renewals per slot. For
-    /// [`with_wake_up`](Locker::with_wake_up), give a `redis::cluster::ClusterClient` that
-    /// speaks RESP3: releases are announced on shard channels (`SPUBLISH`), which stay on
-    /// the key's shard instead of crossing the cluster bus to every node, and the
-    /// subscriber follows each slot to its master (Redis 6.2, without shard channels, gets
-    /// `PUBLISH` and `SUBSCRIBE`).
+    /// [`with_wake_up`](Locker::with_wake_up), give a `WakeUpSource::cluster(nodes)`:
+    /// releases are announced on shard channels (`SPUBLISH`), which stay on the key's shard
+    /// instead of crossing the cluster bus to every node, and the subscriber keeps a
+    /// connection to each master it needs and follows each slot to its master (Redis 6.2,
+    /// without shard channels, gets `PUBLISH` and `SUBSCRIBE`).
     ///
     /// A lock is as safe as its master: when the master fails and a replica that had not
     /// yet received the lock is promoted, another client can take the lock. Keep-alive
@@ -434,9 +434,9 @@ impl<C: Connection> Locker<C> {
                          redis::Client per node"
                 }
                 false => {
-                    "a cluster locker's wake-up needs a redis::cluster::ClusterClient \
-                          speaking RESP3: releases are announced on shard channels, each \
-                          heard from its own slot's master only"
+                    "a cluster locker's wake-up needs WakeUpSource::cluster(nodes): \
+                          releases are announced on shard channels, each heard from its \
+                          own slot's master only"
                 }
             };
             return Err(Error::invalid(Argument::Nodes, why));

@@ -14,9 +14,10 @@
 //! reply, which redis-rs's [`Script`] does for us; releases nobody waits for send the whole
 //! source ([`eval_whole`]).
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
@@ -109,6 +110,20 @@ fn announce_function(source: &str) -> Option<&str> {
     Some(&source[start..start + len])
 }
 
+/// Every script's source by its SHA-1, for [`Node`]'s `EVAL` in place of an `EVALSHA` the
+/// server does not know.
+static SOURCES: LazyLock<Mutex<HashMap<String, Arc<str>>>> = LazyLock::new(Default::default);
+
+/// The script of `source`, known by its SHA-1 from now on (see [`SOURCES`]).
+fn known(source: &str) -> Script {
+    let script = Script::new(source);
+    let mut sources = SOURCES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    sources.insert(script.get_hash().to_owned(), Arc::from(source));
+    script
+}
+
 impl Operation {
     /// The operation `name` of the Lua file `file`.
     ///
@@ -125,11 +140,11 @@ impl Operation {
             Some((head, body)) => format!("-- {head}\n{used}{body}"),
             None => format!("{used}-- {section}"),
         };
-        let script = Script::new(&source);
+        let script = known(&source);
         let sharded = announce_function(&source).map(|plain| {
             let by_shard = announce_function(SHARDED).expect("sharded.lua's announce_on");
             let sharded = source.replacen(plain, by_shard, 1);
-            let script = Script::new(&sharded);
+            let script = known(&sharded);
             (sharded, script)
         });
         Operation {
@@ -340,9 +355,8 @@ pub(crate) trait Claim: Send + Sync + 'static {
     /// is still held expire in that many milliseconds (a minimum hold time).
     fn release<'a>(&'a self, conn: Conn<'a>, token: &'a Token, keep_ms: u64) -> Call<'a, bool> {
         let cmd = self.release_cmd(token, keep_ms);
-        let release: &'static Operation = self.operations().release;
         Box::pin(async move {
-            let missing: i64 = evalsha(&mut *conn, &cmd, release, self.keys().channels()).await?;
+            let missing: i64 = evalsha(&mut *conn, &cmd).await?;
             send_notice(conn, self.release_notice().as_ref()).await;
             Ok(missing == 0)
         })
@@ -722,12 +736,29 @@ impl Remaining {
     }
 }
 
-/// A [`Conn`] that redis-rs can send over (its `invoke_async` wants a sized connection).
+/// A [`Conn`] that redis-rs can send over (its `invoke_async` wants a sized connection),
+/// and that runs our scripts where the server does not know them yet (restarted, or new):
+/// an `EVALSHA` answered `NOSCRIPT` is sent again as an `EVAL` of the whole source, which
+/// leaves the script cached for the next `EVALSHA`. Not `SCRIPT LOAD` and `EVALSHA` again,
+/// as redis-rs's `ScriptInvocation` would: that is two round trips, and a cluster
+/// connection sends `SCRIPT LOAD` to every master, so that one master that does not answer
+/// would fail a request to another.
 pub(crate) struct Node<'c>(pub(crate) Conn<'c>);
 
 impl ConnectionLike for Node<'_> {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        self.0.req_packed_command(cmd)
+        Box::pin(async move {
+            let reply = self.0.req_packed_command(cmd).await;
+            let unknown = match &reply {
+                Err(e) => e.kind() == ErrorKind::Server(ServerErrorKind::NoScript),
+                Ok(Value::ServerError(e)) => e.kind() == Some(ServerErrorKind::NoScript),
+                Ok(_) => false,
+            };
+            match unknown.then(|| eval_instead(cmd)).flatten() {
+                Some(eval) => self.0.req_packed_command(&eval).await,
+                None => reply,
+            }
+        })
     }
 
     fn req_packed_commands<'a>(
@@ -744,28 +775,38 @@ impl ConnectionLike for Node<'_> {
     }
 }
 
-/// Runs an `EVAL` (the whole source, not `EVALSHA`): for a release nobody may
-/// be waiting for (a cancelled acquire's cleanup, a dropped guard). The load-on-`NOSCRIPT`
-/// fallback needs a caller still waiting for the reply, and a cleanup queued behind a
-/// request to a frozen server may outlive its own response timeout: the server must be
-/// able to run it whenever it gets to it.
-/// Runs `cmd`, an `EVALSHA` of `operation`, on one node; where the node does not know the
-/// script (restarted, or new), loads it and runs `cmd` again — as redis-rs's
-/// `ScriptInvocation` does, but with one command built for every node of a quorum.
-pub(crate) async fn evalsha<T: FromRedisValue>(
-    conn: Conn<'_>,
-    cmd: &Cmd,
-    operation: &Operation,
-    channels: Channels,
-) -> RedisResult<T> {
-    let mut node = Node(conn);
-    match cmd.query_async(&mut node).await {
-        Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            operation.script(channels).load_async(&mut node).await?;
-            cmd.query_async(&mut node).await
-        }
-        reply => reply,
+/// Runs `cmd`, an `EVALSHA` of one of our scripts, on one node (see [`Node`] for a node
+/// that does not know the script).
+pub(crate) async fn evalsha<T: FromRedisValue>(conn: Conn<'_>, cmd: &Cmd) -> RedisResult<T> {
+    cmd.query_async(&mut Node(conn)).await
+}
+
+/// `EVAL` of the script `evalsha` names by its SHA-1, with the same keys and arguments:
+/// `None` for another command, or a script we do not know.
+fn eval_instead(evalsha: &Cmd) -> Option<Cmd> {
+    let mut args = evalsha.args_iter();
+    let (Some(redis::Arg::Simple(name)), Some(redis::Arg::Simple(sha))) =
+        (args.next(), args.next())
+    else {
+        return None;
+    };
+    if !name.eq_ignore_ascii_case(b"EVALSHA") {
+        return None;
     }
+    let sha = std::str::from_utf8(sha).ok()?;
+    let source = SOURCES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .get(sha)?
+        .clone();
+    let mut eval = redis::cmd("EVAL");
+    eval.arg(&*source);
+    for arg in args {
+        if let redis::Arg::Simple(bytes) = arg {
+            eval.arg(bytes);
+        }
+    }
+    Some(eval)
 }
 
 /// Sends a release's `notice` (see [`Claim::release_notice`]), if any, ignoring its reply.
@@ -775,6 +816,11 @@ pub(crate) async fn send_notice(conn: Conn<'_>, notice: Option<&Cmd>) {
     }
 }
 
+/// Runs an `EVAL` (the whole source, not `EVALSHA`): for a release nobody may be waiting
+/// for (a cancelled acquire's cleanup, a dropped guard). The fallback on `NOSCRIPT` needs a
+/// caller still waiting for the reply, and a cleanup queued behind a request to a frozen
+/// server may outlive its own response timeout: the server must be able to run it
+/// whenever it gets to it.
 pub(crate) async fn eval_whole(conn: Conn<'_>, eval: Cmd) -> RedisResult<()> {
     eval.query_async::<Value>(&mut Node(conn)).await.map(|_| ())
 }

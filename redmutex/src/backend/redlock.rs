@@ -25,7 +25,7 @@ use crate::background;
 use crate::connection::Connection;
 use crate::error::Error;
 use crate::quorum::{quorum, NodeError, NodeFailure, QuorumFailure, QuorumSettings};
-use crate::scripts::{evalsha, send_notice, Claim, Obtain, ObtainTry, Raise};
+use crate::scripts::{evalsha, send_notice, Claim, Node, Obtain, ObtainTry, Raise};
 use crate::token::Token;
 
 /// The TTL that sizes node timeouts where no lease is known (inspect, release by token).
@@ -396,13 +396,12 @@ impl<C: Connection> Quorum<C> {
         let timeout = self.settings.timeout_for(ttl.unwrap_or(TTL_FOR_TIMEOUTS));
         // One command for every node (a command built per node was a measurable part of a
         // cycle's client CPU).
-        let (cmd, release) = (claim.release_cmd(token, keep), claim.operations().release);
-        let (notice, channels) = (claim.release_notice(), claim.keys().channels());
+        let (cmd, notice) = (claim.release_cmd(token, keep), claim.release_notice());
         let replies = self
             .fan_out(timeout, |_, mut conn| {
                 let (cmd, notice) = (&cmd, notice.as_ref());
                 async move {
-                    let missing: i64 = evalsha(&mut conn, cmd, release, channels).await?;
+                    let missing: i64 = evalsha(&mut conn, cmd).await?;
                     send_notice(&mut conn, notice).await;
                     Ok(missing == 0)
                 }
@@ -481,7 +480,7 @@ impl<C: Connection> Quorum<C> {
             .fan_out(
                 self.settings.timeout_for(longest),
                 |_, mut conn| async move {
-                    let reply = call.invoke_async::<Value>(&mut conn).await?;
+                    let reply = call.invoke_async::<Value>(&mut Node(&mut conn)).await?;
                     renewal_reply(reply, ttls.len())
                 },
             )
@@ -528,7 +527,7 @@ impl<C: Connection> Quorum<C> {
         let started = Instant::now();
         let replies: Vec<Reply<Value>> = self
             .fan_out(timeout, |_, mut conn| async move {
-                call.invoke_async::<Value>(&mut conn).await
+                call.invoke_async::<Value>(&mut Node(&mut conn)).await
             })
             .await;
         // Fewer answers than a quorum cannot tell free from held: unknown is an error.

@@ -16,7 +16,7 @@ use crate::classify::is_transient_redis;
 use crate::connection::Connection;
 use crate::error::Error;
 use crate::quorum::Drift;
-use crate::scripts::{idempotent, Claim, Obtain, ObtainTry, Remaining};
+use crate::scripts::{idempotent, Claim, Node, Obtain, ObtainTry, Remaining};
 use crate::token::Token;
 use crate::writes::Writes;
 
@@ -230,7 +230,9 @@ impl<C: Connection> Single<C> {
         ttls: &[Duration],
     ) -> Result<Vec<Renewal>, RedisError> {
         let sent_at = Instant::now();
-        let reply = call.invoke_async::<Value>(&mut self.conn.clone()).await?;
+        let reply = call
+            .invoke_async::<Value>(&mut Node(&mut self.conn.clone()))
+            .await?;
         let answers = renewal_reply(reply, ttls.len())?;
         // Renewals the replicas did not confirm do not count: the call fails as a whole,
         // and the renewer tries again while the leases are valid.
@@ -306,7 +308,7 @@ impl<C: Connection> Single<C> {
         call: &ScriptInvocation<'static>,
     ) -> Result<V::Info, Error> {
         let mut conn = self.conn.clone();
-        let reply: Value = idempotent!(call.invoke_async(&mut conn))?;
+        let reply: Value = idempotent!(call.invoke_async(&mut Node(&mut conn)))?;
         Ok(view.one(reply)?)
     }
 }

@@ -24,14 +24,9 @@ pub(crate) async fn connect(cluster: &RedisCluster) -> ClusterConnection {
         .unwrap()
 }
 
-/// The client a cluster locker's wake-up subscribes through: RESP3, for shard channels.
-pub(crate) fn subscriber(cluster: &RedisCluster) -> redis::cluster::ClusterClient {
-    redis::cluster::ClusterClient::builder(cluster.urls())
-        .use_protocol(redis::ProtocolVersion::RESP3)
-        .connection_timeout(ms(1_000))
-        .response_timeout(ms(1_000))
-        .build()
-        .unwrap()
+/// Where a cluster locker's wake-up subscribes: each key's master, found from the seeds.
+pub(crate) fn subscriber(cluster: &RedisCluster) -> redmutex::WakeUpSource {
+    redmutex::WakeUpSource::cluster(cluster.urls()).unwrap()
 }
 
 /// The value at `key` on node `node`, read directly (`None` when missing or not there);
@@ -527,4 +522,52 @@ async fn an_election_works_on_the_cluster() {
     assert!(second.term() > term);
     second.resign().await.unwrap();
     assert!(elections[2].leader().await.unwrap().is_none());
+}
+
+/// A master that does not know redmutex's scripts (restarted, failed over, or flushed) is
+/// sent their source, and runs them, while another master does not answer: each
+/// primitive's operations on a key elsewhere go on. (Loading them with `SCRIPT LOAD`, which
+/// a cluster connection sends to every master, waited for the paused one and failed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_a_master_does_not_know_run_there_while_another_master_is_paused() {
+    let cluster = RedisCluster::spawn();
+    let paused = cluster.master_of("paused");
+    let key = (0..)
+        .map(|n| format!("elsewhere-{n}"))
+        .find(|key| cluster.master_of(key) != paused)
+        .unwrap();
+    let locker = Locker::cluster(connect(&cluster).await);
+    for master in &cluster.nodes()[..3] {
+        assert_eq!(master.command(&["SCRIPT", "FLUSH"]), "+OK\r\n");
+    }
+    let pause = cluster.nodes()[paused].command(&["CLIENT", "PAUSE", "6000", "ALL"]);
+    assert_eq!(pause, "+OK\r\n");
+    let paused_at = tokio::time::Instant::now();
+
+    let mut lock = locker.acquire(&key, ms(10_000)).with_fence().await.unwrap();
+    lock.refresh(ms(10_000)).await.unwrap();
+    lock.release().await.unwrap();
+    let pool = locker.semaphore(format!("{{{key}}}:pool"), 2).unwrap();
+    pool.acquire(1, ms(10_000))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let fair = locker.fair_lock(format!("{{{key}}}:fair")).unwrap();
+    fair.acquire(ms(10_000))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let rw = locker.rw_lock(format!("{{{key}}}:rw")).unwrap();
+    rw.read(ms(10_000)).await.unwrap().release().await.unwrap();
+    rw.write(ms(10_000)).await.unwrap().release().await.unwrap();
+    assert!(!locker.inspect(&key).await.unwrap().held);
+    assert!(
+        paused_at.elapsed() < ms(5_000),
+        "done while the other master was still paused"
+    );
+    tokio::time::sleep_until(paused_at + ms(6_100)).await;
 }

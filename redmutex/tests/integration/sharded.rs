@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::cluster::{connect, subscriber};
 use crate::common::{blamed, ms};
 use redis::cluster_async::ClusterConnection;
-use redmutex::{retry, Argument, Error, Lock, Locker, WakeUpState};
+use redmutex::{retry, Argument, Error, Lock, Locker, WakeUpSource, WakeUpState};
 use testkit::RedisCluster;
 use tokio::time::Instant;
 
@@ -156,40 +156,108 @@ async fn releases_are_announced_on_the_keys_shard_alone() {
     }
 }
 
-/// A cluster locker's wake-up needs a cluster client, and a cluster client is for a cluster
-/// locker: refused before anything is sent. A cluster client speaking RESP2 cannot
-/// subscribe to shard channels: wake-up says it fails, and waiters get the lock by polling.
+/// A cluster locker's wake-up needs a cluster's source, and a cluster's source is for a
+/// cluster locker: refused before anything is sent. The source speaks RESP3 whatever its
+/// seed URLs say (shard channels need it): seeds that name RESP2 wake waiters all the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cluster_locker_wakes_up_through_a_cluster_client_speaking_resp3() {
+async fn a_cluster_locker_wakes_up_through_a_cluster_source_over_resp3() {
     let cluster = RedisCluster::spawn();
     let node = redis::Client::open(cluster.urls()[0].as_str()).unwrap();
     let refused = Locker::cluster(connect(&cluster).await)
         .with_wake_up([node.clone()])
         .unwrap_err();
     assert_eq!(blamed(&refused), Some(Argument::Nodes), "{refused}");
-    assert!(refused.to_string().contains("ClusterClient"), "{refused}");
+    assert!(
+        refused.to_string().contains("WakeUpSource::cluster"),
+        "{refused}"
+    );
     let single = node.get_multiplexed_async_connection().await.unwrap();
     let refused = Locker::new(single)
         .with_wake_up([subscriber(&cluster)])
         .unwrap_err();
     assert_eq!(blamed(&refused), Some(Argument::Nodes), "{refused}");
 
-    if !has_shard_channels(&cluster) {
-        return; // RESP3 itself came with Redis 6; shard channels with 7.
-    }
-    let resp2 = redis::cluster::ClusterClient::new(cluster.urls()).unwrap();
-    let locker = Locker::cluster(connect(&cluster).await)
-        .with_wake_up([resp2])
-        .unwrap();
-    let held = locker.acquire("resp2", ms(10_000)).await.unwrap();
-    let waiting = polling(&locker, "resp2");
-    let until = Instant::now() + ms(5_000);
-    while !matches!(locker.wake_up_state(), WakeUpState::Failing { .. }) {
-        assert!(Instant::now() < until, "{:?}", locker.wake_up_state());
-        tokio::time::sleep(ms(20)).await;
-    }
+    let resp2_urls = cluster
+        .urls()
+        .into_iter()
+        .map(|url| url + "/?protocol=resp2");
+    let source = WakeUpSource::cluster(resp2_urls).unwrap();
+    let (holder, waiter) = (
+        woken_locker(&cluster).await,
+        Locker::cluster(connect(&cluster).await)
+            .with_wake_up([source])
+            .unwrap(),
+    );
+    let held = holder.acquire("resp2", ms(10_000)).await.unwrap();
+    let waiting = patient(&waiter, "resp2");
+    until_subscribed(&cluster, "{resp2}", true).await;
+    let released = Instant::now();
     held.release().await.unwrap();
     waiting.await.unwrap().unwrap().release().await.unwrap();
+    assert!(released.elapsed() < ms(5_000), "woken, not polled");
+    assert!(matches!(waiter.wake_up_state(), WakeUpState::Working));
+}
+
+/// A master that stops answering (`CLIENT PAUSE ... ALL`) leaves its own keys' waiters
+/// unheard, and no other: a key on another master is woken at once by its release while
+/// the first master is still paused, and once that master answers again, its key's waiter
+/// is subscribed again and woken too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_master_leaves_the_other_shards_wake_ups_alone() {
+    let cluster = RedisCluster::spawn();
+    let stalled_key = "stalled-a";
+    let stalled = cluster.master_of(stalled_key);
+    let healthy_key = (0..)
+        .map(|n| format!("healthy-{n}"))
+        .find(|key| cluster.master_of(key) != stalled)
+        .unwrap();
+    // Each key's holder has a connection of its own, so that a stalled request of one does
+    // not hold up the other's release: what is measured is the waiter's subscriber.
+    let (holds_stalled, holds_healthy) =
+        (woken_locker(&cluster).await, woken_locker(&cluster).await);
+    let waiter = woken_locker(&cluster).await;
+    let held_stalled = holds_stalled
+        .acquire(stalled_key, ms(60_000))
+        .await
+        .unwrap();
+    let held_healthy = holds_healthy
+        .acquire(&healthy_key, ms(60_000))
+        .await
+        .unwrap();
+    let waiting_stalled = patient(&waiter, stalled_key);
+    let waiting_healthy = patient(&waiter, &healthy_key);
+    until_subscribed(&cluster, "{stalled-a}", true).await;
+    until_subscribed(&cluster, &format!("{{{healthy_key}}}"), true).await;
+    // (A pause that ends by itself: `CLIENT UNPAUSE` would wait behind it, as everything
+    // else does.)
+    let paused_at = Instant::now();
+    let paused = cluster.nodes()[stalled].command(&["CLIENT", "PAUSE", "10000", "ALL"]);
+    assert_eq!(paused, "+OK\r\n");
+    // Long enough for the subscriber's health checks to find the paused master silent.
+    tokio::time::sleep(ms(6_500)).await;
+    assert!(!waiting_healthy.is_finished() && !waiting_stalled.is_finished());
+    let released = Instant::now();
+    held_healthy.release().await.unwrap();
+    let lock = waiting_healthy.await.unwrap().unwrap();
+    // Woken while the other master is still paused (for 3.5 s more), not after it.
+    assert!(
+        released.elapsed() < ms(2_000),
+        "woken, not polled: {:?}",
+        released.elapsed()
+    );
+    lock.release().await.unwrap();
+
+    tokio::time::sleep_until(paused_at + ms(10_100)).await;
+    until_subscribed(&cluster, "{stalled-a}", true).await;
+    let released = Instant::now();
+    held_stalled.release().await.unwrap();
+    let lock = waiting_stalled.await.unwrap().unwrap();
+    assert!(
+        released.elapsed() < ms(5_000),
+        "woken, not polled: {:?}",
+        released.elapsed()
+    );
+    lock.release().await.unwrap();
 }
 
 /// The key's slot migrates to another master while a waiter waits: the old master drops
@@ -308,20 +376,23 @@ async fn the_acl_rule_and_the_shard_commands_are_enough_for_wake_up() {
     }
     let args: Vec<&str> = users.iter().map(String::as_str).collect();
     let cluster = RedisCluster::spawn_with(&args);
-    let as_user = |user: &str, resp3: bool| {
-        let mut builder = redis::cluster::ClusterClient::builder(cluster.urls())
+    let as_user = |user: &str| {
+        (redis::cluster::ClusterClient::builder(cluster.urls()))
             .username(user)
             .password("pw")
             .connection_timeout(ms(1_000))
-            .response_timeout(ms(1_000));
-        if resp3 {
-            builder = builder.use_protocol(redis::ProtocolVersion::RESP3);
-        }
-        builder.build().unwrap()
+            .response_timeout(ms(1_000))
+            .build()
+            .unwrap()
+    };
+    let source_as = |user: &str| {
+        let urls = (cluster.urls().into_iter())
+            .map(|url| url.replacen("redis://", &format!("redis://{user}:pw@"), 1));
+        WakeUpSource::cluster(urls).unwrap()
     };
     let user = if sharded { "full" } else { "bare" };
     let locker_of = |user: &'static str| {
-        let (conn, subscriber) = (as_user(user, false), as_user(user, true));
+        let (conn, subscriber) = (as_user(user), source_as(user));
         async move {
             let conn = conn.get_async_connection().await.unwrap();
             (Locker::cluster(conn).with_wake_up([subscriber]))
