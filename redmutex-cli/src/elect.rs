@@ -13,8 +13,9 @@ use crate::reach::Outage;
 use crate::{ElectArgs, LeaderArgs};
 
 /// Campaigns; while leading, runs the command (told its term in `REDMUTEX_FENCE`); stops it
-/// when the leadership is lost — and with `--again` campaigns once more. Ends with the
-/// command's status when it exits while leading.
+/// when the leadership is lost — and with `--again` campaigns once more, as after stepping
+/// down on request (`release --ask`). Ends with the command's status when it exits while
+/// leading.
 pub async fn elect<C: Connection>(
     locker: &Locker<C>,
     args: ElectArgs,
@@ -54,12 +55,31 @@ pub async fn elect<C: Connection>(
         };
         outage.answered();
         crate::output::say(&format!("leading in term {}", leadership.term()));
+        let signal = leadership.signal();
         match exec::hold(leadership, &job, &program).await {
             Err(failure) if args.again && failure.code == exit::LOST => {
                 crate::output::say(&format!("{}; campaigning again", failure.message));
             }
+            // Asked to step down, and did: still a candidate, after whoever asked.
+            Ok(_) if args.again && signal.is_release_requested() => {
+                crate::output::say("stepped down on request; campaigning again");
+                let_another_lead(&election, args.ttl).await;
+            }
             result => return result,
         }
+    }
+}
+
+/// After stepping down on request, gives another candidate (the one that asked, most
+/// likely) the leadership before this process campaigns again: until someone leads, or
+/// for one TTL. (Campaigning at once could win the key back from a candidate that polls.)
+async fn let_another_lead<C: Connection>(election: &redmutex::Election<C>, ttl: Duration) {
+    let until = tokio::time::Instant::now() + ttl;
+    while tokio::time::Instant::now() < until {
+        if let Ok(Some(_)) = election.leader().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

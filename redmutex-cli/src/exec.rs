@@ -137,13 +137,30 @@ pub fn parse_on_revoke(text: &str) -> Result<OnRevoke, String> {
         libc::SIGTTOU,
         libc::SIGCONT,
     ];
-    match stops.contains(&number) {
-        true => Err(format!(
+    if stops.contains(&number) {
+        return Err(format!(
             "signal {number} stops or continues the command rather than asking it to end; \
              choose one it ends on (TERM, INT, HUP, USR1, …) or none"
-        )),
-        false => Ok(OnRevoke(Some(number))),
+        ));
     }
+    // Signals that tell of something else (a child ended, urgent socket data), ignored
+    // unless caught: a command would take the request for that, or not hear it at all.
+    if [libc::SIGCHLD, libc::SIGURG].contains(&number) {
+        return Err(format!(
+            "signal {number} tells a program of something else and is ignored by default; \
+             choose one the command ends on (TERM, INT, HUP, USR1, …) or none"
+        ));
+    }
+    // The C library keeps the signals between the classic ones and SIGRTMIN for its threads.
+    if number > 31 && number < libc::SIGRTMIN() {
+        return Err(format!(
+            "signal {number} is the C library's own (threads); real-time signals for \
+             programs are {} to {}",
+            libc::SIGRTMIN(),
+            libc::SIGRTMAX()
+        ));
+    }
+    Ok(OnRevoke(Some(number)))
 }
 
 impl<'a> Job<'a> {
@@ -597,6 +614,8 @@ mod tests {
         assert_eq!(read("SIGHUP"), Ok(Some(libc::SIGHUP)));
         assert_eq!(read("2"), Ok(Some(libc::SIGINT)));
         assert_eq!(read("none"), Ok(None));
+        assert_eq!(read("WINCH"), Ok(Some(libc::SIGWINCH))); // httpd's graceful stop
+        assert_eq!(read("34"), Ok(Some(libc::SIGRTMIN())));
         for bad in [
             "",
             "0",
@@ -609,6 +628,11 @@ mod tests {
             "STOP",
             "CONT",
             "20",
+            "17",
+            "CHLD",
+            "23",
+            "32",
+            "33",
         ] {
             assert!(read(bad).is_err(), "{bad:?}");
         }

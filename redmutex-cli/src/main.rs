@@ -233,7 +233,9 @@ struct ExecArgs {
 
     /// When another process asks the holder to let go (`release --ask`), send the command
     /// this signal (a name like TERM, SIGUSR1, or a number; `none` to ignore requests);
-    /// the lock is released when the command ends.
+    /// the lock is released when the command ends. Signals that stop or continue a
+    /// command, tell of something else (CHLD, URG), or belong to the C library (32, 33)
+    /// are refused.
     #[arg(long = "on-revoke", value_name = "SIGNAL", default_value = "TERM", value_parser = exec::parse_on_revoke)]
     on_revoke: exec::OnRevoke,
 
@@ -312,7 +314,8 @@ struct ElectArgs {
     #[arg(long, value_name = "TEXT")]
     value: Option<String>,
 
-    /// After the leadership is lost (and the command stopped), campaign again.
+    /// After the leadership is lost (and the command stopped), or given up on request
+    /// (`release --ask`, once the command ends), campaign again.
     #[arg(long)]
     again: bool,
 

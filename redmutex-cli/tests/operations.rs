@@ -660,6 +660,71 @@ fn a_leader_asked_to_step_down_signals_its_command() {
     assert!(!exists(&server, "leader"));
 }
 
+/// `elect --again` asked to step down lets its command end, lets the candidate that waits
+/// lead, and stays a candidate: it leads again (a second run of its command) once that one
+/// steps down in turn. An outside SIGTERM, passed on to the command, still ends it.
+#[test]
+fn elect_again_steps_down_on_request_and_campaigns_again() {
+    let server = RedisServer::spawn();
+    let dir = scratch("ask-again");
+    let runs = dir.join("runs");
+    let candidate = |name: &str, again: bool| {
+        let script = format!(
+            "echo {name} >> {}; trap 'exit 0' TERM; sleep 30 & wait",
+            runs.display()
+        );
+        let mut args = vec!["elect", "--ttl", "900ms"];
+        if again {
+            args.push("--again");
+        }
+        args.extend(["leader", "--", "sh", "-c", &script]);
+        redmutex(&server)
+            .args(&args)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let until_runs = |expected: &str| {
+        let until = Instant::now() + Duration::from_secs(5);
+        loop {
+            let text = std::fs::read_to_string(&runs).unwrap_or_default();
+            if text == expected {
+                return;
+            }
+            assert!(
+                Instant::now() < until,
+                "runs {text:?}, expected {expected:?}"
+            );
+            thread::sleep(ms(20));
+        }
+    };
+    let mut again = candidate("again", true);
+    until_runs("again\n");
+    let mut other = candidate("other", false);
+    thread::sleep(ms(300)); // campaigning
+    let out = run(redmutex(&server).args(["release", "--ask", "leader"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    until_runs("again\nother\n");
+    assert!(
+        again.try_wait().unwrap().is_none(),
+        "--again stays a candidate"
+    );
+    let out = run(redmutex(&server).args(["release", "--ask", "leader"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(
+        wait_child(&mut other, Duration::from_secs(5)).code(),
+        Some(0)
+    );
+    until_runs("again\nother\nagain\n");
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(again.id() as i32, libc::SIGTERM) };
+    assert_eq!(
+        wait_child(&mut again, Duration::from_secs(5)).code(),
+        Some(0)
+    );
+    assert!(piped_stderr(&mut again).contains("stepped down on request; campaigning again"));
+}
+
 /// `release --ask` on a read-write lock's readers says it asked them all and names each
 /// beyond the first by count; with stdout on a full disk, the request is still made, and
 /// the error says so (a caller must not retry as if nothing happened).
