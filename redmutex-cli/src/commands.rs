@@ -185,7 +185,7 @@ pub async fn inspect<C: Connection>(
         return Ok(0);
     }
     let answered = info.nodes.iter().filter(|n| n.info.is_ok()).count();
-    let needed = redmutex::quorum::quorum(info.nodes.len());
+    let needed = majority(info.nodes.len());
     if !info.nodes.is_empty() && !info.held && answered < needed {
         // Too few nodes answered to say that anyone could take it.
         outln!(
@@ -321,6 +321,11 @@ pub async fn doctor<C: Connection>(
     })
 }
 
+/// How many of `nodes` Redlock nodes make a quorum: a strict majority (docs/SAFETY.md).
+fn majority(nodes: usize) -> usize {
+    nodes / 2 + 1
+}
+
 /// Whether enough nodes answered for a verdict: one server, or a quorum of Redlock's (the
 /// locks need one; an evicting node found among fewer is still unfit).
 fn answered(report: &redmutex::ServerCheck, urls: &[String]) -> bool {
@@ -328,7 +333,7 @@ fn answered(report: &redmutex::ServerCheck, urls: &[String]) -> bool {
         .filter(|f| f.check == Check::Reachable && f.level == Level::Unknown)
         .count();
     let reached = urls.len().max(1).saturating_sub(unreached);
-    report.reached_any() && reached >= redmutex::quorum::quorum(urls.len().max(1))
+    report.reached_any() && reached >= majority(urls.len().max(1))
 }
 
 /// `warning  appendfsync       everysec: …`: one finding of `doctor`, escaped.

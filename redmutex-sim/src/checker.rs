@@ -469,6 +469,12 @@ fn fair_order(plan: &Plan, history: &History, found: &mut Vec<Violation>) {
     }
 }
 
+/// How long a Redlock node may take to answer, by default: a twentieth of the TTL, between
+/// 10 ms and 500 ms (as `QuorumSettings::node_timeout` documents it).
+fn default_node_timeout(ttl: Duration) -> Duration {
+    (ttl / 20).clamp(Duration::from_millis(10), Duration::from_millis(500))
+}
+
 /// On Redlock, a node that nothing hindered answers a try in time (docs/SAFETY.md,
 /// Networks): a
 /// try may fail for want of a node — it timed out or answered an error — only if, during
@@ -485,7 +491,7 @@ fn healthy_nodes_answer(plan: &Plan, history: &History, found: &mut Vec<Violatio
     }
     for attempt in &history.attempts {
         let ttl = plan.tasks[attempt.task].ttl;
-        if redmutex::quorum::default_node_timeout(ttl) <= plan.latency * 10 {
+        if default_node_timeout(ttl) <= plan.latency * 10 {
             continue;
         }
         let mut from = attempt.asked;

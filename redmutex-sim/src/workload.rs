@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use redmutex::{retry, Acquire, Error, KeepAlive, Lock, Locker, Writes};
+use redmutex::{retry, Acquire, Error, KeepAlive, Lock, Locker, LostSignal, Writes};
 
 use crate::history::{Ask, Attempt, FailedTry, GuardedWrite, Observation, Section, Watch};
 use crate::net::{precise_sleep_until, SimConn};
@@ -391,6 +391,29 @@ impl Task {
         });
     }
 
+    /// Runs `busy` (a request the holder makes) to its end, noting the moment the lease is
+    /// told lost meanwhile: from then on the holder is not vouched for, whatever it is busy
+    /// with — the library lets go of what is still held at once, in the background.
+    async fn noting_loss(
+        &self,
+        section: usize,
+        signal: &LostSignal,
+        busy: impl std::future::Future<Output = ()>,
+    ) {
+        let mut busy = std::pin::pin!(busy);
+        tokio::select! {
+            biased;
+            () = &mut busy => return,
+            _ = signal.lost() => {
+                let at = self.world.now();
+                self.edit(section, |s| {
+                    s.told_lost.get_or_insert(at);
+                });
+            }
+        }
+        busy.await;
+    }
+
     /// The holder lets go now: from here on a rival may get in, whenever the release
     /// reaches the server — and whether or not the task lives to see its answer.
     fn releasing(&self, section: usize) -> Duration {
@@ -546,7 +569,9 @@ impl Task {
                     };
                     if told {
                         let at = self.world.now();
-                        self.edit(section, |s| s.told_lost = Some(at));
+                        self.edit(section, |s| {
+                            s.told_lost.get_or_insert(at);
+                        });
                     }
                     self.gate().await;
                     let now = tokio::time::Instant::now();
@@ -583,10 +608,10 @@ impl Task {
                     }
                     self.act(section, lease.valid_until(), fence);
                     let held = &lease;
-                    (self.write_guarded(primitive, section, |w| async move {
+                    let write = self.write_guarded(primitive, section, |w| async move {
                         held.write_if_held(&w).await
-                    }))
-                    .await;
+                    });
+                    self.noting_loss(section, &lease.signal(), write).await;
                     if now >= until || heard || self.over() {
                         break;
                     }
@@ -698,7 +723,9 @@ impl Task {
             };
             let at = self.world.now();
             if told {
-                self.edit(section, |s| s.told_lost = Some(at));
+                self.edit(section, |s| {
+                    s.told_lost.get_or_insert(at);
+                });
             }
             self.gate().await;
             let now = tokio::time::Instant::now();
@@ -720,9 +747,12 @@ impl Task {
             }
             self.act(section, leadership.valid_until(), Some(term));
             if self.rng.chance(0.2) {
-                let _ = leadership
-                    .proclaim(format!("t{}-{}", self.index, self.rng.below(100)))
-                    .await;
+                let value = format!("t{}-{}", self.index, self.rng.below(100));
+                let signal = leadership.signal();
+                let proclaim = async {
+                    let _ = leadership.proclaim(value).await;
+                };
+                self.noting_loss(section, &signal, proclaim).await;
             }
             if now >= until || self.over() {
                 break;

@@ -184,13 +184,7 @@ pub(crate) fn hash_tag(key: &[u8]) -> Option<&[u8]> {
 /// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag (the bytes between
 /// the first `{` and the next `}`, if not empty), or of the whole key, modulo 16384. The
 /// keys of one multi-key lock on a cluster must share it.
-///
-/// ```
-/// use redmutex::hash_slot;
-/// assert_eq!(hash_slot(b"foo"), 12182);
-/// assert_eq!(hash_slot(b"job:{42}:input"), hash_slot(b"job:{42}:output"));
-/// ```
-pub fn hash_slot(key: &[u8]) -> u16 {
+pub(crate) fn hash_slot(key: &[u8]) -> u16 {
     crc16(hash_tag(key).unwrap_or(key)) % SLOTS
 }
 

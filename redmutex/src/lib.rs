@@ -250,7 +250,7 @@ pub mod safety {}
 pub mod memory;
 mod primitives;
 mod pubsub;
-pub mod quorum;
+mod quorum;
 pub mod retry;
 mod scripts;
 #[cfg(feature = "sentinel")]
@@ -284,7 +284,7 @@ pub use engine::meter::LockerStats;
 pub use engine::tally::{FailedTry, TryFailure};
 pub use engine::wakeup::WakeUpState;
 pub use error::{Argument, Error, InvalidArgument, NotObtained, NotReplicated};
-pub use fence::{hash_slot, DEFAULT_FENCE_RETENTION};
+pub use fence::DEFAULT_FENCE_RETENTION;
 pub use locker::Locker;
 pub use primitives::election::{
     Campaign, Election, ElectionKey, Leader, Leadership, DEFAULT_ELECTION_TTL,

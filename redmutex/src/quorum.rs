@@ -55,12 +55,17 @@ impl QuorumSettings {
     /// minimum validity beyond "positive".
     ///
     /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
     /// use std::time::Duration;
-    /// let settings = redmutex::QuorumSettings::new();
-    /// assert_eq!(settings.drift(Duration::from_secs(10)), Duration::from_millis(102));
-    /// assert_eq!(settings.timeout_for(Duration::from_secs(1)), Duration::from_millis(50));
-    /// let left = settings.validity(Duration::from_secs(1), Duration::ZERO);
-    /// assert_eq!(left, Some(Duration::from_millis(988)));
+    /// use redmutex::{memory::MemoryRedis, Locker, QuorumSettings};
+    /// let nodes = [MemoryRedis::new(), MemoryRedis::new(), MemoryRedis::new()];
+    /// let locker = Locker::redlock(nodes)?.with_quorum_settings(QuorumSettings::new());
+    /// let lock = locker.acquire("job", Duration::from_secs(10)).await?;
+    /// // Trusted for 10 s less 100 ms + 2 ms of drift, less the time the quorum took.
+    /// assert!(lock.remaining_validity() <= Duration::from_millis(9_898));
+    /// # lock.release().await?;
+    /// # Ok(()) }
     /// ```
     pub fn new() -> QuorumSettings {
         QuorumSettings::default()
@@ -70,13 +75,19 @@ impl QuorumSettings {
     /// values count as 0; values above 1 as 1.
     ///
     /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
     /// use std::time::Duration;
-    /// use redmutex::QuorumSettings;
-    /// let ms = Duration::from_millis;
-    /// // Nodes on hosts whose clocks may run 5% apart: 5% of 1 s, plus the 2 ms fixed part.
-    /// assert_eq!(QuorumSettings::new().drift_factor(0.05).drift(ms(1000)), ms(52));
-    /// assert_eq!(QuorumSettings::new().drift_factor(-1.0).drift(ms(1000)), ms(2));
-    /// assert_eq!(QuorumSettings::new().drift_factor(7.0).drift(ms(1000)), ms(1002));
+    /// use redmutex::{memory::MemoryRedis, Locker, QuorumSettings};
+    /// // Nodes on hosts whose clocks may run 5% apart.
+    /// let settings = QuorumSettings::new().drift_factor(0.05);
+    /// let nodes = [MemoryRedis::new(), MemoryRedis::new(), MemoryRedis::new()];
+    /// let locker = Locker::redlock(nodes)?.with_quorum_settings(settings);
+    /// let lock = locker.acquire("job", Duration::from_secs(1)).await?;
+    /// // 5% of 1 s, plus the 2 ms fixed part, less than the TTL.
+    /// assert!(lock.remaining_validity() <= Duration::from_millis(948));
+    /// # lock.release().await?;
+    /// # Ok(()) }
     /// ```
     pub fn drift_factor(mut self, factor: f64) -> QuorumSettings {
         self.drift_factor = Drift::new(factor, Duration::ZERO).factor;
@@ -86,12 +97,18 @@ impl QuorumSettings {
     /// The fixed part of the drift allowance (default 2 ms).
     ///
     /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
     /// use std::time::Duration;
-    /// use redmutex::QuorumSettings;
-    /// let ms = Duration::from_millis;
-    /// let settings = QuorumSettings::new().fixed_drift(ms(20)); // coarse clocks
-    /// assert_eq!(settings.drift(ms(1000)), ms(30));
-    /// assert_eq!(QuorumSettings::new().fixed_drift(Duration::ZERO).drift(ms(1000)), ms(10));
+    /// use redmutex::{memory::MemoryRedis, Locker, QuorumSettings};
+    /// let settings = QuorumSettings::new().fixed_drift(Duration::from_millis(20)); // coarse clocks
+    /// let nodes = [MemoryRedis::new(), MemoryRedis::new(), MemoryRedis::new()];
+    /// let locker = Locker::redlock(nodes)?.with_quorum_settings(settings);
+    /// let lock = locker.acquire("job", Duration::from_secs(1)).await?;
+    /// // 1% of 1 s, plus 20 ms, less than the TTL.
+    /// assert!(lock.remaining_validity() <= Duration::from_millis(970));
+    /// # lock.release().await?;
+    /// # Ok(()) }
     /// ```
     pub fn fixed_drift(mut self, drift: Duration) -> QuorumSettings {
         self.fixed_drift = drift;
@@ -99,18 +116,17 @@ impl QuorumSettings {
     }
 
     /// How long one node may take to answer one request; a slower node counts as failed
-    /// for that attempt. Default: [`default_node_timeout`] of the TTL.
+    /// for that attempt. Default: a twentieth of the TTL, between 10 ms and 500 ms — short
+    /// next to the TTL, so that one dead node cannot eat the validity.
     ///
     /// ```
     /// use std::time::Duration;
     /// use redmutex::{memory::MemoryRedis, Locker, QuorumSettings};
-    /// let ms = Duration::from_millis;
-    /// let settings = QuorumSettings::new().node_timeout(ms(200)); // nodes across a slow link
-    /// assert_eq!(settings.timeout_for(Duration::from_secs(1)), ms(200));
-    /// assert_eq!(QuorumSettings::new().timeout_for(Duration::from_secs(1)), ms(50));
+    /// // Nodes across a slow link.
+    /// let settings = QuorumSettings::new().node_timeout(Duration::from_millis(200));
     /// let nodes = [MemoryRedis::new(), MemoryRedis::new(), MemoryRedis::new()];
     /// let locker = Locker::redlock(nodes)?.with_quorum_settings(settings);
-    /// assert_eq!(locker.quorum_settings().map(|q| q.timeout_for(ms(1000))), Some(ms(200)));
+    /// assert_eq!(locker.quorum_settings(), Some(&settings));
     /// # Ok::<(), redmutex::Error>(())
     /// ```
     pub fn node_timeout(mut self, timeout: Duration) -> QuorumSettings {
@@ -140,14 +156,7 @@ impl QuorumSettings {
     }
 
     /// The clock-drift allowance for `ttl`.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// let settings = redmutex::QuorumSettings::new();
-    /// // A 30 s lease is trusted for 300 ms + 2 ms less than its TTL.
-    /// assert_eq!(settings.drift(Duration::from_secs(30)), Duration::from_millis(302));
-    /// ```
-    pub fn drift(&self, ttl: Duration) -> Duration {
+    pub(crate) fn drift(&self, ttl: Duration) -> Duration {
         self.allowance().of(ttl)
     }
 
@@ -160,33 +169,14 @@ impl QuorumSettings {
     }
 
     /// The timeout for one node's answer, for a lease of `ttl`.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use redmutex::QuorumSettings;
-    /// let ms = Duration::from_millis;
-    /// assert_eq!(QuorumSettings::new().timeout_for(ms(4000)), ms(200)); // a twentieth
-    /// assert_eq!(QuorumSettings::new().node_timeout(ms(75)).timeout_for(ms(4000)), ms(75));
-    /// ```
-    pub fn timeout_for(&self, ttl: Duration) -> Duration {
+    pub(crate) fn timeout_for(&self, ttl: Duration) -> Duration {
         self.node_timeout
             .unwrap_or_else(|| default_node_timeout(ttl))
     }
 
     /// The validity left of a lease of `ttl` that took `elapsed` to obtain, or `None` when
     /// it is not positive or below the minimum: such a lease must not be handed out.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use redmutex::QuorumSettings;
-    /// let ms = Duration::from_millis;
-    /// let settings = QuorumSettings::new();
-    /// // 10 s − 50 ms taken − 102 ms drift.
-    /// assert_eq!(settings.validity(ms(10_000), ms(50)), Some(ms(9848)));
-    /// assert_eq!(settings.validity(ms(1000), ms(988)), None, "nothing left");
-    /// assert_eq!(settings.min_validity(ms(500)).validity(ms(1000), ms(489)), None);
-    /// ```
-    pub fn validity(&self, ttl: Duration, elapsed: Duration) -> Option<Duration> {
+    pub(crate) fn validity(&self, ttl: Duration, elapsed: Duration) -> Option<Duration> {
         let left = ttl.checked_sub(elapsed)?.checked_sub(self.drift(ttl))?;
         (!left.is_zero() && left >= self.min_validity).then_some(left)
     }
@@ -238,14 +228,7 @@ impl Drift {
 }
 
 /// How many of `nodes` make a quorum: a strict majority.
-///
-/// ```
-/// use redmutex::quorum::quorum;
-/// assert_eq!(quorum(5), 3); // five nodes survive the loss of two
-/// assert_eq!(quorum(4), 3); // an even count buys nothing: four also survive only one
-/// assert_eq!(quorum(1), 1);
-/// ```
-pub fn quorum(nodes: usize) -> usize {
+pub(crate) fn quorum(nodes: usize) -> usize {
     nodes / 2 + 1
 }
 
@@ -257,16 +240,7 @@ pub(crate) fn blocks_quorum(count: usize, nodes: usize, needed: usize) -> bool {
 
 /// A twentieth of the TTL, between 10 ms and 500 ms: short next to the TTL, so that one
 /// dead node cannot eat the validity, yet long enough for a healthy node on a slow link.
-///
-/// ```
-/// use std::time::Duration;
-/// use redmutex::quorum::default_node_timeout;
-/// let ms = Duration::from_millis;
-/// assert_eq!(default_node_timeout(ms(2000)), ms(100));
-/// assert_eq!(default_node_timeout(ms(100)), ms(10)); // not below 10 ms
-/// assert_eq!(default_node_timeout(Duration::from_secs(60)), ms(500)); // nor above 500 ms
-/// ```
-pub fn default_node_timeout(ttl: Duration) -> Duration {
+pub(crate) fn default_node_timeout(ttl: Duration) -> Duration {
     (ttl / 20).clamp(Duration::from_millis(10), Duration::from_millis(500))
 }
 
@@ -386,7 +360,7 @@ pub struct NodeFailure {
 pub struct QuorumFailure {
     /// Nodes that agreed (acquired, refreshed or released).
     pub agreed: usize,
-    /// Nodes needed: [`quorum`] of [`nodes`](QuorumFailure::nodes).
+    /// Nodes needed: a strict majority of [`nodes`](QuorumFailure::nodes).
     pub needed: usize,
     /// Nodes in all.
     pub nodes: usize,
@@ -587,6 +561,31 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    #[test]
+    fn a_quorum_is_a_strict_majority_and_each_node_has_a_twentieth_of_the_ttl() {
+        assert_eq!(quorum(5), 3); // five nodes survive the loss of two
+        assert_eq!(quorum(4), 3); // an even count buys nothing: four also survive only one
+        assert_eq!(quorum(1), 1);
+        assert_eq!(default_node_timeout(ms(2000)), ms(100));
+        assert_eq!(default_node_timeout(ms(100)), ms(10)); // not below 10 ms
+        assert_eq!(default_node_timeout(ms(60_000)), ms(500)); // nor above 500 ms
+        assert_eq!(QuorumSettings::new().timeout_for(ms(4000)), ms(200));
+        let fixed = QuorumSettings::new().node_timeout(ms(75));
+        assert_eq!(fixed.timeout_for(ms(4000)), ms(75));
+    }
+
+    #[test]
+    fn validity_is_the_ttl_less_the_time_taken_and_the_drift() {
+        let settings = QuorumSettings::new();
+        // A 30 s lease is trusted for 300 ms + 2 ms less than its TTL.
+        assert_eq!(settings.drift(ms(30_000)), ms(302));
+        // 10 s − 50 ms taken − 102 ms drift.
+        assert_eq!(settings.validity(ms(10_000), ms(50)), Some(ms(9848)));
+        assert_eq!(settings.validity(ms(1000), ms(988)), None, "nothing left");
+        let floor = settings.min_validity(ms(500));
+        assert_eq!(floor.validity(ms(1000), ms(489)), None);
     }
 
     fn failure(errors: &[NodeError], agreed: usize) -> QuorumFailure {

@@ -281,6 +281,7 @@ impl Channels {
 
 /// Whether a channel named by [`Channels::Sharded`] is a shard channel (SPUBLISH,
 /// SSUBSCRIBE): exactly those with a hash tag, which puts them in their key's slot.
+#[cfg(feature = "cluster")]
 pub(crate) fn is_shard_channel(channel: &[u8]) -> bool {
     crate::fence::hash_tag(channel).is_some()
 }

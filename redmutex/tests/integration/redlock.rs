@@ -77,7 +77,7 @@ async fn a_lock_is_on_every_node_with_validity_and_is_released_everywhere() {
         .metadata("worker=7")
         .await
         .unwrap();
-    let drift = QuorumSettings::new().drift(ttl);
+    let drift = default_drift(ttl);
     // Valid until send time + ttl − drift: never longer, and only the round trip shorter.
     assert!(lock.valid_until() >= started + ttl - drift);
     assert!(lock.remaining_validity() <= ttl - drift);
@@ -404,7 +404,7 @@ async fn latency_on_two_nodes_is_tolerated_and_latency_past_the_ttl_never_yields
         assert!(took >= ms(2 * latency), "{took:?}");
         assert!(lock.remaining_validity() > ms(0));
         // Sent after `started`, answered at least a round trip later.
-        let drift = QuorumSettings::new().drift(ttl);
+        let drift = default_drift(ttl);
         assert!(lock.valid_until() >= started + ttl - drift);
         assert!(lock.remaining_validity() <= ttl - drift - ms(2 * latency));
         lock.release().await.unwrap();
@@ -764,4 +764,10 @@ async fn a_stalled_minority_node_does_not_stop_fenced_acquires() {
             .unwrap_or_else(|e| panic!("{key}: {e}"));
     }
     servers[2].resume();
+}
+
+/// The clock-drift allowance of the default settings, as `QuorumSettings::new` documents
+/// it: 1% of the TTL plus 2 ms.
+fn default_drift(ttl: Duration) -> Duration {
+    ttl / 100 + ms(2)
 }
