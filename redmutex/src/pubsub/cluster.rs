@@ -502,6 +502,14 @@ impl ClusterSink {
                 }
             }
         }
+        // A request on a connection that stands is sent even if its answer comes too late:
+        // its channels count as subscribed there (to be pinged, and unsubscribed when
+        // nobody waits — else a subscription a paused master makes later would stay).
+        for (address, channels) in &groups {
+            if let Some(master) = self.masters.get_mut(address) {
+                master.channels.extend(channels.iter().cloned());
+            }
+        }
         let plain_only = self.plain_only.load(Ordering::Relaxed);
         let requests = groups.into_iter().map(|(address, channels)| {
             let known = (self.masters.get(&address)).map(|master| master.conn.clone());
@@ -536,10 +544,12 @@ impl ClusterSink {
                 lock(&self.state).live.insert(number);
             }
             // A channel that moved lives on its new master alone.
-            for master in self.masters.values_mut() {
-                master
-                    .channels
-                    .retain(|channel| !channels.contains(channel));
+            for (other, master) in self.masters.iter_mut() {
+                if *other != address {
+                    master
+                        .channels
+                        .retain(|channel| !channels.contains(channel));
+                }
             }
             let master = self.masters.entry(address).or_insert_with(|| Master {
                 conn,
