@@ -17,7 +17,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -75,10 +75,7 @@ impl WakeUpSource {
                 "a cluster's wake-up source needs at least one seed node",
             )));
         }
-        let source = ClusterSource {
-            seeds,
-            plain_only: Arc::new(AtomicBool::new(false)),
-        };
+        let source = ClusterSource { seeds };
         Ok(WakeUpSource(Arc::new(source)))
     }
 }
@@ -120,9 +117,6 @@ fn node_info(seed: &ConnectionInfo, (host, port): &Address) -> ConnectionInfo {
 
 struct ClusterSource {
     seeds: Vec<ConnectionInfo>,
-    /// Learnt once for every connection: the servers have no shard channels (Redis 6.2,
-    /// where scripts fall back to `PUBLISH` too, see `sharded.lua`'s `announce_on`).
-    plain_only: Arc<AtomicBool>,
 }
 
 impl SubscriberSource for ClusterSource {
@@ -140,7 +134,6 @@ impl SubscriberSource for ClusterSource {
                 masters: BTreeMap::new(),
                 pushes,
                 state: state.clone(),
-                plain_only: self.plain_only.clone(),
                 stale: false,
             };
             sink.slots = sink.ask_slots(CONNECT_TIMEOUT).await?;
@@ -418,6 +411,10 @@ async fn slots_of(
 struct Master {
     conn: MultiplexedConnection,
     channels: BTreeSet<Vec<u8>>,
+    /// The server has no shard channels (Redis 6.2, where scripts fall back to `PUBLISH`
+    /// too, see `sharded.lua`'s `announce_on`): learnt per master, as a cluster being
+    /// upgraded has both kinds.
+    plain_only: bool,
 }
 
 struct ClusterSink {
@@ -426,7 +423,6 @@ struct ClusterSink {
     masters: BTreeMap<Address, Master>,
     pushes: UnboundedSender<(u64, PushInfo)>,
     state: Arc<Mutex<State>>,
-    plain_only: Arc<AtomicBool>,
     /// A request failed: the slot map is asked for again before the next subscription.
     stale: bool,
 }
@@ -510,16 +506,16 @@ impl ClusterSink {
                 master.channels.extend(channels.iter().cloned());
             }
         }
-        let plain_only = self.plain_only.load(Ordering::Relaxed);
         let requests = groups.into_iter().map(|(address, channels)| {
-            let known = (self.masters.get(&address)).map(|master| master.conn.clone());
+            let known = (self.masters.get(&address)).map(|m| (m.conn.clone(), m.plain_only));
             let info = node_info(&self.seeds[0], &address);
             let pushes = self.pushes.clone();
             async move {
                 let subscribed = within(SHARD_TIMEOUT, async {
-                    let (number, mut conn) = match known {
-                        Some(conn) => (None, conn),
-                        None => connect(info, pushes).await.map(|(n, c)| (Some(n), c))?,
+                    let (number, mut conn, plain_only) = match known {
+                        Some((conn, plain_only)) => (None, conn, plain_only),
+                        None => (connect(info, pushes).await)
+                            .map(|(number, conn)| (Some(number), conn, false))?,
                     };
                     let plain_only = subscribe_on(&mut conn, &channels, plain_only).await?;
                     Ok((number, conn, plain_only))
@@ -537,9 +533,6 @@ impl ClusterSink {
                     continue;
                 }
             };
-            if plain_only {
-                self.plain_only.store(true, Ordering::Relaxed);
-            }
             if let Some(number) = number {
                 lock(&self.state).live.insert(number);
             }
@@ -554,7 +547,9 @@ impl ClusterSink {
             let master = self.masters.entry(address).or_insert_with(|| Master {
                 conn,
                 channels: BTreeSet::new(),
+                plain_only,
             });
+            master.plain_only = plain_only;
             master.channels.extend(channels.iter().cloned());
             outcome.add(channels, Ok(()));
         }
@@ -565,9 +560,9 @@ impl ClusterSink {
     /// time still gets the request, queued on its connection; its confirmation is expected
     /// whenever it comes.
     async fn unsubscribe_all(&mut self, channels: Vec<Vec<u8>>) -> RedisResult<()> {
-        let plain_only = self.plain_only.load(Ordering::Relaxed);
         let mut requests = Vec::new();
         for master in self.masters.values_mut() {
+            let plain_only = master.plain_only;
             let leaving: Vec<_> = (channels.iter())
                 .filter(|channel| master.channels.remove(*channel))
                 .cloned()
