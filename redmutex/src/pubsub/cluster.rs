@@ -319,15 +319,25 @@ async fn connect(
     pushes: UnboundedSender<(u64, PushInfo)>,
 ) -> RedisResult<(u64, MultiplexedConnection)> {
     let number = CONNECTIONS.fetch_add(1, Ordering::Relaxed);
-    let config = AsyncConnectionConfig::new()
+    let config = bounded().set_push_sender(move |push| pushes.send((number, push)));
+    Ok((number, open(info, config).await?))
+}
+
+/// A connection's limits: as the wake-up machinery's own.
+fn bounded() -> AsyncConnectionConfig {
+    AsyncConnectionConfig::new()
         .set_connection_timeout(Some(CONNECT_TIMEOUT))
         .set_response_timeout(Some(RESPONSE_TIMEOUT))
-        .set_push_sender(move |push| pushes.send((number, push)));
+}
+
+async fn open(
+    info: ConnectionInfo,
+    config: AsyncConnectionConfig,
+) -> RedisResult<MultiplexedConnection> {
     let client = redis::Client::open(info)?;
-    let conn = client
+    client
         .get_multiplexed_async_connection_with_config(&config)
-        .await?;
-    Ok((number, conn))
+        .await
 }
 
 /// Sends `command` once for each channel, in one pipeline: one channel per command, so that
@@ -385,15 +395,7 @@ async fn slots_of(
     let asked = address(&info);
     let mut conn = match conn {
         Some(conn) => conn,
-        None => {
-            let client = redis::Client::open(info)?;
-            let config = AsyncConnectionConfig::new()
-                .set_connection_timeout(Some(CONNECT_TIMEOUT))
-                .set_response_timeout(Some(RESPONSE_TIMEOUT));
-            client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await?
-        }
+        None => open(info, bounded()).await?,
     };
     let reply: Value = redis::cmd("CLUSTER")
         .arg("SLOTS")
