@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{RedisError, ScriptInvocation, Value};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::backend::common::{
@@ -30,6 +31,35 @@ pub(crate) struct Single<C> {
     replication: Option<Replication>,
     /// How much less than its TTL a claim is trusted for.
     drift: Drift,
+    /// Bounds the requests in flight on a cluster connection (see [`CLUSTER_IN_FLIGHT`]).
+    gate: Gate,
+}
+
+/// How many of a cluster locker's requests may be in flight on its connection at once.
+///
+/// Why: redis-rs 1.8's cluster connection stops answering every request, until each times
+/// out, when a `MOVED` reply starts a slot-map refresh while about a hundred requests or
+/// more are in flight (the refresh never gets its lock). A locker makes such bursts itself:
+/// when a wake-up subscription lapses (a slot moved), every waiter re-checks at once, and
+/// many dropped guards release at once. Queued here, thousands of re-checks still finish
+/// within a few round trips' time per 32, and the connection keeps answering.
+const CLUSTER_IN_FLIGHT: usize = 32;
+
+/// A bound on the requests in flight, or none.
+#[derive(Clone, Default)]
+struct Gate(Option<Arc<Semaphore>>);
+
+impl Gate {
+    fn bounded(requests: usize) -> Gate {
+        Gate(Some(Arc::new(Semaphore::new(requests))))
+    }
+
+    /// Waits for room for one more request, held until the permit is dropped.
+    async fn pass(&self) -> Option<OwnedSemaphorePermit> {
+        // The semaphore is never closed: an error cannot happen, and would mean no bound.
+        let semaphore = self.0.clone()?;
+        semaphore.acquire_owned().await.ok()
+    }
 }
 
 impl<C: Connection> Single<C> {
@@ -39,6 +69,10 @@ impl<C: Connection> Single<C> {
             cluster,
             replication: None,
             drift: Drift::ONE_NODE,
+            gate: match cluster {
+                true => Gate::bounded(CLUSTER_IN_FLIGHT),
+                false => Gate::default(),
+            },
         }
     }
 
@@ -119,7 +153,10 @@ impl<C: Connection> Single<C> {
         try_until: Option<Instant>,
     ) -> Attempt {
         let mut conn = self.conn.clone();
-        let reply = claim.obtain(&mut conn, request);
+        let reply = async {
+            let _in_flight = self.gate.pass().await;
+            claim.obtain(&mut conn, request).await
+        };
         // Our own timer only where it can end the wait sooner than the connection's
         // response timeout would (the connection bounds every request; 500 ms by default).
         // A timer per request is a measurable part of an acquire's client CPU, and past this
@@ -172,6 +209,7 @@ impl<C: Connection> Single<C> {
         token: &Token,
         keep_until: Option<Instant>,
     ) -> Result<(), Error> {
+        let _in_flight = self.gate.pass().await;
         let mut conn = self.conn.clone();
         let keep = keep_ms(keep_until, self.drift);
         match idempotent!(claim.release(&mut conn, token, keep))? {
@@ -191,7 +229,10 @@ impl<C: Connection> Single<C> {
         wait: Duration,
     ) -> bool {
         let mut conn = self.conn.clone();
-        let release = claim.release_unattended(&mut conn, token, 0);
+        let release = async {
+            let _in_flight = self.gate.pass().await;
+            claim.release_unattended(&mut conn, token, 0).await
+        };
         matches!(tokio::time::timeout(wait, release).await, Ok(Ok(())))
     }
 
@@ -202,8 +243,15 @@ impl<C: Connection> Single<C> {
         token: Token,
         keep_until: Option<Instant>,
     ) {
-        let conn = self.conn.clone();
-        background::release(release_try(conn, claim, token, keep_until, self.drift));
+        let (conn, gate) = (self.conn.clone(), self.gate.clone());
+        let mut release = release_try(conn, claim, token, keep_until, self.drift);
+        background::release(Box::new(move || {
+            let (gate, release) = (gate.clone(), release());
+            Box::pin(async move {
+                let _in_flight = gate.pass().await;
+                release.await
+            })
+        }));
     }
 
     /// Owner-checked refresh to `ttl_ms`. Returns the new validity.
@@ -213,6 +261,7 @@ impl<C: Connection> Single<C> {
         token: &Token,
         ttl_ms: u64,
     ) -> Result<Instant, Error> {
+        let _in_flight = self.gate.pass().await;
         let mut conn = self.conn.clone();
         let sent_at = Instant::now();
         match idempotent!(claim.refresh(&mut conn, token, ttl_ms))? {
@@ -229,6 +278,7 @@ impl<C: Connection> Single<C> {
         call: &ScriptInvocation<'static>,
         ttls: &[Duration],
     ) -> Result<Vec<Renewal>, RedisError> {
+        let _in_flight = self.gate.pass().await;
         let sent_at = Instant::now();
         let reply = call
             .invoke_async::<Value>(&mut Node(&mut self.conn.clone()))
@@ -265,6 +315,7 @@ impl<C: Connection> Single<C> {
         token: &Token,
         retention_ms: u64,
     ) -> Result<u64, Error> {
+        let _in_flight = self.gate.pass().await;
         let mut conn = self.conn.clone();
         // Safe to repeat: a fence taken by a request whose reply was lost is never handed
         // out, and the repeat takes a greater one.
@@ -284,6 +335,7 @@ impl<C: Connection> Single<C> {
         token: &Token,
         writes: &Writes,
     ) -> Result<Vec<Value>, Error> {
+        let _in_flight = self.gate.pass().await;
         let mut conn = self.conn.clone();
         match claim.write_if_held(&mut conn, token, writes).await? {
             Some(replies) => self.confirm(&mut conn, None).await.map(|()| replies),
@@ -293,6 +345,7 @@ impl<C: Connection> Single<C> {
 
     /// How long the claim has left, as the server says.
     pub(crate) async fn ttl(&self, claim: &dyn Claim, token: &Token) -> Result<Duration, Error> {
+        let _in_flight = self.gate.pass().await;
         let mut conn = self.conn.clone();
         match idempotent!(claim.ttl(&mut conn, token))? {
             Remaining::Millis(ms) => Ok(Duration::from_millis(ms)),
@@ -307,6 +360,7 @@ impl<C: Connection> Single<C> {
         view: &V,
         call: &ScriptInvocation<'static>,
     ) -> Result<V::Info, Error> {
+        let _in_flight = self.gate.pass().await;
         let mut conn = self.conn.clone();
         let reply: Value = idempotent!(call.invoke_async(&mut Node(&mut conn)))?;
         Ok(view.one(reply)?)

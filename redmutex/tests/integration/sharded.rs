@@ -503,3 +503,87 @@ async fn permits_freed_while_the_subscriber_reconnects_reach_every_waiter() {
         permit.release().await.unwrap();
     }
 }
+
+/// A locker waits on thousands of keys when one of their slots moves to another master:
+/// its subscriber follows (on shard channels, every waiter re-checks at once), and the
+/// locker's own connection goes on answering through it — a probe every 500 ms answers in
+/// time — and a release afterwards wakes its waiter at once. Without a bound on the
+/// locker's requests in flight, redis-rs's cluster connection stopped answering for tens
+/// of seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locker_waiting_on_thousands_of_keys_answers_through_a_slot_move() {
+    const KEYS: usize = 6_000;
+    let cluster = RedisCluster::spawn();
+    let holder = Locker::cluster(connect(&cluster).await);
+    let waiter = woken_locker(&cluster).await;
+    let key = |n: usize| format!("lapse-{n}");
+    let mut held = Vec::with_capacity(KEYS);
+    for n in 0..KEYS {
+        held.push(holder.acquire(key(n), ms(120_000)).await.unwrap());
+    }
+    let waiting: Vec<_> = (0..KEYS)
+        .map(|n| {
+            tokio::spawn(
+                waiter
+                    .acquire(key(n), ms(10_000))
+                    .retry(retry::constant(Duration::from_secs(30)))
+                    .deadline(Duration::from_secs(100))
+                    .into_future(),
+            )
+        })
+        .collect();
+    let listing = match has_shard_channels(&cluster) {
+        true => "SHARDCHANNELS",
+        false => "CHANNELS",
+    };
+    let until = Instant::now() + ms(60_000);
+    loop {
+        let subscribed: u64 = (cluster.nodes()[..3].iter())
+            .map(|node| {
+                let count = node.command(&["PUBSUB", listing]);
+                let count = count.split("\r\n").next().unwrap_or("*0");
+                count.trim_start_matches('*').parse::<u64>().unwrap_or(0)
+            })
+            .sum();
+        if subscribed >= KEYS as u64 && matches!(waiter.wake_up_state(), WakeUpState::Working) {
+            break;
+        }
+        assert!(Instant::now() < until, "{subscribed} subscribed");
+        tokio::time::sleep(ms(100)).await;
+    }
+    let source = cluster.master_of(&key(0));
+    let target = (0..3).find(|m| *m != source).unwrap();
+    move_slot(&cluster, &key(0), source, target);
+    let moved = Instant::now();
+    let mut probe = waiter.connection().clone();
+    let mut late = Vec::new();
+    while moved.elapsed() < ms(4_000) {
+        let asked = Instant::now();
+        let answer = tokio::time::timeout(ms(2_000), async {
+            redis::cmd("PTTL")
+                .arg(key(1))
+                .query_async::<i64>(&mut probe)
+                .await
+        })
+        .await;
+        if !matches!(answer, Ok(Ok(_))) {
+            late.push((moved.elapsed(), asked.elapsed(), format!("{answer:?}")));
+        }
+        tokio::time::sleep(ms(500)).await;
+    }
+    assert!(
+        late.is_empty(),
+        "probes unanswered after the move: {late:?}"
+    );
+    let mut held = held.into_iter();
+    let last = held.next_back().unwrap();
+    let released = Instant::now();
+    last.release().await.unwrap();
+    let mut waiting = waiting.into_iter();
+    let lock = waiting.next_back().unwrap().await.unwrap().unwrap();
+    assert!(released.elapsed() < ms(2_000), "woken, not polled");
+    lock.release().await.unwrap();
+    for waiter in waiting {
+        waiter.abort();
+    }
+}
