@@ -14,9 +14,10 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
+use crate::sync::lock;
 use tokio::sync::mpsc::{self, UnboundedSender};
 use tokio::time::Instant;
 
@@ -73,12 +74,6 @@ struct Finisher {
 static FINISHER: Mutex<Option<Finisher>> = Mutex::new(None);
 static PENDING: Mutex<usize> = Mutex::new(0);
 static FINISHED: Condvar = Condvar::new();
-
-fn lock<T>(mutex: &'static Mutex<T>) -> MutexGuard<'static, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 fn hand_over(release: Try) {
     // A simulated run stays on its own thread and clock (see `crate::simulation`): the

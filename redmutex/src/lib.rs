@@ -259,6 +259,7 @@ mod sentinel;
 #[doc(hidden)]
 pub mod simulation;
 mod splitmix;
+mod sync;
 mod token;
 mod writes;
 

@@ -28,6 +28,7 @@ use redis::{
 
 use crate::args::Keys;
 use crate::error::InvalidArgument;
+use crate::sync::lock;
 use crate::token::{Channels, Token};
 use crate::writes::Writes;
 
@@ -117,9 +118,7 @@ static SOURCES: LazyLock<Mutex<HashMap<String, Arc<str>>>> = LazyLock::new(Defau
 /// The script of `source`, known by its SHA-1 from now on (see [`SOURCES`]).
 fn known(source: &str) -> Script {
     let script = Script::new(source);
-    let mut sources = SOURCES
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut sources = lock(&SOURCES);
     sources.insert(script.get_hash().to_owned(), Arc::from(source));
     script
 }
@@ -794,11 +793,7 @@ fn eval_instead(evalsha: &Cmd) -> Option<Cmd> {
         return None;
     }
     let sha = std::str::from_utf8(sha).ok()?;
-    let source = SOURCES
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .get(sha)?
-        .clone();
+    let source = lock(&SOURCES).get(sha)?.clone();
     let mut eval = redis::cmd("EVAL");
     eval.arg(&*source);
     for arg in args {

@@ -10,6 +10,7 @@ use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisError, RedisFuture, Redis
 
 use crate::connection::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
 use crate::error::Error;
+use crate::sync::lock;
 
 /// A connection to the current master of a Sentinel-monitored group, for any
 /// [`Locker`](crate::Locker). It asks the sentinels for the master on first use, and again
@@ -155,10 +156,7 @@ impl SentinelConnection {
     }
 
     fn lock_current(&self) -> std::sync::MutexGuard<'_, Option<(u64, MultiplexedConnection)>> {
-        self.inner
-            .current
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.inner.current)
     }
 
     /// After `error` on the connection of `generation`: forget it if the master may have

@@ -17,6 +17,7 @@ use crate::engine::wakeup::Hub;
 use crate::error::Error;
 use crate::fence::Fences;
 use crate::scripts::Claim;
+use crate::sync::lock;
 use crate::token::Token;
 
 /// A locker's shared state (see the module docs).
@@ -58,10 +59,7 @@ pub(crate) struct TurnId {
 impl Drop for TurnId {
     fn drop(&mut self) {
         if let Some((channel, taken)) = self.taken.take() {
-            taken
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .remove(&channel);
+            lock(&taken).remove(&channel);
         }
     }
 }
@@ -90,7 +88,7 @@ impl<C: Connection> Context<C> {
     ) -> Result<TurnId, Error> {
         let locker = self.id()?;
         let channel = channel_of(&locker);
-        let mut taken = (self.turns_taken.lock()).unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut taken = lock(&self.turns_taken);
         if taken.insert(channel.clone()) {
             return Ok(TurnId {
                 id: locker,

@@ -56,7 +56,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -65,6 +65,7 @@ use tokio::time::Instant;
 
 use crate::connection::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
 use crate::pubsub::{Messages, SubscriberSink, WakeUpSource};
+use crate::sync::lock;
 
 /// First pause before reconnecting a dropped subscriber connection; doubled per failure.
 const RECONNECT_MIN: Duration = Duration::from_millis(50);
@@ -311,13 +312,6 @@ pub(crate) struct Member {
     units: u32,
     /// It queued without a try and has not tried since.
     untried: bool,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Nothing here can panic while holding a lock; if it did, the state is still usable.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Hub {

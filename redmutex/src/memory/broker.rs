@@ -2,7 +2,7 @@
 //! push wake-up opens on it ([`crate::pubsub`]).
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
@@ -10,6 +10,7 @@ use redis::RedisResult;
 use tokio::sync::mpsc;
 
 use crate::pubsub::{Message, Messages, SubscriberSink, SubscriberSource, Unheard};
+use crate::sync::lock;
 
 /// Every open subscriber connection and its channels.
 #[derive(Default)]
@@ -22,13 +23,6 @@ struct Subscriber {
     id: u64,
     channels: HashSet<Vec<u8>>,
     deliver: mpsc::UnboundedSender<Message>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Nothing here panics while holding a lock; a poisoned state is still usable.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Broker {

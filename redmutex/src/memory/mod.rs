@@ -51,6 +51,7 @@ use redis::{Arg, Cmd, Pipeline, RedisFuture, RedisResult, Value};
 use tokio::time::Instant;
 
 use crate::pubsub::WakeUpSource;
+use crate::sync::lock;
 use broker::Broker;
 use keyspace::{CommandError, Reply};
 use server::Server;
@@ -204,8 +205,7 @@ impl MemoryRedis {
     }
 
     fn server(&self) -> MutexGuard<'_, Server> {
-        // A request never panics while holding the server; a poisoned one is still whole.
-        (self.shared.server.lock()).unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.shared.server)
     }
 
     /// The server's time in Unix microseconds: where it started, plus tokio's clock since

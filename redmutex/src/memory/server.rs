@@ -13,6 +13,7 @@ use mlua::{
 
 use super::broker::Broker;
 use super::keyspace::{CommandError, Keyspace, Reply};
+use crate::sync::lock;
 
 /// What a script's commands see and change, kept in the Lua state's app data so that the
 /// `redis.call` callback reaches it.
@@ -196,11 +197,7 @@ impl Server {
 
     /// `body`'s SHA-1 and byte code: from the process's cache, or compiled here.
     fn compile(&self, body: &[u8]) -> Result<Arc<Compiled>, CommandError> {
-        let cache = || {
-            COMPILED
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-        };
+        let cache = || lock(&COMPILED);
         if let Some(compiled) = find(&cache(), body) {
             return Ok(compiled);
         }

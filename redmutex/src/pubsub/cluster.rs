@@ -33,6 +33,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use super::{Message, Messages, SubscriberSink, SubscriberSource, Unheard, WakeUpSource};
 use crate::connection::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
 use crate::fence::hash_slot;
+use crate::sync::lock;
 use crate::token::is_shard_channel;
 
 impl WakeUpSource {
@@ -226,12 +227,6 @@ impl State {
         }
         true
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The messages published on the channels subscribed, until a subscription may have

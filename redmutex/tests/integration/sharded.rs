@@ -99,6 +99,21 @@ fn patient(
     )
 }
 
+/// Releases `held` and awaits `waiting`'s lock (then releases it): within `limit` of the
+/// release, which only a wake-up achieves where the waiter polls far less often.
+async fn woken_by_release(
+    held: Lock<ClusterConnection>,
+    waiting: tokio::task::JoinHandle<Result<Lock<ClusterConnection>, Error>>,
+    limit: Duration,
+    what: &str,
+) {
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let lock = waiting.await.unwrap().unwrap();
+    assert!(released.elapsed() < limit, "{what}: woken, not polled");
+    lock.release().await.unwrap();
+}
+
 /// A waiter on `key` that polls every 100 ms, for a wake-up that is known not to work.
 fn polling(
     locker: &Locker<ClusterConnection>,
@@ -133,11 +148,7 @@ async fn releases_are_announced_on_the_keys_shard_alone() {
         let master = cluster.master_of(key);
         let (publish, spublish) = (calls(&cluster, "publish"), calls(&cluster, "spublish"));
         let bus = bus_publishes(&cluster);
-        let released = Instant::now();
-        held.release().await.unwrap();
-        let lock = waiting.await.unwrap().unwrap();
-        assert!(released.elapsed() < ms(5_000), "{key}: woken, not polled");
-        lock.release().await.unwrap();
+        woken_by_release(held, waiting, ms(5_000), key).await;
         let (publish_after, spublish_after) =
             (calls(&cluster, "publish"), calls(&cluster, "spublish"));
         match by_shard {
@@ -191,10 +202,7 @@ async fn a_cluster_locker_wakes_up_through_a_cluster_source_over_resp3() {
     let held = holder.acquire("resp2", ms(10_000)).await.unwrap();
     let waiting = patient(&waiter, "resp2");
     until_subscribed(&cluster, "{resp2}", true).await;
-    let released = Instant::now();
-    held.release().await.unwrap();
-    waiting.await.unwrap().unwrap().release().await.unwrap();
-    assert!(released.elapsed() < ms(5_000), "woken, not polled");
+    woken_by_release(held, waiting, ms(5_000), "resp2 seeds").await;
     assert!(matches!(waiter.wake_up_state(), WakeUpState::Working));
 }
 
@@ -286,11 +294,7 @@ async fn a_waiter_follows_its_keys_slot_to_another_master() {
             tokio::time::sleep(ms(20)).await;
         }
     }
-    let released = Instant::now();
-    held.release().await.unwrap();
-    let lock = waiting.await.unwrap().unwrap();
-    assert!(released.elapsed() < ms(5_000), "woken, not polled");
-    lock.release().await.unwrap();
+    woken_by_release(held, waiting, ms(5_000), key).await;
 }
 
 /// Moves `key`'s slot, with its keys, from master `source` to master `target`.
@@ -404,10 +408,7 @@ async fn the_acl_rule_and_the_shard_commands_are_enough_for_wake_up() {
     let held = holder.acquire("job", ms(10_000)).await.unwrap();
     let waiting = patient(&waiter, "job");
     until_subscribed(&cluster, "{app:job}", true).await;
-    let released = Instant::now();
-    held.release().await.unwrap();
-    waiting.await.unwrap().unwrap().release().await.unwrap();
-    assert!(released.elapsed() < ms(5_000), "woken, not polled");
+    woken_by_release(held, waiting, ms(5_000), "acl user").await;
     assert!(matches!(waiter.wake_up_state(), WakeUpState::Working));
     if !sharded {
         return;
@@ -577,12 +578,9 @@ async fn a_locker_waiting_on_thousands_of_keys_answers_through_a_slot_move() {
     );
     let mut held = held.into_iter();
     let last = held.next_back().unwrap();
-    let released = Instant::now();
-    last.release().await.unwrap();
     let mut waiting = waiting.into_iter();
-    let lock = waiting.next_back().unwrap().await.unwrap().unwrap();
-    assert!(released.elapsed() < ms(2_000), "woken, not polled");
-    lock.release().await.unwrap();
+    let last_waiter = waiting.next_back().unwrap();
+    woken_by_release(last, last_waiter, ms(2_000), "after the move").await;
     for waiter in waiting {
         waiter.abort();
     }
