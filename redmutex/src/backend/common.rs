@@ -46,8 +46,10 @@ impl Attempt {
 }
 
 pub(crate) enum TryResult {
-    /// Held until `valid_until` on this client's clock, with this fence (when taken).
+    /// Held until `valid_until` on this client's clock, by a try sent at `sent_at`, with
+    /// this fence (when taken).
     Obtained {
+        sent_at: Instant,
         valid_until: Instant,
         fence: Option<u64>,
     },

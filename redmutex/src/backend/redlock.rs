@@ -232,7 +232,11 @@ impl<C: Connection> Quorum<C> {
         match fence {
             Ok(fence) => match self.valid_until(ttl, started, failure.elapsed) {
                 Some(valid_until) => {
-                    let obtained = TryResult::Obtained { valid_until, fence };
+                    let obtained = TryResult::Obtained {
+                        sent_at: started,
+                        valid_until,
+                        fence,
+                    };
                     return Some(Attempt::plain(obtained, false));
                 }
                 None => failure.too_late = true,

@@ -184,7 +184,12 @@ impl<C: Connection> Single<C> {
                     return (self.unconfirmed(&mut conn, claim, request.token, error)).await;
                 }
                 let valid_until = self.valid_until(sent_at, Duration::from_millis(request.ttl_ms));
-                Attempt::plain(TryResult::Obtained { valid_until, fence }, false)
+                let obtained = TryResult::Obtained {
+                    sent_at,
+                    valid_until,
+                    fence,
+                };
+                Attempt::plain(obtained, false)
             }
             // Nothing was written by this try; an earlier, unseen success may still stand.
             Ok(Obtain::Held { index, ttl, ahead }) => Attempt {

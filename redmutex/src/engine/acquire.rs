@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::args::{self, Keys};
-use crate::backend::common::TryResult;
+use crate::backend::common::{Attempt, TryResult};
 use crate::backend::Backend;
 use crate::check;
 use crate::connection::Connection;
@@ -23,7 +23,7 @@ use crate::engine::context::Context;
 use crate::engine::guard::{Grant, Lock};
 use crate::engine::meter::Outcome;
 use crate::engine::schedule::{Retry, Schedule};
-use crate::engine::tally::{FailedTry, Observer, Reason, Tally};
+use crate::engine::tally::{FailedTry, Observer, Tally};
 use crate::engine::waiting::{wait_channel, Waiting};
 use crate::engine::wakeup::Wake;
 use crate::error::{Argument, Error};
@@ -302,25 +302,32 @@ impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
         }
         let token = Token::generate()?;
         let ttl = Duration::from_millis(ttl_ms);
+        if context.eviction.first() {
+            // The locker's first acquire has the eviction policy looked at, in a task of
+            // its own: no acquire waits for it.
+            tokio::spawn(check::warn_if_evicting(context.backend.nodes().to_vec()));
+        }
         let tries = Tries {
-            locker: context.id()?,
             backend: &context.backend,
             claim: &claim,
-            queue: claim.queue(),
-            channel: claim.channel(),
-            lined: context.lined(&*claim),
-            value: token::lock_value(&token, self.metadata.as_deref()),
-            token,
-            ttl_ms,
-            fenced: self.with_fence,
-            retention_ms: context.fences.retention_ms,
-            eviction_look: context.eviction.first(),
+            line: Line {
+                locker: context.id()?,
+                queue: claim.queue(),
+                channel: claim.channel(),
+                lined: context.lined(&*claim),
+            },
+            terms: Terms {
+                value: token::lock_value(&token, self.metadata.as_deref()),
+                token,
+                ttl_ms,
+                fenced: self.with_fence,
+                retention_ms: context.fences.retention_ms,
+            },
             schedule: Schedule::start(self.retry, self.deadline.unwrap_or(ttl)),
             tally: Tally::default(),
             waiting: Waiting::new(context.hub.clone(), claim.exclusive(), claim.units()),
             observer: self.on_failed_try,
-            armed: false,
-            named: false,
+            left: Left::default(),
             fail_fast: self.fail_fast,
             probably_free: false,
         };
@@ -383,6 +390,22 @@ impl<'a, C: Connection, P: Send + Sync + 'a> IntoFuture for Acquire<'a, C, P> {
 struct Tries<'r, 'a, C: Connection> {
     backend: &'r Backend<C>,
     claim: &'r Arc<dyn Claim>,
+    line: Line,
+    terms: Terms,
+    schedule: Schedule<'a>,
+    tally: Tally,
+    waiting: Waiting,
+    observer: Option<Observer<'a>>,
+    left: Left,
+    /// See [`Acquire::fail_fast`].
+    fail_fast: bool,
+    /// The next try follows a wake-up of this locker's own ([`Wake::Local`]): the key is
+    /// probably free.
+    probably_free: bool,
+}
+
+/// How the claim's waiters wait, and this locker among them.
+struct Line {
     /// The locker's id among waiters.
     locker: Token,
     /// The claim's waiters queue in Redis (a fair lock).
@@ -392,29 +415,27 @@ struct Tries<'r, 'a, C: Connection> {
     /// The claim's lockers line up beside its keys here (see `Claim::lined`): a lock, one
     /// node deciding, and wake-up to hear of hand-offs.
     lined: bool,
+}
+
+/// What every try of the acquire sends, the same each time.
+struct Terms {
     token: Token,
     /// Token, awaited flag, metadata.
     value: Vec<u8>,
     ttl_ms: u64,
     fenced: bool,
     retention_ms: u64,
-    /// This acquire is the locker's first: it has the eviction policy looked at.
-    eviction_look: bool,
-    schedule: Schedule<'a>,
-    tally: Tally,
-    waiting: Waiting,
-    observer: Option<Observer<'a>>,
+}
+
+/// What earlier tries may have left in Redis, for giving up (or being dropped) to undo.
+#[derive(Default)]
+struct Left {
     /// A try may have stored our token: the next try must accept it as ours, and giving up
-    /// (or being dropped) must release it.
-    armed: bool,
-    /// A try put the locker in the key's line: giving up (or being dropped) withdraws it,
-    /// unless another waiter of the locker waits for the key.
-    named: bool,
-    /// See [`Acquire::fail_fast`].
-    fail_fast: bool,
-    /// The next try follows a wake-up of this locker's own ([`Wake::Local`]): the key is
-    /// probably free.
-    probably_free: bool,
+    /// must release it.
+    token: bool,
+    /// A try put the locker in the key's line: giving up withdraws it, unless another
+    /// waiter of the locker waits for the key.
+    place: bool,
 }
 
 /// What a successful try obtained.
@@ -424,27 +445,11 @@ struct Obtained {
     fence: Option<u64>,
 }
 
-/// How one try (or queueing without one) ended.
-enum Tried {
-    Obtained(Obtained),
-    /// Failed for `reason`; `held` names the key found held, `expires` when it expires at
-    /// the latest (its holder may let it expire without a release to announce).
-    Failed {
-        reason: Reason,
-        held: Option<usize>,
-        expires: Option<Instant>,
-    },
-}
-
 impl<C: Connection> Tries<'_, '_, C> {
     /// Tries until obtained, refused, or the schedule ends.
     async fn run(&mut self) -> Result<Obtained, Error> {
         let claim = self.claim;
         let keys = claim.keys();
-        if self.eviction_look {
-            // In a task of its own: no acquire waits for it.
-            tokio::spawn(check::warn_if_evicting(self.backend.nodes().to_vec()));
-        }
         // When the pause after the last counted try ends.
         let mut wake: Option<Instant> = None;
         // This try re-checks after subscribing; it belongs to the try before it, so it
@@ -455,58 +460,39 @@ impl<C: Connection> Tries<'_, '_, C> {
             if !recheck {
                 self.tally.attempts += 1;
             }
-            // On a key this locker's waiters are subscribed to, a newcomer that may wait
-            // joins them before its first try — unless waiters queue in Redis, where the
-            // first try takes the newcomer's place in line.
-            // A waiter whose try takes a place in Redis (a queue, or a line where several
-            // hold at once) joins its subscribed channel before that try: a turn announced
-            // while it is under way is heard, and no re-check follows.
             if first && self.schedule.may_wait() {
-                match (self.queue_channel(), self.lined && !claim.exclusive()) {
-                    (Some(channel), _) => self.waiting.admit(&channel),
-                    (None, true) => {
-                        let key = keys.get(0).expect("one key");
-                        self.waiting.admit(&wait_channel(
-                            key,
-                            true,
-                            &self.locker,
-                            self.claim.keys().channels(),
-                        ));
-                    }
-                    (None, false) => {}
-                }
+                self.admit();
             }
-            let queued = match first && self.queue.is_none() && self.schedule.may_wait() {
+            let queued = match first && self.line.queue.is_none() && self.schedule.may_wait() {
                 true => {
-                    let channels: Vec<Vec<u8>> = (keys.iter())
-                        .map(|key| {
-                            wait_channel(
-                                key,
-                                self.lined,
-                                &self.locker,
-                                self.claim.keys().channels(),
-                            )
-                        })
-                        .collect();
-                    self.waiting.enter(&channels, self.lined)
+                    let channels: Vec<Vec<u8>> =
+                        (keys.iter()).map(|key| self.wait_channel(key)).collect();
+                    self.waiting.enter(&channels, self.line.lined)
                 }
                 false => None,
             };
-            let tried = match queued {
-                Some((index, expires)) => Tried::Failed {
-                    reason: self.tally.queued(index),
-                    held: None,
-                    expires,
+            let attempt = match queued {
+                // Found held without asking: it queued behind this locker's waiters.
+                Some((index, expires)) => Attempt {
+                    held_ttl: expires.map(|at| at.saturating_duration_since(Instant::now())),
+                    ..Attempt::plain(TryResult::Held(index), false)
                 },
-                None => self.try_once(first).await?,
+                None => self.try_once(first).await,
             };
-            let (reason, held, expires) = match tried {
-                Tried::Obtained(obtained) => return Ok(obtained),
-                Tried::Failed {
-                    reason,
-                    held,
-                    expires,
-                } => (reason, held, expires),
+            let (held, held_ttl) = (attempt.held_key, attempt.held_ttl);
+            let reason = match attempt.result {
+                TryResult::Obtained {
+                    sent_at,
+                    valid_until,
+                    fence,
+                } => {
+                    return Ok(Obtained {
+                        sent_at,
+                        valid_until,
+                        fence,
+                    })
+                }
+                result => self.tally.record(result)?,
             };
             let now = Instant::now();
             if !recheck {
@@ -525,20 +511,21 @@ impl<C: Connection> Tries<'_, '_, C> {
                 return Err(self.give_up().await);
             };
             // A waiter in a queue hears of its turn on a channel of its own.
-            let channel = match (self.queue_channel(), &self.channel) {
+            let channel = match (self.queue_channel(), &self.line.channel) {
                 (Some(channel), _) => held.map(|_| channel),
                 (None, Some(channel)) => held.map(|_| channel.clone()),
-                (None, None) => (held.and_then(|index| keys.get(index))).map(|key| {
-                    wait_channel(key, self.lined, &self.locker, self.claim.keys().channels())
-                }),
+                (None, None) => {
+                    (held.and_then(|index| keys.get(index))).map(|key| self.wait_channel(key))
+                }
             };
             self.waiting.join(channel.as_deref());
-            // A held key that expires before the next try is due is tried when it expires;
-            // a waiter in a queue or a line tries at least once per heartbeat interval,
-            // which keeps its place.
+            // A held key that expires before the next try is due is tried when it expires
+            // (one millisecond more: it is certainly gone by then); a waiter in a queue or
+            // a line tries at least once per heartbeat interval, which keeps its place.
+            let expires = held_ttl.and_then(|ttl| now.checked_add(ttl + Duration::from_millis(1)));
             let wake = expires.map_or(wake, |expires| expires.min(wake));
-            let wake = (self.queue.as_ref()).map_or(wake, |queue| wake.min(now + queue.every));
-            let wake = match self.named {
+            let wake = (self.line.queue.as_ref()).map_or(wake, |queue| wake.min(now + queue.every));
+            let wake = match self.left.place {
                 true => wake.min(now + LINE_HEARTBEAT / 3),
                 false => wake,
             };
@@ -548,30 +535,51 @@ impl<C: Connection> Tries<'_, '_, C> {
         }
     }
 
+    /// Before the first try of an acquire that may wait. On a key this locker's waiters are
+    /// subscribed to, a newcomer joins them before its first try — unless waiters queue in
+    /// Redis, where the first try takes the newcomer's place in line. A waiter whose try
+    /// takes a place in Redis (a queue, or a line where several hold at once) joins its
+    /// subscribed channel before that try: a turn announced while it is under way is
+    /// heard, and no re-check follows.
+    fn admit(&mut self) {
+        let channel = match self.queue_channel() {
+            Some(channel) => channel,
+            None if self.line.lined && !self.claim.exclusive() => {
+                self.wait_channel(self.claim.keys().get(0).expect("one key"))
+            }
+            None => return,
+        };
+        self.waiting.admit(&channel);
+    }
+
+    /// The channel a waiter for `key` hears of its release (or its locker's turn) on.
+    fn wait_channel(&self, key: &[u8]) -> Vec<u8> {
+        let channels = self.claim.keys().channels();
+        wait_channel(key, self.line.lined, &self.line.locker, channels)
+    }
+
     /// The channel a waiter in a queue kept in Redis hears of its turn on: the queue's
     /// own, or — where lockers line up too (a read-write lock's writers) — its locker's
     /// turn channel for the key, which a release handing the key to the locker announces
     /// on. `None` for a claim without a queue.
     fn queue_channel(&self) -> Option<Vec<u8>> {
-        let queue = self.queue.as_ref()?;
-        Some(match self.lined {
-            true => {
-                let key = self.claim.keys().get(0).expect("one key");
-                wait_channel(key, true, &self.locker, self.claim.keys().channels())
-            }
+        let queue = self.line.queue.as_ref()?;
+        Some(match self.line.lined {
+            true => self.wait_channel(self.claim.keys().get(0).expect("one key")),
             false => queue.channel.clone(),
         })
     }
 
     /// One try, sent now (the first right at the start: one clock read saved).
-    async fn try_once(&mut self, first: bool) -> Result<Tried, Error> {
+    async fn try_once(&mut self, first: bool) -> Attempt {
         let sent_at = match first {
             true => self.schedule.started,
             false => Instant::now(),
         };
-        let retrying_own = self.armed;
-        self.armed = true;
-        let ttl = Duration::from_millis(self.ttl_ms);
+        let retrying_own = self.left.token;
+        self.left.token = true;
+        let terms = &mut self.terms;
+        let ttl = Duration::from_millis(terms.ttl_ms);
         let try_until = self.schedule.try_until(sent_at, ttl);
         let waiting = self.waiting.is_member();
         // A waiter puts its locker in line only when the hand-off's message would reach
@@ -579,77 +587,60 @@ impl<C: Connection> Tries<'_, '_, C> {
         // lockers).
         // (Once in line, it stays there, and leaves it with the try that takes the key or
         // by withdrawing, even while its subscription is down.)
-        let named = self.lined && (self.waiting.hears() || self.named);
+        let named = self.line.lined && (self.waiting.hears() || self.left.place);
         // A waiter not in a line says "awaited" in its value: others probably wait too,
         // and must hear of its release on the key's channel. (A fair waiter hears of its
         // turn on a channel of its own; lockers in line, of the hand-off on theirs.)
-        token::set_awaited(&mut self.value, waiting && !named && self.queue.is_none());
-        let queue = self.queue.is_some() && self.schedule.may_wait();
+        let queued = self.line.queue.is_some();
+        token::set_awaited(&mut terms.value, waiting && !named && !queued);
+        let queue = queued && self.schedule.may_wait();
         let request = ObtainTry {
-            value: &self.value,
-            token: &self.token,
-            ttl_ms: self.ttl_ms,
-            fenced: self.fenced,
-            retention_ms: self.retention_ms,
+            value: &terms.value,
+            token: &terms.token,
+            ttl_ms: terms.ttl_ms,
+            fenced: terms.fenced,
+            retention_ms: terms.retention_ms,
             retrying_own,
             waiting,
             queue,
-            locker: named.then_some(&self.locker),
+            locker: named.then_some(&self.line.locker),
             others_waiting: waiting && !self.waiting.alone(),
-            in_line: self.named,
+            in_line: self.left.place,
             probably_free: std::mem::take(&mut self.probably_free),
         };
-        let claim = &**self.claim;
         let attempt = (self.backend)
-            .try_obtain(claim, request, sent_at, try_until)
+            .try_obtain(&**self.claim, request, sent_at, try_until)
             .await;
         // A waiter that is (or may be) in the queue must leave it when it gives up.
-        let in_queue = self.queue.is_some() && (queue || retrying_own);
+        let in_queue = queued && (queue || retrying_own);
         let obtained = matches!(attempt.result, TryResult::Obtained { .. });
-        self.armed = attempt.may_hold || (in_queue && !obtained);
+        self.left.token = !obtained && (attempt.may_hold || in_queue);
         // One obtained took the key, and left the line.
-        self.named = (self.named || named) && !obtained;
+        self.left.place = (self.left.place || named) && !obtained;
         self.waiting.tried(&attempt);
         self.tally.ahead = attempt.ahead;
-        // One millisecond more: the key is certainly gone by then.
-        let expires = (attempt.held_ttl)
-            .and_then(|ttl| Instant::now().checked_add(ttl + Duration::from_millis(1)));
-        match attempt.result {
-            TryResult::Obtained { valid_until, fence } => {
-                self.armed = false;
-                Ok(Tried::Obtained(Obtained {
-                    sent_at,
-                    valid_until,
-                    fence,
-                }))
-            }
-            result => Ok(Tried::Failed {
-                reason: self.tally.record(result)?,
-                held: attempt.held_key,
-                expires,
-            }),
-        }
+        attempt
     }
 
     /// The schedule ended: undo what a try whose fate is unknown may have stored, and
     /// say why the acquire failed.
     async fn give_up(&mut self) -> Error {
-        if self.armed {
-            // Still armed while this runs: if the acquire is dropped meanwhile, `Drop`
+        if self.left.token {
+            // Still marked while this runs: if the acquire is dropped meanwhile, `Drop`
             // sends the release again in the background. The request is sent whole (EVAL),
             // so a frozen server runs it when it wakes even after we stopped waiting.
-            let (claim, token) = (&**self.claim, &self.token);
+            let (claim, token) = (&**self.claim, &self.terms.token);
             (self.backend)
                 .release_unattended(claim, token, CLEANUP_WAIT)
                 .await;
-            self.armed = false;
+            self.left.token = false;
         }
         if self.withdraws() {
             // The same release call, given the locker's id: it withdraws, and holds nothing.
             (self.backend)
-                .release_unattended(&**self.claim, &self.locker, CLEANUP_WAIT)
+                .release_unattended(&**self.claim, &self.line.locker, CLEANUP_WAIT)
                 .await;
-            self.named = false;
+            self.left.place = false;
         }
         let attempts = self.tally.attempts;
         let error = std::mem::take(&mut self.tally).into_error(self.schedule.started);
@@ -662,7 +653,7 @@ impl<C: Connection> Tries<'_, '_, C> {
     /// to the locker is its). Otherwise a release would hand the key to nobody, and it
     /// would idle until the hand-off passes.
     fn withdraws(&self) -> bool {
-        self.named && self.waiting.alone()
+        self.left.place && self.waiting.alone()
     }
 }
 
@@ -670,11 +661,13 @@ impl<C: Connection> Drop for Tries<'_, '_, C> {
     /// Undoes a try that may have stored our token if the acquire is dropped (or fails)
     /// before it knows.
     fn drop(&mut self) {
-        if self.armed {
-            (self.backend).release_in_background(self.claim.clone(), self.token, None);
+        if self.left.token {
+            let token = self.terms.token;
+            (self.backend).release_in_background(self.claim.clone(), token, None);
         }
         if self.withdraws() {
-            (self.backend).release_in_background(self.claim.clone(), self.locker, None);
+            let locker = self.line.locker;
+            (self.backend).release_in_background(self.claim.clone(), locker, None);
         }
     }
 }

@@ -116,12 +116,6 @@ pub(crate) struct Tally {
 }
 
 impl Tally {
-    /// Counts a try that found the claim held without asking (it queued behind waiters).
-    pub(crate) fn queued(&mut self, index: usize) -> Reason {
-        self.saw_held = true;
-        Reason::Held(index)
-    }
-
     /// Whether a try that failed for `reason` found the claim held by others — on a quorum:
     /// held on so many nodes that no quorum is left — rather than failing to ask.
     pub(crate) fn found_held(&self, reason: Reason) -> bool {
@@ -143,7 +137,11 @@ impl Tally {
     /// Counts a try that did not obtain: why, or the error that ends the acquire at once.
     pub(crate) fn record(&mut self, result: TryResult) -> Result<Reason, Error> {
         match result {
-            TryResult::Held(index) => Ok(self.queued(index)),
+            // (Or it queued behind this locker's waiters without asking.)
+            TryResult::Held(index) => {
+                self.saw_held = true;
+                Ok(Reason::Held(index))
+            }
             TryResult::Failed(e) => {
                 self.last_error = Some(e);
                 Ok(Reason::Redis)
