@@ -45,20 +45,44 @@ pub(crate) struct Single<C> {
 /// within a few round trips' time per 32, and the connection keeps answering.
 const CLUSTER_IN_FLIGHT: usize = 32;
 
+/// How many of those may be acquire tries: the rest are kept for what holders send
+/// (renewals, releases), which never wait behind a herd of waiters' re-checks.
+const CLUSTER_TRIES_IN_FLIGHT: usize = 24;
+
 /// A bound on the requests in flight, or none.
 #[derive(Clone, Default)]
-struct Gate(Option<Arc<Semaphore>>);
+struct Gate(Option<Arc<Bounds>>);
+
+struct Bounds {
+    requests: Arc<Semaphore>,
+    tries: Arc<Semaphore>,
+}
+
+/// Room for one request, held until dropped.
+type Passage = Option<(OwnedSemaphorePermit, Option<OwnedSemaphorePermit>)>;
 
 impl Gate {
-    fn bounded(requests: usize) -> Gate {
-        Gate(Some(Arc::new(Semaphore::new(requests))))
+    fn bounded(requests: usize, tries: usize) -> Gate {
+        Gate(Some(Arc::new(Bounds {
+            requests: Arc::new(Semaphore::new(requests)),
+            tries: Arc::new(Semaphore::new(tries)),
+        })))
     }
 
-    /// Waits for room for one more request, held until the permit is dropped.
-    async fn pass(&self) -> Option<OwnedSemaphorePermit> {
-        // The semaphore is never closed: an error cannot happen, and would mean no bound.
-        let semaphore = self.0.clone()?;
-        semaphore.acquire_owned().await.ok()
+    /// Waits for room for one more request.
+    async fn pass(&self) -> Passage {
+        let bounds = self.0.as_ref()?;
+        // The semaphores are never closed: an error cannot happen, and would mean no bound.
+        let request = bounds.requests.clone().acquire_owned().await.ok()?;
+        Some((request, None))
+    }
+
+    /// Waits for room for one more acquire try: among the tries first, then among all.
+    async fn pass_try(&self) -> Passage {
+        let bounds = self.0.as_ref()?;
+        let tried = bounds.tries.clone().acquire_owned().await.ok()?;
+        let request = bounds.requests.clone().acquire_owned().await.ok()?;
+        Some((request, Some(tried)))
     }
 }
 
@@ -70,7 +94,7 @@ impl<C: Connection> Single<C> {
             replication: None,
             drift: Drift::ONE_NODE,
             gate: match cluster {
-                true => Gate::bounded(CLUSTER_IN_FLIGHT),
+                true => Gate::bounded(CLUSTER_IN_FLIGHT, CLUSTER_TRIES_IN_FLIGHT),
                 false => Gate::default(),
             },
         }
@@ -154,7 +178,7 @@ impl<C: Connection> Single<C> {
     ) -> Attempt {
         let mut conn = self.conn.clone();
         let reply = async {
-            let _in_flight = self.gate.pass().await;
+            let _in_flight = self.gate.pass_try().await;
             claim.obtain(&mut conn, request).await
         };
         // Our own timer only where it can end the wait sooner than the connection's
@@ -386,4 +410,39 @@ fn no_reply_error() -> RedisError {
         "no reply to the acquire request within the lock's TTL or the deadline",
     )
     .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether `passage` gets through within a second (the clock is paused: at once, or
+    /// never).
+    async fn passes(passage: impl std::future::Future<Output = Passage>) -> Option<Passage> {
+        tokio::time::timeout(Duration::from_secs(1), passage)
+            .await
+            .ok()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn tries_leave_room_for_what_holders_send_and_every_request_is_bounded() {
+        let gate = Gate::bounded(4, 3);
+        let mut tries = Vec::new();
+        for _ in 0..3 {
+            tries.push(passes(gate.pass_try()).await.flatten().expect("room"));
+        }
+        // The tries' share is taken: a fourth try waits, a renewal does not.
+        assert!(passes(gate.pass_try()).await.is_none());
+        let renewal = passes(gate.pass()).await.flatten().expect("room");
+        // Every request counts toward the whole bound.
+        assert!(passes(gate.pass()).await.is_none());
+        drop(renewal);
+        assert!(passes(gate.pass()).await.flatten().is_some());
+        drop(tries.pop());
+        assert!(passes(gate.pass_try()).await.flatten().is_some());
+        // No bound (one node): nothing to wait for, nothing held.
+        assert!(passes(Gate::default().pass_try())
+            .await
+            .is_some_and(|p| p.is_none()));
+    }
 }

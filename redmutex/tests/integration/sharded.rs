@@ -508,9 +508,9 @@ async fn permits_freed_while_the_subscriber_reconnects_reach_every_waiter() {
 /// A locker waits on thousands of keys when one of their slots moves to another master:
 /// its subscriber follows (on shard channels, every waiter re-checks at once), and the
 /// locker's own connection goes on answering through it — a probe every 500 ms answers in
-/// time — and a release afterwards wakes its waiter at once. Without a bound on the
-/// locker's requests in flight, redis-rs's cluster connection stopped answering for tens
-/// of seconds.
+/// time, and a lease it keeps alive with a 300 ms TTL is not lost — and a release
+/// afterwards wakes its waiter at once. Without a bound on the locker's requests in
+/// flight, redis-rs's cluster connection stopped answering for tens of seconds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_locker_waiting_on_thousands_of_keys_answers_through_a_slot_move() {
     const KEYS: usize = 6_000;
@@ -552,6 +552,10 @@ async fn a_locker_waiting_on_thousands_of_keys_answers_through_a_slot_move() {
         assert!(Instant::now() < until, "{subscribed} subscribed");
         tokio::time::sleep(ms(100)).await;
     }
+    // A lease the waiting locker holds, kept alive every 100 ms or so: its renewals must
+    // not wait behind the waiters' re-checks.
+    let kept = waiter.acquire("kept", ms(300)).await.unwrap();
+    let kept = kept.keep_alive().unwrap();
     let source = cluster.master_of(&key(0));
     let target = (0..3).find(|m| *m != source).unwrap();
     move_slot(&cluster, &key(0), source, target);
@@ -576,6 +580,11 @@ async fn a_locker_waiting_on_thousands_of_keys_answers_through_a_slot_move() {
         late.is_empty(),
         "probes unanswered after the move: {late:?}"
     );
+    assert!(
+        !kept.is_lost(),
+        "the kept lease was lost during the re-checks"
+    );
+    kept.release().await.unwrap();
     let mut held = held.into_iter();
     let last = held.next_back().unwrap();
     let mut waiting = waiting.into_iter();
