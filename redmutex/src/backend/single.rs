@@ -45,9 +45,11 @@ pub(crate) struct Single<C> {
 /// within a few round trips' time per 32, and the connection keeps answering.
 const CLUSTER_IN_FLIGHT: usize = 32;
 
-/// How many of those may be acquire tries: the rest are kept for what holders send
-/// (renewals, releases), which never wait behind a herd of waiters' re-checks.
-const CLUSTER_TRIES_IN_FLIGHT: usize = 24;
+/// How many of those may be requests that come in herds — acquire tries (every waiter
+/// re-checks at once), releases (many guards dropped at once) and reads: the rest are kept
+/// for what keeps or uses a held lease (renewals, refreshes, fences, guarded writes), which
+/// never waits behind such a herd, so that no lease is lost to one.
+const CLUSTER_HERD_IN_FLIGHT: usize = 24;
 
 /// A bound on the requests in flight, or none.
 #[derive(Clone, Default)]
@@ -55,21 +57,22 @@ struct Gate(Option<Arc<Bounds>>);
 
 struct Bounds {
     requests: Arc<Semaphore>,
-    tries: Arc<Semaphore>,
+    herd: Arc<Semaphore>,
 }
 
 /// Room for one request, held until dropped.
 type Passage = Option<(OwnedSemaphorePermit, Option<OwnedSemaphorePermit>)>;
 
 impl Gate {
-    fn bounded(requests: usize, tries: usize) -> Gate {
+    fn bounded(requests: usize, herd: usize) -> Gate {
         Gate(Some(Arc::new(Bounds {
             requests: Arc::new(Semaphore::new(requests)),
-            tries: Arc::new(Semaphore::new(tries)),
+            herd: Arc::new(Semaphore::new(herd)),
         })))
     }
 
-    /// Waits for room for one more request.
+    /// Waits for room for one more request that keeps or uses a held lease: among all
+    /// requests alone.
     async fn pass(&self) -> Passage {
         let bounds = self.0.as_ref()?;
         // The semaphores are never closed: an error cannot happen, and would mean no bound.
@@ -77,12 +80,13 @@ impl Gate {
         Some((request, None))
     }
 
-    /// Waits for room for one more acquire try: among the tries first, then among all.
-    async fn pass_try(&self) -> Passage {
+    /// Waits for room for one more request of a kind that comes in herds (a try, a
+    /// release, a read): among those first, then among all.
+    async fn pass_herd(&self) -> Passage {
         let bounds = self.0.as_ref()?;
-        let tried = bounds.tries.clone().acquire_owned().await.ok()?;
+        let herd = bounds.herd.clone().acquire_owned().await.ok()?;
         let request = bounds.requests.clone().acquire_owned().await.ok()?;
-        Some((request, Some(tried)))
+        Some((request, Some(herd)))
     }
 }
 
@@ -94,7 +98,7 @@ impl<C: Connection> Single<C> {
             replication: None,
             drift: Drift::ONE_NODE,
             gate: match cluster {
-                true => Gate::bounded(CLUSTER_IN_FLIGHT, CLUSTER_TRIES_IN_FLIGHT),
+                true => Gate::bounded(CLUSTER_IN_FLIGHT, CLUSTER_HERD_IN_FLIGHT),
                 false => Gate::default(),
             },
         }
@@ -178,7 +182,7 @@ impl<C: Connection> Single<C> {
     ) -> Attempt {
         let mut conn = self.conn.clone();
         let reply = async {
-            let _in_flight = self.gate.pass_try().await;
+            let _in_flight = self.gate.pass_herd().await;
             claim.obtain(&mut conn, request).await
         };
         // Our own timer only where it can end the wait sooner than the connection's
@@ -238,7 +242,7 @@ impl<C: Connection> Single<C> {
         token: &Token,
         keep_until: Option<Instant>,
     ) -> Result<(), Error> {
-        let _in_flight = self.gate.pass().await;
+        let _in_flight = self.gate.pass_herd().await;
         let mut conn = self.conn.clone();
         let keep = keep_ms(keep_until, self.drift);
         match idempotent!(claim.release(&mut conn, token, keep))? {
@@ -259,7 +263,7 @@ impl<C: Connection> Single<C> {
     ) -> bool {
         let mut conn = self.conn.clone();
         let release = async {
-            let _in_flight = self.gate.pass().await;
+            let _in_flight = self.gate.pass_herd().await;
             claim.release_unattended(&mut conn, token, 0).await
         };
         matches!(tokio::time::timeout(wait, release).await, Ok(Ok(())))
@@ -277,7 +281,7 @@ impl<C: Connection> Single<C> {
         background::release(Box::new(move || {
             let (gate, release) = (gate.clone(), release());
             Box::pin(async move {
-                let _in_flight = gate.pass().await;
+                let _in_flight = gate.pass_herd().await;
                 release.await
             })
         }));
@@ -374,7 +378,7 @@ impl<C: Connection> Single<C> {
 
     /// How long the claim has left, as the server says.
     pub(crate) async fn ttl(&self, claim: &dyn Claim, token: &Token) -> Result<Duration, Error> {
-        let _in_flight = self.gate.pass().await;
+        let _in_flight = self.gate.pass_herd().await;
         let mut conn = self.conn.clone();
         match idempotent!(claim.ttl(&mut conn, token))? {
             Remaining::Millis(ms) => Ok(Duration::from_millis(ms)),
@@ -389,7 +393,7 @@ impl<C: Connection> Single<C> {
         view: &V,
         call: &ScriptInvocation<'static>,
     ) -> Result<V::Info, Error> {
-        let _in_flight = self.gate.pass().await;
+        let _in_flight = self.gate.pass_herd().await;
         let mut conn = self.conn.clone();
         let reply: Value = idempotent!(call.invoke_async(&mut Node(&mut conn)))?;
         Ok(view.one(reply)?)
@@ -425,23 +429,23 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn tries_leave_room_for_what_holders_send_and_every_request_is_bounded() {
+    async fn herds_leave_room_for_what_keeps_a_lease_and_every_request_is_bounded() {
         let gate = Gate::bounded(4, 3);
         let mut tries = Vec::new();
         for _ in 0..3 {
-            tries.push(passes(gate.pass_try()).await.flatten().expect("room"));
+            tries.push(passes(gate.pass_herd()).await.flatten().expect("room"));
         }
-        // The tries' share is taken: a fourth try waits, a renewal does not.
-        assert!(passes(gate.pass_try()).await.is_none());
+        // The herd's share is taken: a fourth try (or release) waits, a renewal does not.
+        assert!(passes(gate.pass_herd()).await.is_none());
         let renewal = passes(gate.pass()).await.flatten().expect("room");
         // Every request counts toward the whole bound.
         assert!(passes(gate.pass()).await.is_none());
         drop(renewal);
         assert!(passes(gate.pass()).await.flatten().is_some());
         drop(tries.pop());
-        assert!(passes(gate.pass_try()).await.flatten().is_some());
+        assert!(passes(gate.pass_herd()).await.flatten().is_some());
         // No bound (one node): nothing to wait for, nothing held.
-        assert!(passes(Gate::default().pass_try())
+        assert!(passes(Gate::default().pass_herd())
             .await
             .is_some_and(|p| p.is_none()));
     }

@@ -509,8 +509,10 @@ async fn permits_freed_while_the_subscriber_reconnects_reach_every_waiter() {
 /// its subscriber follows (on shard channels, every waiter re-checks at once), and the
 /// locker's own connection goes on answering through it — a probe every 500 ms answers in
 /// time, and a lease it keeps alive with a 300 ms TTL is not lost — and a release
-/// afterwards wakes its waiter at once. Without a bound on the locker's requests in
-/// flight, redis-rs's cluster connection stopped answering for tens of seconds.
+/// afterwards wakes its waiter at once. Then the holder drops its thousands of guards at
+/// once and its own 300 ms lease is not lost behind those releases. Without a bound on the
+/// locker's requests in flight, redis-rs's cluster connection stopped answering for tens
+/// of seconds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_locker_waiting_on_thousands_of_keys_answers_through_a_slot_move() {
     const KEYS: usize = 6_000;
@@ -593,4 +595,16 @@ async fn a_locker_waiting_on_thousands_of_keys_answers_through_a_slot_move() {
     for waiter in waiting {
         waiter.abort();
     }
+    // The holder drops its 5,999 guards at once, while it keeps a 300 ms lease alive: the
+    // releases queue, the lease's renewals do not queue behind them.
+    let holder_kept = holder.acquire("holder-kept", ms(300)).await.unwrap();
+    let holder_kept = holder_kept.keep_alive().unwrap();
+    tokio::time::sleep(ms(200)).await;
+    drop(held);
+    tokio::time::sleep(ms(1_500)).await;
+    assert!(
+        !holder_kept.is_lost(),
+        "the holder's kept lease was lost behind its releases"
+    );
+    holder_kept.release().await.unwrap();
 }
