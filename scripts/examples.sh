@@ -9,7 +9,10 @@ ensure_redis
 # scripts/test.sh has built them already (REDMUTEX_PREBUILT): no second build with other
 # features.
 if [ -z "${REDMUTEX_PREBUILT:-}" ]; then
-    cargo build -q -p testkit --bin with-redis -p redmutex --examples --all-features
+    cargo build -q -p testkit --bin with-redis
+    # Unoptimised, as scripts/test.sh builds them: they run in moments either way.
+    cargo build -q -p redmutex --examples --all-features \
+        --config 'profile.dev.package.redmutex.opt-level=0'
 fi
 examples="must_acquire try_once_or_retry ttl_refresh metadata multi_key keep_alive fenced_storage guarded_writes forced_release polite_revocation semaphore fair_lock rw_lock election at_most_once_per_period redlock blocking"
 echo

@@ -51,10 +51,16 @@ for package in json.load(sys.stdin)["packages"]:
 ')
 # shellcheck disable=SC2086 # one word per option and name
 cargo test --workspace --all-features --lib --bins $other_tests
-# The examples and binaries as programs.
-# The steps below use what these builds made: building with another package selection
-# (`-p redmutex`, `-p redmutex-cli`) would compile the library again with other features.
-cargo build --workspace --all-features --bins --examples
+# The binaries the steps below run (the command line for the demo, with-redis for the
+# examples), and the examples. They use what these builds made: building with another
+# package selection (`-p redmutex`, `-p redmutex-cli`) would compile the library again
+# with other features.
+cargo build --workspace --all-features --bin redmutex --bin with-redis
+# The examples without optimisation: they run in moments either way, and each one
+# instantiates the library's generic code, which optimised takes about 15 s an example
+# to build instead of 3 (the library is built once more for them, unoptimised: 7 s).
+cargo build --workspace --all-features --examples \
+    --config 'profile.dev.package.redmutex.opt-level=0'
 export REDMUTEX_PREBUILT=1
 step "library examples, run against a private redis-server"
 bash scripts/examples.sh
@@ -68,18 +74,21 @@ step "packaging: what a publish would upload, each package built from its own fi
 # redmutex-cli` would; the demo above ran the binary.)
 cargo package --locked -p redmutex -p redmutex-cli --quiet
 step "the library's integration tests against the other servers"
-# The library's test executables from the build above (listed, not rebuilt).
+# The library's test executables from the build above (listed, not rebuilt), each with
+# its package's directory: its unit tests, and the tests against real servers.
 library_tests=$(cargo test "${test_targets[@]}" --no-run --message-format=json \
     | python3 -c '
-import json, sys
+import json, os, sys
 root = sys.argv[1]
 for line in sys.stdin:
     message = json.loads(line)
-    if message.get("reason") == "compiler-artifact" and message.get("executable") \
-            and message["profile"]["test"] \
-            and message["target"]["src_path"].startswith(root + "/redmutex/") \
+    if message.get("reason") != "compiler-artifact" or not message.get("executable") \
+            or not message["profile"]["test"]:
+        continue
+    package = os.path.dirname(message["manifest_path"])
+    if package in (root + "/redmutex", root + "/redmutex-tests") \
             and message["target"]["kind"] in (["lib"], ["test"]):
-        print(message["executable"])
+        print(package + ":" + message["executable"])
 ' "$PWD")
 servers=$(bash scripts/install-servers.sh)
 # One server's run of those tests; `require` is what that server can do (see above).
@@ -87,8 +96,8 @@ against() {
     local binary=$1 require=$2 test
     for test in $library_tests; do
         # Run from the package's directory, as cargo test would.
-        (cd redmutex && REDMUTEX_REDIS_SERVER=$binary REDMUTEX_REQUIRE=$require "$test" -q) \
-            || return 1
+        (cd "${test%%:*}" && REDMUTEX_REDIS_SERVER=$binary REDMUTEX_REQUIRE=$require \
+            "${test#*:}" -q) || return 1
     done
 }
 # Both servers side by side (the tests mostly wait on timers and servers; each starts its

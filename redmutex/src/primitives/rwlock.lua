@@ -1,8 +1,8 @@
 -- rwlock.lua: the read-write lock — many readers or one writer, writers first. One file,
 -- one section per operation: each section (from its `--- op:` line to the next) is a script
--- of its own, run with helpers.lua (owned, now_ms, expire_with, metadata_of, next_fence,
--- store_fence, read_counter, raise_counters, read_key, join_line, hand_key, flag_waiters)
--- and this preamble before it (see scripts.rs).
+-- of its own, run with helpers.lua (owned, now_ms, live_expiry, expire_with, metadata_of,
+-- next_fence, store_fence, read_counter, raise_counters, read_key, join_line, hand_key,
+-- flag_waiters) and this preamble before it (see scripts.rs).
 --
 -- The lock key holds whoever holds the lock:
 --   a writer:   a string, the writer's value (token, flag byte, metadata) with PX — a mutex
@@ -89,10 +89,13 @@ local function reclaim(lock, details, now)
   end
 end
 
--- Whether `token` reads (unexpired by `now`).
-local function reading(lock, token, now)
-  local score = redis.call('zscore', lock, token)
-  return score ~= false and live_at(score, now)
+-- When the reader `token` expires, if it reads at `now`; nil when it does not (or the
+-- lock key holds something other than readers).
+local function reader_expiry(lock, details, token, now)
+  if holder_kind(lock, details) ~= 'readers' then
+    return nil
+  end
+  return live_expiry(lock, token, now)
 end
 
 -- Sets the expiry of the reader `token` to now + `ttl` ms if it reads; never adds a
@@ -103,7 +106,7 @@ local function extend(lock, details, token, ttl)
   end
   local now = now_ms()
   reclaim(lock, details, now)
-  if not reading(lock, token, now) then
+  if not live_expiry(lock, token, now) then
     return 0
   end
   redis.call('zadd', lock, 'xx', now + tonumber(ttl), token)
@@ -165,7 +168,7 @@ local now = now_ms()
 if kind == 'readers' then
   reclaim(lock, details, now)
 end
-if not reading(lock, token, now) then
+if not live_expiry(lock, token, now) then
   local waiting, last = live_intents(intents, now)
   local first = line and first_live(line, now, LINE_BEAT_MS)
   local readers = (waiting > 0 or first) and redis.call('zrange', lock, -1, -1, 'withscores')[2]
@@ -351,7 +354,7 @@ local token = ARGV[1]
 local keep = tonumber(ARGV[2] or '0')
 local now = now_ms()
 reclaim(lock, details, now)
-if not reading(lock, token, now) then
+if not live_expiry(lock, token, now) then
   return 1
 end
 local function latest()
@@ -422,15 +425,12 @@ return renew_holders(extend)
 --- op: ttl_read
 -- 'ttl_read': KEYS the lock key, the details; ARGV[1] the token.
 -- Returns: milliseconds until the reader expires; -2 when it does not read.
-if holder_kind(KEYS[1], KEYS[2]) ~= 'readers' then
-  return -2
-end
 local now = now_ms()
-local score = redis.call('zscore', KEYS[1], ARGV[1])
-if score == false or not live_at(score, now) then
+local expiry = reader_expiry(KEYS[1], KEYS[2], ARGV[1], now)
+if not expiry then
   return -2
 end
-return tonumber(score) - now
+return expiry - now
 
 --- op: guarded_read
 -- the caller's commands, run only while the reader ARGV[1] reads.
@@ -438,7 +438,7 @@ return tonumber(score) - now
 --          touch.
 -- ARGV[1]: the token.  ARGV[3…]: the commands (see run_guarded in helpers.lua).
 -- Returns: { 0 } when it does not read (nothing ran); otherwise { 1, replies }.
-if holder_kind(KEYS[1], KEYS[2]) ~= 'readers' or not reading(KEYS[1], ARGV[1], now_ms()) then
+if not reader_expiry(KEYS[1], KEYS[2], ARGV[1], now_ms()) then
   return { 0 }
 end
 return { 1, run_guarded(3) }
@@ -448,7 +448,7 @@ return { 1, run_guarded(3) }
 -- KEYS:    the lock key, the details, the fence counter.  ARGV[1]: the token.
 -- ARGV[2]: how long the counter is kept after this use, in milliseconds.
 -- Returns: the fence when the reader reads; 0 when it does not.
-if holder_kind(KEYS[1], KEYS[2]) ~= 'readers' or not reading(KEYS[1], ARGV[1], now_ms()) then
+if not reader_expiry(KEYS[1], KEYS[2], ARGV[1], now_ms()) then
   return 0
 end
 local fence, err = current_fence(3, ARGV[2])
@@ -464,7 +464,7 @@ return fence
 -- ARGV[2]: the fence.  ARGV[3]: the retention.
 -- Returns: 1 when the reader reads here and the counter is now at least the fence; 0
 --          otherwise (nothing changed).
-if holder_kind(KEYS[1], KEYS[2]) ~= 'readers' or not reading(KEYS[1], ARGV[1], now_ms()) then
+if not reader_expiry(KEYS[1], KEYS[2], ARGV[1], now_ms()) then
   return 0
 end
 return raise_counters(3, 3, tonumber(ARGV[2]), ARGV[3])

@@ -206,16 +206,6 @@ local function pass_on(holders, details, line, state, now, freed)
   end
 end
 
--- The expiry of the holder `token` when it holds permits at `now` (its member's score,
--- live); nil when it does not, or the holders key is of another kind.
-local function expiry_of(holders, token, now)
-  local score = redis.pcall('zscore', holders, token)
-  if type(score) ~= 'string' or not live_at(score, now) then
-    return nil
-  end
-  return tonumber(score)
-end
-
 -- Sets the expiry of the holder `token` to now + `ttl` ms if it holds permits; never adds a
 -- member that was reclaimed (ZADD XX). Returns 1 when extended, 0 when not held.
 local function extend(holders, details, token, ttl)
@@ -223,7 +213,7 @@ local function extend(holders, details, token, ttl)
   local now = now_ms()
   -- (Without its counts — the details key evicted — the semaphore is nobody's to keep:
   -- its holders are lost, and its keys expire.)
-  local was = state and state.limit and expiry_of(holders, token, now)
+  local was = state and state.limit and live_expiry(holders, token, now)
   if not was then
     return 0
   end
@@ -438,7 +428,7 @@ return { 0, fence }
 local holders, details, line = KEYS[1], KEYS[2], KEYS[3]
 local token, keep, permits = ARGV[1], tonumber(ARGV[2] or '0'), tonumber(ARGV[3] or '1')
 local now = now_ms()
-local expiry = expiry_of(holders, token, now)
+local expiry = live_expiry(holders, token, now)
 if not expiry then
   -- Not held: expired (its permits, and any others expired, come back now), never, or a
   -- locker giving up (out of line, and what was reserved for it goes on).
@@ -565,7 +555,7 @@ return renew_holders(extend)
 -- 'ttl': KEYS holders, details; ARGV[1] the token.
 -- Returns: milliseconds until the holder's permits expire; -2 when it holds none.
 local now = now_ms()
-local expiry = expiry_of(KEYS[1], ARGV[1], now)
+local expiry = live_expiry(KEYS[1], ARGV[1], now)
 if not expiry then
   return -2
 end
@@ -576,7 +566,7 @@ return expiry - now
 -- KEYS:    holders, details (ARGV[2] = 2 of them), then the keys the commands touch.
 -- ARGV[1]: the token.  ARGV[3…]: the commands (see run_guarded in helpers.lua).
 -- Returns: { 0 } when it holds none (nothing ran); otherwise { 1, replies }.
-if not expiry_of(KEYS[1], ARGV[1], now_ms()) then
+if not live_expiry(KEYS[1], ARGV[1], now_ms()) then
   return { 0 }
 end
 return { 1, run_guarded(3) }
@@ -585,7 +575,7 @@ return { 1, run_guarded(3) }
 -- 'fence': the fence of permits taken without one.
 -- KEYS:    holders, details, the fence counter.  ARGV[1]: the token.  ARGV[2]: retention.
 -- Returns: the next fence, now stored, when the holder holds permits; 0 when it does not.
-if not expiry_of(KEYS[1], ARGV[1], now_ms()) then
+if not live_expiry(KEYS[1], ARGV[1], now_ms()) then
   return 0
 end
 local next, err = next_fence(3, 3)
@@ -599,7 +589,7 @@ return next
 -- 'raise_fence': KEYS holders, details, the counter; ARGV[1] the token, ARGV[2] the fence,
 -- ARGV[3] the retention. Returns 1 when the holder holds permits and the counter is now
 -- at least the fence; 0 otherwise (nothing changed).
-if not expiry_of(KEYS[1], ARGV[1], now_ms()) then
+if not live_expiry(KEYS[1], ARGV[1], now_ms()) then
   return 0
 end
 return raise_counters(3, 3, tonumber(ARGV[2]), ARGV[3])

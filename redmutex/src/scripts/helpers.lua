@@ -209,6 +209,17 @@ local function key_expiry(expiry)
   return tonumber(expiry) + 1
 end
 
+-- The expiry of `member` in `scores`, a sorted set scored by expiries, when it is live at
+-- `now` (a semaphore's holder, a reader); nil when it is not — expired or absent — or
+-- `scores` is a key of another kind.
+local function live_expiry(scores, member, now)
+  local score = redis.pcall('zscore', scores, member)
+  if type(score) ~= 'string' or not live_at(score, now) then
+    return nil
+  end
+  return tonumber(score)
+end
+
 -- Deletes `scores`, a sorted set scored by expiries (ms on the server's clock), and
 -- `other`, the key that goes with it, when the set is empty; otherwise both expire at its
 -- highest score: a semaphore's holders and details.

@@ -190,7 +190,7 @@ async fn random_command_sequences_get_the_same_replies_from_both_servers() {
 async fn expiry_is_the_same_to_the_millisecond_on_both_servers() {
     // The scripts' shared rules (now_ms, over_by, live_from, live_at), as every script
     // has them.
-    const HELPERS: &str = include_str!("../../src/scripts/helpers.lua");
+    const HELPERS: &str = include_str!("../../../redmutex/src/scripts/helpers.lua");
     const CHECK: &str = "
         local now = now_ms()
         redis.call('set', KEYS[1], 'v', 'pxat', now)
