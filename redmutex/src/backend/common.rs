@@ -45,14 +45,17 @@ impl Attempt {
     }
 }
 
+/// What a successful try obtained: held until `valid_until` on this client's clock, by a
+/// try sent at `sent_at`, with this fence (when taken).
+pub(crate) struct Obtained {
+    pub(crate) sent_at: Instant,
+    pub(crate) valid_until: Instant,
+    pub(crate) fence: Option<u64>,
+}
+
 pub(crate) enum TryResult {
-    /// Held until `valid_until` on this client's clock, by a try sent at `sent_at`, with
-    /// this fence (when taken).
-    Obtained {
-        sent_at: Instant,
-        valid_until: Instant,
-        fence: Option<u64>,
-    },
+    /// Obtained (see [`Obtained`]).
+    Obtained(Obtained),
     /// Single node: this key is held by another owner.
     Held(usize),
     /// Single node: a transient error; the request may or may not have been applied.

@@ -19,7 +19,8 @@ use redis::{RedisError, RedisResult, ScriptInvocation, Value};
 use tokio::time::Instant;
 
 use crate::backend::common::{
-    keep_ms, release_try, renewal_reply, Attempt, Renewal, Renewed, Reply, TryResult, View,
+    keep_ms, release_try, renewal_reply, Attempt, Obtained, Renewal, Renewed, Reply, TryResult,
+    View,
 };
 use crate::background;
 use crate::connection::Connection;
@@ -232,11 +233,11 @@ impl<C: Connection> Quorum<C> {
         match fence {
             Ok(fence) => match self.valid_until(ttl, started, failure.elapsed) {
                 Some(valid_until) => {
-                    let obtained = TryResult::Obtained {
+                    let obtained = TryResult::Obtained(Obtained {
                         sent_at: started,
                         valid_until,
                         fence,
-                    };
+                    });
                     return Some(Attempt::plain(obtained, false));
                 }
                 None => failure.too_late = true,

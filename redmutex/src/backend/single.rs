@@ -9,7 +9,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::backend::common::{
-    keep_ms, release_try, renewal_reply, Attempt, Renewal, Renewed, TryResult, View,
+    keep_ms, release_try, renewal_reply, Attempt, Obtained, Renewal, Renewed, TryResult, View,
 };
 use crate::backend::replication::Replication;
 use crate::background;
@@ -212,11 +212,11 @@ impl<C: Connection> Single<C> {
                     return (self.unconfirmed(&mut conn, claim, request.token, error)).await;
                 }
                 let valid_until = self.valid_until(sent_at, Duration::from_millis(request.ttl_ms));
-                let obtained = TryResult::Obtained {
+                let obtained = TryResult::Obtained(Obtained {
                     sent_at,
                     valid_until,
                     fence,
-                };
+                });
                 Attempt::plain(obtained, false)
             }
             // Nothing was written by this try; an earlier, unseen success may still stand.

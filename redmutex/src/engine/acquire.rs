@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::args::{self, Keys};
-use crate::backend::common::{Attempt, TryResult};
+use crate::backend::common::{Attempt, Obtained, TryResult};
 use crate::backend::Backend;
 use crate::check;
 use crate::connection::Connection;
@@ -438,13 +438,6 @@ struct Left {
     place: bool,
 }
 
-/// What a successful try obtained.
-struct Obtained {
-    sent_at: Instant,
-    valid_until: Instant,
-    fence: Option<u64>,
-}
-
 impl<C: Connection> Tries<'_, '_, C> {
     /// Tries until obtained, refused, or the schedule ends.
     async fn run(&mut self) -> Result<Obtained, Error> {
@@ -481,17 +474,7 @@ impl<C: Connection> Tries<'_, '_, C> {
             };
             let (held, held_ttl) = (attempt.held_key, attempt.held_ttl);
             let reason = match attempt.result {
-                TryResult::Obtained {
-                    sent_at,
-                    valid_until,
-                    fence,
-                } => {
-                    return Ok(Obtained {
-                        sent_at,
-                        valid_until,
-                        fence,
-                    })
-                }
+                TryResult::Obtained(obtained) => return Ok(obtained),
                 result => self.tally.record(result)?,
             };
             let now = Instant::now();
@@ -613,7 +596,7 @@ impl<C: Connection> Tries<'_, '_, C> {
             .await;
         // A waiter that is (or may be) in the queue must leave it when it gives up.
         let in_queue = queued && (queue || retrying_own);
-        let obtained = matches!(attempt.result, TryResult::Obtained { .. });
+        let obtained = matches!(attempt.result, TryResult::Obtained(_));
         self.left.token = !obtained && (attempt.may_hold || in_queue);
         // One obtained took the key, and left the line.
         self.left.place = (self.left.place || named) && !obtained;

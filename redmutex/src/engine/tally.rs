@@ -162,7 +162,7 @@ impl Tally {
                 self.last_quorum = Some(failure);
                 Ok(Reason::NoQuorum)
             }
-            TryResult::Obtained { .. } => unreachable!("an obtained try is not a failure"),
+            TryResult::Obtained(_) => unreachable!("an obtained try is not a failure"),
         }
     }
 

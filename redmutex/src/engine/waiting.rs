@@ -97,8 +97,8 @@ impl Waiting {
     pub(crate) fn tried(&mut self, attempt: &Attempt) {
         if let Some(member) = self.member.as_mut() {
             member.tried(match (&attempt.result, attempt.held_key) {
-                (TryResult::Obtained { valid_until, .. }, _) => Outcome::Obtained {
-                    until: *valid_until,
+                (TryResult::Obtained(obtained), _) => Outcome::Obtained {
+                    until: obtained.valid_until,
                 },
                 (_, Some(_)) => Outcome::Held,
                 _ => Outcome::Failed,
