@@ -622,17 +622,24 @@ fn command_reply(reply: Value) -> RedisResult<Value> {
     }
 }
 
-/// What one acquire try sends: the same for every node.
-#[derive(Clone, Copy)]
-pub(crate) struct ObtainTry<'a> {
-    /// Token, awaited flag, metadata (see [`crate::token::lock_value`]).
-    pub(crate) value: &'a [u8],
-    pub(crate) token: &'a Token,
+/// What every try of one acquire sends, whatever it found before: the claim it asks for.
+pub(crate) struct Terms {
+    pub(crate) token: Token,
+    /// Token, awaited flag, metadata (see [`crate::token::lock_value`]): the flag is the
+    /// one thing a try may change.
+    pub(crate) value: Vec<u8>,
     pub(crate) ttl_ms: u64,
     /// Take the fence with the claim.
     pub(crate) fenced: bool,
     /// How long fence counters are kept after this use.
     pub(crate) retention_ms: u64,
+}
+
+/// What one acquire try sends: the same for every node — the acquire's terms, and what
+/// its waiting so far tells the script.
+#[derive(Clone, Copy)]
+pub(crate) struct ObtainTry<'a> {
+    pub(crate) terms: &'a Terms,
     /// An earlier try may have set some keys without us seeing the reply: the script then
     /// treats what holds our token as ours.
     pub(crate) retrying_own: bool,

@@ -131,7 +131,7 @@ impl<C: Connection> Quorum<C> {
         started: Instant,
         try_until: Option<Instant>,
     ) -> Attempt {
-        let ttl = Duration::from_millis(request.ttl_ms);
+        let ttl = Duration::from_millis(request.terms.ttl_ms);
         let timeout = self.round_timeout(ttl, try_until, started);
         let replies = match claim.plain_try(&request) {
             // One command for every node, as the release's.
@@ -176,13 +176,13 @@ impl<C: Connection> Quorum<C> {
             Obtain::Held { .. } | Obtain::Refused(_) => Err(NodeError::Held),
         });
         if failure.agreed >= failure.needed && refused.is_none() {
-            let fence = match request.fenced {
+            let fence = match request.terms.fenced {
                 false => Ok(None),
                 true => {
                     let raise = Raise {
-                        token: request.token,
+                        token: &request.terms.token,
                         fence: 0,
-                        retention_ms: request.retention_ms,
+                        retention_ms: request.terms.retention_ms,
                     };
                     // A round of its own, with a node timeout of its own: the first may
                     // have used all of its own waiting for a node that never answered (a
@@ -201,7 +201,7 @@ impl<C: Connection> Quorum<C> {
         // Undo on every node, including those that did not answer: the request may still
         // reach them. On the same connection the release queues behind it, so once every
         // node confirmed the release, nothing of this try is left anywhere.
-        let token = request.token;
+        let token = &request.terms.token;
         let undo = self.fan_out(self.settings.timeout_for(ttl), |_, mut conn| async move {
             claim.undo_unattended(&mut conn, token).await
         });

@@ -209,9 +209,10 @@ impl<C: Connection> Single<C> {
         match outcome {
             Ok(Obtain::Obtained { fence }) => {
                 if let Err(error) = self.confirm(&mut conn, try_until).await {
-                    return (self.unconfirmed(&mut conn, claim, request.token, error)).await;
+                    return (self.unconfirmed(&mut conn, claim, &request.terms.token, error)).await;
                 }
-                let valid_until = self.valid_until(sent_at, Duration::from_millis(request.ttl_ms));
+                let valid_until =
+                    self.valid_until(sent_at, Duration::from_millis(request.terms.ttl_ms));
                 let obtained = TryResult::Obtained(Obtained {
                     sent_at,
                     valid_until,

@@ -27,7 +27,7 @@ use crate::engine::tally::{FailedTry, Observer, Tally};
 use crate::engine::waiting::{wait_channel, Waiting};
 use crate::engine::wakeup::Wake;
 use crate::error::{Argument, Error};
-use crate::scripts::{Claim, ObtainTry, Queue, LINE_HEARTBEAT};
+use crate::scripts::{Claim, ObtainTry, Queue, Terms, LINE_HEARTBEAT};
 use crate::token::{self, Token};
 
 /// A pending acquire: set options, then `.await` it.
@@ -417,16 +417,6 @@ struct Line {
     lined: bool,
 }
 
-/// What every try of the acquire sends, the same each time.
-struct Terms {
-    token: Token,
-    /// Token, awaited flag, metadata.
-    value: Vec<u8>,
-    ttl_ms: u64,
-    fenced: bool,
-    retention_ms: u64,
-}
-
 /// What earlier tries may have left in Redis, for giving up (or being dropped) to undo.
 #[derive(Default)]
 struct Left {
@@ -578,11 +568,7 @@ impl<C: Connection> Tries<'_, '_, C> {
         token::set_awaited(&mut terms.value, waiting && !named && !queued);
         let queue = queued && self.schedule.may_wait();
         let request = ObtainTry {
-            value: &terms.value,
-            token: &terms.token,
-            ttl_ms: terms.ttl_ms,
-            fenced: terms.fenced,
-            retention_ms: terms.retention_ms,
+            terms: &*terms,
             retrying_own,
             waiting,
             queue,

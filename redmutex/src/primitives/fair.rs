@@ -355,15 +355,15 @@ impl Claim for FairKey {
     fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {
         let mut call = OBTAIN.script(self.keys.channels()).prepare_invoke();
         call.key(self.key()).key(&self.queue);
-        if request.fenced {
+        if request.terms.fenced {
             call.key(&self.counter);
         }
-        call.arg(request.value)
-            .arg(request.ttl_ms)
+        call.arg(&request.terms.value)
+            .arg(request.terms.ttl_ms)
             .arg(TOKEN_LEN)
             .arg(if request.queue { "1" } else { "0" })
             .arg(self.heartbeat_ms)
-            .arg(request.retention_ms)
+            .arg(request.terms.retention_ms)
             .arg(self.turns.id.as_bytes());
         Box::pin(async move {
             let reply: Vec<i64> = call.invoke_async(&mut Node(conn)).await?;
@@ -371,7 +371,7 @@ impl Claim for FairKey {
                 let what = format!("{reply:?}");
                 return Err((redis::ErrorKind::Parse, "a fair obtain reply", what).into());
             }
-            Ok(self.obtained(&reply, request.fenced))
+            Ok(self.obtained(&reply, request.terms.fenced))
         })
     }
 

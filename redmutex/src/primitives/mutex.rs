@@ -14,7 +14,7 @@ use crate::engine::guard::Lock;
 use crate::engine::lease::Lease;
 use crate::fence::{companion_key, counter_key, Companion};
 use crate::scripts::{
-    eval_whole, operations, Call, Claim, Conn, Node, Obtain, ObtainTry, Operations,
+    eval_whole, operations, Call, Claim, Conn, Node, Obtain, ObtainTry, Operations, Terms,
 };
 use crate::token::{lock_value, Channels, Token, TOKEN_LEN};
 
@@ -127,9 +127,11 @@ impl Claim for Keys {
     /// One key, taken by a try that neither waits, nor takes a fence, nor may hold it
     /// already: a plain `SET NX PX` (see [`obtain`]).
     fn plain_try(&self, request: &ObtainTry<'_>) -> Option<Cmd> {
-        let plain = !request.retrying_own && !request.fenced && !request.waiting;
+        let plain = !request.retrying_own && !request.terms.fenced && !request.waiting;
         match (self.len(), self.get(0)) {
-            (1, Some(key)) if plain => Some(set_nx_cmd(key, request.value, request.ttl_ms)),
+            (1, Some(key)) if plain => {
+                Some(set_nx_cmd(key, &request.terms.value, request.terms.ttl_ms))
+            }
             _ => None,
         }
     }
@@ -160,14 +162,18 @@ async fn obtain(
     request: ObtainTry<'_>,
 ) -> redis::RedisResult<Obtain> {
     let ObtainTry {
-        value,
-        ttl_ms,
-        fenced,
-        retention_ms,
+        terms,
         retrying_own,
         waiting,
         ..
     } = request;
+    let Terms {
+        ref value,
+        ttl_ms,
+        fenced,
+        retention_ms,
+        ..
+    } = *terms;
     if let (1, false, Some(key)) = (keys.len(), retrying_own, keys.get(0)) {
         if fenced && !waiting {
             let mut call = OBTAIN_ONE.script(keys.channels()).prepare_invoke();

@@ -464,22 +464,22 @@ impl Claim for ReadKey {
     }
 
     fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {
-        let mut call = self.keys.call(&OBTAIN_READ, request.fenced);
-        let metadata = request.value.get(TOKEN_LEN + 1..).unwrap_or_default();
+        let mut call = self.keys.call(&OBTAIN_READ, request.terms.fenced);
+        let metadata = request.terms.value.get(TOKEN_LEN + 1..).unwrap_or_default();
         // Where lockers line up, one waiting in the key's line keeps new readers out.
         let lined = self.keys.keys.lined();
         if lined {
             call.key(companion_key(self.keys.key(), Companion::Line));
         }
-        call.arg(request.token.as_bytes())
-            .arg(request.ttl_ms)
+        call.arg(request.terms.token.as_bytes())
+            .arg(request.terms.ttl_ms)
             .arg(metadata)
             .arg(if request.waiting { "1" } else { "0" })
-            .arg(request.retention_ms)
+            .arg(request.terms.retention_ms)
             .arg(if lined { "1" } else { "0" });
         Box::pin(async move {
             let reply: (i64, i64) = call.invoke_async(&mut Node(conn)).await?;
-            Ok(self.keys.obtained(reply, request.fenced))
+            Ok(self.keys.obtained(reply, request.terms.fenced))
         })
     }
 
@@ -539,20 +539,20 @@ impl Claim for WriteKey {
     }
 
     fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {
-        let mut call = self.keys.call(&OBTAIN_WRITE, request.fenced);
-        call.arg(request.value)
-            .arg(request.ttl_ms)
+        let mut call = self.keys.call(&OBTAIN_WRITE, request.terms.fenced);
+        call.arg(&request.terms.value)
+            .arg(request.terms.ttl_ms)
             .arg(TOKEN_LEN)
             .arg(if request.queue { "1" } else { "0" })
             .arg(self.heartbeat_ms)
-            .arg(request.retention_ms);
+            .arg(request.terms.retention_ms);
         if let Some(locker) = request.locker {
             call.key(companion_key(self.keys.key(), Companion::Line));
             call.arg(locker.as_bytes());
         }
         Box::pin(async move {
             let reply: (i64, i64) = call.invoke_async(&mut Node(conn)).await?;
-            Ok(self.keys.obtained(reply, request.fenced))
+            Ok(self.keys.obtained(reply, request.terms.fenced))
         })
     }
 

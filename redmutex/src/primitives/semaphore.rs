@@ -463,23 +463,23 @@ impl Claim for Permits {
     }
 
     fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {
-        let mut call = self.call(&OBTAIN, request.fenced);
-        let metadata = request.value.get(TOKEN_LEN + 1..).unwrap_or_default();
+        let mut call = self.call(&OBTAIN, request.terms.fenced);
+        let metadata = request.terms.value.get(TOKEN_LEN + 1..).unwrap_or_default();
         let locker = request.locker.filter(|_| request.waiting);
         if locker.is_some() {
             call.key(companion_key(self.key(), Companion::Line));
         }
-        call.arg(request.token.as_bytes())
+        call.arg(request.terms.token.as_bytes())
             .arg(self.permits)
             .arg(self.limit)
-            .arg(request.ttl_ms)
+            .arg(request.terms.ttl_ms)
             .arg(metadata)
             .arg(if request.waiting && locker.is_none() {
                 "1"
             } else {
                 "0"
             })
-            .arg(request.retention_ms);
+            .arg(request.terms.retention_ms);
         if let Some(locker) = locker {
             // Its token or a reservation for its place may be there already.
             let known = request.retrying_own || request.in_line || request.others_waiting;
@@ -489,7 +489,7 @@ impl Claim for Permits {
         }
         Box::pin(async move {
             let reply: (i64, i64) = call.invoke_async(&mut Node(conn)).await?;
-            Ok(self.obtained(reply, request.fenced))
+            Ok(self.obtained(reply, request.terms.fenced))
         })
     }
 
