@@ -524,6 +524,12 @@ async fn a_locker_waiting_on_thousands_of_keys_answers_through_a_slot_move() {
     for n in 0..KEYS {
         held.push(holder.acquire(key(n), ms(120_000)).await.unwrap());
     }
+    // A lease the waiting locker holds, kept alive every 100 ms or so: its renewals must
+    // not wait behind the waiters' tries — their first ones, the re-checks once subscribed,
+    // and those after the move. (Taken before them: a try of its own would queue behind
+    // theirs, as tries do, and could outlast its 300 ms TTL.)
+    let kept = waiter.acquire("kept", ms(300)).await.unwrap();
+    let kept = kept.keep_alive().unwrap();
     let waiting: Vec<_> = (0..KEYS)
         .map(|n| {
             tokio::spawn(
@@ -554,10 +560,6 @@ async fn a_locker_waiting_on_thousands_of_keys_answers_through_a_slot_move() {
         assert!(Instant::now() < until, "{subscribed} subscribed");
         tokio::time::sleep(ms(100)).await;
     }
-    // A lease the waiting locker holds, kept alive every 100 ms or so: its renewals must
-    // not wait behind the waiters' re-checks.
-    let kept = waiter.acquire("kept", ms(300)).await.unwrap();
-    let kept = kept.keep_alive().unwrap();
     let source = cluster.master_of(&key(0));
     let target = (0..3).find(|m| *m != source).unwrap();
     move_slot(&cluster, &key(0), source, target);
