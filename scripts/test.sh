@@ -96,10 +96,8 @@ against() {
     local binary=$1 require=$2 test
     for test in $library_tests; do
         # Run from the package's directory, as cargo test would.
-        # Four at a time, as above: two suites side by side keep eight tests waiting on
-        # their servers at once (a quarter of a core each, measured), which halves the step.
         (cd "${test%%:*}" && REDMUTEX_REDIS_SERVER=$binary REDMUTEX_REQUIRE=$require \
-            RUST_TEST_THREADS=4 "${test#*:}" -q) || return 1
+            "${test#*:}" -q) || return 1
     done
 }
 # Both servers side by side (the tests mostly wait on timers and servers; each starts its
