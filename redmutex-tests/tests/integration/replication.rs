@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::common::{blamed, ms, multiplexed, Raw};
+use crate::common::{blamed, ms, multiplexed, multiplexed_with_timeout, Raw};
 use redis::aio::MultiplexedConnection;
 use redmutex::{Argument, Error, Locker, LostReason, Replication};
 use testkit::RedisServer;
@@ -204,8 +204,10 @@ async fn on_disk_waits_for_the_append_only_files_where_the_server_has_waitaof() 
     });
     let replica = primary.spawn_replica(&aof);
     let mut raw = Raw::new(&primary).await;
-    let locker = Locker::new(multiplexed(&primary).await)
-        .with_replication(Replication::new(1, ms(300)).on_disk())
+    // A replica may confirm its fsync only with its once-a-second acknowledgement (see
+    // `Replication::on_disk`): 2 s covers that, on a connection that waits longer still.
+    let locker = Locker::new(multiplexed_with_timeout(&primary, secs(5)).await)
+        .with_replication(Replication::new(1, secs(2)).on_disk())
         .unwrap();
     let has_waitaof = !primary
         .command(&["WAITAOF", "0", "0", "0"])

@@ -58,10 +58,18 @@ impl Replication {
     /// them needs `appendonly yes`). On a server without `WAITAOF`, or without an
     /// append-only file, every acquire fails with the server's error.
     ///
+    /// Give it a timeout of a second or more, and a connection whose response timeout is
+    /// longer still (the wait holds the reply up). A replica reports what it has fsynced
+    /// in its acknowledgements; when the master's request for one reaches it before its
+    /// fsync, its next one comes with its once-a-second report. Most confirmations take a
+    /// few milliseconds, but some take up to a second on a healthy pair (Valkey 8.1,
+    /// `appendfsync always`: 1 wait in 8 exceeded 300 ms), and a shorter timeout
+    /// refuses those acquires with [`Error::NotReplicated`].
+    ///
     /// ```
     /// use std::time::Duration;
     /// use redmutex::Replication;
-    /// let durable = Replication::new(2, Duration::from_millis(200)).on_disk();
+    /// let durable = Replication::new(2, Duration::from_millis(1500)).on_disk();
     /// assert!(durable.is_on_disk());
     /// assert_eq!(durable.replicas(), 2); // plus the master's own file
     /// ```
