@@ -105,30 +105,53 @@ pub struct NodeInfo {
     pub info: Result<LockInfo, NodeError>,
 }
 
-/// What one node holds at a key: the reply of the scripts' `read_key`.
+/// What one node holds at a key, as every read of a key's state begins (helpers.lua's
+/// `read_key`: `{ pttl, type, fence, value }`): inspection reads only this, a listing's
+/// `describe` adds what it counts beside the key. The one parser of a key's state, and
+/// [`holding`](KeyState::holding) the one reading of who holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct RawKey {
+pub(crate) struct KeyState {
     /// PTTL: -2 missing, -1 no expiry.
-    pttl: i64,
+    pub(crate) pttl: i64,
     /// Redis type name (`none`, `string`, `hash`, …).
-    kind: String,
+    pub(crate) kind: String,
     /// The key's fence counter: the latest fence handed out, if any (and a number).
-    fence: Option<u64>,
-    /// The value, when the key is a string.
-    value: Option<Vec<u8>>,
+    pub(crate) fence: Option<u64>,
+    /// The value, when the key is a string (and the script returned it).
+    pub(crate) value: Option<Vec<u8>>,
 }
 
-impl RawKey {
-    /// `{ pttl, type, fence }`, and the value when the type is `string`: parsed by
-    /// position rather than as a fixed tuple.
-    fn parse(reply: Value) -> Result<RawKey, RedisError> {
-        let mut reply = redis::from_redis_value::<Vec<Value>>(reply)?.into_iter();
-        let mut next = || reply.next().unwrap_or(Value::Nil);
+/// Who holds a key on one node, by its [`KeyState`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Holding {
+    /// Nothing is there.
+    Free,
+    /// A redmutex holder's value: `owner` is its token, or a forced release's tombstone
+    /// (`tombstone`), whose stand-in token keeps the holder's place.
+    Held {
+        owner: Token,
+        metadata: Option<String>,
+        awaited: bool,
+        tombstone: bool,
+    },
+    /// A string redmutex did not write — or one without expiry: redmutex writes no key
+    /// without a TTL, so such a value is someone else's, whatever it looks like.
+    Foreign,
+    /// Another type than a string (a semaphore's holders, the readers, or something
+    /// else's): what it is, the keys beside it tell (a listing's `describe` does).
+    Other,
+}
+
+impl KeyState {
+    /// Takes `{ pttl, type, fence, value }` from the front of a reply's fields, leaving
+    /// what follows; a missing field reads as nil.
+    pub(crate) fn take(fields: &mut impl Iterator<Item = Value>) -> Result<KeyState, RedisError> {
+        let mut next = || fields.next().unwrap_or(Value::Nil);
         let pttl: i64 = redis::from_redis_value(next())?;
         let kind: String = redis::from_redis_value(next())?;
         let fence: Option<String> = redis::from_redis_value(next())?;
         let value: Option<Vec<u8>> = redis::from_redis_value(next())?;
-        Ok(RawKey {
+        Ok(KeyState {
             pttl,
             kind,
             fence: fence.and_then(|f| f.parse().ok()),
@@ -136,53 +159,82 @@ impl RawKey {
         })
     }
 
-    /// The [`LockInfo`] for what one node holds at `key`.
-    fn info(self, key: &[u8]) -> LockInfo {
-        let ttl = u64::try_from(self.pttl).ok().map(Duration::from_millis);
-        let mut forced = false;
-        let (held, metadata, foreign, awaited) = match (self.kind.as_str(), self.value) {
-            ("none", _) => (false, None, false, false),
-            // redmutex writes no key without a TTL (-1): such a value is someone else's.
-            ("string", Some(_)) if self.pttl == -1 => (true, None, true, false),
-            ("string", Some(value)) => match parse_value(&value) {
-                StoredValue::Redmutex {
-                    metadata, awaited, ..
-                } => (true, metadata, false, awaited),
-                StoredValue::Tombstone { metadata, .. } => {
-                    forced = true;
-                    (true, metadata, false, false)
-                }
-                StoredValue::Foreign => (true, None, true, false),
-            },
-            _ => (true, None, true, false),
-        };
-        LockInfo {
-            key: key.to_vec(),
-            held,
-            ttl,
-            metadata,
-            foreign,
-            awaited,
-            fence: self.fence,
-            nodes: Vec::new(),
-            owned: Ok(held && !foreign),
-            settling: false,
-            forced,
+    /// A whole reply that is only the state (`read_key`'s).
+    fn parse(reply: Value) -> Result<KeyState, RedisError> {
+        let fields = redis::from_redis_value::<Vec<Value>>(reply)?;
+        KeyState::take(&mut fields.into_iter())
+    }
+
+    /// The time left; `None` for a missing key or one without expiry.
+    pub(crate) fn ttl(&self) -> Option<Duration> {
+        u64::try_from(self.pttl).ok().map(Duration::from_millis)
+    }
+
+    /// Who holds the key here.
+    pub(crate) fn holding(&self) -> Holding {
+        if self.kind == "none" {
+            return Holding::Free;
         }
+        let Some(value) = &self.value else {
+            return match self.kind.as_str() {
+                "string" => Holding::Foreign,
+                _ => Holding::Other,
+            };
+        };
+        if self.pttl == -1 {
+            return Holding::Foreign;
+        }
+        match parse_value(value) {
+            StoredValue::Redmutex {
+                token,
+                metadata,
+                awaited,
+            } => Holding::Held {
+                owner: token,
+                metadata,
+                awaited,
+                tombstone: false,
+            },
+            StoredValue::Tombstone { holder, metadata } => Holding::Held {
+                owner: holder,
+                metadata,
+                awaited: false,
+                tombstone: true,
+            },
+            StoredValue::Foreign => Holding::Foreign,
+        }
+    }
+
+    /// The [`LockInfo`] for what one node holds at `key`.
+    fn info(&self, key: &[u8]) -> LockInfo {
+        let mut info = LockInfo::free(key);
+        info.ttl = self.ttl();
+        info.fence = self.fence;
+        match self.holding() {
+            Holding::Free => {}
+            Holding::Held {
+                metadata,
+                awaited,
+                tombstone,
+                ..
+            } => {
+                (info.held, info.metadata, info.awaited) = (true, metadata, awaited);
+                info.forced = tombstone;
+            }
+            Holding::Foreign | Holding::Other => (info.held, info.foreign) = (true, true),
+        }
+        info.owned = Ok(info.held && !info.foreign);
+        info
     }
 
     /// The owner whose token this node holds, with its metadata (a tombstone's: the holder
     /// it keeps the place of).
     fn owner(&self) -> Option<(Token, Option<String>)> {
-        if self.pttl == -1 {
-            return None;
-        }
-        match parse_value(self.value.as_deref()?) {
-            StoredValue::Redmutex {
-                token, metadata, ..
-            } => Some((token, metadata)),
-            StoredValue::Tombstone { holder, metadata } => Some((holder, metadata)),
-            StoredValue::Foreign => None,
+        match self.holding() {
+            Holding::Held {
+                owner, metadata, ..
+            } => Some((owner, metadata)),
+            _ => None,
         }
     }
 }
@@ -197,7 +249,7 @@ impl View for KeyView<'_> {
     type Info = LockInfo;
 
     fn one(&self, reply: Value) -> Result<LockInfo, RedisError> {
-        Ok(RawKey::parse(reply)?.info(self.key))
+        Ok(KeyState::parse(reply)?.info(self.key))
     }
 
     /// Every node's view, and who holds the key by quorum: held when the occupied nodes
@@ -210,8 +262,8 @@ impl View for KeyView<'_> {
         let mut owners: Vec<Owner> = Vec::new();
         let mut nodes = Vec::with_capacity(replies.len());
         for (node, reply) in replies.into_iter().enumerate() {
-            let raw = reply.and_then(|value| RawKey::parse(value).map_err(NodeError::Redis));
-            if let Some((token, metadata)) = raw.as_ref().ok().and_then(RawKey::owner) {
+            let raw = reply.and_then(|value| KeyState::parse(value).map_err(NodeError::Redis));
+            if let Some((token, metadata)) = raw.as_ref().ok().and_then(KeyState::owner) {
                 let pttl = raw.as_ref().map_or(-2, |raw| raw.pttl);
                 match owners.iter_mut().find(|(t, _, _, _)| *t == token) {
                     Some((_, _, ttls, at)) => {

@@ -93,6 +93,10 @@ local function graves_of(holders, live)
   return graves
 end
 
+-- An entry's fields (see `describe`): read_key's four, then what a listing adds.
+local PTTL, TYPE, FENCE, VALUE = 1, 2, 3, 4
+local KIND, HOLDERS, WAITERS, AWAITED, SAMPLED, USED, LIMIT, FORCED = 5, 6, 7, 8, 9, 10, 11, 12
+
 -- The entry of the key at KEYS[i] and its six companions after it (see `describe`).
 local function describe_at(i, now)
   local key, counter, queue = KEYS[i], KEYS[i + 1], KEYS[i + 2]
@@ -100,47 +104,45 @@ local function describe_at(i, now)
   local line = KEYS[i + 6]
   -- Live as the primitives' own scripts count it (see live_from in helpers.lua).
   local live = live_from(now)
-  local kind = kind_of(key)
-  local ttl = redis.call('pttl', key)
-  local fence = redis.pcall('get', counter)
-  if type(fence) ~= 'string' then
-    fence = false
+  local entry = read_key(key, counter)
+  local ttl, kind, value = entry[PTTL], entry[TYPE], entry[VALUE]
+  for field, default in ipairs({ 'foreign', 0, -1, 0, {}, 0, 0, 0 }) do
+    entry[KIND + field - 1] = default
   end
-  local entry = { 'foreign', ttl, fence, false, 0, -1, 0, {}, 0, 0, 0 }
   if kind == 'none' then
-    entry[1] = 'none'
+    entry[KIND] = 'none'
   elseif kind == 'string' then
-    entry[4] = redis.call('get', key)
-    entry[5] = 1
-    entry[1] = 'lock'
+    entry[HOLDERS] = 1
+    entry[KIND] = 'lock'
     if ttl == -1 then
       -- redmutex writes no key without a TTL: a value without one (written by hand, or
       -- copied by a tool) is someone else's, whatever it looks like, and nobody holds it.
-      entry[1], entry[4], entry[5] = 'foreign', false, 0
-    elseif is_tombstone(entry[4]) then
-      entry[1] = string.match(entry[4], '^' .. TOMBSTONE .. '([%w_]+)~') or 'lock'
-      entry[11] = 1
-      if entry[1] == 'fair_lock' then
-        entry[6] = redis.call('zcount', queue, '-inf', string.format('%.0f', -live))
-      elseif entry[1] == 'rw_lock_write' then
-        entry[6] = redis.call('zcount', intents, live, '+inf')
+      entry[KIND], entry[HOLDERS], entry[VALUE] = 'foreign', 0, false
+    elseif is_tombstone(value) then
+      entry[KIND] = string.match(value, '^' .. TOMBSTONE .. '([%w_]+)~') or 'lock'
+      entry[FORCED] = 1
+      if entry[KIND] == 'fair_lock' then
+        entry[WAITERS] = redis.call('zcount', queue, '-inf', string.format('%.0f', -live))
+      elseif entry[KIND] == 'rw_lock_write' then
+        entry[WAITERS] = redis.call('zcount', intents, live, '+inf')
       else
-        entry[6] = in_line(line, live)
+        entry[WAITERS] = in_line(line, live)
       end
-    elseif not string.match(entry[4], REDMUTEX_VALUE) then
-      entry[1], entry[4], entry[5] = 'foreign', false, 0
+    elseif not string.match(value, REDMUTEX_VALUE) then
+      -- (Its value, someone else's data of any size, stays here.)
+      entry[KIND], entry[HOLDERS], entry[VALUE] = 'foreign', 0, false
     elseif kind_of(queue) == 'zset' then
       -- Its waiters' heartbeats are scored negated (fair.lua): live ones at -now or less.
-      entry[1] = 'fair_lock'
-      entry[6] = redis.call('zcount', queue, '-inf', string.format('%.0f', -live))
+      entry[KIND] = 'fair_lock'
+      entry[WAITERS] = redis.call('zcount', queue, '-inf', string.format('%.0f', -live))
     elseif kind_of(intents) == 'zset' then
-      entry[1] = 'rw_lock_write'
-      entry[6] = redis.call('zcount', intents, live, '+inf')
+      entry[KIND] = 'rw_lock_write'
+      entry[WAITERS] = redis.call('zcount', intents, live, '+inf')
     else
-      entry[6] = in_line(line, live)
+      entry[WAITERS] = in_line(line, live)
       -- A value flagged for a line that is gone: its lockers all left it.
-      if entry[6] < 0 and string.match(entry[4], LINED_VALUE) then
-        entry[6] = 0
+      if entry[WAITERS] < 0 and string.match(value, LINED_VALUE) then
+        entry[WAITERS] = 0
       end
     end
   elseif kind == 'zset' then
@@ -150,35 +152,35 @@ local function describe_at(i, now)
       -- expiry; a set without one is someone else's (a copy), however it looks.
       details = false
     elseif kind_of(permits) == 'hash' then
-      entry[1], details = 'semaphore', permits
-      entry[9] = live_permits(key, permits, live)
-      entry[10] = tonumber(redis.call('hget', permits, '#limit') or '0')
-      entry[6] = in_line(line, live)
-      if entry[6] > 0 or redis.call('hget', permits, '#awaited') then
-        entry[7] = 1
+      entry[KIND], details = 'semaphore', permits
+      entry[USED] = live_permits(key, permits, live)
+      entry[LIMIT] = tonumber(redis.call('hget', permits, '#limit') or '0')
+      entry[WAITERS] = in_line(line, live)
+      if entry[WAITERS] > 0 or redis.call('hget', permits, '#awaited') then
+        entry[AWAITED] = 1
       end
     elseif kind_of(readers) == 'hash' then
-      entry[1], details = 'rw_lock_read', readers
+      entry[KIND], details = 'rw_lock_read', readers
       if kind_of(intents) == 'zset' then
-        entry[6] = redis.call('zcount', intents, live, '+inf')
+        entry[WAITERS] = redis.call('zcount', intents, live, '+inf')
       else
-        entry[6] = 0
+        entry[WAITERS] = 0
       end
     end
     if details then
-      entry[5] = redis.call('zcount', key, live, '+inf')
+      entry[HOLDERS] = redis.call('zcount', key, live, '+inf')
       local members = redis.call('zrangebyscore', key, live, '+inf', 'withscores', 'limit', 0, SAMPLE)
       local sample = {}
       for j = 1, #members, 2 do
         local grave = string.sub(members[j], 1, 1) == GRAVE and 1 or 0
-        sample[#sample + 1] = { tonumber(members[j + 1]) - now, details_of(entry[1], details, members[j]), grave }
+        sample[#sample + 1] = { tonumber(members[j + 1]) - now, details_of(entry[KIND], details, members[j]), grave }
       end
-      entry[8] = sample
-      entry[11] = #graves_of(key, live)
+      entry[SAMPLED] = sample
+      entry[FORCED] = #graves_of(key, live)
       -- A semaphore's keys outlive their last holder by a little (semaphore.lua): with
       -- none live, nobody holds it.
-      if entry[1] == 'semaphore' and entry[5] == 0 then
-        entry = { 'none', -2, fence, false, 0, -1, 0, {}, 0, 0, 0 }
+      if entry[KIND] == 'semaphore' and entry[HOLDERS] == 0 then
+        entry = { -2, 'none', entry[FENCE], false, 'none', 0, -1, 0, {}, 0, 0, 0 }
       end
     end
   end
@@ -190,18 +192,20 @@ end
 -- KEYS:    per key, seven: the key, its fence counter, its fair lock's queue, its
 --          semaphore's details, its read-write lock's readers, its writers' intents, its
 --          line (a lock's or a semaphore's, see helpers.lua).
--- Returns: per key, { kind, pttl, fence or false, value or false, holders, waiters,
---          awaited, sample, used, limit, forced }: kind is 'none' (gone since it was found),
---          'lock', 'fair_lock', 'rw_lock_write', 'rw_lock_read', 'semaphore' or
---          'foreign'; value is a string key's (token, flag byte, metadata: the caller
---          keeps only the metadata); holders the live holders' count; waiters the live
+-- Returns: per key, read_key's { pttl, type, fence, value } (the caller parses them as it
+--          parses every read of a key, and keeps only a value's metadata; the value is
+--          false where the kind is 'foreign': someone else's data stays here), then { kind,
+--          holders, waiters, awaited, sample, used, limit, forced }: kind is 'none' (gone
+--          since it was found), 'lock', 'fair_lock', 'rw_lock_write', 'rw_lock_read',
+--          'semaphore' or 'foreign'; holders the live holders' count; waiters the live
 --          waiters' count where the server keeps it (a fair lock's queue, a read-write
 --          lock's waiting writers; a lock's or a semaphore's line: the processes in it),
 --          else -1; awaited 1 when a semaphore's waiters asked to hear of releases or
 --          stand in its line (a string's value says it for itself); sample
 --          { ms left, details, 1 when a tombstone } per sampled holder; used and limit a
 --          semaphore's permits; forced how many holders are tombstones of a forced release
---          (a string key's: its value is one, and reads as the kind it held).
+--          (a string key's: its value is one, and reads as the kind it held). A semaphore
+--          with no live holder left reads as 'none', as a missing key.
 local now = now_ms()
 local described = {}
 for i = 1, #KEYS, 7 do
@@ -234,11 +238,11 @@ return described
 -- Returns: { entry }: the key's entry as `describe` reads it, before the release.
 local now = now_ms()
 local entry = describe_at(1, now)
-local kind = entry[1]
+local kind = entry[KIND]
 if ARGV[1] ~= 'now' then
   if kind == 'lock' or kind == 'fair_lock' or kind == 'rw_lock_write' then
-    if entry[11] == 0 then
-      local value = entry[4]
+    if entry[FORCED] == 0 then
+      local value = entry[VALUE]
       local metadata = ''
       -- (A key handed to a locker holds its id, no metadata.)
       if string.sub(value, FLAG_AT, FLAG_AT) ~= 'r' then
@@ -271,7 +275,7 @@ if kind == 'lock' or kind == 'fair_lock' or kind == 'rw_lock_write' then
   tell_line(KEYS[1], KEYS[7])
   -- Any holder's key keeps readers out: with no writer waiting, they may come in. (A fair
   -- lock's entry counts its own waiters; the intents are read here.)
-  local writers = entry[6]
+  local writers = entry[WAITERS]
   if kind == 'fair_lock' then
     writers = redis.pcall('zcount', KEYS[6], live_from(now), '+inf')
   end
@@ -280,9 +284,9 @@ if kind == 'lock' or kind == 'fair_lock' or kind == 'rw_lock_write' then
   end
 elseif kind == 'semaphore' then
   redis.call('del', KEYS[1], KEYS[4])
-  announce_on(KEYS[1], '', tostring(entry[9]))
+  announce_on(KEYS[1], '', tostring(entry[USED]))
   -- Every permit is free: the first places in its line, as many as the limit, try.
-  local places = redis.pcall('zrangebyscore', KEYS[7], 0, '+inf', 'limit', 0, entry[10])
+  local places = redis.pcall('zrangebyscore', KEYS[7], 0, '+inf', 'limit', 0, entry[LIMIT])
   if not places.err then
     for _, place in ipairs(places) do
       tell_waiter(KEYS[1], place)
@@ -324,17 +328,17 @@ return { entry }
 -- Returns: { entry }: the key's entry as `describe` reads it.
 local now = now_ms()
 local entry = describe_at(1, now)
-local kind, asks, request = entry[1], KEYS[8], ':' .. ARGV[1]
+local kind, asks, request = entry[KIND], KEYS[8], ':' .. ARGV[1]
 local found = kind_of(asks)
 if found ~= 'none' and found ~= 'zset' then
   return redis.error_reply('ERR ' .. asks .. ' holds data of another kind, where requests to release ' .. KEYS[1] .. ' are kept')
 end
 local longest = 0
-if (kind == 'lock' or kind == 'fair_lock' or kind == 'rw_lock_write') and entry[11] == 0 then
-  local flag = string.sub(entry[4], FLAG_AT, FLAG_AT)
-  if flag ~= 'k' and flag ~= 'r' and entry[2] > 0 then
-    redis.call('zadd', asks, 0, string.sub(entry[4], 1, TOKEN_LEN) .. request)
-    longest = entry[2]
+if (kind == 'lock' or kind == 'fair_lock' or kind == 'rw_lock_write') and entry[FORCED] == 0 then
+  local flag = string.sub(entry[VALUE], FLAG_AT, FLAG_AT)
+  if flag ~= 'k' and flag ~= 'r' and entry[PTTL] > 0 then
+    redis.call('zadd', asks, 0, string.sub(entry[VALUE], 1, TOKEN_LEN) .. request)
+    longest = entry[PTTL]
   end
 elseif kind == 'semaphore' or kind == 'rw_lock_read' then
   local members = redis.call('zrangebyscore', KEYS[1], live_from(now), '+inf', 'withscores')

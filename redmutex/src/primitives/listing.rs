@@ -10,11 +10,12 @@ use redis::{RedisError, ScriptInvocation, Value};
 use crate::backend::common::{Reply, View};
 use crate::backend::Backend;
 use crate::connection::Connection;
+use crate::engine::inspect::{Holding, KeyState};
 use crate::error::{Argument, Error};
 use crate::fence::{self, Companion};
 use crate::quorum::{NodeError, NodeFailure, QuorumFailure};
 use crate::scripts::{operations, Operation};
-use crate::token::{parse_value, watched_outside_line, Channels, StoredValue, Token, TOKEN_LEN};
+use crate::token::{watched_outside_line, Channels, Token, TOKEN_LEN};
 
 operations!("primitives/listing.lua"; DESCRIBE = "describe", FORCE = "force", ASK = "ask");
 
@@ -627,14 +628,13 @@ fn group_by_holder<'a>(
     groups.into_iter().map(|(_, group)| group).collect()
 }
 
-/// One key's entry of the describe reply (see `listing.lua`).
+/// One key's entry of the describe reply (see `listing.lua`): the key's state, parsed as
+/// every read of it is ([`KeyState`]), then what the listing counts beside it.
 fn entry_of(key: &[u8], entry: Value) -> Result<Described, RedisError> {
     let mut fields = redis::from_redis_value::<Vec<Value>>(entry)?.into_iter();
+    let state = KeyState::take(&mut fields)?;
     let mut next = || fields.next().unwrap_or(Value::Nil);
     let kind: String = redis::from_redis_value(next())?;
-    let pttl: i64 = redis::from_redis_value(next())?;
-    let fence: Option<String> = redis::from_redis_value(next())?;
-    let value: Option<Vec<u8>> = redis::from_redis_value(next())?;
     let holder_count: u32 = redis::from_redis_value(next())?;
     let waiters: i64 = redis::from_redis_value(next())?;
     let awaited: i64 = redis::from_redis_value(next())?;
@@ -651,57 +651,49 @@ fn entry_of(key: &[u8], entry: Value) -> Result<Described, RedisError> {
     let mut holders: Vec<ListedHolder> = (sample.into_iter())
         .map(|(left, details, grave)| holder(kind, left, &details, grave == 1))
         .collect();
-    if let Some(value) = value {
-        identity = value.get(..TOKEN_LEN).unwrap_or(&value).to_vec();
-        match parse_value(&value) {
-            StoredValue::Redmutex {
+    match (state.holding(), state.value.as_deref()) {
+        (
+            Holding::Held {
                 metadata,
                 awaited: marked,
+                tombstone,
                 ..
-            } => {
-                // Where the server counted the line, it says who waits in it; the flag
-                // says the rest (and outlives the line's lockers, who do not unflag it).
+            },
+            Some(value),
+        ) => {
+            identity = match tombstone {
+                true => value.to_vec(),
+                false => value.get(..TOKEN_LEN).unwrap_or(value).to_vec(),
+            };
+            // Where the server counted the line, it says who waits in it; the flag says
+            // the rest (and outlives the line's lockers, who do not unflag it).
+            if !tombstone {
                 awaited = match waiters {
-                    0.. => waiters > 0 || watched_outside_line(&value),
+                    0.. => waiters > 0 || watched_outside_line(value),
                     _ => marked,
                 };
-                holders.push(ListedHolder {
-                    metadata,
-                    ttl: None,
-                    permits: None,
-                    released_by_force: false,
-                });
             }
-            StoredValue::Tombstone { metadata, .. } => {
-                holders.push(ListedHolder {
-                    metadata,
-                    ttl: None,
-                    permits: None,
-                    released_by_force: true,
-                });
-                identity = value;
-            }
-            StoredValue::Foreign => {
-                kind = LockKind::Foreign;
-                identity = value;
-            }
+            holders.push(ListedHolder {
+                metadata,
+                ttl: None,
+                permits: None,
+                released_by_force: tombstone,
+            });
         }
+        (Holding::Foreign, _) => {
+            kind = LockKind::Foreign;
+            identity = kind.name().as_bytes().to_vec();
+        }
+        _ => {}
     }
+    let foreign = kind == LockKind::Foreign;
     let listed = ListedLock {
         key: key.to_vec(),
         kind,
-        ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
-        fence: fence.and_then(|f| f.parse().ok()),
-        holder_count: if kind == LockKind::Foreign {
-            0
-        } else {
-            holder_count
-        },
-        holders: if kind == LockKind::Foreign {
-            Vec::new()
-        } else {
-            holders
-        },
+        ttl: state.ttl(),
+        fence: state.fence,
+        holder_count: if foreign { 0 } else { holder_count },
+        holders: if foreign { Vec::new() } else { holders },
         waiters: u32::try_from(waiters).ok(),
         awaited,
         permits: (kind == LockKind::Semaphore).then_some((used, limit)),
