@@ -248,6 +248,7 @@ mod locker;
 pub mod safety {}
 #[cfg(feature = "memory")]
 pub mod memory;
+mod ops;
 mod primitives;
 mod pubsub;
 mod quorum;
@@ -287,11 +288,11 @@ pub use engine::wakeup::WakeUpState;
 pub use error::{Argument, Error, InvalidArgument, NotObtained, NotReplicated};
 pub use fence::DEFAULT_FENCE_RETENTION;
 pub use locker::Locker;
+pub use ops::listing::{ListedHolder, ListedLock, Listing, LockKind, LIST_PAGE};
 pub use primitives::election::{
     Campaign, Election, ElectionKey, Leader, Leadership, DEFAULT_ELECTION_TTL,
 };
 pub use primitives::fair::{FairGuard, FairKey, FairLock, FairLockInfo};
-pub use primitives::listing::{ListedHolder, ListedLock, Listing, LockKind, LIST_PAGE};
 pub use primitives::rwlock::{
     ReadGuard, ReadKey, ReaderInfo, RwLock, RwLockInfo, WriteGuard, WriteKey,
 };

@@ -6,7 +6,6 @@ use std::time::Duration;
 use crate::args::{self, Keys};
 use crate::backend::replication::Replication;
 use crate::backend::Backend;
-use crate::check::{self, Check, Finding, Level, ServerCheck};
 use crate::connection::Connection;
 use crate::engine::acquire::Acquire;
 use crate::engine::context::Context;
@@ -19,7 +18,6 @@ use crate::error::{Argument, Error};
 use crate::fence::MIN_FENCE_RETENTION;
 use crate::primitives::election::Election;
 use crate::primitives::fair::FairLock;
-use crate::primitives::listing::{self, ListedLock, Listing};
 use crate::primitives::mutex;
 use crate::primitives::rwlock::RwLock;
 use crate::primitives::semaphore::Semaphore;
@@ -49,8 +47,8 @@ use crate::token::Token;
 pub struct Locker<C: Connection> {
     /// The backend, renewer, wake-up hub and fence settings, shared with every acquire and
     /// guard this locker hands out.
-    context: Arc<Context<C>>,
-    prefix: Arc<[u8]>,
+    pub(crate) context: Arc<Context<C>>,
+    pub(crate) prefix: Arc<[u8]>,
 }
 
 impl<C: Connection> Clone for Locker<C> {
@@ -654,207 +652,6 @@ impl<C: Connection> Locker<C> {
         self.edit(|context| context.meter = Arc::new(Meter::named(Some(name))))
     }
 
-    /// Every lock under this locker's prefix whose key (after the prefix) matches
-    /// `pattern`, a Redis glob (`*` for all, `jobs:*`): its kind, holders and their
-    /// metadata, TTL, fence and waiters. Found with `SCAN` and described a page of
-    /// [`LIST_PAGE`](crate::LIST_PAGE) keys per call, so that no call blocks the server for
-    /// long however many locks there are; read the pages with
-    /// [`Listing::next_page`](crate::Listing::next_page) or all at once with
-    /// [`Listing::collect`](crate::Listing::collect). Keys beside the locks (fence
-    /// counters, queues) are not listed; with an empty prefix, keys redmutex did not write
-    /// are listed as [`LockKind::Foreign`](crate::LockKind::Foreign). Redlock: each node is
-    /// scanned, and a key is listed once, where one holder has it on a quorum of nodes — a
-    /// minority's leftover (a rival's failed try, a holder that lost the other nodes) holds
-    /// nothing, and is not listed.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] on a cluster connection (`SCAN` reaches one master there:
-    /// list each master through a locker of its own). Redlock: [`Error::NoQuorum`] when
-    /// fewer than a quorum of nodes answered, or when the nodes that did not answer could
-    /// complete a holder's quorum of a key (nobody can tell whether it is held).
-    ///
-    /// ```
-    /// # async fn demo(locker: redmutex::Locker<redis::aio::MultiplexedConnection>) -> Result<(), redmutex::Error> {
-    /// let mut listing = locker.list("jobs:*")?;
-    /// while let Some(page) = listing.next_page().await? {
-    ///     for lock in page {
-    ///         let who = lock.holders.first().and_then(|h| h.metadata.as_deref());
-    ///         println!("{} {} held by {who:?}, ttl {:?}", lock.key_lossy(), lock.kind.name(), lock.ttl);
-    ///     }
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub fn list(&self, pattern: &str) -> Result<Listing<C>, Error> {
-        Listing::new(self.context.backend.clone(), &self.prefix, pattern)
-    }
-
-    /// What `key` holds now, as [`list`](Locker::list) shows it — kind, holders and their
-    /// metadata, TTL, fence, waiters — in one round trip; `None` when it is free (Redlock:
-    /// when no holder has it on a quorum of nodes).
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a bad key (before any request); [`Error::Redis`].
-    /// Redlock: [`Error::NoQuorum`] when the nodes that answered cannot tell (as
-    /// [`list`](Locker::list)).
-    ///
-    /// # Cancel safety
-    /// Cancel safe: it only reads.
-    ///
-    /// ```
-    /// # async fn demo(locker: redmutex::Locker<redis::aio::MultiplexedConnection>) -> Result<(), redmutex::Error> {
-    /// match locker.describe("jobs:nightly").await? {
-    ///     Some(lock) => println!("{} holder(s), {:?} left", lock.holder_count, lock.ttl),
-    ///     None => println!("free"),
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn describe(&self, key: impl AsRef<[u8]>) -> Result<Option<ListedLock>, Error> {
-        let keys = self.keys([key])?;
-        listing::describe(&self.context.backend, keys.get(0).expect("one key")).await
-    }
-
-    /// Releases whatever redmutex holds at `key`, **whoever holds it**, without breaking
-    /// mutual exclusion: for operators, when a holder is stuck (its process frozen, its
-    /// job hung) and renews a long TTL. Atomically, it reads what was held (kind, holders'
-    /// metadata, fence — returned, to be shown and logged) and turns each holder into a
-    /// **tombstone** that keeps its place until its TTL ends (a lock-delay, as Consul's and
-    /// Chubby's): a lock's value (its TTL kept), a semaphore's holders (their permits and
-    /// expiry kept), readers. The holder's next renewal, refresh or release finds itself
-    /// gone — a kept-alive lease is then lost
-    /// ([`LostReason::NotHeld`](crate::LostReason::NotHeld)), so `exec` stops its command —
-    /// and nobody else is let in before the holder's validity has surely ended (it ends
-    /// before its TTL on the server: [claim 13](crate::safety)). Waiters take the lock as the tombstone ends: their waits are bounded by
-    /// the TTL they were told. A tombstone is listed as such
-    /// ([`ListedLock::forced`](crate::ListedLock::forced)); forcing it again changes
-    /// nothing. Something redmutex did not write is left alone (returned as
-    /// [`LockKind::Foreign`](crate::LockKind::Foreign)). Redlock: on every node.
-    ///
-    /// For a holder known to be dead, whose TTL is too long to wait out, see
-    /// [`force_release_now`](Locker::force_release_now).
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a bad key (before any request); [`Error::Redis`] /
-    /// [`Error::NoQuorum`].
-    ///
-    /// # Cancel safety
-    /// If cancelled, the release may or may not have happened; call it again to know (it
-    /// then answers the tombstone, `forced` set, if it had).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), redmutex::Error> {
-    /// use std::time::Duration;
-    /// let redis = redmutex::memory::MemoryRedis::new();
-    /// let (stuck, operator) = (redmutex::Locker::in_memory_on(&redis), redmutex::Locker::in_memory_on(&redis));
-    /// let mut held = stuck.acquire("jobs:nightly", Duration::from_secs(60)).metadata("host=web-3").await?;
-    /// let was = operator.force_release("jobs:nightly").await?.expect("it was held");
-    /// assert_eq!(was.holders[0].metadata.as_deref(), Some("host=web-3"));
-    /// // Nobody gets in while the old holder may still believe it holds:
-    /// let once = || operator.acquire("jobs:nightly", Duration::from_secs(5)).retry(redmutex::retry::none());
-    /// assert!(once().await.unwrap_err().is_not_obtained());
-    /// assert_eq!(operator.describe("jobs:nightly").await?.expect("a tombstone").forced, 1);
-    /// // The holder finds out at its next refresh (or renewal, or release):
-    /// assert!(held.refresh(Duration::from_secs(60)).await.unwrap_err().is_not_held());
-    /// tokio::time::sleep(Duration::from_secs(61)).await; // its TTL has ended
-    /// let next = once().await?;
-    /// # drop(next);
-    /// # Ok(()) }
-    /// ```
-    pub async fn force_release(&self, key: impl AsRef<[u8]>) -> Result<Option<ListedLock>, Error> {
-        let keys = self.keys([key])?;
-        let key = keys.get(0).expect("one key");
-        listing::force_release(&self.context.backend, key, false).await
-    }
-
-    /// Asks whoever holds `key` to let it go (polite revocation, as Curator's `Revoker`):
-    /// a lock's, fair lock's or writer's holder; every holder of a semaphore and every
-    /// reader (which of them should yield is the application's to say, and a writer
-    /// waits for them all). Each holder's kept-alive lease learns it at once when its
-    /// locker has [wake-up](Locker::with_wake_up) (the request is announced, and prompts a
-    /// renewal; a request made before the locker's subscription is up, a round trip after
-    /// `keep_alive`, or while its subscriber connection is down, waits for the next
-    /// renewal), and otherwise at its next renewal — within its renewal interval, a third
-    /// of its TTL by default — as a signal of its own
-    /// ([`Lease::release_requested`](crate::Lease::release_requested)), distinct from
-    /// loss; `redmutex exec` then signals its command and releases when it ends. It is a
-    /// request: a holder that ignores it keeps the key, and nobody else is let in before
-    /// it lets go. The request lasts as long as the holders' TTLs at the time (a later
-    /// holder is not asked). Returns what holds the key, or `None` when free (nothing is
-    /// asked: a tombstone of a forced release or something redmutex did not write has no
-    /// holder to ask). Redlock: asked on every node that answers; what a quorum holds.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a bad key (before any request), and when the key
-    /// beside it where requests are kept (`{KEY}:ask`) holds something else's data
-    /// (nothing asked); [`Error::Redis`] / [`Error::NoQuorum`].
-    ///
-    /// # Cancel safety
-    /// If cancelled, the request may or may not have been stored; asking again is
-    /// harmless.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), redmutex::Error> {
-    /// use std::time::Duration;
-    /// let redis = redmutex::memory::MemoryRedis::new();
-    /// let (worker, operator) = (redmutex::Locker::in_memory_on(&redis), redmutex::Locker::in_memory_on(&redis));
-    /// let lease = worker.acquire("reindex", Duration::from_secs(30)).metadata("host=web-3").await?.keep_alive()?;
-    /// tokio::time::sleep(Duration::from_millis(100)).await; // the worker subscribes meanwhile
-    /// let held = operator.request_release("reindex").await?.expect("it is held");
-    /// assert_eq!(held.holders[0].metadata.as_deref(), Some("host=web-3"));
-    /// let asked = tokio::time::Instant::now();
-    /// lease.release_requested().await; // at once: the worker's locker has wake-up
-    /// assert!(asked.elapsed() < Duration::from_secs(1)); // (else at its next renewal, in 10 s)
-    /// assert!(!lease.is_lost()); // a request, not a loss: the holder lets go when it can
-    /// lease.release().await?;
-    /// assert!(operator.request_release("reindex").await?.is_none()); // free: nobody to ask
-    /// # Ok(()) }
-    /// ```
-    pub async fn request_release(
-        &self,
-        key: impl AsRef<[u8]>,
-    ) -> Result<Option<ListedLock>, Error> {
-        let keys = self.keys([key])?;
-        let key = keys.get(0).expect("one key");
-        listing::request_release(&self.context.backend, key).await
-    }
-
-    /// Releases whatever redmutex holds at `key`, whoever holds it, **at once** (a
-    /// tombstone too): for a holder known to be dead whose TTL is too long to wait out.
-    /// **This breaks mutual exclusion** if the holder still lives: it is not told, finds
-    /// out only at its next renewal, refresh or release, and may go on working meanwhile
-    /// while another takes the lock (fences keep storage safe: the next holder's is
-    /// greater). Prefer [`force_release`](Locker::force_release). Atomically, it reads what
-    /// was held (returned) and removes it: a lock's key; a semaphore's or readers' holders
-    /// with their details. Waiters hear of it as of a release; a fair lock's line and the
-    /// fence counter stay, and something redmutex did not write is left alone. Redlock: on
-    /// every node.
-    ///
-    /// # Errors
-    /// As [`force_release`](Locker::force_release).
-    ///
-    /// # Cancel safety
-    /// If cancelled, the release may or may not have happened; call it again to know (it
-    /// then answers `None` if it had).
-    ///
-    /// ```
-    /// # async fn demo(locker: redmutex::Locker<redis::aio::MultiplexedConnection>) -> Result<(), redmutex::Error> {
-    /// // The host that held it is gone for good (its machine was replaced).
-    /// if let Some(was) = locker.force_release_now("jobs:stuck").await? {
-    ///     let who = was.holders.first().and_then(|h| h.metadata.as_deref());
-    ///     eprintln!("released {} ({}), held by {who:?}, fence {:?}", was.key_lossy(), was.kind.name(), was.fence);
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn force_release_now(
-        &self,
-        key: impl AsRef<[u8]>,
-    ) -> Result<Option<ListedLock>, Error> {
-        let keys = self.keys([key])?;
-        let key = keys.get(0).expect("one key");
-        listing::force_release(&self.context.backend, key, true).await
-    }
-
     /// The name given with [`with_name`](Locker::with_name), if any.
     ///
     /// ```
@@ -924,111 +721,6 @@ impl<C: Connection> Locker<C> {
     /// ```
     pub fn nodes(&self) -> &[C] {
         self.context.backend.nodes()
-    }
-
-    /// Checks whether the servers this locker uses are fit to hold locks, and says what
-    /// to change where they are not (`redmutex doctor` prints the same):
-    ///
-    /// - **unsafe**: a `maxmemory-policy` other than `noeviction` — under memory pressure
-    ///   the server deletes held locks and fence counters, and a rival takes a lock its
-    ///   holder still believes it holds;
-    /// - **warnings**: no persistence (a restart forgets every lock; on Redlock nodes, see
-    ///   the keep-out rule), `appendfsync` short of `always` (a crash forgets the last
-    ///   second), a replica instead of a master, a server older than 6.2, a cluster whose
-    ///   state is not `ok`, an ACL user that lacks part of [`acl_rule`](crate::acl_rule);
-    /// - **unknown**: what the ACL user may not read (`INFO`, `CONFIG GET`) — not a failure.
-    ///
-    /// The permissions are checked by doing what redmutex does: a probe lock under the
-    /// locker's prefix (`redmutex-check:` and a random token) is taken with its fence,
-    /// refreshed, inspected and released; its fence counter expires within a second. With
-    /// [wake-up](Locker::with_wake_up), each subscriber client also subscribes to the probe
-    /// key's channel once. Every request is bounded (2 s); a node that cannot be reached is
-    /// reported, not an error.
-    ///
-    /// Without this, a locker still looks at the eviction policy once by itself, alongside
-    /// its first acquire, and warns through `tracing` (`warn!`) when a node evicts.
-    ///
-    /// ```
-    /// # async fn demo(locker: redmutex::Locker<redis::aio::MultiplexedConnection>) {
-    /// let check = locker.check_server().await;
-    /// for finding in check.at(redmutex::Level::Unsafe) {
-    ///     eprintln!("node {}: {}: {}", finding.node, finding.check.name(), finding.detail);
-    /// }
-    /// assert!(check.is_fit() || !check.findings.is_empty());
-    /// # }
-    /// ```
-    ///
-    /// # Cancel safety
-    /// If cancelled, the probe lock may be left until its 10 s TTL runs out.
-    pub async fn check_server(&self) -> ServerCheck {
-        let redlock = self.nodes().len() > 1;
-        let nodes = self.nodes().iter().enumerate();
-        let per_node = nodes.map(|(node, conn)| check::node_findings(node, conn.clone(), redlock));
-        let mut findings: Vec<Finding> = futures_util::future::join_all(per_node)
-            .await
-            .into_iter()
-            .flatten()
-            .collect();
-        // A random name; should the OS have no randomness, the time tells probes apart.
-        let unique = Token::generate().map_or_else(
-            |_| format!("{:?}", std::time::SystemTime::now()),
-            |token| token.to_string(),
-        );
-        let key = format!("redmutex-check:{unique}");
-        findings.push(self.probe(&key).await);
-        if let Some(hub) = &self.context.hub {
-            let mut channel = self.prefix.to_vec();
-            channel.extend_from_slice(key.as_bytes());
-            for (node, outcome) in hub.probe(&channel).await.into_iter().enumerate() {
-                findings.push(wake_up_finding(node, outcome));
-            }
-        }
-        ServerCheck { findings }
-    }
-
-    /// Takes, fences, refreshes, inspects and releases a probe lock on `key`: whether the
-    /// user may do what redmutex does.
-    async fn probe(&self, key: &str) -> Finding {
-        let probe = match self.clone().with_fence_retention(MIN_FENCE_RETENTION) {
-            Ok(probe) => probe,
-            Err(e) => return check::finding(0, Check::Permissions, Level::Unknown, e.to_string()),
-        };
-        let ttl = Duration::from_secs(10);
-        let outcome = async {
-            let acquire = probe.acquire(key, ttl);
-            let mut lock = match probe.fences() {
-                true => acquire
-                    .with_fence()
-                    .await
-                    .map_err(|e| ("take a fenced lock", e))?,
-                false => acquire.await.map_err(|e| ("take a lock", e))?,
-            };
-            lock.refresh(ttl).await.map_err(|e| ("refresh it", e))?;
-            probe.inspect(key).await.map_err(|e| ("inspect it", e))?;
-            lock.release().await.map_err(|e| ("release it", e))
-        };
-        match outcome.await {
-            Ok(()) => check::finding(
-                0,
-                Check::Permissions,
-                Level::Fine,
-                format!("took, fenced, refreshed, inspected and released a probe lock ({key})"),
-            ),
-            Err((step, e)) if e.is_permission_denied() => check::finding(
-                0,
-                Check::Permissions,
-                Level::Warning,
-                format!(
-                    "the user may not {step}: {e} (redmutex::acl_rule gives the rule it needs)"
-                ),
-            ),
-            Err((step, e)) => check::finding(
-                0,
-                Check::Permissions,
-                Level::Unknown,
-                format!("could not {step} (a probe lock, {key}): {e}"),
-            ),
-        }
     }
 
     /// A counting semaphore named `name` (with this locker's prefix) that lets at most
@@ -1321,28 +1013,6 @@ impl<C: Connection> Locker<C> {
             .refresh(&keys, token, ttl_ms, None)
             .await?;
         Ok(())
-    }
-}
-
-/// What a subscriber client's probe subscription says about wake-up on `node`.
-fn wake_up_finding(node: usize, outcome: Result<(), redis::RedisError>) -> Finding {
-    match outcome {
-        Ok(()) => check::finding(node, Check::WakeUp, Level::Fine, "may subscribe".into()),
-        Err(e) if crate::classify::is_no_permission(&e) => check::finding(
-            node,
-            Check::WakeUp,
-            Level::Warning,
-            format!(
-                "the subscriber may not subscribe to the keys' channels: {e}; waiters poll \
-                 instead (redmutex::acl_rule gives +subscribe and the channels)"
-            ),
-        ),
-        Err(e) => check::finding(
-            node,
-            Check::WakeUp,
-            Level::Unknown,
-            format!("could not subscribe: {e}"),
-        ),
     }
 }
 

@@ -933,7 +933,7 @@ mod tests {
             include_str!("primitives/rwlock.lua"),
             include_str!("primitives/fair.lua"),
             include_str!("primitives/election.lua"),
-            include_str!("primitives/listing.lua"),
+            include_str!("ops/listing.lua"),
         ];
         let lua = mlua::Lua::new();
         let mut operations = 0;
@@ -974,7 +974,7 @@ mod tests {
 
     #[test]
     fn the_scripts_read_stored_values_as_token_rs_writes_them() {
-        let listing = include_str!("primitives/listing.lua");
+        let listing = include_str!("ops/listing.lua");
         let token_len = format!("local TOKEN_LEN = {}\n", crate::token::TOKEN_LEN);
         assert!(
             listing.contains(&token_len),

@@ -51,7 +51,7 @@ use crate::connection::Connection;
 use crate::engine::inspect::LockInfo;
 use crate::engine::meter::LockerStats;
 use crate::error::Error;
-use crate::primitives::listing::ListedLock;
+use crate::ops::listing::ListedLock;
 use crate::token::Token;
 pub use guard::{Acquire, Lease, Lock};
 pub use primitives::{Campaign, Election, FairLock, Leadership, Observe, RwLock, Semaphore};

@@ -13,11 +13,12 @@ use crate::connection::Connection;
 use crate::engine::inspect::{Holding, KeyState};
 use crate::error::{Argument, Error};
 use crate::fence::{self, Companion};
+use crate::locker::Locker;
 use crate::quorum::{NodeError, NodeFailure, QuorumFailure};
 use crate::scripts::{operations, Operation};
-use crate::token::{watched_outside_line, Channels, Token, TOKEN_LEN};
+use crate::token::{watched_outside_line, Channels, TOKEN_LEN};
 
-operations!("primitives/listing.lua"; DESCRIBE = "describe", FORCE = "force", ASK = "ask");
+operations!("ops/listing.lua"; DESCRIBE = "describe", FORCE = "force", ASK = "ask");
 
 /// Keys described per script call, the most a page holds: each call stays short on the
 /// server (100 keys cost it about half a millisecond) whatever the total.
@@ -431,62 +432,69 @@ impl<C: Connection> Listing<C> {
     }
 }
 
-/// An operator's release of `key` (with the prefix), whoever holds it (see
-/// [`Locker::force_release`](crate::Locker::force_release)): what it held, as it was, or
-/// `None` when nothing was there. Redlock: on every node; what the most nodes held alike,
-/// with their count.
-pub(crate) async fn force_release<C: Connection>(
-    backend: &Backend<C>,
-    key: &[u8],
-    at_once: bool,
-) -> Result<Option<ListedLock>, Error> {
-    // At once, it tells a fair lock's first waiter and a lock's first locker in line:
-    // their lines are among the companions.
-    let mode = if at_once { "now" } else { "delay" };
-    one_key(backend, &FORCE, key, Some(mode)).await
-}
+impl<C: Connection> Locker<C> {
+    /// Every lock under this locker's prefix whose key (after the prefix) matches
+    /// `pattern`, a Redis glob (`*` for all, `jobs:*`): its kind, holders and their
+    /// metadata, TTL, fence and waiters. Found with `SCAN` and described a page of
+    /// [`LIST_PAGE`](crate::LIST_PAGE) keys per call, so that no call blocks the server for
+    /// long however many locks there are; read the pages with
+    /// [`Listing::next_page`](crate::Listing::next_page) or all at once with
+    /// [`Listing::collect`](crate::Listing::collect). Keys beside the locks (fence
+    /// counters, queues) are not listed; with an empty prefix, keys redmutex did not write
+    /// are listed as [`LockKind::Foreign`](crate::LockKind::Foreign). Redlock: each node is
+    /// scanned, and a key is listed once, where one holder has it on a quorum of nodes — a
+    /// minority's leftover (a rival's failed try, a holder that lost the other nodes) holds
+    /// nothing, and is not listed.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] on a cluster connection (`SCAN` reaches one master there:
+    /// list each master through a locker of its own). Redlock: [`Error::NoQuorum`] when
+    /// fewer than a quorum of nodes answered, or when the nodes that did not answer could
+    /// complete a holder's quorum of a key (nobody can tell whether it is held).
+    ///
+    /// ```
+    /// # async fn demo(locker: redmutex::Locker<redis::aio::MultiplexedConnection>) -> Result<(), redmutex::Error> {
+    /// let mut listing = locker.list("jobs:*")?;
+    /// while let Some(page) = listing.next_page().await? {
+    ///     for lock in page {
+    ///         let who = lock.holders.first().and_then(|h| h.metadata.as_deref());
+    ///         println!("{} {} held by {who:?}, ttl {:?}", lock.key_lossy(), lock.kind.name(), lock.ttl);
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn list(&self, pattern: &str) -> Result<Listing<C>, Error> {
+        Listing::new(self.context.backend.clone(), &self.prefix, pattern)
+    }
 
-/// A request that whoever holds `key` (with the prefix) let it go (see
-/// [`Locker::request_release`](crate::Locker::request_release)): what holds it, as a
-/// listing would show it, or `None` when free. Redlock: asked on every node that answers;
-/// what a quorum holds alike.
-pub(crate) async fn request_release<C: Connection>(
-    backend: &Backend<C>,
-    key: &[u8],
-) -> Result<Option<ListedLock>, Error> {
-    let keys = [key.to_vec()];
-    let asks = fence::companion_key(key, Companion::Ask);
-    let mut call = ASK.script(backend.channels()).prepare_invoke();
-    add_keys(&mut call, key);
-    call.key(&asks);
-    // The request's id, the same on every node: Redlock's holders count each request on
-    // its own (see `helpers.lua`'s `asked`).
-    call.arg(Token::generate()?.as_str());
-    let view = PageView {
-        keys: &keys,
-        quorum_only: true,
-    };
-    match backend.inspect(&view, &call).await {
-        Ok(mut listed) => Ok(listed.pop()),
-        // Something else's data where requests are kept (`listing.lua`): the key cannot
-        // take requests, as a lock key whose companion holds foreign data cannot be taken.
-        Err(Error::Redis(e)) if e.to_string().contains(ASK_TAKEN) => {
-            let reason = format!(
-                "{} holds data of another kind, where requests to release this key are \
-                 kept; nothing was asked",
-                String::from_utf8_lossy(&asks)
-            );
-            Err(Error::invalid(Argument::Key, reason))
-        }
-        Err(e) => Err(e),
+    /// What `key` holds now, as [`list`](Locker::list) shows it — kind, holders and their
+    /// metadata, TTL, fence, waiters — in one round trip; `None` when it is free (Redlock:
+    /// when no holder has it on a quorum of nodes).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad key (before any request); [`Error::Redis`].
+    /// Redlock: [`Error::NoQuorum`] when the nodes that answered cannot tell (as
+    /// [`list`](Locker::list)).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    ///
+    /// ```
+    /// # async fn demo(locker: redmutex::Locker<redis::aio::MultiplexedConnection>) -> Result<(), redmutex::Error> {
+    /// match locker.describe("jobs:nightly").await? {
+    ///     Some(lock) => println!("{} holder(s), {:?} left", lock.holder_count, lock.ttl),
+    ///     None => println!("free"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn describe(&self, key: impl AsRef<[u8]>) -> Result<Option<ListedLock>, Error> {
+        let keys = self.keys([key])?;
+        describe(&self.context.backend, keys.get(0).expect("one key")).await
     }
 }
 
-/// What `listing.lua`'s `ask` answers when the key's ask companion holds something else.
-const ASK_TAKEN: &str = "holds data of another kind, where requests to release";
-
 /// What `key` (with the prefix) holds, as a listing would show it; `None` when free.
-pub(crate) async fn describe<C: Connection>(
+async fn describe<C: Connection>(
     backend: &Backend<C>,
     key: &[u8],
 ) -> Result<Option<ListedLock>, Error> {
@@ -495,7 +503,7 @@ pub(crate) async fn describe<C: Connection>(
 
 /// Runs `operation` of `listing.lua` for one key and its companions (`force`: the forced
 /// release's mode).
-async fn one_key<C: Connection>(
+pub(super) async fn one_key<C: Connection>(
     backend: &Backend<C>,
     operation: &'static Operation,
     key: &[u8],
@@ -524,7 +532,7 @@ fn describe_call(keys: &[Vec<u8>], channels: Channels) -> ScriptInvocation<'stat
 }
 
 /// A key and its companions, as `listing.lua` takes them.
-fn add_keys(call: &mut ScriptInvocation<'static>, key: &[u8]) {
+pub(super) fn add_keys(call: &mut ScriptInvocation<'static>, key: &[u8]) {
     call.key(key);
     call.key(fence::counter_key(key));
     for companion in [
@@ -539,13 +547,13 @@ fn add_keys(call: &mut ScriptInvocation<'static>, key: &[u8]) {
 }
 
 /// Reads a page of descriptions (see [`View`]).
-struct PageView<'k> {
-    keys: &'k [Vec<u8>],
+pub(super) struct PageView<'k> {
+    pub(super) keys: &'k [Vec<u8>],
     /// Redlock: what counts as found. `describe` and `list` show a key only where one
     /// holder has it on a quorum of nodes (a minority's leftover — a rival's failed try, a
     /// holder that lost the others — holds nothing: the next acquire takes the key).
     /// `force` reports whatever it removed: the largest group of nodes that held alike.
-    quorum_only: bool,
+    pub(super) quorum_only: bool,
 }
 
 /// One key as one node described it, with who holds it there (nodes agree on a holder
