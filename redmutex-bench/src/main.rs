@@ -28,7 +28,7 @@ use redis::aio::MultiplexedConnection;
 use redmutex::Locker;
 
 use crate::contender::Contender;
-use crate::workload::Row;
+use crate::workload::{Ratio, Row};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -46,9 +46,10 @@ struct Args {
     #[arg(long, default_value_t = 2.0)]
     seconds: f64,
 
-    /// How many times each throughput row is measured. The three implementations take turns
-    /// (baseline, rslock, redmutex, baseline, …) so that drift of the machine hits them alike;
-    /// the table shows each one's median round.
+    /// How many times each throughput row is measured. The implementations take turns
+    /// (baseline, rslock, redmutex, then backward: redmutex, rslock, baseline, …) so that
+    /// drift of the machine hits them alike; the table shows each one's median round, and
+    /// its ratios are the medians of the ratios within each round.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=50))]
     rounds: u32,
 
@@ -407,8 +408,12 @@ async fn fairness_lockers(
     Ok(lockers)
 }
 
-/// Measures one workload `rounds` times with the contenders taking turns, and keeps each
-/// contender's median round by throughput (its notes say how far the rounds spread).
+/// Measures one workload `rounds` times with the contenders taking turns — forward in
+/// even rounds, backward in odd ones, so that each takes each place in the order alike —
+/// and keeps each contender's median round by throughput (its notes say how far the
+/// rounds spread). Its ratios to the baseline and rslock are the medians of the ratios
+/// *within* each round (measured seconds apart), so that the machine's slow drift, which
+/// moves all three alike, cancels out of them.
 async fn medians<F, Fut>(
     rounds: u32,
     contenders: &[Arc<Contender>],
@@ -419,12 +424,34 @@ where
     Fut: std::future::Future<Output = Result<Row, String>>,
 {
     let mut measured: Vec<Vec<Row>> = contenders.iter().map(|_| Vec::new()).collect();
-    for _ in 0..rounds {
-        for (c, rows) in contenders.iter().zip(&mut measured) {
-            rows.push(measure(c.clone()).await?);
+    for round in 0..rounds {
+        let mut order: Vec<usize> = (0..contenders.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for c in order {
+            measured[c].push(measure(contenders[c].clone()).await?);
         }
     }
-    Ok(measured.into_iter().map(workload::median).collect())
+    let by_name = |name: &str| {
+        measured
+            .iter()
+            .position(|rows| rows[0].implementation == name)
+    };
+    let (baseline, rslock) = (by_name("baseline"), by_name("rslock"));
+    let paired: Vec<(Option<Ratio>, Option<Ratio>)> = (measured.iter())
+        .map(|rows| {
+            let against =
+                |other: Option<usize>| other.map(|o| workload::paired(rows, &measured[o]));
+            (against(baseline), against(rslock))
+        })
+        .collect();
+    let rows = measured.into_iter().map(workload::median).zip(paired);
+    let rows = rows.map(|(mut row, (vs_baseline, vs_rslock))| {
+        (row.vs_baseline, row.vs_rslock) = (vs_baseline, vs_rslock);
+        row
+    });
+    Ok(rows.collect())
 }
 
 async fn connect(url: &str) -> Result<MultiplexedConnection, String> {

@@ -420,6 +420,28 @@ pub fn median(mut rounds: Vec<Row>) -> Row {
     middle
 }
 
+/// `rows` against `others`, round by round (measured side by side): the median of each
+/// round's throughput ratio, and of its p50 ratio.
+pub fn paired(rows: &[Row], others: &[Row]) -> Ratio {
+    let median = |mut ratios: Vec<f64>| {
+        ratios.sort_by(f64::total_cmp);
+        let middle = ratios.len() / 2;
+        match ratios.len() % 2 {
+            1 => ratios[middle],
+            _ => (ratios[middle - 1] + ratios[middle]) / 2.0,
+        }
+    };
+    let pairs = || rows.iter().zip(others);
+    Ratio {
+        throughput: median(pairs().map(|(a, b)| a.ops_per_s / b.ops_per_s).collect()),
+        p50: median(
+            pairs()
+                .map(|(a, b)| a.p50.as_secs_f64() / b.p50.as_secs_f64())
+                .collect(),
+        ),
+    }
+}
+
 fn slug(workload: &str) -> String {
     workload
         .chars()
@@ -449,9 +471,10 @@ pub fn fill_ratios(rows: &mut [Row]) {
             )
         })
         .collect();
+    // Rows measured in rounds already have their ratios, paired round by round.
     for (row, (vs_baseline, vs_rslock)) in rows.iter_mut().zip(ratios) {
-        row.vs_baseline = vs_baseline;
-        row.vs_rslock = vs_rslock;
+        row.vs_baseline = row.vs_baseline.or(vs_baseline);
+        row.vs_rslock = row.vs_rslock.or(vs_rslock);
     }
 }
 
@@ -515,5 +538,66 @@ impl Row {
             num(self.vs_rslock.map(|r| r.p50)),
             self.notes.replace('"', "'")
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn measured(ops_per_s: f64, p50_us: u64) -> Row {
+        Row {
+            workload: "w".to_owned(),
+            implementation: "x",
+            ops: 1,
+            ops_per_s,
+            p50: Duration::from_micros(p50_us),
+            p99: Duration::ZERO,
+            commands_per_op: None,
+            notes: String::new(),
+            vs_baseline: None,
+            vs_rslock: None,
+        }
+    }
+
+    #[test]
+    fn ratios_are_paired_round_by_round_and_their_median_kept() {
+        // The host slows down 10-fold in the second round: both slow alike.
+        let ours = [
+            measured(110.0, 100),
+            measured(11.0, 1000),
+            measured(105.0, 100),
+        ];
+        let theirs = [
+            measured(100.0, 200),
+            measured(10.0, 2000),
+            measured(100.0, 100),
+        ];
+        let ratio = paired(&ours, &theirs);
+        assert!(
+            (ratio.throughput - 1.1).abs() < 1e-9,
+            "{}",
+            ratio.throughput
+        );
+        assert!((ratio.p50 - 0.5).abs() < 1e-9, "{}", ratio.p50);
+        // A ratio of medians would mix rounds: 105 / 100 here.
+        let even = paired(&ours[..2], &theirs[..2]);
+        assert!((even.throughput - 1.1).abs() < 1e-9);
+    }
+
+    #[test]
+    fn rows_measured_in_rounds_keep_their_paired_ratios() {
+        let mut base = measured(100.0, 100);
+        base.implementation = "baseline";
+        let mut ours = measured(90.0, 100);
+        ours.implementation = "redmutex";
+        ours.vs_baseline = Some(Ratio {
+            throughput: 1.2,
+            p50: 0.8,
+        });
+        let mut rows = [base, ours];
+        fill_ratios(&mut rows);
+        assert_eq!(rows[1].vs_baseline.map(|r| r.throughput), Some(1.2));
+        assert_eq!(rows[0].vs_baseline.map(|r| r.throughput), Some(1.0));
     }
 }
