@@ -463,49 +463,68 @@ impl<C: Connection> Tries<'_, '_, C> {
                 None => self.try_once(first).await,
             };
             let (held, held_ttl) = (attempt.held_key, attempt.held_ttl);
-            let reason = match attempt.result {
+            let (attempts, ahead) = (self.tally.attempts, self.tally.ahead);
+            let failure = match attempt.result {
                 TryResult::Obtained(obtained) => return Ok(obtained),
-                result => self.tally.record(result)?,
+                result => self.tally.record(result, keys)?,
             };
+            let found_held = failure.found_held();
             let now = Instant::now();
             if !recheck {
                 wake = self.schedule.next_wake(now);
                 if let Some(observer) = self.observer.as_mut() {
-                    let elapsed = now - self.schedule.started;
-                    let next = wake.map(|w| w - now);
-                    self.tally.report(observer, (reason, keys), elapsed, next);
+                    observer(&FailedTry {
+                        attempt: attempts,
+                        elapsed: now - self.schedule.started,
+                        next_delay: wake.map(|w| w - now),
+                        ahead,
+                        reason: failure,
+                    });
                 }
             }
-            if self.fail_fast && !self.tally.found_held(reason) {
+            if self.fail_fast && !found_held {
                 self.tally.forget_held();
                 return Err(self.give_up().await);
             }
             let Some(wake) = wake else {
                 return Err(self.give_up().await);
             };
-            // A waiter in a queue hears of its turn on a channel of its own.
-            let channel = match (self.queue_channel(), &self.line.channel) {
-                (Some(channel), _) => held.map(|_| channel),
-                (None, Some(channel)) => held.map(|_| channel.clone()),
-                (None, None) => {
-                    (held.and_then(|index| keys.get(index))).map(|key| self.wait_channel(key))
-                }
-            };
-            self.waiting.join(channel.as_deref());
-            // A held key that expires before the next try is due is tried when it expires
-            // (one millisecond more: it is certainly gone by then); a waiter in a queue or
-            // a line tries at least once per heartbeat interval, which keeps its place.
-            let expires = held_ttl.and_then(|ttl| now.checked_add(ttl + Duration::from_millis(1)));
-            let wake = expires.map_or(wake, |expires| expires.min(wake));
-            let wake = (self.line.queue.as_ref()).map_or(wake, |queue| wake.min(now + queue.every));
-            let wake = match self.left.place {
-                true => wake.min(now + LINE_HEARTBEAT / 3),
-                false => wake,
-            };
-            let woken = self.waiting.pause(wake).await;
+            let woken = self.pause((held, held_ttl), now, wake).await;
             recheck = woken == Some(Wake::Subscribed);
             self.probably_free = woken == Some(Wake::Local);
         }
+    }
+
+    /// The pause after a failed try that found the key at `held` held (for `held_ttl` at
+    /// most, when the reply said), until `wake` at the latest: listening for its release
+    /// where the locker's waiters hear of it. How it ended, when woken.
+    async fn pause(
+        &mut self,
+        (held, held_ttl): (Option<usize>, Option<Duration>),
+        now: Instant,
+        wake: Instant,
+    ) -> Option<Wake> {
+        let keys = self.claim.keys();
+        // A waiter in a queue hears of its turn on a channel of its own.
+        let channel = match (self.queue_channel(), &self.line.channel) {
+            (Some(channel), _) => held.map(|_| channel),
+            (None, Some(channel)) => held.map(|_| channel.clone()),
+            (None, None) => {
+                (held.and_then(|index| keys.get(index))).map(|key| self.wait_channel(key))
+            }
+        };
+        self.waiting.join(channel.as_deref());
+        // A held key that expires before the next try is due is tried when it expires
+        // (one millisecond more: it is certainly gone by then); a waiter in a queue or a
+        // line tries at least once per heartbeat interval, which keeps its place.
+        let expires = held_ttl.and_then(|ttl| now.checked_add(ttl + Duration::from_millis(1)));
+        let wake = expires.map_or(wake, |expires| expires.min(wake));
+        let wake = (self.line.queue.as_ref()).map_or(wake, |queue| wake.min(now + queue.every));
+        let wake = match self.left.place {
+            true => wake.min(now + LINE_HEARTBEAT / 3),
+            false => wake,
+        };
+        self.waiting.pause(wake).await
     }
 
     /// Before the first try of an acquire that may wait. On a key this locker's waiters are

@@ -92,16 +92,20 @@ pub enum TryFailure<'e> {
     NoQuorum(&'e QuorumFailure),
 }
 
+impl TryFailure<'_> {
+    /// Whether the try found the claim held by others — on a quorum: held on so many
+    /// nodes that no quorum is left — rather than failing to ask.
+    pub(crate) fn found_held(&self) -> bool {
+        match self {
+            TryFailure::Held { .. } => true,
+            TryFailure::NoQuorum(failure) => failure.blocks(failure.held()),
+            TryFailure::Redis(_) => false,
+        }
+    }
+}
+
 /// The callback given to [`Acquire::on_failed_try`](crate::Acquire::on_failed_try).
 pub(crate) type Observer<'a> = Box<dyn FnMut(&FailedTry<'_>) + Send + 'a>;
-
-/// Why a try failed; the details stay in the [`Tally`].
-#[derive(Clone, Copy)]
-pub(crate) enum Reason {
-    Held(usize),
-    Redis,
-    NoQuorum,
-}
 
 /// The failed tries of one acquire so far.
 #[derive(Default)]
@@ -116,36 +120,27 @@ pub(crate) struct Tally {
 }
 
 impl Tally {
-    /// Whether a try that failed for `reason` found the claim held by others — on a quorum:
-    /// held on so many nodes that no quorum is left — rather than failing to ask.
-    pub(crate) fn found_held(&self, reason: Reason) -> bool {
-        match reason {
-            Reason::Held(_) => true,
-            Reason::NoQuorum => {
-                (self.last_quorum.as_ref()).is_some_and(|failure| failure.blocks(failure.held()))
-            }
-            Reason::Redis => false,
-        }
-    }
-
     /// Forgets that a try found the claim held: the acquire ends with the last error
     /// itself (see `Acquire::fail_fast`), not "not obtained".
     pub(crate) fn forget_held(&mut self) {
         self.saw_held = false;
     }
 
-    /// Counts a try that did not obtain: why, or the error that ends the acquire at once.
-    pub(crate) fn record(&mut self, result: TryResult) -> Result<Reason, Error> {
+    /// Counts a try that did not obtain (`result`, for `keys`): why it failed, as the
+    /// observer is told — or the error that ends the acquire at once.
+    pub(crate) fn record<'t>(
+        &'t mut self,
+        result: TryResult,
+        keys: &'t Keys,
+    ) -> Result<TryFailure<'t>, Error> {
         match result {
             // (Or it queued behind this locker's waiters without asking.)
             TryResult::Held(index) => {
                 self.saw_held = true;
-                Ok(Reason::Held(index))
+                let key = keys.get(index).unwrap_or_default();
+                Ok(TryFailure::Held { key })
             }
-            TryResult::Failed(e) => {
-                self.last_error = Some(e);
-                Ok(Reason::Redis)
-            }
+            TryResult::Failed(e) => Ok(TryFailure::Redis(self.last_error.insert(e))),
             // Refused outright (auth, permission, script error): nothing written.
             TryResult::Rejected(e) => Err(Error::Redis(e)),
             TryResult::Refused(why) => Err(Error::InvalidArgument(why)),
@@ -159,36 +154,10 @@ impl Tally {
                 if failure.is_refused_for_good() {
                     return Err(Error::NoQuorum(failure));
                 }
-                self.last_quorum = Some(failure);
-                Ok(Reason::NoQuorum)
+                Ok(TryFailure::NoQuorum(self.last_quorum.insert(failure)))
             }
             TryResult::Obtained(_) => unreachable!("an obtained try is not a failure"),
         }
-    }
-
-    /// Tells `observer` about the try that just failed for `reason`.
-    pub(crate) fn report(
-        &self,
-        observer: &mut Observer<'_>,
-        (reason, keys): (Reason, &Keys),
-        elapsed: Duration,
-        next_delay: Option<Duration>,
-    ) {
-        let reason = match (reason, &self.last_error, &self.last_quorum) {
-            (Reason::Held(index), _, _) => TryFailure::Held {
-                key: keys.get(index).unwrap_or_default(),
-            },
-            (Reason::Redis, Some(e), _) => TryFailure::Redis(e),
-            (Reason::NoQuorum, _, Some(failure)) => TryFailure::NoQuorum(failure),
-            _ => unreachable!("each reason keeps its details"),
-        };
-        observer(&FailedTry {
-            attempt: self.attempts,
-            reason,
-            elapsed,
-            next_delay,
-            ahead: self.ahead,
-        });
     }
 
     /// The error of an acquire that gave up after these tries, started at `started`.
