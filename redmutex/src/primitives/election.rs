@@ -453,7 +453,10 @@ impl<'a, C: Connection> Campaign<'a, C> {
     /// # drop(leader);
     /// # Ok(()) }
     /// ```
-    pub fn on_failed_try(self, observer: impl FnMut(&crate::FailedTry<'_>) + Send + 'a) -> Self {
+    pub fn on_failed_try(
+        self,
+        observer: impl FnMut(&crate::engine::tally::FailedTry<'_>) + Send + 'a,
+    ) -> Self {
         Campaign {
             acquire: self.acquire.on_failed_try(observer),
         }
