@@ -1,7 +1,7 @@
 -- fair.lua: the fair lock — a mutex key taken in arrival order by the waiters queued beside
 -- it. One file, one section per operation: each section (from its `--- op:` line to the
 -- next) is a script of its own, run with helpers.lua (owned, now_ms, now_us, first_live,
--- beat_end, tell_waiter, next_fence, store_fence, read_key) and this preamble before it
+-- beat_end, tell_waiter, take_fence, read_key) and this preamble before it
 -- (see scripts.rs).
 --
 -- The lock key is a mutex key — the owner's value (token, flag byte, metadata) with PX —
@@ -126,14 +126,12 @@ if wait then
 end
 -- The fence before any write: a counter that is someone else's value stops the script
 -- with nothing written but the passed-over waiters.
-local fence = 0
+local fence, err = 0, nil
 if #KEYS > 2 then
-  local err
-  fence, err = next_fence(3, 3)
-  if fence == nil then
-    return redis.error_reply(err)
-  end
-  store_fence(3, 3, fence, ARGV[6])
+  fence, err = take_fence(3, 3, ARGV[6])
+end
+if fence == nil then
+  return redis.error_reply(err)
 end
 redis.call('set', key, ARGV[1], 'px', ARGV[2])
 -- Out of the queue. (Through pcall: a retry that found its own value read no queue.)

@@ -1,7 +1,7 @@
 -- rwlock.lua: the read-write lock — many readers or one writer, writers first. One file,
 -- one section per operation: each section (from its `--- op:` line to the next) is a script
 -- of its own, run with helpers.lua (owned, now_ms, live_expiry, expire_with, metadata_of,
--- next_fence, store_fence, read_counter, raise_counters, read_key, join_line, hand_key,
+-- take_fence, next_fence, store_fence, read_counter, raise_counters, read_key, join_line, hand_key,
 -- flag_waiters) and this preamble before it (see scripts.rs).
 --
 -- The lock key holds whoever holds the lock:
@@ -251,14 +251,12 @@ if kind ~= 'free' then
   end
   return { 1, redis.call('pttl', lock) }
 end
-local fence = 0
+local fence, err = 0, nil
 if fenced then
-  local err
-  fence, err = next_fence(4, 4)
-  if fence == nil then
-    return redis.error_reply(err)
-  end
-  store_fence(4, 4, fence, ARGV[6])
+  fence, err = take_fence(4, 4, ARGV[6])
+end
+if fence == nil then
+  return redis.error_reply(err)
 end
 local stored = ARGV[1]
 if locker then

@@ -155,6 +155,17 @@ local function store_fence(first, last, fence, retention)
   end
 end
 
+-- Takes the next fence for the counters KEYS[first..last] and stores it there, kept for
+-- `retention` ms (next_fence, then store_fence): for a script that writes its claim at
+-- once. Nil and an error message, with nothing written, as next_fence.
+local function take_fence(first, last, retention)
+  local fence, err = next_fence(first, last)
+  if fence ~= nil then
+    store_fence(first, last, fence, retention)
+  end
+  return fence, err
+end
+
 -- Raises the counters KEYS[first..last] to `fence` where lower (never lowers one), each kept
 -- for `retention` ms after this use. Returns 1; or 0, changing nothing, when a counter is
 -- someone else's value (this node cannot make the fence durable).
