@@ -650,7 +650,8 @@ fn a_command_that_cannot_run_exits_127_and_releases() {
     assert_eq!(code(&out), 127, "{}", stderr(&out));
     assert!(!exists(&server, "k"));
     // Found but not executable: 126, as shells say.
-    let file = scratch("not-executable").join("job.sh");
+    let dir = scratch("not-executable");
+    let file = dir.join("job.sh");
     std::fs::write(&file, "#!/bin/sh\necho ran\n").unwrap();
     let out = run(redmutex(&server).arg("exec").arg("k").arg(&file));
     assert_eq!(code(&out), 126, "{}", stderr(&out));
@@ -1773,7 +1774,8 @@ fn without_a_quorum_every_command_says_so_and_exits_69() {
         for server in &servers[live..] {
             server.kill();
         }
-        let marker = scratch(&format!("no-quorum-{live}")).join("ran");
+        let dir = scratch(&format!("no-quorum-{live}"));
+        let marker = dir.join("ran");
         let touch = format!("touch {}", marker.display());
         let commands: Vec<Vec<&str>> = vec![
             vec!["exec", "job", "--", "sh", "-c", &touch],
@@ -2299,7 +2301,8 @@ fn completions_and_manual_pages_describe_the_command_line() {
             assert!(script.contains(word), "{shell} lacks {word}");
         }
     }
-    let script = scratch("completions").join("redmutex.bash");
+    let dir = scratch("completions");
+    let script = dir.join("redmutex.bash");
     std::fs::write(&script, stdout(&run(bin().args(["completions", "bash"])))).unwrap();
     let parsed = run(Command::new("bash").arg("-n").arg(&script));
     assert_eq!(code(&parsed), 0, "{}", stderr(&parsed));

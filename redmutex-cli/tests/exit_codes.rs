@@ -250,7 +250,8 @@ fn not_obtained_is_75(t: &Topology) {
 /// 126 and 127: a command that is not executable, or not there; nothing stays held.
 fn commands_that_cannot_run_are_126_and_127(t: &Topology) {
     // A directory of this topology's own: each test's scratch directory starts empty.
-    let file = scratch(&format!("exit-codes-{}", t.servers.len())).join("job.sh");
+    let dir = scratch(&format!("exit-codes-{}", t.servers.len()));
+    let file = dir.join("job.sh");
     std::fs::write(&file, "#!/bin/sh\ntrue\n").unwrap();
     let file = file.to_str().unwrap();
     t.expect(&["exec", "k", file], 126);

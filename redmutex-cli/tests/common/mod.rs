@@ -69,12 +69,42 @@ pub fn until_exists(server: &RedisServer, key: &str, within: Duration) {
     }
 }
 
-/// A scratch directory for files the commands write.
-pub fn scratch(name: &str) -> PathBuf {
+/// A scratch directory for files the commands write, removed with what it holds when
+/// dropped (keep it alive as long as a command may write there).
+pub fn scratch(name: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!("redmutex-cli-test-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    Scratch(dir)
+}
+
+/// See [`scratch`].
+#[derive(Debug)]
+pub struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for Scratch {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 pub fn wait_for_file(path: &Path, within: Duration) -> String {
