@@ -448,6 +448,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "cluster")]
     fn sharded_channels_are_in_their_keys_slot_or_plain() {
         use crate::fence::hash_slot;
         let suffixes: [&[u8]; 4] = [b"", b":~a", b":~e", b":~0123456789abcdef"];
