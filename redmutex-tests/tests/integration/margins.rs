@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use crate::common::{ms, own_locker};
 
+#[cfg(feature = "memory")]
 fn us(n: u64) -> Duration {
     Duration::from_micros(n)
 }
