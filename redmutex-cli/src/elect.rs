@@ -107,6 +107,18 @@ pub async fn leader<C: Connection>(
         crate::reach::probe(locker, urls).await
     };
     let mut probe = Box::pin(next_probe());
+    // The line printed last, and whether an outage was seen since: the first read after
+    // one is printed even when nothing changed, so that its end shows, whichever notices
+    // it (the observer's own read, or the probe) — once.
+    let (mut last, mut outage_seen) = (None::<String>, false);
+    let mut show = |leader: Option<&Leader>, outage_seen: &mut bool| -> Result<(), Failure> {
+        let now = line(&args, leader);
+        if last.as_deref() != Some(now.as_str()) || std::mem::take(outage_seen) {
+            outln!("{now}")?;
+            last = Some(now);
+        }
+        Ok(())
+    };
     loop {
         // During an outage, no change comes after its deadline: the watch ends then.
         let deadline = outage.deadline();
@@ -120,20 +132,36 @@ pub async fn leader<C: Connection>(
             next = changes.next() => match next {
                 Some(Ok(leader)) => {
                     outage.answered();
-                    outln!("{}", line(&args, leader.as_ref()))?;
+                    show(leader.as_ref(), &mut outage_seen)?;
                 }
                 // A read that failed: said on stderr; the watch goes on, through an
                 // outage shorter than --wait-redis.
                 Some(Err(e)) => {
                     let transient = e.is_transient();
+                    outage_seen = true;
                     outage.failed(failed(e), transient)?;
                 }
                 None => return Ok(0),
             },
             answer = &mut probe => {
                 match answer {
+                    // Redis answers again, and the observer may have seen nothing of the
+                    // outage (it reads when told of a change): the leader is read now.
+                    Ok(()) if outage_seen => match election.leader().await {
+                        Ok(leader) => {
+                            outage.answered();
+                            show(leader.as_ref(), &mut outage_seen)?;
+                        }
+                        Err(e) => {
+                            let transient = e.is_transient();
+                            outage.failed(failed(e), transient)?;
+                        }
+                    },
                     Ok(()) => outage.answered(),
-                    Err(why) => outage.failed(Failure::new(exit::UNAVAILABLE, why), true)?,
+                    Err(why) => {
+                        outage_seen = true;
+                        outage.failed(Failure::new(exit::UNAVAILABLE, why), true)?;
+                    }
                 }
                 probe = Box::pin(next_probe());
             }

@@ -2541,13 +2541,17 @@ fn a_leader_watch_goes_on_through_a_short_outage_without_a_change() {
         .args(["--wait-redis", "3s", "leader", "--watch", "svc"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let lines = lines_of(&mut child);
+    let said = lines_from(child.stderr.take().unwrap());
     assert_eq!(next_line(&lines), "none");
     server.kill();
-    thread::sleep(ms(600));
+    // Down until the watch has noticed (it asks every half second), however slow the
+    // machine: an outage nobody saw has no end to show.
+    let noticed = next_line(&said);
+    assert!(noticed.contains("does not answer"), "{noticed}");
     server.restart();
     assert_eq!(next_line(&lines), "none", "read again after the outage");
     thread::sleep(ms(3_500));

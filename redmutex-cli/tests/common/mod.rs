@@ -145,7 +145,12 @@ pub fn process_alive(pid: &str) -> bool {
 
 /// The lines a child prints, as they come (its stdout taken), read on a thread of their own.
 pub fn lines_of(child: &mut Child) -> std::sync::mpsc::Receiver<String> {
-    let mut out = child.stdout.take().unwrap();
+    lines_from(child.stdout.take().unwrap())
+}
+
+/// The lines read from `out` (a child's stdout or stderr), as they come, on a thread of
+/// their own.
+pub fn lines_from(mut out: impl Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
     let (send, lines) = std::sync::mpsc::channel();
     thread::spawn(move || {
         let mut text = String::new();
