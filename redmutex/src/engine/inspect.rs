@@ -112,9 +112,9 @@ pub struct NodeInfo {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct KeyState {
     /// PTTL: -2 missing, -1 no expiry.
-    pub(crate) pttl: i64,
+    pttl: i64,
     /// Redis type name (`none`, `string`, `hash`, …).
-    pub(crate) kind: String,
+    kind: String,
     /// The key's fence counter: the latest fence handed out, if any (and a number).
     pub(crate) fence: Option<u64>,
     /// The value, when the key is a string (and the script returned it).

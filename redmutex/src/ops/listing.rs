@@ -16,7 +16,7 @@ use crate::fence::{self, Companion};
 use crate::locker::Locker;
 use crate::quorum::{NodeError, NodeFailure, QuorumFailure};
 use crate::scripts::{operations, Operation};
-use crate::token::{watched_outside_line, Channels, TOKEN_LEN};
+use crate::token::{watched_outside_line, Channels};
 
 operations!("ops/listing.lua"; DESCRIBE = "describe", FORCE = "force", ASK = "ask");
 
@@ -560,8 +560,8 @@ pub(super) struct PageView<'k> {
 /// when they store the same identity); `None` when it is gone.
 type Described = Option<(ListedLock, Identity)>;
 
-/// Who holds a key on one node: a string key's value up to its flag byte (a redmutex
-/// token; something else's whole value), or the kind of a key many hold at once.
+/// Who holds a key on one node: the owner's token (a forced release's tombstone: its
+/// stand-in), or the kind of a key many hold at once or of something else's data.
 type Identity = Vec<u8>;
 
 impl PageView<'_> {
@@ -659,25 +659,22 @@ fn entry_of(key: &[u8], entry: Value) -> Result<Described, RedisError> {
     let mut holders: Vec<ListedHolder> = (sample.into_iter())
         .map(|(left, details, grave)| holder(kind, left, &details, grave == 1))
         .collect();
-    match (state.holding(), state.value.as_deref()) {
-        (
-            Holding::Held {
-                metadata,
-                awaited: marked,
-                tombstone,
-                ..
-            },
-            Some(value),
-        ) => {
-            identity = match tombstone {
-                true => value.to_vec(),
-                false => value.get(..TOKEN_LEN).unwrap_or(value).to_vec(),
-            };
+    match state.holding() {
+        Holding::Held {
+            owner,
+            metadata,
+            awaited: marked,
+            tombstone,
+        } => {
+            // Nodes agree on a holder when they hold the same owner's token (a tombstone's
+            // stand-in: the same on every node the forced release reached).
+            identity = owner.as_str().as_bytes().to_vec();
             // Where the server counted the line, it says who waits in it; the flag says
             // the rest (and outlives the line's lockers, who do not unflag it).
             if !tombstone {
+                let watched = (state.value.as_deref()).is_some_and(watched_outside_line);
                 awaited = match waiters {
-                    0.. => waiters > 0 || watched_outside_line(value),
+                    0.. => waiters > 0 || watched,
                     _ => marked,
                 };
             }
@@ -688,7 +685,7 @@ fn entry_of(key: &[u8], entry: Value) -> Result<Described, RedisError> {
                 released_by_force: tombstone,
             });
         }
-        (Holding::Foreign, _) => {
+        Holding::Foreign => {
             kind = LockKind::Foreign;
             identity = kind.name().as_bytes().to_vec();
         }
