@@ -288,10 +288,14 @@ impl RedisServer {
     /// # Panics
     /// When the server cannot be reached.
     pub fn commands(&self, commands: &[&[&str]]) -> Vec<String> {
-        let mut stream = TcpStream::connect(self.addr()).expect("connect to test redis-server");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .expect("set read timeout");
+        self.try_commands(commands)
+            .unwrap_or_else(|e| panic!("test redis-server on port {}: {e}", self.port))
+    }
+
+    /// [`RedisServer::commands`], failing instead of panicking.
+    fn try_commands(&self, commands: &[&[&str]]) -> std::io::Result<Vec<String>> {
+        let mut stream = TcpStream::connect(self.addr())?;
+        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
         let mut request = Vec::new();
         let authenticated = usize::from(self.options.password.is_some());
         if let Some(password) = &self.options.password {
@@ -300,11 +304,17 @@ impl RedisServer {
         for args in commands {
             request.extend_from_slice(&encode_command(args));
         }
-        stream
-            .write_all(&request)
-            .expect("write to test redis-server");
-        let mut replies = read_replies(&mut stream, authenticated + commands.len());
-        replies.split_off(authenticated)
+        stream.write_all(&request)?;
+        let mut replies = read_replies(&mut stream, authenticated + commands.len())?;
+        Ok(replies.split_off(authenticated))
+    }
+
+    /// The process id of the server answering on this server's port, when it says.
+    fn answering_pid(&self) -> Option<u32> {
+        let info = self.try_commands(&[&["INFO", "server"]]).ok()?.pop()?;
+        info.lines()
+            .find_map(|line| line.strip_prefix("process_id:"))
+            .and_then(|pid| pid.trim().parse().ok())
     }
 
     /// The last lines of the server's log file.
@@ -384,7 +394,19 @@ impl RedisServer {
                 ));
             }
             if ping(self.addr()) {
-                break;
+                // A server that failed to bind the port answers nothing, but another
+                // server that holds the port does: make sure it is this one.
+                match self.answering_pid() {
+                    Some(pid) if pid != child.id() => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        return Err(format!(
+                            "port {} is answered by another server (pid {pid})",
+                            self.port
+                        ));
+                    }
+                    _ => break,
+                }
             }
             if started.elapsed() > STARTUP_TIMEOUT {
                 let _ = child.kill();
@@ -467,13 +489,41 @@ pub fn tls_support() -> Result<(), String> {
         .clone()
 }
 
-/// Asks the OS for a free loopback port. Another process may take it before the server
-/// binds it; [`RedisServer::spawn_with`] then retries with a new one.
+/// A loopback port nothing listens on, for a server to bind (or for a test that needs an
+/// address where nothing answers). Another process may take it before the server binds it;
+/// [`RedisServer::spawn_with`] then retries with a new one.
+///
+/// Ports come from below the OS's range for outgoing connections, so that no client
+/// socket holds one, and one process never hands out the same port twice: a port a test
+/// killed its server on is not given to another test's server, which the first test's
+/// clients would reach when they reconnect.
 pub fn free_port() -> u16 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    if let Some((low, high)) = ports_for_servers() {
+        let span = u32::from(high - low);
+        // Processes side by side start at different places in the range.
+        let start = std::process::id().wrapping_mul(7919) % span;
+        for _ in 0..span {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let port = low + u16::try_from((start + n) % span).expect("within the range");
+            if TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
+                return port;
+            }
+        }
+    }
     TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .and_then(|listener| listener.local_addr())
         .map(|addr| addr.port())
         .expect("bind an ephemeral loopback port")
+}
+
+/// The ports from 10000 up to the start of the OS's ephemeral range, when that range
+/// leaves room below it (Linux's default starts at 32768).
+fn ports_for_servers() -> Option<(u16, u16)> {
+    const LOW: u16 = 10_000;
+    let range = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    let first: u16 = range.split_whitespace().next()?.parse().ok()?;
+    (first >= LOW + 1_000).then_some((LOW, first))
 }
 
 fn scratch_dir(port: u16) -> PathBuf {
@@ -527,17 +577,20 @@ fn encode_command(args: &[&str]) -> Vec<u8> {
 }
 
 /// Reads `count` complete RESP2 replies and returns each as its raw text.
-fn read_replies(stream: &mut TcpStream, count: usize) -> Vec<String> {
+fn read_replies(stream: &mut TcpStream, count: usize) -> std::io::Result<Vec<String>> {
     let mut buffer = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
         if let Some(replies) = split_replies(&buffer, count) {
-            return replies;
+            return Ok(replies);
         }
-        let n = stream
-            .read(&mut chunk)
-            .expect("read from test redis-server");
-        assert!(n > 0, "test redis-server closed the connection");
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the server closed the connection",
+            ));
+        }
         buffer.extend_from_slice(&chunk[..n]);
     }
 }
@@ -640,6 +693,44 @@ mod tests {
             "+PONG\r\n",
             "killing one leaves the others"
         );
+    }
+
+    #[test]
+    fn free_ports_are_never_handed_out_twice_nor_from_the_ephemeral_range() {
+        let ports: Vec<u16> = (0..500).map(|_| free_port()).collect();
+        let mut distinct = ports.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), ports.len());
+        if let Some((low, high)) = ports_for_servers() {
+            assert!(ports.iter().all(|port| (low..high).contains(port)));
+        }
+    }
+
+    #[test]
+    fn a_server_whose_port_another_server_answers_is_not_taken_for_started() {
+        let taken = RedisServer::spawn();
+        // A live server that listens on no TCP port at all (`--port 0` comes last and
+        // wins), started on `taken`'s port: only `taken` answers there.
+        let options = ServerOptions {
+            extra_args: vec!["--port".into(), "0".into()],
+            ..ServerOptions::default()
+        };
+        let mut impostor = RedisServer {
+            port: taken.port(),
+            tls_port: None,
+            dir: scratch_dir(taken.port()),
+            options,
+            state: Mutex::new(ProcessState {
+                child: None,
+                paused: false,
+            }),
+        };
+        let failure = impostor.start().unwrap_err();
+        assert!(failure.contains("answered by another server"), "{failure}");
+        assert!(impostor.pid().is_none(), "its process is not kept");
+        impostor.stop();
+        assert_eq!(taken.command(&["PING"]), "+PONG\r\n");
     }
 
     #[test]

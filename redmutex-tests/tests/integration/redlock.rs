@@ -488,20 +488,22 @@ async fn a_lease_survives_a_minority_of_dead_nodes_and_is_lost_with_the_quorum()
 
     servers[2].kill();
     let killed = Instant::now();
-    // No renewal reaches a quorum from here on: the validity known now is the last.
-    let valid = lease.valid_until();
     let reason = tokio::time::timeout(ms(2000), lease.lost()).await.unwrap();
-    let noticed = Instant::now();
+    // When redmutex decided the loss, not when this task woke up to it (which a loaded
+    // machine can delay past any margin).
+    let ended = lease.signal().ended_at().expect("the lease ended");
     assert!(
-        noticed - killed < ms(1000),
+        ended - killed < ms(1000),
         "lost only after {:?}",
-        noticed - killed
+        ended - killed
     );
-    // Noticed before the lock could have run out; and from then on not valid.
-    assert!(noticed <= valid, "signalled after the validity");
-    assert!(
-        lease.valid_until() <= noticed,
-        "a lost lease claims no validity"
+    // Decided before the lock could have run out: the validity is cut to the moment of the
+    // loss only when that moment comes first. (The validity is read after the loss: a
+    // renewal answered just before the kill may still have extended it.)
+    assert_eq!(
+        lease.valid_until(),
+        ended,
+        "the loss was decided after the validity ran out"
     );
     match reason {
         LostReason::Unreachable {

@@ -75,7 +75,8 @@ impl std::error::Error for LostReason {}
 
 /// What a lease, its renewer and its watchers share.
 pub(crate) struct LeaseState {
-    reason: OnceLock<LostReason>,
+    /// Why and when (by this process's monotonic clock) the lease ended; the first end wins.
+    ended: OnceLock<(LostReason, Instant)>,
     cancel: CancellationToken,
     /// Set when a renewal finds that another process asked this holder to let go
     /// (`Locker::request_release`), and whoever waits for that is woken. (A flag and a
@@ -89,7 +90,7 @@ pub(crate) struct LeaseState {
 impl LeaseState {
     pub(crate) fn new(valid_until: Instant) -> LeaseState {
         LeaseState {
-            reason: OnceLock::new(),
+            ended: OnceLock::new(),
             cancel: CancellationToken::new(),
             asked: AtomicBool::new(false),
             asked_notify: tokio::sync::Notify::new(),
@@ -103,14 +104,15 @@ impl LeaseState {
     /// nobody waits for a lock its owner gave up on), and a holder that looks at
     /// `valid_until` rather than at the signal must not go on believing.
     pub(crate) fn end(&self, reason: LostReason) {
-        let _ = self.reason.set(reason);
+        let now = Instant::now();
+        let _ = self.ended.set((reason, now));
         let lost = !matches!(
-            self.reason.get(),
+            self.reason(),
             Some(LostReason::Released | LostReason::Stopped)
         );
         if lost {
             let mut valid_until = self.valid_until.lock().unwrap_or_else(|p| p.into_inner());
-            *valid_until = (*valid_until).min(Instant::now());
+            *valid_until = (*valid_until).min(now);
         }
         self.cancel.cancel();
     }
@@ -143,7 +145,12 @@ impl LeaseState {
 
     /// Why the lease ended, if it has.
     pub(crate) fn reason(&self) -> Option<&LostReason> {
-        self.reason.get()
+        self.ended.get().map(|(reason, _)| reason)
+    }
+
+    /// When the lease ended, if it has.
+    pub(crate) fn ended_at(&self) -> Option<Instant> {
+        self.ended.get().map(|&(_, at)| at)
     }
 
     /// How many renewals succeeded.
@@ -171,8 +178,7 @@ impl LeaseState {
 
     pub(crate) async fn ended(&self) -> LostReason {
         self.cancel.cancelled().await;
-        self.reason
-            .get()
+        self.reason()
             .cloned()
             .expect("the reason is set before cancelling")
     }
@@ -217,7 +223,7 @@ impl LostSignal {
     /// # Ok(()) }
     /// ```
     pub fn is_lost(&self) -> bool {
-        self.0.reason.get().is_some()
+        self.0.reason().is_some()
     }
 
     /// Why the lease ended, if it has.
@@ -237,7 +243,34 @@ impl LostSignal {
     /// # Ok(()) }
     /// ```
     pub fn reason(&self) -> Option<LostReason> {
-        self.0.reason.get().cloned()
+        self.0.reason().cloned()
+    }
+
+    /// When the lease ended, by this process's monotonic clock: the moment redmutex
+    /// decided it (a renewal's answer, the validity about to run out, a release), not the
+    /// moment a watcher woke up to it. A loss is decided a little before the lease's
+    /// validity ends (1 % of the TTL plus 2 ms, at most half the TTL), so that the signal
+    /// reaches the work while the lock is still held; the lease's
+    /// [`valid_until`](crate::Lease::valid_until) is then cut to this moment.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// # let locker = redmutex::Locker::in_memory();
+    /// let lease = locker.acquire("job", Duration::from_secs(3)).await?.keep_alive()?;
+    /// let signal = lease.signal();
+    /// assert_eq!(signal.ended_at(), None);
+    /// locker.connection().fail_next(1_000); // Redis unreachable from now on
+    /// let valid_until = lease.valid_until();
+    /// signal.lost().await;
+    /// let ended_at = signal.ended_at().expect("ended");
+    /// assert!(ended_at < valid_until); // announced while the lock was still held
+    /// assert_eq!(lease.valid_until(), ended_at);
+    /// # Ok(()) }
+    /// ```
+    pub fn ended_at(&self) -> Option<Instant> {
+        self.0.ended_at()
     }
 
     /// Completes when the lease ends, with the reason.
@@ -315,9 +348,7 @@ impl LostSignal {
 
 impl fmt::Debug for LostSignal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("LostSignal")
-            .field(&self.0.reason.get())
-            .finish()
+        f.debug_tuple("LostSignal").field(&self.0.reason()).finish()
     }
 }
 
