@@ -9,7 +9,6 @@ use tokio::time::Instant;
 
 use crate::background;
 use crate::connection::Connection;
-use crate::error::InvalidArgument;
 use crate::quorum::{Drift, NodeError, QuorumFailure};
 use crate::scripts::Claim;
 use crate::token::Token;
@@ -17,30 +16,64 @@ use crate::token::Token;
 /// One node's answer: its value, or why there is none.
 pub(crate) type Reply<T> = Result<T, NodeError>;
 
-/// One acquire try, as the retry loop sees it.
-pub(crate) struct Attempt {
-    pub(crate) result: TryResult,
-    /// Our token may still be stored (a request whose fate is unknown): the next try must
-    /// accept it as ours, and giving up must delete it.
-    pub(crate) may_hold: bool,
-    /// The first key found held by another owner (on any node), to wait for its release.
-    pub(crate) held_key: Option<usize>,
-    /// How long that key stays held at most, when the reply said (Redlock: the shortest
-    /// over the nodes that hold it): no wait for its release needs to last longer.
-    pub(crate) held_ttl: Option<Duration>,
-    /// A fair lock's waiter: how many live waiters are ahead of it in line.
-    pub(crate) ahead: Option<u32>,
+/// What one acquire try came to, as the retry loop sees it.
+pub(crate) enum Attempt {
+    /// Obtained (see [`Obtained`]).
+    Obtained(Obtained),
+    /// The key at `index` of the claim's keys is held by another owner, for `ttl` at most
+    /// when the reply said (a wait for its release needs to last no longer); a fair
+    /// lock's waiter has `ahead` live waiters ahead of it in line.
+    Held {
+        index: usize,
+        ttl: Option<Duration>,
+        ahead: Option<u32>,
+        /// An earlier try whose reply was not seen may have stored our token.
+        may_hold: bool,
+    },
+    /// A transient error (the request may or may not have been applied).
+    Failed {
+        error: RedisError,
+        /// Our token may be stored: the request's fate is unknown (or its undo's).
+        may_hold: bool,
+    },
+    /// Quorum: too few nodes agreed, or too late. `held`: the key (and the shortest TTL
+    /// over the nodes that hold it) found held on the most nodes, to wait for.
+    NoQuorum {
+        failure: Box<QuorumFailure>,
+        held: Option<(usize, Option<Duration>)>,
+        /// The undo of this try did not reach every node.
+        may_hold: bool,
+    },
+    /// An error that ends the acquire at once, as retrying cannot change it: refused
+    /// outright (auth, permission, script error), the arguments refused, or too few
+    /// replicas confirmed the claim (undone).
+    Ended {
+        error: crate::error::Error,
+        /// The undo did not get through, or an earlier unseen try may have stored it.
+        may_hold: bool,
+    },
 }
 
 impl Attempt {
-    /// A try with this result that leaves nothing else to know.
-    pub(crate) fn plain(result: TryResult, may_hold: bool) -> Attempt {
-        Attempt {
-            result,
-            may_hold,
-            held_key: None,
-            held_ttl: None,
-            ahead: None,
+    /// Whether our token may still be stored (a request whose fate is unknown): the next
+    /// try must accept it as ours, and giving up must delete it.
+    pub(crate) fn may_hold(&self) -> bool {
+        match self {
+            Attempt::Obtained(_) => false,
+            Attempt::Failed { may_hold, .. }
+            | Attempt::Held { may_hold, .. }
+            | Attempt::NoQuorum { may_hold, .. }
+            | Attempt::Ended { may_hold, .. } => *may_hold,
+        }
+    }
+
+    /// The key found held by another owner, to wait for its release, and how long it
+    /// stays held at most (when the reply said).
+    pub(crate) fn held(&self) -> Option<(usize, Option<Duration>)> {
+        match self {
+            Attempt::Held { index, ttl, .. } => Some((*index, *ttl)),
+            Attempt::NoQuorum { held, .. } => *held,
+            _ => None,
         }
     }
 }
@@ -51,23 +84,6 @@ pub(crate) struct Obtained {
     pub(crate) sent_at: Instant,
     pub(crate) valid_until: Instant,
     pub(crate) fence: Option<u64>,
-}
-
-pub(crate) enum TryResult {
-    /// Obtained (see [`Obtained`]).
-    Obtained(Obtained),
-    /// Single node: this key is held by another owner.
-    Held(usize),
-    /// Single node: a transient error; the request may or may not have been applied.
-    Failed(RedisError),
-    /// Single node: refused outright (auth, permission, script error); retrying is futile.
-    Rejected(RedisError),
-    /// The server refused the arguments; nothing was written.
-    Refused(InvalidArgument),
-    /// Quorum: too few nodes agreed, or too late.
-    NoQuorum(Box<QuorumFailure>),
-    /// Single node: obtained, but too few replicas confirmed it; undone.
-    Unconfirmed(crate::error::Error),
 }
 
 /// What one renewal call did for one lease.

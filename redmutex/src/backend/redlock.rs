@@ -19,8 +19,7 @@ use redis::{RedisError, RedisResult, ScriptInvocation, Value};
 use tokio::time::Instant;
 
 use crate::backend::common::{
-    keep_ms, release_try, renewal_reply, Attempt, Obtained, Renewal, Renewed, Reply, TryResult,
-    View,
+    keep_ms, release_try, renewal_reply, Attempt, Obtained, Renewal, Renewed, Reply, View,
 };
 use crate::background;
 use crate::connection::Connection;
@@ -159,7 +158,7 @@ impl<C: Connection> Quorum<C> {
                 .await
             }
         };
-        let (held_key, held_ttl) = held_key_and_ttl(&replies);
+        let held = held_key_and_ttl(&replies);
         let refused = replies.iter().find_map(|reply| match reply {
             Ok(Obtain::Refused(why)) => Some(why.clone()),
             _ => None,
@@ -206,17 +205,18 @@ impl<C: Connection> Quorum<C> {
             claim.undo_unattended(&mut conn, token).await
         });
         let cleaned = undo.await.iter().all(Result::is_ok);
-        let result = match refused {
-            Some(why) => TryResult::Refused(why),
-            None => TryResult::NoQuorum(Box::new(failure)),
-        };
-        Attempt {
-            result,
-            may_hold: !cleaned,
-            held_key,
-            held_ttl,
-            // (A fair lock, whose line would be each node's own, is refused on Redlock.)
-            ahead: None,
+        // (A fair lock, whose line would be each node's own, is refused on Redlock: no
+        // waiter is ever told how many are ahead of it.)
+        match refused {
+            Some(why) => Attempt::Ended {
+                error: Error::InvalidArgument(why),
+                may_hold: !cleaned,
+            },
+            None => Attempt::NoQuorum {
+                failure: Box::new(failure),
+                held,
+                may_hold: !cleaned,
+            },
         }
     }
 
@@ -233,12 +233,11 @@ impl<C: Connection> Quorum<C> {
         match fence {
             Ok(fence) => match self.valid_until(ttl, started, failure.elapsed) {
                 Some(valid_until) => {
-                    let obtained = TryResult::Obtained(Obtained {
+                    return Some(Attempt::Obtained(Obtained {
                         sent_at: started,
                         valid_until,
                         fence,
-                    });
-                    return Some(Attempt::plain(obtained, false));
+                    }));
                 }
                 None => failure.too_late = true,
             },
@@ -619,7 +618,7 @@ fn count_out(failure: &mut QuorumFailure, unfenced: Vec<NodeFailure>) {
 /// key that keeps the claim out — which is the one to wait for. Waiting for the first, a
 /// waiter of several keys woken by that release found "held" and kept its turn, leaving
 /// the waiters that queued behind it without a try to wait out the key's TTL.)
-fn held_key_and_ttl(replies: &[Reply<Obtain>]) -> (Option<usize>, Option<Duration>) {
+fn held_key_and_ttl(replies: &[Reply<Obtain>]) -> Option<(usize, Option<Duration>)> {
     let found: Vec<usize> = (replies.iter())
         .filter_map(|reply| match reply {
             Ok(Obtain::Held { index, .. }) => Some(*index),
@@ -636,7 +635,7 @@ fn held_key_and_ttl(replies: &[Reply<Obtain>]) -> (Option<usize>, Option<Duratio
             _ => None,
         })
         .min();
-    (held_key, held_ttl)
+    held_key.map(|key| (key, held_ttl))
 }
 
 /// A renewal that missed its quorum, as the error a lost lease reports.

@@ -9,7 +9,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::backend::common::{
-    keep_ms, release_try, renewal_reply, Attempt, Obtained, Renewal, Renewed, TryResult, View,
+    keep_ms, release_try, renewal_reply, Attempt, Obtained, Renewal, Renewed, View,
 };
 use crate::backend::replication::Replication;
 use crate::background;
@@ -138,12 +138,13 @@ impl<C: Connection> Single<C> {
     ) -> Attempt {
         let undo = claim.release_unattended(conn, token, 0);
         let undone = matches!(tokio::time::timeout(UNDO_WAIT, undo).await, Ok(Ok(())));
-        let result = match error {
-            Error::Redis(e) if is_transient_redis(&e) => TryResult::Failed(e),
-            Error::Redis(e) => TryResult::Rejected(e),
-            error => TryResult::Unconfirmed(error),
-        };
-        Attempt::plain(result, !undone)
+        let may_hold = !undone;
+        match error {
+            Error::Redis(error) if is_transient_redis(&error) => {
+                Attempt::Failed { error, may_hold }
+            }
+            error => Attempt::Ended { error, may_hold },
+        }
     }
 
     /// The same server, its claims trusted with this drift allowance.
@@ -213,25 +214,33 @@ impl<C: Connection> Single<C> {
                 }
                 let valid_until =
                     self.valid_until(sent_at, Duration::from_millis(request.terms.ttl_ms));
-                let obtained = TryResult::Obtained(Obtained {
+                Attempt::Obtained(Obtained {
                     sent_at,
                     valid_until,
                     fence,
-                });
-                Attempt::plain(obtained, false)
+                })
             }
             // Nothing was written by this try; an earlier, unseen success may still stand.
-            Ok(Obtain::Held { index, ttl, ahead }) => Attempt {
-                result: TryResult::Held(index),
-                may_hold: retrying_own,
-                held_key: Some(index),
-                held_ttl: ttl,
+            Ok(Obtain::Held { index, ttl, ahead }) => Attempt::Held {
+                index,
+                ttl,
                 ahead,
+                may_hold: retrying_own,
             },
-            Ok(Obtain::Refused(why)) => Attempt::plain(TryResult::Refused(why), retrying_own),
+            Ok(Obtain::Refused(why)) => Attempt::Ended {
+                error: Error::InvalidArgument(why),
+                may_hold: retrying_own,
+            },
             // The request may or may not have been applied.
-            Err(e) if is_transient_redis(&e) => Attempt::plain(TryResult::Failed(e), true),
-            Err(e) => Attempt::plain(TryResult::Rejected(e), retrying_own),
+            Err(error) if is_transient_redis(&error) => Attempt::Failed {
+                error,
+                may_hold: true,
+            },
+            // Refused outright (auth, permission, script error): nothing written.
+            Err(e) => Attempt::Ended {
+                error: Error::Redis(e),
+                may_hold: retrying_own,
+            },
         }
     }
 

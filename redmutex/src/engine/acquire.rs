@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::args::{self, Keys};
-use crate::backend::common::{Attempt, Obtained, TryResult};
+use crate::backend::common::{Attempt, Obtained};
 use crate::backend::Backend;
 use crate::check;
 use crate::connection::Connection;
@@ -443,30 +443,19 @@ impl<C: Connection> Tries<'_, '_, C> {
             if !recheck {
                 self.tally.attempts += 1;
             }
-            if first && self.schedule.may_wait() {
-                self.admit();
-            }
-            let queued = match first && self.line.queue.is_none() && self.schedule.may_wait() {
-                true => {
-                    let channels: Vec<Vec<u8>> =
-                        (keys.iter()).map(|key| self.wait_channel(key)).collect();
-                    self.waiting.enter(&channels, self.line.lined)
-                }
-                false => None,
+            let (attempt, entered) = self.next_attempt(first).await;
+            let held = attempt.held();
+            // A waiter that entered without asking already listens where it entered.
+            let held_key = held.filter(|_| !entered).map(|(index, _)| index);
+            let held_ttl = held.and_then(|(_, ttl)| ttl);
+            let ahead = match attempt {
+                Attempt::Held { ahead, .. } => ahead,
+                _ => None,
             };
-            let attempt = match queued {
-                // Found held without asking: it queued behind this locker's waiters.
-                Some((index, expires)) => Attempt {
-                    held_ttl: expires.map(|at| at.saturating_duration_since(Instant::now())),
-                    ..Attempt::plain(TryResult::Held(index), false)
-                },
-                None => self.try_once(first).await,
-            };
-            let (held, held_ttl) = (attempt.held_key, attempt.held_ttl);
-            let (attempts, ahead) = (self.tally.attempts, self.tally.ahead);
-            let failure = match attempt.result {
-                TryResult::Obtained(obtained) => return Ok(obtained),
-                result => self.tally.record(result, keys)?,
+            let attempts = self.tally.attempts;
+            let failure = match attempt {
+                Attempt::Obtained(obtained) => return Ok(obtained),
+                attempt => self.tally.record(attempt, keys)?,
             };
             let found_held = failure.found_held();
             let now = Instant::now();
@@ -489,10 +478,35 @@ impl<C: Connection> Tries<'_, '_, C> {
             let Some(wake) = wake else {
                 return Err(self.give_up().await);
             };
-            let woken = self.pause((held, held_ttl), now, wake).await;
+            let woken = self.pause((held_key, held_ttl), now, wake).await;
             recheck = woken == Some(Wake::Subscribed);
             self.probably_free = woken == Some(Wake::Local);
         }
+    }
+
+    /// This round's try, sent now — or none at all for a newcomer to a key this locker's
+    /// waiters already wait for: it enters their queue, found held (`true`: entered).
+    async fn next_attempt(&mut self, first: bool) -> (Attempt, bool) {
+        let may_wait = self.schedule.may_wait();
+        if first && may_wait {
+            self.admit();
+        }
+        if first && may_wait && self.line.queue.is_none() {
+            let keys = self.claim.keys();
+            let channels: Vec<Vec<u8>> = (keys.iter()).map(|key| self.wait_channel(key)).collect();
+            if let Some((index, expires)) = self.waiting.enter(&channels, self.line.lined) {
+                let ttl = expires.map(|at| at.saturating_duration_since(Instant::now()));
+                let (ahead, may_hold) = (None, false);
+                let held = Attempt::Held {
+                    index,
+                    ttl,
+                    ahead,
+                    may_hold,
+                };
+                return (held, true);
+            }
+        }
+        (self.try_once(first).await, false)
     }
 
     /// The pause after a failed try that found the key at `held` held (for `held_ttl` at
@@ -601,12 +615,11 @@ impl<C: Connection> Tries<'_, '_, C> {
             .await;
         // A waiter that is (or may be) in the queue must leave it when it gives up.
         let in_queue = queued && (queue || retrying_own);
-        let obtained = matches!(attempt.result, TryResult::Obtained(_));
-        self.left.token = !obtained && (attempt.may_hold || in_queue);
+        let obtained = matches!(attempt, Attempt::Obtained(_));
+        self.left.token = !obtained && (attempt.may_hold() || in_queue);
         // One obtained took the key, and left the line.
         self.left.place = (self.left.place || named) && !obtained;
         self.waiting.tried(&attempt);
-        self.tally.ahead = attempt.ahead;
         attempt
     }
 

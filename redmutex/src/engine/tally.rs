@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::args::Keys;
-use crate::backend::common::TryResult;
+use crate::backend::common::Attempt;
 use crate::error::{Error, NotObtained};
 use crate::quorum::QuorumFailure;
 
@@ -111,8 +111,6 @@ pub(crate) type Observer<'a> = Box<dyn FnMut(&FailedTry<'_>) + Send + 'a>;
 #[derive(Default)]
 pub(crate) struct Tally {
     pub(crate) attempts: u32,
-    /// A fair lock's waiter: how many waited ahead of it at the last try.
-    pub(crate) ahead: Option<u32>,
     /// Some try found the claim held by others (rather than Redis unreachable).
     saw_held: bool,
     last_error: Option<redis::RedisError>,
@@ -126,26 +124,23 @@ impl Tally {
         self.saw_held = false;
     }
 
-    /// Counts a try that did not obtain (`result`, for `keys`): why it failed, as the
+    /// Counts a try that did not obtain (`attempt`, for `keys`): why it failed, as the
     /// observer is told — or the error that ends the acquire at once.
     pub(crate) fn record<'t>(
         &'t mut self,
-        result: TryResult,
+        attempt: Attempt,
         keys: &'t Keys,
     ) -> Result<TryFailure<'t>, Error> {
-        match result {
+        match attempt {
             // (Or it queued behind this locker's waiters without asking.)
-            TryResult::Held(index) => {
+            Attempt::Held { index, .. } => {
                 self.saw_held = true;
                 let key = keys.get(index).unwrap_or_default();
                 Ok(TryFailure::Held { key })
             }
-            TryResult::Failed(e) => Ok(TryFailure::Redis(self.last_error.insert(e))),
-            // Refused outright (auth, permission, script error): nothing written.
-            TryResult::Rejected(e) => Err(Error::Redis(e)),
-            TryResult::Refused(why) => Err(Error::InvalidArgument(why)),
-            TryResult::Unconfirmed(error) => Err(error),
-            TryResult::NoQuorum(failure) => {
+            Attempt::Failed { error, .. } => Ok(TryFailure::Redis(self.last_error.insert(error))),
+            Attempt::Ended { error, .. } => Err(error),
+            Attempt::NoQuorum { failure, .. } => {
                 // "Held by someone else" only when the other owners' nodes alone leave no
                 // quorum; otherwise it is an outage (with a stale key somewhere).
                 self.saw_held |= failure.blocks(failure.held());
@@ -156,7 +151,7 @@ impl Tally {
                 }
                 Ok(TryFailure::NoQuorum(self.last_quorum.insert(failure)))
             }
-            TryResult::Obtained(_) => unreachable!("an obtained try is not a failure"),
+            Attempt::Obtained(_) => unreachable!("an obtained try is not a failure"),
         }
     }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::common::{Attempt, TryResult};
+use crate::backend::common::Attempt;
 use crate::engine::inspect::LockInfo;
 use crate::engine::schedule::pause_until;
 use crate::engine::wakeup::{Entry, Hub, Member, Outcome, Wake};
@@ -96,11 +96,11 @@ impl Waiting {
     /// Reports what a try found (after a wake-up, that settles its turn).
     pub(crate) fn tried(&mut self, attempt: &Attempt) {
         if let Some(member) = self.member.as_mut() {
-            member.tried(match (&attempt.result, attempt.held_key) {
-                (TryResult::Obtained(obtained), _) => Outcome::Obtained {
+            member.tried(match attempt {
+                Attempt::Obtained(obtained) => Outcome::Obtained {
                     until: obtained.valid_until,
                 },
-                (_, Some(_)) => Outcome::Held,
+                _ if attempt.held().is_some() => Outcome::Held,
                 _ => Outcome::Failed,
             });
         }
