@@ -361,3 +361,34 @@ async fn giving_up_after_ambiguous_tries_leaves_nothing() {
         "key left behind by an abandoned acquire"
     );
 }
+
+/// The retry strategy is the caller's iterator: a pause is drawn from it as a try fails,
+/// not ahead of the tries, so an acquire that obtains on its n-th try has drawn n − 1.
+#[tokio::test]
+async fn pauses_are_drawn_from_the_strategy_only_as_tries_fail() {
+    let server = RedisServer::spawn();
+    let (holder, waiter) = (
+        Locker::new(multiplexed(&server).await),
+        Locker::new(multiplexed(&server).await),
+    );
+    let drawn = AtomicU32::new(0);
+    let mut pauses = retry::constant(ms(20)).inspect(|_| {
+        drawn.fetch_add(1, Ordering::SeqCst);
+    });
+    let held = holder.acquire("drawn", ms(10_000)).await.unwrap();
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(ms(150)).await;
+        held.release().await.unwrap();
+    });
+    let mut failed = 0;
+    let lock = waiter
+        .acquire("drawn", ms(10_000))
+        .retry(&mut pauses)
+        .on_failed_try(|_| failed += 1)
+        .await
+        .unwrap();
+    release.await.unwrap();
+    assert!(failed >= 2, "{failed} failed tries");
+    assert_eq!(drawn.load(Ordering::SeqCst), failed);
+    lock.release().await.unwrap();
+}

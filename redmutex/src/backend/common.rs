@@ -46,9 +46,11 @@ pub(crate) enum Attempt {
     },
     /// An error that ends the acquire at once, as retrying cannot change it: refused
     /// outright (auth, permission, script error), the arguments refused, or too few
-    /// replicas confirmed the claim (undone).
+    /// replicas confirmed the claim (undone). `held`: as for `NoQuorum`, the key other
+    /// nodes found held (a quorum's), which a waiter woken for it passes its turn on for.
     Ended {
         error: crate::error::Error,
+        held: Option<(usize, Option<Duration>)>,
         /// The undo did not get through, or an earlier unseen try may have stored it.
         may_hold: bool,
     },
@@ -72,7 +74,7 @@ impl Attempt {
     pub(crate) fn held(&self) -> Option<(usize, Option<Duration>)> {
         match self {
             Attempt::Held { index, ttl, .. } => Some((*index, *ttl)),
-            Attempt::NoQuorum { held, .. } => *held,
+            Attempt::NoQuorum { held, .. } | Attempt::Ended { held, .. } => *held,
             _ => None,
         }
     }

@@ -210,6 +210,7 @@ impl<C: Connection> Quorum<C> {
         match refused {
             Some(why) => Attempt::Ended {
                 error: Error::InvalidArgument(why),
+                held,
                 may_hold: !cleaned,
             },
             None => Attempt::NoQuorum {

@@ -143,7 +143,11 @@ impl<C: Connection> Single<C> {
             Error::Redis(error) if is_transient_redis(&error) => {
                 Attempt::Failed { error, may_hold }
             }
-            error => Attempt::Ended { error, may_hold },
+            error => Attempt::Ended {
+                error,
+                held: None,
+                may_hold,
+            },
         }
     }
 
@@ -229,6 +233,7 @@ impl<C: Connection> Single<C> {
             },
             Ok(Obtain::Refused(why)) => Attempt::Ended {
                 error: Error::InvalidArgument(why),
+                held: None,
                 may_hold: retrying_own,
             },
             // The request may or may not have been applied.
@@ -239,6 +244,7 @@ impl<C: Connection> Single<C> {
             // Refused outright (auth, permission, script error): nothing written.
             Err(e) => Attempt::Ended {
                 error: Error::Redis(e),
+                held: None,
                 may_hold: retrying_own,
             },
         }

@@ -487,11 +487,13 @@ impl<C: Connection> Tries<'_, '_, C> {
     /// This round's try, sent now — or none at all for a newcomer to a key this locker's
     /// waiters already wait for: it enters their queue, found held (`true`: entered).
     async fn next_attempt(&mut self, first: bool) -> (Attempt, bool) {
-        let may_wait = self.schedule.may_wait();
-        if first && may_wait {
+        // Only on the first try: `may_wait` peeks at the retry strategy (the caller's
+        // iterator), which must not give up an element before a try has failed.
+        let may_wait = first && self.schedule.may_wait();
+        if may_wait {
             self.admit();
         }
-        if first && may_wait && self.line.queue.is_none() {
+        if may_wait && self.line.queue.is_none() {
             let keys = self.claim.keys();
             let channels: Vec<Vec<u8>> = (keys.iter()).map(|key| self.wait_channel(key)).collect();
             if let Some((index, expires)) = self.waiting.enter(&channels, self.line.lined) {
