@@ -494,9 +494,10 @@ pub fn tls_support() -> Result<(), String> {
 /// [`RedisServer::spawn_with`] then retries with a new one.
 ///
 /// Ports come from below the OS's range for outgoing connections, so that no client
-/// socket holds one, and one process never hands out the same port twice: a port a test
-/// killed its server on is not given to another test's server, which the first test's
-/// clients would reach when they reconnect.
+/// socket holds one, and each is handed out once while this process lives — to no other
+/// test process either (test programs run side by side, e.g. against two servers): a port
+/// a test killed its server on is not given to another test's server, which the first
+/// test's clients would reach when they reconnect.
 pub fn free_port() -> u16 {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     if let Some((low, high)) = ports_for_servers() {
@@ -506,7 +507,7 @@ pub fn free_port() -> u16 {
         for _ in 0..span {
             let n = NEXT.fetch_add(1, Ordering::Relaxed);
             let port = low + u16::try_from((start + n) % span).expect("within the range");
-            if TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
+            if reserve(port) && TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
                 return port;
             }
         }
@@ -515,6 +516,35 @@ pub fn free_port() -> u16 {
         .and_then(|listener| listener.local_addr())
         .map(|addr| addr.port())
         .expect("bind an ephemeral loopback port")
+}
+
+/// Reserves `port` for this process's lifetime among the processes that use this kit: an
+/// exclusive `flock` on a file named after it, which the OS lets go of when the process
+/// ends, however it ends (the file itself stays, empty, for the next run to lock).
+fn reserve(port: u16) -> bool {
+    use std::os::fd::AsRawFd;
+    static HELD: Mutex<Vec<fs::File>> = Mutex::new(Vec::new());
+    let dir = std::env::temp_dir().join("redmutex-testkit-ports");
+    if fs::create_dir_all(&dir).is_err() {
+        // Nowhere to keep reservations: the bind check alone decides.
+        return true;
+    }
+    let Ok(file) = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(port.to_string()))
+    else {
+        return true;
+    };
+    // SAFETY: `flock` on a descriptor this function owns; it touches no memory.
+    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+    if locked {
+        HELD.lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(file);
+    }
+    locked
 }
 
 /// The ports from 10000 up to the start of the OS's ephemeral range, when that range
@@ -704,6 +734,16 @@ mod tests {
         assert_eq!(distinct.len(), ports.len());
         if let Some((low, high)) = ports_for_servers() {
             assert!(ports.iter().all(|port| (low..high).contains(port)));
+        }
+    }
+
+    #[test]
+    fn a_reserved_port_is_not_reserved_again() {
+        let port = free_port();
+        if ports_for_servers().is_some() {
+            // A second reservation (as another process's would be: `flock` conflicts
+            // between open files, in one process or two) is refused.
+            assert!(!reserve(port));
         }
     }
 
