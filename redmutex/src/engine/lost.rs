@@ -248,10 +248,11 @@ impl LostSignal {
 
     /// When the lease ended, by this process's monotonic clock: the moment redmutex
     /// decided it (a renewal's answer, the validity about to run out, a release), not the
-    /// moment a watcher woke up to it. A loss is decided a little before the lease's
-    /// validity ends (1 % of the TTL plus 2 ms, at most half the TTL), so that the signal
-    /// reaches the work while the lock is still held; the lease's
-    /// [`valid_until`](crate::Lease::valid_until) is then cut to this moment.
+    /// moment a watcher woke up to it. A loss is decided at the latest a little before the
+    /// lease's validity ends (1 % of the TTL plus 2 ms, at most half the TTL: a renewal
+    /// that finds the lock gone decides sooner), so that the signal reaches the work while
+    /// the lock is still held; the lease's [`valid_until`](crate::Lease::valid_until) is
+    /// then cut to this moment.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
