@@ -358,7 +358,9 @@ pub struct NodeFailure {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct QuorumFailure {
-    /// Nodes that agreed (acquired, refreshed or released).
+    /// Nodes that agreed (acquired, refreshed or released). An acquire is decided as soon
+    /// as a quorum took the lock, without waiting for the slower nodes: when it then fails
+    /// [`too_late`](QuorumFailure::too_late), this counts the nodes heard by then.
     pub agreed: usize,
     /// Nodes needed: a strict majority of [`nodes`](QuorumFailure::nodes).
     pub needed: usize,
@@ -369,7 +371,8 @@ pub struct QuorumFailure {
     pub too_late: bool,
     /// Time the attempt took, on this client's monotonic clock.
     pub elapsed: Duration,
-    /// Each node that did not agree, in node order.
+    /// Each node that did not agree, in node order (of those heard, when a quorum agreed
+    /// before every node answered).
     pub failures: Vec<NodeFailure>,
 }
 

@@ -244,7 +244,8 @@ async fn a_minimum_validity_refuses_short_leases_and_leaves_nothing() {
         panic!("{err:?}")
     };
     assert!(failure.too_late, "{failure}");
-    assert_eq!(failure.agreed, NODES);
+    // Decided when a quorum took it: the nodes heard by then.
+    assert!((3..=NODES).contains(&failure.agreed), "{failure}");
     assert!(servers.iter().all(|s| dbsize(s) == 0));
     // A longer TTL meets it.
     let lock = strict.acquire("job", ms(2000)).await.unwrap();
@@ -336,7 +337,20 @@ async fn latency_on_two_nodes_is_tolerated_and_latency_past_the_ttl_never_yields
     proxies[1].set_latency(ms(20));
 
     let lock = locker.acquire("job", ms(2000)).await.unwrap();
-    assert_eq!(holding(&servers, "job", &lock.token()), [0, 1, 2, 3, 4]);
+    // Decided by the three fast nodes, without waiting for the slow two, which take it
+    // once their latency has passed.
+    assert!(holding(&servers, "job", &lock.token()).ends_with(&[2, 3, 4]));
+    let every_node = async {
+        while holding(&servers, "job", &lock.token()) != [0, 1, 2, 3, 4] {
+            eprintln!(
+                "DEBUG {:?} {:?}",
+                holding(&servers, "job", &lock.token()),
+                servers.iter().map(|s| get(s, "job")).collect::<Vec<_>>()
+            );
+            tokio::time::sleep(ms(10)).await;
+        }
+    };
+    tokio::time::timeout(ms(2000), every_node).await.unwrap();
     assert!(rival
         .acquire("job", ms(2000))
         .await

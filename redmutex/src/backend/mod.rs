@@ -4,6 +4,7 @@
 //! that nothing above it needs to know which it is.
 
 pub(crate) mod common;
+mod fan_out;
 mod redlock;
 pub(crate) mod replication;
 mod single;

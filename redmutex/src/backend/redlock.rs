@@ -15,12 +15,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use redis::{RedisError, RedisResult, ScriptInvocation, Value};
+use redis::{Cmd, RedisError, RedisResult, ScriptInvocation, Value};
 use tokio::time::Instant;
 
 use crate::backend::common::{
     keep_ms, release_try, renewal_reply, Attempt, Obtained, Renewal, Renewed, Reply, View,
 };
+use crate::backend::fan_out::{self, heard, Gathered, Gathering, Rest, Stragglers};
 use crate::background;
 use crate::connection::Connection;
 use crate::error::Error;
@@ -35,6 +36,8 @@ const TTL_FOR_TIMEOUTS: Duration = Duration::from_secs(10);
 pub(crate) struct Quorum<C> {
     conns: Box<[C]>,
     settings: QuorumSettings,
+    /// Acquires decided before every node answered, and the nodes each still waits for.
+    stragglers: Arc<Stragglers>,
 }
 
 impl<C: Connection> Quorum<C> {
@@ -42,6 +45,7 @@ impl<C: Connection> Quorum<C> {
         Quorum {
             conns: conns.into_boxed_slice(),
             settings,
+            stragglers: Arc::default(),
         }
     }
 
@@ -65,26 +69,91 @@ impl<C: Connection> Quorum<C> {
         Fut: Future<Output = RedisResult<T>>,
     {
         // One timer for the whole fan-out rather than one per node (timers are a measurable
-        // part of a Redlock try's client CPU): each node's reply lands in its slot, and the
-        // slots still empty when the timer fires are the nodes that timed out.
-        let mut slots: Vec<Option<Reply<T>>> = self.conns.iter().map(|_| None).collect();
-        let requests = self.conns.iter().zip(slots.iter_mut()).enumerate();
-        let requests = requests.map(|(node, (conn, slot))| {
-            let request = op(node, conn.clone());
-            async move { *slot = Some(request.await.map_err(NodeError::Redis)) }
+        // part of a Redlock try's client CPU). Nobody agrees: every node is waited for.
+        let gathering = Gathering::new(self.conns.len(), 0);
+        let requests = self.conns.iter().enumerate().map(|(node, conn)| {
+            let (request, gathering) = (op(node, conn.clone()), &gathering);
+            async move {
+                let reply = request.await.map_err(NodeError::Redis);
+                gathering.record(node, reply, false);
+            }
         });
-        // A timeout only means some slots stay empty.
-        let _ = tokio::time::timeout(timeout, join_all(requests)).await;
-        slots
+        let gathered = {
+            let requests = std::pin::pin!(join_all(requests));
+            gathering.gather(requests, timeout).await
+        };
+        gathering
+            .take(gathered, timeout)
             .into_iter()
-            .map(|slot| slot.unwrap_or(Err(NodeError::TimedOut(timeout))))
+            .flatten()
             .collect()
+    }
+
+    /// Runs `op` on every node at once and returns as soon as a quorum of answers
+    /// `agrees`, every node answered, or `timeout` passed. The requests still out are in
+    /// the [`Rest`]: whoever holds it must hear them (see [`fan_out::finish`]).
+    async fn fan_out_to_quorum<T, F, Fut>(
+        &self,
+        timeout: Duration,
+        op: F,
+        agrees: fn(&T) -> bool,
+    ) -> (Arc<Gathering<T>>, Gathered, Rest)
+    where
+        T: Send + 'static,
+        F: Fn(usize, C) -> Fut,
+        Fut: Future<Output = RedisResult<T>> + Send + 'static,
+    {
+        let gathering = Arc::new(Gathering::new(self.conns.len(), self.needed()));
+        let requests = self.conns.iter().enumerate().map(|(node, conn)| {
+            let (request, gathering) = (op(node, conn.clone()), gathering.clone());
+            async move {
+                let reply = request.await.map_err(NodeError::Redis);
+                let agreed = reply.as_ref().is_ok_and(agrees);
+                gathering.record(node, reply, agreed);
+            }
+        });
+        let requests = join_all(requests);
+        let mut rest: Rest = Box::pin(async move {
+            requests.await;
+        });
+        let gathered = gathering.gather(rest.as_mut(), timeout).await;
+        (gathering, gathered, rest)
+    }
+
+    /// A plain try's one command on every node, decided once a quorum took the claim (a
+    /// node still to answer may take it too: the release goes to every node). The
+    /// requests still out, if any, come back with their gathering.
+    async fn set_everywhere(
+        &self,
+        cmd: Cmd,
+        timeout: Duration,
+    ) -> (Vec<Option<Reply<Obtain>>>, Option<LateTry>) {
+        let cmd = Arc::new(cmd);
+        let set = |_, mut conn: C| {
+            let cmd = cmd.clone();
+            async move {
+                let reply: Value = cmd.query_async(&mut conn).await?;
+                Ok(match reply {
+                    Value::Nil => Obtain::Held {
+                        index: 0,
+                        ttl: None,
+                        ahead: None,
+                    },
+                    _ => Obtain::Obtained { fence: None },
+                })
+            }
+        };
+        let taken = |obtain: &Obtain| matches!(obtain, Obtain::Obtained { .. });
+        let (gathering, gathered, rest) = self.fan_out_to_quorum(timeout, set, taken).await;
+        let replies = gathering.take(gathered, timeout);
+        let late = (gathered == Gathered::Quorum).then_some(LateTry { gathering, rest });
+        (replies, late)
     }
 
     /// Counts the nodes that agreed (`judge` says `Ok`), and lists the others.
     fn tally<T>(
         &self,
-        replies: Vec<Reply<T>>,
+        replies: impl IntoIterator<Item = (usize, Reply<T>)>,
         elapsed: Duration,
         judge: impl Fn(T) -> Result<(), NodeError>,
     ) -> QuorumFailure {
@@ -96,7 +165,7 @@ impl<C: Connection> Quorum<C> {
             elapsed,
             failures: Vec::new(),
         };
-        for (node, reply) in replies.into_iter().enumerate() {
+        for (node, reply) in replies {
             match reply.and_then(&judge) {
                 Ok(()) => failure.agreed += 1,
                 Err(error) => failure.failures.push(NodeFailure { node, error }),
@@ -132,45 +201,21 @@ impl<C: Connection> Quorum<C> {
     ) -> Attempt {
         let ttl = Duration::from_millis(request.terms.ttl_ms);
         let timeout = self.round_timeout(ttl, try_until, started);
-        let replies = match claim.plain_try(&request) {
-            // One command for every node, as the release's.
-            Some(cmd) => {
-                self.fan_out(timeout, |_, mut conn| {
-                    let cmd = &cmd;
-                    async move {
-                        let reply: Value = cmd.query_async(&mut conn).await?;
-                        Ok(match reply {
-                            Value::Nil => Obtain::Held {
-                                index: 0,
-                                ttl: None,
-                                ahead: None,
-                            },
-                            _ => Obtain::Obtained { fence: None },
-                        })
-                    }
-                })
-                .await
-            }
-            None => {
-                self.fan_out(timeout, |_, mut conn| async move {
-                    claim.obtain(&mut conn, request).await
-                })
-                .await
-            }
-        };
-        let held = held_key_and_ttl(&replies);
-        let refused = replies.iter().find_map(|reply| match reply {
+        let (replies, late) = self.ask_everywhere(claim, request, timeout).await;
+        let answers = || replies.iter().flatten();
+        let held = held_key_and_ttl(answers());
+        let refused = answers().find_map(|reply| match reply {
             Ok(Obtain::Refused(why)) => Some(why.clone()),
             _ => None,
         });
         // With fences, each node that took the claim answered its own next fence.
         let fences: Vec<Option<u64>> = (replies.iter())
             .map(|reply| match reply {
-                Ok(Obtain::Obtained { fence }) => *fence,
+                Some(Ok(Obtain::Obtained { fence })) => *fence,
                 _ => None,
             })
             .collect();
-        let mut failure = self.tally(replies, started.elapsed(), |obtain| match obtain {
+        let mut failure = self.tally(heard(replies), started.elapsed(), |obtain| match obtain {
             Obtain::Obtained { .. } => Ok(()),
             Obtain::Held { .. } | Obtain::Refused(_) => Err(NodeError::Held),
         });
@@ -194,8 +239,16 @@ impl<C: Connection> Quorum<C> {
                 }
             };
             if let Some(obtained) = self.obtained(fence, &mut failure, ttl, started) {
+                if let Some(late) = late {
+                    let wait = timeout.saturating_sub(started.elapsed());
+                    late.follow(&self.stragglers, request.terms.token, wait);
+                }
                 return obtained;
             }
+        }
+        if let Some(late) = late {
+            // Too late after all: the undo goes behind the requests still out.
+            late.hear(timeout.saturating_sub(started.elapsed())).await;
         }
         // Undo on every node, including those that did not answer: the request may still
         // reach them. On the same connection the release queues behind it, so once every
@@ -218,6 +271,27 @@ impl<C: Connection> Quorum<C> {
                 held,
                 may_hold: !cleaned,
             },
+        }
+    }
+
+    /// One try's request on every node: a plain try's command, decided once a quorum took
+    /// the claim (its requests still out come back as the [`LateTry`]), or the claim's
+    /// script, which waits for every node: a node that lost its scripts (restarted) loads
+    /// them again only for a caller still waiting for the reply, and a fenced try needs
+    /// every node's fence.
+    async fn ask_everywhere(
+        &self,
+        claim: &dyn Claim,
+        request: ObtainTry<'_>,
+        timeout: Duration,
+    ) -> (Vec<Option<Reply<Obtain>>>, Option<LateTry>) {
+        match claim.plain_try(&request) {
+            Some(cmd) => self.set_everywhere(cmd, timeout).await,
+            None => {
+                let obtain = |_, mut conn: C| async move { claim.obtain(&mut conn, request).await };
+                let replies = self.fan_out(timeout, obtain).await;
+                (replies.into_iter().map(Some).collect(), None)
+            }
         }
     }
 
@@ -272,10 +346,14 @@ impl<C: Connection> Quorum<C> {
         let taken: Vec<Option<u64>> = (replies.iter())
             .map(|reply| reply.as_ref().ok().copied().flatten())
             .collect();
-        let mut failure = self.tally(replies, started.elapsed(), |fence| match fence {
-            Some(_) => Ok(()),
-            None => Err(NodeError::NotHeld),
-        });
+        let mut failure = self.tally(
+            replies.into_iter().enumerate(),
+            started.elapsed(),
+            |fence| match fence {
+                Some(_) => Ok(()),
+                None => Err(NodeError::NotHeld),
+            },
+        );
         if failure.agreed >= failure.needed {
             let raise = Raise {
                 token,
@@ -379,16 +457,29 @@ impl<C: Connection> Quorum<C> {
         token: Token,
         keep_until: Option<Instant>,
     ) {
+        // The owner's acquire may still be out on some nodes: there the release follows it.
+        let straggling = self.stragglers.of(&token);
         for node in nodes {
             let conn = self.conns[node].clone();
             let drift = self.settings.allowance();
-            background::release(release_try(conn, claim.clone(), token, keep_until, drift));
+            let mut release = release_try(conn, claim.clone(), token, keep_until, drift);
+            match straggling.clone() {
+                None => background::release(release),
+                Some(straggling) => background::release(Box::new(move || {
+                    let (straggling, releasing) = (straggling.clone(), release());
+                    Box::pin(async move {
+                        straggling.heard(node).await;
+                        releasing.await
+                    })
+                })),
+            }
         }
     }
 
     /// Release on every node: done when a quorum deleted this owner's claim; lost when so
-    /// many nodes no longer had it that no quorum did. Nodes that did not answer get the
-    /// release again in the background (otherwise it expires by TTL).
+    /// many nodes no longer had it that no quorum did. Returns as soon as a quorum
+    /// released; the nodes still out are heard in the background. Nodes that did not
+    /// answer get the release again in the background (otherwise it expires by TTL).
     pub(crate) async fn release(
         &self,
         claim: &Arc<dyn Claim>,
@@ -401,21 +492,44 @@ impl<C: Connection> Quorum<C> {
         let timeout = self.settings.timeout_for(ttl.unwrap_or(TTL_FOR_TIMEOUTS));
         // One command for every node (a command built per node was a measurable part of a
         // cycle's client CPU).
-        let (cmd, notice) = (claim.release_cmd(token, keep), claim.release_notice());
-        let replies = self
-            .fan_out(timeout, |_, mut conn| {
-                let (cmd, notice) = (&cmd, notice.as_ref());
-                async move {
-                    let missing: i64 = evalsha(&mut conn, cmd).await?;
-                    send_notice(&mut conn, notice).await;
-                    Ok(missing == 0)
+        let (cmd, notice) = (
+            Arc::new(claim.release_cmd(token, keep)),
+            claim.release_notice(),
+        );
+        // Decided by a quorum, unless a notice follows the script on each node: observers
+        // must hear it from every node that had the claim.
+        let agrees: fn(&bool) -> bool = match notice {
+            None => |released| *released,
+            Some(_) => |_| false,
+        };
+        let notice = notice.map(Arc::new);
+        // The owner's acquire may still be out on some nodes: there the release follows it.
+        let straggling = self.stragglers.of(token);
+        let release = |node, mut conn: C| {
+            let (cmd, notice, straggling) = (cmd.clone(), notice.clone(), straggling.clone());
+            async move {
+                if let Some(straggling) = straggling {
+                    straggling.heard(node).await;
                 }
-            })
-            .await;
-        let failure = self.tally(replies, started.elapsed(), |released| match released {
-            true => Ok(()),
-            false => Err(NodeError::NotHeld),
-        });
+                let missing: i64 = evalsha(&mut conn, &cmd).await?;
+                send_notice(&mut conn, notice.as_deref()).await;
+                Ok(missing == 0)
+            }
+        };
+        let (gathering, gathered, rest) = self.fan_out_to_quorum(timeout, release, agrees).await;
+        if gathered == Gathered::Quorum {
+            let wait = timeout.saturating_sub(started.elapsed());
+            self.finish_release(rest, &gathering, wait, claim, token, keep_until);
+        }
+        let replies = gathering.take(gathered, timeout);
+        let failure = self.tally(
+            heard(replies),
+            started.elapsed(),
+            |released| match released {
+                true => Ok(()),
+                false => Err(NodeError::NotHeld),
+            },
+        );
         let unanswered = (failure.failures.iter())
             .filter(|f| f.error.is_unreachable())
             .map(|f| f.node);
@@ -424,6 +538,33 @@ impl<C: Connection> Quorum<C> {
             true => Ok(()),
             false => Err(self.lost_or_no_quorum(failure)),
         }
+    }
+
+    /// Hears a release's requests still out (`rest`) within `wait` on a task of their own
+    /// (a node that lost the script gets it whole); the nodes among them that do not
+    /// answer, or cannot be reached, get the release again in the background.
+    fn finish_release(
+        &self,
+        rest: Rest,
+        gathering: &Arc<Gathering<bool>>,
+        wait: Duration,
+        claim: &Arc<dyn Claim>,
+        token: &Token,
+        keep_until: Option<Instant>,
+    ) {
+        let late = gathering.out();
+        let nodes: Vec<(usize, C)> = (late.iter())
+            .map(|node| (*node, self.conns[*node].clone()))
+            .collect();
+        let (claim, token, drift) = (claim.clone(), *token, self.settings.allowance());
+        let gathering = gathering.clone();
+        fan_out::finish(rest, wait, move || {
+            let failed = gathering.failed(&late);
+            for (_, conn) in nodes.into_iter().filter(|(node, _)| failed.contains(node)) {
+                let again = release_try(conn, claim.clone(), token, keep_until, drift);
+                background::release(again);
+            }
+        });
     }
 
     /// Refresh on every node: counts only when a quorum extended the claim before the
@@ -453,10 +594,14 @@ impl<C: Connection> Quorum<C> {
                 claim.refresh(&mut conn, token, ttl_ms).await
             })
             .await;
-        let mut failure = self.tally(replies, started.elapsed(), |extended| match extended {
-            true => Ok(()),
-            false => Err(NodeError::NotHeld),
-        });
+        let mut failure = self.tally(
+            replies.into_iter().enumerate(),
+            started.elapsed(),
+            |extended| match extended {
+                true => Ok(()),
+                false => Err(NodeError::NotHeld),
+            },
+        );
         let in_time = valid_until.is_none_or(|v| Instant::now() < v);
         if failure.agreed >= failure.needed && in_time {
             if let Some(valid_until) = self.valid_until(ttl, started, failure.elapsed) {
@@ -498,11 +643,14 @@ impl<C: Connection> Quorum<C> {
         };
         (0..ttls.len())
             .map(|lease| {
-                let mut failure =
-                    self.tally(lease_replies(lease), elapsed, |answer| match answer {
+                let mut failure = self.tally(
+                    lease_replies(lease).into_iter().enumerate(),
+                    elapsed,
+                    |answer| match answer {
                         Renewed::Extended { .. } => Ok(()),
                         Renewed::NotHeld => Err(NodeError::NotHeld),
-                    });
+                    },
+                );
                 if failure.agreed >= failure.needed {
                     if let Some(valid_until) = self.valid_until(ttls[lease], started, elapsed) {
                         let asked = asked_by_a_quorum(&replies, lease, failure.needed);
@@ -563,6 +711,31 @@ impl<C: Connection> Quorum<C> {
     }
 }
 
+/// A plain try's requests still out once a quorum took the claim.
+struct LateTry {
+    gathering: Arc<Gathering<Obtain>>,
+    rest: Rest,
+}
+
+impl LateTry {
+    /// The claim was obtained: the requests still out are heard within `wait` on a task of
+    /// their own, and until each is, the owner's release to its node waits for it (see
+    /// [`Stragglers`]).
+    fn follow(self, stragglers: &Arc<Stragglers>, owner: Token, wait: Duration) {
+        let straggling = self.gathering.follow(stragglers, owner);
+        let stragglers = stragglers.clone();
+        fan_out::finish(self.rest, wait, move || {
+            stragglers.done(&owner, &straggling)
+        });
+    }
+
+    /// The claim was not obtained after all: hears the requests still out (within `wait`),
+    /// so that the undo goes behind them.
+    async fn hear(self, wait: Duration) {
+        let _ = tokio::time::timeout(wait, self.rest).await;
+    }
+}
+
 /// The claim was taken, but the fence could not be made durable on a quorum: only the
 /// nodes that stored both agreed; `unfenced` are no longer counted, and say why.
 /// Whether one request to let go (one id) was found beside `lease` on `needed` nodes: heard
@@ -619,8 +792,10 @@ fn count_out(failure: &mut QuorumFailure, unfenced: Vec<NodeFailure>) {
 /// key that keeps the claim out — which is the one to wait for. Waiting for the first, a
 /// waiter of several keys woken by that release found "held" and kept its turn, leaving
 /// the waiters that queued behind it without a try to wait out the key's TTL.)
-fn held_key_and_ttl(replies: &[Reply<Obtain>]) -> Option<(usize, Option<Duration>)> {
-    let found: Vec<usize> = (replies.iter())
+fn held_key_and_ttl<'a>(
+    replies: impl Iterator<Item = &'a Reply<Obtain>> + Clone,
+) -> Option<(usize, Option<Duration>)> {
+    let found: Vec<usize> = (replies.clone())
         .filter_map(|reply| match reply {
             Ok(Obtain::Held { index, .. }) => Some(*index),
             _ => None,
@@ -630,7 +805,7 @@ fn held_key_and_ttl(replies: &[Reply<Obtain>]) -> Option<(usize, Option<Duration
     let held_key = (found.iter())
         .max_by_key(|key| (nodes_holding(key), std::cmp::Reverse(**key)))
         .copied();
-    let held_ttl = (replies.iter())
+    let held_ttl = replies
         .filter_map(|reply| match reply {
             Ok(Obtain::Held { index, ttl, .. }) if Some(*index) == held_key => *ttl,
             _ => None,

@@ -1,0 +1,410 @@
+//! One request sent to every node of a quorum at once, its answers gathered as they come,
+//! until they decide.
+//!
+//! Most operations wait for every node (or the node timeout): their outcome depends on
+//! what each node said. An acquire or a release is decided as soon as a quorum agreed, and
+//! waiting for the slowest node then only adds its latency to the caller's — on a loaded
+//! host the slowest of five local servers was a third of a cycle, and a frozen minority
+//! node cost every acquire a whole node timeout. Such a fan-out returns at the quorum, and
+//! hands the requests still out to a task of its own ([`finish`]): a request that is
+//! dropped may never be sent (a connection skips requests nobody waits for, and one still
+//! connecting has sent nothing yet), and a lock should be on every node it can reach, not
+//! only on a bare quorum — one of those restarting empty would then leave its holder short.
+//!
+//! An acquire's requests still out are its *stragglers* ([`Stragglers`]): the owner's
+//! release on a node is sent only once that node answered the acquire (or its time ran
+//! out). Otherwise the release could overtake the acquire on a connection still being set
+//! up, and the key would stay behind on that node until its TTL.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::backend::common::Reply;
+use crate::quorum::NodeError;
+use crate::sync::lock;
+use crate::token::Token;
+
+/// The requests of a fan-out still out once it was decided, as one future.
+pub(crate) type Rest = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The answers of one fan-out, slot by node, and how many agreed so far.
+pub(crate) struct Gathering<T> {
+    slots: Mutex<Slots<T>>,
+    agreed: AtomicUsize,
+    needed: usize,
+}
+
+struct Slots<T> {
+    /// The answers not taken yet.
+    replies: Vec<Option<Reply<T>>>,
+    /// Which nodes answered, taken or not.
+    answered: Vec<bool>,
+    /// Told of each answer once the fan-out was decided (an acquire's stragglers).
+    followed: Option<Arc<Straggling>>,
+}
+
+/// How a fan-out ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gathered {
+    /// Every node answered.
+    Every,
+    /// A quorum agreed before every node answered: the others are still out.
+    Quorum,
+    /// The timeout came first: the nodes still silent timed out.
+    TimedOut,
+}
+
+impl<T> Gathering<T> {
+    /// An empty gathering for `nodes` nodes, decided when `needed` agree; `needed` of 0
+    /// means "wait for every node".
+    pub(crate) fn new(nodes: usize, needed: usize) -> Gathering<T> {
+        let needed = match needed {
+            0 => usize::MAX,
+            needed => needed,
+        };
+        Gathering {
+            slots: Mutex::new(Slots {
+                replies: (0..nodes).map(|_| None).collect(),
+                answered: vec![false; nodes],
+                followed: None,
+            }),
+            agreed: AtomicUsize::new(0),
+            needed,
+        }
+    }
+
+    /// Records `node`'s answer; `agrees` says whether it counts toward the quorum.
+    pub(crate) fn record(&self, node: usize, reply: Reply<T>, agrees: bool) {
+        if agrees {
+            self.agreed.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut slots = lock(&self.slots);
+        slots.replies[node] = Some(reply);
+        slots.answered[node] = true;
+        if let Some(followed) = &slots.followed {
+            followed.answered(node);
+        }
+    }
+
+    /// Has `owner`'s stragglers noted in `stragglers`: the nodes still out, each crossed
+    /// off as it answers.
+    pub(crate) fn follow(&self, stragglers: &Stragglers, owner: Token) -> Arc<Straggling> {
+        let mut slots = lock(&self.slots);
+        let out = slots.answered.iter().map(|answered| !answered).collect();
+        let straggling = stragglers.add(owner, out);
+        slots.followed = Some(straggling.clone());
+        straggling
+    }
+
+    fn decided(&self) -> bool {
+        self.agreed.load(Ordering::Relaxed) >= self.needed
+    }
+
+    /// Waits until `requests` (the fan-out's, each recording into this gathering) are all
+    /// done, a quorum agreed, or `timeout` passed, whichever comes first. Requests still
+    /// out stay in `requests`, for the caller to drop or to finish.
+    pub(crate) async fn gather<J: Future + ?Sized>(
+        &self,
+        mut requests: Pin<&mut J>,
+        timeout: Duration,
+    ) -> Gathered {
+        // The requests' own wake-ups are the only events that change the count, and each
+        // polls this future again: the count needs no waker of its own.
+        let decided = std::future::poll_fn(|cx| {
+            if requests.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Gathered::Every);
+            }
+            match self.decided() {
+                true => Poll::Ready(Gathered::Quorum),
+                false => Poll::Pending,
+            }
+        });
+        tokio::time::timeout(timeout, decided)
+            .await
+            .unwrap_or(Gathered::TimedOut)
+    }
+
+    /// The answers by node: `None` for a node still out when a quorum decided; a node still
+    /// silent when the fan-out timed out answered [`NodeError::TimedOut`]. A node still out
+    /// records its answer later all the same (see [`failed`](Gathering::failed)).
+    pub(crate) fn take(&self, gathered: Gathered, timeout: Duration) -> Vec<Option<Reply<T>>> {
+        let mut slots = lock(&self.slots);
+        let silent = || Some(Err(NodeError::TimedOut(timeout)));
+        (slots.replies.iter_mut())
+            .map(|slot| match (slot.take(), gathered) {
+                (None, Gathered::TimedOut) => silent(),
+                (answer, _) => answer,
+            })
+            .collect()
+    }
+
+    /// The nodes still out: those that have not answered yet.
+    pub(crate) fn out(&self) -> Vec<usize> {
+        let slots = lock(&self.slots);
+        (slots.answered.iter().enumerate())
+            .filter(|(_, answered)| !**answered)
+            .map(|(node, _)| node)
+            .collect()
+    }
+
+    /// Which of `nodes` have not answered, or answered that they could not be reached.
+    pub(crate) fn failed(&self, nodes: &[usize]) -> Vec<usize> {
+        let slots = lock(&self.slots);
+        let failed = |slot: &Option<Reply<T>>| match slot {
+            None => true,
+            Some(reply) => reply.as_ref().is_err_and(NodeError::is_unreachable),
+        };
+        (nodes.iter().copied())
+            .filter(|node| failed(&slots.replies[*node]))
+            .collect()
+    }
+}
+
+/// Hears `rest` on a task of its own for at most `wait`, then runs `then` (also when the
+/// runtime drops the task unfinished). With no runtime to run the task on, `then` runs at
+/// once and the requests are left to run on the servers unheard.
+pub(crate) fn finish(rest: Rest, wait: Duration, then: impl FnOnce() + Send + 'static) {
+    /// Runs `then` however the task ends.
+    struct Then<F: FnOnce()>(Option<F>);
+    impl<F: FnOnce()> Drop for Then<F> {
+        fn drop(&mut self) {
+            if let Some(then) = self.0.take() {
+                then();
+            }
+        }
+    }
+    let then = Then(Some(then));
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    runtime.spawn(async move {
+        let _ = tokio::time::timeout(wait, rest).await;
+        drop(then);
+    });
+}
+
+/// The acquires of a quorum decided before every node answered, by owner: the nodes each
+/// still waits for.
+#[derive(Default)]
+pub(crate) struct Stragglers {
+    by_owner: Mutex<HashMap<Token, Arc<Straggling>>>,
+}
+
+/// One acquire's nodes still out, and a wake-up for whoever waits for one of them.
+pub(crate) struct Straggling {
+    out: Mutex<Vec<bool>>,
+    answered: Notify,
+}
+
+impl Stragglers {
+    /// Notes that `owner`'s acquire still waits for `out` (by node, `true` = still out).
+    pub(crate) fn add(&self, owner: Token, out: Vec<bool>) -> Arc<Straggling> {
+        let straggling = Arc::new(Straggling {
+            out: Mutex::new(out),
+            answered: Notify::new(),
+        });
+        lock(&self.by_owner).insert(owner, straggling.clone());
+        straggling
+    }
+
+    /// `owner`'s acquire's nodes still out, if any.
+    pub(crate) fn of(&self, owner: &Token) -> Option<Arc<Straggling>> {
+        let by_owner = lock(&self.by_owner);
+        match by_owner.is_empty() {
+            true => None,
+            false => by_owner.get(owner).cloned(),
+        }
+    }
+
+    /// `owner`'s acquire has heard every node it will hear.
+    pub(crate) fn done(&self, owner: &Token, straggling: &Straggling) {
+        lock(&self.by_owner).remove(owner);
+        straggling.all_answered();
+    }
+}
+
+impl Straggling {
+    /// `node` answered the acquire.
+    pub(crate) fn answered(&self, node: usize) {
+        lock(&self.out)[node] = false;
+        self.answered.notify_waiters();
+    }
+
+    fn all_answered(&self) {
+        lock(&self.out).iter_mut().for_each(|out| *out = false);
+        self.answered.notify_waiters();
+    }
+
+    /// Waits until `node` answered the acquire (or the acquire stopped waiting for it).
+    pub(crate) async fn heard(&self, node: usize) {
+        loop {
+            let answered = self.answered.notified();
+            let mut answered = std::pin::pin!(answered);
+            // Registered before the look, so that an answer between the two is not missed.
+            answered.as_mut().enable();
+            if !lock(&self.out)[node] {
+                return;
+            }
+            answered.await;
+        }
+    }
+}
+
+/// The answers that came, with their nodes.
+pub(crate) fn heard<T>(slots: Vec<Option<Reply<T>>>) -> impl Iterator<Item = (usize, Reply<T>)> {
+    (slots.into_iter().enumerate()).filter_map(|(node, slot)| slot.map(|reply| (node, reply)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::future::pending;
+
+    fn agreeing(g: &Gathering<bool>, node: usize) {
+        g.record(node, Ok(true), true);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quorum_decides_before_the_slowest_node_answers() {
+        let gathering = Gathering::<bool>::new(5, 3);
+        let requests = async {
+            for node in 0..3 {
+                agreeing(&gathering, node);
+            }
+            pending::<()>().await
+        };
+        let requests = std::pin::pin!(requests);
+        let gathered = gathering.gather(requests, Duration::from_secs(1)).await;
+        assert_eq!(gathered, Gathered::Quorum);
+        let slots = gathering.take(gathered, Duration::from_secs(1));
+        assert_eq!(slots.iter().filter(|s| s.is_none()).count(), 2);
+        assert_eq!(
+            heard(slots).map(|(node, _)| node).collect::<Vec<_>>(),
+            [0, 1, 2]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_quorum_the_silent_nodes_time_out() {
+        let gathering = Gathering::<bool>::new(5, 3);
+        let requests = async {
+            agreeing(&gathering, 0);
+            agreeing(&gathering, 1);
+            gathering.record(2, Ok(false), false);
+            pending::<()>().await
+        };
+        let requests = std::pin::pin!(requests);
+        let started = tokio::time::Instant::now();
+        let gathered = gathering.gather(requests, Duration::from_millis(50)).await;
+        assert_eq!(gathered, Gathered::TimedOut);
+        assert_eq!(started.elapsed(), Duration::from_millis(50));
+        assert_eq!(gathering.out(), [3, 4]);
+        let slots = gathering.take(gathered, Duration::from_millis(50));
+        assert!(matches!(slots[4], Some(Err(NodeError::TimedOut(_)))));
+        assert!(matches!(slots[2], Some(Ok(false))));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn needed_zero_waits_for_every_node() {
+        let gathering = Gathering::<bool>::new(2, 0);
+        let requests = async {
+            agreeing(&gathering, 0);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            agreeing(&gathering, 1);
+        };
+        let requests = std::pin::pin!(requests);
+        let gathered = gathering.gather(requests, Duration::from_secs(1)).await;
+        assert_eq!(gathered, Gathered::Every);
+        assert!(gathering.out().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_release_waits_for_its_node_only_and_never_past_the_acquire() {
+        let stragglers = Stragglers::default();
+        let owner = Token::generate().unwrap();
+        let straggling = stragglers.add(owner, vec![false, true, true]);
+        let found = stragglers.of(&owner).expect("registered");
+        // A node that answered before the quorum decided: no wait.
+        tokio::time::timeout(Duration::from_millis(1), found.heard(0))
+            .await
+            .unwrap();
+        let waiting = tokio::spawn(async move { found.heard(1).await });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        straggling.answered(1);
+        tokio::time::timeout(Duration::from_millis(1), waiting)
+            .await
+            .unwrap()
+            .unwrap();
+        // Node 2 never answered; the acquire's task gave up on it.
+        let found = stragglers.of(&owner).unwrap();
+        let waiting = tokio::spawn(async move { found.heard(2).await });
+        stragglers.done(&owner, &straggling);
+        tokio::time::timeout(Duration::from_millis(1), waiting)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(stragglers.of(&owner).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn followed_after_the_take_only_the_nodes_still_out_are_waited_for() {
+        let (gathering, stragglers) = (Gathering::<bool>::new(3, 2), Stragglers::default());
+        agreeing(&gathering, 0);
+        agreeing(&gathering, 1);
+        let _ = gathering.take(Gathered::Quorum, Duration::from_secs(1));
+        let owner = Token::generate().unwrap();
+        let straggling = gathering.follow(&stragglers, owner);
+        let quick = Duration::from_millis(1);
+        tokio::time::timeout(quick, straggling.heard(1)).await.expect("answered before");
+        assert!(tokio::time::timeout(quick, straggling.heard(2)).await.is_err());
+        gathering.record(2, Ok(true), true);
+        tokio::time::timeout(quick, straggling.heard(2)).await.expect("answered now");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_finished_or_dropped_rest_runs_its_follow_up_once() {
+        let ran = Arc::new(AtomicUsize::new(0));
+        let counter = ran.clone();
+        finish(Box::pin(async {}), Duration::from_secs(1), move || {
+            counter.fetch_add(1, Ordering::Relaxed);
+        });
+        tokio::task::yield_now().await;
+        assert_eq!(ran.load(Ordering::Relaxed), 1);
+        let counter = ran.clone();
+        finish(
+            Box::pin(std::future::pending()),
+            Duration::from_millis(30),
+            move || {
+                counter.fetch_add(1, Ordering::Relaxed);
+            },
+        );
+        tokio::time::sleep(Duration::from_millis(31)).await;
+        tokio::task::yield_now().await;
+        assert_eq!(ran.load(Ordering::Relaxed), 2, "given up after its wait");
+    }
+
+    #[test]
+    fn a_node_still_out_records_its_answer_after_the_take() {
+        let gathering = Gathering::<bool>::new(3, 2);
+        agreeing(&gathering, 0);
+        agreeing(&gathering, 1);
+        let late = gathering.out();
+        assert_eq!(late, [2]);
+        let slots = gathering.take(Gathered::Quorum, Duration::from_secs(1));
+        assert_eq!(heard(slots).count(), 2);
+        assert_eq!(gathering.failed(&late), [2], "silent so far");
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        gathering.record(2, Err(NodeError::Redis(refused.into())), false);
+        assert_eq!(gathering.failed(&late), [2], "unreachable");
+        gathering.record(2, Ok(false), false);
+        assert!(gathering.failed(&late).is_empty(), "it answered");
+    }
+}
