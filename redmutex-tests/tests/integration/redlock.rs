@@ -326,6 +326,144 @@ async fn a_paused_node_costs_one_node_timeout_not_more() {
     assert!(!left, "the paused node kept the key after it woke");
 }
 
+/// The nodes of `on` that hold `key` for `token` (without asking the others, which may be
+/// paused).
+fn holding_on(
+    servers: &[RedisServer],
+    on: &[usize],
+    key: &str,
+    token: &redmutex::Token,
+) -> Vec<usize> {
+    (on.iter().copied())
+        .filter(|&i| get(&servers[i], key).is_some_and(|v| v.starts_with(token.as_str())))
+        .collect()
+}
+
+/// Waits (at most 3 s, well within the locks' TTL) until no node holds anything.
+async fn every_node_empties(servers: &[RedisServer]) {
+    let empty = async {
+        while !servers.iter().all(|s| dbsize(s) == 0) {
+            tokio::time::sleep(ms(20)).await;
+        }
+    };
+    let left: Vec<u64> = match tokio::time::timeout(ms(3000), empty).await {
+        Ok(()) => return,
+        Err(_) => servers.iter().map(dbsize).collect(),
+    };
+    panic!("keys left behind, by node: {left:?}");
+}
+
+#[tokio::test]
+async fn a_frozen_minority_costs_an_acquire_and_a_release_nothing_and_is_cleaned_when_it_wakes() {
+    let servers = RedisServer::spawn_many(NODES);
+    let node_timeout = ms(3000);
+    let locker =
+        redlock(&servers).with_quorum_settings(QuorumSettings::new().node_timeout(node_timeout));
+    // Connect every node and load the scripts everywhere first.
+    locker
+        .acquire("warm", ms(10_000))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    // Node 2 lost its scripts (as a restart that kept its data would), and two nodes freeze.
+    servers[2].command(&["SCRIPT", "FLUSH"]);
+    servers[1].pause();
+    servers[2].pause();
+    let started = Instant::now();
+    let lock = locker.acquire("job", ms(10_000)).await.unwrap();
+    let token = lock.token();
+    assert_eq!(holding_on(&servers, &[0, 3, 4], "job", &token), [0, 3, 4]);
+    lock.release().await.unwrap();
+    let took = started.elapsed();
+    // Waiting for the frozen nodes would take a node timeout (3 s) for each call.
+    assert!(took < node_timeout / 2, "took {took:?}");
+    assert!(holding_on(&servers, &[0, 3, 4], "job", &token).is_empty());
+    tokio::time::sleep(ms(300)).await;
+    servers[1].resume();
+    servers[2].resume();
+    // The frozen nodes run the acquire they were sent when they wake, then the release
+    // that followed it — node 2 with the script sent whole — long before the TTL.
+    every_node_empties(&servers).await;
+}
+
+/// A connection that holds each `SET` back for a while before sending it, as one still
+/// being set up does (and a pool may send a later request on another connection first).
+#[derive(Clone)]
+struct HeldBackSets {
+    inner: ConnectionManager,
+    delay: Duration,
+}
+
+impl redis::aio::ConnectionLike for HeldBackSets {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        let is_set = matches!(cmd.args_iter().next(), Some(redis::Arg::Simple(name)) if name.eq_ignore_ascii_case(b"SET"));
+        Box::pin(async move {
+            if is_set {
+                tokio::time::sleep(self.delay).await;
+            }
+            self.inner.req_packed_command(cmd).await
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        self.inner.req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.inner.get_db()
+    }
+}
+
+#[tokio::test]
+async fn a_release_on_a_node_goes_behind_the_acquire_still_out_there() {
+    let servers = RedisServer::spawn_many(NODES);
+    // Nodes 0 and 1 send a SET 100 ms late: the acquire is decided by the other three,
+    // and the lock released (or its guard dropped) while those two SETs are still out.
+    let conns = servers
+        .iter()
+        .enumerate()
+        .map(|(node, server)| HeldBackSets {
+            inner: redmutex::connect_lazy(&server.url()).unwrap(),
+            delay: ms(if node < 2 { 100 } else { 0 }),
+        });
+    let locker = Locker::redlock(conns)
+        .unwrap()
+        .with_quorum_settings(QuorumSettings::new().node_timeout(ms(1000)));
+    let released = locker.acquire("released", ms(10_000)).await.unwrap();
+    let dropped = locker.acquire("dropped", ms(10_000)).await.unwrap();
+    let token = released.token();
+    released.release().await.unwrap();
+    drop(dropped);
+    assert!(holding_on(&servers, &[2, 3, 4], "released", &token).is_empty());
+    // The slow nodes are sent both acquires all the same (a lock is on every node it can
+    // reach, not only on the quorum that decided)...
+    let set_calls = |server: &RedisServer| {
+        let stats = server.command(&["INFO", "commandstats"]);
+        (stats.split("cmdstat_set:calls=").nth(1))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let both_sent = async {
+        while !servers[..2].iter().all(|server| set_calls(server) == 2) {
+            tokio::time::sleep(ms(10)).await;
+        }
+    };
+    tokio::time::timeout(ms(3000), both_sent).await.unwrap();
+    // ... and each release there went behind the SET: nothing is left anywhere.
+    every_node_empties(&servers).await;
+}
+
 #[tokio::test]
 async fn latency_on_two_nodes_is_tolerated_and_latency_past_the_ttl_never_yields_a_lock() {
     let servers = RedisServer::spawn_many(NODES);

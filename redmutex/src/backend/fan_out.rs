@@ -363,10 +363,16 @@ mod tests {
         let owner = Token::generate().unwrap();
         let straggling = gathering.follow(&stragglers, owner);
         let quick = Duration::from_millis(1);
-        tokio::time::timeout(quick, straggling.heard(1)).await.expect("answered before");
-        assert!(tokio::time::timeout(quick, straggling.heard(2)).await.is_err());
+        tokio::time::timeout(quick, straggling.heard(1))
+            .await
+            .expect("answered before");
+        assert!(tokio::time::timeout(quick, straggling.heard(2))
+            .await
+            .is_err());
         gathering.record(2, Ok(true), true);
-        tokio::time::timeout(quick, straggling.heard(2)).await.expect("answered now");
+        tokio::time::timeout(quick, straggling.heard(2))
+            .await
+            .expect("answered now");
     }
 
     #[tokio::test(start_paused = true)]
