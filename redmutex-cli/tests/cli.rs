@@ -2836,3 +2836,33 @@ fn redlock_inspect_waits_out_an_undecided_key_up_to_wait_redis() {
         stdout(&out)
     );
 }
+
+#[test]
+fn acquire_on_redlock_exits_once_every_node_has_the_lock_so_a_release_elsewhere_finds_it() {
+    let servers = RedisServer::spawn_many(5);
+    let proxies: Vec<testkit::Proxy> = (servers.iter())
+        .map(|s| testkit::Proxy::start(s.addr()))
+        .collect();
+    // Two slow nodes: three fast ones decide, but the token leaves with the process.
+    proxies[0].set_latency(Duration::from_millis(150));
+    proxies[1].set_latency(Duration::from_millis(150));
+    let through_proxies = || {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_redmutex"));
+        for proxy in &proxies {
+            cmd.arg("--redis").arg(proxy.url());
+        }
+        cmd.args(["--node-timeout", "2s"]);
+        cmd.env_remove("REDMUTEX_REDIS").env_remove("REDIS_URL");
+        cmd
+    };
+    let out = run(through_proxies().args(["acquire", "--ttl", "30s", "job"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let token = stdout(&out).trim().to_owned();
+    // Already on the slow nodes when the process has ended.
+    assert!(servers.iter().all(|s| exists(s, "job")));
+    // Released by another process, directly on the servers: nothing is left behind.
+    let out = run(redlock(&servers).args(["release", "--token", &token, "job"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(servers.iter().all(|s| !exists(s, "job")));
+}

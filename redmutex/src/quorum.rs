@@ -37,6 +37,7 @@ pub struct QuorumSettings {
     fixed_drift: Duration,
     node_timeout: Option<Duration>,
     min_validity: Duration,
+    every_node: bool,
 }
 
 impl Default for QuorumSettings {
@@ -46,6 +47,7 @@ impl Default for QuorumSettings {
             fixed_drift: Duration::from_millis(2),
             node_timeout: None,
             min_validity: Duration::ZERO,
+            every_node: false,
         }
     }
 }
@@ -153,6 +155,41 @@ impl QuorumSettings {
     pub fn min_validity(mut self, min: Duration) -> QuorumSettings {
         self.min_validity = min;
         self
+    }
+
+    /// Whether an acquire and a release wait for every node to answer (or time out), rather
+    /// than returning as soon as a quorum agreed (the default).
+    ///
+    /// By default a lock is handed out once a quorum took it; the slower nodes are sent
+    /// the same request all the same, and this process hears them in the background (its
+    /// own release on a node goes behind its acquire there). Wait for every node where the
+    /// token leaves the process at once ([`Lock::detach`](crate::Lock::detach) handed to a
+    /// process that may release it right away, as `redmutex acquire` does): a release from
+    /// elsewhere could otherwise reach a slow node before the acquire does, and the key
+    /// would stay there until its TTL (docs/SAFETY.md, "Networks").
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use std::time::Duration;
+    /// use redmutex::{memory::MemoryRedis, Locker, QuorumSettings};
+    /// let settings = QuorumSettings::new().wait_for_every_node(true);
+    /// let nodes = [MemoryRedis::new(), MemoryRedis::new(), MemoryRedis::new()];
+    /// let locker = Locker::redlock(nodes.clone())?.with_quorum_settings(settings);
+    /// let token = locker.acquire("nightly", Duration::from_secs(60)).await?.detach();
+    /// assert!(nodes.iter().all(|node| node.ttl("nightly").is_some()), "on every node");
+    /// # let _ = token;
+    /// # Ok(()) }
+    /// ```
+    pub fn wait_for_every_node(mut self, yes: bool) -> QuorumSettings {
+        self.every_node = yes;
+        self
+    }
+
+    /// Whether a quorum decides an acquire or a release without the slower nodes (see
+    /// [`wait_for_every_node`](QuorumSettings::wait_for_every_node)).
+    pub(crate) fn quorum_decides(&self) -> bool {
+        !self.every_node
     }
 
     /// The clock-drift allowance for `ttl`.

@@ -465,6 +465,33 @@ async fn a_release_on_a_node_goes_behind_the_acquire_still_out_there() {
 }
 
 #[tokio::test]
+async fn waiting_for_every_node_hands_out_a_lock_every_node_has() {
+    let servers = RedisServer::spawn_many(NODES);
+    let conns = servers
+        .iter()
+        .enumerate()
+        .map(|(node, server)| HeldBackSets {
+            inner: redmutex::connect_lazy(&server.url()).unwrap(),
+            delay: ms(if node < 2 { 100 } else { 0 }),
+        });
+    let settings = QuorumSettings::new()
+        .node_timeout(ms(1000))
+        .wait_for_every_node(true);
+    let locker = Locker::redlock(conns)
+        .unwrap()
+        .with_quorum_settings(settings);
+    let lock = locker.acquire("job", ms(10_000)).await.unwrap();
+    let token = lock.detach();
+    // The token may leave the process now: every node has the lock already.
+    assert_eq!(holding(&servers, "job", &token), [0, 1, 2, 3, 4]);
+    let other = redlock(&servers);
+    other.release_with_token(["job"], &token).await.unwrap();
+    assert!(holding(&servers, "job", &token).is_empty());
+    tokio::time::sleep(ms(200)).await;
+    assert!(servers.iter().all(|s| dbsize(s) == 0));
+}
+
+#[tokio::test]
 async fn latency_on_two_nodes_is_tolerated_and_latency_past_the_ttl_never_yields_a_lock() {
     let servers = RedisServer::spawn_many(NODES);
     let proxies: Vec<Proxy> = servers.iter().map(|s| Proxy::start(s.addr())).collect();

@@ -143,7 +143,10 @@ impl<C: Connection> Quorum<C> {
                 })
             }
         };
-        let taken = |obtain: &Obtain| matches!(obtain, Obtain::Obtained { .. });
+        let taken: fn(&Obtain) -> bool = match self.settings.quorum_decides() {
+            true => |obtain| matches!(obtain, Obtain::Obtained { .. }),
+            false => |_| false,
+        };
         let (gathering, gathered, rest) = self.fan_out_to_quorum(timeout, set, taken).await;
         let replies = gathering.take(gathered, timeout);
         let late = (gathered == Gathered::Quorum).then_some(LateTry { gathering, rest });
@@ -499,8 +502,8 @@ impl<C: Connection> Quorum<C> {
         // Decided by a quorum, unless a notice follows the script on each node: observers
         // must hear it from every node that had the claim.
         let agrees: fn(&bool) -> bool = match notice {
-            None => |released| *released,
-            Some(_) => |_| false,
+            None if self.settings.quorum_decides() => |released| *released,
+            _ => |_| false,
         };
         let notice = notice.map(Arc::new);
         // The owner's acquire may still be out on some nodes: there the release follows it.
