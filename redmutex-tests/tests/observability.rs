@@ -197,6 +197,44 @@ async fn a_quorum_reached_without_a_node_is_a_warning_naming_the_node() {
 }
 
 #[tokio::test]
+async fn a_node_decided_without_and_then_silent_is_a_warning_naming_the_lock() {
+    setup();
+    let servers = RedisServer::spawn_many(3);
+    let mut conns = Vec::new();
+    for server in &servers {
+        conns.push(multiplexed_with_timeout(server, ms(2000)).await);
+    }
+    let settings = redmutex::QuorumSettings::new().node_timeout(ms(200));
+    let locker = Locker::redlock(conns)
+        .unwrap()
+        .with_quorum_settings(settings);
+    servers[2].pause();
+    // Decided by the two nodes that answer, without waiting for the frozen one...
+    let lock = locker
+        .acquire("obs:late", Duration::from_secs(5))
+        .await
+        .unwrap();
+    lock.release().await.unwrap();
+    // ... which is reported once its node timeout has passed, for the acquire and the
+    // release alike.
+    tokio::time::sleep(ms(600)).await;
+    servers[2].resume();
+    let late: Vec<_> = (capture::events("obs:late").into_iter())
+        .filter(|e| e.message == "redmutex: quorum reached without every node")
+        .collect();
+    assert_eq!(late.len(), 2, "{:?}", capture::events("obs:late"));
+    for event in &late {
+        assert_eq!(event.level, Level::WARN);
+        assert_eq!(event.fields["agreed"], "2");
+        assert_eq!(event.fields["nodes"], "3");
+        assert!(
+            event.fields["errors"].starts_with("node 2: no answer within"),
+            "{late:?}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_waiter_woken_by_a_release_is_traced_in_its_acquire() {
     setup();
     let server = RedisServer::spawn();

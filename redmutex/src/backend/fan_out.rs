@@ -27,7 +27,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::backend::common::Reply;
-use crate::quorum::NodeError;
+use crate::quorum::{NodeError, NodeFailure};
 use crate::sync::lock;
 use crate::token::Token;
 
@@ -154,16 +154,23 @@ impl<T> Gathering<T> {
             .collect()
     }
 
-    /// Which of `nodes` have not answered, or answered that they could not be reached.
-    pub(crate) fn failed(&self, nodes: &[usize]) -> Vec<usize> {
+    /// Those of `nodes` that have not answered (timed out after `timeout`), or answered
+    /// that they could not be reached, with why.
+    pub(crate) fn failed(&self, nodes: &[usize], timeout: Duration) -> Vec<NodeFailure> {
         let slots = lock(&self.slots);
-        let failed = |slot: &Option<Reply<T>>| match slot {
-            None => true,
-            Some(reply) => reply.as_ref().is_err_and(NodeError::is_unreachable),
+        let failure = |node: usize| match &slots.replies[node] {
+            None => Some(NodeError::TimedOut(timeout)),
+            Some(Err(error)) if error.is_unreachable() => Some(error.clone()),
+            Some(_) => None,
         };
         (nodes.iter().copied())
-            .filter(|node| failed(&slots.replies[*node]))
+            .filter_map(|node| failure(node).map(|error| NodeFailure { node, error }))
             .collect()
+    }
+
+    /// How many nodes agreed so far.
+    pub(crate) fn agreed(&self) -> usize {
+        self.agreed.load(Ordering::Relaxed)
     }
 }
 
@@ -406,11 +413,18 @@ mod tests {
         assert_eq!(late, [2]);
         let slots = gathering.take(Gathered::Quorum, Duration::from_secs(1));
         assert_eq!(heard(slots).count(), 2);
-        assert_eq!(gathering.failed(&late), [2], "silent so far");
+        let failed = |g: &Gathering<bool>| g.failed(&late, Duration::from_secs(1));
+        let silent = failed(&gathering);
+        assert_eq!(silent.len(), 1, "silent so far");
+        assert_eq!(
+            (silent[0].node, &silent[0].error),
+            (2, &NodeError::TimedOut(Duration::from_secs(1)))
+        );
         let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
         gathering.record(2, Err(NodeError::Redis(refused.into())), false);
-        assert_eq!(gathering.failed(&late), [2], "unreachable");
+        assert!(failed(&gathering)[0].error.is_unreachable(), "unreachable");
         gathering.record(2, Ok(false), false);
-        assert!(gathering.failed(&late).is_empty(), "it answered");
+        assert!(failed(&gathering).is_empty(), "it answered");
+        assert_eq!(gathering.agreed(), 2);
     }
 }

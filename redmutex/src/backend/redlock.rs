@@ -149,7 +149,13 @@ impl<C: Connection> Quorum<C> {
         };
         let (gathering, gathered, rest) = self.fan_out_to_quorum(timeout, set, taken).await;
         let replies = gathering.take(gathered, timeout);
-        let late = (gathered == Gathered::Quorum).then_some(LateTry { gathering, rest });
+        let late = (gathered == Gathered::Quorum).then(|| LateTry {
+            late: gathering.out(),
+            nodes: self.conns.len(),
+            needed: self.needed(),
+            gathering,
+            rest,
+        });
         (replies, late)
     }
 
@@ -244,7 +250,8 @@ impl<C: Connection> Quorum<C> {
             if let Some(obtained) = self.obtained(fence, &mut failure, ttl, started) {
                 if let Some(late) = late {
                     let wait = timeout.saturating_sub(started.elapsed());
-                    late.follow(&self.stragglers, request.terms.token, wait);
+                    let name = lock_name(claim);
+                    late.follow(&self.stragglers, request.terms.token, name, wait);
                 }
                 return obtained;
             }
@@ -560,13 +567,17 @@ impl<C: Connection> Quorum<C> {
             .map(|node| (*node, self.conns[*node].clone()))
             .collect();
         let (claim, token, drift) = (claim.clone(), *token, self.settings.allowance());
-        let gathering = gathering.clone();
+        let (gathering, needed, all) = (gathering.clone(), self.needed(), self.conns.len());
+        let name = lock_name(&*claim);
         fan_out::finish(rest, wait, move || {
-            let failed = gathering.failed(&late);
-            for (_, conn) in nodes.into_iter().filter(|(node, _)| failed.contains(node)) {
+            let failed = gathering.failed(&late, wait);
+            for (_, conn) in
+                (nodes.into_iter()).filter(|(n, _)| failed.iter().any(|f| f.node == *n))
+            {
                 let again = release_try(conn, claim.clone(), token, keep_until, drift);
                 background::release(again);
             }
+            warn_of_late(&name, late_tally(gathering.agreed(), needed, all, failed));
         });
     }
 
@@ -718,17 +729,24 @@ impl<C: Connection> Quorum<C> {
 struct LateTry {
     gathering: Arc<Gathering<Obtain>>,
     rest: Rest,
+    /// The nodes still out, of how many, and how many make a quorum.
+    late: Vec<usize>,
+    nodes: usize,
+    needed: usize,
 }
 
 impl LateTry {
     /// The claim was obtained: the requests still out are heard within `wait` on a task of
     /// their own, and until each is, the owner's release to its node waits for it (see
     /// [`Stragglers`]).
-    fn follow(self, stragglers: &Arc<Stragglers>, owner: Token, wait: Duration) {
+    fn follow(self, stragglers: &Arc<Stragglers>, owner: Token, name: String, wait: Duration) {
         let straggling = self.gathering.follow(stragglers, owner);
-        let stragglers = stragglers.clone();
+        let (stragglers, gathering, late) = (stragglers.clone(), self.gathering, self.late);
+        let (nodes, needed) = (self.nodes, self.needed);
         fan_out::finish(self.rest, wait, move || {
-            stragglers.done(&owner, &straggling)
+            stragglers.done(&owner, &straggling);
+            let failed = gathering.failed(&late, wait);
+            warn_of_late(&name, late_tally(gathering.agreed(), needed, nodes, failed));
         });
     }
 
@@ -763,24 +781,68 @@ fn asked_by_a_quorum(replies: &[Reply<Vec<Renewed>>], lease: usize, needed: usiz
 /// A quorum that agreed although some nodes could not be asked: the lock holds, with less
 /// room for another failure — operators should hear of the nodes that are down.
 fn warn_if_partial(tally: &QuorumFailure) {
+    if let Some(errors) = unreachable_despite_quorum(tally) {
+        tracing::warn!(
+            agreed = tally.agreed,
+            needed = tally.needed,
+            nodes = tally.nodes,
+            errors = %errors,
+            "redmutex: quorum reached without every node"
+        );
+    }
+}
+
+/// The nodes that could not be asked in an operation a quorum agreed to, as one text.
+fn unreachable_despite_quorum(tally: &QuorumFailure) -> Option<String> {
     if tally.agreed < tally.needed {
-        return;
+        return None;
     }
     let mut unreachable = (tally.failures.iter()).filter(|f| f.error.is_unreachable());
-    let Some(first) = unreachable.next() else {
-        return;
-    };
+    let first = unreachable.next()?;
     let mut errors = format!("node {}: {}", first.node, first.error);
     for failure in unreachable {
         errors.push_str(&format!("; node {}: {}", failure.node, failure.error));
     }
-    tracing::warn!(
-        agreed = tally.agreed,
-        needed = tally.needed,
-        nodes = tally.nodes,
-        errors = %errors,
-        "redmutex: quorum reached without every node"
-    );
+    Some(errors)
+}
+
+/// The nodes that an acquire or a release of `lock_name` decided without, and that then
+/// failed to answer (or could not be reached): the same warning as for nodes that failed
+/// before the quorum decided, once they are known (on a task of its own, outside the
+/// operation's span: it names the lock itself).
+fn warn_of_late(lock_name: &str, tally: QuorumFailure) {
+    if let Some(errors) = unreachable_despite_quorum(&tally) {
+        tracing::warn!(
+            lock.name = %lock_name,
+            agreed = tally.agreed,
+            needed = tally.needed,
+            nodes = tally.nodes,
+            errors = %errors,
+            "redmutex: quorum reached without every node"
+        );
+    }
+}
+
+/// The name an operation's span gives `claim`: its first key.
+fn lock_name(claim: &dyn Claim) -> String {
+    String::from_utf8_lossy(claim.keys().get(0).unwrap_or_default()).into_owned()
+}
+
+/// What the nodes still out once a quorum decided came to.
+fn late_tally(
+    agreed: usize,
+    needed: usize,
+    nodes: usize,
+    failures: Vec<NodeFailure>,
+) -> QuorumFailure {
+    QuorumFailure {
+        agreed,
+        needed,
+        nodes,
+        too_late: false,
+        elapsed: Duration::ZERO,
+        failures,
+    }
 }
 
 fn count_out(failure: &mut QuorumFailure, unfenced: Vec<NodeFailure>) {
