@@ -590,11 +590,11 @@ async fn run_command(cli: Cli, urls: &[String], access: &target::Access) -> Resu
     };
     let mut locker = locker.with_prefix(&cli.prefix);
     if let Some(quorum) = quorum {
-        // `acquire` hands its token out of this process, which ends at once: every node must
-        // have answered before it does, or a release from elsewhere could overtake the
-        // acquire on a slow node (QuorumSettings::wait_for_every_node).
-        let hands_out = matches!(cli.command, Command::Acquire(_));
-        locker = locker.with_quorum_settings(quorum.wait_for_every_node(hands_out));
+        // Each command's process ends right after its last request, and `acquire` hands its
+        // token out of it: every node must have answered by then, or a release from
+        // elsewhere could overtake the acquire on a slow node, and a release's requests to
+        // the slower nodes would be left to the exit (QuorumSettings::wait_for_every_node).
+        locker = locker.with_quorum_settings(quorum.wait_for_every_node(true));
     }
     // Several nodes are connected lazily: a command that needs them waits (a bounded time,
     // saying so) for a quorum to answer rather than hang or answer what nobody knows.

@@ -162,11 +162,11 @@ impl QuorumSettings {
     ///
     /// By default a lock is handed out once a quorum took it; the slower nodes are sent
     /// the same request all the same, and this process hears them in the background (its
-    /// own release on a node goes behind its acquire there). Wait for every node where the
-    /// token leaves the process at once ([`Lock::detach`](crate::Lock::detach) handed to a
-    /// process that may release it right away, as `redmutex acquire` does): a release from
-    /// elsewhere could otherwise reach a slow node before the acquire does, and the key
-    /// would stay there until its TTL (docs/SAFETY.md, "Networks").
+    /// own next operation on the key goes behind it on each node). Wait for every node
+    /// where the token leaves the process at once ([`Lock::detach`](crate::Lock::detach)
+    /// handed to a process that may release it right away, as the command line does): a
+    /// release from elsewhere could otherwise reach a slow node before the acquire does,
+    /// and the key would stay there until its TTL (docs/SAFETY.md, "Networks").
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

@@ -25,6 +25,7 @@ mod listing;
 mod margins;
 mod mixed_holders;
 mod operations;
+mod quorum_return;
 mod redlock;
 mod replication;
 mod revoke;

@@ -104,7 +104,7 @@ async fn a_lock_is_on_every_node_with_validity_and_is_released_everywhere() {
         assert!((19_000..=20_000).contains(&pttl(server, "app:b")));
     }
     lock.release().await.unwrap();
-    assert!(servers.iter().all(|s| dbsize(s) == 0));
+    every_node_empties(&servers).await;
     assert!(!locker.inspect("a").await.unwrap().held);
 }
 
@@ -246,7 +246,7 @@ async fn a_minimum_validity_refuses_short_leases_and_leaves_nothing() {
     assert!(failure.too_late, "{failure}");
     // Decided when a quorum took it: the nodes heard by then.
     assert!((3..=NODES).contains(&failure.agreed), "{failure}");
-    assert!(servers.iter().all(|s| dbsize(s) == 0));
+    every_node_empties(&servers).await;
     // A longer TTL meets it.
     let lock = strict.acquire("job", ms(2000)).await.unwrap();
     assert!(lock.remaining_validity() >= ms(995) - ms(50));
@@ -486,9 +486,7 @@ async fn waiting_for_every_node_hands_out_a_lock_every_node_has() {
     assert_eq!(holding(&servers, "job", &token), [0, 1, 2, 3, 4]);
     let other = redlock(&servers);
     other.release_with_token(["job"], &token).await.unwrap();
-    assert!(holding(&servers, "job", &token).is_empty());
-    tokio::time::sleep(ms(200)).await;
-    assert!(servers.iter().all(|s| dbsize(s) == 0));
+    every_node_empties(&servers).await;
 }
 
 #[tokio::test]
@@ -543,7 +541,7 @@ async fn latency_on_two_nodes_is_tolerated_and_latency_past_the_ttl_never_yields
         proxy.set_latency(ms(0));
     }
     tokio::time::sleep(ms(300)).await;
-    assert!(servers.iter().all(|s| dbsize(s) == 0));
+    every_node_empties(&servers).await;
 
     // A black hole on one node and cut connections on another: the other three suffice,
     // and the cut node is back (reconnected) for the next lock.
@@ -639,7 +637,7 @@ async fn thirty_two_tasks_on_five_nodes_never_overlap() {
     while servers.iter().any(|s| dbsize(s) != 0) && Instant::now() < until {
         tokio::time::sleep(ms(20)).await;
     }
-    assert!(servers.iter().all(|s| dbsize(s) == 0), "keys left behind");
+    every_node_empties(&servers).await;
 }
 
 #[tokio::test]
@@ -713,7 +711,7 @@ async fn a_lease_deleted_on_a_quorum_is_lost_not_held_and_on_a_minority_kept() {
     assert!(matches!(reason, LostReason::NotHeld), "{reason:?}");
     // The renewer released what was left.
     tokio::time::sleep(ms(100)).await;
-    assert!(servers.iter().all(|s| dbsize(s) == 0));
+    every_node_empties(&servers).await;
 }
 
 #[tokio::test]
@@ -729,7 +727,7 @@ async fn refresh_needs_a_quorum_and_tells_lost_from_unreachable() {
     assert!(lock.refresh(ms(5000)).await.unwrap_err().is_not_held());
     // Release then finds it lost as well, and cleans what is left.
     assert!(lock.release().await.unwrap_err().is_not_held());
-    assert!(servers.iter().all(|s| dbsize(s) == 0));
+    every_node_empties(&servers).await;
 
     let mut lock = locker.acquire("b", ms(5000)).await.unwrap();
     let before = lock.valid_until();

@@ -11,10 +11,12 @@
 //! connecting has sent nothing yet), and a lock should be on every node it can reach, not
 //! only on a bare quorum — one of those restarting empty would then leave its holder short.
 //!
-//! An acquire's requests still out are its *stragglers* ([`Stragglers`]): the owner's
-//! release on a node is sent only once that node answered the acquire (or its time ran
-//! out). Otherwise the release could overtake the acquire on a connection still being set
-//! up, and the key would stay behind on that node until its TTL.
+//! The requests still out are *stragglers* ([`Stragglers`]), noted by key: this locker's
+//! next operation on the key (the owner's release, the next acquire) is sent to a node only
+//! once that node answered the last one (or its time ran out). Otherwise a release could
+//! overtake its acquire on a connection still being set up, leaving the key on that node
+//! until its TTL, and an acquire right after a release could reach a slow node before the
+//! release did, and miss it.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -29,7 +31,6 @@ use tokio::sync::Notify;
 use crate::backend::common::Reply;
 use crate::quorum::{NodeError, NodeFailure};
 use crate::sync::lock;
-use crate::token::Token;
 
 /// The requests of a fan-out still out once it was decided, as one future.
 pub(crate) type Rest = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -93,12 +94,12 @@ impl<T> Gathering<T> {
         }
     }
 
-    /// Has `owner`'s stragglers noted in `stragglers`: the nodes still out, each crossed
-    /// off as it answers.
-    pub(crate) fn follow(&self, stragglers: &Stragglers, owner: Token) -> Arc<Straggling> {
+    /// Notes the nodes still out in `stragglers` as the latest operation on `key`, each
+    /// crossed off as it answers.
+    pub(crate) fn follow(&self, stragglers: &Stragglers, key: &[u8]) -> Arc<Straggling> {
         let mut slots = lock(&self.slots);
         let out = slots.answered.iter().map(|answered| !answered).collect();
-        let straggling = stragglers.add(owner, out);
+        let straggling = stragglers.add(key, out);
         slots.followed = Some(straggling.clone());
         straggling
     }
@@ -158,10 +159,11 @@ impl<T> Gathering<T> {
     /// that they could not be reached, with why.
     pub(crate) fn failed(&self, nodes: &[usize], timeout: Duration) -> Vec<NodeFailure> {
         let slots = lock(&self.slots);
-        let failure = |node: usize| match &slots.replies[node] {
-            None => Some(NodeError::TimedOut(timeout)),
-            Some(Err(error)) if error.is_unreachable() => Some(error.clone()),
-            Some(_) => None,
+        // An answer taken already was heard: only one still here can say it failed.
+        let failure = |node: usize| match (slots.answered[node], &slots.replies[node]) {
+            (false, _) => Some(NodeError::TimedOut(timeout)),
+            (true, Some(Err(error))) if error.is_unreachable() => Some(error.clone()),
+            (true, _) => None,
         };
         (nodes.iter().copied())
             .filter_map(|node| failure(node).map(|error| NodeFailure { node, error }))
@@ -197,42 +199,54 @@ pub(crate) fn finish(rest: Rest, wait: Duration, then: impl FnOnce() + Send + 's
     });
 }
 
-/// The acquires of a quorum decided before every node answered, by owner: the nodes each
-/// still waits for.
+/// This locker's operations on a key decided before every node answered, by key: the
+/// nodes the latest still waits for. The next operation on the key sends to such a node
+/// only once it answered, so that on each node this locker's operations on a key run in
+/// the order they were made (an acquire, its release, the next acquire, …) although none
+/// of their callers waited for the slowest node.
 #[derive(Default)]
 pub(crate) struct Stragglers {
-    by_owner: Mutex<HashMap<Token, Arc<Straggling>>>,
+    by_key: Mutex<HashMap<Vec<u8>, Arc<Straggling>>>,
 }
 
-/// One acquire's nodes still out, and a wake-up for whoever waits for one of them.
+/// One operation's nodes still out, and a wake-up for whoever waits for one of them.
 pub(crate) struct Straggling {
     out: Mutex<Vec<bool>>,
     answered: Notify,
 }
 
 impl Stragglers {
-    /// Notes that `owner`'s acquire still waits for `out` (by node, `true` = still out).
-    pub(crate) fn add(&self, owner: Token, out: Vec<bool>) -> Arc<Straggling> {
+    /// Notes that the latest operation on `key` still waits for `out` (by node, `true` =
+    /// still out).
+    pub(crate) fn add(&self, key: &[u8], out: Vec<bool>) -> Arc<Straggling> {
         let straggling = Arc::new(Straggling {
             out: Mutex::new(out),
             answered: Notify::new(),
         });
-        lock(&self.by_owner).insert(owner, straggling.clone());
+        lock(&self.by_key).insert(key.to_vec(), straggling.clone());
         straggling
     }
 
-    /// `owner`'s acquire's nodes still out, if any.
-    pub(crate) fn of(&self, owner: &Token) -> Option<Arc<Straggling>> {
-        let by_owner = lock(&self.by_owner);
-        match by_owner.is_empty() {
+    /// The latest operation on `key` still out on some node, if any.
+    pub(crate) fn of(&self, key: &[u8]) -> Option<Arc<Straggling>> {
+        let by_key = lock(&self.by_key);
+        match by_key.is_empty() {
             true => None,
-            false => by_owner.get(owner).cloned(),
+            false => by_key.get(key).cloned(),
         }
     }
 
-    /// `owner`'s acquire has heard every node it will hear.
-    pub(crate) fn done(&self, owner: &Token, straggling: &Straggling) {
-        lock(&self.by_owner).remove(owner);
+    /// `straggling`, an operation on `key`, has heard every node it will hear: forgotten,
+    /// unless a later operation took its place.
+    pub(crate) fn done(&self, key: &[u8], straggling: &Arc<Straggling>) {
+        let mut by_key = lock(&self.by_key);
+        if by_key
+            .get(key)
+            .is_some_and(|latest| Arc::ptr_eq(latest, straggling))
+        {
+            by_key.remove(key);
+        }
+        drop(by_key);
         straggling.all_answered();
     }
 }
@@ -335,9 +349,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_release_waits_for_its_node_only_and_never_past_the_acquire() {
         let stragglers = Stragglers::default();
-        let owner = Token::generate().unwrap();
-        let straggling = stragglers.add(owner, vec![false, true, true]);
-        let found = stragglers.of(&owner).expect("registered");
+        let key: &[u8] = b"job";
+        let straggling = stragglers.add(key, vec![false, true, true]);
+        let found = stragglers.of(key).expect("registered");
         // A node that answered before the quorum decided: no wait.
         tokio::time::timeout(Duration::from_millis(1), found.heard(0))
             .await
@@ -351,14 +365,26 @@ mod tests {
             .unwrap()
             .unwrap();
         // Node 2 never answered; the acquire's task gave up on it.
-        let found = stragglers.of(&owner).unwrap();
+        let found = stragglers.of(key).unwrap();
         let waiting = tokio::spawn(async move { found.heard(2).await });
-        stragglers.done(&owner, &straggling);
+        stragglers.done(key, &straggling);
         tokio::time::timeout(Duration::from_millis(1), waiting)
             .await
             .unwrap()
             .unwrap();
-        assert!(stragglers.of(&owner).is_none());
+        assert!(stragglers.of(key).is_none());
+    }
+
+    #[test]
+    fn an_operation_done_after_a_later_one_took_its_place_leaves_the_later_one() {
+        let stragglers = Stragglers::default();
+        let first = stragglers.add(b"job", vec![true]);
+        let second = stragglers.add(b"job", vec![true]);
+        stragglers.done(b"job", &first);
+        let latest = stragglers.of(b"job").expect("the later one stays");
+        assert!(Arc::ptr_eq(&latest, &second));
+        stragglers.done(b"job", &second);
+        assert!(stragglers.of(b"job").is_none());
     }
 
     #[tokio::test(start_paused = true)]
@@ -367,8 +393,7 @@ mod tests {
         agreeing(&gathering, 0);
         agreeing(&gathering, 1);
         let _ = gathering.take(Gathered::Quorum, Duration::from_secs(1));
-        let owner = Token::generate().unwrap();
-        let straggling = gathering.follow(&stragglers, owner);
+        let straggling = gathering.follow(&stragglers, b"job");
         let quick = Duration::from_millis(1);
         tokio::time::timeout(quick, straggling.heard(1))
             .await

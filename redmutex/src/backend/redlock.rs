@@ -126,12 +126,18 @@ impl<C: Connection> Quorum<C> {
     async fn set_everywhere(
         &self,
         cmd: Cmd,
+        key: &[u8],
         timeout: Duration,
     ) -> (Vec<Option<Reply<Obtain>>>, Option<LateTry>) {
         let cmd = Arc::new(cmd);
-        let set = |_, mut conn: C| {
-            let cmd = cmd.clone();
+        // This locker's last operation on the key may still be out on some nodes.
+        let before = self.stragglers.of(key);
+        let set = |node, mut conn: C| {
+            let (cmd, before) = (cmd.clone(), before.clone());
             async move {
+                if let Some(before) = before {
+                    before.heard(node).await;
+                }
                 let reply: Value = cmd.query_async(&mut conn).await?;
                 Ok(match reply {
                     Value::Nil => Obtain::Held {
@@ -150,6 +156,7 @@ impl<C: Connection> Quorum<C> {
         let (gathering, gathered, rest) = self.fan_out_to_quorum(timeout, set, taken).await;
         let replies = gathering.take(gathered, timeout);
         let late = (gathered == Gathered::Quorum).then(|| LateTry {
+            key: key.to_vec(),
             late: gathering.out(),
             nodes: self.conns.len(),
             needed: self.needed(),
@@ -251,7 +258,7 @@ impl<C: Connection> Quorum<C> {
                 if let Some(late) = late {
                     let wait = timeout.saturating_sub(started.elapsed());
                     let name = lock_name(claim);
-                    late.follow(&self.stragglers, request.terms.token, name, wait);
+                    late.follow(&self.stragglers, name, wait);
                 }
                 return obtained;
             }
@@ -295,10 +302,21 @@ impl<C: Connection> Quorum<C> {
         request: ObtainTry<'_>,
         timeout: Duration,
     ) -> (Vec<Option<Reply<Obtain>>>, Option<LateTry>) {
+        let key = claim.keys().get(0).unwrap_or_default();
         match claim.plain_try(&request) {
-            Some(cmd) => self.set_everywhere(cmd, timeout).await,
+            Some(cmd) => self.set_everywhere(cmd, key, timeout).await,
             None => {
-                let obtain = |_, mut conn: C| async move { claim.obtain(&mut conn, request).await };
+                // Behind this locker's last operation on the key where it is still out.
+                let before = self.stragglers.of(key);
+                let obtain = |node, mut conn: C| {
+                    let before = before.clone();
+                    async move {
+                        if let Some(before) = before {
+                            before.heard(node).await;
+                        }
+                        claim.obtain(&mut conn, request).await
+                    }
+                };
                 let replies = self.fan_out(timeout, obtain).await;
                 (replies.into_iter().map(Some).collect(), None)
             }
@@ -467,8 +485,10 @@ impl<C: Connection> Quorum<C> {
         token: Token,
         keep_until: Option<Instant>,
     ) {
-        // The owner's acquire may still be out on some nodes: there the release follows it.
-        let straggling = self.stragglers.of(&token);
+        // This locker's last operation on the key (the owner's acquire, say) may still be
+        // out on some nodes: there the release follows it.
+        let key = claim.keys().get(0).unwrap_or_default();
+        let straggling = self.stragglers.of(key);
         for node in nodes {
             let conn = self.conns[node].clone();
             let drift = self.settings.allowance();
@@ -513,8 +533,9 @@ impl<C: Connection> Quorum<C> {
             _ => |_| false,
         };
         let notice = notice.map(Arc::new);
-        // The owner's acquire may still be out on some nodes: there the release follows it.
-        let straggling = self.stragglers.of(token);
+        // This locker's last operation on the key (the owner's acquire, say) may still be
+        // out on some nodes: there the release follows it.
+        let straggling = self.stragglers.of(claim.keys().get(0).unwrap_or_default());
         let release = |node, mut conn: C| {
             let (cmd, notice, straggling) = (cmd.clone(), notice.clone(), straggling.clone());
             async move {
@@ -527,11 +548,12 @@ impl<C: Connection> Quorum<C> {
             }
         };
         let (gathering, gathered, rest) = self.fan_out_to_quorum(timeout, release, agrees).await;
+        // Taken before the nodes still out are heard on a task: what it hears is theirs.
+        let replies = gathering.take(gathered, timeout);
         if gathered == Gathered::Quorum {
             let wait = timeout.saturating_sub(started.elapsed());
             self.finish_release(rest, &gathering, wait, claim, token, keep_until);
         }
-        let replies = gathering.take(gathered, timeout);
         let failure = self.tally(
             heard(replies),
             started.elapsed(),
@@ -552,7 +574,8 @@ impl<C: Connection> Quorum<C> {
 
     /// Hears a release's requests still out (`rest`) within `wait` on a task of their own
     /// (a node that lost the script gets it whole); the nodes among them that do not
-    /// answer, or cannot be reached, get the release again in the background.
+    /// answer, or cannot be reached, get the release again in the background. Until each
+    /// answered, this locker's next operation on the key waits for it there.
     fn finish_release(
         &self,
         rest: Rest,
@@ -569,7 +592,11 @@ impl<C: Connection> Quorum<C> {
         let (claim, token, drift) = (claim.clone(), *token, self.settings.allowance());
         let (gathering, needed, all) = (gathering.clone(), self.needed(), self.conns.len());
         let name = lock_name(&*claim);
+        let key = claim.keys().get(0).unwrap_or_default().to_vec();
+        let straggling = gathering.follow(&self.stragglers, &key);
+        let stragglers = self.stragglers.clone();
         fan_out::finish(rest, wait, move || {
+            stragglers.done(&key, &straggling);
             let failed = gathering.failed(&late, wait);
             for (_, conn) in
                 (nodes.into_iter()).filter(|(n, _)| failed.iter().any(|f| f.node == *n))
@@ -729,6 +756,8 @@ impl<C: Connection> Quorum<C> {
 struct LateTry {
     gathering: Arc<Gathering<Obtain>>,
     rest: Rest,
+    /// The claim's key: the next operation on it waits for these nodes.
+    key: Vec<u8>,
     /// The nodes still out, of how many, and how many make a quorum.
     late: Vec<usize>,
     nodes: usize,
@@ -739,12 +768,12 @@ impl LateTry {
     /// The claim was obtained: the requests still out are heard within `wait` on a task of
     /// their own, and until each is, the owner's release to its node waits for it (see
     /// [`Stragglers`]).
-    fn follow(self, stragglers: &Arc<Stragglers>, owner: Token, name: String, wait: Duration) {
-        let straggling = self.gathering.follow(stragglers, owner);
+    fn follow(self, stragglers: &Arc<Stragglers>, name: String, wait: Duration) {
+        let straggling = self.gathering.follow(stragglers, &self.key);
         let (stragglers, gathering, late) = (stragglers.clone(), self.gathering, self.late);
-        let (nodes, needed) = (self.nodes, self.needed);
+        let (key, nodes, needed) = (self.key, self.nodes, self.needed);
         fan_out::finish(self.rest, wait, move || {
-            stragglers.done(&owner, &straggling);
+            stragglers.done(&key, &straggling);
             let failed = gathering.failed(&late, wait);
             warn_of_late(&name, late_tally(gathering.agreed(), needed, nodes, failed));
         });
