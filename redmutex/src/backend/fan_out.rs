@@ -11,22 +11,18 @@
 //! connecting has sent nothing yet), and a lock should be on every node it can reach, not
 //! only on a bare quorum — one of those restarting empty would then leave its holder short.
 //!
-//! The requests still out are *stragglers* ([`Stragglers`]), noted by key: this locker's
-//! next operation on the key (the owner's release, the next acquire) is sent to a node only
-//! once that node answered the last one (or its time ran out). Otherwise a release could
-//! overtake its acquire on a connection still being set up, leaving the key on that node
-//! until its TTL, and an acquire right after a release could reach a slow node before the
-//! release did, and miss it.
+//! A locker's operations on a key reach each node in the order they were made: each
+//! request is queued on the node's connection when the fan-out starts (a connection sends
+//! its requests in order: redis-rs's `MultiplexedConnection` and `ConnectionManager` do),
+//! and only its answer is heard later. So the owner's release goes behind its acquire on a
+//! slow node, and the next acquire behind that release.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::task::Poll;
 use std::time::Duration;
-
-use tokio::sync::Notify;
 
 use crate::backend::common::Reply;
 use crate::quorum::{NodeError, NodeFailure};
@@ -47,8 +43,6 @@ struct Slots<T> {
     replies: Vec<Option<Reply<T>>>,
     /// Which nodes answered, taken or not.
     answered: Vec<bool>,
-    /// Told of each answer once the fan-out was decided (an acquire's stragglers).
-    followed: Option<Arc<Straggling>>,
 }
 
 /// How a fan-out ended.
@@ -74,7 +68,6 @@ impl<T> Gathering<T> {
             slots: Mutex::new(Slots {
                 replies: (0..nodes).map(|_| None).collect(),
                 answered: vec![false; nodes],
-                followed: None,
             }),
             agreed: AtomicUsize::new(0),
             needed,
@@ -89,19 +82,6 @@ impl<T> Gathering<T> {
         let mut slots = lock(&self.slots);
         slots.replies[node] = Some(reply);
         slots.answered[node] = true;
-        if let Some(followed) = &slots.followed {
-            followed.answered(node);
-        }
-    }
-
-    /// Notes the nodes still out in `stragglers` as the latest operation on `key`, each
-    /// crossed off as it answers.
-    pub(crate) fn follow(&self, stragglers: &Stragglers, key: &[u8]) -> Arc<Straggling> {
-        let mut slots = lock(&self.slots);
-        let out = slots.answered.iter().map(|answered| !answered).collect();
-        let straggling = stragglers.add(key, out);
-        slots.followed = Some(straggling.clone());
-        straggling
     }
 
     fn decided(&self) -> bool {
@@ -199,85 +179,6 @@ pub(crate) fn finish(rest: Rest, wait: Duration, then: impl FnOnce() + Send + 's
     });
 }
 
-/// This locker's operations on a key decided before every node answered, by key: the
-/// nodes the latest still waits for. The next operation on the key sends to such a node
-/// only once it answered, so that on each node this locker's operations on a key run in
-/// the order they were made (an acquire, its release, the next acquire, …) although none
-/// of their callers waited for the slowest node.
-#[derive(Default)]
-pub(crate) struct Stragglers {
-    by_key: Mutex<HashMap<Vec<u8>, Arc<Straggling>>>,
-}
-
-/// One operation's nodes still out, and a wake-up for whoever waits for one of them.
-pub(crate) struct Straggling {
-    out: Mutex<Vec<bool>>,
-    answered: Notify,
-}
-
-impl Stragglers {
-    /// Notes that the latest operation on `key` still waits for `out` (by node, `true` =
-    /// still out).
-    pub(crate) fn add(&self, key: &[u8], out: Vec<bool>) -> Arc<Straggling> {
-        let straggling = Arc::new(Straggling {
-            out: Mutex::new(out),
-            answered: Notify::new(),
-        });
-        lock(&self.by_key).insert(key.to_vec(), straggling.clone());
-        straggling
-    }
-
-    /// The latest operation on `key` still out on some node, if any.
-    pub(crate) fn of(&self, key: &[u8]) -> Option<Arc<Straggling>> {
-        let by_key = lock(&self.by_key);
-        match by_key.is_empty() {
-            true => None,
-            false => by_key.get(key).cloned(),
-        }
-    }
-
-    /// `straggling`, an operation on `key`, has heard every node it will hear: forgotten,
-    /// unless a later operation took its place.
-    pub(crate) fn done(&self, key: &[u8], straggling: &Arc<Straggling>) {
-        let mut by_key = lock(&self.by_key);
-        if by_key
-            .get(key)
-            .is_some_and(|latest| Arc::ptr_eq(latest, straggling))
-        {
-            by_key.remove(key);
-        }
-        drop(by_key);
-        straggling.all_answered();
-    }
-}
-
-impl Straggling {
-    /// `node` answered the acquire.
-    pub(crate) fn answered(&self, node: usize) {
-        lock(&self.out)[node] = false;
-        self.answered.notify_waiters();
-    }
-
-    fn all_answered(&self) {
-        lock(&self.out).iter_mut().for_each(|out| *out = false);
-        self.answered.notify_waiters();
-    }
-
-    /// Waits until `node` answered the acquire (or the acquire stopped waiting for it).
-    pub(crate) async fn heard(&self, node: usize) {
-        loop {
-            let answered = self.answered.notified();
-            let mut answered = std::pin::pin!(answered);
-            // Registered before the look, so that an answer between the two is not missed.
-            answered.as_mut().enable();
-            if !lock(&self.out)[node] {
-                return;
-            }
-            answered.await;
-        }
-    }
-}
-
 /// The answers that came, with their nodes.
 pub(crate) fn heard<T>(slots: Vec<Option<Reply<T>>>) -> impl Iterator<Item = (usize, Reply<T>)> {
     (slots.into_iter().enumerate()).filter_map(|(node, slot)| slot.map(|reply| (node, reply)))
@@ -287,6 +188,7 @@ pub(crate) fn heard<T>(slots: Vec<Option<Reply<T>>>) -> impl Iterator<Item = (us
 mod tests {
     use super::*;
     use std::future::pending;
+    use std::sync::Arc;
 
     fn agreeing(g: &Gathering<bool>, node: usize) {
         g.record(node, Ok(true), true);
@@ -344,67 +246,6 @@ mod tests {
         let gathered = gathering.gather(requests, Duration::from_secs(1)).await;
         assert_eq!(gathered, Gathered::Every);
         assert!(gathering.out().is_empty());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_release_waits_for_its_node_only_and_never_past_the_acquire() {
-        let stragglers = Stragglers::default();
-        let key: &[u8] = b"job";
-        let straggling = stragglers.add(key, vec![false, true, true]);
-        let found = stragglers.of(key).expect("registered");
-        // A node that answered before the quorum decided: no wait.
-        tokio::time::timeout(Duration::from_millis(1), found.heard(0))
-            .await
-            .unwrap();
-        let waiting = tokio::spawn(async move { found.heard(1).await });
-        tokio::task::yield_now().await;
-        assert!(!waiting.is_finished());
-        straggling.answered(1);
-        tokio::time::timeout(Duration::from_millis(1), waiting)
-            .await
-            .unwrap()
-            .unwrap();
-        // Node 2 never answered; the acquire's task gave up on it.
-        let found = stragglers.of(key).unwrap();
-        let waiting = tokio::spawn(async move { found.heard(2).await });
-        stragglers.done(key, &straggling);
-        tokio::time::timeout(Duration::from_millis(1), waiting)
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(stragglers.of(key).is_none());
-    }
-
-    #[test]
-    fn an_operation_done_after_a_later_one_took_its_place_leaves_the_later_one() {
-        let stragglers = Stragglers::default();
-        let first = stragglers.add(b"job", vec![true]);
-        let second = stragglers.add(b"job", vec![true]);
-        stragglers.done(b"job", &first);
-        let latest = stragglers.of(b"job").expect("the later one stays");
-        assert!(Arc::ptr_eq(&latest, &second));
-        stragglers.done(b"job", &second);
-        assert!(stragglers.of(b"job").is_none());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn followed_after_the_take_only_the_nodes_still_out_are_waited_for() {
-        let (gathering, stragglers) = (Gathering::<bool>::new(3, 2), Stragglers::default());
-        agreeing(&gathering, 0);
-        agreeing(&gathering, 1);
-        let _ = gathering.take(Gathered::Quorum, Duration::from_secs(1));
-        let straggling = gathering.follow(&stragglers, b"job");
-        let quick = Duration::from_millis(1);
-        tokio::time::timeout(quick, straggling.heard(1))
-            .await
-            .expect("answered before");
-        assert!(tokio::time::timeout(quick, straggling.heard(2))
-            .await
-            .is_err());
-        gathering.record(2, Ok(true), true);
-        tokio::time::timeout(quick, straggling.heard(2))
-            .await
-            .expect("answered now");
     }
 
     #[tokio::test(start_paused = true)]

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use crate::backend::common::{
     keep_ms, release_try, renewal_reply, Attempt, Obtained, Renewal, Renewed, Reply, View,
 };
-use crate::backend::fan_out::{self, heard, Gathered, Gathering, Rest, Stragglers};
+use crate::backend::fan_out::{self, heard, Gathered, Gathering, Rest};
 use crate::background;
 use crate::connection::Connection;
 use crate::error::Error;
@@ -36,8 +36,6 @@ const TTL_FOR_TIMEOUTS: Duration = Duration::from_secs(10);
 pub(crate) struct Quorum<C> {
     conns: Box<[C]>,
     settings: QuorumSettings,
-    /// Acquires decided before every node answered, and the nodes each still waits for.
-    stragglers: Arc<Stragglers>,
 }
 
 impl<C: Connection> Quorum<C> {
@@ -45,7 +43,6 @@ impl<C: Connection> Quorum<C> {
         Quorum {
             conns: conns.into_boxed_slice(),
             settings,
-            stragglers: Arc::default(),
         }
     }
 
@@ -126,18 +123,12 @@ impl<C: Connection> Quorum<C> {
     async fn set_everywhere(
         &self,
         cmd: Cmd,
-        key: &[u8],
         timeout: Duration,
     ) -> (Vec<Option<Reply<Obtain>>>, Option<LateTry>) {
         let cmd = Arc::new(cmd);
-        // This locker's last operation on the key may still be out on some nodes.
-        let before = self.stragglers.of(key);
-        let set = |node, mut conn: C| {
-            let (cmd, before) = (cmd.clone(), before.clone());
+        let set = |_, mut conn: C| {
+            let cmd = cmd.clone();
             async move {
-                if let Some(before) = before {
-                    before.heard(node).await;
-                }
                 let reply: Value = cmd.query_async(&mut conn).await?;
                 Ok(match reply {
                     Value::Nil => Obtain::Held {
@@ -156,7 +147,6 @@ impl<C: Connection> Quorum<C> {
         let (gathering, gathered, rest) = self.fan_out_to_quorum(timeout, set, taken).await;
         let replies = gathering.take(gathered, timeout);
         let late = (gathered == Gathered::Quorum).then(|| LateTry {
-            key: key.to_vec(),
             late: gathering.out(),
             nodes: self.conns.len(),
             needed: self.needed(),
@@ -258,7 +248,7 @@ impl<C: Connection> Quorum<C> {
                 if let Some(late) = late {
                     let wait = timeout.saturating_sub(started.elapsed());
                     let name = lock_name(claim);
-                    late.follow(&self.stragglers, name, wait);
+                    late.follow(name, wait);
                 }
                 return obtained;
             }
@@ -302,21 +292,10 @@ impl<C: Connection> Quorum<C> {
         request: ObtainTry<'_>,
         timeout: Duration,
     ) -> (Vec<Option<Reply<Obtain>>>, Option<LateTry>) {
-        let key = claim.keys().get(0).unwrap_or_default();
         match claim.plain_try(&request) {
-            Some(cmd) => self.set_everywhere(cmd, key, timeout).await,
+            Some(cmd) => self.set_everywhere(cmd, timeout).await,
             None => {
-                // Behind this locker's last operation on the key where it is still out.
-                let before = self.stragglers.of(key);
-                let obtain = |node, mut conn: C| {
-                    let before = before.clone();
-                    async move {
-                        if let Some(before) = before {
-                            before.heard(node).await;
-                        }
-                        claim.obtain(&mut conn, request).await
-                    }
-                };
+                let obtain = |_, mut conn: C| async move { claim.obtain(&mut conn, request).await };
                 let replies = self.fan_out(timeout, obtain).await;
                 (replies.into_iter().map(Some).collect(), None)
             }
@@ -485,24 +464,10 @@ impl<C: Connection> Quorum<C> {
         token: Token,
         keep_until: Option<Instant>,
     ) {
-        // This locker's last operation on the key (the owner's acquire, say) may still be
-        // out on some nodes: there the release follows it.
-        let key = claim.keys().get(0).unwrap_or_default();
-        let straggling = self.stragglers.of(key);
         for node in nodes {
             let conn = self.conns[node].clone();
             let drift = self.settings.allowance();
-            let mut release = release_try(conn, claim.clone(), token, keep_until, drift);
-            match straggling.clone() {
-                None => background::release(release),
-                Some(straggling) => background::release(Box::new(move || {
-                    let (straggling, releasing) = (straggling.clone(), release());
-                    Box::pin(async move {
-                        straggling.heard(node).await;
-                        releasing.await
-                    })
-                })),
-            }
+            background::release(release_try(conn, claim.clone(), token, keep_until, drift));
         }
     }
 
@@ -533,15 +498,9 @@ impl<C: Connection> Quorum<C> {
             _ => |_| false,
         };
         let notice = notice.map(Arc::new);
-        // This locker's last operation on the key (the owner's acquire, say) may still be
-        // out on some nodes: there the release follows it.
-        let straggling = self.stragglers.of(claim.keys().get(0).unwrap_or_default());
-        let release = |node, mut conn: C| {
-            let (cmd, notice, straggling) = (cmd.clone(), notice.clone(), straggling.clone());
+        let release = |_, mut conn: C| {
+            let (cmd, notice) = (cmd.clone(), notice.clone());
             async move {
-                if let Some(straggling) = straggling {
-                    straggling.heard(node).await;
-                }
                 let missing: i64 = evalsha(&mut conn, &cmd).await?;
                 send_notice(&mut conn, notice.as_deref()).await;
                 Ok(missing == 0)
@@ -574,8 +533,7 @@ impl<C: Connection> Quorum<C> {
 
     /// Hears a release's requests still out (`rest`) within `wait` on a task of their own
     /// (a node that lost the script gets it whole); the nodes among them that do not
-    /// answer, or cannot be reached, get the release again in the background. Until each
-    /// answered, this locker's next operation on the key waits for it there.
+    /// answer, or cannot be reached, get the release again in the background.
     fn finish_release(
         &self,
         rest: Rest,
@@ -592,11 +550,7 @@ impl<C: Connection> Quorum<C> {
         let (claim, token, drift) = (claim.clone(), *token, self.settings.allowance());
         let (gathering, needed, all) = (gathering.clone(), self.needed(), self.conns.len());
         let name = lock_name(&*claim);
-        let key = claim.keys().get(0).unwrap_or_default().to_vec();
-        let straggling = gathering.follow(&self.stragglers, &key);
-        let stragglers = self.stragglers.clone();
         fan_out::finish(rest, wait, move || {
-            stragglers.done(&key, &straggling);
             let failed = gathering.failed(&late, wait);
             for (_, conn) in
                 (nodes.into_iter()).filter(|(n, _)| failed.iter().any(|f| f.node == *n))
@@ -756,8 +710,6 @@ impl<C: Connection> Quorum<C> {
 struct LateTry {
     gathering: Arc<Gathering<Obtain>>,
     rest: Rest,
-    /// The claim's key: the next operation on it waits for these nodes.
-    key: Vec<u8>,
     /// The nodes still out, of how many, and how many make a quorum.
     late: Vec<usize>,
     nodes: usize,
@@ -766,14 +718,12 @@ struct LateTry {
 
 impl LateTry {
     /// The claim was obtained: the requests still out are heard within `wait` on a task of
-    /// their own, and until each is, the owner's release to its node waits for it (see
-    /// [`Stragglers`]).
-    fn follow(self, stragglers: &Arc<Stragglers>, name: String, wait: Duration) {
-        let straggling = self.gathering.follow(stragglers, &self.key);
-        let (stragglers, gathering, late) = (stragglers.clone(), self.gathering, self.late);
-        let (key, nodes, needed) = (self.key, self.nodes, self.needed);
+    /// their own (dropped, a request not yet written would never be sent), and those that
+    /// then fail are warned of.
+    fn follow(self, name: String, wait: Duration) {
+        let (gathering, late) = (self.gathering, self.late);
+        let (nodes, needed) = (self.nodes, self.needed);
         fan_out::finish(self.rest, wait, move || {
-            stragglers.done(&key, &straggling);
             let failed = gathering.failed(&late, wait);
             warn_of_late(&name, late_tally(gathering.agreed(), needed, nodes, failed));
         });
