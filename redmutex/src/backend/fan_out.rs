@@ -11,11 +11,12 @@
 //! connecting has sent nothing yet), and a lock should be on every node it can reach, not
 //! only on a bare quorum — one of those restarting empty would then leave its holder short.
 //!
-//! A locker's operations on a key reach each node in the order they were made: each
-//! request is queued on the node's connection when the fan-out starts (a connection sends
-//! its requests in order: redis-rs's `MultiplexedConnection` and `ConnectionManager` do),
-//! and only its answer is heard later. So the owner's release goes behind its acquire on a
-//! slow node, and the next acquire behind that release.
+//! Each request is queued on the node's connection when the fan-out starts, and only its
+//! answer is heard later; a connection that is up sends its requests in order (redis-rs's
+//! `MultiplexedConnection` and `ConnectionManager` do), so the owner's release usually goes
+//! behind its acquire on a slow node. Waiting for each operation's answer before the next
+//! one's request would make that certain, and was measured: it cost a quarter of the
+//! throughput at 64 tasks (docs/BENCHMARKS.md). SAFETY.md ("Networks") says what is left.
 
 use std::future::Future;
 use std::pin::Pin;
