@@ -204,7 +204,8 @@ async fn a_node_decided_without_and_then_silent_is_a_warning_naming_the_lock() {
     for server in &servers {
         conns.push(multiplexed_with_timeout(server, ms(2000)).await);
     }
-    let settings = redmutex::QuorumSettings::new().node_timeout(ms(200));
+    let settings =
+        (redmutex::QuorumSettings::new().node_timeout(ms(200))).wait_for_every_node(false);
     let locker = Locker::redlock(conns)
         .unwrap()
         .with_quorum_settings(settings);
@@ -249,7 +250,8 @@ fn a_healthy_quorum_never_warns_of_nodes_that_answered() {
         let conns = servers
             .iter()
             .map(|s| redmutex::connect_lazy(&s.url()).unwrap());
-        let settings = redmutex::QuorumSettings::new().node_timeout(ms(2000));
+        let settings =
+            (redmutex::QuorumSettings::new().node_timeout(ms(2000))).wait_for_every_node(false);
         let locker = Locker::redlock(conns)
             .unwrap()
             .with_quorum_settings(settings);

@@ -17,9 +17,9 @@ fn redlock_over<S: AsRef<str>>(urls: &[S], node_timeout: Duration) -> Locker<Con
     let conns = urls
         .iter()
         .map(|url| redmutex::connect_lazy(url.as_ref()).unwrap());
-    Locker::redlock(conns)
-        .unwrap()
-        .with_quorum_settings(QuorumSettings::new().node_timeout(node_timeout))
+    Locker::redlock(conns).unwrap().with_quorum_settings(
+        (QuorumSettings::new().node_timeout(node_timeout)).wait_for_every_node(false),
+    )
 }
 
 fn urls(servers: &[RedisServer]) -> Vec<String> {

@@ -357,8 +357,8 @@ async fn every_node_empties(servers: &[RedisServer]) {
 async fn a_frozen_minority_costs_an_acquire_and_a_release_nothing_and_is_cleaned_when_it_wakes() {
     let servers = RedisServer::spawn_many(NODES);
     let node_timeout = ms(3000);
-    let locker =
-        redlock(&servers).with_quorum_settings(QuorumSettings::new().node_timeout(node_timeout));
+    let settings = (QuorumSettings::new().node_timeout(node_timeout)).wait_for_every_node(false);
+    let locker = redlock(&servers).with_quorum_settings(settings);
     // Connect every node and load the scripts everywhere first.
     locker
         .acquire("warm", ms(10_000))
@@ -434,7 +434,8 @@ async fn a_release_at_once_goes_behind_its_acquire_on_slow_nodes_still_connectin
     // Lockers whose connections are still being set up: on nodes 0 and 1 the acquire is
     // still out when the guard goes, by an explicit release and by a drop.
     for key in ["released", "dropped"] {
-        let locker = redlock_over(&urls);
+        let quorum = QuorumSettings::new().node_timeout(NODE_TIMEOUT);
+        let locker = redlock_over(&urls).with_quorum_settings(quorum.wait_for_every_node(false));
         let lock = locker.acquire(key, ms(10_000)).await.unwrap();
         match key {
             "released" => lock.release().await.unwrap(),
