@@ -425,14 +425,25 @@ impl QuorumFailure {
         nodes: usize,
         failures: Vec<NodeFailure>,
     ) -> Box<QuorumFailure> {
-        Box::new(QuorumFailure {
+        Box::new(QuorumFailure::untimed(agreed, needed, nodes, failures))
+    }
+
+    /// `agreed` of the `needed` nodes (of `nodes`) agreed, and `failures` did not, with no
+    /// time measured: what the nodes still out once a quorum decided came to, say.
+    pub(crate) fn untimed(
+        agreed: usize,
+        needed: usize,
+        nodes: usize,
+        failures: Vec<NodeFailure>,
+    ) -> QuorumFailure {
+        QuorumFailure {
             agreed,
             needed,
             nodes,
             too_late: false,
             elapsed: Duration::ZERO,
             failures,
-        })
+        }
     }
 
     /// How many nodes answered that another owner holds the lock.

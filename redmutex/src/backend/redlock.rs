@@ -558,7 +558,10 @@ impl<C: Connection> Quorum<C> {
                 let again = release_try(conn, claim.clone(), token, keep_until, drift);
                 background::release(again);
             }
-            warn_of_late(&name, late_tally(gathering.agreed(), needed, all, failed));
+            warn_of_late(
+                &name,
+                QuorumFailure::untimed(gathering.agreed(), needed, all, failed),
+            );
         });
     }
 
@@ -725,7 +728,10 @@ impl LateTry {
         let (nodes, needed) = (self.nodes, self.needed);
         fan_out::finish(self.rest, wait, move || {
             let failed = gathering.failed(&late, wait);
-            warn_of_late(&name, late_tally(gathering.agreed(), needed, nodes, failed));
+            warn_of_late(
+                &name,
+                QuorumFailure::untimed(gathering.agreed(), needed, nodes, failed),
+            );
         });
     }
 
@@ -805,23 +811,6 @@ fn warn_of_late(lock_name: &str, tally: QuorumFailure) {
 /// The name an operation's span gives `claim`: its first key.
 fn lock_name(claim: &dyn Claim) -> String {
     String::from_utf8_lossy(claim.keys().get(0).unwrap_or_default()).into_owned()
-}
-
-/// What the nodes still out once a quorum decided came to.
-fn late_tally(
-    agreed: usize,
-    needed: usize,
-    nodes: usize,
-    failures: Vec<NodeFailure>,
-) -> QuorumFailure {
-    QuorumFailure {
-        agreed,
-        needed,
-        nodes,
-        too_late: false,
-        elapsed: Duration::ZERO,
-        failures,
-    }
 }
 
 fn count_out(failure: &mut QuorumFailure, unfenced: Vec<NodeFailure>) {
