@@ -480,10 +480,8 @@ async fn contenders(urls: &[String]) -> Result<Vec<Arc<Contender>>, String> {
     let locker = |conns: Vec<MultiplexedConnection>| -> Result<Locker<_>, String> {
         let locker = match <[_; 1]>::try_from(conns) {
             Ok([one]) => Locker::new(one),
-            // Decided by the first quorum to agree (QuorumSettings::wait_for_every_node).
-            Err(many) => Locker::redlock(many)
-                .map_err(|e| e.to_string())?
-                .with_quorum_settings(redmutex::QuorumSettings::new().wait_for_every_node(false)),
+            // The defaults: decided by the first quorum to agree.
+            Err(many) => Locker::redlock(many).map_err(|e| e.to_string())?,
         };
         let locker = locker
             .with_wake_up(subscribers.clone())

@@ -47,14 +47,15 @@ impl Default for QuorumSettings {
             fixed_drift: Duration::from_millis(2),
             node_timeout: None,
             min_validity: Duration::ZERO,
-            every_node: true,
+            every_node: false,
         }
     }
 }
 
 impl QuorumSettings {
     /// Defaults: drift = TTL × 0.01 + 2 ms; node timeout derived from the TTL; no
-    /// minimum validity beyond "positive".
+    /// minimum validity beyond "positive"; a plain acquire and a release decided by the
+    /// first quorum to agree.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -157,14 +158,14 @@ impl QuorumSettings {
         self
     }
 
-    /// Whether an acquire and a release wait for every node to answer (or time out), as
-    /// they do by default, or return as soon as a quorum agreed (`false`).
+    /// Whether an acquire and a release wait for every node to answer or time out (`true`),
+    /// or return as soon as a quorum agreed, as they do by default.
     ///
-    /// With `false`, a plain acquire (one key, unfenced, not waiting) is handed out once a
+    /// By default a plain acquire (one key, unfenced, not waiting) is handed out once a
     /// quorum took it, and a release returns once a quorum deleted the lock: a frozen or
     /// slow minority costs them nothing. The slower nodes are sent the same request all
     /// the same, and this process hears them in the background; when a call returns, those
-    /// nodes may not have it yet. Keep the default where a token leaves the process at once
+    /// nodes may not have it yet. Set `true` where a token leaves the process at once
     /// ([`Lock::detach`](crate::Lock::detach) handed to a process that may release it right
     /// away, as the command line does): a release from elsewhere could otherwise reach a
     /// slow node before the acquire does, and the key would stay there until its TTL
@@ -175,13 +176,13 @@ impl QuorumSettings {
     /// # async fn main() -> Result<(), redmutex::Error> {
     /// use std::time::Duration;
     /// use redmutex::{memory::MemoryRedis, Locker, QuorumSettings};
-    /// // Decided by the first quorum to agree.
-    /// let settings = QuorumSettings::new().wait_for_every_node(false);
+    /// // The token is handed to another process: every node has the lock when it leaves.
+    /// let settings = QuorumSettings::new().wait_for_every_node(true);
     /// let nodes = [MemoryRedis::new(), MemoryRedis::new(), MemoryRedis::new()];
     /// let locker = Locker::redlock(nodes.clone())?.with_quorum_settings(settings);
-    /// let lock = locker.acquire("nightly", Duration::from_secs(60)).await?;
-    /// assert!(nodes.iter().filter(|node| node.ttl("nightly").is_some()).count() >= 2);
-    /// lock.release().await?;
+    /// let token = locker.acquire("nightly", Duration::from_secs(60)).await?.detach();
+    /// assert!(nodes.iter().all(|node| node.ttl("nightly").is_some()));
+    /// # let _ = token;
     /// # Ok(()) }
     /// ```
     pub fn wait_for_every_node(mut self, yes: bool) -> QuorumSettings {

@@ -205,6 +205,67 @@ pub fn lock_key_count(server: &RedisServer) -> u64 {
     reply.trim_start_matches(':').trim_end().parse().unwrap()
 }
 
+/// Waits (at most 3 s, well within the tests' TTLs) until no node holds anything but
+/// fence counters. Redlock decides a release once a quorum deleted the lock; the slower
+/// nodes delete it a round trip later (docs/SAFETY.md, "Networks").
+pub async fn every_node_empties(servers: &[RedisServer]) {
+    let until = tokio::time::Instant::now() + ms(3000);
+    loop {
+        let left: Vec<u64> = (servers.iter())
+            .map(|s| {
+                if s.pid().is_some() {
+                    lock_key_count(s)
+                } else {
+                    0
+                }
+            })
+            .collect();
+        if left.iter().all(|n| *n == 0) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "keys left behind, by node: {left:?}"
+        );
+        tokio::time::sleep(ms(20)).await;
+    }
+}
+
+/// Waits (at most 3 s) until every node holds `key` for `token`: Redlock hands a
+/// lock out once a quorum took it, and the slower nodes take it a round trip later. A test
+/// that then changes the key on a node from outside must wait, or a late `SET` would land
+/// after its change.
+pub async fn every_node_holds(servers: &[RedisServer], key: &str, token: &redmutex::Token) {
+    let every: Vec<usize> = (0..servers.len()).collect();
+    nodes_hold(servers, &every, key, token).await;
+}
+
+/// Waits (at most 3 s) until the nodes `on` hold `key` for `token` (see
+/// [`every_node_holds`]).
+pub async fn nodes_hold(servers: &[RedisServer], on: &[usize], key: &str, token: &redmutex::Token) {
+    let until = tokio::time::Instant::now() + ms(3000);
+    loop {
+        let missing: Vec<usize> = (on.iter().copied())
+            .filter(|&node| !holds(&servers[node], key, token))
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "nodes {missing:?} never took {key}"
+        );
+        tokio::time::sleep(ms(10)).await;
+    }
+}
+
+/// Whether `server` holds `key` for `token`, read without the code under test.
+pub fn holds(server: &RedisServer, key: &str, token: &redmutex::Token) -> bool {
+    let reply = server.command(&["GET", key]);
+    let value = reply.split_once("\r\n").map_or("", |(_, value)| value);
+    !reply.starts_with("$-1") && value.starts_with(token.as_str())
+}
+
 /// The commands a server has run, by name, from `INFO commandstats` (commands run inside
 /// scripts count too), read without the code under test.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -36,12 +36,24 @@ trait World: Sync {
     fn is_redlock(&self) -> bool;
 }
 
-/// Nothing left but fence counters, each with a TTL.
+/// Nothing left but fence counters, each with a TTL. Redlock decides a release once a
+/// quorum deleted the lock; the other nodes delete it a round trip later, so with Redlock
+/// this waits (at most 3 s) for the last node to be clean.
 async fn assert_clean<W: World>(world: &W) {
-    for (key, pttl) in world.keys().await {
-        let name = String::from_utf8_lossy(&key);
-        assert!(is_fence_counter(&key), "left behind: {name}");
-        assert!(pttl > 0, "{name} has no TTL ({pttl})");
+    let until = Instant::now() + ms(3000);
+    loop {
+        let keys = world.keys().await;
+        let clean = keys.iter().all(|(key, _)| is_fence_counter(key));
+        if !clean && world.is_redlock() && Instant::now() < until {
+            tokio::time::sleep(ms(20)).await;
+            continue;
+        }
+        for (key, pttl) in keys {
+            let name = String::from_utf8_lossy(&key);
+            assert!(is_fence_counter(&key), "left behind: {name}");
+            assert!(pttl > 0, "{name} has no TTL ({pttl})");
+        }
+        return;
     }
 }
 
@@ -140,6 +152,26 @@ impl Real {
         }
         conns
     }
+
+    /// Waits (at most 1 s) until every node has the same value at `key`. Redlock hands a
+    /// lock out once a quorum took it; the slower nodes take it a round trip later, and a
+    /// change made from outside before then would be overwritten by their late `SET`.
+    async fn settle(&self, key: &str) {
+        let mut conns = self.raw().await;
+        let until = Instant::now() + ms(1000);
+        while Instant::now() < until {
+            let mut values = Vec::new();
+            for conn in &mut conns {
+                let value: Option<Vec<u8>> =
+                    redis::cmd("GET").arg(key).query_async(conn).await.unwrap();
+                values.push(value);
+            }
+            if values.windows(2).all(|pair| pair[0] == pair[1]) {
+                return;
+            }
+            tokio::time::sleep(ms(10)).await;
+        }
+    }
 }
 
 impl World for Real {
@@ -167,6 +199,7 @@ impl World for Real {
     }
 
     async fn expire_now(&self, key: &str) {
+        self.settle(key).await;
         for mut conn in self.raw().await {
             let _: i64 = redis::cmd("DEL")
                 .arg(key)
@@ -177,6 +210,7 @@ impl World for Real {
     }
 
     async fn take_over(&self, key: &str, ttl: Duration) {
+        self.settle(key).await;
         for mut conn in self.raw().await {
             let _: () = redis::cmd("SET")
                 .arg(key)

@@ -482,6 +482,8 @@ async fn redlock_fences_taken_after_the_acquire() {
     }
     let locker = redlock_locker(conns);
     let lock = locker.acquire("later", ms(10_000)).await.unwrap();
+    // Handed out once a quorum took it: wait for the others, so that every node stores it.
+    common::every_node_holds(&servers, "later", &lock.token()).await;
     let fence = lock.fence().await.unwrap();
     for server in &servers {
         let counter = server.command(&["GET", "{later}:fence"]);

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::common::{self, ms};
+use crate::common::{every_node_empties, ms};
 use redis::aio::ConnectionManager;
 use redmutex::retry::{self, Jitter, RetryExt};
 use redmutex::{Error, Locker, QuorumSettings};
@@ -24,22 +24,6 @@ fn redlock_over<S: AsRef<str>>(urls: &[S], node_timeout: Duration) -> Locker<Con
 
 fn urls(servers: &[RedisServer]) -> Vec<String> {
     servers.iter().map(RedisServer::url).collect()
-}
-
-/// Waits (at most 3 s, well within the locks' TTL) until no node holds anything.
-async fn every_node_empties(servers: &[RedisServer]) {
-    let until = Instant::now() + ms(3000);
-    loop {
-        let left: Vec<u64> = servers.iter().map(common::lock_key_count).collect();
-        if left.iter().all(|n| *n == 0) {
-            return;
-        }
-        assert!(
-            Instant::now() < until,
-            "keys left behind, by node: {left:?}"
-        );
-        tokio::time::sleep(ms(20)).await;
-    }
 }
 
 async fn warm(locker: &Locker<ConnectionManager>) {

@@ -376,9 +376,7 @@ async fn redlock_waiters_are_woken_too() {
         got_at - released_at
     );
     lock.release().await.unwrap();
-    for server in &servers {
-        assert_eq!(common::lock_key_count(server), 0);
-    }
+    common::every_node_empties(&servers).await;
 }
 
 /// After its last waiter left, a key stays subscribed for a moment. A newcomer then either

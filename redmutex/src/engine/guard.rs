@@ -611,7 +611,9 @@ impl<C: Connection, P> Lock<C, P> {
     }
 
     /// Forgets the lock without releasing it: it stays in Redis until its TTL runs out or
-    /// someone with the returned token releases it.
+    /// someone with the returned token releases it. On Redlock, a token handed to another
+    /// process at once wants a locker that waits for every node
+    /// ([`QuorumSettings::wait_for_every_node`](crate::QuorumSettings::wait_for_every_node)).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
