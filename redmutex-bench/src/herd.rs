@@ -6,6 +6,7 @@
 //! every waiting process pays per hand-off in proportion to N; one that hands the key to
 //! one process pays the same whatever N.
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use tokio::time::Instant;
 
 use crate::contender::Contender;
 use crate::stats::Latencies;
-use crate::workload::{self, Row, Window};
+use crate::workload::{self, Row, Spent, Window};
 
 /// How long each locker holds the key per turn.
 pub const HOLD: Duration = Duration::from_millis(1);
@@ -21,8 +22,11 @@ pub const HOLD: Duration = Duration::from_millis(1);
 /// How many lockers the herd rows run with.
 pub const SIZES: [usize; 4] = [2, 8, 32, 64];
 
-/// `lockers` take turns on one key for `duration`. The row's p50/p99 are the hand-off
-/// latency; its notes give script calls and server CPU per acquisition.
+/// `lockers` take turns on one key; what is measured is `duration` of the steady state,
+/// once every locker has held the key once (its subscriber connected, its scripts loaded,
+/// its place in line taken): a start-up paid once per process is not a hand-off's cost.
+/// The row's p50/p99 are the hand-off latency; its notes give script calls and server CPU
+/// per acquisition.
 pub async fn herd(
     workload: &str,
     lockers: Vec<Arc<Contender>>,
@@ -33,18 +37,21 @@ pub async fn herd(
     let key = format!("bench:herd:{name}:{}", lockers.len());
     // When the latest release was sent; the next holder takes it and measures from it.
     let released_at: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
-    let window = Window::open(stats_url).await?;
-    let deadline = window.started + duration;
+    let phase = Arc::new(Phase::default());
     let runs = lockers.iter().map(|contender| {
         let (contender, key) = (contender.clone(), key.clone());
-        let released_at = released_at.clone();
+        let (released_at, phase) = (released_at.clone(), phase.clone());
         tokio::spawn(async move {
             let mut handoffs = Latencies::default();
-            while Instant::now() < deadline {
+            let mut first = true;
+            while !phase.stopped.load(Ordering::Relaxed) {
                 let held = contender.acquire_waiting(&key).await?;
                 let since = released_at.lock().expect("not poisoned").take();
-                if let Some(since) = since {
+                if let (Some(since), true) = (since, phase.measuring.load(Ordering::Relaxed)) {
                     handoffs.record(since.elapsed());
+                }
+                if std::mem::take(&mut first) {
+                    phase.started.fetch_add(1, Ordering::Relaxed);
                 }
                 tokio::time::sleep(HOLD).await;
                 *released_at.lock().expect("not poisoned") = Some(Instant::now());
@@ -53,9 +60,11 @@ pub async fn herd(
             Ok::<_, String>(handoffs)
         })
     });
-    let handoffs = workload::gather(runs).await?;
-    let spent = window.close().await?;
-    let acquisitions = handoffs.len() as u64 + 1;
+    let runs: Vec<_> = runs.collect();
+    let spent = phase.measure(lockers.len(), duration, stats_url).await;
+    let handoffs = workload::gather(runs.into_iter()).await?;
+    let spent = spent?;
+    let acquisitions = (handoffs.len() as u64).max(1);
     let scripts = spent.script_calls();
     let notes = format!(
         "p50/p99 = hand-off; script calls {:.1}/acq; server CPU {:.0} µs/acq; {}",
@@ -65,4 +74,39 @@ pub async fn herd(
     );
     let contender = lockers.first().ok_or("no lockers")?;
     Ok(workload::row(workload, contender, handoffs, &spent, notes))
+}
+
+/// Where a herd run is: how many lockers held the key once, whether hand-offs are being
+/// measured, and whether the lockers should stop.
+#[derive(Default)]
+struct Phase {
+    started: AtomicUsize,
+    measuring: AtomicBool,
+    stopped: AtomicBool,
+}
+
+impl Phase {
+    /// Waits (at most 30 s) until all `lockers` held the key once, then measures
+    /// `duration`; the lockers are told to stop either way.
+    async fn measure(
+        &self,
+        lockers: usize,
+        duration: Duration,
+        stats_url: &str,
+    ) -> Result<Spent, String> {
+        let warm_until = Instant::now() + Duration::from_secs(30);
+        while self.started.load(Ordering::Relaxed) < lockers && Instant::now() < warm_until {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let measured = async {
+            let window = Window::open(stats_url).await?;
+            self.measuring.store(true, Ordering::Relaxed);
+            tokio::time::sleep(duration).await;
+            self.measuring.store(false, Ordering::Relaxed);
+            window.close().await
+        };
+        let spent = measured.await;
+        self.stopped.store(true, Ordering::Relaxed);
+        spent
+    }
 }
