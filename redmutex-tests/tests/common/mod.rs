@@ -339,6 +339,16 @@ impl tracing::Subscriber for Recorder {
     fn exit(&self, _: &tracing::span::Id) {}
 }
 
+/// The member that holds `member`'s heartbeat in a line or a fair lock's queue, as
+/// helpers.lua's `beat_of` names it: `member`, then '~' up to 65 bytes.
+pub fn beat_of(member: &str) -> String {
+    let mut beat = format!("{member}~");
+    while beat.len() < 65 {
+        beat.push('~');
+    }
+    beat
+}
+
 /// How many places the line `line` (a key's line, `{key}:line`) holds: its tickets are
 /// scored from 0 up, its heartbeats below 0.
 pub fn places_in_line(server: &RedisServer, line: &str) -> u64 {

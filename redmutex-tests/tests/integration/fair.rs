@@ -76,6 +76,11 @@ async fn waiters_of_separate_lockers_get_the_key_in_arrival_order() {
         assert!(raw.pttl("{ordered}:queue").await > 0);
         let entries: i64 = raw.run(redis::cmd("ZCARD").arg("{ordered}:queue")).await;
         assert_eq!(entries, 12);
+        // A skip list, not the compact encoding whose every lookup walks every entry
+        // (helpers.lua's `beat_of`): a hand-off costs the same however many wait.
+        let encoding: String =
+            (raw.run(redis::cmd("OBJECT").arg("ENCODING").arg("{ordered}:queue"))).await;
+        assert_eq!(encoding, "skiplist");
         held.release().await.unwrap();
         for task in tasks {
             task.await.unwrap();

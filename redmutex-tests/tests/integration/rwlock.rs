@@ -716,7 +716,7 @@ async fn a_lock_handed_to_a_dead_process_falls_through_to_the_next_writer() {
             .arg(now)
             .arg("AAAAAAAAAAAAAAAAAAAAAA")
             .arg(-(ends as i64))
-            .arg("AAAAAAAAAAAAAAAAAAAAAA~"),
+            .arg(common::beat_of("AAAAAAAAAAAAAAAAAAAAAA")),
     )
     .await;
     let behind = own_locker(&server, true).await.rw_lock("gone").unwrap();

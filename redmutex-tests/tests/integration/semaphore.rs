@@ -704,7 +704,7 @@ async fn a_permit_handed_to_a_dead_process_falls_through_within_its_heartbeat() 
             .arg(now)
             .arg("1.AAAAAAAAAAAAAAAAAAAAAA")
             .arg(-(ends as i64))
-            .arg("1.AAAAAAAAAAAAAAAAAAAAAA~"),
+            .arg(common::beat_of("1.AAAAAAAAAAAAAAAAAAAAAA")),
     )
     .await;
     let behind = common::own_locker(&server, true)

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::common::{blamed, ms, multiplexed, own_locker, Raw};
+use crate::common::{self, blamed, ms, multiplexed, own_locker, Raw};
 use redis::aio::MultiplexedConnection;
 use redmutex::{retry, Argument, Locker, Semaphore};
 use testkit::RedisServer;
@@ -968,7 +968,7 @@ async fn a_place_reserved_twice_is_counted_once() {
             .arg(now)
             .arg(place)
             .arg(beat)
-            .arg(format!("{place}~")),
+            .arg(common::beat_of(place)),
     )
     .await;
     raw.run::<i64>(redis::cmd("PEXPIRE").arg(&line).arg(3_001))

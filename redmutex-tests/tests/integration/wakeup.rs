@@ -337,6 +337,35 @@ async fn a_dropped_subscriber_falls_back_to_polling_then_resubscribes() {
     assert_eq!(raw.dbsize().await, 0);
 }
 
+/// A key's line is kept as a skip list from its first waiting process on (helpers.lua's
+/// `beat_of`), not in the compact encoding whose every lookup walks every entry: the
+/// release's and the tries' lookups cost the same however many processes wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_is_a_skip_list_from_its_first_waiting_process() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let holder = common::own_locker(&server, true).await;
+    let held = holder.acquire("few", ms(30_000)).await.unwrap();
+    let waiter = common::own_locker(&server, true).await;
+    let waiting = tokio::spawn(
+        (waiter.acquire("few", ms(30_000)))
+            .retry(retry::constant(Duration::from_secs(20)))
+            .deadline(ms(30_000))
+            .into_future(),
+    );
+    let until = Instant::now() + ms(5_000);
+    while common::places_in_line(&server, "{few}:line") < 1 {
+        assert!(Instant::now() < until, "the waiter never lined up");
+        tokio::time::sleep(ms(20)).await;
+    }
+    let encoding: String = (raw.run(redis::cmd("OBJECT").arg("ENCODING").arg("{few}:line"))).await;
+    assert_eq!(encoding, "skiplist");
+    held.release().await.unwrap();
+    let got = waiting.await.unwrap().expect("the waiter gets the key");
+    got.release().await.unwrap();
+    assert_eq!(raw.dbsize().await, 0, "{:?}", raw.lock_keys().await);
+}
+
 /// Redlock: the waiter subscribes on every node and is woken by the release.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_waiters_are_woken_too() {

@@ -1,7 +1,7 @@
 -- fair.lua: the fair lock — a mutex key taken in arrival order by the waiters queued beside
 -- it. One file, one section per operation: each section (from its `--- op:` line to the
 -- next) is a script of its own, run with helpers.lua (owned, now_ms, now_us, first_live,
--- beat_end, tell_waiter, take_fence, read_key) and this preamble before it
+-- beat_of, beat_end, tell_waiter, take_fence, read_key) and this preamble before it
 -- (see scripts.rs).
 --
 -- The lock key is a mutex key — the owner's value (token, flag byte, metadata) with PX —
@@ -9,7 +9,7 @@
 -- of the same key excludes a fair holder as it excludes any holder. Beside it, in its hash
 -- slot, the queue: one sorted set of the shape of a lock's line (helpers.lua), its
 -- members waiters — per waiter, its member (its token, '.', the id its turn channel is
--- named by: see `tell_waiter`) scored by its ticket, and its member and '~' scored by minus the end of
+-- named by: see `tell_waiter`) scored by its ticket, and beat_of(member) scored by minus the end of
 -- its heartbeat, in milliseconds on the SERVER's clock.
 -- A ticket is the server's clock in microseconds at arrival, or one above the last ticket
 -- when that is later: arrival order, never repeated. A waiter's every try renews its
@@ -41,7 +41,7 @@ local function join(queue, member, beat, us)
     end
   end
   local ends = math.floor(us / 1000) + beat
-  redis.call('zadd', queue, 'lt', string.format('%.0f', ticket), member, string.format('%.0f', -ends), member .. '~')
+  redis.call('zadd', queue, 'lt', string.format('%.0f', ticket), member, string.format('%.0f', -ends), beat_of(member))
   -- Kept for at least this heartbeat (and at most two), whatever the others' are.
   if redis.call('pttl', queue) < beat then
     redis.call('pexpire', queue, 2 * beat)
@@ -135,7 +135,7 @@ if fence == nil then
 end
 redis.call('set', key, ARGV[1], 'px', ARGV[2])
 -- Out of the queue. (Through pcall: a retry that found its own value read no queue.)
-redis.pcall('zrem', queue, member, member .. '~')
+redis.pcall('zrem', queue, member, beat_of(member))
 -- The next waiter last learned when the previous holder's key would run out, or that the
 -- key was another's turn; it tries again before its heartbeat ends. When this key may run
 -- out before that (its holder dies, and nobody releases it), it is told now, tries once,
@@ -181,7 +181,7 @@ if not owned(value, token) then
   -- (A queue of another kind is left alone.)
   local member = token .. '.' .. ARGV[3]
   local first = redis.pcall('zrangebyscore', queue, 0, '+inf', 'limit', 0, 1)
-  if not first.err and redis.call('zrem', queue, member, member .. '~') > 0 then
+  if not first.err and redis.call('zrem', queue, member, beat_of(member)) > 0 then
     tell = value == false or first[1] == member
   end
 else

@@ -261,7 +261,7 @@ end
 
 -- A key's line: the lockers (processes) whose waiters wait for a mutex key, in arrival
 -- order, in one sorted set beside it. Per locker L, the member L scored by its ticket (the
--- server's clock in microseconds when it joined) and the member L .. '~' scored by minus
+-- server's clock in microseconds when it joined) and the member beat_of(L) scored by minus
 -- the end of its heartbeat (milliseconds on the server's clock). Negated, so that one
 -- ZADD LT keeps a locker's first ticket and moves its heartbeat's end on; and the tickets,
 -- from 0 up, are the line in order. Every try of a locker's waiters renews its heartbeat,
@@ -272,23 +272,33 @@ end
 -- A locker's heartbeat in a line, in milliseconds (the engine's LINE_HEARTBEAT).
 local LINE_BEAT_MS = 3000
 
+-- The member that holds `member`'s heartbeat in a line or a fair lock's queue: its name,
+-- then '~' up to 65 bytes. Longer than the 64 bytes up to which the server keeps a small
+-- sorted set in its compact encoding (`zset-max-listpack-value`), where every ZSCORE, ZADD
+-- and ZRANGEBYSCORE walks the whole set: with it a line is a skip list from its first
+-- heartbeat on, and a hand-off costs the server the same with 64 processes waiting as
+-- with 2 (docs/BENCHMARKS.md, "The herd").
+local function beat_of(member)
+  return member .. '~' .. string.rep('~', 64 - #member)
+end
+
 -- Puts `locker` in `line`, keeping its place if it has one, its heartbeat ending
 -- LINE_BEAT_MS after the moment `us` (server microseconds).
 local function join_line(line, locker, us)
   local ends = math.floor(us / 1000) + LINE_BEAT_MS
-  redis.call('zadd', line, 'lt', string.format('%.0f', us), locker, string.format('%.0f', -ends), locker .. '~')
+  redis.call('zadd', line, 'lt', string.format('%.0f', us), locker, string.format('%.0f', -ends), beat_of(locker))
   redis.call('pexpire', line, LINE_BEAT_MS + 1)
 end
 
 -- Takes `member` out of `line` (its ticket and its heartbeat).
 local function leave_line(line, member)
-  redis.call('zrem', line, member, member .. '~')
+  redis.call('zrem', line, member, beat_of(member))
 end
 
 -- When the heartbeat of `member` of `line` ends (ms on the server's clock), or nil when it
 -- has none.
 local function beat_end(line, member)
-  local beat = redis.call('zscore', line, member .. '~')
+  local beat = redis.call('zscore', line, beat_of(member))
   return beat and -tonumber(beat)
 end
 
