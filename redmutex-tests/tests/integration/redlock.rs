@@ -339,6 +339,26 @@ fn holding_on(
         .collect()
 }
 
+/// A new process's first lock, released at once, over connections still being set up: a
+/// request is written only once its connection is up, by whichever task is polled first,
+/// so a quorum does not decide without a node this locker has never heard from (the
+/// acquire's late request could go behind its release and stay until its TTL).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_lockers_first_lock_released_at_once_leaves_nothing_on_any_node() {
+    let servers = RedisServer::spawn_many(NODES);
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    for round in 0..50 {
+        let locker =
+            Locker::redlock(urls.iter().map(|url| redmutex::connect_lazy(url).unwrap())).unwrap();
+        let lock = locker
+            .acquire(format!("job{round}"), ms(20_000))
+            .await
+            .unwrap();
+        lock.release().await.unwrap();
+    }
+    every_node_empties(&servers).await;
+}
+
 #[tokio::test]
 async fn a_frozen_minority_costs_an_acquire_and_a_release_nothing_and_is_cleaned_when_it_wakes() {
     let servers = RedisServer::spawn_many(NODES);

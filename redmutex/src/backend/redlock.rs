@@ -11,6 +11,7 @@
 //!   not answer, where the request may still land — before the next try.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,11 +37,18 @@ const TTL_FOR_TIMEOUTS: Duration = Duration::from_secs(10);
 pub(crate) struct Quorum<C> {
     conns: Box<[C]>,
     settings: QuorumSettings,
+    /// Which nodes have answered this locker at least once (a reply or an error). A
+    /// request to a connection still being set up is written only once it is up, by
+    /// whichever task is polled first: an acquire's request heard on a task of its own
+    /// could then go behind its release. Until every node has answered once, a quorum
+    /// does not decide without the others (`wait_for_every_node` for that operation).
+    answered_once: Arc<[AtomicBool]>,
 }
 
 impl<C: Connection> Quorum<C> {
     pub(crate) fn new(conns: Vec<C>, settings: QuorumSettings) -> Quorum<C> {
         Quorum {
+            answered_once: conns.iter().map(|_| AtomicBool::new(false)).collect(),
             conns: conns.into_boxed_slice(),
             settings,
         }
@@ -58,6 +66,13 @@ impl<C: Connection> Quorum<C> {
         quorum(self.conns.len())
     }
 
+    /// Whether a quorum may decide an operation without the slower nodes: the settings
+    /// allow it, and every node's connection has answered once (see `answered_once`).
+    fn quorum_decides(&self) -> bool {
+        self.settings.quorum_decides()
+            && (self.answered_once.iter()).all(|node| node.load(Ordering::Relaxed))
+    }
+
     /// Runs `op` on every node at once (given the node's index and connection); each
     /// node's answer is bounded by `timeout`.
     async fn fan_out<T, F, Fut>(&self, timeout: Duration, op: F) -> Vec<Reply<T>>
@@ -72,6 +87,7 @@ impl<C: Connection> Quorum<C> {
             let (request, gathering) = (op(node, conn.clone()), &gathering);
             async move {
                 let reply = request.await.map_err(NodeError::Redis);
+                self.answered_once[node].store(true, Ordering::Relaxed);
                 gathering.record(node, reply, false);
             }
         });
@@ -103,8 +119,10 @@ impl<C: Connection> Quorum<C> {
         let gathering = Arc::new(Gathering::new(self.conns.len(), self.needed()));
         let requests = self.conns.iter().enumerate().map(|(node, conn)| {
             let (request, gathering) = (op(node, conn.clone()), gathering.clone());
+            let answered_once = self.answered_once.clone();
             async move {
                 let reply = request.await.map_err(NodeError::Redis);
+                answered_once[node].store(true, Ordering::Relaxed);
                 let agreed = reply.as_ref().is_ok_and(agrees);
                 gathering.record(node, reply, agreed);
             }
@@ -140,7 +158,7 @@ impl<C: Connection> Quorum<C> {
                 })
             }
         };
-        let taken: fn(&Obtain) -> bool = match self.settings.quorum_decides() {
+        let taken: fn(&Obtain) -> bool = match self.quorum_decides() {
             true => |obtain| matches!(obtain, Obtain::Obtained { .. }),
             false => |_| false,
         };
@@ -494,7 +512,7 @@ impl<C: Connection> Quorum<C> {
         // Decided by a quorum, unless a notice follows the script on each node: observers
         // must hear it from every node that had the claim.
         let agrees: fn(&bool) -> bool = match notice {
-            None if self.settings.quorum_decides() => |released| *released,
+            None if self.quorum_decides() => |released| *released,
             _ => |_| false,
         };
         let notice = notice.map(Arc::new);
