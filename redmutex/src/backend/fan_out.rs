@@ -16,9 +16,10 @@
 //! `MultiplexedConnection` and `ConnectionManager` do), so the owner's release usually goes
 //! behind its acquire on a slow node. A connection still being set up writes its requests
 //! once it is up, in whichever order their tasks are polled: a quorum decides alone only
-//! once every node has answered the locker once (`Quorum::quorum_decides`). Waiting for each operation's answer before the next
-//! one's request would make that certain, and was measured: it cost a quarter of the
-//! throughput at 64 tasks (docs/BENCHMARKS.md). SAFETY.md ("Networks") says what is left.
+//! once every node has answered the locker once (`Quorum::quorum_decides`). Waiting for
+//! each operation's answer before the next one's request would make that certain, and was
+//! measured: it cost a quarter of the throughput at 64 tasks (docs/BENCHMARKS.md).
+//! SAFETY.md ("Networks") says what is left.
 
 use std::future::Future;
 use std::pin::Pin;

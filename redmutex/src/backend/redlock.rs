@@ -166,8 +166,6 @@ impl<C: Connection> Quorum<C> {
         let replies = gathering.take(gathered, timeout);
         let late = (gathered == Gathered::Quorum).then(|| LateTry {
             late: gathering.out(),
-            nodes: self.conns.len(),
-            needed: self.needed(),
             gathering,
             rest,
         });
@@ -266,7 +264,7 @@ impl<C: Connection> Quorum<C> {
                 if let Some(late) = late {
                     let wait = timeout.saturating_sub(started.elapsed());
                     let name = lock_name(claim);
-                    late.follow(name, wait);
+                    late.follow(name, wait, self.needed(), self.conns.len());
                 }
                 return obtained;
             }
@@ -731,19 +729,17 @@ impl<C: Connection> Quorum<C> {
 struct LateTry {
     gathering: Arc<Gathering<Obtain>>,
     rest: Rest,
-    /// The nodes still out, of how many, and how many make a quorum.
+    /// The nodes still out when the quorum decided (those that answer later are heard
+    /// on the task, not in the try's replies).
     late: Vec<usize>,
-    nodes: usize,
-    needed: usize,
 }
 
 impl LateTry {
     /// The claim was obtained: the requests still out are heard within `wait` on a task of
     /// their own (dropped, a request not yet written would never be sent), and those that
-    /// then fail are warned of.
-    fn follow(self, name: String, wait: Duration) {
+    /// then fail are warned of (`needed` of `nodes` make a quorum).
+    fn follow(self, name: String, wait: Duration, needed: usize, nodes: usize) {
         let (gathering, late) = (self.gathering, self.late);
-        let (nodes, needed) = (self.nodes, self.needed);
         fan_out::finish(self.rest, wait, move || {
             let failed = gathering.failed(&late, wait);
             warn_of_late(
