@@ -574,9 +574,17 @@ async fn run_command(cli: Cli, urls: &[String], access: &target::Access) -> Resu
         Command::Exec(args) => args.no_fences || env_flag("REDMUTEX_NO_FENCES")?,
         _ => false,
     };
-    // doctor reports an unreachable server as a finding rather than waiting for it.
+    // doctor reports an unreachable server as a finding rather than waiting for it; a
+    // command given a whole time to wait (`exec`/`acquire --wait`, `wait --timeout`) waits
+    // for Redis no longer than that either.
     let wait_redis = match &cli.command {
         Command::Doctor(_) => Duration::ZERO,
+        Command::Exec(ExecArgs { lock, .. }) | Command::Acquire(AcquireArgs { lock, .. }) => {
+            lock.wait.map_or(cli.wait_redis, |w| w.min(cli.wait_redis))
+        }
+        Command::Wait(args) => args
+            .timeout
+            .map_or(cli.wait_redis, |t| t.min(cli.wait_redis)),
         _ => cli.wait_redis,
     };
     let locker = match target::locker(urls, access, wait_redis).await {
@@ -599,20 +607,14 @@ async fn run_command(cli: Cli, urls: &[String], access: &target::Access) -> Resu
     // Several nodes are connected lazily: a command that needs them waits (a bounded time,
     // saying so) for a quorum to answer rather than hang or answer what nobody knows.
     if urls.len() > 1 && !matches!(cli.command, Command::Doctor(_)) {
-        let within = match &cli.command {
-            Command::Wait(args) => args
-                .timeout
-                .map_or(cli.wait_redis, |t| t.min(cli.wait_redis)),
-            _ => cli.wait_redis,
-        };
-        reach::quorum_answers(&locker, urls, within).await?;
+        reach::quorum_answers(&locker, urls, wait_redis).await?;
     }
     let mut command = cli.command;
     if let Command::Exec(ExecArgs { lock, .. }) | Command::Acquire(AcquireArgs { lock, .. }) =
         &mut command
     {
         lock.progress = waiting::Progress::for_terminal(lock.quiet, lock.nonblock);
-        lock.reach = reach::Reach::new(cli.wait_redis);
+        lock.reach = reach::Reach::new(wait_redis);
     }
     if no_fences {
         locker = locker.without_fences();

@@ -426,6 +426,53 @@ fn oversized_input_is_refused_before_connecting() {
     }
 }
 
+/// A command given a whole time to wait (`exec --wait`, `acquire --wait`, `wait
+/// --timeout`) waits for an unreachable Redis — one server, or a quorum of several — no
+/// longer than that, even when --wait-redis is longer: 69 once it has passed.
+#[test]
+fn a_wait_shorter_than_wait_redis_bounds_the_wait_for_redis() {
+    let nowhere = |port: u16| format!("redis://127.0.0.1:{port}");
+    let (one, two, three) = (
+        testkit::free_port(),
+        testkit::free_port(),
+        testkit::free_port(),
+    );
+    let single = ["--redis".to_string(), nowhere(one)];
+    let several = [
+        "--redis".to_string(),
+        nowhere(one),
+        "--redis".to_string(),
+        nowhere(two),
+        "--redis".to_string(),
+        nowhere(three),
+    ];
+    for (urls, says) in [
+        (&single[..], "for Redis at"),
+        (&several[..], "for a quorum"),
+    ] {
+        for command in [
+            &["exec", "--wait", "1s", "k", "--", "true"][..],
+            &["acquire", "--wait", "1s", "k"],
+            &["wait", "--timeout", "1s", "k"],
+        ] {
+            let started = Instant::now();
+            let out = run(Command::new(env!("CARGO_BIN_EXE_redmutex"))
+                .args(urls)
+                .args(["--wait-redis", "120s"])
+                .args(command));
+            let took = started.elapsed();
+            assert_eq!(code(&out), 69, "{command:?}: {}", stderr(&out));
+            assert!(
+                stderr(&out).contains(&format!("waiting up to 1s {says}")),
+                "{command:?}: {}",
+                stderr(&out)
+            );
+            assert!(took >= Duration::from_secs(1), "{command:?}: {took:?}");
+            assert!(took < Duration::from_secs(60), "{command:?}: {took:?}");
+        }
+    }
+}
+
 /// A server that refuses connections is waited for --wait-redis (saying so), then 69; a
 /// wrong password is 69 at once (no wait can mend it), never echoing the password.
 #[test]
