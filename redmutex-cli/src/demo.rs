@@ -148,11 +148,11 @@ async fn server_check<C: Connection>(locker: &Locker<C>, url: &str) -> Result<()
     let report = locker.check_server().await;
     let urls = [url.to_owned()];
     for finding in &report.findings {
-        outln!("  {}", crate::commands::finding_line(finding, &urls))?;
+        outln!("  {}", crate::doctor::finding_line(finding, &urls))?;
     }
     outln!(
         "  {}",
-        crate::commands::verdict(&report, report.reached_any())
+        crate::doctor::verdict(&report, report.reached_any())
     )
 }
 

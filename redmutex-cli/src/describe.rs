@@ -1,9 +1,9 @@
 //! How a lock found in Redis is shown — by `list`, `watch`, `release --force` and the
-//! waiting line: who holds it and since when, in words and as JSON.
+//! waiting line: its key, who holds it and since when, in words and as JSON.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redmutex::{ListedHolder, ListedLock, LockKind};
+use redmutex::{Connection, ListedHolder, ListedLock, LockKind, Locker};
 
 use crate::duration;
 
@@ -165,6 +165,12 @@ pub fn json(lock: &ListedLock) -> String {
         permits,
         lock.forced,
     )
+}
+
+/// A key as stored in Redis, the locker's prefix before it: as `list` and `inspect` name
+/// keys.
+pub fn stored<C: Connection>(locker: &Locker<C>, key: &str) -> String {
+    format!("{}{key}", String::from_utf8_lossy(locker.prefix()))
 }
 
 /// `text` safe for a terminal and for line-based readers: control characters (a newline

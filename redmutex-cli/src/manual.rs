@@ -2,11 +2,8 @@
 //! manual pages generated from the command line's own definition, so that they always
 //! describe the binary that prints them (no build step, nothing to keep in step).
 
-use clap::CommandFactory;
-
 use crate::exit::{self, Failure};
-use crate::output::outln;
-use crate::Cli;
+use crate::output::{self, outln};
 
 #[derive(clap::Args, Debug)]
 pub struct CompletionsArgs {
@@ -22,16 +19,18 @@ pub struct ManArgs {
     subcommand: Option<String>,
 }
 
-/// Prints the completion script for the shell.
-pub fn completions(args: &CompletionsArgs) -> Result<u8, Failure> {
+/// Prints the completion script for the shell, of `cli`: redmutex's whole command line.
+pub fn completions(args: &CompletionsArgs, mut cli: clap::Command) -> Result<u8, Failure> {
+    output::check_stdout_open(output::ANSWER_LOST)?;
     let mut script = Vec::new();
-    clap_complete::generate(args.shell, &mut Cli::command(), "redmutex", &mut script);
+    clap_complete::generate(args.shell, &mut cli, "redmutex", &mut script);
     print_bytes(&script)
 }
 
-/// Prints the manual page (roff) of redmutex or of one of its subcommands.
-pub fn man(args: &ManArgs) -> Result<u8, Failure> {
-    let mut top = Cli::command();
+/// Prints the manual page (roff) of redmutex or of one of its subcommands, from `cli`:
+/// redmutex's whole command line.
+pub fn man(args: &ManArgs, mut top: clap::Command) -> Result<u8, Failure> {
+    output::check_stdout_open(output::ANSWER_LOST)?;
     top.build();
     let page = match args.subcommand.as_deref() {
         None => top,

@@ -60,6 +60,11 @@ pub async fn quorum_answers(
     }
 }
 
+/// How many of `nodes` Redlock nodes make a quorum: a strict majority (docs/SAFETY.md).
+pub fn majority(nodes: usize) -> usize {
+    nodes / 2 + 1
+}
+
 /// A round of PINGs short of a quorum: how many nodes answered, and what to say about it.
 struct Round {
     up: usize,
@@ -85,7 +90,7 @@ async fn answering<C: redmutex::Connection>(
     patience: Duration,
 ) -> Result<(), Round> {
     let answers = ping_all(locker, patience).await;
-    let needed = answers.len() / 2 + 1;
+    let needed = majority(answers.len());
     let up = answers.iter().filter(|a| a.is_ok()).count();
     match up >= needed {
         true => Ok(()),

@@ -9,9 +9,10 @@ use redmutex::{Connection, Locker};
 use tokio::time::Instant;
 
 use crate::exit::Failure;
+use crate::metadata::default_metadata;
 use crate::output::outln;
 use crate::waiting::{self, Progress};
-use crate::{default_metadata, duration, ops};
+use crate::{duration, list};
 
 /// What the scene saw, for the summary.
 pub struct Operations {
@@ -53,11 +54,11 @@ pub async fn scene<C: Connection>(
     let mut listing = locker.list("*").map_err(fail)?;
     let mut rows = Vec::new();
     while let Some(page) = listing.next_page().await.map_err(fail)? {
-        rows.extend(page.iter().map(ops::row));
+        rows.extend(page.iter().map(list::row));
     }
     rows.sort();
     outln!("  $ redmutex --prefix redmutex-demo: list")?;
-    for line in ops::table_lines(&rows) {
+    for line in list::table_lines(&rows) {
         outln!("  {line}")?;
     }
 

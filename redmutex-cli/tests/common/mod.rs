@@ -1,6 +1,6 @@
 //! What the CLI's integration tests share: running the real binary against a test-kit
 //! server, and reading what it did.
-#![allow(dead_code)] // each test file uses a different subset
+#![allow(dead_code)] // each test program uses a different subset
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -173,4 +173,68 @@ pub fn unread_pipe() -> Stdio {
     let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     drop(reader);
     Stdio::from(writer)
+}
+
+/// `redmutex` over Redlock: `--redis` repeated for each node, a clean environment for the
+/// Redis variables.
+pub fn redlock(servers: &[RedisServer]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_redmutex"));
+    for server in servers {
+        cmd.arg("--redis").arg(server.url());
+    }
+    cmd.env_remove("REDMUTEX_REDIS").env_remove("REDIS_URL");
+    cmd
+}
+
+/// `redmutex` over several nodes, none of them listening (the servers were stopped), with a
+/// short wait for them.
+pub fn unreachable_redlock(servers: &[RedisServer]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_redmutex"));
+    for server in servers {
+        cmd.arg("--redis").arg(server.url());
+    }
+    cmd.args(["--wait-redis", "500ms"]);
+    cmd.env_remove("REDMUTEX_REDIS").env_remove("REDIS_URL");
+    with_signals(&mut cmd, libc::SIG_DFL);
+    cmd
+}
+
+/// `redmutex acquire` of `key`, returning its token.
+pub fn acquire(server: &RedisServer, args: &[&str]) -> String {
+    let out = run(redmutex(server).arg("acquire").args(args));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    stdout(&out).trim().to_owned()
+}
+
+/// The keys of a JSON object, nested ones included (`"name":`), each once, in the order
+/// they first appear: enough to compare the shape of two outputs (whatever the length of
+/// their arrays) without a JSON parser.
+pub fn json_keys(line: &str) -> Vec<String> {
+    let mut keys = Vec::new();
+    let bytes = line.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'"' {
+            let mut j = i + 1;
+            while j < bytes.len() && bytes[j] != b'"' {
+                j += if bytes[j] == b'\\' { 2 } else { 1 };
+            }
+            let key = &line[i + 1..j.min(line.len())];
+            if bytes.get(j + 1) == Some(&b':') && !keys.iter().any(|k| k == key) {
+                keys.push(key.to_owned());
+            }
+            i = j + 1;
+        } else {
+            i += 1;
+        }
+    }
+    keys
+}
+
+/// What a finished child wrote on its piped stderr.
+pub fn piped_stderr(child: &mut Child) -> String {
+    let mut err = String::new();
+    let pipe = child.stderr.as_mut().expect("stderr piped");
+    pipe.read_to_string(&mut err).unwrap();
+    err
 }
