@@ -150,6 +150,41 @@ async fn a_crashed_holders_claim_outlives_its_validity_to_the_last_millisecond()
     }
 }
 
+/// A request to let go made in the last millisecond of a holder's expiry (scored in a
+/// sorted set: permits, readers) is kept with an expiry, as every key redmutex writes: it
+/// was stored for the 0 ms the holder had left, without one (found by the simulator,
+/// seed 9320: a reader's `{…}:ask` left behind for good).
+#[cfg(feature = "memory")]
+#[tokio::test(start_paused = true)]
+async fn a_request_in_a_holders_last_millisecond_expires() {
+    for claim in [Claim::Permit, Claim::Reader] {
+        let (redis, holder, operator) = memory();
+        let start = Instant::now();
+        tokio::time::advance(us(500)).await;
+        let held = take(&holder, claim, ms(100), None).await.unwrap();
+        held.crash();
+        // The millisecond the claim's expiry is scored at: still live, nothing left of it.
+        advance_to(start + ms(100)).await;
+        let asked = operator.request_release("k").await.unwrap();
+        assert!(
+            asked.is_some_and(|listed| listed.holder_count == 1),
+            "{claim:?}"
+        );
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg("{k}:ask")
+            .query_async(&mut redis.clone())
+            .await
+            .unwrap();
+        assert!(ttl > 0, "{claim:?}: the request kept for {ttl} ms");
+        // Gone with the holder it asked.
+        tokio::time::advance(ms(2)).await;
+        assert!(
+            !redis.keys().iter().any(|k| k.as_slice() == b"{k}:ask"),
+            "{claim:?}: the request outlived its holder"
+        );
+    }
+}
+
 /// A minimum hold released at once is kept at least as promised by the holder's clock:
 /// the rest of the period and its drift allowance, through the last millisecond.
 #[cfg(feature = "memory")]

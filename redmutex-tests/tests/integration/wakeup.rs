@@ -1274,3 +1274,92 @@ async fn a_forced_release_of_its_own_lockers_holder_wakes_a_newcomer() {
     lock.release().await.unwrap();
     assert!(held.release().await.unwrap_err().is_not_held());
 }
+
+/// A leader's resignation hands the key to the first locker in the key's line, as any
+/// holder's release does: plain locks' (and writers') waiters of the same name line up
+/// behind a leader too. (It deleted the key, leaving them to their next heartbeat try,
+/// a second later; found by the simulator's hand-off rule.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resignation_hands_the_key_to_the_locker_in_line() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let candidate = common::locker(&server).await;
+    let election = candidate.election("office").unwrap();
+    let leadership = election.campaign("host-1").await.unwrap();
+    let other = waking_locker(&server, &server.url()).await;
+    let waiter = wait_for(&other, "office", LONG_POLL, Arc::new(AtomicU32::new(0)));
+    until_next_named(&mut raw, "office").await;
+    leadership.resign().await.unwrap();
+    // Handed to the waiting locker (its id, flag 'r'), or already taken by its waiter:
+    // never free for whoever comes first.
+    let now = raw.get("office").await.expect("handed on, not deleted");
+    assert!(
+        now.ends_with(b"r") || matches!(now[redmutex::TOKEN_LEN], b'-' | b'w' | b'l' | b'L'),
+        "{:?}",
+        String::from_utf8_lossy(&now)
+    );
+    let (lock, _) = waiter.await.unwrap();
+    lock.unwrap().release().await.unwrap();
+    assert!(raw.lock_keys().await.is_empty());
+}
+
+/// A multi-key waiter handed a key that comes after one it finds held passes it on: P
+/// waits for y (x was free when it lined up), x is taken meanwhile, and y's release hands y
+/// to P — whose try finds x held first. The next locker in y's line, Q, is told and takes
+/// y at once, rather than at its next heartbeat try a second later (only keys before the
+/// one found held were passed on; found by the simulator, seed 4264 with long pauses).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_key_waiter_passes_on_a_key_handed_to_it_after_the_one_found_held() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let holders = common::own_locker(&server, true).await;
+    let y = holders.acquire("y", ms(30_000)).await.unwrap();
+    let p = common::own_locker(&server, true).await;
+    let both = tokio::spawn(
+        (p.acquire_all(["x", "y"], ms(30_000)))
+            .retry(retry::constant(Duration::from_secs(20)))
+            .deadline(ms(30_000))
+            .into_future(),
+    );
+    let until = Instant::now() + ms(5_000);
+    while common::places_in_line(&server, "{y}:line") < 1 {
+        assert!(Instant::now() < until, "P never lined up");
+        tokio::time::sleep(ms(20)).await;
+    }
+    let x = holders.acquire("x", ms(30_000)).await.unwrap();
+    let q = common::own_locker(&server, true).await;
+    let tries = Arc::new(AtomicU32::new(0));
+    let counted = tries.clone();
+    let single = tokio::spawn(
+        (q.acquire("y", ms(30_000)))
+            .retry(retry::constant(Duration::from_secs(20)))
+            .deadline(ms(30_000))
+            .on_failed_try(move |_| {
+                counted.fetch_add(1, Ordering::SeqCst);
+            })
+            .into_future(),
+    );
+    while common::places_in_line(&server, "{y}:line") < 2 {
+        assert!(Instant::now() < until, "Q never lined up");
+        tokio::time::sleep(ms(20)).await;
+    }
+    tokio::time::sleep(ms(100)).await;
+    let released_at = Instant::now();
+    y.release().await.unwrap();
+    let got = single.await.unwrap().expect("Q gets y");
+    let waited = released_at.elapsed();
+    assert!(
+        waited < ms(400),
+        "Q got y {waited:?} after its release (its heartbeat try?)"
+    );
+    assert_eq!(tries.load(Ordering::SeqCst), 1, "one failed try, then told");
+    got.release().await.unwrap();
+    x.release().await.unwrap();
+    let both = both.await.unwrap().expect("P gets both in the end");
+    both.release().await.unwrap();
+    let until = Instant::now() + ms(3_000);
+    while raw.dbsize().await != 0 {
+        assert!(Instant::now() < until, "{:?}", raw.lock_keys().await);
+        tokio::time::sleep(ms(20)).await;
+    }
+}

@@ -347,7 +347,9 @@ elseif kind == 'semaphore' or kind == 'rw_lock_read' then
     -- (Not a tombstone, nor a semaphore's reserved place: '>' holds no token.)
     if first ~= GRAVE and first ~= '>' then
       redis.call('zadd', asks, 0, members[j] .. request)
-      longest = math.max(longest, tonumber(members[j + 1]) - now)
+      -- (A holder is live through the millisecond its expiry is scored at: the request
+      -- lasts at least one more, never 0 — which would leave it without an expiry.)
+      longest = math.max(longest, key_expiry(members[j + 1]) - now)
     end
   end
 end

@@ -771,6 +771,13 @@ impl Claim for ElectionKey {
         self.keys.add_renewal(call, token, ttl_ms);
     }
 
+    /// The lock's: the key, and its line where lockers line up — a candidate never joins
+    /// it, but plain locks' and writers' waiters of the same name do, and a resignation
+    /// hands the key to the first of them as any holder's release does.
+    fn release_keys(&self, add: &mut dyn FnMut(&[u8])) {
+        self.keys.release_keys(add);
+    }
+
     fn release_args(&self, token: &Token, keep_ms: u64, add: &mut dyn FnMut(&[u8])) {
         self.keys.release_args(token, keep_ms, add);
     }

@@ -46,9 +46,9 @@
 -- A key of another type (pcall turns its WRONGTYPE error into a table) counts as held, and
 -- only values in redmutex's own format are ever flagged; anything else is left as it is.
 -- A counter that is someone else's value stops the script before anything is written.
--- A try that finds a key held passes on the keys handed to its locker before it: they
--- go to the next in their lines, since this locker now waits for another; so do free keys
--- before it whose line it leads (the next in line is told).
+-- A try that finds a key held passes on the other keys handed to its locker, before it
+-- or after it: they go to the next in their lines, since this locker now waits for
+-- another; so do free keys before it whose line it leads (the next in line is told).
 local length = tonumber(ARGV[3])
 local count = tonumber(ARGV[5])
 local token = string.sub(ARGV[1], 1, length)
@@ -58,6 +58,12 @@ local handed = locker and locker .. 'r'
 local lines = fenced and 2 * count or count
 -- Which keys were handed to this locker (the hand-off took it out of their lines).
 local was_handed = {}
+-- Key j, handed to this locker, goes on to the next locker in its line (or is free).
+local function pass_handed_on(j)
+  if not hand_key(KEYS[j], KEYS[lines + j]) then
+    redis.call('del', KEYS[j])
+  end
+end
 for i = 1, count do
   local value = redis.pcall('get', KEYS[i])
   was_handed[i] = handed and value == handed
@@ -66,15 +72,18 @@ for i = 1, count do
       for j = 1, i - 1 do
         local line = KEYS[lines + j]
         if was_handed[j] then
-          if not hand_key(KEYS[j], line) then
-            redis.call('del', KEYS[j])
-          end
+          pass_handed_on(j)
         elseif first_in_line(line) == locker then
           -- Free for this locker, first in its line (told of it: a release kept for a
           -- minimum hold, a forced release), which now waits for another key: the next
           -- in line must not wait for it. It joins again at the end with its next try.
           leave_line(line, locker)
           tell_line(KEYS[j], line)
+        end
+      end
+      for j = i + 1, count do
+        if redis.pcall('get', KEYS[j]) == handed then
+          pass_handed_on(j)
         end
       end
       join_line(KEYS[lines + i], locker, now_us())
