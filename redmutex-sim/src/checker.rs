@@ -17,6 +17,8 @@
 //! | `quorum` | Networks: on Redlock, a try fails for want of a node only if something hindered that node (frozen, down, restarting, its link slowed or cut, the process paused): a quorum of healthy nodes is enough |
 //! | `guarded` | 12: a holder's guarded write that ran finds its own mark once it wrote one (no other holder's write landed between two of its own), and a late holder's lands only while it still holds |
 //! | `ask` | 14: a holder hears a request to let go only if one was made for its name while it held (a request names the holders of its moment, never a later one) |
+//! | `renewal` | 1, 2, 13: a kept-alive holder's renewal sent after a forced release took its claim, or after a breach while a rival held, gives it no validity (it finds itself gone) |
+//! | `hand-off` | 9: once faults stop, a release that finds a waiter with wake-up in line is followed within [`HANDED_WITHIN`] by a holder of the name |
 //! | `liveness` | 8, 9, principle 12: once faults stop, a waiter with wake-up is served within [`SERVED_WITHIN`] of its name being free |
 //!
 //! A holder is vouched for only while the conditions hold: a breach (a server restarted
@@ -92,7 +94,8 @@ pub fn check(plan: &Plan, history: &History) -> Vec<Violation> {
             text: text.clone(),
         })
         .collect();
-    exclusion(history, &mut found);
+    exclusion(plan, history, &mut found);
+    forced_renewals(plan, history, &mut found);
     limit(history, &mut found);
     fences(history, &mut found);
     watches(history, &mut found);
@@ -102,6 +105,7 @@ pub fn check(plan: &Plan, history: &History) -> Vec<Violation> {
     guarded(history, &mut found);
     asks(history, &mut found);
     liveness(plan, history, &mut found);
+    hand_offs(plan, history, &mut found);
     found.sort_by_key(|v| v.at);
     // A run whose clients spun without time passing was stopped there: what came after
     // (every request refused) says nothing more.
@@ -213,7 +217,7 @@ fn conflict(a: Primitive, b: Primitive) -> bool {
     )
 }
 
-fn exclusion(history: &History, found: &mut Vec<Violation>) {
+fn exclusion(plan: &Plan, history: &History, found: &mut Vec<Violation>) {
     let sections = &history.sections;
     for (i, a) in sections.iter().enumerate() {
         for b in sections.iter().skip(i + 1) {
@@ -226,13 +230,15 @@ fn exclusion(history: &History, found: &mut Vec<Violation>) {
             }
             // Each was granted somewhere between its asking and its return (a reply may be
             // slow): a breach anywhere from the first asking to the last return may have
-            // come between the two grants.
+            // come between the two grants — unless the first was vouched for again after
+            // it, by a renewal sent while the second held.
             if breached(
                 history,
                 first.name,
                 first.asked.min(second.asked),
                 second.start,
             ) {
+                renewed_over(plan, first, second, found);
                 continue;
             }
             let rule = match first.keep_until.is_some()
@@ -251,6 +257,90 @@ fn exclusion(history: &History, found: &mut Vec<Violation>) {
                     describe(first)
                 ),
             });
+        }
+    }
+}
+
+/// The least a renewal of a claim of `ttl` takes off its validity for clock drift (one
+/// node's allowance, 1 %; Redlock's is more): a renewal sent at `s` gives a validity of at
+/// most `s + ttl - least_drift(ttl)`, so one that gives more was sent after `s`.
+fn least_drift(ttl: Duration) -> Duration {
+    ttl / 100
+}
+
+/// When a kept-alive holder's latest validity was asked for at the earliest: the renewal
+/// (or acquire) that gave it was sent no sooner.
+fn renewal_sent(s: &Section) -> Option<Duration> {
+    let ttl = s.renewed_with?;
+    Some(s.valid.saturating_sub(ttl - least_drift(ttl)))
+}
+
+/// Renewals (claims 1, 2): a kept-alive `first` whose pair with `second` a breach exempts
+/// lost its claim to the breach (its key lost with a node's data, evicted, forced free):
+/// that is how `second` got the name. Nothing brings a lost claim back but a failover (to
+/// a replica that still had it), so no renewal of `first` sent after `second` took the
+/// name may succeed: one that gave it validity renewed a claim that was not its own.
+fn renewed_over(plan: &Plan, first: &Section, second: &Section, found: &mut Vec<Violation>) {
+    let Some(sent) = renewal_sent(first) else {
+        return;
+    };
+    let failover = failover_since(plan, second.asked);
+    // (Granted before `second` even asked: `second` came in after the breach took it.)
+    if sent <= second.start || second.asked <= first.start || failover {
+        return;
+    }
+    found.push(Violation {
+        rule: "renewal",
+        at: sent,
+        text: format!(
+            "{} was renewed (sent at {sent:?} or later) after {} took the name from it",
+            describe(first),
+            describe(second)
+        ),
+    });
+}
+
+/// Whether a master failed over to its replica after `at`: whatever was written since —
+/// confirmed by the replica or not (a forced release waits for no replica) — may be lost.
+fn failover_since(plan: &Plan, at: Duration) -> bool {
+    (plan.faults.iter()).any(|strike| match strike.fault {
+        Fault::Failover { down } => strike.at.saturating_add(down) + STRIKE_LATE >= at,
+        _ => false,
+    })
+}
+
+/// Forced releases (claims 2, 13): a kept-alive holder that held the name when a forced
+/// release (which found it held) was called holds it no more — its next renewal finds
+/// itself gone and it is told "lost". No renewal sent after the release answered gives it
+/// validity. (Unless a failover since may have brought its claim back: a replica that had
+/// not received the release.)
+fn forced_renewals(plan: &Plan, history: &History, found: &mut Vec<Violation>) {
+    for forced in &history.forced {
+        if failover_since(plan, forced.called) {
+            continue;
+        }
+        for s in &history.sections {
+            let Some(sent) = renewal_sent(s) else {
+                continue;
+            };
+            let holding = s.start < forced.called
+                && s.released.is_none_or(|r| r > forced.called)
+                && s.told_lost.is_none_or(|t| t > forced.called);
+            if s.name == forced.name && holding && sent > forced.answered {
+                found.push(Violation {
+                    rule: "renewal",
+                    at: sent,
+                    text: format!(
+                        "t{}'s forced release of {:?} (called {:?}, answered {:?}) found it \
+                         held, yet {} was renewed after it (sent at {sent:?} or later)",
+                        forced.task,
+                        forced.name,
+                        forced.called,
+                        forced.answered,
+                        describe(s)
+                    ),
+                });
+            }
         }
     }
 }
@@ -622,6 +712,156 @@ fn may_lose_place(plan: &Plan, process: usize, from: Duration, to: Duration) -> 
     })
 }
 
+/// How soon, once the run is quiet, a release that found waiters in line must have served
+/// one of them: the release reaching the server, one message to the locker first in line,
+/// its try there and back — a few one-way delays (2 ms at most each); or, when that locker
+/// lets the key pass (its waiter gave up as it was told), the 50 ms the key waits for it
+/// and the next try — and room to spare. Less than most waiters' pause between tries
+/// (20 ms to 3 s): a waiter left to its own next try is seen waiting.
+pub const HANDED_WITHIN: Duration = Duration::from_millis(100);
+
+/// Whether a release of `released` reaches a waiter of `waiter` at once (claims 9, 10):
+/// plain locks and writers share the key's line, which a writer's or a plain lock's
+/// release hands the key to, and the last reader's release too; a writer's release tells
+/// readers on their channel when no writer waits; a fair lock's release tells its queue,
+/// a semaphore's hands permits to its own line, and a leader's resignation is announced to
+/// the candidates. (Across other kinds on one name — a fair lock's waiters beside a plain
+/// lock's in one process, candidates beside a line — no order is promised: claim 8.)
+fn hands_to(released: Primitive, waiter: Primitive) -> bool {
+    use Primitive::{Fair, Leader, Lock, Permit, Read, Write};
+    matches!(
+        (released, waiter),
+        (Permit(_), Permit(_))
+            | (Fair, Fair)
+            | (Leader, Leader)
+            | (Lock | Write | Read, Lock | Write)
+            | (Write, Read)
+    )
+}
+
+/// Whether no fault — nor what it leaves behind — may touch the run between `from` and
+/// `to`: not only once the run is settled, but between faults too. A node's fault (and a
+/// cut or slowed request) may lose or delay a line, whose waiters then find the key at
+/// their next try (at least once per third of a heartbeat: 1 s), or a release; a paused
+/// process's lockers keep their places while it is paused, and a crashed one's until
+/// their heartbeat ends; a failover loses the master's lines. Each is given that long, and
+/// a second more.
+fn undisturbed(plan: &Plan, from: Duration, to: Duration) -> bool {
+    let second = Duration::from_secs(1);
+    let heartbeat = Duration::from_secs(3);
+    (plan.faults.iter()).all(|strike| {
+        let lasting = match strike.fault {
+            Fault::Slow { extra, lasting, .. } => lasting + extra + 2 * second,
+            Fault::Cut { .. } | Fault::Evict { .. } => 3 * second,
+            Fault::Down { lasting, .. } if lasting.is_zero() => Duration::MAX,
+            Fault::Restart { down: lasting, .. }
+            | Fault::Down { lasting, .. }
+            | Fault::Freeze { lasting, .. }
+            | Fault::ReplicaBehind { lasting } => lasting + 2 * second,
+            Fault::Pause { lasting, .. } => lasting + heartbeat + second,
+            Fault::Crash { .. } | Fault::Failover { .. } => crate::plan::SETTLE,
+        };
+        to < strike.at || strike.at.saturating_add(lasting) < from
+    })
+}
+
+/// A release wakes a waiting process (claim 9): away from faults, a holder's release
+/// that found its claim held — not kept for a minimum hold — while a waiter with wake-up
+/// was in line for the name (a try of its had found the name held; it waits on past the
+/// hand-off) is followed within [`HANDED_WITHIN`] by a holder of the name: the waiter, or
+/// another that was handed it. (Waiters of two names at once are left to the liveness
+/// rule.)
+fn hand_offs(plan: &Plan, history: &History, found: &mut Vec<Violation>) {
+    // Lines are kept where one node decides; on Redlock a release is announced to every
+    // waiter, whose tries may split the nodes and pause.
+    if let Topology::Redlock(_) = plan.topology {
+        return;
+    }
+    for s in &history.sections {
+        let Some(released) = s.released else {
+            continue;
+        };
+        let by = released + HANDED_WITHIN;
+        // (A minimum hold may keep the key past the release: the workload's `keep_until`
+        // is only a lower bound of the library's.)
+        if !undisturbed(plan, released, by)
+            || s.keep_until.is_some()
+            || s.release_held != Some(true)
+        {
+            continue;
+        }
+        let in_line = |w: &&Attempt| {
+            w.name == s.name
+                && w.also.is_none()
+                && w.wake_up
+                && hands_to(s.primitive, w.primitive)
+                && w.asked < released
+                && w.ended.is_none_or(|ended| ended > by)
+                && w.asked + w.deadline > by
+                && (w.failures.iter())
+                    .rfind(|f| f.at < released)
+                    .is_some_and(|f| f.held)
+        };
+        let alive = |w: &&Attempt| {
+            !(plan.faults.iter()).any(|f| f.fault == Fault::Crash { process: w.process })
+        };
+        let Some(waiter) = history.attempts.iter().filter(alive).find(in_line) else {
+            continue;
+        };
+        // A locker handed the key whose waiter wants another name too, held, passes the key
+        // on to the next locker in line, and leaves its own other waiters to their next
+        // try (see the module docs: found, and left to the liveness rule).
+        // (Such a waiter of the waiter's own process, since it waits, may have taken their
+        // locker out of the line; one of another process, handed the key while it waits on
+        // its other name, may let the hand-off pass.)
+        let multi_key = (history.attempts.iter()).any(|m| {
+            let since = match m.process == waiter.process {
+                true => waiter.asked,
+                false => released,
+            };
+            m.also.is_some()
+                && (m.name == s.name || m.also == Some(s.name))
+                && m.asked < by
+                && m.ended.is_none_or(|ended| ended > since)
+        });
+        // Waiters of one process for one name but of another kind (a fair lock's beside a
+        // plain lock's) share its wake-up there, and their turns are not promised (claim 8).
+        let mixed = (history.attempts.iter()).any(|m| {
+            m.process == waiter.process
+                && m.name == s.name
+                && m.primitive != waiter.primitive
+                && m.asked < by
+                && m.ended.is_none_or(|ended| ended > released)
+        });
+        if multi_key || mixed {
+            continue;
+        }
+        let served = (history.sections.iter())
+            .any(|t| t.name == s.name && t.start >= released && t.start <= by);
+        // What the servers held says the release left room for the waiter, and nobody was
+        // handed it (a key handed on, or permits reserved, count as held).
+        let left_free = (history.samples.iter()).any(|(at, name, free)| {
+            *name == s.name && *at > released && *at <= by && free.for_primitive(waiter.primitive)
+        });
+        if left_free && !served && !fair_line_may_block(history, waiter, released, by) {
+            found.push(Violation {
+                rule: "hand-off",
+                at: by,
+                text: format!(
+                    "{} released while t{} (p{}) was in line for {} {:?} (asked {:?}), and \
+                     nobody held it {HANDED_WITHIN:?} later",
+                    describe(s),
+                    waiter.task,
+                    waiter.process,
+                    waiter.primitive.name(),
+                    waiter.name,
+                    waiter.asked
+                ),
+            });
+        }
+    }
+}
+
 /// Once the run is quiet and settled, a waiter with wake-up gets its name within
 /// [`SERVED_WITHIN`] of its being free. (A fair lock serves its line's first: while a
 /// waiter without wake-up, which may be first, waits too, it is not counted.)
@@ -632,7 +872,7 @@ fn liveness(plan: &Plan, history: &History, found: &mut Vec<Violation>) {
             continue;
         }
         let until = (w.ended.unwrap_or(plan.end())).min(w.asked + w.deadline);
-        if let Some((from, to)) = idle_while_free(history, w, until) {
+        if let Some((from, to)) = idle_while_free(plan, history, w, until) {
             found.push(Violation {
                 rule: "liveness",
                 at: to,
@@ -654,6 +894,7 @@ fn liveness(plan: &Plan, history: &History, found: &mut Vec<Violation>) {
 /// A stretch of [`SERVED_WITHIN`] or more, between `w`'s asking and `until`, in which every
 /// sample found its name free for it.
 fn idle_while_free(
+    plan: &Plan,
     history: &History,
     w: &Attempt,
     until: Duration,
@@ -664,7 +905,9 @@ fn idle_while_free(
     // How long before a sample that found the name free it may have become free: the
     // monitor's window — or, at the first sample (sampling starts once the run settled),
     // any time before.
-    let first = (history.samples.iter()).find(|(_, name, _)| *name == w.name);
+    let settled = plan.settled();
+    let quiet = || (history.samples.iter()).filter(move |(at, _, _)| *at >= settled);
+    let first = quiet().find(|(_, name, _)| *name == w.name);
     let window = |since: Duration| match first {
         Some((at, _, _)) if *at == since => Duration::MAX,
         _ => SAMPLE_WINDOW,
@@ -680,7 +923,7 @@ fn idle_while_free(
             .binary_search_by_key(&at, |(at, _)| *at)
             .is_ok_and(|i| also[i].1),
     };
-    for (at, name, free) in history.samples.iter() {
+    for (at, name, free) in quiet() {
         if *name != w.name {
             continue;
         }
@@ -923,6 +1166,7 @@ mod tests {
             told_lost: None,
             heard_ask: Some(secs(2.0)),
             shortened: false,
+            renewed_with: None,
         };
         let history = History {
             sections: vec![section],
@@ -1020,5 +1264,135 @@ mod tests {
             fair_rule(1.5, 3.0, vec![pause(1, 1.2, 0.5)]),
             ["fair-order"]
         );
+    }
+
+    /// A holder of `name` (process 0) from `start` to `released`, its latest validity
+    /// `valid`; kept alive with renewals of `ttl` when given.
+    fn holder(
+        task: usize,
+        primitive: Primitive,
+        start: f64,
+        valid: f64,
+        released: Option<f64>,
+        ttl: Option<f64>,
+    ) -> Section {
+        Section {
+            task,
+            process: task,
+            primitive,
+            style: crate::plan::Style::Lease,
+            name: "job",
+            fence: None,
+            asked: secs(start - 0.01),
+            start: secs(start),
+            valid: secs(valid),
+            keep_until: None,
+            last_act: None,
+            overran: false,
+            released: released.map(secs),
+            release_held: released.map(|_| true),
+            told_lost: None,
+            heard_ask: None,
+            shortened: false,
+            renewed_with: ttl.map(secs),
+        }
+    }
+
+    fn rules_of(plan: &Plan, history: &History) -> Vec<&'static str> {
+        check(plan, history).iter().map(|v| v.rule).collect()
+    }
+
+    #[test]
+    fn a_renewal_sent_after_a_forced_release_took_the_claim_is_a_violation() {
+        let mut plan = Plan::draw(1, Scale::short());
+        plan.faults.clear();
+        let forced = |called: f64, answered: f64| crate::history::Forced {
+            task: 9,
+            name: "job",
+            called: secs(called),
+            answered: secs(answered),
+        };
+        // A lease of 1 s held from 1 s; forced free at 2.0–2.1 s.
+        let history = |valid: f64| History {
+            sections: vec![holder(0, Primitive::Lock, 1.0, valid, Some(3.5), Some(1.0))],
+            forced: vec![forced(2.0, 2.1)],
+            ..History::default()
+        };
+        // Its latest validity came from a renewal sent before the answer (at most then +
+        // the TTL less 1 %): fine; from one sent after it: not.
+        assert!(rules_of(&plan, &history(3.08)).is_empty());
+        assert_eq!(rules_of(&plan, &history(3.2)), ["renewal"]);
+        // Released before the force was called, or acquired after: not its claim.
+        let mut before = history(3.2);
+        before.sections[0].released = Some(secs(1.9));
+        assert!(rules_of(&plan, &before).is_empty());
+        let mut after = history(3.2);
+        after.sections[0].start = secs(2.05);
+        assert!(rules_of(&plan, &after).is_empty());
+    }
+
+    #[test]
+    fn a_holder_renewed_after_a_rival_took_its_lost_claim_is_a_violation() {
+        let mut plan = Plan::draw(1, Scale::short());
+        plan.faults.clear();
+        let evicted = crate::history::Breach {
+            at: secs(1.5),
+            until: secs(1.5),
+            name: Some("job".into()),
+            what: "evict".into(),
+            failover: false,
+        };
+        // A lease of 1 s from 1 s lost its key to an eviction at 1.5 s; a rival took it at
+        // 1.6 s. The lease's validity to 2.9 s came from a renewal sent at 1.91 s or later.
+        let history = |valid: f64| History {
+            sections: vec![
+                holder(0, Primitive::Lock, 1.0, valid, Some(2.5), Some(1.0)),
+                holder(1, Primitive::Lock, 1.6, 2.4, Some(2.4), None),
+            ],
+            breaches: vec![evicted.clone()],
+            ..History::default()
+        };
+        assert_eq!(rules_of(&plan, &history(2.9)), ["renewal"]);
+        // Renewed before the rival took it (2.5 s: sent at 1.51 s or later): exempt.
+        assert!(rules_of(&plan, &history(2.5)).is_empty());
+        // A failover since may have brought its claim back (a replica that still had it).
+        plan.faults = vec![strike(1.7, Fault::Failover { down: secs(0.1) })];
+        assert!(rules_of(&plan, &history(2.9)).is_empty());
+    }
+
+    #[test]
+    fn a_release_with_a_waiter_in_line_is_followed_by_a_holder_once_the_run_is_quiet() {
+        let mut plan = Plan::draw(1, Scale::short());
+        plan.topology = Topology::Single;
+        plan.faults.clear();
+        let mut waiting = waiter(1, 1, 0.5, 3.0, true);
+        waiting.primitive = Primitive::Lock;
+        waiting.name = "job";
+        waiting.failures = vec![failed(0.6, true, vec![])];
+        let free = crate::history::Free {
+            exclusive: true,
+            read: true,
+            permit: true,
+        };
+        let history = |next: f64, samples: Vec<f64>| History {
+            sections: vec![
+                holder(0, Primitive::Lock, 0.2, 2.0, Some(1.0), None),
+                holder(1, Primitive::Lock, next, next + 1.0, Some(next + 0.5), None),
+            ],
+            attempts: vec![waiting.clone()],
+            samples: samples
+                .into_iter()
+                .map(|at| (secs(at), "job", free))
+                .collect(),
+            ..History::default()
+        };
+        // Free after the release and nobody took it for 100 ms: the waiter was not told.
+        assert_eq!(rules_of(&plan, &history(2.5, vec![1.04])), ["hand-off"]);
+        // Taken within 100 ms; or never free (handed on): served.
+        assert!(rules_of(&plan, &history(1.05, vec![1.04])).is_empty());
+        assert!(rules_of(&plan, &history(2.5, vec![])).is_empty());
+        // On Redlock there is no line.
+        plan.topology = Topology::Redlock(3);
+        assert!(rules_of(&plan, &history(2.5, vec![1.04])).is_empty());
     }
 }

@@ -46,6 +46,8 @@ pub struct Section {
     /// A refresh set its key to end sooner than it would have: waiters in other processes
     /// learned the longer TTL from their last try.
     pub shortened: bool,
+    /// A kept-alive holder (a lease, a leader): the TTL its renewals ask for.
+    pub renewed_with: Option<Duration>,
 }
 
 impl Section {
@@ -175,6 +177,21 @@ pub struct GuardedWrite {
     pub found: Option<usize>,
 }
 
+/// One forced release that answered and found the name held (`force_release`, with its
+/// lock-delay, or `force_release_now`): whoever held it then holds it no more — its next
+/// renewal, refresh or release finds itself gone.
+#[derive(Clone, Debug)]
+pub struct Forced {
+    /// The task that forced it.
+    pub task: usize,
+    /// The name forced.
+    pub name: &'static str,
+    /// When it was called.
+    pub called: Duration,
+    /// When it answered.
+    pub answered: Duration,
+}
+
 /// One request that whoever holds a name let it go (`request_release`): stored somewhere
 /// between `sent` and `until` — its answer, or, unanswered, the end of the run.
 #[derive(Clone, Debug)]
@@ -241,4 +258,6 @@ pub struct History {
     pub highest: Vec<(&'static str, u64)>,
     /// Every request to let go.
     pub asks: Vec<Ask>,
+    /// Every forced release that found the name held.
+    pub forced: Vec<Forced>,
 }

@@ -296,6 +296,7 @@ impl Task {
                 told_lost: None,
                 heard_ask: None,
                 shortened: false,
+                renewed_with: None,
             }));
         first
     }
@@ -541,6 +542,7 @@ impl Task {
                     self.released(section, at, &outcome);
                     return;
                 }
+                self.edit(section, |s| s.renewed_with = Some(ttl));
                 let lease = match lock.keep_alive() {
                     Ok(lease) => lease,
                     Err(e) => {
@@ -709,6 +711,7 @@ impl Task {
         self.edit(section, |s| {
             s.fence = Some(term);
             s.valid = valid;
+            s.renewed_with = Some(election.ttl());
         });
         self.world
             .note(|| format!("t{}: leads {} in term {term}", self.index, self.name()));
@@ -844,8 +847,10 @@ impl Task {
             return self.ask().await;
         }
         let at_once = self.rng.chance(0.5);
+        let called = self.world.now();
         if !at_once {
             let taken = self.locker.force_release(self.name()).await;
+            self.forced(called, &taken);
             self.world.note(|| {
                 format!(
                     "t{}: forced the release of {} (lock-delay): {:?}",
@@ -862,7 +867,6 @@ impl Task {
         // between the call and its answer — or, unanswered (the task may not even live to
         // see it), whenever it reaches the server. Recorded before the call, open-ended,
         // and closed at the answer.
-        let called = self.world.now();
         let what = format!("t{} forcing a release", self.index);
         let open = self.end + crate::plan::SETTLE;
         let breach = breach_between(
@@ -877,6 +881,7 @@ impl Task {
             let now = self.world.now();
             self.world.history().breaches[breach].until = now;
         }
+        self.forced(called, &taken);
         self.world.note(|| {
             format!(
                 "t{}: forced the release of {} at once: {:?}",
@@ -889,6 +894,20 @@ impl Task {
 }
 
 impl Task {
+    /// Records a forced release called at `called` that answered now, if it found the name
+    /// held: its holders hold it no more.
+    fn forced(&self, called: Duration, taken: &Result<Option<redmutex::ListedLock>, Error>) {
+        if let Ok(Some(_)) = taken {
+            let answered = self.world.now();
+            self.world.history().forced.push(crate::history::Forced {
+                task: self.index,
+                name: self.name(),
+                called,
+                answered,
+            });
+        }
+    }
+
     /// `request_release` of the name, recorded open-ended before the call (it may be
     /// stored whether or not the task lives to see the answer) and closed at the answer.
     async fn ask(&mut self) {
