@@ -826,13 +826,7 @@ fn hand_offs(plan: &Plan, history: &History, found: &mut Vec<Violation>) {
         });
         // Waiters of one process for one name but of another kind (a fair lock's beside a
         // plain lock's) share its wake-up there, and their turns are not promised (claim 8).
-        let mixed = (history.attempts.iter()).any(|m| {
-            m.process == waiter.process
-                && m.name == s.name
-                && m.primitive != waiter.primitive
-                && m.asked < by
-                && m.ended.is_none_or(|ended| ended > released)
-        });
+        let mixed = other_kind_in_process(history, waiter, released, by);
         if multi_key || mixed {
             continue;
         }
@@ -938,6 +932,7 @@ fn idle_while_free(
         let waited_from = since.max(w.asked);
         if *at > w.asked && *at - waited_from >= SERVED_WITHIN {
             let excused = fair_line_may_block(history, w, waited_from, *at)
+                || other_kind_in_process(history, w, waited_from, *at)
                 || shortened_elsewhere(history, w, since, window(since))
                 || pausing_after_an_error(w, *at)
                 || freed_by_a_non_writer(history, w, since, window(since));
@@ -973,6 +968,20 @@ fn freed_by_a_non_writer(history: &History, w: &Attempt, at: Duration, window: D
                 && ended <= at
                 && at - ended <= window
         })
+}
+
+/// A waiter of another kind for the same name (a writer beside a plain lock, a fair lock
+/// beside either) waited in `w`'s process during the stretch: one locker's waiters for a
+/// key share its wake-up there and may queue behind each other, and no order is promised
+/// across kinds (claim 8: one kind of lock per key for order).
+fn other_kind_in_process(history: &History, w: &Attempt, from: Duration, to: Duration) -> bool {
+    (history.attempts.iter()).any(|o| {
+        o.process == w.process
+            && o.name == w.name
+            && o.primitive != w.primitive
+            && o.asked < to
+            && o.ended.is_none_or(|e| e > from)
+    })
 }
 
 /// A fair lock's waiter without wake-up (which may be first in line, and polls) waited

@@ -315,12 +315,12 @@ impl Default for Scale {
 }
 
 impl Scale {
-    /// The short runs of the CI budget: a few seconds of faults, a quiet part just long
-    /// enough for liveness to count.
+    /// The short runs of the CI budget: a few seconds of faults, and a quiet part in which
+    /// liveness and hand-offs count.
     pub fn short() -> Scale {
         Scale {
             active: (Duration::from_secs(1), Duration::from_secs(3)),
-            quiet: (Duration::from_secs(1), Duration::from_secs(3)),
+            quiet: (Duration::from_secs(2), Duration::from_secs(4)),
             max_processes: 3,
             max_tasks: 6,
             fast_polls: false,
@@ -573,7 +573,8 @@ fn holder(rng: &mut Rng, mix: Mix, topology: Topology) -> Primitive {
     match mix {
         Mix::Mutex => Primitive::Lock,
         Mix::Semaphore => Primitive::Permit(limit),
-        Mix::RwLock => rng.pick(&[Primitive::Read, Primitive::Write]),
+        // Two writers for a reader: writers wait in line for each other and for readers.
+        Mix::RwLock => rng.pick(&[Primitive::Read, Primitive::Write, Primitive::Write]),
         Mix::Fair => Primitive::Fair,
         Mix::Election => Primitive::Leader,
         Mix::Mixed => match topology {
