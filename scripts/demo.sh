@@ -6,8 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-redis.sh
 ensure_redis
-# scripts/test.sh has built it already (REDMUTEX_PREBUILT).
-if [ -z "${REDMUTEX_PREBUILT:-}" ]; then
-    cargo build -q -p redmutex-cli
+# scripts/test.sh has built it already, as the tests do (REDMUTEX_PREBUILT); on its own,
+# the demo builds the command line unoptimised and without debug info (the `demo`
+# profile): a newcomer's first command takes a minute or two, not five.
+if [ -n "${REDMUTEX_PREBUILT:-}" ]; then
+    exec target/debug/redmutex demo "$@"
 fi
-exec target/debug/redmutex demo "$@"
+cargo build -q --profile demo -p redmutex-cli
+exec target/demo/redmutex demo "$@"

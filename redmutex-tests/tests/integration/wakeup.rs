@@ -1185,57 +1185,17 @@ async fn a_multi_key_waiter_first_in_line_passes_a_free_key_on() {
     let holders = common::own_locker(&server, true).await;
     let x = holders.acquire("x", ms(30_000)).await.unwrap();
     let y = holders.acquire("y", ms(30_000)).await.unwrap();
-    // P wants x and y; it lines up for x first.
-    let p = common::own_locker(&server, true).await;
-    let both = tokio::spawn(
-        (p.acquire_all(["x", "y"], ms(30_000)))
-            .retry(retry::constant(Duration::from_secs(20)))
-            .deadline(ms(30_000))
-            .into_future(),
-    );
-    let until = Instant::now() + ms(5_000);
-    while common::places_in_line(&server, "{x}:line") < 1 {
-        assert!(Instant::now() < until, "P never lined up");
-        tokio::time::sleep(ms(20)).await;
-    }
-    // Q wants x alone, behind P.
-    let q = common::own_locker(&server, true).await;
-    let tries = Arc::new(AtomicU32::new(0));
-    let counted = tries.clone();
-    let single = tokio::spawn(
-        (q.acquire("x", ms(30_000)))
-            .retry(retry::constant(Duration::from_secs(20)))
-            .deadline(ms(30_000))
-            .on_failed_try(move |_| {
-                counted.fetch_add(1, Ordering::SeqCst);
-            })
-            .into_future(),
-    );
-    while common::places_in_line(&server, "{x}:line") < 2 {
-        assert!(Instant::now() < until, "Q never lined up");
-        tokio::time::sleep(ms(20)).await;
-    }
-    tokio::time::sleep(ms(100)).await;
+    // P wants x and y; it lines up for x first. Q wants x alone, behind P.
+    let both = waiting_for_both(&server, "{x}:line").await;
+    let (single, tries) = waiting_behind(&server, "x").await;
     let forced_at = Instant::now();
     let operator = Locker::new(multiplexed(&server).await);
     assert!(operator.force_release_now("x").await.unwrap().is_some());
-    let got = single.await.unwrap().expect("Q gets x");
-    let waited = forced_at.elapsed();
-    assert!(
-        waited < ms(400),
-        "Q got the free key {waited:?} after the forced release (its heartbeat try?)"
-    );
-    assert_eq!(tries.load(Ordering::SeqCst), 1, "one failed try, then told");
+    let got = told_at_once(single, &tries, forced_at).await;
     got.release().await.unwrap();
     drop(x);
     y.release().await.unwrap();
-    let both = both.await.unwrap().expect("P gets both in the end");
-    both.release().await.unwrap();
-    let until = Instant::now() + ms(3_000);
-    while raw.dbsize().await != 0 {
-        assert!(Instant::now() < until, "{:?}", raw.lock_keys().await);
-        tokio::time::sleep(ms(20)).await;
-    }
+    all_released(both, &mut raw).await;
 }
 
 /// One locker, two tasks: the first waited for the key and got it, the second comes while
@@ -1314,24 +1274,51 @@ async fn a_multi_key_waiter_passes_on_a_key_handed_to_it_after_the_one_found_hel
     let mut raw = Raw::new(&server).await;
     let holders = common::own_locker(&server, true).await;
     let y = holders.acquire("y", ms(30_000)).await.unwrap();
-    let p = common::own_locker(&server, true).await;
+    // P wants x and y; x is free, so it lines up for y. Then x is taken; Q wants y alone.
+    let both = waiting_for_both(&server, "{y}:line").await;
+    let x = holders.acquire("x", ms(30_000)).await.unwrap();
+    let (single, tries) = waiting_behind(&server, "y").await;
+    let released_at = Instant::now();
+    y.release().await.unwrap();
+    let got = told_at_once(single, &tries, released_at).await;
+    got.release().await.unwrap();
+    x.release().await.unwrap();
+    all_released(both, &mut raw).await;
+}
+
+type Waiter = tokio::task::JoinHandle<Result<Lock<MultiplexedConnection>, redmutex::Error>>;
+
+/// Waits until `line` holds `n` lockers' places.
+async fn until_places(server: &RedisServer, line: &str, n: u64) {
+    let until = Instant::now() + ms(5_000);
+    while common::places_in_line(server, line) < n {
+        assert!(Instant::now() < until, "{n} places in {line} never came");
+        tokio::time::sleep(ms(20)).await;
+    }
+}
+
+/// P, a locker of its own waiting for x and y at once (its pause far longer than any
+/// wake-up), once it has lined up in `line`.
+async fn waiting_for_both(server: &RedisServer, line: &str) -> Waiter {
+    let p = common::own_locker(server, true).await;
     let both = tokio::spawn(
         (p.acquire_all(["x", "y"], ms(30_000)))
             .retry(retry::constant(Duration::from_secs(20)))
             .deadline(ms(30_000))
             .into_future(),
     );
-    let until = Instant::now() + ms(5_000);
-    while common::places_in_line(&server, "{y}:line") < 1 {
-        assert!(Instant::now() < until, "P never lined up");
-        tokio::time::sleep(ms(20)).await;
-    }
-    let x = holders.acquire("x", ms(30_000)).await.unwrap();
-    let q = common::own_locker(&server, true).await;
+    until_places(server, line, 1).await;
+    both
+}
+
+/// Q, a locker of its own waiting for `key` alone (its failed tries counted), once it has
+/// lined up behind P — and a moment more.
+async fn waiting_behind(server: &RedisServer, key: &str) -> (Waiter, Arc<AtomicU32>) {
+    let q = common::own_locker(server, true).await;
     let tries = Arc::new(AtomicU32::new(0));
     let counted = tries.clone();
     let single = tokio::spawn(
-        (q.acquire("y", ms(30_000)))
+        (q.acquire(key, ms(30_000)))
             .retry(retry::constant(Duration::from_secs(20)))
             .deadline(ms(30_000))
             .on_failed_try(move |_| {
@@ -1339,22 +1326,30 @@ async fn a_multi_key_waiter_passes_on_a_key_handed_to_it_after_the_one_found_hel
             })
             .into_future(),
     );
-    while common::places_in_line(&server, "{y}:line") < 2 {
-        assert!(Instant::now() < until, "Q never lined up");
-        tokio::time::sleep(ms(20)).await;
-    }
+    until_places(server, &format!("{{{key}}}:line"), 2).await;
     tokio::time::sleep(ms(100)).await;
-    let released_at = Instant::now();
-    y.release().await.unwrap();
-    let got = single.await.unwrap().expect("Q gets y");
-    let waited = released_at.elapsed();
+    (single, tries)
+}
+
+/// Q's lock, taken when it was told the key was free at `since` — not at its next
+/// heartbeat try, a second later — after the one try that lined it up.
+async fn told_at_once(
+    single: Waiter,
+    tries: &AtomicU32,
+    since: Instant,
+) -> Lock<MultiplexedConnection> {
+    let got = single.await.unwrap().expect("Q gets the key");
+    let waited = since.elapsed();
     assert!(
         waited < ms(400),
-        "Q got y {waited:?} after its release (its heartbeat try?)"
+        "Q got the key {waited:?} later (its heartbeat try?)"
     );
     assert_eq!(tries.load(Ordering::SeqCst), 1, "one failed try, then told");
-    got.release().await.unwrap();
-    x.release().await.unwrap();
+    got
+}
+
+/// P gets both keys in the end, lets them go, and nothing is left.
+async fn all_released(both: Waiter, raw: &mut Raw) {
     let both = both.await.unwrap().expect("P gets both in the end");
     both.release().await.unwrap();
     let until = Instant::now() + ms(3_000);

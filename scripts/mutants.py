@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Plants one known bug (a mutant) in a copy of the tree, for scripts/mutants.sh: the
+simulator's rules must catch each of them in at least 1 % of the CI budget's seeds
+(docs/RELIABILITY.md, "What the rules catch").
+
+    python3 scripts/mutants.py TREE NAME    # plant NAME in TREE (a copy, never the checkout)
+    python3 scripts/mutants.py --list       # the mutants, one per line
+
+Each mutant is a small textual change; it fails loudly when its text is not found (the
+code it targets has moved: update the mutant with it).
+"""
+import sys
+
+LUA = "redmutex/src/primitives/"
+HELPERS = "redmutex/src/scripts/helpers.lua"
+
+
+class Tree:
+    def __init__(self, root):
+        self.root = root
+
+    def sub(self, path, old, new):
+        """Replaces `old`, which must occur exactly once in the file, by `new`."""
+        full = f"{self.root}/{path}"
+        text = open(full).read()
+        if text.count(old) != 1:
+            sys.exit(f"{path}: {text.count(old)} occurrences of {old!r}")
+        open(full, "w").write(text.replace(old, new))
+
+    def sub_in(self, path, op, old, new):
+        """Replaces `old` within the section of the operation `op` of a Lua file."""
+        full = f"{self.root}/{path}"
+        text = open(full).read()
+        start = text.index(f"--- op: {op}\n")
+        end = text.find("\n--- op:", start + 1)
+        end = len(text) if end < 0 else end
+        section = text[start:end]
+        if old not in section:
+            sys.exit(f"{path} ({op}): {old!r} not found")
+        open(full, "w").write(text[:start] + section.replace(old, new) + text[end:])
+
+
+def a_lock(t):
+    "A mutex release (locks, leaders) tells nobody: no hand-off, no announcement."
+    t.sub_in(LUA + "mutex.lua", "release", "local announce = ARGV[3] ~= 'undo'", "local announce = false")
+    t.sub_in(LUA + "mutex.lua", "release",
+             "elseif not lined(flag) or not line or not hand_key(key, line) then", "else")
+    t.sub_in(LUA + "mutex.lua", "release", "if lined(flag) and line then\n        tell_line(key, line)",
+             "if false then\n        tell_line(key, line)")
+
+
+def a_fair(t):
+    "A fair lock's release tells nobody: not its queue, not the key's watchers or line."
+    t.sub_in(LUA + "fair.lua", "release", "  tell = true\n", "  tell = false\n")
+    t.sub_in(LUA + "fair.lua", "release",
+             "  if watched(flag) then\n    tell_watchers(key, keep == 0)\n  end\n"
+             "  if lined(flag) then\n    tell_line(key, KEYS[3])\n  end\n", "")
+
+
+def a_permit(t):
+    "A semaphore's release tells nobody: no permit handed to its line, no announcement."
+    t.sub_in(LUA + "semaphore.lua", "release", "while line and left > 0 do", "while false and left > 0 do")
+    t.sub_in(LUA + "semaphore.lua", "release", "pass_on(holders, details, line, state, now, freed)\nreturn 0",
+             "return 0")
+    t.sub_in(LUA + "semaphore.lua", "release",
+             "  if state.awaited then\n    announce_on(holders, '', tostring(left))\n  end\n  return 0",
+             "  return 0")
+
+
+def a_write(t):
+    "A writer's release tells nobody: no hand-off to the line, no announcement to anyone."
+    t.sub_in(LUA + "rwlock.lua", "release_write", "local announce = ARGV[3] ~= 'keep-intent'",
+             "local announce = false")
+    t.sub_in(LUA + "rwlock.lua", "release_write",
+             "  elseif not (lined(flag) and hand_key(lock, line)) then", "  else")
+    t.sub_in(LUA + "rwlock.lua", "release_write", "    if lined(flag) then\n      tell_line(lock, line)",
+             "    if false then\n      tell_line(lock, line)")
+    t.sub_in(LUA + "rwlock.lua", "release_write", "if ours_intents and announce then",
+             "if ours_intents and ARGV[3] ~= 'keep-intent' then")
+
+
+def a_read(t):
+    "A reader's release tells nobody that the readers' end came forward."
+    t.sub_in(LUA + "rwlock.lua", "release_read", "if latest() < ended then", "if false then")
+
+
+def b_lock(t):
+    "A mutex release skips the line: it frees the key for anyone (watchers still told)."
+    t.sub_in(LUA + "mutex.lua", "release",
+             "elseif not lined(flag) or not line or not hand_key(key, line) then", "else")
+
+
+def b_fair(t):
+    "A fair lock's release skips its queue (the key's watchers and line still told)."
+    t.sub_in(LUA + "fair.lua", "release", "  tell = true\n", "  tell = false\n")
+
+
+def b_permit(t):
+    "A semaphore's release skips its line: permits come back free, waiters that marked told."
+    t.sub_in(LUA + "semaphore.lua", "release", "while line and left > 0 do", "while false and left > 0 do")
+    t.sub_in(LUA + "semaphore.lua", "release", "pass_on(holders, details, line, state, now, freed)\nreturn 0",
+             "if state.awaited then announce_on(holders, '', tostring(freed)) end\nreturn 0")
+
+
+def b_write(t):
+    "A writer's release skips the line: it frees the key (announcements still made)."
+    t.sub_in(LUA + "rwlock.lua", "release_write",
+             "  elseif not (lined(flag) and hand_key(lock, line)) then", "  else")
+
+
+def b_read(t):
+    "The last reader's release skips the line: announced on the key's channel only."
+    t.sub_in(LUA + "rwlock.lua", "release_read",
+             "  if first and latest() == 0 then\n    hand_key(lock, line, first)\n  elseif first then\n"
+             "    tell_waiter(lock, first)\n  elseif", "  if")
+
+
+def c_lock(t):
+    "A mutex renewal (locks, fair locks, writers, leaders) renews keys it no longer owns."
+    t.sub_in(LUA + "mutex.lua", "renew", "  if holds(k, last, ARGV[a + 1]) then", "  if true then")
+
+
+def c_permit(t):
+    "A semaphore's renewal (and refresh) says 'extended' for a holder it no longer has."
+    t.sub(LUA + "semaphore.lua", "  if not was then\n    return 0\n  end\n  ttl = tonumber(ttl)",
+          "  if not was then\n    return 1\n  end\n  ttl = tonumber(ttl)")
+
+
+def c_read(t):
+    "A reader's renewal (and refresh) says 'extended' for a reader that is gone."
+    t.sub(LUA + "rwlock.lua",
+          "  if not live_expiry(lock, token, now) then\n    return 0\n  end\n  redis.call('zadd', lock, 'xx'",
+          "  if not live_expiry(lock, token, now) then\n    return 1\n  end\n  redis.call('zadd', lock, 'xx'")
+
+
+def d_drift(t):
+    "No clock-drift allowance: a validity as long as the TTL."
+    t.sub("redmutex/src/quorum.rs",
+          "        let proportional =\n            Duration::try_from_secs_f64(ttl.as_secs_f64() * self.factor)"
+          ".unwrap_or(Duration::MAX);\n        proportional.saturating_add(self.fixed)",
+          "        let _ = ttl;\n        Duration::ZERO")
+
+
+def e_limit(t):
+    "A semaphore admits one over its limit."
+    t.sub(LUA + "semaphore.lua", "  if not mine and state.used + wanted > limit then",
+          "  if not mine and state.used + wanted > limit + 1 then")
+
+
+def f_fence(t):
+    "A fence counter at or above the clock hands its own value out again."
+    t.sub(HELPERS, "    if value and value + 1 > fence then\n      fence = value + 1",
+          "    if value and value >= fence then\n      fence = value")
+
+
+MUTANTS = {
+    "A-lock": a_lock, "A-fair": a_fair, "A-permit": a_permit, "A-write": a_write, "A-read": a_read,
+    "B-lock": b_lock, "B-fair": b_fair, "B-permit": b_permit, "B-write": b_write, "B-read": b_read,
+    "C-lock": c_lock, "C-permit": c_permit, "C-read": c_read,
+    "D-drift": d_drift, "E-limit": e_limit, "F-fence": f_fence,
+}
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--list"]:
+        for name, plant in MUTANTS.items():
+            print(f"{name}\t{plant.__doc__}")
+    elif len(sys.argv) == 3 and sys.argv[2] in MUTANTS:
+        MUTANTS[sys.argv[2]](Tree(sys.argv[1]))
+    else:
+        sys.exit(__doc__)
