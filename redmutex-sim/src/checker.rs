@@ -827,6 +827,18 @@ fn hand_offs(plan: &Plan, history: &History, found: &mut Vec<Violation>) {
         // Waiters of one process for one name but of another kind (a fair lock's beside a
         // plain lock's) share its wake-up there, and their turns are not promised (claim 8).
         let mixed = other_kind_in_process(history, waiter, released, by);
+        // A reader that a writer of the waiter's own process became by downgrading: the
+        // writer's locker left the line when it was handed the key, and the waiter queued
+        // behind that writer in its process; the reader's release reaches no line (seed
+        // 6566, noted).
+        let downgraded = s.primitive == Primitive::Read
+            && s.process == waiter.process
+            && (history.sections.iter()).any(|w| {
+                w.task == s.task && w.primitive == Primitive::Write && w.released == Some(s.asked)
+            });
+        if downgraded {
+            continue;
+        }
         if multi_key || mixed {
             continue;
         }
@@ -970,18 +982,22 @@ fn freed_by_a_non_writer(history: &History, w: &Attempt, at: Duration, window: D
         })
 }
 
-/// A waiter of another kind for the same name (a writer beside a plain lock, a fair lock
-/// beside either) waited in `w`'s process during the stretch: one locker's waiters for a
-/// key share its wake-up there and may queue behind each other, and no order is promised
-/// across kinds (claim 8: one kind of lock per key for order).
+/// A waiter of another exclusive kind for the same name (a writer beside a plain lock, a
+/// fair lock beside either, a candidate) waited in `w`'s process during the stretch: one
+/// locker's waiters for a key share its wake-up there and may queue behind each other, and
+/// no order is promised across kinds (claim 8: one kind of lock per key for order).
+/// (Readers and permits wait apart: on their own channel, in their own line.)
 fn other_kind_in_process(history: &History, w: &Attempt, from: Duration, to: Duration) -> bool {
-    (history.attempts.iter()).any(|o| {
-        o.process == w.process
-            && o.name == w.name
-            && o.primitive != w.primitive
-            && o.asked < to
-            && o.ended.is_none_or(|e| e > from)
-    })
+    let queued = |p: Primitive| p.exclusive();
+    queued(w.primitive)
+        && (history.attempts.iter()).any(|o| {
+            o.process == w.process
+                && o.name == w.name
+                && o.primitive != w.primitive
+                && queued(o.primitive)
+                && o.asked < to
+                && o.ended.is_none_or(|e| e > from)
+        })
 }
 
 /// A fair lock's waiter without wake-up (which may be first in line, and polls) waited
