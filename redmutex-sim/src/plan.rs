@@ -442,9 +442,6 @@ impl Plan {
         if mix == Mix::Mutex {
             multi_key(seed, &mut tasks);
         }
-        if mix == Mix::RwLock {
-            one_more(seed, mix, topology, processes.len(), scale, &mut tasks);
-        }
         // With faults, the quiet part first waits for what they left behind to run out.
         if !faults.is_empty() {
             quiet += SETTLE;
@@ -678,24 +675,6 @@ fn task(rng: &mut Rng, mix: Mix, topology: Topology, process: usize, scale: Scal
         seed,
         also: None,
     }
-}
-
-/// A read-write lock's runs have a task more (two writers for a reader): writers wait in
-/// line for each other and for readers, and their releases hand the key on. Drawn from a
-/// stream of its own, so that every other seed's plan stays what it was.
-fn one_more(
-    seed: u64,
-    mix: Mix,
-    topology: Topology,
-    processes: usize,
-    scale: Scale,
-    tasks: &mut Vec<TaskPlan>,
-) {
-    let mut more = Rng::new(seed ^ 0x0057_4149_5445_5253);
-    let process = more.below(processes as u64) as usize;
-    let mut task = task(&mut more, mix, topology, process, scale);
-    task.id = tasks.len();
-    tasks.push(task);
 }
 
 /// Half the runs of plain locks take two names, `job` and `ledger`: each holder one of
