@@ -742,10 +742,10 @@ fn hands_to(released: Primitive, waiter: Primitive) -> bool {
 /// Whether no fault — nor what it leaves behind — may touch the run between `from` and
 /// `to`: not only once the run is settled, but between faults too. A node's fault (and a
 /// cut or slowed request) may lose or delay a line, whose waiters then find the key at
-/// their next try (at least once per third of a heartbeat: 1 s), or a release; a paused
-/// process's lockers keep their places while it is paused, and a crashed one's until
-/// their heartbeat ends; a failover loses the master's lines. Each is given that long, and
-/// a second more.
+/// their next try (at least once per third of a heartbeat: 1 s), or a release; a failover
+/// may lose the master's lines too; a paused process's lockers keep their places while it
+/// is paused, and a crashed one's until their heartbeat ends (a key handed to them waits
+/// for them in vain). Each is given that long, and a second or two more.
 fn undisturbed(plan: &Plan, from: Duration, to: Duration) -> bool {
     let second = Duration::from_secs(1);
     let heartbeat = Duration::from_secs(3);
@@ -759,7 +759,9 @@ fn undisturbed(plan: &Plan, from: Duration, to: Duration) -> bool {
             | Fault::Freeze { lasting, .. }
             | Fault::ReplicaBehind { lasting } => lasting + 2 * second,
             Fault::Pause { lasting, .. } => lasting + heartbeat + second,
-            Fault::Crash { .. } | Fault::Failover { .. } => crate::plan::SETTLE,
+            Fault::Crash { .. } => heartbeat + second,
+            // (A subscriber connection may take a while to find the promoted replica.)
+            Fault::Failover { .. } => crate::plan::SETTLE,
         };
         to < strike.at || strike.at.saturating_add(lasting) < from
     })

@@ -645,11 +645,12 @@ fn task(rng: &mut Rng, mix: Mix, topology: Topology, process: usize, scale: Scal
     let ttl = Duration::from_millis(rng.pick(ttls));
     // From a poll every millisecond (where a margin too thin shows) to pauses long
     // enough that a waiter not woken when it should be is seen waiting. The short runs
-    // draw mostly long pauses: a waiter with wake-up is served by a release, not by its
-    // pause, and one left to its pause by a release that told nobody shows only then.
+    // draw long pauses: a waiter with wake-up is served by a release, not by its pause,
+    // and one left to its pause by a release that told nobody shows only then (a rival
+    // polling every few milliseconds would take the key first, and hide it).
     let pauses: &[u64] = match scale.fast_polls {
         true => &[1, 2, 5, 20, 100, 500, 1000, 3000],
-        false => &[20, 500, 1000, 1000, 3000],
+        false => &[100, 500, 1000, 1000, 3000],
     };
     let pause = Duration::from_millis(rng.pick(pauses));
     let deadline = rng.pick(&[ttl, Duration::from_secs(2), Duration::from_secs(10)]);
