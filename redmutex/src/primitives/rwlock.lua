@@ -79,12 +79,7 @@ end
 
 -- Drops the readers whose expiry passed by `now`; the keys go with the last of them.
 local function reclaim(lock, details, now)
-  local expired = redis.call('zrangebyscore', lock, '-inf', over_by(now))
-  for _, token in ipairs(expired) do
-    redis.call('hdel', details, token)
-  end
-  if #expired > 0 then
-    redis.call('zremrangebyscore', lock, '-inf', over_by(now))
+  if drop_expired(lock, details, now, false) then
     expire_with(lock, details)
   end
 end

@@ -55,48 +55,13 @@ local function counts_of(details)
     awaited = got[4] }
 end
 
--- The permits a place in line wants (its name: the number, '.', the locker's id).
-local function wanted_by(place)
-  return tonumber(string.match(place, '^(%d+)%.'))
-end
-
--- The permits the holders' member `member` counts, `entry` its details entry (false:
--- none): a reservation's place names them; otherwise the entry, or one.
-local function permits_in(member, entry)
-  if entry then
-    return tonumber(string.match(entry, '^(%d+)')) or 0
-  end
-  if string.sub(member, 1, 1) == '>' then
-    return wanted_by(string.sub(member, 2)) or 0
-  end
-  return 1
-end
-
--- The permits the holders' `members` count (see permits_in); with `forget`, their details
--- entries are deleted as they are read (the members are leaving).
-local function permits_of(details, members, forget)
-  local permits = 0
-  -- In slices: Lua's unpack has a bounded stack.
-  for i = 1, #members, 1000 do
-    local slice = { unpack(members, i, math.min(i + 999, #members)) }
-    local entries = redis.call('hmget', details, unpack(slice))
-    for j, member in ipairs(slice) do
-      permits = permits + permits_in(member, entries[j])
-    end
-    if forget then
-      redis.call('hdel', details, unpack(slice))
-    end
-  end
-  return permits
-end
-
 -- Stores `used` as the permits counted, or — none left — deletes both keys: nobody holds
 -- a permit, and no limit is agreed any more. A count of none while the holders key still
 -- has members is wrong (never deleted on it: the members would go uncounted), and is
 -- counted again from the members.
 local function count(holders, details, state, used)
   if used <= 0 and redis.call('zcard', holders) > 0 then
-    used = permits_of(details, redis.call('zrange', holders, 0, -1), false)
+    used = permits_of(details, redis.call('zrange', holders, 0, -1), true)
   end
   state.used = used
   if used > 0 then
@@ -110,12 +75,10 @@ end
 -- Drops the holders whose expiry has passed by `now`; returns how many permits came back
 -- (and counts them out of `state`).
 local function reclaim(holders, details, state, now)
-  local expired = redis.call('zrangebyscore', holders, '-inf', over_by(now))
-  if #expired == 0 then
+  local freed = drop_expired(holders, details, now, true)
+  if not freed then
     return 0
   end
-  local freed = permits_of(details, expired, true)
-  redis.call('zremrangebyscore', holders, '-inf', over_by(now))
   if redis.call('zcard', holders) == 0 then
     count(holders, details, state, 0)
   else

@@ -244,6 +244,59 @@ local function expire_with(scores, other)
   redis.call('pexpireat', other, key_expiry(last[2]))
 end
 
+-- A semaphore's holders and its line (semaphore.lua) name permits: the permits a place in
+-- line wants (its name: the number, '.', the locker's id).
+local function wanted_by(place)
+  return tonumber(string.match(place, '^(%d+)%.'))
+end
+
+-- The permits the member `member` of a semaphore's holders counts, `entry` its details
+-- entry (false: none): a reservation's place names them; otherwise the entry, or one.
+local function permits_in(member, entry)
+  if entry then
+    return tonumber(string.match(entry, '^(%d+)')) or 0
+  end
+  if string.sub(member, 1, 1) == '>' then
+    return wanted_by(string.sub(member, 2)) or 0
+  end
+  return 1
+end
+
+-- Goes through `members` of a holder set (a semaphore's holders, readers) with `details`,
+-- the hash of their entries beside it: with `count`, returns the permits they count (see
+-- permits_in; 0 without); with `forget`, their entries are deleted as they are read (the
+-- members are leaving).
+local function permits_of(details, members, count, forget)
+  local permits = 0
+  -- In slices: Lua's unpack has a bounded stack.
+  for i = 1, #members, 1000 do
+    local slice = { unpack(members, i, math.min(i + 999, #members)) }
+    if count then
+      local entries = redis.call('hmget', details, unpack(slice))
+      for j, member in ipairs(slice) do
+        permits = permits + permits_in(member, entries[j])
+      end
+    end
+    if forget then
+      redis.call('hdel', details, unpack(slice))
+    end
+  end
+  return permits
+end
+
+-- Drops the members of the holder set `set` whose expiry passed by `now`, and their
+-- entries in `details`. Returns nil when none had; otherwise the permits they counted when
+-- `count` (a semaphore's holders, see permits_of), else 0.
+local function drop_expired(set, details, now, count)
+  local expired = redis.call('zrangebyscore', set, '-inf', over_by(now))
+  if #expired == 0 then
+    return nil
+  end
+  local permits = permits_of(details, expired, count, true)
+  redis.call('zremrangebyscore', set, '-inf', over_by(now))
+  return permits
+end
+
 -- Announces `message` on `key`'s channel named by `suffix` ('' for the key's own): the
 -- key and the suffix. A hint (waiters also poll): a refusal (an ACL user without the
 -- channel) must not fail the script, so it goes through pcall. On a cluster, scripts.rs
