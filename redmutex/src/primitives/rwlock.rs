@@ -26,18 +26,18 @@ use crate::scripts::{
 use crate::token::{self, Channels, StoredValue, Token, TOKEN_LEN};
 
 operations!(
-    "primitives/rwlock.lua";
+    "primitives/rwlock.lua", "scripts/holders.lua";
     OBTAIN_READ = "obtain_read",
     OBTAIN_WRITE = "obtain_write",
     RELEASE_READ = "release_read",
     RELEASE_WRITE = "release_write",
     DOWNGRADE = "downgrade",
-    REFRESH_READ = "refresh_read",
-    RENEW_READ = "renew_read",
-    TTL_READ = "ttl_read",
-    FENCE_READ = "fence_read",
-    RAISE_FENCE_READ = "raise_fence_read",
-    GUARDED_READ = "guarded_read",
+    REFRESH_READ = "refresh",
+    RENEW_READ = "renew",
+    TTL_READ = "ttl",
+    FENCE_READ = "fence",
+    RAISE_FENCE_READ = "raise_fence",
+    GUARDED_READ = "guarded",
     INSPECT = "inspect",
 );
 
@@ -483,8 +483,8 @@ impl Claim for ReadKey {
         })
     }
 
-    /// The key, its readers' details, and its ask companion (see `rwlock.lua`'s
-    /// `renew_read`).
+    /// The key, its readers' details, and its ask companion (see `holders.lua`'s
+    /// `renew`).
     fn add_renewal(&self, call: &mut ScriptInvocation<'static>, token: &Token, ttl_ms: u64) {
         self.script_keys(false, &mut |key| {
             call.key(key);

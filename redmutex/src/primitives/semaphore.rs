@@ -22,7 +22,7 @@ use crate::scripts::{operations, Call, Claim, Conn, Node, Obtain, ObtainTry, Ope
 use crate::token::{Token, TOKEN_LEN};
 
 operations!(
-    "primitives/semaphore.lua";
+    "primitives/semaphore.lua", "scripts/holders.lua";
     OBTAIN = "obtain",
     RELEASE = "release",
     REFRESH = "refresh",
@@ -493,7 +493,7 @@ impl Claim for Permits {
         })
     }
 
-    /// The holders, their details, and the key's ask companion (see `semaphore.lua`'s
+    /// The holders, their details, and the key's ask companion (see `holders.lua`'s
     /// `renew`).
     fn add_renewal(&self, call: &mut ScriptInvocation<'static>, token: &Token, ttl_ms: u64) {
         self.script_keys(false, &mut |key| {

@@ -76,27 +76,6 @@ local function renewed(held, requests)
   return answer
 end
 
--- The keep-alive of holders kept in a sorted set beside their details (a semaphore's
--- holders, a read-write lock's readers), with `extend`, the primitive's own (1 when it
--- extended the holder, 0 when not held). KEYS: per holder in the batch, the sorted set,
--- the details and the key's ask companion; ARGV: per holder, its token and the TTL in ms.
--- One answer per holder (see `renewed`): 0 not held; 1 extended; { 1, ids... } extended,
--- and asked to let go by those requests (see `asked`).
-local function renew_holders(extend)
-  local results = {}
-  local k = 1
-  for a = 1, #ARGV, 2 do
-    local held = extend(KEYS[k], KEYS[k + 1], ARGV[a], ARGV[a + 1])
-    local requests = {}
-    if held == 1 then
-      asked(KEYS[k + 2], ARGV[a], requests)
-    end
-    results[#results + 1] = renewed(held, requests)
-    k = k + 3
-  end
-  return results
-end
-
 -- Fences stay below 2^53 - 1: beyond it they are no longer exact as Lua numbers or in JSON.
 local FENCE_LIMIT = 9007199254740991
 
@@ -263,15 +242,15 @@ local function permits_in(member, entry)
 end
 
 -- Goes through `members` of a holder set (a semaphore's holders, readers) with `details`,
--- the hash of their entries beside it: with `count`, returns the permits they count (see
+-- the hash of their entries beside it: with `counting`, returns the permits they count (see
 -- permits_in; 0 without); with `forget`, their entries are deleted as they are read (the
 -- members are leaving).
-local function permits_of(details, members, count, forget)
+local function permits_of(details, members, counting, forget)
   local permits = 0
   -- In slices: Lua's unpack has a bounded stack.
   for i = 1, #members, 1000 do
     local slice = { unpack(members, i, math.min(i + 999, #members)) }
-    if count then
+    if counting then
       local entries = redis.call('hmget', details, unpack(slice))
       for j, member in ipairs(slice) do
         permits = permits + permits_in(member, entries[j])
@@ -286,13 +265,13 @@ end
 
 -- Drops the members of the holder set `set` whose expiry passed by `now`, and their
 -- entries in `details`. Returns nil when none had; otherwise the permits they counted when
--- `count` (a semaphore's holders, see permits_of), else 0.
-local function drop_expired(set, details, now, count)
+-- `counting` (a semaphore's holders, see permits_of), else 0.
+local function drop_expired(set, details, now, counting)
   local expired = redis.call('zrangebyscore', set, '-inf', over_by(now))
   if #expired == 0 then
     return nil
   end
-  local permits = permits_of(details, expired, count, true)
+  local permits = permits_of(details, expired, counting, true)
   redis.call('zremrangebyscore', set, '-inf', over_by(now))
   return permits
 end
