@@ -29,6 +29,7 @@ use redis::{
 
 use crate::args::Keys;
 use crate::error::InvalidArgument;
+use crate::fence::{companion_key, Companion};
 use crate::sync::lock;
 use crate::token::{Channels, Token};
 use crate::writes::Writes;
@@ -556,6 +557,31 @@ pub(crate) struct Operations {
     pub(crate) raise_fence: &'static LazyLock<Operation>,
     pub(crate) renew: &'static LazyLock<Operation>,
     pub(crate) guarded: &'static LazyLock<Operation>,
+}
+
+/// The keys of the operations of one holder of a holder set (`scripts/holders.lua`), for
+/// [`Claim::script_keys`] of a semaphore's holder and a reader: the set, its details, then
+/// (`fenced`) the fence counter.
+pub(crate) fn holder_keys(keys: [&[u8]; 3], fenced: bool, add: &mut dyn FnMut(&[u8])) {
+    let used = if fenced { 3 } else { 2 };
+    keys[..used].iter().for_each(|key| add(key));
+}
+
+/// A holder's part of a holder set's renewal call (`scripts/holders.lua`'s `renew`), for
+/// [`Claim::add_renewal`]: its script keys (the set, its details) and the set's ask
+/// companion; its token and the TTL.
+pub(crate) fn add_holder_renewal(
+    claim: &impl Claim,
+    call: &mut ScriptInvocation<'static>,
+    token: &Token,
+    ttl_ms: u64,
+) {
+    claim.script_keys(false, &mut |key| {
+        call.key(key);
+    });
+    let set = claim.keys().get(0).expect("one key");
+    call.key(companion_key(set, Companion::Ask));
+    call.arg(token.as_bytes()).arg(ttl_ms);
 }
 
 /// A change made to a held claim by one owner-checked script call — a writer becoming a

@@ -20,8 +20,8 @@ use crate::error::{Argument, Error, InvalidArgument};
 use crate::fence::{companion_key, counter_key, Companion};
 use crate::primitives::mutex;
 use crate::scripts::{
-    eval_whole, operations, Call, Change, Claim, Conn, Node, Obtain, ObtainTry, Operation,
-    Operations, Queue,
+    add_holder_renewal, eval_whole, holder_keys, operations, Call, Change, Claim, Conn, Node,
+    Obtain, ObtainTry, Operation, Operations, Queue,
 };
 use crate::token::{self, Channels, StoredValue, Token, TOKEN_LEN};
 
@@ -436,11 +436,8 @@ impl Claim for ReadKey {
 
     /// The lock key, the details, then (fenced) the counter.
     fn script_keys(&self, fenced: bool, add: &mut dyn FnMut(&[u8])) {
-        add(self.keys.key());
-        add(&self.keys.details);
-        if fenced {
-            add(&self.keys.counter);
-        }
+        let keys = &self.keys;
+        holder_keys([keys.key(), &keys.details, &keys.counter], fenced, add);
     }
 
     /// The three keys and the key's line: the last reader's release hands the key to the
@@ -486,11 +483,7 @@ impl Claim for ReadKey {
     /// The key, its readers' details, and its ask companion (see `holders.lua`'s
     /// `renew`).
     fn add_renewal(&self, call: &mut ScriptInvocation<'static>, token: &Token, ttl_ms: u64) {
-        self.script_keys(false, &mut |key| {
-            call.key(key);
-        });
-        call.key(companion_key(self.keys.key(), Companion::Ask));
-        call.arg(token.as_bytes()).arg(ttl_ms);
+        add_holder_renewal(self, call, token, ttl_ms);
     }
 }
 
