@@ -136,7 +136,7 @@ local function describe_at(i, now)
       entry[KIND], details = 'semaphore', permits
       -- The live holders' permits: its count ('#used') also counts holders expired but
       -- not yet reclaimed (semaphore.lua).
-      entry[USED] = permits_of(permits, redis.call('zrangebyscore', key, live, '+inf'), true)
+      entry[USED] = in_slices(permits, redis.call('zrangebyscore', key, live, '+inf'), permits_in)
       entry[LIMIT] = tonumber(redis.call('hget', permits, '#limit') or '0')
       entry[WAITERS] = in_line(line, live)
       if entry[WAITERS] > 0 or redis.call('hget', permits, '#awaited') then

@@ -81,7 +81,7 @@ end
 
 -- Drops the readers whose expiry passed by `now`; the keys go with the last of them.
 local function reclaim(lock, details, now)
-  if drop_expired(lock, details, now, false) then
+  if drop_expired(lock, details, now) then
     expire_with(lock, details)
   end
 end

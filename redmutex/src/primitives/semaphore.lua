@@ -63,7 +63,7 @@ end
 -- counted again from the members.
 local function count(holders, details, state, used)
   if used <= 0 and redis.call('zcard', holders) > 0 then
-    used = permits_of(details, redis.call('zrange', holders, 0, -1), true)
+    used = in_slices(details, redis.call('zrange', holders, 0, -1), permits_in)
   end
   state.used = used
   if used > 0 then
@@ -77,7 +77,7 @@ end
 -- Drops the holders whose expiry has passed by `now`; returns how many permits came back
 -- (and counts them out of `state`).
 local function reclaim(holders, details, state, now)
-  local freed = drop_expired(holders, details, now, true)
+  local freed = drop_expired(holders, details, now, permits_in)
   if not freed then
     return 0
   end

@@ -242,38 +242,39 @@ local function permits_in(member, entry)
 end
 
 -- Goes through `members` of a holder set (a semaphore's holders, readers) with `details`,
--- the hash of their entries beside it: with `counting`, returns the permits they count (see
--- permits_in; 0 without); with `forget`, their entries are deleted as they are read (the
+-- the hash of their entries beside it: with `weigh` (a function of a member and its entry,
+-- false when it has none: permits_in, for a semaphore's holders), returns the sum of their
+-- weights (0 without); with `forget`, their entries are deleted as they are read (the
 -- members are leaving).
-local function permits_of(details, members, counting, forget)
-  local permits = 0
+local function in_slices(details, members, weigh, forget)
+  local sum = 0
   -- In slices: Lua's unpack has a bounded stack.
   for i = 1, #members, 1000 do
     local slice = { unpack(members, i, math.min(i + 999, #members)) }
-    if counting then
+    if weigh then
       local entries = redis.call('hmget', details, unpack(slice))
       for j, member in ipairs(slice) do
-        permits = permits + permits_in(member, entries[j])
+        sum = sum + weigh(member, entries[j])
       end
     end
     if forget then
       redis.call('hdel', details, unpack(slice))
     end
   end
-  return permits
+  return sum
 end
 
 -- Drops the members of the holder set `set` whose expiry passed by `now`, and their
--- entries in `details`. Returns nil when none had; otherwise the permits they counted when
--- `counting` (a semaphore's holders, see permits_of), else 0.
-local function drop_expired(set, details, now, counting)
+-- entries in `details`. Returns nil when none had; otherwise the sum of their weights by
+-- `weigh`, if given (see in_slices: the permits a semaphore's holders counted).
+local function drop_expired(set, details, now, weigh)
   local expired = redis.call('zrangebyscore', set, '-inf', over_by(now))
   if #expired == 0 then
     return nil
   end
-  local permits = permits_of(details, expired, counting, true)
+  local sum = in_slices(details, expired, weigh, true)
   redis.call('zremrangebyscore', set, '-inf', over_by(now))
-  return permits
+  return sum
 end
 
 -- Announces `message` on `key`'s channel named by `suffix` ('' for the key's own): the
