@@ -122,15 +122,14 @@ def c_lock(t):
 
 def c_permit(t):
     "A semaphore's renewal (and refresh) says 'extended' for a holder it no longer has."
-    t.sub(LUA + "semaphore.lua", "  if not was then\n    return 0\n  end\n  ttl = tonumber(ttl)",
-          "  if not was then\n    return 1\n  end\n  ttl = tonumber(ttl)")
+    t.sub(LUA + "semaphore.lua", "  return now, state and state.limit and live_expiry(holders, token, now), state",
+          "  return now, state and state.limit and (live_expiry(holders, token, now) or now), state")
 
 
 def c_read(t):
     "A reader's renewal (and refresh) says 'extended' for a reader that is gone."
-    t.sub(LUA + "rwlock.lua",
-          "  if not live_expiry(lock, token, now) then\n    return 0\n  end\n  redis.call('zadd', lock, 'xx'",
-          "  if not live_expiry(lock, token, now) then\n    return 1\n  end\n  redis.call('zadd', lock, 'xx'")
+    t.sub(LUA + "rwlock.lua", "  reclaim(lock, details, now)\n  return now, live_expiry(lock, token, now)",
+          "  reclaim(lock, details, now)\n  return now, live_expiry(lock, token, now) or now")
 
 
 def d_drift(t):

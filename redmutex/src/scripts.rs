@@ -10,9 +10,10 @@
 //! those it uses ([`Operation`]).
 //!
 //! Each primitive has one Lua file with a section per operation, each run as a script of
-//! its own ([`Operation`]). Scripts are sent by SHA (`EVALSHA`) and loaded on a `NOSCRIPT`
-//! reply, which redis-rs's [`Script`] does for us; releases nobody waits for send the whole
-//! source ([`eval_whole`]).
+//! its own ([`Operation`]); a semaphore's holders and a read-write lock's readers share
+//! the operations of one holder (`scripts/holders.lua`). Scripts are sent by SHA
+//! (`EVALSHA`) and loaded on a `NOSCRIPT` reply, which redis-rs's [`Script`] does for us;
+//! releases nobody waits for send the whole source ([`eval_whole`]).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -28,6 +29,7 @@ use redis::{
 
 use crate::args::Keys;
 use crate::error::InvalidArgument;
+use crate::fence::{companion_key, Companion};
 use crate::sync::lock;
 use crate::token::{Channels, Token};
 use crate::writes::Writes;
@@ -49,15 +51,17 @@ macro_rules! idempotent {
 pub(crate) use idempotent;
 
 /// Declares a primitive's operations, each a script of its own (see [`Operation`]), from
-/// its Lua file (named from the crate's `src` directory):
-/// `operations!("primitives/mutex.lua"; RELEASE = "release", …)`.
+/// its Lua file and any file whose operations it shares (named from the crate's `src`
+/// directory): `operations!("primitives/mutex.lua"; RELEASE = "release", …)`;
+/// `operations!("primitives/semaphore.lua", "scripts/holders.lua"; TTL = "ttl", …)`.
 macro_rules! operations {
-    ($file:literal; $($name:ident = $op:literal),* $(,)?) => {
-        /// The primitive's Lua file, one section per operation.
-        const FILE: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/", $file));
+    ($($file:literal),+; $($name:ident = $op:literal),* $(,)?) => {
+        /// The primitive's Lua files, one section per operation.
+        pub(crate) const FILES: &[&str] =
+            &[$(include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/", $file))),+];
         $(
             pub(crate) static $name: std::sync::LazyLock<$crate::scripts::Operation> =
-                std::sync::LazyLock::new(|| $crate::scripts::Operation::new(FILE, $op));
+                std::sync::LazyLock::new(|| $crate::scripts::Operation::new(FILES, $op));
         )*
     };
 }
@@ -82,7 +86,10 @@ const HEAD: &str = "\n--- then\n";
 /// One operation of a primitive, compiled as a script of its own: the declarations of the
 /// shared helpers and of the primitive file's preamble (what comes before its first
 /// section) that the operation uses, then the operation's section (from its `--- op: NAME`
-/// line to the next). One file per primitive keeps its rules together; one script per
+/// line to the next). A primitive may share another file's operations: a semaphore's
+/// holders and a read-write lock's readers share those of `scripts/holders.lua`, whose
+/// preamble comes after the primitive's (it calls what the primitive's defines: what
+/// makes a holder live). One file per primitive keeps its rules together; one script per
 /// operation, holding only what it uses, keeps each call as cheap as the operation (Lua
 /// creates every function a script defines on every call: a script holding all
 /// operations measured 30–80 % more server time for a release). A section may open with a
@@ -123,18 +130,34 @@ fn known(source: &str) -> Script {
     script
 }
 
+/// What every operation of the Lua files `files` may use: the helpers, then each file's
+/// preamble (what comes before its first section), in order.
+fn shared(files: &[&str]) -> String {
+    let mut shared = HELPERS.to_string();
+    for file in files {
+        shared.push('\n');
+        shared.push_str(file.split(SECTION).next().unwrap_or_default());
+    }
+    shared
+}
+
+/// The sections of the Lua files `files`, each from the line after its `--- op:` on.
+fn sections<'a>(files: &[&'a str]) -> impl Iterator<Item = &'a str> {
+    (files.iter()).flat_map(|file| file.split(SECTION).skip(1))
+}
+
 impl Operation {
-    /// The operation `name` of the Lua file `file`.
+    /// The operation `name` of the Lua files `files`: a primitive's, then any whose
+    /// operations it shares.
     ///
     /// # Panics
-    /// When the file has no section `name`: a mistake in the crate, found by any test that
+    /// When no file has a section `name`: a mistake in the crate, found by any test that
     /// runs the operation.
-    pub(crate) fn new(file: &str, name: &str) -> Operation {
-        let preamble = file.split(SECTION).next().unwrap_or_default();
-        let section = (file.split(SECTION).skip(1))
+    pub(crate) fn new(files: &[&str], name: &str) -> Operation {
+        let section = sections(files)
             .find(|section| section.split('\n').next() == Some(name))
             .unwrap_or_else(|| panic!("redmutex: no Lua section `{name}`"));
-        let used = used_declarations(&format!("{HELPERS}\n{preamble}"), section);
+        let used = used_declarations(&shared(files), section);
         let source = match section.split_once(HEAD) {
             Some((head, body)) => format!("-- {head}\n{used}{body}"),
             None => format!("{used}-- {section}"),
@@ -536,6 +559,31 @@ pub(crate) struct Operations {
     pub(crate) guarded: &'static LazyLock<Operation>,
 }
 
+/// The keys of the operations of one holder of a holder set (`scripts/holders.lua`), for
+/// [`Claim::script_keys`] of a semaphore's holder and a reader: the set, its details, then
+/// (`fenced`) the fence counter.
+pub(crate) fn holder_keys(keys: [&[u8]; 3], fenced: bool, add: &mut dyn FnMut(&[u8])) {
+    let used = if fenced { 3 } else { 2 };
+    keys[..used].iter().for_each(|key| add(key));
+}
+
+/// A holder's part of a holder set's renewal call (`scripts/holders.lua`'s `renew`), for
+/// [`Claim::add_renewal`]: its script keys (the set, its details) and the set's ask
+/// companion; its token and the TTL.
+pub(crate) fn add_holder_renewal(
+    claim: &impl Claim,
+    call: &mut ScriptInvocation<'static>,
+    token: &Token,
+    ttl_ms: u64,
+) {
+    claim.script_keys(false, &mut |key| {
+        call.key(key);
+    });
+    let set = claim.keys().get(0).expect("one key");
+    call.key(companion_key(set, Companion::Ask));
+    call.arg(token.as_bytes()).arg(ttl_ms);
+}
+
 /// A change made to a held claim by one owner-checked script call — a writer becoming a
 /// reader, a leader's new value — driven through the backend's refresh, so that it counts
 /// as a refresh does (on every node, confirmed by a quorum, within the validity). It is
@@ -838,8 +886,8 @@ mod tests {
         let announcing =
             "-- preamble\n--- op: a\nannounce_on(KEYS[1], '', 'released')\n--- op: quiet\nreturn 1\n";
         let (a, quiet) = (
-            Operation::new(announcing, "a"),
-            Operation::new(announcing, "quiet"),
+            Operation::new(&[announcing], "a"),
+            Operation::new(&[announcing], "quiet"),
         );
         let (plain, sharded) = (a.source(Channels::Plain), a.source(Channels::Sharded));
         assert!(plain.contains("redis.pcall('publish', key .. suffix, message)"));
@@ -867,7 +915,7 @@ mod tests {
 
     #[test]
     fn an_operation_is_what_it_uses_of_the_helpers_and_preamble_then_its_section() {
-        let one = Operation::new(FILE, "one");
+        let one = Operation::new(&[FILE], "one");
         assert!(one
             .source(Channels::Plain)
             .starts_with("-- preamble\nlocal function shared() return 1 end\n-- one\n"));
@@ -875,12 +923,12 @@ mod tests {
             .source(Channels::Plain)
             .ends_with("-- one\n-- one's header\nreturn shared()"));
         assert!(!one.source(Channels::Plain).contains("return 2"));
-        let two = Operation::new(FILE, "two");
+        let two = Operation::new(&[FILE], "two");
         assert_eq!(two.source(Channels::Plain), "-- two\nreturn 2\n");
         // A head runs before the declarations.
         let headed = "local function shared() return 1 end\n--- op: h\nif ARGV[1] then return 0 end\n--- then\nreturn shared()\n";
         assert_eq!(
-            Operation::new(headed, "h").source(Channels::Plain),
+            Operation::new(&[headed], "h").source(Channels::Plain),
             "-- h\nif ARGV[1] then return 0 end\nlocal function shared() return 1 end\nreturn shared()\n"
         );
         assert_ne!(
@@ -888,7 +936,7 @@ mod tests {
             two.script(Channels::Plain).get_hash()
         );
         // The helpers come along as used: `holds` calls `owned`.
-        let three = Operation::new("\n--- op: three\nreturn holds(1, 1, ARGV[1])", "three");
+        let three = Operation::new(&["\n--- op: three\nreturn holds(1, 1, ARGV[1])"], "three");
         let (owned, holds) = (
             three
                 .source(Channels::Plain)
@@ -908,6 +956,23 @@ mod tests {
             .contains("local function now_ms("));
     }
 
+    /// A file whose operations a primitive shares: its sections are the primitive's, and
+    /// its preamble comes after the primitive's, whose declarations it may call.
+    #[test]
+    fn a_shared_file_adds_its_sections_and_preamble_after_the_primitives() {
+        let primitive = "local function hook() return 1 end\n--- op: own\nreturn hook()\n";
+        let common =
+            "-- header\n\nlocal function both() return hook() end\n--- op: s\nreturn both()\n";
+        assert_eq!(
+            Operation::new(&[primitive, common], "s").source(Channels::Plain),
+            "local function hook() return 1 end\nlocal function both() return hook() end\n-- s\nreturn both()\n"
+        );
+        assert_eq!(
+            Operation::new(&[primitive, common], "own").source(Channels::Plain),
+            "local function hook() return 1 end\n-- own\nreturn hook()\n"
+        );
+    }
+
     /// Declarations kept, with their comments, by name — used in code, or by another
     /// declaration kept — in their order; names in comments do not count; a header comment
     /// and anything unused go.
@@ -921,28 +986,33 @@ mod tests {
         assert_eq!(used_declarations(shared, "return 1"), "redis.setresp(2)\n");
     }
 
+    /// Every primitive's Lua files, as its `operations!` names them.
+    #[cfg(feature = "memory")]
+    const PRIMITIVES: [&[&str]; 6] = {
+        use crate::primitives::{election, fair, mutex, rwlock, semaphore};
+        [
+            mutex::FILES,
+            semaphore::FILES,
+            rwlock::FILES,
+            fair::FILES,
+            election::FILES,
+            crate::ops::listing::FILES,
+        ]
+    };
+
     /// Every operation of every primitive compiles, and declares every helper and
     /// preamble function it calls (Redis refuses a script's access to an undeclared
     /// global only when the call runs).
     #[cfg(feature = "memory")]
     #[test]
     fn every_operation_compiles_and_declares_what_it_uses() {
-        let files = [
-            include_str!("primitives/mutex.lua"),
-            include_str!("primitives/semaphore.lua"),
-            include_str!("primitives/rwlock.lua"),
-            include_str!("primitives/fair.lua"),
-            include_str!("primitives/election.lua"),
-            include_str!("ops/listing.lua"),
-        ];
         let lua = mlua::Lua::new();
         let mut operations = 0;
-        for file in files {
-            let preamble = file.split(SECTION).next().unwrap_or_default();
-            let shared = top_level_blocks(&format!("{HELPERS}\n{preamble}"));
-            for section in file.split(SECTION).skip(1) {
+        for files in PRIMITIVES {
+            let shared = top_level_blocks(&shared(files));
+            for section in sections(files) {
                 let name = section.split('\n').next().unwrap_or_default();
-                let operation = Operation::new(file, name);
+                let operation = Operation::new(files, name);
                 for channels in [Channels::Sharded, Channels::Plain] {
                     let source = operation.source(channels).to_string();
                     if let Err(e) = lua.load(&source).into_function() {
@@ -966,10 +1036,64 @@ mod tests {
         assert!(operations >= 30, "{operations} operations");
     }
 
+    /// The names Lua source calls (a word right before a `(`), comments left out.
+    #[cfg(feature = "memory")]
+    fn called(source: &str) -> Vec<&str> {
+        let mut calls = Vec::new();
+        for line in source.lines() {
+            let code = line.split("--").next().unwrap_or_default();
+            let mut start = None;
+            for (i, c) in code.char_indices() {
+                match (start, c.is_ascii_alphanumeric() || c == '_') {
+                    (None, true) => start = Some(i),
+                    (Some(from), false) => {
+                        if c == '(' {
+                            calls.push(&code[from..i]);
+                        }
+                        start = None;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        calls
+    }
+
+    /// What a declaration of the helpers and preambles calls is declared above it: Lua
+    /// reads a name declared only further down as a global, refused only when the call
+    /// runs (`scripts/holders.lua` calls what the primitive's preamble, before it,
+    /// declares). And no section is found in two files of one primitive.
+    #[cfg(feature = "memory")]
+    #[test]
+    fn shared_declarations_come_before_their_use_and_sections_once() {
+        for files in PRIMITIVES {
+            let blocks = top_level_blocks(&shared(files));
+            let declares = |block: &Block, name: &str| block.names.iter().any(|n| n == name);
+            for (i, block) in blocks.iter().enumerate() {
+                for name in called(&block.text) {
+                    let above = blocks[..=i].iter().any(|b| declares(b, name));
+                    let below = blocks[i + 1..].iter().any(|b| declares(b, name));
+                    assert!(
+                        above || !below,
+                        "{name} is called above its declaration:\n{}",
+                        block.text
+                    );
+                }
+            }
+            let mut names: Vec<&str> = sections(files)
+                .map(|section| section.split('\n').next().unwrap_or_default())
+                .collect();
+            let count = names.len();
+            names.sort_unstable();
+            names.dedup();
+            assert_eq!(names.len(), count, "a section in two files: {names:?}");
+        }
+    }
+
     #[test]
     #[should_panic(expected = "no Lua section `three`")]
     fn a_missing_section_is_a_mistake_found_at_once() {
-        Operation::new(FILE, "three");
+        Operation::new(&[FILE], "three");
     }
 
     #[test]

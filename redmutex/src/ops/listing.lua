@@ -43,32 +43,13 @@ end
 
 -- The details of the holder `member` of a semaphore or readers (`kind`) in `details`:
 -- '<permits>:<metadata>'. A semaphore's holder of one permit without metadata has no entry
--- of its own, and a reservation's place names its permits (semaphore.lua).
+-- of its own, and a reservation's place names its permits (permits_in).
 local function details_of(kind, details, member)
-  local entry = details and redis.call('hget', details, member)
+  local entry = redis.call('hget', details, member)
   if entry or kind ~= 'semaphore' then
     return entry or ''
   end
-  if string.sub(member, 1, 1) == '>' then
-    return (string.match(member, '^>(%d+)%.') or '0') .. ':'
-  end
-  return '1:'
-end
-
--- The permits a semaphore's live holders (at `holders`, scored from `live` on) hold: its
--- count ('#used') also counts holders expired but not yet reclaimed (semaphore.lua).
-local function live_permits(holders, details, live)
-  local members = redis.call('zrangebyscore', holders, live, '+inf')
-  local used = 0
-  for i = 1, #members, 1000 do
-    local slice = { unpack(members, i, math.min(i + 999, #members)) }
-    local entries = redis.call('hmget', details, unpack(slice))
-    for j, member in ipairs(slice) do
-      local entry = entries[j] or details_of('semaphore', false, member)
-      used = used + tonumber(string.match(entry, '^(%d+)') or '0')
-    end
-  end
-  return used
+  return permits_in(member, false) .. ':'
 end
 
 -- How many lockers (processes) wait in `line`, a lock's or a semaphore's line (see
@@ -153,7 +134,9 @@ local function describe_at(i, now)
       details = false
     elseif kind_of(permits) == 'hash' then
       entry[KIND], details = 'semaphore', permits
-      entry[USED] = live_permits(key, permits, live)
+      -- The live holders' permits: its count ('#used') also counts holders expired but
+      -- not yet reclaimed (semaphore.lua).
+      entry[USED] = in_slices(permits, redis.call('zrangebyscore', key, live, '+inf'), permits_in)
       entry[LIMIT] = tonumber(redis.call('hget', permits, '#limit') or '0')
       entry[WAITERS] = in_line(line, live)
       if entry[WAITERS] > 0 or redis.call('hget', permits, '#awaited') then

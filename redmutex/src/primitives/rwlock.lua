@@ -1,8 +1,10 @@
 -- rwlock.lua: the read-write lock — many readers or one writer, writers first. One file,
 -- one section per operation: each section (from its `--- op:` line to the next) is a script
--- of its own, run with helpers.lua (owned, now_ms, live_expiry, expire_with, metadata_of,
--- take_fence, next_fence, store_fence, read_counter, raise_counters, read_key, join_line, hand_key,
--- flag_waiters) and this preamble before it (see scripts.rs).
+-- of its own, run with helpers.lua (owned, now_ms, live_expiry, expire_with, drop_expired,
+-- metadata_of, take_fence, next_fence, store_fence, read_counter, join_line, hand_key,
+-- flag_waiters) and this preamble before it (see scripts.rs). A reader's operations of one
+-- holder (refresh, renew, ttl, guarded, fence, raise_fence) are holders.lua's, shared with
+-- a semaphore's holders: this preamble says what they ask of the readers.
 --
 -- The lock key holds whoever holds the lock:
 --   a writer:   a string, the writer's value (token, flag byte, metadata) with PX — a mutex
@@ -79,45 +81,42 @@ end
 
 -- Drops the readers whose expiry passed by `now`; the keys go with the last of them.
 local function reclaim(lock, details, now)
-  local expired = redis.call('zrangebyscore', lock, '-inf', over_by(now))
-  for _, token in ipairs(expired) do
-    redis.call('hdel', details, token)
-  end
-  if #expired > 0 then
-    redis.call('zremrangebyscore', lock, '-inf', over_by(now))
+  if drop_expired(lock, details, now) then
     expire_with(lock, details)
   end
 end
 
+-- What the operations of one holder (holders.lua: refresh, renew, ttl, guarded, fence,
+-- raise_fence) ask of the readers.
+
 -- When the reader `token` expires, if it reads at `now`; nil when it does not (or the
 -- lock key holds something other than readers).
-local function reader_expiry(lock, details, token, now)
+local function holder_expiry(lock, details, token, now)
   if holder_kind(lock, details) ~= 'readers' then
     return nil
   end
   return live_expiry(lock, token, now)
 end
 
--- Sets the expiry of the reader `token` to now + `ttl` ms if it reads; never adds a
--- reader that was dropped (ZADD XX). Returns 1 when extended, 0 when not held.
-local function extend(lock, details, token, ttl)
+-- For a change of the reader `token`'s expiry: the clock, and its expiry if it reads (nil
+-- when it does not, or the lock key holds something other than readers), once the
+-- readers expired by then are dropped.
+local function holding(lock, details, token)
   if holder_kind(lock, details) ~= 'readers' then
-    return 0
+    return nil
   end
   local now = now_ms()
   reclaim(lock, details, now)
-  if not live_expiry(lock, token, now) then
-    return 0
-  end
-  redis.call('zadd', lock, 'xx', now + tonumber(ttl), token)
-  expire_with(lock, details)
-  return 1
+  return now, live_expiry(lock, token, now)
 end
+
+-- A reader's new expiry: both keys expire with the last reader.
+local keep_keys = expire_with
 
 -- The fence a reader sees: the counter KEYS[i] as it stands, started from the clock (as a
 -- first fence would be) when there is none, so a reader's fence is never 0 and every later
 -- writer's is greater. Nil and an error for a counter that is someone else's value.
-local function current_fence(i, retention)
+local function holder_fence(i, retention)
   local value, err = read_counter(KEYS[i])
   if value == nil then
     return nil, err
@@ -141,7 +140,7 @@ end
 --          waiter, a writer) keeps new readers out as an intent does — a plain lock counts
 --          as a writer — and the end of its line tells the readers (mutex.lua's release).
 -- Returns: { 0, fence } when the reader now reads until now + TTL (fence: the current one,
---          see current_fence; 0 when not fenced; a reader that already read — a retry after
+--          see holder_fence; 0 when not fenced; a reader that already read — a retry after
 --          a lost reply — stays); { 1, pttl } when a writer holds the lock (pttl: its TTL,
 --          -1 none, -3 handed to a locker); { 1, ms } when writers wait (ms: until the last
 --          intent runs out unless renewed, or until the readers' end, or HANDOFF_MS when a
@@ -186,7 +185,7 @@ end
 local fence = 0
 if #KEYS > (line and 4 or 3) then
   local err
-  fence, err = current_fence(4, ARGV[5])
+  fence, err = holder_fence(4, ARGV[5])
   if fence == nil then
     return redis.error_reply(err)
   end
@@ -404,68 +403,6 @@ if not intents_ours(intents) or live_intents(intents, now) == 0 then
   announce_on(lock, READERS, EVERYONE)
 end
 return 1
-
---- op: refresh_read
--- 'refresh_read': KEYS the lock key, the details; ARGV[1] the token, ARGV[2] the new TTL.
--- Returns: 1 when extended; 0 when not held (nothing changed).
-return extend(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
-
---- op: renew_read
--- 'renew_read': refresh many readers in one call (keep-alive), each on its own, and say
--- which were asked to let go.
--- KEYS:    per reader in the batch, reader after reader: the lock key, the readers'
---          details, and the key's ask companion (see `asked`).
--- ARGV:    two values per reader, in the same order: its token and the TTL in ms to set.
--- Returns: one integer per reader: 1 when extended; 2 when extended, and the reader was
---          asked to let go; 0 when not held.
-return renew_holders(extend)
-
---- op: ttl_read
--- 'ttl_read': KEYS the lock key, the details; ARGV[1] the token.
--- Returns: milliseconds until the reader expires; -2 when it does not read.
-local now = now_ms()
-local expiry = reader_expiry(KEYS[1], KEYS[2], ARGV[1], now)
-if not expiry then
-  return -2
-end
-return expiry - now
-
---- op: guarded_read
--- the caller's commands, run only while the reader ARGV[1] reads.
--- KEYS:    the lock key, the details (ARGV[2] = 2 of them), then the keys the commands
---          touch.
--- ARGV[1]: the token.  ARGV[3…]: the commands (see run_guarded in helpers.lua).
--- Returns: { 0 } when it does not read (nothing ran); otherwise { 1, replies }.
-if not reader_expiry(KEYS[1], KEYS[2], ARGV[1], now_ms()) then
-  return { 0 }
-end
-return { 1, run_guarded(3) }
-
---- op: fence_read
--- 'fence_read': the fence a reader sees (see current_fence).
--- KEYS:    the lock key, the details, the fence counter.  ARGV[1]: the token.
--- ARGV[2]: how long the counter is kept after this use, in milliseconds.
--- Returns: the fence when the reader reads; 0 when it does not.
-if not reader_expiry(KEYS[1], KEYS[2], ARGV[1], now_ms()) then
-  return 0
-end
-local fence, err = current_fence(3, ARGV[2])
-if fence == nil then
-  return redis.error_reply(err)
-end
-return fence
-
---- op: raise_fence_read
--- 'raise_fence_read': Redlock's second step for a reader's fence: the counter here is
--- raised to the fence the quorum saw (never lowered).
--- KEYS:    the lock key, the details, the counter.  ARGV[1]: the token.
--- ARGV[2]: the fence.  ARGV[3]: the retention.
--- Returns: 1 when the reader reads here and the counter is now at least the fence; 0
---          otherwise (nothing changed).
-if not reader_expiry(KEYS[1], KEYS[2], ARGV[1], now_ms()) then
-  return 0
-end
-return raise_counters(3, 3, tonumber(ARGV[2]), ARGV[3])
 
 --- op: inspect
 -- 'inspect': the lock as anyone sees it, without changing it (expired readers and

@@ -20,24 +20,24 @@ use crate::error::{Argument, Error, InvalidArgument};
 use crate::fence::{companion_key, counter_key, Companion};
 use crate::primitives::mutex;
 use crate::scripts::{
-    eval_whole, operations, Call, Change, Claim, Conn, Node, Obtain, ObtainTry, Operation,
-    Operations, Queue,
+    add_holder_renewal, eval_whole, holder_keys, operations, Call, Change, Claim, Conn, Node,
+    Obtain, ObtainTry, Operation, Operations, Queue,
 };
 use crate::token::{self, Channels, StoredValue, Token, TOKEN_LEN};
 
 operations!(
-    "primitives/rwlock.lua";
+    "primitives/rwlock.lua", "scripts/holders.lua";
     OBTAIN_READ = "obtain_read",
     OBTAIN_WRITE = "obtain_write",
     RELEASE_READ = "release_read",
     RELEASE_WRITE = "release_write",
     DOWNGRADE = "downgrade",
-    REFRESH_READ = "refresh_read",
-    RENEW_READ = "renew_read",
-    TTL_READ = "ttl_read",
-    FENCE_READ = "fence_read",
-    RAISE_FENCE_READ = "raise_fence_read",
-    GUARDED_READ = "guarded_read",
+    REFRESH_READ = "refresh",
+    RENEW_READ = "renew",
+    TTL_READ = "ttl",
+    FENCE_READ = "fence",
+    RAISE_FENCE_READ = "raise_fence",
+    GUARDED_READ = "guarded",
     INSPECT = "inspect",
 );
 
@@ -436,11 +436,8 @@ impl Claim for ReadKey {
 
     /// The lock key, the details, then (fenced) the counter.
     fn script_keys(&self, fenced: bool, add: &mut dyn FnMut(&[u8])) {
-        add(self.keys.key());
-        add(&self.keys.details);
-        if fenced {
-            add(&self.keys.counter);
-        }
+        let keys = &self.keys;
+        holder_keys([keys.key(), &keys.details, &keys.counter], fenced, add);
     }
 
     /// The three keys and the key's line: the last reader's release hands the key to the
@@ -483,14 +480,10 @@ impl Claim for ReadKey {
         })
     }
 
-    /// The key, its readers' details, and its ask companion (see `rwlock.lua`'s
-    /// `renew_read`).
+    /// The key, its readers' details, and its ask companion (see `holders.lua`'s
+    /// `renew`).
     fn add_renewal(&self, call: &mut ScriptInvocation<'static>, token: &Token, ttl_ms: u64) {
-        self.script_keys(false, &mut |key| {
-            call.key(key);
-        });
-        call.key(companion_key(self.keys.key(), Companion::Ask));
-        call.arg(token.as_bytes()).arg(ttl_ms);
+        add_holder_renewal(self, call, token, ttl_ms);
     }
 }
 

@@ -1,7 +1,9 @@
 -- semaphore.lua: the counting semaphore — at most `limit` permits held at once. One file,
 -- one section per operation: each section (from its `--- op:` line to the next) is a script
--- of its own, run with helpers.lua (now_ms, next_fence, store_fence, raise_counters, the
--- line) and this preamble before it (see scripts.rs).
+-- of its own, run with helpers.lua (now_ms, next_fence, store_fence, the holder set's
+-- permits, the line) and this preamble before it (see scripts.rs). The operations of one
+-- holder (refresh, renew, ttl, guarded, fence, raise_fence) are holders.lua's, shared with
+-- a read-write lock's readers: this preamble says what they ask of a semaphore.
 --
 -- A semaphore lives in two keys of one hash slot:
 --   the holders: a sorted set, one member per holder token, scored by when its permits
@@ -55,48 +57,13 @@ local function counts_of(details)
     awaited = got[4] }
 end
 
--- The permits a place in line wants (its name: the number, '.', the locker's id).
-local function wanted_by(place)
-  return tonumber(string.match(place, '^(%d+)%.'))
-end
-
--- The permits the holders' member `member` counts, `entry` its details entry (false:
--- none): a reservation's place names them; otherwise the entry, or one.
-local function permits_in(member, entry)
-  if entry then
-    return tonumber(string.match(entry, '^(%d+)')) or 0
-  end
-  if string.sub(member, 1, 1) == '>' then
-    return wanted_by(string.sub(member, 2)) or 0
-  end
-  return 1
-end
-
--- The permits the holders' `members` count (see permits_in); with `forget`, their details
--- entries are deleted as they are read (the members are leaving).
-local function permits_of(details, members, forget)
-  local permits = 0
-  -- In slices: Lua's unpack has a bounded stack.
-  for i = 1, #members, 1000 do
-    local slice = { unpack(members, i, math.min(i + 999, #members)) }
-    local entries = redis.call('hmget', details, unpack(slice))
-    for j, member in ipairs(slice) do
-      permits = permits + permits_in(member, entries[j])
-    end
-    if forget then
-      redis.call('hdel', details, unpack(slice))
-    end
-  end
-  return permits
-end
-
 -- Stores `used` as the permits counted, or — none left — deletes both keys: nobody holds
 -- a permit, and no limit is agreed any more. A count of none while the holders key still
 -- has members is wrong (never deleted on it: the members would go uncounted), and is
 -- counted again from the members.
 local function count(holders, details, state, used)
   if used <= 0 and redis.call('zcard', holders) > 0 then
-    used = permits_of(details, redis.call('zrange', holders, 0, -1), false)
+    used = in_slices(details, redis.call('zrange', holders, 0, -1), permits_in)
   end
   state.used = used
   if used > 0 then
@@ -110,12 +77,10 @@ end
 -- Drops the holders whose expiry has passed by `now`; returns how many permits came back
 -- (and counts them out of `state`).
 local function reclaim(holders, details, state, now)
-  local expired = redis.call('zrangebyscore', holders, '-inf', over_by(now))
-  if #expired == 0 then
+  local freed = drop_expired(holders, details, now, permits_in)
+  if not freed then
     return 0
   end
-  local freed = permits_of(details, expired, true)
-  redis.call('zremrangebyscore', holders, '-inf', over_by(now))
   if redis.call('zcard', holders) == 0 then
     count(holders, details, state, 0)
   else
@@ -206,31 +171,54 @@ local function pass_on(holders, details, line, state, now, freed)
   end
 end
 
--- Sets the expiry of the holder `token` to now + `ttl` ms if it holds permits; never adds a
--- member that was reclaimed (ZADD XX). Returns 1 when extended, 0 when not held.
-local function extend(holders, details, token, ttl)
+-- When the holder that expired at `was` was the latest to expire (the counts say when
+-- the keys expire: the check costs no command), the keys follow the latest expiry left,
+-- `slack` ms on, when that is sooner: rather than outlive the holders by as long as this
+-- one would have held. Whether it was the latest.
+local function follow_latest(holders, details, state, was, slack)
+  if key_expiry(was) + UNTIL_SLACK_MS < state.till then
+    return false
+  end
+  local last = redis.call('zrevrange', holders, 0, 0, 'withscores')
+  local at = key_expiry(last[2]) + slack
+  if at < state.till then
+    expire_at(holders, details, state, at, true)
+  end
+  return true
+end
+
+-- What the operations of one holder (holders.lua: refresh, renew, ttl, guarded, fence,
+-- raise_fence) ask of a semaphore's holders.
+
+-- When the holder `token` expires, if it holds permits at `now`; nil when it does not.
+local function holder_expiry(holders, _, token, now)
+  return live_expiry(holders, token, now)
+end
+
+-- For a change of the holder `token`'s expiry: the clock, its expiry if it holds permits
+-- (nil when not), and the counts. (Without its counts — the details key evicted — the
+-- semaphore is nobody's to keep: its holders are lost, and its keys expire.)
+local function holding(holders, details, token)
   local state = counts_of(details)
   local now = now_ms()
-  -- (Without its counts — the details key evicted — the semaphore is nobody's to keep:
-  -- its holders are lost, and its keys expire.)
-  local was = state and state.limit and live_expiry(holders, token, now)
-  if not was then
-    return 0
+  return now, state and state.limit and live_expiry(holders, token, now), state
+end
+
+-- Both keys' expiry once the holder that expired at `was` expires at `expiry`, `ttl` ms
+-- from now: moved on as far as it needs (see needs_until); or — it was the latest to
+-- expire and now expires sooner (a renewal never does, a refresh may) — following the
+-- latest expiry left, rather than keeping the longer one.
+local function keep_keys(holders, details, state, was, expiry, ttl)
+  local slack = math.min(ttl, UNTIL_SLACK_MS)
+  if expiry < was and follow_latest(holders, details, state, was, slack) then
+    return
   end
-  ttl = tonumber(ttl)
-  redis.call('zadd', holders, 'xx', now + ttl, token)
-  if now + ttl < was and key_expiry(was) + UNTIL_SLACK_MS >= state.till then
-    -- It was the latest to expire and now expires sooner (a renewal never does, a refresh
-    -- may): the keys follow the latest expiry left, rather than keep the longer one.
-    local last = redis.call('zrevrange', holders, 0, 0, 'withscores')
-    local at = key_expiry(last[2]) + math.min(ttl, UNTIL_SLACK_MS)
-    if at < state.till then
-      expire_at(holders, details, state, at, true)
-    end
-    return 1
-  end
-  expire_at(holders, details, state, needs_until(state, now + ttl, ttl), true)
-  return 1
+  expire_at(holders, details, state, needs_until(state, expiry, ttl), true)
+end
+
+-- A holder's fence: the next one, stored (see take_fence).
+local function holder_fence(i, retention)
+  return take_fence(i, i, retention)
 end
 
 -- Milliseconds from `now` until the earliest of `first` (ZRANGE WITHSCORES of the first
@@ -512,16 +500,7 @@ end
 local first = used > 0 and redis.call('zrange', holders, 0, 0, 'withscores') or {}
 local expired = first[2] ~= nil and not live_at(first[2], now)
 if used > 0 and stopped == 'empty' and not expired then
-  if key_expiry(expiry) + UNTIL_SLACK_MS >= state.till then
-    -- It was the latest to expire: the keys follow the latest expiry left, rather than
-    -- outlive the holders by as long as this one would have held (the check costs no
-    -- command: the counts read above say when the keys expire).
-    local last = redis.call('zrevrange', holders, 0, 0, 'withscores')
-    local at = key_expiry(last[2]) + UNTIL_SLACK_MS
-    if at < state.till then
-      expire_at(holders, details, state, at, true)
-    end
-  end
+  follow_latest(holders, details, state, expiry, UNTIL_SLACK_MS)
   if state.awaited then
     announce_on(holders, '', tostring(left))
   end
@@ -535,64 +514,6 @@ elseif expired then
 end
 pass_on(holders, details, line, state, now, freed)
 return 0
-
---- op: refresh
--- 'refresh': KEYS holders, details; ARGV[1] the token, ARGV[2] the new TTL in ms.
--- Returns: 1 when extended; 0 when not held (nothing changed).
-return extend(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
-
---- op: renew
--- 'renew': refresh many holders in one call (keep-alive), each on its own, and say which
--- were asked to let go.
--- KEYS:    per holder in the batch, holder after holder: the holders, their details, and
---          the key's ask companion (see `asked`).
--- ARGV:    two values per holder, in the same order: its token and the TTL in ms to set.
--- Returns: one integer per holder: 1 when extended; 2 when extended, and the holder was
---          asked to release its permits; 0 when not held.
-return renew_holders(extend)
-
---- op: ttl
--- 'ttl': KEYS holders, details; ARGV[1] the token.
--- Returns: milliseconds until the holder's permits expire; -2 when it holds none.
-local now = now_ms()
-local expiry = live_expiry(KEYS[1], ARGV[1], now)
-if not expiry then
-  return -2
-end
-return expiry - now
-
---- op: guarded
--- the caller's commands, run only while the holder ARGV[1] holds its permits.
--- KEYS:    holders, details (ARGV[2] = 2 of them), then the keys the commands touch.
--- ARGV[1]: the token.  ARGV[3…]: the commands (see run_guarded in helpers.lua).
--- Returns: { 0 } when it holds none (nothing ran); otherwise { 1, replies }.
-if not live_expiry(KEYS[1], ARGV[1], now_ms()) then
-  return { 0 }
-end
-return { 1, run_guarded(3) }
-
---- op: fence
--- 'fence': the fence of permits taken without one.
--- KEYS:    holders, details, the fence counter.  ARGV[1]: the token.  ARGV[2]: retention.
--- Returns: the next fence, now stored, when the holder holds permits; 0 when it does not.
-if not live_expiry(KEYS[1], ARGV[1], now_ms()) then
-  return 0
-end
-local next, err = next_fence(3, 3)
-if next == nil then
-  return redis.error_reply(err)
-end
-store_fence(3, 3, next, ARGV[2])
-return next
-
---- op: raise_fence
--- 'raise_fence': KEYS holders, details, the counter; ARGV[1] the token, ARGV[2] the fence,
--- ARGV[3] the retention. Returns 1 when the holder holds permits and the counter is now
--- at least the fence; 0 otherwise (nothing changed).
-if not live_expiry(KEYS[1], ARGV[1], now_ms()) then
-  return 0
-end
-return raise_counters(3, 3, tonumber(ARGV[2]), ARGV[3])
 
 --- op: inspect
 -- 'inspect': the semaphore as anyone sees it, without changing it (expired holders are

@@ -18,11 +18,14 @@ use crate::engine::guard::Lock;
 use crate::engine::lease::Lease;
 use crate::error::{Argument, Error, InvalidArgument};
 use crate::fence::{companion_key, counter_key, Companion};
-use crate::scripts::{operations, Call, Claim, Conn, Node, Obtain, ObtainTry, Operations};
+use crate::scripts::{
+    add_holder_renewal, holder_keys, operations, Call, Claim, Conn, Node, Obtain, ObtainTry,
+    Operations,
+};
 use crate::token::{Token, TOKEN_LEN};
 
 operations!(
-    "primitives/semaphore.lua";
+    "primitives/semaphore.lua", "scripts/holders.lua";
     OBTAIN = "obtain",
     RELEASE = "release",
     REFRESH = "refresh",
@@ -410,11 +413,8 @@ impl Claim for Permits {
 
     /// The holders, the details, then (fenced) the fence counter.
     fn script_keys(&self, fenced: bool, add: &mut dyn FnMut(&[u8])) {
-        add(self.keys.get(0).expect("one key"));
-        add(&self.details);
-        if fenced {
-            add(&self.counter);
-        }
+        let holders = self.keys.get(0).expect("one key");
+        holder_keys([holders, &self.details, &self.counter], fenced, add);
     }
 
     fn operations(&self) -> &'static Operations {
@@ -493,15 +493,10 @@ impl Claim for Permits {
         })
     }
 
-    /// The holders, their details, and the key's ask companion (see `semaphore.lua`'s
+    /// The holders, their details, and the key's ask companion (see `holders.lua`'s
     /// `renew`).
     fn add_renewal(&self, call: &mut ScriptInvocation<'static>, token: &Token, ttl_ms: u64) {
-        self.script_keys(false, &mut |key| {
-            call.key(key);
-        });
-        let key = self.keys.get(0).expect("one key");
-        call.key(companion_key(key, Companion::Ask));
-        call.arg(token.as_bytes()).arg(ttl_ms);
+        add_holder_renewal(self, call, token, ttl_ms);
     }
 }
 

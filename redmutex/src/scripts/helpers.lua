@@ -76,27 +76,6 @@ local function renewed(held, requests)
   return answer
 end
 
--- The keep-alive of holders kept in a sorted set beside their details (a semaphore's
--- holders, a read-write lock's readers), with `extend`, the primitive's own (1 when it
--- extended the holder, 0 when not held). KEYS: per holder in the batch, the sorted set,
--- the details and the key's ask companion; ARGV: per holder, its token and the TTL in ms.
--- One answer per holder (see `renewed`): 0 not held; 1 extended; { 1, ids... } extended,
--- and asked to let go by those requests (see `asked`).
-local function renew_holders(extend)
-  local results = {}
-  local k = 1
-  for a = 1, #ARGV, 2 do
-    local held = extend(KEYS[k], KEYS[k + 1], ARGV[a], ARGV[a + 1])
-    local requests = {}
-    if held == 1 then
-      asked(KEYS[k + 2], ARGV[a], requests)
-    end
-    results[#results + 1] = renewed(held, requests)
-    k = k + 3
-  end
-  return results
-end
-
 -- Fences stay below 2^53 - 1: beyond it they are no longer exact as Lua numbers or in JSON.
 local FENCE_LIMIT = 9007199254740991
 
@@ -242,6 +221,60 @@ local function expire_with(scores, other)
   end
   redis.call('pexpireat', scores, key_expiry(last[2]))
   redis.call('pexpireat', other, key_expiry(last[2]))
+end
+
+-- A semaphore's holders and its line (semaphore.lua) name permits: the permits a place in
+-- line wants (its name: the number, '.', the locker's id).
+local function wanted_by(place)
+  return tonumber(string.match(place, '^(%d+)%.'))
+end
+
+-- The permits the member `member` of a semaphore's holders counts, `entry` its details
+-- entry (false: none): a reservation's place names them; otherwise the entry, or one.
+local function permits_in(member, entry)
+  if entry then
+    return tonumber(string.match(entry, '^(%d+)')) or 0
+  end
+  if string.sub(member, 1, 1) == '>' then
+    return wanted_by(string.sub(member, 2)) or 0
+  end
+  return 1
+end
+
+-- Goes through `members` of a holder set (a semaphore's holders, readers) with `details`,
+-- the hash of their entries beside it: with `weigh` (a function of a member and its entry,
+-- false when it has none: permits_in, for a semaphore's holders), returns the sum of their
+-- weights (0 without); with `forget`, their entries are deleted as they are read (the
+-- members are leaving).
+local function in_slices(details, members, weigh, forget)
+  local sum = 0
+  -- In slices: Lua's unpack has a bounded stack.
+  for i = 1, #members, 1000 do
+    local slice = { unpack(members, i, math.min(i + 999, #members)) }
+    if weigh then
+      local entries = redis.call('hmget', details, unpack(slice))
+      for j, member in ipairs(slice) do
+        sum = sum + weigh(member, entries[j])
+      end
+    end
+    if forget then
+      redis.call('hdel', details, unpack(slice))
+    end
+  end
+  return sum
+end
+
+-- Drops the members of the holder set `set` whose expiry passed by `now`, and their
+-- entries in `details`. Returns nil when none had; otherwise the sum of their weights by
+-- `weigh`, if given (see in_slices: the permits a semaphore's holders counted).
+local function drop_expired(set, details, now, weigh)
+  local expired = redis.call('zrangebyscore', set, '-inf', over_by(now))
+  if #expired == 0 then
+    return nil
+  end
+  local sum = in_slices(details, expired, weigh, true)
+  redis.call('zremrangebyscore', set, '-inf', over_by(now))
+  return sum
 end
 
 -- Announces `message` on `key`'s channel named by `suffix` ('' for the key's own): the
