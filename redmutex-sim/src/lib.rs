@@ -20,7 +20,6 @@ pub mod checker;
 pub mod history;
 mod net;
 pub mod plan;
-pub mod rng;
 mod state;
 pub mod sweep;
 mod workload;

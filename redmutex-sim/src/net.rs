@@ -13,8 +13,8 @@ use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use crate::rng::Rng;
 use crate::state::{lock, Shared};
+use testkit::Rng;
 
 /// How long a request waits for its reply, as with `redmutex::connect`.
 pub const RESPONSE_TIMEOUT: Duration = redmutex::RESPONSE_TIMEOUT;

@@ -7,7 +7,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::rng::Rng;
+use testkit::Rng;
 
 /// Where the locks live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

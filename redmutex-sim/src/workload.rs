@@ -12,8 +12,8 @@ use redmutex::{retry, Acquire, Error, KeepAlive, Lock, Locker, LostSignal, Write
 use crate::history::{Ask, Attempt, FailedTry, GuardedWrite, Observation, Section, Watch};
 use crate::net::{precise_sleep_until, SimConn};
 use crate::plan::{Primitive, Role, Style, TaskPlan};
-use crate::rng::Rng;
 use crate::state::{breach_between, Shared};
+use testkit::Rng;
 
 /// One task: its plan, its stream of random numbers, and where it records.
 struct Task {

@@ -15,9 +15,9 @@ use tokio::time::Instant;
 use crate::history::{Free, History};
 use crate::net::SimConn;
 use crate::plan::{Fault, Plan, Primitive, Role, Topology};
-use crate::rng::Rng;
 use crate::state::{breach, breach_between, lock, NodeState, ProcState, Replica, Shared};
 use crate::workload;
+use testkit::Rng;
 
 /// The servers' clocks start here (a fixed moment, so that runs do not depend on the day).
 const EPOCH_SECS: u64 = 1_800_000_000;

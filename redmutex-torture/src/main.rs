@@ -14,7 +14,6 @@ mod checker;
 mod clock;
 mod record;
 mod report;
-mod rng;
 mod run;
 mod schedule;
 mod worker;

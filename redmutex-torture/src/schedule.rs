@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::rng::Rng;
+use testkit::Rng;
 
 /// What the workers lock against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -146,55 +146,55 @@ pub struct Plan {
 /// mode allows, in a seeded order, so that even a short run injects each kind once; the
 /// rest are drawn at random.
 pub fn schedule(seed: u64, plan: &Plan) -> Vec<Fault> {
-    let mut rng = Rng::new(seed, 0x5c4e_d01e);
+    let mut rng = Rng::stream(seed, 0x5c4e_d01e);
     let kinds = plan.mode.fault_kinds();
     let mut first_round: Vec<FaultKind> = kinds.to_vec();
     for i in (1..first_round.len()).rev() {
-        first_round.swap(i, rng.below(i + 1));
+        first_round.swap(i, rng.index(i + 1));
     }
     let ttl = plan.ttl.as_millis() as u64;
     let ms = Duration::from_millis;
     let end = plan.run.saturating_sub(ms(500));
-    let mut at = ms(rng.between(200, 600));
+    let mut at = rng.between(ms(200), ms(600));
     let mut faults = Vec::new();
     loop {
         let kind = match faults.len() {
             n if n < first_round.len() => first_round[n],
-            _ => kinds[rng.below(kinds.len())],
+            _ => kinds[rng.index(kinds.len())],
         };
         let (target, lasts, latency) = match kind {
-            FaultKind::Cut | FaultKind::ClientKill => (rng.below(plan.nodes), ms(0), ms(0)),
+            FaultKind::Cut | FaultKind::ClientKill => (rng.index(plan.nodes), ms(0), ms(0)),
             FaultKind::Latency => (
-                rng.below(plan.nodes),
-                ms(rng.between(500, 2_000)),
-                ms(rng.between(20, 150)),
+                rng.index(plan.nodes),
+                rng.between(ms(500), ms(2_000)),
+                rng.between(ms(20), ms(150)),
             ),
             // Cluster: shorter than the node timeout (1 s), so that no failover starts.
             FaultKind::NodePause if plan.mode == Mode::Cluster => {
-                (rng.below(plan.nodes), ms(rng.between(100, 600)), ms(0))
+                (rng.index(plan.nodes), rng.between(ms(100), ms(600)), ms(0))
             }
             FaultKind::NodePause => (
-                rng.below(plan.nodes),
-                ms(rng.between(ttl / 10, ttl * 2)),
+                rng.index(plan.nodes),
+                rng.between(ms(ttl / 10), ms(ttl * 2)),
                 ms(0),
             ),
             // Redlock nodes keep no data: a restarted node stays out for longer than the
             // TTL, so every lock it knew of has expired (the rule the crate documents).
             // The others reload their append-only file and come straight back.
             FaultKind::NodeRestart if plan.mode == Mode::Redlock => (
-                rng.below(plan.nodes),
-                ms(ttl + rng.between(100, 500)),
+                rng.index(plan.nodes),
+                ms(ttl) + rng.between(ms(100), ms(500)),
                 ms(0),
             ),
-            FaultKind::NodeRestart => (rng.below(plan.nodes), ms(rng.between(0, 300)), ms(0)),
+            FaultKind::NodeRestart => (rng.index(plan.nodes), rng.between(ms(0), ms(300)), ms(0)),
             FaultKind::HolderPause => (
-                rng.below(plan.workers),
-                ms(rng.between(ttl * 3 / 2, ttl * 3)),
+                rng.index(plan.workers),
+                rng.between(ms(ttl * 3 / 2), ms(ttl * 3)),
                 ms(0),
             ),
             // The writes the replica misses: shorter than Sentinel's down-after (1 s), so
             // that the frozen replica is not itself taken for down.
-            FaultKind::Failover => (0, ms(rng.between(200, 800)), ms(0)),
+            FaultKind::Failover => (0, rng.between(ms(200), ms(800)), ms(0)),
         };
         if at + lasts + kind.recovery() > end {
             break;
@@ -206,7 +206,7 @@ pub fn schedule(seed: u64, plan: &Plan) -> Vec<Fault> {
             lasts,
             latency,
         });
-        at += lasts + kind.recovery() + ms(rng.between(200, 800));
+        at += lasts + kind.recovery() + rng.between(ms(200), ms(800));
     }
     faults
 }

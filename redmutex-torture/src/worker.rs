@@ -16,8 +16,8 @@ use tokio::time::Instant;
 
 use crate::clock::{instant_ns, now_ns};
 use crate::record::{Answer, Ask, Guarded, Holder, Outcome, Release, Section, Write, PERMITS};
-use crate::rng::Rng;
 use crate::schedule::Mode;
+use testkit::Rng;
 
 /// Lock keys are `torture:k0`, `torture:k1`, …
 pub const PREFIX: &str = "torture:";
@@ -257,7 +257,7 @@ async fn acquire_fenced<C: Connection, P: Send + Sync>(
     shared: &Shared,
 ) -> Result<Option<(redmutex::Lock<C, P>, u64, u64)>, ()> {
     let ms = |n: u64| Duration::from_millis(n);
-    let eager = always_eager || rng.below(2) == 0;
+    let eager = always_eager || rng.chance(0.5);
     let acquire = acquire.retry(retry::exponential(ms(2), ms(40)).jitter(Jitter::full()));
     let acquired = match eager {
         true => acquire.with_fence().await,
@@ -268,7 +268,7 @@ async fn acquire_fenced<C: Connection, P: Send + Sync>(
         Err(e) => {
             shared.tally.lock().unwrap().failed(&e);
             // Not obtained within the TTL, or a fault: take a breath and go on.
-            tokio::time::sleep(ms(rng.between(1, 10))).await;
+            tokio::time::sleep(rng.between(ms(1), ms(10))).await;
             return Ok(None);
         }
     };
@@ -306,7 +306,7 @@ async fn decide<C: Connection, P>(
     let ms = |n: u64| Duration::from_millis(n);
     match holder {
         Holder::Careful | Holder::Permit if args.sabotage_validity => {
-            tokio::time::sleep(ms(rng.between(ttl_ms / 2, ttl_ms * 2))).await;
+            tokio::time::sleep(rng.between(ms(ttl_ms / 2), ms(ttl_ms * 2))).await;
             let believed = start + 2 * ttl_ms * 1_000_000;
             (now_ns(), believed, Outcome::Kept, Held::Lock(lock), None)
         }
@@ -316,7 +316,7 @@ async fn decide<C: Connection, P>(
         | Holder::Periodic
         | Holder::Reader
         | Holder::Writer => {
-            tokio::time::sleep(ms(rng.between(0, ttl_ms / 10))).await;
+            tokio::time::sleep(rng.between(ms(0), ms(ttl_ms / 10))).await;
             let valid_until = lock.valid_until();
             let valid = instant_ns(valid_until.into_std());
             if Instant::now() < valid_until {
@@ -327,7 +327,7 @@ async fn decide<C: Connection, P>(
             }
         }
         Holder::Naive => {
-            tokio::time::sleep(ms(rng.between(0, ttl_ms / 10))).await;
+            tokio::time::sleep(rng.between(ms(0), ms(ttl_ms / 10))).await;
             let valid = instant_ns(lock.valid_until().into_std());
             (now_ns(), valid, Outcome::Kept, Held::Lock(lock), None)
         }
@@ -356,7 +356,7 @@ async fn holder_task<C: Connection>(
     task: u32,
     holder: Holder,
 ) {
-    let mut rng = Rng::new(args.seed, (u64::from(args.id) << 32) | u64::from(task));
+    let mut rng = Rng::stream(args.seed, (u64::from(args.id) << 32) | u64::from(task));
     let ttl = Duration::from_millis(args.ttl_ms);
     let mut section = Sections {
         storage,
@@ -367,7 +367,7 @@ async fn holder_task<C: Connection>(
         holder,
     };
     while now_ns() < args.stop_at {
-        let key = rng.below(args.keys as usize) as u32;
+        let key = rng.index(args.keys as usize) as u32;
         let name = format!("k{key}");
         let done = match holder {
             Holder::Fair => {
@@ -469,7 +469,10 @@ impl Sections<'_> {
             Ok(Ok(leadership)) => leadership,
             Ok(Err(e)) => {
                 self.shared.tally.lock().unwrap().failed(&e);
-                tokio::time::sleep(Duration::from_millis(rng.between(1, 10))).await;
+                tokio::time::sleep(
+                    rng.between(Duration::from_millis(1), Duration::from_millis(10)),
+                )
+                .await;
                 return Ok(());
             }
             Err(_) => {
@@ -495,7 +498,7 @@ impl Sections<'_> {
     ) -> Result<(), ()> {
         // Half the time, first ask whoever holds it to let go (an operator's polite
         // revocation): kept-alive holders that hear it let go at once.
-        if rng.below(2) == 0 {
+        if rng.chance(0.5) {
             self.ask(key, locker, name).await;
         }
         let asked = now_ns();
@@ -526,7 +529,7 @@ impl Sections<'_> {
             heard: None,
         };
         self.shared.line(&section.to_string());
-        tokio::time::sleep(Duration::from_millis(rng.between(0, 5))).await;
+        tokio::time::sleep(rng.between(Duration::from_millis(0), Duration::from_millis(5))).await;
         Ok(())
     }
 
@@ -661,9 +664,9 @@ async fn hold_lease<C: Connection, P>(
     ttl_ms: u64,
 ) -> Decision<C, P> {
     let ms = Duration::from_millis;
-    let work = match rng.below(4) {
-        0 => ms(rng.between(ttl_ms, ttl_ms * 2)),
-        _ => ms(rng.between(0, ttl_ms / 10)),
+    let work = match rng.index(4) {
+        0 => rng.between(ms(ttl_ms), ms(ttl_ms * 2)),
+        _ => rng.between(ms(0), ms(ttl_ms / 10)),
     };
     let mut heard = None;
     let lost_at = tokio::select! {

@@ -21,11 +21,13 @@
 
 mod cluster;
 mod proxy;
+mod rng;
 mod sentinel;
 mod tls;
 
 pub use cluster::{ClusterNode, RedisCluster};
 pub use proxy::Proxy;
+pub use rng::Rng;
 pub use sentinel::{SentinelGroup, MASTER_NAME};
 pub use tls::TestCa;
 

@@ -9,30 +9,9 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::Value;
 use redmutex::memory::MemoryRedis;
-use testkit::RedisServer;
+use testkit::{RedisServer, Rng};
 
 use crate::common::{multiplexed, Raw};
-
-/// SplitMix64: a seeded stream, so that a failing sequence can be named by its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items[self.below(items.len() as u64) as usize]
-    }
-}
 
 /// Few keys, fields and members, so that commands meet each other's data (and its type).
 const KEYS: &[&str] = &["a", "b", "{a}:z"];
@@ -165,7 +144,7 @@ async fn random_command_sequences_get_the_same_replies_from_both_servers() {
     for seed in 0..200u64 {
         let mut memory = MemoryRedis::new();
         let _: () = redis::cmd("FLUSHALL").query_async(&mut real).await.unwrap();
-        let mut rng = Rng(seed);
+        let mut rng = Rng::new(seed);
         let mut sent: Vec<String> = Vec::new();
         for _ in 0..40 {
             let args = command(&mut rng);

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redmutex::{retry, Argument, Locker};
-use testkit::RedisServer;
+use testkit::{RedisServer, Rng};
 use tokio::time::Instant;
 
 use crate::common::{self, blamed, ms, own_locker, Raw};
@@ -22,20 +22,6 @@ async fn locker_at(url: &str) -> Locker<MultiplexedConnection> {
     Locker::new(conn)
         .with_wake_up([redis::Client::open(url).unwrap()])
         .unwrap()
-}
-
-/// A tiny deterministic PRNG (xorshift64*).
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 /// Keys (of any kind) that have no TTL, read in one script.
@@ -150,7 +136,7 @@ async fn churn(
     end: Instant,
     holders: Arc<Mutex<Holders>>,
 ) -> Tally {
-    let mut rng = Rng(seed | 1);
+    let mut rng = Rng::new(seed);
     let mut tally = Tally::default();
     let rw = locker.rw_lock("mix").unwrap();
     let who = format!("{role:?}#{seed}");
@@ -785,7 +771,7 @@ async fn writers_get_in_under_streaming_readers() {
         let locker = own_locker(&server, true).await;
         readers.push(tokio::spawn(async move {
             let rw = locker.rw_lock("s").unwrap();
-            let mut rng = Rng(77 + i);
+            let mut rng = Rng::new(77 + i);
             let mut got = 0;
             while Instant::now() < end {
                 let r = rw
@@ -835,7 +821,7 @@ async fn plain_lock_gets_in_under_streaming_readers() {
         let locker = own_locker(&server, true).await;
         readers.push(tokio::spawn(async move {
             let rw = locker.rw_lock("sp").unwrap();
-            let mut rng = Rng(91 + i);
+            let mut rng = Rng::new(91 + i);
             while Instant::now() < end {
                 let r = rw
                     .read(ms(5_000))

@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::common::{self, blamed, ms, multiplexed, own_locker, Raw};
 use redis::aio::MultiplexedConnection;
 use redmutex::{retry, Argument, Locker, Semaphore};
-use testkit::RedisServer;
+use testkit::{RedisServer, Rng};
 use tokio::time::Instant;
 
 /// What a semaphore's keys hold, read atomically by a script of the test's own: the
@@ -104,23 +104,6 @@ fn check_sample(s: &Sample, limit: i64) -> Result<(), String> {
         return Err(format!("permits counted with nobody holding: {s:?}"));
     }
     Ok(())
-}
-
-/// A tiny deterministic generator (tests must be reproducible).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 /// One holder's time holding permits as its process saw it: from when its acquire
@@ -247,7 +230,7 @@ async fn mixed_herd_never_over_admits_and_used_never_drifts() {
             tasks.push(tokio::spawn(async move {
                 // A fixed draw per process and task (the run does not depend on its
                 // environment).
-                let mut rng = Rng(process * 1000 + task * 7 + 1);
+                let mut rng = Rng::new(process * 1000 + task * 7 + 1);
                 while Instant::now() < run_until {
                     let permits = 1 + rng.below(3) as u32;
                     let short = rng.below(3) == 0;
