@@ -40,10 +40,7 @@ pub async fn run<C: Connection>(
     let info = loop {
         match locker.inspect(&args.key).await {
             Ok(info) => break info,
-            Err(e) => {
-                outage.failed(Failure::from_lock_error(&e, urls), e.is_transient())?;
-                tokio::time::sleep(reach::ASK_EVERY).await;
-            }
+            Err(e) => outage.ask_again(&e, urls).await?,
         }
     };
     let listed = described(locker, &args.key, &info).await;

@@ -11,6 +11,7 @@ use crate::describe::{self, printable};
 use crate::duration;
 use crate::exit::Failure;
 use crate::output::{self, outln};
+use crate::reach::Outage;
 
 #[derive(Args, Debug)]
 pub struct ListArgs {
@@ -37,13 +38,25 @@ pub async fn run<C: Connection>(
     args: ListArgs,
     session: &Session<'_>,
 ) -> Result<u8, Failure> {
-    let failed = |e: redmutex::Error| Failure::from_lock_error(&e, session.urls);
     let pattern = args.pattern.as_deref().unwrap_or("*");
     let started = Instant::now();
-    let mut listing = locker.list(pattern).map_err(failed)?;
+    let mut listing =
+        (locker.list(pattern)).map_err(|e| Failure::from_lock_error(&e, session.urls))?;
     let mut rows = Vec::new();
     let mut count = 0usize;
-    while let Some(page) = listing.next_page().await.map_err(failed)? {
+    // A page Redis cannot tell is asked again (the listing reads it again), as `inspect`,
+    // `wait` and `watch` do, until `--wait-redis` has passed.
+    let mut outage = Outage::new(session.wait_redis);
+    loop {
+        let page = match listing.next_page().await {
+            Ok(Some(page)) => page,
+            Ok(None) => break,
+            Err(e) => {
+                outage.ask_again(&e, session.urls).await?;
+                continue;
+            }
+        };
+        outage.answered();
         count += page.len();
         for lock in page {
             match args.json {

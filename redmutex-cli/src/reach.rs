@@ -285,6 +285,20 @@ impl Outage {
         ))
     }
 
+    /// A read failed with `e`: waits a moment before it is asked again (`Ok`), or ends
+    /// the command as [`failed`](Outage::failed) does. The one rule of every command that
+    /// reads what holds a key (`inspect`, `list`, `wait`, `watch`): what Redis cannot
+    /// tell — no server, no quorum, or a quorum whose silent nodes could change the answer
+    /// — is asked again until `--wait-redis` has passed, then exit 69.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only sleeps.
+    pub async fn ask_again(&mut self, e: &redmutex::Error, urls: &[String]) -> Result<(), Failure> {
+        self.failed(Failure::from_lock_error(e, urls), e.is_transient())?;
+        tokio::time::sleep(ASK_EVERY).await;
+        Ok(())
+    }
+
     /// When the current outage ends the command, if there is one.
     pub fn deadline(&self) -> Option<Instant> {
         self.since.map(|since| since + self.within)

@@ -119,35 +119,12 @@ fn waiting_processes_are_counted_by_inspect_and_list() {
 }
 
 /// `inspect` on Redlock where the nodes that answer cannot decide (held on one, free on
-/// another, the third frozen) asks again, as `wait` and `watch` do, until `--wait-redis`
-/// has passed: it answers once the frozen node does, and exits 69 if it never does.
+/// another, the third frozen) asks again, as `list`, `wait` and `watch` do, until
+/// `--wait-redis` has passed: it answers once the frozen node does, and exits 69 if it
+/// never does.
 #[test]
 fn redlock_inspect_waits_out_an_undecided_key_up_to_wait_redis() {
-    let servers = RedisServer::spawn_many(3);
-    let out = run(redlock(&servers).args(["acquire", "--ttl", "30s", "job"]));
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    assert_eq!(servers[1].command(&["DEL", "job"]), ":1\r\n");
-    servers[2].pause();
-    let started = Instant::now();
-    let out = run(redlock(&servers).args(["--wait-redis", "1s", "inspect", "job"]));
-    assert_eq!(code(&out), 69, "{}", stderr(&out));
-    assert!(
-        started.elapsed() >= Duration::from_secs(1),
-        "gave up at once"
-    );
-
-    let inspect = redlock(&servers)
-        .args(["--wait-redis", "20s", "inspect", "job"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // After the first round of PINGs (which waits for every node up to 2 s, then goes on
-    // with the quorum that answered): the inspection itself must wait for the node.
-    thread::sleep(Duration::from_millis(3_000));
-    servers[2].resume();
-    let out = inspect.wait_with_output().unwrap();
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = undecided_key_waited_out(&["inspect", "job"]);
     assert!(
         stdout(&out).starts_with("job: held, ttl "),
         "{}",

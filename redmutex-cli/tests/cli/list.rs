@@ -95,3 +95,15 @@ fn list_shows_every_lock_in_aligned_columns_and_as_json_lines() {
         "0 locks in ".to_owned() + stdout(&out).trim_start_matches("0 locks in ")
     );
 }
+
+/// `list` on Redlock where the nodes that answer cannot decide about a key (held on one,
+/// free on another, the third frozen) asks again, as `inspect`, `wait` and `watch` do,
+/// until `--wait-redis` has passed: it lists the key once the frozen node answers, and
+/// exits 69, listing nothing, if it never does.
+#[test]
+fn redlock_list_waits_out_an_undecided_key_up_to_wait_redis() {
+    let out = undecided_key_waited_out(&["list"]);
+    let text = stdout(&out);
+    assert!(text.lines().any(|l| l.starts_with("job ")), "{text}");
+    assert!(text.contains("\n1 lock in "), "{text}");
+}

@@ -186,6 +186,41 @@ pub fn redlock(servers: &[RedisServer]) -> Command {
     cmd
 }
 
+/// Runs `args` over Redlock where the nodes that answer cannot decide about `job` (held on
+/// one, free on another, the third frozen): with `--wait-redis 1s` it must exit 69 no
+/// sooner than that; with 20 s, it must answer (exit 0) once the frozen node wakes, 3 s
+/// on. Returns that answer.
+pub fn undecided_key_waited_out(args: &[&str]) -> Output {
+    let servers = RedisServer::spawn_many(3);
+    let out = run(redlock(&servers).args(["acquire", "--ttl", "30s", "job"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(servers[1].command(&["DEL", "job"]), ":1\r\n");
+    servers[2].pause();
+    let started = Instant::now();
+    let out = run(redlock(&servers).args(["--wait-redis", "1s"]).args(args));
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "gave up at once"
+    );
+    assert!(stdout(&out).is_empty(), "{}", stdout(&out));
+
+    let asked = redlock(&servers)
+        .args(["--wait-redis", "20s"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // After the first round of PINGs (which waits for every node up to 2 s, then goes on
+    // with the quorum that answered): the command itself must wait for the node.
+    thread::sleep(Duration::from_millis(3_000));
+    servers[2].resume();
+    let out = asked.wait_with_output().unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    out
+}
+
 /// `redmutex` over several nodes, none of them listening (the servers were stopped), with a
 /// short wait for them.
 pub fn unreachable_redlock(servers: &[RedisServer]) -> Command {

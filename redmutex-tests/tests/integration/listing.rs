@@ -691,3 +691,29 @@ async fn a_redlock_listing_goes_on_without_a_node_while_a_quorum_answers() {
     let unknown = locker.list("q:*").unwrap().collect().await.unwrap_err();
     assert!(matches!(unknown, redmutex::Error::NoQuorum(_)), "{unknown}");
 }
+
+/// Redlock: a page of a listing that cannot be told (a leftover on one node, the node that
+/// could complete its quorum frozen) fails whole, and the next call describes the same
+/// page again — nothing of it is skipped — so a caller can wait for the node and retry.
+#[tokio::test]
+async fn a_redlock_listing_page_that_cannot_be_told_is_read_again_by_the_next_call() {
+    let servers = RedisServer::spawn_many(3);
+    let locker = Locker::redlock(common::multiplexed_all(&servers).await).unwrap();
+    locker.acquire("q:held", secs(60)).await.unwrap().detach();
+    let node0 = common::locker(&servers[0]).await;
+    node0.acquire("q:split", secs(60)).await.unwrap().detach();
+    servers[2].pause();
+    let mut listing = locker.list("q:*").unwrap();
+    let unknown = listing.next_page().await.unwrap_err();
+    assert!(matches!(unknown, redmutex::Error::NoQuorum(_)), "{unknown}");
+    assert!(
+        unknown.is_transient(),
+        "a frozen node may answer again: {unknown}"
+    );
+    servers[2].resume();
+    let page = listing.next_page().await.unwrap().expect("the page again");
+    let keys: Vec<_> = page.iter().map(|l| l.key_lossy().into_owned()).collect();
+    // The leftover on node 0 alone holds nothing, now that node 2 says it is free there.
+    assert_eq!(keys, ["q:held"], "{page:#?}");
+    assert_eq!(listing.next_page().await.unwrap(), None);
+}

@@ -285,7 +285,8 @@ impl<C: Connection> Listing<C> {
     /// while the others are a quorum.
     ///
     /// # Cancel safety
-    /// Cancel safe: it only reads; a cancelled page is read again by the next call.
+    /// Cancel safe: it only reads; a page whose call failed or was cancelled is read again
+    /// by the next call (so a caller may retry after [`Error::is_transient`]).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -314,14 +315,17 @@ impl<C: Connection> Listing<C> {
                 self.pending = self.scan().await?;
                 continue;
             }
-            let rest = self.pending.split_off(self.pending.len().min(LIST_PAGE));
-            let keys = std::mem::replace(&mut self.pending, rest);
-            let call = describe_call(&keys, self.backend.channels());
+            // The page's keys leave `pending` only once described: a page whose call
+            // failed or was cancelled is described again by the next call.
+            let taken = self.pending.len().min(LIST_PAGE);
+            let keys = &self.pending[..taken];
+            let call = describe_call(keys, self.backend.channels());
             let view = PageView {
-                keys: &keys,
+                keys,
                 quorum_only: true,
             };
             let page: Vec<ListedLock> = self.backend.inspect(&view, &call).await?;
+            self.pending.drain(..taken);
             if !page.is_empty() {
                 return Ok(Some(page));
             }
