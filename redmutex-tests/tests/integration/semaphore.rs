@@ -676,6 +676,72 @@ async fn one_release_wakes_one_process_and_processes_take_turns_in_line() {
     assert_eq!(raw.dbsize().await, 0);
 }
 
+/// Two waiters of one process served at once: each try said another of its process waits,
+/// so each put the process's place back in line for the other. The last of them to go
+/// takes the place out — rather than leave a place nobody waits in, to which every
+/// release would hand the permits for a moment while the next process in line waits, until
+/// the place's heartbeat ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_of_one_process_served_at_once_leave_no_place_in_line() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let held = (Locker::new(multiplexed(&server).await).semaphore("pair", 2))
+        .unwrap()
+        .acquire(2, ms(30_000))
+        .await
+        .unwrap();
+    // The waiting process's requests go through a proxy; its subscriber does not.
+    let proxy = testkit::Proxy::start(server.addr());
+    let locker = Locker::new(common::multiplexed_url(&proxy.url(), ms(10_000)).await)
+        .with_wake_up([redis::Client::open(server.url()).unwrap()])
+        .unwrap();
+    let s = locker.semaphore("pair", 2).unwrap();
+    let waiters: Vec<_> = (0..2)
+        .map(|_| {
+            let acquire = (s.acquire(1, ms(30_000)))
+                .retry(retry::constant(Duration::from_secs(20)))
+                .deadline(ms(30_000));
+            tokio::spawn(acquire.into_future())
+        })
+        .collect();
+    until_waiters_wait(&server, &s, 1).await;
+    // Slow requests: the second waiter's try goes out before the first one's reply is
+    // back, and both say the other waits.
+    proxy.set_latency(ms(300));
+    held.release().await.unwrap();
+    let mut permits = Vec::new();
+    for waiter in waiters {
+        permits.push(waiter.await.unwrap().expect("both get a permit"));
+    }
+    proxy.set_latency(Duration::ZERO);
+    // The place is withdrawn, not left to run out: gone before its heartbeat ends.
+    let line = "{pair}:line";
+    let beats: Vec<(String, f64)> = (raw.run(
+        redis::cmd("ZRANGEBYSCORE")
+            .arg(line)
+            .arg("-inf")
+            .arg("(0")
+            .arg("WITHSCORES"),
+    ))
+    .await;
+    let until = Instant::now() + ms(5_000);
+    while common::places_in_line(&server, line) > 0 {
+        assert!(Instant::now() < until, "the place stayed in line");
+        tokio::time::sleep(ms(20)).await;
+    }
+    let gone_at_ms = (raw.server_micros().await / 1000) as f64;
+    for (beat, score) in beats {
+        assert!(
+            gone_at_ms < -score,
+            "{beat}: the place ran out at its heartbeat's end instead of being withdrawn"
+        );
+    }
+    for permit in permits {
+        permit.release().await.unwrap();
+    }
+    assert_eq!(raw.dbsize().await, 0, "{:?}", raw.lock_keys().await);
+}
+
 /// The semaphore "herd" as any process sees it.
 async fn held_semaphore(server: &RedisServer) -> redmutex::Semaphore<MultiplexedConnection> {
     Locker::new(multiplexed(server).await)

@@ -408,6 +408,66 @@ async fn redlock_waiters_are_woken_too() {
     common::every_node_empties(&servers).await;
 }
 
+/// On Redlock, a waiter that queued without a try behind its own locker's holder is woken
+/// by that holder's release in its own process — not only by the release's announcement,
+/// which may not come back (here every subscriber connection silently drops it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_release_wakes_its_own_lockers_queued_waiter_without_the_announcement() {
+    let servers = RedisServer::spawn_many(5);
+    let proxies: Vec<Proxy> = servers.iter().map(|s| Proxy::start(s.addr())).collect();
+    let mut conns = Vec::new();
+    for server in &servers {
+        conns.push(multiplexed(server).await);
+    }
+    let subscribers = proxies
+        .iter()
+        .map(|p| redis::Client::open(p.url()).unwrap());
+    let holder_locker = Locker::redlock(conns.clone()).unwrap();
+    let locker = (Locker::redlock(conns).unwrap())
+        .with_wake_up(subscribers)
+        .unwrap();
+    // W1 waits for a foreign holder and gets the lock: its value says "awaited".
+    let holder = holder_locker
+        .acquire("own-quorum", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let first = wait_for(
+        &locker,
+        "own-quorum",
+        LONG_POLL,
+        Arc::new(AtomicU32::new(0)),
+    );
+    for server in &servers {
+        wait_for_subscribers(server, "own-quorum", 1, ms(3000)).await;
+    }
+    let until = Instant::now() + ms(3000);
+    while !holder_locker.inspect("own-quorum").await.unwrap().awaited {
+        assert!(Instant::now() < until, "the holder was never marked");
+        tokio::time::sleep(ms(10)).await;
+    }
+    holder.release().await.unwrap();
+    let w1 = first.await.unwrap().0.expect("W1 woken");
+    // W2 queues behind W1 (its own locker's holder): it counts as found held once.
+    let tries = Arc::new(AtomicU32::new(0));
+    let second = wait_for(&locker, "own-quorum", LONG_POLL, tries.clone());
+    tokio::time::sleep(ms(100)).await;
+    assert_eq!(tries.load(Ordering::SeqCst), 1, "W2 waits");
+    for proxy in &proxies {
+        proxy.blackhole(true);
+    }
+    let released_at = Instant::now();
+    w1.release().await.unwrap();
+    let (w2, got_at) = second.await.unwrap();
+    let w2 = w2.expect("W2 gets the lock");
+    assert!(
+        got_at - released_at < WOKEN_WITHIN,
+        "W2 was woken {:?} after its own locker's release",
+        got_at - released_at
+    );
+    w2.release().await.unwrap();
+    common::every_node_empties(&servers).await;
+}
+
 /// After its last waiter left, a key stays subscribed for a moment. A newcomer then either
 /// queues behind a holder that was itself a waiter (its value says "awaited"), or, facing
 /// any other holder, makes its first try as a waiter and marks it. Both are woken by the

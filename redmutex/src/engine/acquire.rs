@@ -602,13 +602,17 @@ impl<C: Connection> Tries<'_, '_, C> {
         let queued = self.line.queue.is_some();
         token::set_awaited(&mut terms.value, waiting && !named && !queued);
         let queue = queued && self.schedule.may_wait();
+        let others_waiting = waiting && !self.waiting.alone();
+        // A try that takes the key for one of several waiters of the locker keeps its
+        // place in line, for the others.
+        let request_kept_place = others_waiting && named;
         let request = ObtainTry {
             terms: &*terms,
             retrying_own,
             waiting,
             queue,
             locker: named.then_some(&self.line.locker),
-            others_waiting: waiting && !self.waiting.alone(),
+            others_waiting,
             in_line: self.left.place,
             probably_free: std::mem::take(&mut self.probably_free),
         };
@@ -618,6 +622,9 @@ impl<C: Connection> Tries<'_, '_, C> {
         // A waiter that is (or may be) in the queue must leave it when it gives up.
         let in_queue = queued && (queue || retrying_own);
         let obtained = matches!(attempt, Attempt::Obtained(_));
+        if obtained && request_kept_place {
+            self.waiting.kept_place();
+        }
         self.left.token = !obtained && (attempt.may_hold() || in_queue);
         // One obtained took the key, and left the line.
         self.left.place = (self.left.place || named) && !obtained;
@@ -638,25 +645,17 @@ impl<C: Connection> Tries<'_, '_, C> {
                 .await;
             self.left.token = false;
         }
-        if self.withdraws() {
+        if self.waiting.leave(self.left.place) {
             // The same release call, given the locker's id: it withdraws, and holds nothing.
             (self.backend)
                 .release_unattended(&**self.claim, &self.line.locker, CLEANUP_WAIT)
                 .await;
-            self.left.place = false;
         }
+        self.left.place = false;
         let attempts = self.tally.attempts;
         let error = std::mem::take(&mut self.tally).into_error(self.schedule.started);
         self.tally.attempts = attempts;
         error
-    }
-
-    /// Whether giving up must take the locker out of line: a try named it, and no other
-    /// waiter of the locker waits for the key (that one keeps the place, and a key handed
-    /// to the locker is its). Otherwise a release would hand the key to nobody, and it
-    /// would idle until the hand-off passes.
-    fn withdraws(&self) -> bool {
-        self.left.place && self.waiting.alone()
     }
 }
 
@@ -668,7 +667,12 @@ impl<C: Connection> Drop for Tries<'_, '_, C> {
             let token = self.terms.token;
             (self.backend).release_in_background(self.claim.clone(), token, None);
         }
-        if self.withdraws() {
+        // The last of the locker's waiters to go takes its place out of line if it may be
+        // there: a try named it, or another's took the key and kept the place for the
+        // others. (Another waiter of the locker keeps the place, and a key handed to the
+        // locker is its.) Otherwise a release would hand the key to nobody, and it would
+        // idle until the hand-off passes, each time, until the place's heartbeat ends.
+        if self.waiting.leave(self.left.place) {
             let locker = self.line.locker;
             (self.backend).release_in_background(self.claim.clone(), locker, None);
         }

@@ -649,15 +649,15 @@ impl<C: Connection, P> std::fmt::Debug for Lock<C, P> {
 }
 
 impl<C: Connection, P> Lock<C, P> {
-    /// Where this locker's waiters line up (see `Claim::lined`), wakes one of its own
-    /// waiters for these keys, if any: they queued behind this lock without a try, and
-    /// its locker left the line when it took the key, so no hand-off tells them. Woken,
-    /// one tries: takes the key (a plain `SET`), or lines the locker up behind whoever
-    /// the key was handed to. (Within one process, waiters take turns without the line.)
+    /// Wakes one of this locker's own waiters for these keys, if any: they queued behind
+    /// this lock without a try. Where they line up (see `Claim::lined`), the locker left
+    /// the line when it took the key, so no hand-off tells them; elsewhere the release's
+    /// announcement may not come back (it reaches too few nodes' subscribers, or the
+    /// value was stored unmarked on some). Woken, one tries: takes the key, or lines the
+    /// locker up behind whoever the key was handed to. (Within one process, waiters take
+    /// turns without the line.)
     fn wake_own_waiters(&self) {
-        if self.context.lined(&*self.claim) {
-            (self.context).waiters_held_until(&*self.claim, Instant::now());
-        }
+        (self.context).waiters_held_until(&*self.claim, Instant::now());
     }
 }
 

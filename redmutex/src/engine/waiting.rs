@@ -93,6 +93,22 @@ impl Waiting {
         }
     }
 
+    /// A try that said other waiters of this locker wait took the key: the locker's place
+    /// is back at the end of the line, for them (see [`Member::kept_place`]).
+    pub(crate) fn kept_place(&self) {
+        if let Some(member) = &self.member {
+            member.kept_place();
+        }
+    }
+
+    /// Stops waiting: whether the locker's place must be withdrawn from the key's line
+    /// (see [`Member::leave`]; `in_line`: this waiter's own tries put it there).
+    pub(crate) fn leave(&mut self, in_line: bool) -> bool {
+        self.member
+            .take()
+            .is_some_and(|member| member.leave(in_line))
+    }
+
     /// Reports what a try found (after a wake-up, that settles its turn).
     pub(crate) fn tried(&mut self, attempt: &Attempt) {
         if let Some(member) = self.member.as_mut() {

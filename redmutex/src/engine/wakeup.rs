@@ -245,6 +245,10 @@ struct ChannelState {
     /// Waiters that queued without a try and have not tried since (see [`Entry::Queue`]):
     /// they count on the others' tries to learn how long the key is held.
     untried: usize,
+    /// The units of the places a try of this locker put back at the end of the key's line
+    /// as it took the key (for the others that waited then): the last of those others to
+    /// go withdraws the place, or releases would hand the key to a locker nobody waits in.
+    kept: Vec<u32>,
 }
 
 /// What a lease does when a request to let go is announced: renew at once.
@@ -310,6 +314,8 @@ pub(crate) struct Member {
     moved: bool,
     /// How many units it wants (see [`ChannelState::units`]).
     units: u32,
+    /// Its units are counted in [`ChannelState::units`] (until it leaves).
+    counted: bool,
     /// It queued without a try and has not tried since.
     untried: bool,
 }
@@ -410,6 +416,7 @@ impl Hub {
                         idle_since: None,
                         confirmed: vec![false; self.subscribers.len()],
                         turns: 0,
+                        kept: Vec::new(),
                         unclaimed: 0,
                         why: Wake::Released,
                         pending: 0,
@@ -773,6 +780,7 @@ impl Member {
             moved: false,
             untried: false,
             units,
+            counted: true,
         }
     }
 
@@ -791,6 +799,38 @@ impl Member {
             .filter(|units| **units == self.units)
             .count()
             == 1
+    }
+
+    /// Its try took the key and put the locker's place back at the end of the line, for
+    /// the others of this locker that waited (see [`ChannelState::kept`]).
+    pub(crate) fn kept_place(&self) {
+        let mut state = lock(&self.channel.state);
+        if !state.kept.contains(&self.units) {
+            state.kept.push(self.units);
+        }
+    }
+
+    /// Stops waiting. Whether the locker's place must be withdrawn from the key's line:
+    /// this was the last of the locker's waiters wanting as many units, and the place may
+    /// be there — `in_line` (its own tries put it there), or kept for others (see
+    /// [`Member::kept_place`]). Decided under the lock that counts the waiters: of two
+    /// that leave at once, exactly the second withdraws.
+    pub(crate) fn leave(mut self, in_line: bool) -> bool {
+        let mut state = lock(&self.channel.state);
+        if let Some(mine) = state.units.iter().position(|units| *units == self.units) {
+            state.units.swap_remove(mine);
+        }
+        self.counted = false;
+        if state.units.contains(&self.units) {
+            return false;
+        }
+        let kept = state.kept.iter().position(|units| *units == self.units);
+        if let Some(at) = kept {
+            state.kept.swap_remove(at);
+        }
+        // The rest of leaving (turns, members) is Drop's, which takes the lock again.
+        drop(state);
+        in_line || kept.is_some()
     }
 
     /// Waits for this member's turn.
@@ -879,7 +919,8 @@ impl Drop for Member {
     fn drop(&mut self) {
         let mut state = lock(&self.channel.state);
         state.members -= 1;
-        if let Some(mine) = state.units.iter().position(|units| *units == self.units) {
+        let mine = state.units.iter().position(|units| *units == self.units);
+        if let (Some(mine), true) = (mine, self.counted) {
             state.units.swap_remove(mine);
         }
         if self.untried {
