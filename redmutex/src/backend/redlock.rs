@@ -27,7 +27,7 @@ use crate::background;
 use crate::connection::Connection;
 use crate::error::Error;
 use crate::quorum::{quorum, NodeError, NodeFailure, QuorumFailure, QuorumSettings};
-use crate::scripts::{evalsha, send_notice, Claim, Node, Obtain, ObtainTry, Raise};
+use crate::scripts::{evalsha, send_notice, Claim, Obtain, ObtainTry, Raise, ScriptConn};
 use crate::token::Token;
 
 /// The TTL that sizes node timeouts where no lease is known (inspect, release by token).
@@ -644,7 +644,9 @@ impl<C: Connection> Quorum<C> {
             .fan_out(
                 self.settings.timeout_for(longest),
                 |_, mut conn| async move {
-                    let reply = call.invoke_async::<Value>(&mut Node(&mut conn)).await?;
+                    let reply = call
+                        .invoke_async::<Value>(&mut ScriptConn(&mut conn))
+                        .await?;
                     renewal_reply(reply, ttls.len())
                 },
             )
@@ -694,7 +696,7 @@ impl<C: Connection> Quorum<C> {
         let started = Instant::now();
         let replies: Vec<Reply<Value>> = self
             .fan_out(timeout, |_, mut conn| async move {
-                call.invoke_async::<Value>(&mut Node(&mut conn)).await
+                call.invoke_async::<Value>(&mut ScriptConn(&mut conn)).await
             })
             .await;
         // Fewer answers than a quorum cannot tell free from held: unknown is an error.

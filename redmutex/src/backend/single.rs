@@ -17,7 +17,7 @@ use crate::classify::is_transient_redis;
 use crate::connection::Connection;
 use crate::error::Error;
 use crate::quorum::Drift;
-use crate::scripts::{idempotent, Claim, Node, Obtain, ObtainTry, Remaining};
+use crate::scripts::{idempotent, Claim, Obtain, ObtainTry, Remaining, ScriptConn};
 use crate::token::Token;
 use crate::writes::Writes;
 
@@ -330,7 +330,7 @@ impl<C: Connection> Single<C> {
         let _in_flight = self.gate.pass().await;
         let sent_at = Instant::now();
         let reply = call
-            .invoke_async::<Value>(&mut Node(&mut self.conn.clone()))
+            .invoke_async::<Value>(&mut ScriptConn(&mut self.conn.clone()))
             .await?;
         let answers = renewal_reply(reply, ttls.len())?;
         // Renewals the replicas did not confirm do not count: the call fails as a whole,
@@ -411,7 +411,7 @@ impl<C: Connection> Single<C> {
     ) -> Result<V::Info, Error> {
         let _in_flight = self.gate.pass_herd().await;
         let mut conn = self.conn.clone();
-        let reply: Value = idempotent!(call.invoke_async(&mut Node(&mut conn)))?;
+        let reply: Value = idempotent!(call.invoke_async(&mut ScriptConn(&mut conn)))?;
         Ok(view.one(reply)?)
     }
 }

@@ -1,7 +1,7 @@
 -- listing.lua: what the keys a listing found hold, read by anyone, for `Locker::list`; and
 -- an operator's forced release, for `Locker::force_release`. One file, one section per
 -- operation, each run with helpers.lua (now_ms) and this preamble before it (see
--- scripts.rs).
+-- scripts/lua.rs).
 --
 -- Each primitive's keys, as its own file describes them: a lock, a fair lock's holder and
 -- a read-write lock's writer are a string (the owner's value) at the key; a semaphore's

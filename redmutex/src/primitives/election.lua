@@ -3,7 +3,7 @@
 -- releasing it and its fence (the leader's term) are the mutex's own operations. One file,
 -- one section per operation: each section (from its `--- op:` line to the next) is a script
 -- of its own, run with helpers.lua (owned, metadata_of) and this preamble before it (see
--- scripts.rs). Observers hear of every change on the channel the key and ':~e'.
+-- scripts/lua.rs). Observers hear of every change on the channel the key and ':~e'.
 
 --- op: proclaim
 -- 'proclaim': the leader ARGV[1] sets its value to ARGV[2]; the TTL is kept.

@@ -2,7 +2,7 @@
 -- it. One file, one section per operation: each section (from its `--- op:` line to the
 -- next) is a script of its own, run with helpers.lua (owned, now_ms, now_us, first_live,
 -- beat_of, beat_end, tell_waiter, take_fence, read_key) and this preamble before it
--- (see scripts.rs).
+-- (see scripts/lua.rs).
 --
 -- The lock key is a mutex key — the owner's value (token, flag byte, metadata) with PX —
 -- so refresh, renewal, TTL and fences are the mutex's own operations, and a plain acquire

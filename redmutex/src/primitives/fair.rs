@@ -19,7 +19,9 @@ use crate::engine::lease::Lease;
 use crate::error::{Argument, Error, InvalidArgument};
 use crate::fence::{companion_key, counter_key, Companion};
 use crate::primitives::mutex;
-use crate::scripts::{operations, Call, Claim, Conn, Node, Obtain, ObtainTry, Operations, Queue};
+use crate::scripts::{
+    operations, Call, Claim, Conn, Obtain, ObtainTry, Operations, Queue, ScriptConn,
+};
 use crate::token::{turn_channel, Token, TOKEN_LEN};
 
 operations!(
@@ -366,7 +368,7 @@ impl Claim for FairKey {
             .arg(request.terms.retention_ms)
             .arg(self.turns.id.as_bytes());
         Box::pin(async move {
-            let reply: Vec<i64> = call.invoke_async(&mut Node(conn)).await?;
+            let reply: Vec<i64> = call.invoke_async(&mut ScriptConn(conn)).await?;
             if reply.len() < 2 {
                 let what = format!("{reply:?}");
                 return Err((redis::ErrorKind::Parse, "a fair obtain reply", what).into());

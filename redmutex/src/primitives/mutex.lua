@@ -1,7 +1,7 @@
 -- mutex.lua: the mutex — one or more keys, each a string holding the owner's value (token,
 -- flag byte, metadata) with a TTL. One file, one section per operation: each section (from
 -- its `--- op:` line to the next) is a script of its own, run with helpers.lua and this
--- preamble before it (see scripts.rs), so a call runs only what its operation needs.
+-- preamble before it (see scripts/lua.rs), so a call runs only what its operation needs.
 --
 -- A key that holds our own token counts as ours; a key of another type (pcall turns its
 -- WRONGTYPE error into a table) counts as held by someone else, and only values in

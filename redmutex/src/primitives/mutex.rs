@@ -14,7 +14,7 @@ use crate::engine::guard::Lock;
 use crate::engine::lease::Lease;
 use crate::fence::{companion_key, counter_key, Companion};
 use crate::scripts::{
-    eval_whole, operations, Call, Claim, Conn, Node, Obtain, ObtainTry, Operations, Terms,
+    eval_whole, operations, Call, Claim, Conn, Obtain, ObtainTry, Operations, ScriptConn, Terms,
 };
 use crate::token::{lock_value, Channels, Token, TOKEN_LEN};
 
@@ -109,7 +109,7 @@ impl Claim for Keys {
     }
 
     fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {
-        Box::pin(obtain(Node(conn), self, request))
+        Box::pin(obtain(ScriptConn(conn), self, request))
     }
 
     /// The lock keys, then (where lockers line up) the line of each, in the same order.
@@ -157,7 +157,7 @@ impl Claim for Keys {
 /// holder, or takes the key handed to it, where a `SET` could not. Everything else goes
 /// through the full `obtain` too.
 async fn obtain(
-    mut conn: Node<'_>,
+    mut conn: ScriptConn<'_>,
     keys: &Keys,
     request: ObtainTry<'_>,
 ) -> redis::RedisResult<Obtain> {

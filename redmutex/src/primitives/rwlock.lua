@@ -2,7 +2,7 @@
 -- one section per operation: each section (from its `--- op:` line to the next) is a script
 -- of its own, run with helpers.lua (owned, now_ms, live_expiry, expire_with, drop_expired,
 -- metadata_of, take_fence, next_fence, store_fence, read_counter, join_line, hand_key,
--- flag_waiters) and this preamble before it (see scripts.rs). A reader's operations of one
+-- flag_waiters) and this preamble before it (see scripts/lua.rs). A reader's operations of one
 -- holder (refresh, renew, ttl, guarded, fence, raise_fence) are holders.lua's, shared with
 -- a semaphore's holders: this preamble says what they ask of the readers.
 --

@@ -20,8 +20,8 @@ use crate::error::{Argument, Error, InvalidArgument};
 use crate::fence::{companion_key, counter_key, Companion};
 use crate::primitives::mutex;
 use crate::scripts::{
-    add_holder_renewal, eval_whole, holder_keys, operations, Call, Change, Claim, Conn, Node,
-    Obtain, ObtainTry, Operation, Operations, Queue,
+    add_holder_renewal, eval_whole, holder_keys, operations, Call, Change, Claim, Conn, Obtain,
+    ObtainTry, Operation, Operations, Queue, ScriptConn,
 };
 use crate::token::{self, Channels, StoredValue, Token, TOKEN_LEN};
 
@@ -475,7 +475,7 @@ impl Claim for ReadKey {
             .arg(request.terms.retention_ms)
             .arg(if lined { "1" } else { "0" });
         Box::pin(async move {
-            let reply: (i64, i64) = call.invoke_async(&mut Node(conn)).await?;
+            let reply: (i64, i64) = call.invoke_async(&mut ScriptConn(conn)).await?;
             Ok(self.keys.obtained(reply, request.terms.fenced))
         })
     }
@@ -544,7 +544,7 @@ impl Claim for WriteKey {
             call.arg(locker.as_bytes());
         }
         Box::pin(async move {
-            let reply: (i64, i64) = call.invoke_async(&mut Node(conn)).await?;
+            let reply: (i64, i64) = call.invoke_async(&mut ScriptConn(conn)).await?;
             Ok(self.keys.obtained(reply, request.terms.fenced))
         })
     }

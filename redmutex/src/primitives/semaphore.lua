@@ -1,7 +1,7 @@
 -- semaphore.lua: the counting semaphore — at most `limit` permits held at once. One file,
 -- one section per operation: each section (from its `--- op:` line to the next) is a script
 -- of its own, run with helpers.lua (now_ms, next_fence, store_fence, the holder set's
--- permits, the line) and this preamble before it (see scripts.rs). The operations of one
+-- permits, the line) and this preamble before it (see scripts/lua.rs). The operations of one
 -- holder (refresh, renew, ttl, guarded, fence, raise_fence) are holders.lua's, shared with
 -- a read-write lock's readers: this preamble says what they ask of a semaphore.
 --

@@ -19,8 +19,8 @@ use crate::engine::lease::Lease;
 use crate::error::{Argument, Error, InvalidArgument};
 use crate::fence::{companion_key, counter_key, Companion};
 use crate::scripts::{
-    add_holder_renewal, holder_keys, operations, Call, Claim, Conn, Node, Obtain, ObtainTry,
-    Operations,
+    add_holder_renewal, holder_keys, operations, Call, Claim, Conn, Obtain, ObtainTry, Operations,
+    ScriptConn,
 };
 use crate::token::{Token, TOKEN_LEN};
 
@@ -488,7 +488,7 @@ impl Claim for Permits {
             call.arg(if known { "1" } else { "0" });
         }
         Box::pin(async move {
-            let reply: (i64, i64) = call.invoke_async(&mut Node(conn)).await?;
+            let reply: (i64, i64) = call.invoke_async(&mut ScriptConn(conn)).await?;
             Ok(self.obtained(reply, request.terms.fenced))
         })
     }

@@ -1,6 +1,6 @@
 -- helpers.lua: the rules every primitive's script shares. Redis cannot include one script
 -- in another, so the declarations below that an operation uses (directly or through one
--- another) are put before its own source (see scripts.rs): each rule is written once, and
+-- another) are put before its own source (see scripts/lua.rs): each rule is written once, and
 -- a script defines no function it does not call (Lua creates each on every call).
 
 -- Whether `value`, a GET reply taken through pcall, belongs to the owner of `token`: a
@@ -279,7 +279,7 @@ end
 
 -- Announces `message` on `key`'s channel named by `suffix` ('' for the key's own): the
 -- key and the suffix. A hint (waiters also poll): a refusal (an ACL user without the
--- channel) must not fail the script, so it goes through pcall. On a cluster, scripts.rs
+-- channel) must not fail the script, so it goes through pcall. On a cluster, scripts/lua.rs
 -- puts sharded.lua's version in its place (shard channels).
 local function announce_on(key, suffix, message)
   redis.pcall('publish', key .. suffix, message)

@@ -1,7 +1,7 @@
 -- holders.lua: the operations of one holder of a holder set, written once for a semaphore's
 -- holders (semaphore.lua) and a read-write lock's readers (rwlock.lua). Each section is a
 -- script of its own, run with helpers.lua, the primitive's preamble and this preamble
--- before it (see scripts.rs): the same text makes two scripts, one per primitive.
+-- before it (see scripts/lua.rs): the same text makes two scripts, one per primitive.
 --
 -- A holder set: a sorted set, one member per holder token, scored by when it expires (ms
 -- on the server's clock), with its details beside it (a hash, in its hash slot); each

@@ -1,4 +1,4 @@
--- sharded.lua: how a cluster's scripts announce. scripts.rs makes a second variant of each
+-- sharded.lua: how a cluster's scripts announce. scripts/lua.rs makes a second variant of each
 -- script that announces anything, with this function in place of helpers.lua's
 -- `announce_on` of the same name and arguments: shard channels (SPUBLISH), which stay on
 -- the key's shard instead of crossing the cluster bus to every node.
