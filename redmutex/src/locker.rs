@@ -9,7 +9,7 @@ use crate::backend::Backend;
 use crate::connection::Connection;
 use crate::engine::acquire::Acquire;
 use crate::engine::context::Context;
-use crate::engine::inspect::{KeyView, LockInfo};
+use crate::engine::inspect::{LockInfo, LockKeyReader};
 use crate::engine::meter::{LockerStats, Meter};
 use crate::engine::renewer::RenewerSlot;
 use crate::engine::waiting;
@@ -372,14 +372,15 @@ impl<C: Connection> Locker<C> {
     /// [`WakeUpSource`] will do: an in-memory server, with the feature `memory`.)
     ///
     /// How it works: an acquire that finds the key held and may wait (its
-    /// [retry strategy](Acquire::retry) has a next pause) subscribes to the channel named
-    /// like the key, re-checks once the subscription is confirmed, and marks the holder's
-    /// value as awaited; the holder's release then publishes on that channel. Releases
-    /// nobody waits for publish nothing, so the uncontended path costs the same as without
-    /// wake-up. Waiters of one locker are woken one at a time, so a release costs one try
-    /// per waiting process, however many tasks wait in it. Across processes there is no
-    /// order: each process's woken waiter races the others (and the releasing process's
-    /// own next acquire) for the key.
+    /// [retry strategy](Acquire::retry) has a next pause) subscribes, marks the holder's
+    /// value as awaited, and re-checks once the subscription is confirmed. On one node the
+    /// waiting processes line up beside the key in the order they came: a release hands
+    /// the key (a semaphore's permits) to the first process in line and tells that process
+    /// alone, so a hand-off costs one message and one try however many processes wait, and
+    /// nobody else takes the key meanwhile. On Redlock and a cluster the release announces
+    /// itself on the key's channel and the woken waiters race for the key. Within a
+    /// process, waiters are woken one at a time. Releases nobody waits for publish
+    /// nothing, so the uncontended path costs the same as without wake-up.
     ///
     /// The retry strategy stays in force as the fallback, for what no message announces: a
     /// holder that died and let its key expire, a subscriber connection that dropped (it
@@ -894,7 +895,10 @@ impl<C: Connection> Locker<C> {
         let keys = self.keys([key])?;
         let key = keys.get(0).expect("one key");
         let call = mutex::inspect_call(key, keys.channels());
-        self.context.backend.inspect(&KeyView { key }, &call).await
+        self.context
+            .backend
+            .inspect(&LockKeyReader { key }, &call)
+            .await
     }
 
     /// Waits until `key` is free — released by its holder, or expired — without taking it:
@@ -934,10 +938,10 @@ impl<C: Connection> Locker<C> {
         let (key, channels) = (keys.get(0).expect("one key"), keys.channels());
         let backend = &self.context.backend;
         // (Redlock: free only when a quorum of nodes answered "free", held when the holders
-        // leave too few for a quorum; otherwise unknown, an error — see `KeyView`.)
+        // leave too few for a quorum; otherwise unknown, an error — see `LockKeyReader`.)
         let read = |mark: bool| async move {
             let call = mutex::await_call(key, mark, channels);
-            backend.inspect(&KeyView { key }, &call).await
+            backend.inspect(&LockKeyReader { key }, &call).await
         };
         let channel = channels.name(key, b"");
         waiting::until_free(self.context.hub.as_ref(), &channel, timeout, read).await

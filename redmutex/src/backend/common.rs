@@ -105,7 +105,7 @@ pub(crate) enum Renewal {
 }
 
 /// How an inspection is read: from one node's reply, or from every node's.
-pub(crate) trait View {
+pub(crate) trait StateReader {
     /// What the inspection shows.
     type Info;
     /// One node's reply (a single-node backend, or a cluster).

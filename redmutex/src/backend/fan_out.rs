@@ -33,16 +33,16 @@ use crate::quorum::{NodeError, NodeFailure};
 use crate::sync::lock;
 
 /// The requests of a fan-out still out once it was decided, as one future.
-pub(crate) type Rest = Pin<Box<dyn Future<Output = ()> + Send>>;
+pub(crate) type StillOut = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// The answers of one fan-out, slot by node, and how many agreed so far.
-pub(crate) struct Gathering<T> {
-    slots: Mutex<Slots<T>>,
+pub(crate) struct Collector<T> {
+    slots: Mutex<CollectorState<T>>,
     agreed: AtomicUsize,
     needed: usize,
 }
 
-struct Slots<T> {
+struct CollectorState<T> {
     /// The answers not taken yet.
     replies: Vec<Option<Reply<T>>>,
     /// Which nodes answered, taken or not.
@@ -51,7 +51,7 @@ struct Slots<T> {
 
 /// How a fan-out ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Gathered {
+pub(crate) enum Collected {
     /// Every node answered.
     Every,
     /// A quorum agreed before every node answered: the others are still out.
@@ -60,16 +60,16 @@ pub(crate) enum Gathered {
     TimedOut,
 }
 
-impl<T> Gathering<T> {
+impl<T> Collector<T> {
     /// An empty gathering for `nodes` nodes, decided when `needed` agree; `needed` of 0
     /// means "wait for every node".
-    pub(crate) fn new(nodes: usize, needed: usize) -> Gathering<T> {
+    pub(crate) fn new(nodes: usize, needed: usize) -> Collector<T> {
         let needed = match needed {
             0 => usize::MAX,
             needed => needed,
         };
-        Gathering {
-            slots: Mutex::new(Slots {
+        Collector {
+            slots: Mutex::new(CollectorState {
                 replies: (0..nodes).map(|_| None).collect(),
                 answered: vec![false; nodes],
             }),
@@ -99,32 +99,32 @@ impl<T> Gathering<T> {
         &self,
         mut requests: Pin<&mut J>,
         timeout: Duration,
-    ) -> Gathered {
+    ) -> Collected {
         // The requests' own wake-ups are the only events that change the count, and each
         // polls this future again: the count needs no waker of its own.
         let decided = std::future::poll_fn(|cx| {
             if requests.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(Gathered::Every);
+                return Poll::Ready(Collected::Every);
             }
             match self.decided() {
-                true => Poll::Ready(Gathered::Quorum),
+                true => Poll::Ready(Collected::Quorum),
                 false => Poll::Pending,
             }
         });
         tokio::time::timeout(timeout, decided)
             .await
-            .unwrap_or(Gathered::TimedOut)
+            .unwrap_or(Collected::TimedOut)
     }
 
     /// The answers by node: `None` for a node still out when a quorum decided; a node still
     /// silent when the fan-out timed out answered [`NodeError::TimedOut`]. A node still out
-    /// records its answer later all the same (see [`failed`](Gathering::failed)).
-    pub(crate) fn take(&self, gathered: Gathered, timeout: Duration) -> Vec<Option<Reply<T>>> {
+    /// records its answer later all the same (see [`failed`](Collector::failed)).
+    pub(crate) fn take(&self, gathered: Collected, timeout: Duration) -> Vec<Option<Reply<T>>> {
         let mut slots = lock(&self.slots);
         let silent = || Some(Err(NodeError::TimedOut(timeout)));
         (slots.replies.iter_mut())
             .map(|slot| match (slot.take(), gathered) {
-                (None, Gathered::TimedOut) => silent(),
+                (None, Collected::TimedOut) => silent(),
                 (answer, _) => answer,
             })
             .collect()
@@ -163,7 +163,7 @@ impl<T> Gathering<T> {
 /// Hears `rest` on a task of its own for at most `wait`, then runs `then` (also when the
 /// runtime drops the task unfinished). With no runtime to run the task on, `then` runs at
 /// once and the requests are left to run on the servers unheard.
-pub(crate) fn finish(rest: Rest, wait: Duration, then: impl FnOnce() + Send + 'static) {
+pub(crate) fn finish(rest: StillOut, wait: Duration, then: impl FnOnce() + Send + 'static) {
     /// Runs `then` however the task ends.
     struct Then<F: FnOnce()>(Option<F>);
     impl<F: FnOnce()> Drop for Then<F> {
@@ -194,13 +194,13 @@ mod tests {
     use std::future::pending;
     use std::sync::Arc;
 
-    fn agreeing(g: &Gathering<bool>, node: usize) {
+    fn agreeing(g: &Collector<bool>, node: usize) {
         g.record(node, Ok(true), true);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_quorum_decides_before_the_slowest_node_answers() {
-        let gathering = Gathering::<bool>::new(5, 3);
+        let gathering = Collector::<bool>::new(5, 3);
         let requests = async {
             for node in 0..3 {
                 agreeing(&gathering, node);
@@ -209,7 +209,7 @@ mod tests {
         };
         let requests = std::pin::pin!(requests);
         let gathered = gathering.gather(requests, Duration::from_secs(1)).await;
-        assert_eq!(gathered, Gathered::Quorum);
+        assert_eq!(gathered, Collected::Quorum);
         let slots = gathering.take(gathered, Duration::from_secs(1));
         assert_eq!(slots.iter().filter(|s| s.is_none()).count(), 2);
         assert_eq!(
@@ -220,7 +220,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn without_a_quorum_the_silent_nodes_time_out() {
-        let gathering = Gathering::<bool>::new(5, 3);
+        let gathering = Collector::<bool>::new(5, 3);
         let requests = async {
             agreeing(&gathering, 0);
             agreeing(&gathering, 1);
@@ -230,7 +230,7 @@ mod tests {
         let requests = std::pin::pin!(requests);
         let started = tokio::time::Instant::now();
         let gathered = gathering.gather(requests, Duration::from_millis(50)).await;
-        assert_eq!(gathered, Gathered::TimedOut);
+        assert_eq!(gathered, Collected::TimedOut);
         assert_eq!(started.elapsed(), Duration::from_millis(50));
         assert_eq!(gathering.out(), [3, 4]);
         let slots = gathering.take(gathered, Duration::from_millis(50));
@@ -240,7 +240,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn needed_zero_waits_for_every_node() {
-        let gathering = Gathering::<bool>::new(2, 0);
+        let gathering = Collector::<bool>::new(2, 0);
         let requests = async {
             agreeing(&gathering, 0);
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -248,7 +248,7 @@ mod tests {
         };
         let requests = std::pin::pin!(requests);
         let gathered = gathering.gather(requests, Duration::from_secs(1)).await;
-        assert_eq!(gathered, Gathered::Every);
+        assert_eq!(gathered, Collected::Every);
         assert!(gathering.out().is_empty());
     }
 
@@ -276,14 +276,14 @@ mod tests {
 
     #[test]
     fn a_node_still_out_records_its_answer_after_the_take() {
-        let gathering = Gathering::<bool>::new(3, 2);
+        let gathering = Collector::<bool>::new(3, 2);
         agreeing(&gathering, 0);
         agreeing(&gathering, 1);
         let late = gathering.out();
         assert_eq!(late, [2]);
-        let slots = gathering.take(Gathered::Quorum, Duration::from_secs(1));
+        let slots = gathering.take(Collected::Quorum, Duration::from_secs(1));
         assert_eq!(heard(slots).count(), 2);
-        let failed = |g: &Gathering<bool>| g.failed(&late, Duration::from_secs(1));
+        let failed = |g: &Collector<bool>| g.failed(&late, Duration::from_secs(1));
         let silent = failed(&gathering);
         assert_eq!(silent.len(), 1, "silent so far");
         assert_eq!(

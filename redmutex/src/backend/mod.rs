@@ -21,7 +21,7 @@ use crate::quorum::{Drift, QuorumSettings};
 use crate::scripts::{Claim, ObtainTry};
 use crate::token::{Channels, Token};
 use crate::writes::Writes;
-use common::{Attempt, Renewal, View};
+use common::{Attempt, Renewal, StateReader};
 use redlock::Quorum;
 use replication::Replication;
 use single::Single;
@@ -304,7 +304,7 @@ impl<C: Connection> Backend<C> {
 
     /// What `call` reads, as anyone sees it: one node's view, or every node's (a node that
     /// cannot be asked says why in its slot rather than failing the call).
-    pub(crate) async fn inspect<V: View>(
+    pub(crate) async fn inspect<V: StateReader>(
         &self,
         view: &V,
         call: &ScriptInvocation<'static>,

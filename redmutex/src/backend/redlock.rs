@@ -20,14 +20,14 @@ use redis::{Cmd, RedisError, RedisResult, ScriptInvocation, Value};
 use tokio::time::Instant;
 
 use crate::backend::common::{
-    keep_ms, release_try, renewal_reply, Attempt, Obtained, Renewal, Renewed, Reply, View,
+    keep_ms, release_try, renewal_reply, Attempt, Obtained, Renewal, Renewed, Reply, StateReader,
 };
-use crate::backend::fan_out::{self, heard, Gathered, Gathering, Rest};
+use crate::backend::fan_out::{self, heard, Collected, Collector, StillOut};
 use crate::background;
 use crate::connection::Connection;
 use crate::error::Error;
 use crate::quorum::{quorum, NodeError, NodeFailure, QuorumFailure, QuorumSettings};
-use crate::scripts::{evalsha, send_notice, Claim, Obtain, ObtainTry, Raise, ScriptConn};
+use crate::scripts::{evalsha, send_notice, Claim, FenceRaise, Obtain, ObtainTry, ScriptConn};
 use crate::token::Token;
 
 /// The TTL that sizes node timeouts where no lease is known (inspect, release by token).
@@ -82,7 +82,7 @@ impl<C: Connection> Quorum<C> {
     {
         // One timer for the whole fan-out rather than one per node (timers are a measurable
         // part of a Redlock try's client CPU). Nobody agrees: every node is waited for.
-        let gathering = Gathering::new(self.conns.len(), 0);
+        let gathering = Collector::new(self.conns.len(), 0);
         let requests = self.conns.iter().enumerate().map(|(node, conn)| {
             let (request, gathering) = (op(node, conn.clone()), &gathering);
             async move {
@@ -104,19 +104,19 @@ impl<C: Connection> Quorum<C> {
 
     /// Runs `op` on every node at once and returns as soon as a quorum of answers
     /// `agrees`, every node answered, or `timeout` passed. The requests still out are in
-    /// the [`Rest`]: whoever holds it must hear them (see [`fan_out::finish`]).
+    /// the [`StillOut`]: whoever holds it must hear them (see [`fan_out::finish`]).
     async fn fan_out_to_quorum<T, F, Fut>(
         &self,
         timeout: Duration,
         op: F,
         agrees: fn(&T) -> bool,
-    ) -> (Arc<Gathering<T>>, Gathered, Rest)
+    ) -> (Arc<Collector<T>>, Collected, StillOut)
     where
         T: Send + 'static,
         F: Fn(usize, C) -> Fut,
         Fut: Future<Output = RedisResult<T>> + Send + 'static,
     {
-        let gathering = Arc::new(Gathering::new(self.conns.len(), self.needed()));
+        let gathering = Arc::new(Collector::new(self.conns.len(), self.needed()));
         let requests = self.conns.iter().enumerate().map(|(node, conn)| {
             let (request, gathering) = (op(node, conn.clone()), gathering.clone());
             let answered_once = self.answered_once.clone();
@@ -128,7 +128,7 @@ impl<C: Connection> Quorum<C> {
             }
         });
         let requests = join_all(requests);
-        let mut rest: Rest = Box::pin(async move {
+        let mut rest: StillOut = Box::pin(async move {
             requests.await;
         });
         let gathered = gathering.gather(rest.as_mut(), timeout).await;
@@ -142,7 +142,7 @@ impl<C: Connection> Quorum<C> {
         &self,
         cmd: Cmd,
         timeout: Duration,
-    ) -> (Vec<Option<Reply<Obtain>>>, Option<LateTry>) {
+    ) -> (Vec<Option<Reply<Obtain>>>, Option<LateReplies>) {
         let cmd = Arc::new(cmd);
         let set = |_, mut conn: C| {
             let cmd = cmd.clone();
@@ -164,7 +164,7 @@ impl<C: Connection> Quorum<C> {
         };
         let (gathering, gathered, rest) = self.fan_out_to_quorum(timeout, set, taken).await;
         let replies = gathering.take(gathered, timeout);
-        let late = (gathered == Gathered::Quorum).then(|| LateTry {
+        let late = (gathered == Collected::Quorum).then(|| LateReplies {
             late: gathering.out(),
             gathering,
             rest,
@@ -245,7 +245,7 @@ impl<C: Connection> Quorum<C> {
             let fence = match request.terms.fenced {
                 false => Ok(None),
                 true => {
-                    let raise = Raise {
+                    let raise = FenceRaise {
                         token: &request.terms.token,
                         fence: 0,
                         retention_ms: request.terms.retention_ms,
@@ -264,14 +264,15 @@ impl<C: Connection> Quorum<C> {
                 if let Some(late) = late {
                     let wait = timeout.saturating_sub(started.elapsed());
                     let name = lock_name(claim);
-                    late.follow(name, wait, self.needed(), self.conns.len());
+                    late.hear_in_background(name, wait, self.needed(), self.conns.len());
                 }
                 return obtained;
             }
         }
         if let Some(late) = late {
             // Too late after all: the undo goes behind the requests still out.
-            late.hear(timeout.saturating_sub(started.elapsed())).await;
+            late.hear_before_undo(timeout.saturating_sub(started.elapsed()))
+                .await;
         }
         // Undo on every node, including those that did not answer: the request may still
         // reach them. On the same connection the release queues behind it, so once every
@@ -298,7 +299,7 @@ impl<C: Connection> Quorum<C> {
     }
 
     /// One try's request on every node: a plain try's command, decided once a quorum took
-    /// the claim (its requests still out come back as the [`LateTry`]), or the claim's
+    /// the claim (its requests still out come back as the [`LateReplies`]), or the claim's
     /// script, which waits for every node: a node that lost its scripts (restarted) loads
     /// them again only for a caller still waiting for the reply, and a fenced try needs
     /// every node's fence.
@@ -307,7 +308,7 @@ impl<C: Connection> Quorum<C> {
         claim: &dyn Claim,
         request: ObtainTry<'_>,
         timeout: Duration,
-    ) -> (Vec<Option<Reply<Obtain>>>, Option<LateTry>) {
+    ) -> (Vec<Option<Reply<Obtain>>>, Option<LateReplies>) {
         match claim.plain_try(&request) {
             Some(cmd) => self.set_everywhere(cmd, timeout).await,
             None => {
@@ -378,7 +379,7 @@ impl<C: Connection> Quorum<C> {
             },
         );
         if failure.agreed >= failure.needed {
-            let raise = Raise {
+            let raise = FenceRaise {
                 token,
                 fence: 0,
                 retention_ms,
@@ -413,7 +414,7 @@ impl<C: Connection> Quorum<C> {
     async fn durable_fence(
         &self,
         claim: &dyn Claim,
-        raise: Raise<'_>,
+        raise: FenceRaise<'_>,
         fences: &[Option<u64>],
         timeout: Duration,
     ) -> Result<u64, Vec<NodeFailure>> {
@@ -425,7 +426,7 @@ impl<C: Connection> Quorum<C> {
         // Raise the nodes that took the claim with a lower fence. Those that took it with
         // this fence stored it already; those that did not take it cannot count (their
         // failure is listed by the caller).
-        let raise = Raise { fence, ..raise };
+        let raise = FenceRaise { fence, ..raise };
         let replies = self
             .fan_out(timeout, |node, mut conn| async move {
                 match fences[node] {
@@ -525,7 +526,7 @@ impl<C: Connection> Quorum<C> {
         let (gathering, gathered, rest) = self.fan_out_to_quorum(timeout, release, agrees).await;
         // Taken before the nodes still out are heard on a task: what it hears is theirs.
         let replies = gathering.take(gathered, timeout);
-        if gathered == Gathered::Quorum {
+        if gathered == Collected::Quorum {
             let wait = timeout.saturating_sub(started.elapsed());
             self.finish_release(rest, &gathering, wait, claim, token, keep_until);
         }
@@ -552,8 +553,8 @@ impl<C: Connection> Quorum<C> {
     /// answer, or cannot be reached, get the release again in the background.
     fn finish_release(
         &self,
-        rest: Rest,
-        gathering: &Arc<Gathering<bool>>,
+        rest: StillOut,
+        gathering: &Arc<Collector<bool>>,
         wait: Duration,
         claim: &Arc<dyn Claim>,
         token: &Token,
@@ -687,7 +688,7 @@ impl<C: Connection> Quorum<C> {
     }
 
     /// What `call` reads on every node; a node that cannot be asked says why in its slot.
-    pub(crate) async fn inspect<V: View>(
+    pub(crate) async fn inspect<V: StateReader>(
         &self,
         view: &V,
         call: &ScriptInvocation<'static>,
@@ -728,19 +729,19 @@ impl<C: Connection> Quorum<C> {
 }
 
 /// A plain try's requests still out once a quorum took the claim.
-struct LateTry {
-    gathering: Arc<Gathering<Obtain>>,
-    rest: Rest,
+struct LateReplies {
+    gathering: Arc<Collector<Obtain>>,
+    rest: StillOut,
     /// The nodes still out when the quorum decided (those that answer later are heard
     /// on the task, not in the try's replies).
     late: Vec<usize>,
 }
 
-impl LateTry {
+impl LateReplies {
     /// The claim was obtained: the requests still out are heard within `wait` on a task of
     /// their own (dropped, a request not yet written would never be sent), and those that
     /// then fail are warned of (`needed` of `nodes` make a quorum).
-    fn follow(self, name: String, wait: Duration, needed: usize, nodes: usize) {
+    fn hear_in_background(self, name: String, wait: Duration, needed: usize, nodes: usize) {
         let (gathering, late) = (self.gathering, self.late);
         fan_out::finish(self.rest, wait, move || {
             let failed = gathering.failed(&late, wait);
@@ -753,7 +754,7 @@ impl LateTry {
 
     /// The claim was not obtained after all: hears the requests still out (within `wait`),
     /// so that the undo goes behind them.
-    async fn hear(self, wait: Duration) {
+    async fn hear_before_undo(self, wait: Duration) {
         let _ = tokio::time::timeout(wait, self.rest).await;
     }
 }

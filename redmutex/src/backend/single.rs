@@ -9,7 +9,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::backend::common::{
-    keep_ms, release_try, renewal_reply, Attempt, Obtained, Renewal, Renewed, View,
+    keep_ms, release_try, renewal_reply, Attempt, Obtained, Renewal, Renewed, StateReader,
 };
 use crate::backend::replication::Replication;
 use crate::background;
@@ -404,7 +404,7 @@ impl<C: Connection> Single<C> {
     }
 
     /// What `call` reads, as anyone sees it.
-    pub(crate) async fn inspect<V: View>(
+    pub(crate) async fn inspect<V: StateReader>(
         &self,
         view: &V,
         call: &ScriptInvocation<'static>,

@@ -27,7 +27,7 @@ use crate::engine::tally::{FailedTry, Observer, Tally};
 use crate::engine::waiting::{wait_channel, Waiting};
 use crate::engine::wakeup::Wake;
 use crate::error::{Argument, Error};
-use crate::scripts::{Claim, ObtainTry, Queue, Terms, LINE_HEARTBEAT};
+use crate::scripts::{AcquireTerms, Claim, ObtainTry, Queue, LINE_HEARTBEAT};
 use crate::token::{self, Token};
 
 /// A pending acquire: set options, then `.await` it.
@@ -316,7 +316,7 @@ impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
                 channel: claim.channel(),
                 lined: context.lined(&*claim),
             },
-            terms: Terms {
+            terms: AcquireTerms {
                 value: token::lock_value(&token, self.metadata.as_deref()),
                 token,
                 ttl_ms,
@@ -327,7 +327,7 @@ impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
             tally: Tally::default(),
             waiting: Waiting::new(context.hub.clone(), claim.exclusive(), claim.units()),
             observer: self.on_failed_try,
-            left: Left::default(),
+            left: Leftovers::default(),
             fail_fast: self.fail_fast,
             probably_free: false,
         };
@@ -391,12 +391,12 @@ struct Tries<'r, 'a, C: Connection> {
     backend: &'r Backend<C>,
     claim: &'r Arc<dyn Claim>,
     line: Line,
-    terms: Terms,
+    terms: AcquireTerms,
     schedule: Schedule<'a>,
     tally: Tally,
     waiting: Waiting,
     observer: Option<Observer<'a>>,
-    left: Left,
+    left: Leftovers,
     /// See [`Acquire::fail_fast`].
     fail_fast: bool,
     /// The next try follows a wake-up of this locker's own ([`Wake::Local`]): the key is
@@ -419,7 +419,7 @@ struct Line {
 
 /// What earlier tries may have left in Redis, for giving up (or being dropped) to undo.
 #[derive(Default)]
-struct Left {
+struct Leftovers {
     /// A try may have stored our token: the next try must accept it as ours, and giving up
     /// must release it.
     token: bool,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redis::{RedisError, Value};
 
-use crate::backend::common::{Reply, View};
+use crate::backend::common::{Reply, StateReader};
 use crate::error::Error;
 use crate::quorum::{blocks_quorum, NodeError, NodeFailure, QuorumFailure};
 use crate::token::{parse_value, StoredValue, Token};
@@ -239,13 +239,13 @@ impl KeyState {
     }
 }
 
-/// Reads what a lock key holds (see [`View`]).
-pub(crate) struct KeyView<'k> {
+/// Reads what a lock key holds (see [`StateReader`]).
+pub(crate) struct LockKeyReader<'k> {
     /// The key, with the locker's prefix.
     pub(crate) key: &'k [u8],
 }
 
-impl View for KeyView<'_> {
+impl StateReader for LockKeyReader<'_> {
     type Info = LockInfo;
 
     fn one(&self, reply: Value) -> Result<LockInfo, RedisError> {

@@ -8,7 +8,7 @@ use crate::connection::Connection;
 use crate::error::{Argument, Error};
 use crate::fence::{self, Companion};
 use crate::locker::Locker;
-use crate::ops::listing::{add_keys, one_key, ListedLock, PageView, ASK, FORCE};
+use crate::ops::listing::{add_keys, one_key, ListedLock, PageReader, ASK, FORCE};
 use crate::token::Token;
 
 impl<C: Connection> Locker<C> {
@@ -186,7 +186,7 @@ pub(crate) async fn request_release<C: Connection>(
     // The request's id, the same on every node: Redlock's holders count each request on
     // its own (see `helpers.lua`'s `asked`).
     call.arg(Token::generate()?.as_str());
-    let view = PageView {
+    let view = PageReader {
         keys: &keys,
         quorum_only: true,
     };

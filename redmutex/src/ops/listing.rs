@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use redis::{RedisError, ScriptInvocation, Value};
 
-use crate::backend::common::{Reply, View};
+use crate::backend::common::{Reply, StateReader};
 use crate::backend::Backend;
 use crate::connection::Connection;
 use crate::engine::inspect::{Holding, KeyState};
@@ -320,7 +320,7 @@ impl<C: Connection> Listing<C> {
             let taken = self.pending.len().min(LIST_PAGE);
             let keys = &self.pending[..taken];
             let call = describe_call(keys, self.backend.channels());
-            let view = PageView {
+            let view = PageReader {
                 keys,
                 quorum_only: true,
             };
@@ -519,7 +519,7 @@ pub(super) async fn one_key<C: Connection>(
     if let Some(mode) = force {
         call.arg(mode);
     }
-    let view = PageView {
+    let view = PageReader {
         keys: &keys,
         quorum_only: force.is_none(),
     };
@@ -550,8 +550,8 @@ pub(super) fn add_keys(call: &mut ScriptInvocation<'static>, key: &[u8]) {
     }
 }
 
-/// Reads a page of descriptions (see [`View`]).
-pub(super) struct PageView<'k> {
+/// Reads a page of descriptions (see [`StateReader`]).
+pub(super) struct PageReader<'k> {
     pub(super) keys: &'k [Vec<u8>],
     /// Redlock: what counts as found. `describe` and `list` show a key only where one
     /// holder has it on a quorum of nodes (a minority's leftover — a rival's failed try, a
@@ -568,7 +568,7 @@ type Described = Option<(ListedLock, Identity)>;
 /// stand-in), or the kind of a key many hold at once or of something else's data.
 type Identity = Vec<u8>;
 
-impl PageView<'_> {
+impl PageReader<'_> {
     /// Each key of one node's reply, in order.
     fn parse(&self, reply: Value) -> Result<Vec<Described>, RedisError> {
         let entries: Vec<Value> = redis::from_redis_value(reply)?;
@@ -579,7 +579,7 @@ impl PageView<'_> {
     }
 }
 
-impl View for PageView<'_> {
+impl StateReader for PageReader<'_> {
     type Info = Vec<ListedLock>;
 
     fn one(&self, reply: Value) -> Result<Vec<ListedLock>, RedisError> {
@@ -588,7 +588,7 @@ impl View for PageView<'_> {
     }
 
     /// Redlock: each key one holder has on a quorum of nodes (see
-    /// [`quorum_only`](PageView::quorum_only)), as the first of those nodes describes it,
+    /// [`quorum_only`](PageReader::quorum_only)), as the first of those nodes describes it,
     /// with their count and the highest fence among them. [`Error::NoQuorum`] when the
     /// nodes that did not answer could complete a holder's quorum: nobody can tell.
     fn each(&self, replies: Vec<Reply<Value>>, needed: usize) -> Result<Vec<ListedLock>, Error> {

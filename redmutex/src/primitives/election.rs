@@ -15,14 +15,14 @@ use crate::args::{self, Keys};
 use crate::connection::Connection;
 use crate::engine::acquire::Acquire;
 use crate::engine::context::Context;
-use crate::engine::inspect::{KeyView, LockInfo};
+use crate::engine::inspect::{LockInfo, LockKeyReader};
 use crate::engine::lease::{KeepAlive, Lease};
 use crate::engine::waiting::Waiting;
 use crate::error::{Argument, Error};
 use crate::primitives::mutex;
 use crate::retry::{self, Jitter, RetryExt};
 use crate::scripts::{
-    operations, send_notice, Call, Change, Claim, Conn, Obtain, ObtainTry, Operations,
+    operations, send_notice, Call, ChangeViaRefresh, Claim, Conn, Obtain, ObtainTry, Operations,
 };
 use crate::token::{Channels, Token};
 
@@ -302,7 +302,7 @@ impl<C: Connection> Election<C> {
         let settle_by = Instant::now() + (self.ttl / 3).min(SETTLE_AT_MOST);
         let mut pause = Duration::from_millis(2);
         loop {
-            let view = KeyView { key };
+            let view = LockKeyReader { key };
             let info = self.context.backend.inspect(&view, &call).await?;
             // A candidate that died between its claim and its term leaves its nodes
             // unsettled until the claim expires: after a while, the term as it stands.
@@ -638,7 +638,7 @@ impl<C: Connection> Lease<C, ElectionKey> {
             .arg(lock.token().as_bytes())
             .arg(value.as_bytes())
             .arg(EVERYONE);
-        let via = Change {
+        let via = ChangeViaRefresh {
             claim: lock.what().clone(),
             call,
         };

@@ -9,12 +9,12 @@ use std::time::Duration;
 use redis::{RedisError, ScriptInvocation, Value};
 
 use crate::args::{self, Keys};
-use crate::backend::common::{Reply, View};
+use crate::backend::common::{Reply, StateReader};
 use crate::connection::Connection;
 use crate::engine::acquire::Acquire;
 use crate::engine::context::{Context, TurnId};
 use crate::engine::guard::Lock;
-use crate::engine::inspect::{KeyView, LockInfo};
+use crate::engine::inspect::{LockInfo, LockKeyReader};
 use crate::engine::lease::Lease;
 use crate::error::{Argument, Error, InvalidArgument};
 use crate::fence::{companion_key, counter_key, Companion};
@@ -239,7 +239,7 @@ impl<C: Connection> FairLock<C> {
         let mut call = INSPECT.script(self.key.channels()).prepare_invoke();
         call.key(key).key(companion_key(key, Companion::Queue));
         call.key(counter_key(key));
-        let view = FairView { key: self.key() };
+        let view = FairReader { key: self.key() };
         self.context.backend.inspect(&view, &call).await
     }
 }
@@ -474,18 +474,18 @@ pub struct FairLockInfo {
     pub foreign_queue: bool,
 }
 
-/// Reads a fair lock (see [`View`]).
-struct FairView<'k> {
+/// Reads a fair lock (see [`StateReader`]).
+struct FairReader<'k> {
     key: &'k [u8],
 }
 
-impl View for FairView<'_> {
+impl StateReader for FairReader<'_> {
     type Info = FairLockInfo;
 
     fn one(&self, reply: Value) -> Result<FairLockInfo, RedisError> {
         let mut reply = redis::from_redis_value::<Vec<Value>>(reply)?;
         let queue = reply.split_off(reply.len().min(4));
-        let lock = KeyView { key: self.key }.one(Value::Array(reply))?;
+        let lock = LockKeyReader { key: self.key }.one(Value::Array(reply))?;
         let beats: Vec<i64> = redis::from_redis_value(Value::Array(queue))?;
         let foreign_queue = beats.first() == Some(&-1);
         let waiters = (beats.into_iter())

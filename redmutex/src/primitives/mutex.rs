@@ -14,7 +14,8 @@ use crate::engine::guard::Lock;
 use crate::engine::lease::Lease;
 use crate::fence::{companion_key, counter_key, Companion};
 use crate::scripts::{
-    eval_whole, operations, Call, Claim, Conn, Obtain, ObtainTry, Operations, ScriptConn, Terms,
+    eval_whole, operations, AcquireTerms, Call, Claim, Conn, Obtain, ObtainTry, Operations,
+    ScriptConn,
 };
 use crate::token::{lock_value, Channels, Token, TOKEN_LEN};
 
@@ -167,7 +168,7 @@ async fn obtain(
         waiting,
         ..
     } = request;
-    let Terms {
+    let AcquireTerms {
         ref value,
         ttl_ms,
         fenced,

@@ -10,7 +10,7 @@ use std::time::Duration;
 use redis::{RedisError, ScriptInvocation, Value};
 
 use crate::args::{self, Keys};
-use crate::backend::common::{Reply, View};
+use crate::backend::common::{Reply, StateReader};
 use crate::connection::Connection;
 use crate::engine::acquire::Acquire;
 use crate::engine::context::Context;
@@ -20,8 +20,8 @@ use crate::error::{Argument, Error, InvalidArgument};
 use crate::fence::{companion_key, counter_key, Companion};
 use crate::primitives::mutex;
 use crate::scripts::{
-    add_holder_renewal, eval_whole, holder_keys, operations, Call, Change, Claim, Conn, Obtain,
-    ObtainTry, Operation, Operations, Queue, ScriptConn,
+    add_holder_renewal, eval_whole, holder_keys, operations, Call, ChangeViaRefresh, Claim, Conn,
+    Obtain, ObtainTry, Operation, Operations, Queue, ScriptConn,
 };
 use crate::token::{self, Channels, StoredValue, Token, TOKEN_LEN};
 
@@ -274,7 +274,7 @@ impl<C: Connection> RwLock<C> {
             call.key(name);
         });
         call.key(&keys.counter);
-        let view = RwView { key: self.key() };
+        let view = RwReader { key: self.key() };
         self.context.backend.inspect(&view, &call).await
     }
 }
@@ -630,7 +630,7 @@ impl<C: Connection> Lock<C, WriteKey> {
             call.key(key);
         });
         call.arg(self.token().as_bytes()).arg(ttl_ms);
-        let via = Change {
+        let via = ChangeViaRefresh {
             claim: ReadKey { keys: keys.clone() },
             call,
         };
@@ -790,12 +790,12 @@ impl RwLockInfo {
     }
 }
 
-/// Reads a read-write lock (see [`View`]).
-struct RwView<'k> {
+/// Reads a read-write lock (see [`StateReader`]).
+struct RwReader<'k> {
     key: &'k [u8],
 }
 
-impl View for RwView<'_> {
+impl StateReader for RwReader<'_> {
     type Info = RwLockInfo;
 
     fn one(&self, reply: Value) -> Result<RwLockInfo, RedisError> {
@@ -891,7 +891,7 @@ mod tests {
 
     #[test]
     fn a_quorum_sees_what_a_quorum_of_nodes_holds() {
-        let view = RwView { key: b"k" };
+        let view = RwReader { key: b"k" };
         // Readers: on 3 of 5 nodes there are at least 2; a writer on 2 only.
         let info = view
             .each(

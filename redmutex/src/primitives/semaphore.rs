@@ -10,7 +10,7 @@ use std::time::Duration;
 use redis::{RedisError, ScriptInvocation, Value};
 
 use crate::args::Keys;
-use crate::backend::common::{Reply, View};
+use crate::backend::common::{Reply, StateReader};
 use crate::connection::Connection;
 use crate::engine::acquire::Acquire;
 use crate::engine::context::Context;
@@ -288,7 +288,7 @@ impl<C: Connection> Semaphore<C> {
     pub async fn inspect(&self) -> Result<SemaphoreInfo, Error> {
         let permits = Permits::new(self.key.clone(), 0, self.limit);
         let call = permits.call(&INSPECT, true);
-        let view = SemaphoreView {
+        let view = SemaphoreReader {
             key: self.key(),
             limit: self.limit,
         };
@@ -639,13 +639,13 @@ pub struct PermitHolder {
     pub metadata: Option<String>,
 }
 
-/// Reads a semaphore (see [`View`]).
-struct SemaphoreView<'k> {
+/// Reads a semaphore (see [`StateReader`]).
+struct SemaphoreReader<'k> {
     key: &'k [u8],
     limit: u32,
 }
 
-impl View for SemaphoreView<'_> {
+impl StateReader for SemaphoreReader<'_> {
     type Info = SemaphoreInfo;
 
     fn one(&self, reply: Value) -> Result<SemaphoreInfo, RedisError> {

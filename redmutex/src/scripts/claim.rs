@@ -258,7 +258,7 @@ pub(crate) trait Claim: Send + Sync + 'static {
 
     /// Redlock's second step for fences: raises the counters to `fence` where lower, if
     /// this owner holds the claim on the node. Returns whether it did.
-    fn raise_fence<'a>(&'a self, conn: Conn<'a>, raise: Raise<'a>) -> Call<'a, bool> {
+    fn raise_fence<'a>(&'a self, conn: Conn<'a>, raise: FenceRaise<'a>) -> Call<'a, bool> {
         let mut call = self.call(self.operations().raise_fence, true);
         call.arg(raise.token.as_bytes())
             .arg(raise.fence)
@@ -323,12 +323,12 @@ pub(crate) fn add_holder_renewal(
 /// as a refresh does (on every node, confirmed by a quorum, within the validity). It is
 /// `claim` in all but its refresh, which is `call`, prepared whole (the token and the
 /// arguments it needs), answering 1 when done and 0 when the owner does not hold the claim.
-pub(crate) struct Change<K> {
+pub(crate) struct ChangeViaRefresh<K> {
     pub(crate) claim: K,
     pub(crate) call: ScriptInvocation<'static>,
 }
 
-impl<K: Claim> Claim for Change<K> {
+impl<K: Claim> Claim for ChangeViaRefresh<K> {
     fn keys(&self) -> &Keys {
         self.claim.keys()
     }
@@ -405,7 +405,7 @@ fn command_reply(reply: Value) -> RedisResult<Value> {
 }
 
 /// What every try of one acquire sends, whatever it found before: the claim it asks for.
-pub(crate) struct Terms {
+pub(crate) struct AcquireTerms {
     pub(crate) token: Token,
     /// Token, awaited flag, metadata (see [`crate::token::lock_value`]): the flag is the
     /// one thing a try may change.
@@ -421,7 +421,7 @@ pub(crate) struct Terms {
 /// its waiting so far tells the script.
 #[derive(Clone, Copy)]
 pub(crate) struct ObtainTry<'a> {
-    pub(crate) terms: &'a Terms,
+    pub(crate) terms: &'a AcquireTerms,
     /// An earlier try may have set some keys without us seeing the reply: the script then
     /// treats what holds our token as ours.
     pub(crate) retrying_own: bool,
@@ -462,7 +462,7 @@ pub(crate) struct Queue {
 
 /// The arguments of [`Claim::raise_fence`].
 #[derive(Clone, Copy)]
-pub(crate) struct Raise<'a> {
+pub(crate) struct FenceRaise<'a> {
     pub(crate) token: &'a Token,
     pub(crate) fence: u64,
     pub(crate) retention_ms: u64,

@@ -24,8 +24,8 @@ mod lua;
 mod send;
 
 pub(crate) use claim::{
-    add_holder_renewal, holder_keys, Call, Change, Claim, Obtain, ObtainTry, Operations, Queue,
-    Raise, Remaining, Terms,
+    add_holder_renewal, holder_keys, AcquireTerms, Call, ChangeViaRefresh, Claim, FenceRaise,
+    Obtain, ObtainTry, Operations, Queue, Remaining,
 };
 pub(crate) use lua::{Operation, LINE_HEARTBEAT};
 pub(crate) use send::{eval_whole, evalsha, send_notice, Conn, ScriptConn};
