@@ -468,6 +468,77 @@ async fn a_redlock_release_wakes_its_own_lockers_queued_waiter_without_the_annou
     common::every_node_empties(&servers).await;
 }
 
+/// Two waiters of one process; the key is handed to the process and one of them takes
+/// it; the other queues behind it, counting on its release. The key is taken from the
+/// holder (forced, then taken by another process): the holder's next request that hears
+/// "not held" wakes the other waiter at once, rather than leaving it to its next
+/// heartbeat try, so it lines up and the next release hands the key to its process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_that_hears_it_lost_the_key_wakes_its_own_lockers_waiter() {
+    let server = RedisServer::spawn();
+    let foreign = common::locker(&server).await;
+    let held = foreign.acquire("taken", ms(30_000)).await.unwrap();
+    let locker = waking_locker(&server, &server.url()).await;
+    // Per waiter, when each of its tries failed.
+    let tries: Arc<[std::sync::Mutex<Vec<Instant>>; 2]> = Arc::new(Default::default());
+    let waiters: Vec<_> = (0..2)
+        .map(|i| {
+            let tries = tries.clone();
+            let acquire = (locker.acquire("taken", ms(30_000)))
+                .retry(retry::constant(Duration::from_secs(20)))
+                .deadline(Duration::from_secs(30))
+                .on_failed_try(move |_| tries[i].lock().unwrap().push(Instant::now()));
+            tokio::spawn(acquire.into_future())
+        })
+        .collect();
+    wait_for_subscribers(&server, "taken", 1, ms(3000)).await;
+    tokio::time::sleep(ms(100)).await;
+    held.release().await.unwrap();
+    // One of them takes the key; the other waits on.
+    let (taker, other) = loop {
+        match (waiters[0].is_finished(), waiters[1].is_finished()) {
+            (true, _) => break (0, 1),
+            (_, true) => break (1, 0),
+            _ => tokio::time::sleep(ms(5)).await,
+        }
+    };
+    let mut waiters = waiters.into_iter();
+    let (first, second) = (waiters.next().unwrap(), waiters.next().unwrap());
+    let (holder, waiter) = match taker {
+        0 => (first, second),
+        _ => (second, first),
+    };
+    let holder = holder.await.unwrap().expect("handed the key");
+    // At once, before the other waiter's next try (a heartbeat's third after its last,
+    // which put its process back in line), the key is taken from the holder.
+    let tried = || tries[other].lock().unwrap().len();
+    let before = tried();
+    foreign.force_release_now("taken").await.unwrap();
+    let rival = foreign.acquire("taken", ms(30_000)).await.unwrap();
+    let mut writes = redmutex::Writes::new();
+    writes.add(redis::cmd("SET").arg("taken:data").arg("x"), ["taken:data"]);
+    let heard_at = Instant::now();
+    let lost = holder.write_if_held(&writes).await.unwrap_err();
+    assert!(lost.is_not_held(), "{lost}");
+    // Woken, the waiter tries at once (rather than at its next heartbeat try, up to a
+    // second away) and lines up behind the rival.
+    let until = Instant::now() + ms(3_000);
+    while tried() == before {
+        assert!(Instant::now() < until, "the waiter never tried again");
+        tokio::time::sleep(ms(2)).await;
+    }
+    let woken_after = tries[other].lock().unwrap()[before] - heard_at;
+    assert!(
+        woken_after < ms(400),
+        "the waiter tried {woken_after:?} after its process heard the key was lost"
+    );
+    rival.release().await.unwrap();
+    let lock = waiter.await.unwrap().expect("handed the key");
+    lock.release().await.unwrap();
+    drop(holder);
+    assert_eq!(Raw::new(&server).await.dbsize().await, 0);
+}
+
 /// After its last waiter left, a key stays subscribed for a moment. A newcomer then either
 /// queues behind a holder that was itself a waiter (its value says "awaited"), or, facing
 /// any other holder, makes its first try as a waiter and marks it. Both are woken by the

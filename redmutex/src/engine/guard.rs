@@ -233,7 +233,19 @@ impl<C: Connection, P> Lock<C, P> {
                 .fence(&*self.claim, token, ttl, retention_ms, valid_until)
                 .await
         };
-        self.fence.get_or_try_init(take).await.copied()
+        let fence = self.fence.get_or_try_init(take).await.copied();
+        self.heard(fence)
+    }
+
+    /// Passes on what a request answered; one that says the lock is no longer held (taken
+    /// from it: forced, expired and taken) wakes one of this locker's own waiters for its
+    /// keys, which queued behind it without a try and count on its release — which will
+    /// not come now (see [`Lock::wake_own_waiters`]).
+    fn heard<T>(&self, answer: Result<T, Error>) -> Result<T, Error> {
+        if let Err(Error::NotHeld) = answer {
+            self.wake_own_waiters();
+        }
+        answer
     }
 
     /// The fence, if it was taken already (by the acquire or by [`fence`](Lock::fence)).
@@ -353,9 +365,8 @@ impl<C: Connection, P> Lock<C, P> {
     /// ```
     pub async fn ttl(&self) -> Result<Duration, Error> {
         let backend = &self.context.backend;
-        backend
-            .ttl(&*self.claim, &self.token, self.valid_until)
-            .await
+        let ttl = (backend.ttl(&*self.claim, &self.token, self.valid_until)).await;
+        self.heard(ttl)
     }
 
     /// Sets a new TTL on every key, counted from now, if this owner still holds all of them.
@@ -480,9 +491,10 @@ impl<C: Connection, P> Lock<C, P> {
             lock.kind = self.claim.kind(),
             writes = writes.len()
         );
-        (backend.write_if_held(&*self.claim, &self.token, writes))
+        let replies = (backend.write_if_held(&*self.claim, &self.token, writes))
             .instrument(span)
-            .await
+            .await;
+        self.heard(replies)
     }
 
     /// Refuses `writes` that cannot run under this lock, before any request: none, a bad
