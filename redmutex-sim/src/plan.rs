@@ -404,12 +404,7 @@ impl Plan {
             tasks[0] = task(&mut rng, mix, topology, 0, scale);
             tasks[0].role = Role::Hold(holder(&mut rng, mix, topology), Style::Careful);
         }
-        // One limit per semaphore: its holders agree on it.
-        for task in tasks.iter_mut() {
-            if let Role::Hold(Primitive::Permit(_), style) = task.role {
-                task.role = Role::Hold(Primitive::Permit(2), style);
-            }
-        }
+        tasks.iter_mut().for_each(agree_on_the_limit);
         for (id, task) in tasks.iter_mut().enumerate() {
             task.id = id;
         }
@@ -708,12 +703,16 @@ fn one_more(
     let mut more = Rng::new(seed ^ 0x0057_4149_5445_5253);
     let process = more.below(processes as u64) as usize;
     let mut task = task(&mut more, mix, topology, process, scale);
-    // The semaphore's one limit (see `draw`).
+    agree_on_the_limit(&mut task);
+    task.id = tasks.len();
+    tasks.push(task);
+}
+
+/// One limit per semaphore: its holders agree on it.
+fn agree_on_the_limit(task: &mut TaskPlan) {
     if let Role::Hold(Primitive::Permit(_), style) = task.role {
         task.role = Role::Hold(Primitive::Permit(2), style);
     }
-    task.id = tasks.len();
-    tasks.push(task);
 }
 
 /// Half the runs of plain locks take two names, `job` and `ledger`: each holder one of

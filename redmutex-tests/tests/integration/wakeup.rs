@@ -367,34 +367,55 @@ async fn a_line_is_a_skip_list_from_its_first_waiting_process() {
 }
 
 /// Redlock: the waiter subscribes on every node and is woken by the release.
+/// A Redlock locker over `servers` without wake-up (a foreign holder's), and one with
+/// wake-up whose subscriber connections go to `subscriber_urls`.
+async fn redlock_lockers(
+    servers: &[RedisServer],
+    subscriber_urls: &[String],
+) -> (Locker<MultiplexedConnection>, Locker<MultiplexedConnection>) {
+    let mut conns = Vec::new();
+    for server in servers {
+        conns.push(multiplexed(server).await);
+    }
+    let subscribers = subscriber_urls
+        .iter()
+        .map(|url| redis::Client::open(url.as_str()).unwrap());
+    let plain = Locker::redlock(conns.clone()).unwrap();
+    let waking = (Locker::redlock(conns).unwrap())
+        .with_wake_up(subscribers)
+        .unwrap();
+    (plain, waking)
+}
+
+/// Waits until a waiter for `key` listens on every one of `servers` and has marked the
+/// holder's value as awaited (seen through `locker`).
+async fn until_awaited_on_redlock(
+    servers: &[RedisServer],
+    locker: &Locker<MultiplexedConnection>,
+    key: &str,
+) {
+    for server in servers {
+        wait_for_subscribers(server, key, 1, ms(3000)).await;
+    }
+    let until = Instant::now() + ms(3000);
+    while !locker.inspect(key).await.unwrap().awaited {
+        assert!(Instant::now() < until, "the holder was never marked");
+        tokio::time::sleep(ms(10)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_waiters_are_woken_too() {
     let servers = RedisServer::spawn_many(5);
-    let mut conns = Vec::new();
-    let mut clients = Vec::new();
-    for server in &servers {
-        conns.push(multiplexed(server).await);
-        clients.push(redis::Client::open(server.url()).unwrap());
-    }
-    let holder_locker = Locker::redlock(conns.clone()).unwrap();
-    let locker = Locker::redlock(conns)
-        .unwrap()
-        .with_wake_up(clients)
-        .unwrap();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let (holder_locker, locker) = redlock_lockers(&servers, &urls).await;
     let holder = holder_locker
         .acquire("quorum-job", Duration::from_secs(30))
         .await
         .unwrap();
     let tries = Arc::new(AtomicU32::new(0));
     let waiter = wait_for(&locker, "quorum-job", LONG_POLL, tries.clone());
-    for server in &servers {
-        wait_for_subscribers(server, "quorum-job", 1, ms(3000)).await;
-    }
-    let until = Instant::now() + ms(3000);
-    while !holder_locker.inspect("quorum-job").await.unwrap().awaited {
-        assert!(Instant::now() < until, "the holder was never marked");
-        tokio::time::sleep(ms(10)).await;
-    }
+    until_awaited_on_redlock(&servers, &holder_locker, "quorum-job").await;
     let released_at = Instant::now();
     holder.release().await.unwrap();
     let (lock, got_at) = waiter.await.unwrap();
@@ -415,17 +436,8 @@ async fn redlock_waiters_are_woken_too() {
 async fn a_redlock_release_wakes_its_own_lockers_queued_waiter_without_the_announcement() {
     let servers = RedisServer::spawn_many(5);
     let proxies: Vec<Proxy> = servers.iter().map(|s| Proxy::start(s.addr())).collect();
-    let mut conns = Vec::new();
-    for server in &servers {
-        conns.push(multiplexed(server).await);
-    }
-    let subscribers = proxies
-        .iter()
-        .map(|p| redis::Client::open(p.url()).unwrap());
-    let holder_locker = Locker::redlock(conns.clone()).unwrap();
-    let locker = (Locker::redlock(conns).unwrap())
-        .with_wake_up(subscribers)
-        .unwrap();
+    let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
+    let (holder_locker, locker) = redlock_lockers(&servers, &urls).await;
     // W1 waits for a foreign holder and gets the lock: its value says "awaited".
     let holder = holder_locker
         .acquire("own-quorum", Duration::from_secs(30))
@@ -437,14 +449,7 @@ async fn a_redlock_release_wakes_its_own_lockers_queued_waiter_without_the_annou
         LONG_POLL,
         Arc::new(AtomicU32::new(0)),
     );
-    for server in &servers {
-        wait_for_subscribers(server, "own-quorum", 1, ms(3000)).await;
-    }
-    let until = Instant::now() + ms(3000);
-    while !holder_locker.inspect("own-quorum").await.unwrap().awaited {
-        assert!(Instant::now() < until, "the holder was never marked");
-        tokio::time::sleep(ms(10)).await;
-    }
+    until_awaited_on_redlock(&servers, &holder_locker, "own-quorum").await;
     holder.release().await.unwrap();
     let w1 = first.await.unwrap().0.expect("W1 woken");
     // W2 queues behind W1 (its own locker's holder): it counts as found held once.
