@@ -72,7 +72,7 @@ cargo test --workspace --doc --all-features
 step "packaging: what a publish would upload, each package built from its own files"
 # (Its verification builds the command line from its package's files, as `cargo install
 # redmutex-cli` would; the demo above ran the binary.)
-cargo package --locked -p redmutex -p redmutex-cli --quiet
+cargo package --locked -p redmutex-memory -p redmutex -p redmutex-cli --quiet
 step "the library's integration tests against the other servers"
 # The library's test executables from the build above (listed, not rebuilt), each with
 # its package's directory: its unit tests, and the tests against real servers.

@@ -246,8 +246,10 @@ mod fence;
 mod locker;
 #[doc = include_str!("../SAFETY.md")]
 pub mod safety {}
+/// An in-process stand-in for a Redis server, for your tests (feature `memory`; the crate
+/// `redmutex-memory`): see [`Locker::in_memory`].
 #[cfg(feature = "memory")]
-pub mod memory;
+pub use redmutex_memory as memory;
 mod ops;
 mod primitives;
 mod pubsub;

@@ -115,3 +115,6 @@ impl SubscriberSink for ClientSink {
 
 #[cfg(feature = "cluster")]
 mod cluster;
+
+#[cfg(feature = "memory")]
+mod memory;

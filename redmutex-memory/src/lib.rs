@@ -1,17 +1,18 @@
-//! An in-process stand-in for a Redis server, for your own tests: **not for production**
-//! (its data lives in one process and dies with it, so it coordinates nothing between
-//! processes). Feature `memory`.
+//! An in-process stand-in for a Redis server, for tests: **not for production** (its data
+//! lives in one process and dies with it, so it coordinates nothing between processes).
+//! Users of redmutex reach it as `redmutex::memory` (feature `memory`), and
+//! `redmutex::Locker::in_memory()` is a locker over a new one.
 //!
-//! [`MemoryRedis`] is a connection, like redis-rs's, to a server that lives in memory: give
-//! it to [`Locker::new`](crate::Locker::new) (or use
-//! [`Locker::in_memory`](crate::Locker::in_memory), which adds push wake-up) and every
-//! primitive works as over Redis — owner checks, fences, multi-key locks, wake-up,
-//! keep-alive and the lost signal, semaphores, fair and read-write locks, elections —
-//! because the server runs redmutex's own Lua scripts (in Lua 5.1, the version inside
-//! Redis) over an implementation of the commands they use. A conformance suite runs the
-//! same cases against it and against real servers. It has no replicas and answers no
-//! `WAIT`, so a locker [with replication](crate::Locker::with_replication) fails every
-//! acquire on it with Redis's "unknown command" error.
+//! [`MemoryRedis`] is a connection, like redis-rs's (it implements
+//! [`redis::aio::ConnectionLike`]), to a server that lives in memory: give it to
+//! `redmutex::Locker::new` (or use `Locker::in_memory`, which adds push wake-up through
+//! [`MemoryRedis::subscriber`]) and every primitive works as over Redis — owner checks,
+//! fences, multi-key locks, wake-up, keep-alive and the lost signal, semaphores, fair and
+//! read-write locks, elections — because the server runs redmutex's own Lua scripts (in
+//! Lua 5.1, the version inside Redis) over an implementation of the commands they use. A
+//! conformance suite runs the same cases against it and against real servers. It has no
+//! replicas and answers no `WAIT`, so a locker with replication fails every acquire on it
+//! with Redis's "unknown command" error.
 //!
 //! Time is tokio's: keys expire on [`tokio::time::Instant`], so a test that pauses the
 //! clock (`#[tokio::test(start_paused = true)]`, `tokio::time::advance`) decides when a
@@ -50,13 +51,12 @@ use redis::aio::ConnectionLike;
 use redis::{Arg, Cmd, Pipeline, RedisFuture, RedisResult, Value};
 use tokio::time::Instant;
 
-use crate::pubsub::WakeUpSource;
-use crate::sync::lock;
 use broker::Broker;
+pub use broker::{Published, Subscriber};
 use keyspace::{CommandError, Reply};
 use server::Server;
 
-/// A connection to an in-memory Redis stand-in, for tests: see the [module](self) docs.
+/// A connection to an in-memory Redis stand-in, for tests: see the [crate] docs.
 /// Clones share the same server; [`MemoryRedis::new`] makes another, empty one.
 ///
 /// Not for production: it coordinates nothing between processes.
@@ -316,7 +316,7 @@ impl MemoryRedis {
     /// itself), as clients reconnecting to a promoted replica find. The clock runs on.
     /// Holders whose writes were lost find their locks lost at their next renewal,
     /// refresh or release; this is the fault
-    /// [`Locker::with_replication`](crate::Locker::with_replication) narrows.
+    /// `redmutex::Locker::with_replication` narrows.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -379,6 +379,31 @@ impl MemoryRedis {
     /// ```
     pub fn requests(&self) -> u64 {
         self.shared.requests.load(Ordering::SeqCst)
+    }
+
+    /// A subscriber connection to this server's pub/sub (what push wake-up listens on):
+    /// subscribe it to channels, and every `PUBLISH` on one of them arrives on the
+    /// receiver, until the [`Subscriber`] is dropped or the server restarts or fails over
+    /// (the receiver then ends, as a connection to a restarted Redis does).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis::RedisResult<()> {
+    /// use redmutex_memory::{MemoryRedis, Published};
+    ///
+    /// let mut redis = MemoryRedis::new();
+    /// let (subscriber, mut messages) = redis.subscriber();
+    /// subscriber.subscribe([b"news".to_vec()]);
+    /// let heard: i64 = redis::cmd("PUBLISH").arg("news").arg("hello").query_async(&mut redis).await?;
+    /// assert_eq!(heard, 1);
+    /// let message = messages.recv().await.expect("published");
+    /// assert_eq!(message, Published { channel: b"news".to_vec(), payload: b"hello".to_vec() });
+    /// drop(subscriber);
+    /// assert!(messages.recv().await.is_none(), "the connection is closed");
+    /// # Ok(()) }
+    /// ```
+    pub fn subscriber(&self) -> (Subscriber, tokio::sync::mpsc::UnboundedReceiver<Published>) {
+        self.shared.broker.open()
     }
 
     /// Every key that exists now, sorted (to check that nothing was left behind).
@@ -448,18 +473,6 @@ impl MemoryRedis {
     }
 }
 
-impl From<MemoryRedis> for WakeUpSource {
-    fn from(redis: MemoryRedis) -> WakeUpSource {
-        WakeUpSource(Arc::new(redis.shared.broker.clone()))
-    }
-}
-
-impl From<&MemoryRedis> for WakeUpSource {
-    fn from(redis: &MemoryRedis) -> WakeUpSource {
-        redis.clone().into()
-    }
-}
-
 impl ConnectionLike for MemoryRedis {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move { self.answer(cmd) })
@@ -526,4 +539,13 @@ fn value_of_reply(reply: Reply) -> Value {
         Reply::Status(text) => Value::SimpleString(text.to_string()),
         Reply::Array(items) => Value::Array(items.into_iter().map(value_of_reply).collect()),
     }
+}
+
+/// `mutex`'s guard, poisoned or not: nothing here panics while holding one, and if
+/// something did, the state it guards is still whole (never a second panic in a test's
+/// `Drop`).
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

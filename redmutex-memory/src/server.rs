@@ -13,7 +13,7 @@ use mlua::{
 
 use super::broker::Broker;
 use super::keyspace::{CommandError, Keyspace, Reply};
-use crate::sync::lock;
+use crate::lock;
 
 /// What a script's commands see and change, kept in the Lua state's app data so that the
 /// `redis.call` callback reaches it.
