@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use clap::Args;
-use redmutex::{Connection, Lock, Locker};
+use redmutex::{connection::Connection, Lock, Locker};
 
 use crate::connect::{Checks, Connects, Session};
 use crate::exit::{self, Failure};

@@ -174,27 +174,27 @@ impl Redis<'_> {
 }
 
 impl Checks<'_> {
-    /// A TTL (and a minimum hold) beyond what a lock can hold, [`redmutex::MAX_TTL`], or
-    /// below [`redmutex::MIN_TTL`]: refused as the library would refuse it once connected.
+    /// A TTL (and a minimum hold) beyond what a lock can hold, [`redmutex::limits::MAX_TTL`], or
+    /// below [`redmutex::limits::MIN_TTL`]: refused as the library would refuse it once connected.
     pub fn ttl(&self, ttl: Duration, min_hold: Option<Duration>) -> Result<(), Failure> {
         let too_long = |what: &str, d: Duration| {
             Failure::usage(format!(
                 "{what} {} is longer than the longest a lock can be held ({} ms)",
                 duration::format(d),
-                redmutex::MAX_TTL.as_millis()
+                redmutex::limits::MAX_TTL.as_millis()
             ))
         };
-        if ttl > redmutex::MAX_TTL {
+        if ttl > redmutex::limits::MAX_TTL {
             return Err(too_long("--ttl", ttl));
         }
-        if ttl < redmutex::MIN_TTL {
+        if ttl < redmutex::limits::MIN_TTL {
             return Err(Failure::usage(format!(
                 "--ttl {} is below the minimum of 1ms",
                 duration::format(ttl)
             )));
         }
         match min_hold {
-            Some(hold) if hold > redmutex::MAX_TTL => Err(too_long("--min-hold", hold)),
+            Some(hold) if hold > redmutex::limits::MAX_TTL => Err(too_long("--min-hold", hold)),
             _ => Ok(()),
         }
     }
@@ -212,7 +212,9 @@ impl Checks<'_> {
     /// has been reached.
     pub fn keys(&self, keys: &[String], metadata: Option<&str>) -> Result<(), Failure> {
         let usage = |e: redmutex::Error| Failure::usage(e.to_string());
-        redmutex::check_keys(self.prefix, keys).map_err(usage)?;
-        metadata.map_or(Ok(()), |m| redmutex::check_metadata(m).map_err(usage))
+        redmutex::limits::check_keys(self.prefix, keys).map_err(usage)?;
+        metadata.map_or(Ok(()), |m| {
+            redmutex::limits::check_metadata(m).map_err(usage)
+        })
     }
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use clap::Args;
 use redmutex::retry::{self, Jitter, RetryExt};
-use redmutex::{Connection, Locker, LostReason};
+use redmutex::{connection::Connection, Locker, LostReason};
 use tokio::time::Instant;
 
 use crate::duration::format;
@@ -50,7 +50,7 @@ pub async fn run(args: DemoArgs, redis_flags: &[String]) -> Result<u8, Failure> 
             )))
         }
     };
-    let conn = redmutex::connect(&url)
+    let conn = redmutex::connection::connect(&url)
         .await
         .map_err(|e| Failure::from_lock_error(&e, redis_flags))?;
     let locker = Locker::new(conn.clone()).with_prefix("redmutex-demo:");

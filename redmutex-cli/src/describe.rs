@@ -3,7 +3,9 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redmutex::{Connection, ListedHolder, ListedLock, LockKind, Locker};
+use redmutex::{
+    connection::Connection, state::ListedHolder, state::ListedLock, state::LockKind, Locker,
+};
 
 use crate::duration;
 

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use clap::Args;
-use redmutex::{Check, Connection, Finding, Level, Locker};
+use redmutex::{check::Check, check::Finding, check::Level, connection::Connection, Locker};
 
 use crate::connect::{Checks, Connects, Session};
 use crate::describe::{json_string, printable};
@@ -110,7 +110,7 @@ pub async fn run<C: Connection>(
 
 /// Whether enough nodes answered for a verdict: one server, or a quorum of Redlock's (the
 /// locks need one; an evicting node found among fewer is still unfit).
-fn answered(report: &redmutex::ServerCheck, urls: &[String]) -> bool {
+fn answered(report: &redmutex::check::ServerCheck, urls: &[String]) -> bool {
     let unreached = (report.findings.iter())
         .filter(|f| f.check == Check::Reachable && f.level == Level::Unknown)
         .count();
@@ -127,7 +127,7 @@ pub fn finding_line(finding: &Finding, urls: &[String]) -> String {
 
 /// The last line of `doctor`'s text output; `answered`: enough nodes answered for a
 /// verdict (see `answered`).
-pub fn verdict(report: &redmutex::ServerCheck, answered: bool) -> String {
+pub fn verdict(report: &redmutex::check::ServerCheck, answered: bool) -> String {
     let count = |level| report.at(level).count();
     let (unsafe_, warnings, unknown) = (
         count(Level::Unsafe),

@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::Args;
-use redmutex::{Connection, Locker};
+use redmutex::{connection::Connection, Locker};
 
 use crate::connect::{Checks, Connects, Session};
 use crate::exit::{self, Failure};

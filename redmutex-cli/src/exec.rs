@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::Args;
-use redmutex::{Connection, Lock, Locker};
+use redmutex::{connection::Connection, Lock, Locker};
 
 use crate::connect::{Checks, Connects, Session};
 use crate::exit::{self, Failure};
@@ -109,7 +109,7 @@ impl Connects for ExecArgs {
         checks.ttl(self.lock.ttl, self.min_hold)?;
         // Several URLs are Redlock nodes, whose drift allowance shortens the lease.
         checks.keep_alive(self.lock.ttl)?;
-        if self.min_hold.is_some_and(|d| d < redmutex::MIN_TTL) {
+        if self.min_hold.is_some_and(|d| d < redmutex::limits::MIN_TTL) {
             return Err(Failure::usage("--min-hold must be at least 1ms"));
         }
         self.lock.check(&self.keys, checks.urls)?;

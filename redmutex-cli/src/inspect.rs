@@ -1,7 +1,9 @@
 //! `redmutex inspect`: whether a key is locked, for how long, and by whom.
 
 use clap::Args;
-use redmutex::{Connection, ListedLock, LockInfo, LockKind, Locker};
+use redmutex::{
+    connection::Connection, state::ListedLock, state::LockInfo, state::LockKind, Locker,
+};
 
 use crate::connect::{Checks, Connects, Session};
 use crate::describe::{self, json_string, printable};

@@ -17,7 +17,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use redmutex::{Connection, Lease, LostReason};
+use redmutex::{connection::Connection, Lease, LostReason};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::time::Instant;
 

@@ -2,7 +2,7 @@
 
 use clap::Args;
 use futures_util::StreamExt;
-use redmutex::{Connection, Election, Leader, Locker};
+use redmutex::{connection::Connection, Election, Leader, Locker};
 
 use crate::connect::{Checks, Connects, Session};
 use crate::describe::{json_string, printable};

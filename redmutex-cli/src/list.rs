@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use clap::Args;
-use redmutex::{Connection, ListedLock, Locker};
+use redmutex::{connection::Connection, state::ListedLock, Locker};
 use tokio::time::Instant;
 
 use crate::connect::{Checks, Connects, Session};

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 use redmutex::retry::{self, Jitter, RetryExt};
-use redmutex::{Acquire, Connection, Lock, Locker, MAX_PERMITS};
+use redmutex::{connection::Connection, limits::MAX_PERMITS, Acquire, Lock, Locker};
 
 use crate::connect::Session;
 use crate::exit::Failure;

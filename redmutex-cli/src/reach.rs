@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
-use redmutex::{FailedTry, Locker, QuorumFailure, TryFailure};
+use redmutex::{error::QuorumFailure, FailedTry, Locker, TryFailure};
 use tokio::time::Instant;
 
 use crate::exit::{self, Failure};
@@ -30,8 +30,8 @@ pub async fn quorum_answers(
         // A silent node would hold a round past `within`: the wait ends when it said.
         let left = give_up.saturating_duration_since(Instant::now());
         let patience = match within.is_zero() {
-            true => redmutex::CONNECT_TIMEOUT,
-            false => redmutex::CONNECT_TIMEOUT.min(left),
+            true => redmutex::connection::CONNECT_TIMEOUT,
+            false => redmutex::connection::CONNECT_TIMEOUT.min(left),
         };
         let Err(round) = answering(locker, urls, patience).await else {
             return Ok(());
@@ -39,7 +39,7 @@ pub async fn quorum_answers(
         // A round cut short by the end of the wait (the last one often has next to no
         // time) is no evidence that nodes which answered before have gone silent: the
         // state said is the fuller round's.
-        let cut_short = patience < redmutex::CONNECT_TIMEOUT;
+        let cut_short = patience < redmutex::connection::CONNECT_TIMEOUT;
         if !(cut_short && state.as_ref().is_some_and(|last| last.up > round.up)) {
             state = Some(round);
         }
@@ -73,7 +73,7 @@ struct Round {
 
 /// Whether Redis answers — one node, or a quorum of the nodes — a PING within a second;
 /// otherwise which nodes do not, and why.
-pub async fn probe<C: redmutex::Connection>(
+pub async fn probe<C: redmutex::connection::Connection>(
     locker: &Locker<C>,
     urls: &[String],
 ) -> Result<(), String> {
@@ -84,7 +84,7 @@ pub async fn probe<C: redmutex::Connection>(
 
 /// Whether one node, or a quorum of the nodes, answers a PING within `patience`;
 /// otherwise how many do, how many are needed, and why the others do not.
-async fn answering<C: redmutex::Connection>(
+async fn answering<C: redmutex::connection::Connection>(
     locker: &Locker<C>,
     urls: &[String],
     patience: Duration,
@@ -109,7 +109,7 @@ async fn answering<C: redmutex::Connection>(
 const PROBE_PATIENCE: Duration = Duration::from_secs(1);
 
 /// Every node's answer to a PING, given `patience` to come.
-async fn ping_all<C: redmutex::Connection>(
+async fn ping_all<C: redmutex::connection::Connection>(
     locker: &Locker<C>,
     patience: Duration,
 ) -> Vec<Result<(), String>> {
@@ -226,7 +226,8 @@ fn too_few_answer(failure: &QuorumFailure) -> bool {
 }
 
 /// Awaits `wait` — an acquire fed back into `reach` — unless Redis stays unreachable for
-/// as long as `reach` allows first: then the failure to exit with (69). The acquire is dropped, which
+/// as long as `reach` allows first: then the failure to exit with (69). The acquire is dropped,
+/// which
 /// cleans up whatever its tries may have left.
 pub async fn bounded<T>(
     reach: &Reach,

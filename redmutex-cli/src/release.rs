@@ -6,7 +6,7 @@ use std::io::Write;
 use std::time::SystemTime;
 
 use clap::Args;
-use redmutex::{Connection, ListedLock, LockKind, Locker};
+use redmutex::{connection::Connection, state::ListedLock, state::LockKind, Locker};
 
 use crate::connect::{Checks, Connects, Session};
 use crate::describe::{self, printable};

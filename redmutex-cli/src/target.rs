@@ -101,7 +101,7 @@ pub async fn locker(
         let mut conns = Vec::with_capacity(urls.len());
         for (url, client) in urls.iter().zip(&clients) {
             conns.push(
-                redmutex::connect_lazy_client(client.clone())
+                redmutex::connection::connect_lazy_client(client.clone())
                     .map_err(|e| connect_failure(&e, url, urls))?,
             );
         }
@@ -123,7 +123,7 @@ async fn connect_within(
     let give_up = Instant::now() + within;
     let mut said = false;
     loop {
-        let attempt = redmutex::connect_client(client.clone());
+        let attempt = redmutex::connection::connect_client(client.clone());
         // A silent server would hold one attempt past `within` (the connection's own
         // timeout): the wait ends when it said it would.
         let answered = match within.is_zero() {

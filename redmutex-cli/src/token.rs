@@ -1,7 +1,7 @@
 //! What `release` and `refresh` act on: the lock — or the permits — that holds the token
 //! `acquire` printed.
 
-use redmutex::{Connection, Error, LockKind, Locker, Semaphore, Token};
+use redmutex::{connection::Connection, state::LockKind, Error, Locker, Semaphore, Token};
 
 use crate::exit::{self, Failure};
 

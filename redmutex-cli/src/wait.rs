@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use clap::Args;
-use redmutex::{Connection, Locker};
+use redmutex::{connection::Connection, Locker};
 
 use crate::connect::{Checks, Connects, Session};
 use crate::describe::printable;

@@ -9,7 +9,7 @@ use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redmutex::{Connection, FailedTry, Locker, TryFailure};
+use redmutex::{connection::Connection, FailedTry, Locker, TryFailure};
 use tokio::time::Instant;
 
 use crate::{describe, duration};

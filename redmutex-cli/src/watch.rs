@@ -3,7 +3,7 @@
 use std::time::{Duration, SystemTime};
 
 use clap::Args;
-use redmutex::{Connection, ListedLock, LockKind, Locker};
+use redmutex::{connection::Connection, state::ListedLock, state::LockKind, Locker};
 
 use crate::connect::{Checks, Connects, Session};
 use crate::describe::{self, printable};

@@ -16,8 +16,8 @@ use tokio::time::Instant;
 use crate::state::{lock, Shared};
 use testkit::Rng;
 
-/// How long a request waits for its reply, as with `redmutex::connect`.
-pub const RESPONSE_TIMEOUT: Duration = redmutex::RESPONSE_TIMEOUT;
+/// How long a request waits for its reply, as with `redmutex::connection::connect`.
+pub const RESPONSE_TIMEOUT: Duration = redmutex::connection::RESPONSE_TIMEOUT;
 
 /// One process's connection to one node (clones share it, as clones of a multiplexed
 /// connection do).

@@ -652,7 +652,7 @@ impl Task {
     /// holds that.
     async fn writer(
         &mut self,
-        lock: Lock<SimConn, redmutex::WriteKey>,
+        lock: Lock<SimConn, redmutex::claim::WriteKey>,
         style: Style,
         asked: Duration,
         keep: Option<Duration>,
@@ -896,7 +896,7 @@ impl Task {
 impl Task {
     /// Records a forced release called at `called` that answered now, if it found the name
     /// held: its holders hold it no more.
-    fn forced(&self, called: Duration, taken: &Result<Option<redmutex::ListedLock>, Error>) {
+    fn forced(&self, called: Duration, taken: &Result<Option<redmutex::state::ListedLock>, Error>) {
         if let Ok(Some(_)) = taken {
             let answered = self.world.now();
             self.world.history().forced.push(crate::history::Forced {

@@ -249,7 +249,7 @@ fn a_healthy_quorum_never_warns_of_nodes_that_answered() {
     runtime.block_on(async {
         let conns = servers
             .iter()
-            .map(|s| redmutex::connect_lazy(&s.url()).unwrap());
+            .map(|s| redmutex::connection::connect_lazy(&s.url()).unwrap());
         let settings =
             (redmutex::QuorumSettings::new().node_timeout(ms(2000))).wait_for_every_node(false);
         let locker = Locker::redlock(conns)

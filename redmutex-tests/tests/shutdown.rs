@@ -65,7 +65,7 @@ async fn user_main(guard: &str, url: &str, key: &str) -> Outside {
     let url = proxy.as_ref().map_or(url.to_owned(), testkit::Proxy::url);
     let nodes: Vec<_> = url
         .split(',')
-        .map(|u| redmutex::connect_lazy(u).unwrap())
+        .map(|u| redmutex::connection::connect_lazy(u).unwrap())
         .collect();
     let locker = match <[_; 1]>::try_from(nodes) {
         Ok([one]) => redmutex::Locker::new(one),

@@ -10,7 +10,7 @@ pub enum Holder {
     /// A plain lock; before acting, checks `Lock::valid_until` and acts only within it.
     Careful,
     /// A kept-alive lease; before acting, checks it was not told "lost" and is within
-    /// `Lease::valid_until`.
+    /// `Lock::valid_until`, read through the lease.
     Lease,
     /// A plain lock; acts after its work without looking at the clock, as much code in the
     /// wild does. Only fences protect the resource from it once it overruns its validity.

@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redmutex::retry::{self, Jitter, RetryExt};
-use redmutex::{Acquire, Connection, Error, Keys, Locker, Replication, WakeUpSource, Writes};
+use redmutex::{
+    claim::Keys, connection::Connection, Acquire, Error, Locker, Replication, WakeUpSource, Writes,
+};
 use tokio::time::Instant;
 
 use crate::clock::{instant_ns, now_ns};
@@ -106,7 +108,7 @@ async fn run(args: WorkerArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     match args.mode {
         Mode::Single => {
-            let conn = redmutex::connect(&args.urls[0])
+            let conn = redmutex::connection::connect(&args.urls[0])
                 .await
                 .map_err(|e| e.to_string())?;
             let locker = Locker::new(conn);
@@ -116,7 +118,7 @@ async fn run(args: WorkerArgs) -> Result<(), String> {
             let nodes = args
                 .urls
                 .iter()
-                .map(|url| redmutex::connect_lazy(url))
+                .map(|url| redmutex::connection::connect_lazy(url))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| e.to_string())?;
             let locker = Locker::redlock(nodes).map_err(|e| e.to_string())?;
@@ -125,7 +127,7 @@ async fn run(args: WorkerArgs) -> Result<(), String> {
         Mode::Cluster => {
             let conn = redis::cluster::ClusterClient::builder(args.urls.clone())
                 .connection_timeout(Duration::from_secs(1))
-                .response_timeout(redmutex::RESPONSE_TIMEOUT)
+                .response_timeout(redmutex::connection::RESPONSE_TIMEOUT)
                 .build()
                 .map_err(|e| e.to_string())?
                 .get_async_connection()
@@ -137,7 +139,7 @@ async fn run(args: WorkerArgs) -> Result<(), String> {
             drive(locker, vec![subscriber], storage, args).await
         }
         Mode::Sentinel | Mode::SentinelConfirmed => {
-            let conn = redmutex::connect_sentinel(&args.urls, testkit::MASTER_NAME)
+            let conn = redmutex::sentinel::connect(&args.urls, testkit::MASTER_NAME)
                 .await
                 .map_err(|e| format!("sentinel: {e}"))?;
             let locker = match args.mode {

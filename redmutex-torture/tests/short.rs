@@ -161,7 +161,10 @@ fn a_failover_to_a_lagging_replica_loses_no_confirmed_lock() {
             "keys_without_ttl",
         ];
         assert_zero(line, &must_be_zero, mode, &context);
-        assert!(field(line, "guarded_accepted") >= 50, "{mode}: {context}");
+        // Exercised in both modes: how often in 20 s depends on the machine's load (on a
+        // busy machine the confirmed mode, which waits for its replica, wrote 33 times,
+        // alone about 100), so the bound is what any run of the path reaches.
+        assert!(field(line, "guarded_accepted") >= 10, "{mode}: {context}");
     }
     assert_eq!(field(&lines[1], "broken_by_rivals"), 0, "{context}");
     assert_eq!(code, Some(0), "{context}");

@@ -12,7 +12,7 @@ use redmutex::{Error, Locker};
 async fn main() -> Result<(), Error> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     let client = redis::Client::open(url.as_str())?;
-    let locker = Locker::new(redmutex::connect(&url).await?)
+    let locker = Locker::new(redmutex::connection::connect(&url).await?)
         .with_prefix("example:")
         .with_wake_up([client])?;
     let period = Duration::from_secs(2);

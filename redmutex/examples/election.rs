@@ -16,7 +16,7 @@ async fn main() -> Result<(), Error> {
     // Each party has a locker of its own, as a process would.
     let election = || async {
         let client = redis::Client::open(url.as_str())?;
-        Locker::new(redmutex::connect(&url).await?)
+        Locker::new(redmutex::connection::connect(&url).await?)
             .with_prefix("example:")
             .with_wake_up([client])?
             .election("scheduler")?

@@ -41,8 +41,8 @@ async fn write(
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let locker = Locker::new(redmutex::connect(&url).await?).with_prefix("example:");
-    let mut store = redmutex::connect(&url).await?;
+    let locker = Locker::new(redmutex::connection::connect(&url).await?).with_prefix("example:");
+    let mut store = redmutex::connection::connect(&url).await?;
 
     // A takes its fence with the lock (one round trip for both) ...
     let a = locker

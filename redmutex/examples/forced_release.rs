@@ -19,7 +19,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Three lockers, as three processes would have.
     let connect = || async {
         Ok::<_, redmutex::Error>(
-            Locker::new(redmutex::connect(&url).await?).with_prefix("example:"),
+            Locker::new(redmutex::connection::connect(&url).await?).with_prefix("example:"),
         )
     };
     let (worker, standby, operator) = (connect().await?, connect().await?, connect().await?);

@@ -31,8 +31,8 @@ fn finish(by: &str) -> Writes {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let locker = Locker::new(redmutex::connect(&url).await?).with_prefix("example:");
-    let mut raw = redmutex::connect(&url).await?;
+    let locker = Locker::new(redmutex::connection::connect(&url).await?).with_prefix("example:");
+    let mut raw = redmutex::connection::connect(&url).await?;
 
     let a = locker.acquire("report", Duration::from_millis(300)).await?;
     println!("A holds the lock, then pauses past its TTL");

@@ -10,7 +10,7 @@ use redmutex::{Error, Locker, LostReason};
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let conn = redmutex::connect(&url).await?;
+    let conn = redmutex::connection::connect(&url).await?;
     let locker = Locker::new(conn.clone()).with_prefix("example:");
 
     // A 2 s job under a 600 ms lock: renewed every 200 ms while it runs.

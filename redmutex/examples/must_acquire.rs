@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use redmutex::retry::{self, Jitter, RetryExt};
-use redmutex::{Connection, Error, Lock, Locker, TryFailure};
+use redmutex::{connection::Connection, Error, Lock, Locker, TryFailure};
 
 /// Waits for `key` with exponential backoff and reports every failed try; gives up after
 /// `max_wait` (redmutex's deadline) — never hammers Redis, never spins forever.
@@ -37,7 +37,7 @@ async fn must_acquire<C: Connection>(
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let locker = Locker::new(redmutex::connect(&url).await?).with_prefix("example:");
+    let locker = Locker::new(redmutex::connection::connect(&url).await?).with_prefix("example:");
 
     // Someone else holds the lock for 300 ms.
     let other = locker.acquire("must", Duration::from_secs(5)).await?;

@@ -16,7 +16,7 @@ async fn main() -> Result<(), Error> {
     });
     let nodes = urls
         .split(',')
-        .map(redmutex::connect_lazy)
+        .map(redmutex::connection::connect_lazy)
         .collect::<Result<Vec<_>, _>>()?;
     let locker = Locker::redlock(nodes)?
         .with_prefix("example:")

@@ -10,7 +10,7 @@ use redmutex::{Error, Locker};
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let locker = Locker::new(redmutex::connect(&url).await?).with_prefix("example:");
+    let locker = Locker::new(redmutex::connection::connect(&url).await?).with_prefix("example:");
     let ttl = Duration::from_secs(5);
 
     let holder = locker.acquire("busy", ttl).await?;

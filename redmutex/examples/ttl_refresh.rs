@@ -9,7 +9,7 @@ use redmutex::{Error, Locker};
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let locker = Locker::new(redmutex::connect(&url).await?).with_prefix("example:");
+    let locker = Locker::new(redmutex::connection::connect(&url).await?).with_prefix("example:");
 
     let mut lock = locker.acquire("my-key", Duration::from_millis(100)).await?;
     println!("I have a lock!");

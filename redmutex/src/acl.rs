@@ -35,7 +35,7 @@ const COMMANDS: &str = "+evalsha +eval +script|load +set +get +del +pexpire +pex
 ///
 /// ```
 /// assert_eq!(
-///     redmutex::acl_rule("app:"),
+///     redmutex::check::acl_rule("app:"),
 ///     "resetkeys ~app:* ~{app:*}:fence ~{*}:fence:app:* ~{app:*}:permits \
 ///      ~{*}:permits:app:* ~{app:*}:queue ~{*}:queue:app:* ~{app:*}:readers \
 ///      ~{*}:readers:app:* ~{app:*}:intents \

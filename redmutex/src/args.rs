@@ -68,7 +68,7 @@ pub(crate) fn ttl_millis(ttl: Duration) -> Result<u64, Error> {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), redmutex::Error> {
 /// use std::time::Duration;
-/// use redmutex::{memory::MemoryRedis, Keys, Lock};
+/// use redmutex::{memory::MemoryRedis, claim::Keys, Lock};
 /// fn stored(lock: &Lock<MemoryRedis, Keys>) -> Vec<String> {
 ///     lock.keys().map(|key| String::from_utf8_lossy(key).into_owned()).collect()
 /// }
@@ -213,9 +213,9 @@ fn check_key(key: &[u8]) -> Result<(), Error> {
 /// [`Error::InvalidArgument`], saying which key and why.
 ///
 /// ```
-/// assert!(redmutex::check_keys("app:", ["job", "{job}:fence"]).is_ok());
-/// assert!(redmutex::check_keys("", ["{job}:fence"]).is_err());
-/// assert!(redmutex::check_keys("", ["a", "a"]).is_err());
+/// assert!(redmutex::limits::check_keys("app:", ["job", "{job}:fence"]).is_ok());
+/// assert!(redmutex::limits::check_keys("", ["{job}:fence"]).is_err());
+/// assert!(redmutex::limits::check_keys("", ["a", "a"]).is_err());
 /// ```
 pub fn check_keys<K: AsRef<[u8]>>(
     prefix: impl AsRef<[u8]>,
@@ -230,8 +230,8 @@ pub fn check_keys<K: AsRef<[u8]>>(
 /// [`Error::InvalidArgument`].
 ///
 /// ```
-/// assert!(redmutex::check_metadata("host=web-3").is_ok());
-/// assert!(redmutex::check_metadata(&"m".repeat(redmutex::MAX_METADATA_LEN + 1)).is_err());
+/// assert!(redmutex::limits::check_metadata("host=web-3").is_ok());
+/// assert!(redmutex::limits::check_metadata(&"m".repeat(redmutex::limits::MAX_METADATA_LEN + 1)).is_err());
 /// ```
 pub fn check_metadata(metadata: &str) -> Result<(), Error> {
     if metadata.len() > MAX_METADATA_LEN {

@@ -3,6 +3,7 @@
 //! that evicts keys under memory pressure deletes locks and fence counters while they are
 //! held, so the first acquire of a locker has the eviction policy read (in a task of its
 //! own: no acquire waits for it, no later one repeats it) and warned of through `tracing`.
+//! Beside it, the ACL rule a locker's Redis user needs ([`acl_rule`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -10,6 +11,8 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::connection::Connection;
+
+pub use crate::acl::acl_rule;
 
 /// How long one request of a check may take.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
@@ -42,7 +45,7 @@ impl ServerCheck {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// # let locker = redmutex::Locker::in_memory();
-    /// use redmutex::Level;
+    /// use redmutex::check::Level;
     /// let check = locker.check_server().await;
     /// // The in-memory server never evicts, but keeps nothing on disk: fit, with a warning.
     /// assert!(check.is_fit());
@@ -59,7 +62,7 @@ impl ServerCheck {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// use redmutex::{memory::MemoryRedis, Check, Locker};
+    /// use redmutex::{memory::MemoryRedis, check::Check, Locker};
     /// let nodes = [MemoryRedis::new(), MemoryRedis::new(), MemoryRedis::new()];
     /// let locker = Locker::redlock(nodes.clone())?;
     /// nodes[2].fail_next(u64::MAX); // node 2 is down
@@ -88,7 +91,7 @@ impl ServerCheck {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// # let locker = redmutex::Locker::in_memory();
-    /// use redmutex::{Check, Level};
+    /// use redmutex::{check::Check, check::Level};
     /// let check = locker.check_server().await;
     /// let warned: Vec<Check> = check.at(Level::Warning).map(|f| f.check).collect();
     /// assert_eq!(warned, [Check::Persistence]); // the in-memory server keeps nothing on disk
@@ -105,7 +108,7 @@ impl ServerCheck {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// # let locker = redmutex::Locker::in_memory();
-/// use redmutex::{Check, Level};
+/// use redmutex::{check::Check, check::Level};
 /// let check = locker.check_server().await;
 /// let eviction = check.findings.iter().find(|f| f.check == Check::Eviction).unwrap();
 /// assert_eq!((eviction.node, eviction.level), (0, Level::Fine));
@@ -132,7 +135,7 @@ pub struct Finding {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// # let locker = redmutex::Locker::in_memory();
-/// use redmutex::Check;
+/// use redmutex::check::Check;
 /// let check = locker.check_server().await;
 /// let checked: Vec<Check> = check.findings.iter().map(|f| f.check).collect();
 /// assert!(checked.contains(&Check::Eviction) && checked.contains(&Check::Permissions));
@@ -169,7 +172,7 @@ impl Check {
     /// prints it).
     ///
     /// ```
-    /// use redmutex::Check;
+    /// use redmutex::check::Check;
     /// assert_eq!(Check::Eviction.name(), "maxmemory-policy");
     /// assert_eq!(Check::Fsync.name(), "appendfsync");
     /// assert_eq!(Check::WakeUp.name(), "wake-up");
@@ -195,7 +198,7 @@ impl Check {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// # let locker = redmutex::Locker::in_memory();
-/// use redmutex::Level;
+/// use redmutex::check::Level;
 /// assert!(Level::Fine < Level::Unknown && Level::Warning < Level::Unsafe); // worse is greater
 /// let check = locker.check_server().await;
 /// let worst = check.findings.iter().map(|f| f.level).max();
@@ -219,7 +222,7 @@ impl Level {
     /// `ok`, `unknown`, `warning` or `unsafe`.
     ///
     /// ```
-    /// use redmutex::Level;
+    /// use redmutex::check::Level;
     /// assert_eq!(Level::Fine.name(), "ok");
     /// assert_eq!(Level::Unsafe.name(), "unsafe");
     /// ```

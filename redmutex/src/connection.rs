@@ -1,4 +1,5 @@
-//! Which connections a locker works over, and a convenience to open one.
+//! Which connections a locker works over, and conveniences to open one (Sentinel's is in
+//! [`sentinel`](crate::sentinel), feature `sentinel`).
 
 use std::time::Duration;
 
@@ -20,7 +21,7 @@ use crate::error::Error;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), redmutex::Error> {
 /// use std::time::Duration;
-/// use redmutex::{Connection, Locker};
+/// use redmutex::{connection::Connection, Locker};
 /// // Works over any connection: a ConnectionManager in production, MemoryRedis in tests.
 /// async fn nightly<C: Connection>(locker: &Locker<C>) -> Result<bool, redmutex::Error> {
 ///     match locker.acquire("nightly", Duration::from_secs(60)).await {
@@ -54,7 +55,7 @@ pub const RESPONSE_TIMEOUT: Duration = Duration::from_millis(500);
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), redmutex::Error> {
-/// let conn = redmutex::connect("redis://127.0.0.1:6379").await?;
+/// let conn = redmutex::connection::connect("redis://127.0.0.1:6379").await?;
 /// let locker = redmutex::Locker::new(conn);
 /// # Ok(()) }
 /// ```
@@ -77,7 +78,7 @@ pub async fn connect(url: &str) -> Result<ConnectionManager, Error> {
 /// ```no_run
 /// # async fn demo() -> Result<(), redmutex::Error> {
 /// let client = redis::Client::open("redis://:s3cret@127.0.0.1:6379/2")?;
-/// let conn = redmutex::connect_client(client.clone()).await?;
+/// let conn = redmutex::connection::connect_client(client.clone()).await?;
 /// let locker = redmutex::Locker::new(conn).with_wake_up([client])?; // the same server twice
 /// assert!(locker.wakes_up());
 /// # Ok(()) }
@@ -100,7 +101,7 @@ pub async fn connect_client(client: redis::Client) -> Result<ConnectionManager, 
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), redmutex::Error> {
-/// let conn = redmutex::connect_lazy("redis://127.0.0.1:6379")?; // nothing sent yet
+/// let conn = redmutex::connection::connect_lazy("redis://127.0.0.1:6379")?; // nothing sent yet
 /// # Ok(()) }
 /// ```
 pub fn connect_lazy(url: &str) -> Result<ConnectionManager, Error> {
@@ -120,7 +121,7 @@ pub fn connect_lazy(url: &str) -> Result<ConnectionManager, Error> {
 /// # async fn main() -> Result<(), redmutex::Error> {
 /// let nodes = ["redis://127.0.0.1:6379", "redis://127.0.0.1:6380", "redis://127.0.0.1:6381"]
 ///     .into_iter()
-///     .map(|url| redmutex::connect_lazy_client(redis::Client::open(url)?))
+///     .map(|url| redmutex::connection::connect_lazy_client(redis::Client::open(url)?))
 ///     .collect::<Result<Vec<_>, redmutex::Error>>()?;
 /// let locker = redmutex::Locker::redlock(nodes)?; // nothing sent yet: nodes may be down
 /// assert_eq!(locker.nodes().len(), 3);
@@ -148,8 +149,8 @@ pub fn connect_lazy_client(client: redis::Client) -> Result<ConnectionManager, E
 /// ```no_run
 /// # async fn demo() -> Result<(), redmutex::Error> {
 /// let ca = std::fs::read("/etc/redis/ca.crt").expect("the CA file");
-/// let client = redmutex::tls_client("rediss://redis.internal:6380", &ca)?;
-/// let locker = redmutex::Locker::new(redmutex::connect_client(client.clone()).await?)
+/// let client = redmutex::connection::tls_client("rediss://redis.internal:6380", &ca)?;
+/// let locker = redmutex::Locker::new(redmutex::connection::connect_client(client.clone()).await?)
 ///     .with_wake_up([client])?;
 /// # Ok(()) }
 /// ```

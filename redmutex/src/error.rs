@@ -1,10 +1,11 @@
-//! Errors, sorted by what the caller should do about them.
+//! Errors, sorted by what the caller should do about them: [`Error`] and what its variants
+//! carry.
 
 use std::fmt;
 use std::time::Duration;
 
 use crate::classify::{is_no_permission, is_transient_redis};
-use crate::quorum::{NodeError, QuorumFailure};
+pub use crate::quorum::{NodeError, NodeFailure, QuorumFailure};
 
 /// Everything that can go wrong, sorted by what the caller should do:
 ///
@@ -104,7 +105,7 @@ pub struct NotObtained {
 /// # async fn main() -> Result<(), redmutex::Error> {
 /// use std::time::Duration;
 /// use redmutex::{Error, Locker, Replication};
-/// let conn = redmutex::connect("redis://127.0.0.1:6379").await?;
+/// let conn = redmutex::connection::connect("redis://127.0.0.1:6379").await?;
 /// let replication = Replication::new(2, Duration::from_millis(50));
 /// let locker = Locker::new(conn).with_replication(replication)?;
 /// match locker.acquire("payout:7", Duration::from_secs(10)).await {
@@ -147,9 +148,9 @@ impl fmt::Display for NotReplicated {
 /// Details of [`Error::InvalidArgument`].
 ///
 /// ```
-/// use redmutex::{Argument, Error};
-/// let metadata = "x".repeat(redmutex::MAX_METADATA_LEN + 1);
-/// let Err(Error::InvalidArgument(bad)) = redmutex::check_metadata(&metadata) else {
+/// use redmutex::{error::Argument, Error};
+/// let metadata = "x".repeat(redmutex::limits::MAX_METADATA_LEN + 1);
+/// let Err(Error::InvalidArgument(bad)) = redmutex::limits::check_metadata(&metadata) else {
 ///     panic!("too much metadata is refused");
 /// };
 /// assert_eq!(bad.argument, Argument::Metadata);
@@ -167,8 +168,8 @@ pub struct InvalidArgument {
 /// The argument named by an [`InvalidArgument`].
 ///
 /// ```
-/// use redmutex::{Argument, Error};
-/// let Err(Error::InvalidArgument(bad)) = redmutex::check_keys("app:", ["job", "job"]) else {
+/// use redmutex::{error::Argument, Error};
+/// let Err(Error::InvalidArgument(bad)) = redmutex::limits::check_keys("app:", ["job", "job"]) else {
 ///     panic!("a key given twice is refused");
 /// };
 /// assert_eq!(bad.argument, Argument::Keys);
@@ -273,9 +274,9 @@ impl Error {
         matches!(self, Error::InvalidArgument(_))
     }
 
-    /// Retrying later may help: the lock was busy, too few replicas confirmed it, or Redis
-    /// was unreachable, timed out, was loading, failing over or redirecting. False for lost locks, bad arguments,
-    /// authentication and permission failures, and script errors.
+    /// Retrying later may help: the lock was busy, too few replicas confirmed it, or Redis was
+    /// unreachable, timed out, was loading, failing over or redirecting. False for lost locks,
+    /// bad arguments, authentication and permission failures, and script errors.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -302,7 +303,8 @@ impl Error {
 
     /// Redis refused for lack of permission: the ACL user may not run a command redmutex
     /// needs, or not on this key or channel (`NOPERM`). Not transient: the user needs the
-    /// rule [`acl_rule`](crate::acl_rule) prints (commands, `~PREFIX*`, `~{PREFIX*` and `&PREFIX*`).
+    /// rule [`acl_rule`](crate::check::acl_rule) prints (commands, `~PREFIX*`, `~{PREFIX*` and
+    /// `&PREFIX*`).
     /// Redlock: so many nodes refused that no quorum can agree.
     ///
     /// ```
@@ -314,7 +316,7 @@ impl Error {
     /// ));
     /// let e = redmutex::Error::from(refusal);
     /// assert!(e.is_permission_denied() && !e.is_transient());
-    /// assert!(redmutex::acl_rule("app:").contains("~app:*")); // what the user needs
+    /// assert!(redmutex::check::acl_rule("app:").contains("~app:*")); // what the user needs
     /// ```
     pub fn is_permission_denied(&self) -> bool {
         match self {

@@ -32,10 +32,9 @@
 //!   that was paused past its TTL; locks whose fence nobody reads cost nothing; see
 //!   [below](#fencing-tokens).
 //! - **Redlock** over N independent masters: [`Locker::redlock`]; see [below](#redlock).
-//! - **Redis Cluster** ([`Locker::cluster`], feature `cluster`), **Sentinel**
-//!   (`connect_sentinel`, feature `sentinel`), **TLS** (`tls_client`, feature `tls`) and
-//!   ACL users with a minimal rule ([`acl_rule`]; [`Error::is_permission_denied`] when it is
-//!   missing).
+//! - **Redis Cluster** ([`Locker::cluster`], feature `cluster`), **Sentinel** ([`sentinel`],
+//!   feature `sentinel`), **TLS** (`tls_client`, feature `tls`) and ACL users with a minimal
+//!   rule ([`acl_rule`](check::acl_rule); [`Error::is_permission_denied`] when it is missing).
 //! - **Operations**: [`Locker::list`] (every lock under the prefix: kind, holders, TTL,
 //!   fence, waiters; by `SCAN`, a bounded page per call), [`Locker::describe`],
 //!   [`Locker::force_release`] for a stuck holder.
@@ -62,7 +61,7 @@
 //! use redmutex::retry::{Jitter, RetryExt};
 //!
 //! # async fn demo() -> Result<(), redmutex::Error> {
-//! let locker = Locker::new(redmutex::connect("redis://127.0.0.1:6379").await?);
+//! let locker = Locker::new(redmutex::connection::connect("redis://127.0.0.1:6379").await?);
 //!
 //! // One try: is anyone else running the nightly job?
 //! match locker.acquire("job:nightly", Duration::from_secs(30)).await {
@@ -102,8 +101,9 @@
 //! assume it holds the lock (from the moment the request was sent, on the monotonic
 //! clock); past it, stop the guarded work or [`refresh`](Lock::refresh).
 //!
-//! Input is checked before any Redis call: keys up to [`MAX_KEY_LEN`] bytes (before the
-//! prefix), metadata up to [`MAX_METADATA_LEN`], TTLs within [`MIN_TTL`]..=[`MAX_TTL`].
+//! Input is checked before any Redis call: keys up to [`MAX_KEY_LEN`](limits::MAX_KEY_LEN)
+//! bytes (before the prefix), metadata up to [`MAX_METADATA_LEN`](limits::MAX_METADATA_LEN),
+//! TTLs within [`MIN_TTL`](limits::MIN_TTL)..=[`MAX_TTL`](limits::MAX_TTL).
 //!
 //! ## Feature flags
 //! None is on by default.
@@ -112,7 +112,7 @@
 //! |---|---|
 //! | `tls` | `rediss://` URLs and `tls_client` (rustls with the ring provider; the system's roots or your CA) |
 //! | `cluster` | [`Locker::cluster`] over redis-rs's async cluster connection |
-//! | `sentinel` | `connect_sentinel`: a connection that follows the master through failovers |
+//! | `sentinel` | [`sentinel::connect`]: a connection that follows the master through failovers |
 //! | `metrics` | counters, gauges and histograms through the `metrics` facade ([`Locker::with_name`]) |
 //! | `blocking` | `blocking`: the same locks with blocking calls, for programs that are not async |
 //! | `memory` | `memory` and `Locker::in_memory`: an in-process server for your tests (not for production) |
@@ -131,26 +131,26 @@
 //! release script) and writes no counter. A holder that lost its lock gets
 //! [`Error::NotHeld`], never a fence.
 //!
-//! **How they grow.** A fence is one more than the highest counter of the lock's keys, or
-//! the server's clock in microseconds if that is greater (so a counter lost or set back
-//! with the node's data is passed by the clock), taken while the keys are held and stored
-//! in all of them; multi-key locks get one fence. On Redlock the
-//! candidate (the highest next fence among the nodes that hold the keys) is handed out only
-//! once a quorum of nodes stores it while the keys are still held there; usually the nodes
-//! agree and this costs nothing, otherwise one more round trip raises the lower ones.
-//! (Taking the maximum over the answering quorum alone is not enough: failed tries raise
-//! counters on minorities, and a later quorum without those nodes would count from lower.)
-//! Fences skip numbers (compare them; never count on `fence + 1`); they are below 2⁵³. What this guarantees, and under which
-//! conditions: [`safety`], "What redmutex guarantees" (4) and "Fence counters".
+//! **How they grow.** A fence is one more than the highest counter of the lock's keys, or the
+//! server's clock in microseconds if that is greater (so a counter lost or set back with the
+//! node's data is passed by the clock), taken while the keys are held and stored in all of
+//! them; multi-key locks get one fence. On Redlock the candidate (the highest next fence among
+//! the nodes that hold the keys) is handed out only once a quorum of nodes stores it while the
+//! keys are still held there; usually the nodes agree and this costs nothing, otherwise one
+//! more round trip raises the lower ones. (Taking the maximum over the answering quorum alone
+//! is not enough: failed tries raise counters on minorities, and a later quorum without those
+//! nodes would count from lower.) Fences skip numbers (compare them; never count on
+//! `fence + 1`); they are below 2⁵³. What this guarantees, and under which conditions:
+//! [`safety`], "What redmutex guarantees" (4) and "Fence counters".
 //!
 //! **Where they live.** Each key's counter is a key in the same Redis Cluster hash slot —
 //! `{KEY}:fence` (or `{TAG}:fence:KEY` for keys with a hash tag or a `}`) — kept for
-//! [`DEFAULT_FENCE_RETENTION`] (a day) after its last use
-//! ([`Locker::with_fence_retention`]). A counter that expired counts on from the server's
-//! clock in microseconds, which has passed every fence it handed out: a key would need
-//! more than one fence per microsecond, far beyond what a Redis node serves. Lock keys of
-//! those two forms are refused ([`Error::InvalidArgument`]), so no lock key can be a
-//! counter. [`Locker::inspect`] shows the latest fence ([`LockInfo::fence`]);
+//! [`DEFAULT_FENCE_RETENTION`](limits::DEFAULT_FENCE_RETENTION) (a day) after its last use
+//! ([`Locker::with_fence_retention`]). A counter that expired counts on from the server's clock
+//! in microseconds, which has passed every fence it handed out: a key would need more than one
+//! fence per microsecond, far beyond what a Redis node serves. Lock keys of those two forms are
+//! refused ([`Error::InvalidArgument`]), so no lock key can be a counter. [`Locker::inspect`]
+//! shows the latest fence ([`LockInfo::fence`](state::LockInfo::fence));
 //! [`Locker::without_fences`] forbids fences on a locker.
 //!
 //! **Checking them** is the storage's job, atomically with the write. For example, in SQL
@@ -212,7 +212,7 @@
 //! let nodes = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379",
 //!              "redis://10.0.0.4:6379", "redis://10.0.0.5:6379"]
 //!     .into_iter()
-//!     .map(redmutex::connect_lazy)
+//!     .map(redmutex::connection::connect_lazy)
 //!     .collect::<Result<Vec<_>, _>>()?;
 //! let locker = Locker::redlock(nodes)?
 //!     .with_quorum_settings(QuorumSettings::new().min_validity(Duration::from_secs(5)));
@@ -237,11 +237,11 @@ mod backend;
 mod background;
 #[cfg(feature = "blocking")]
 pub mod blocking;
-mod check;
+pub mod check;
 mod classify;
-mod connection;
+pub mod connection;
 mod engine;
-mod error;
+pub mod error;
 mod fence;
 mod locker;
 #[doc = include_str!("../SAFETY.md")]
@@ -257,7 +257,7 @@ mod quorum;
 pub mod retry;
 mod scripts;
 #[cfg(feature = "sentinel")]
-mod sentinel;
+pub mod sentinel;
 #[cfg(feature = "simulation")]
 #[doc(hidden)]
 pub mod simulation;
@@ -266,44 +266,88 @@ mod sync;
 mod token;
 mod writes;
 
-pub use acl::acl_rule;
-pub use args::{
-    check_keys, check_metadata, Keys, DEFAULT_HEARTBEAT, MAX_KEY_LEN, MAX_METADATA_LEN, MAX_TTL,
-    MIN_HEARTBEAT, MIN_TTL,
-};
+/// What a held [`Lock`] holds, named by its type parameter: a mutex's keys, a fair lock's
+/// key, a read-write lock's read or write side, a semaphore's permits, an election's key.
+/// Most code names the guards instead ([`FairGuard`], [`ReadGuard`], [`WriteGuard`],
+/// [`Permit`], [`Leadership`]).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// use std::time::Duration;
+/// use redmutex::{claim::Keys, Lock, memory::MemoryRedis};
+/// # let locker = redmutex::Locker::in_memory();
+/// let lock: Lock<MemoryRedis, Keys> = locker.acquire("job", Duration::from_secs(30)).await?;
+/// # lock.release().await?;
+/// # Ok(()) }
+/// ```
+pub mod claim {
+    pub use crate::args::Keys;
+    pub use crate::primitives::election::ElectionKey;
+    pub use crate::primitives::fair::FairKey;
+    pub use crate::primitives::rwlock::{ReadKey, WriteKey};
+    pub use crate::primitives::semaphore::Permits;
+}
+
+/// The limits every argument is checked against before any request, and the defaults.
+///
+/// ```
+/// use redmutex::limits;
+/// assert!(limits::check_keys("app:", ["job"]).is_ok());
+/// let long = "k".repeat(limits::MAX_KEY_LEN + 1);
+/// assert!(limits::check_keys("app:", [long]).unwrap_err().is_invalid_argument());
+/// ```
+pub mod limits {
+    pub use crate::args::{
+        check_keys, check_metadata, DEFAULT_HEARTBEAT, MAX_KEY_LEN, MAX_METADATA_LEN, MAX_TTL,
+        MIN_HEARTBEAT, MIN_TTL,
+    };
+    pub use crate::fence::DEFAULT_FENCE_RETENTION;
+    pub use crate::ops::listing::LIST_PAGE;
+    pub use crate::primitives::election::DEFAULT_ELECTION_TTL;
+    pub use crate::primitives::semaphore::MAX_PERMITS;
+    pub use crate::token::TOKEN_LEN;
+}
+
+/// What a key holds, as [`Locker::inspect`], the primitives' `inspect` and
+/// [`Locker::list`] read it: one family of plain values, one per kind of lock, and the
+/// holders in them.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// use std::time::Duration;
+/// use redmutex::state::LockInfo;
+/// # let locker = redmutex::Locker::in_memory();
+/// let lock = locker.acquire("job", Duration::from_secs(30)).await?;
+/// let info: LockInfo = locker.inspect("job").await?;
+/// assert!(info.held);
+/// # lock.release().await?;
+/// # Ok(()) }
+/// ```
+pub mod state {
+    pub use crate::engine::inspect::{HolderInfo, LockInfo, NodeInfo};
+    pub use crate::ops::listing::{ListedHolder, ListedLock, Listing, LockKind};
+    pub use crate::primitives::fair::FairLockInfo;
+    pub use crate::primitives::rwlock::RwLockInfo;
+    pub use crate::primitives::semaphore::SemaphoreInfo;
+}
+
 pub use backend::replication::Replication;
-pub use check::{Check, Finding, Level, ServerCheck};
-#[cfg(feature = "tls")]
-pub use connection::tls_client;
-pub use connection::{
-    connect, connect_client, connect_lazy, connect_lazy_client, Connection, CONNECT_TIMEOUT,
-    RESPONSE_TIMEOUT,
-};
 pub use engine::acquire::Acquire;
 pub use engine::guard::Lock;
-pub use engine::inspect::{LockInfo, NodeInfo};
 pub use engine::lease::{KeepAlive, Lease};
 pub use engine::lost::{LostReason, LostSignal};
 pub use engine::meter::LockerStats;
 pub use engine::tally::{FailedTry, TryFailure};
 pub use engine::wakeup::WakeUpState;
-pub use error::{Argument, Error, InvalidArgument, NotObtained, NotReplicated};
-pub use fence::DEFAULT_FENCE_RETENTION;
+pub use error::Error;
 pub use locker::Locker;
-pub use ops::listing::{ListedHolder, ListedLock, Listing, LockKind, LIST_PAGE};
-pub use primitives::election::{
-    Campaign, Election, ElectionKey, Leader, Leadership, DEFAULT_ELECTION_TTL,
-};
-pub use primitives::fair::{FairGuard, FairKey, FairLock, FairLockInfo};
-pub use primitives::rwlock::{
-    ReadGuard, ReadKey, ReaderInfo, RwLock, RwLockInfo, WriteGuard, WriteKey,
-};
-pub use primitives::semaphore::{
-    Permit, PermitHolder, Permits, Semaphore, SemaphoreInfo, MAX_PERMITS,
-};
+pub use primitives::election::{Campaign, Election, Leader, Leadership};
+pub use primitives::fair::{FairGuard, FairLock};
+pub use primitives::rwlock::{ReadGuard, RwLock, WriteGuard};
+pub use primitives::semaphore::{Permit, Semaphore};
 pub use pubsub::WakeUpSource;
-pub use quorum::{NodeError, NodeFailure, QuorumFailure, QuorumSettings};
-#[cfg(feature = "sentinel")]
-pub use sentinel::{connect_sentinel, SentinelConnection};
-pub use token::{Token, TOKEN_LEN};
+pub use quorum::QuorumSettings;
+pub use token::Token;
 pub use writes::Writes;

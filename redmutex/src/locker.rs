@@ -143,7 +143,7 @@ impl<C: Connection> Locker<C> {
     /// (nodes restarted without persistence), is in the [crate docs](crate#redlock).
     ///
     /// Connections that are down when the locker is built are fine as long as they
-    /// reconnect by themselves: see [`connect_lazy`](crate::connect_lazy).
+    /// reconnect by themselves: see [`connect_lazy`](crate::connection::connect_lazy).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty node list.
@@ -153,7 +153,7 @@ impl<C: Connection> Locker<C> {
     /// use std::time::Duration;
     /// let nodes = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"]
     ///     .into_iter()
-    ///     .map(redmutex::connect_lazy)
+    ///     .map(redmutex::connection::connect_lazy)
     ///     .collect::<Result<Vec<_>, _>>()?;
     /// let locker = redmutex::Locker::redlock(nodes)?;
     /// let lock = locker.acquire("billing-run", Duration::from_secs(30)).await?;
@@ -272,7 +272,7 @@ impl<C: Connection> Locker<C> {
     }
 
     /// Keeps each fence counter for `retention` after its last use (default
-    /// [`DEFAULT_FENCE_RETENTION`](crate::DEFAULT_FENCE_RETENTION), a day), so that keys
+    /// [`DEFAULT_FENCE_RETENTION`](crate::limits::DEFAULT_FENCE_RETENTION), a day), so that keys
     /// locked once do not leave a counter forever. A counter that expired counts on from the
     /// server's clock in microseconds, so fences stay strictly increasing across its expiry
     /// as long as the server's clock is not set back by `retention` or more (the exact
@@ -280,7 +280,7 @@ impl<C: Connection> Locker<C> {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a retention below a second or above
-    /// [`MAX_TTL`](crate::MAX_TTL).
+    /// [`MAX_TTL`](crate::limits::MAX_TTL).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -317,7 +317,7 @@ impl<C: Connection> Locker<C> {
     /// # async fn main() -> Result<(), redmutex::Error> {
     /// use std::time::Duration;
     /// let locker = redmutex::Locker::in_memory();
-    /// assert_eq!(locker.fence_retention(), redmutex::DEFAULT_FENCE_RETENTION); // a day
+    /// assert_eq!(locker.fence_retention(), redmutex::limits::DEFAULT_FENCE_RETENTION); // a day
     /// let locker = locker.with_fence_retention(Duration::from_secs(3600))?;
     /// assert_eq!(locker.fence_retention(), Duration::from_secs(3600));
     /// # Ok(()) }
@@ -729,7 +729,7 @@ impl<C: Connection> Locker<C> {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`]: a bad name (as for a lock key), a limit of 0 or above
-    /// [`MAX_PERMITS`](crate::MAX_PERMITS), or a Redlock locker — permits counted on each
+    /// [`MAX_PERMITS`](crate::limits::MAX_PERMITS), or a Redlock locker — permits counted on each
     /// node apart do not add up: with 2 permits on 3 nodes, three holders can each hold a
     /// quorum (AB, BC, AC). Use one node (with Sentinel for failover) or a cluster.
     ///
@@ -819,7 +819,8 @@ impl<C: Connection> Locker<C> {
     /// [`Error::NotObtained`] when the lock stayed held by someone else;
     /// [`Error::NoQuorum`] (Redlock) when too few nodes could be reached or agreed in time;
     /// [`Error::InvalidArgument`] for an empty or oversized key, a TTL outside
-    /// [`MIN_TTL`](crate::MIN_TTL)..=[`MAX_TTL`](crate::MAX_TTL) or oversized metadata,
+    /// [`MIN_TTL`](crate::limits::MIN_TTL)..=[`MAX_TTL`](crate::limits::MAX_TTL) or oversized
+    /// metadata,
     /// before anything is sent; [`Error::Redis`] when every try failed on Redis errors, or
     /// at once on a non-transient one (authentication, permission).
     ///

@@ -289,7 +289,7 @@ pub(crate) fn default_node_timeout(ttl: Duration) -> Duration {
 ///
 /// ```
 /// use std::time::Duration;
-/// use redmutex::NodeError;
+/// use redmutex::error::NodeError;
 /// let advice = |error: &NodeError| match error {
 ///     NodeError::Held => "wait for its owner",
 ///     NodeError::NotHeld => "stop the work",
@@ -319,7 +319,7 @@ impl NodeError {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use redmutex::NodeError;
+    /// use redmutex::error::NodeError;
     /// let refused: redis::RedisError =
     ///     std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into();
     /// assert!(NodeError::Redis(refused).is_unreachable());
@@ -348,7 +348,7 @@ impl fmt::Display for NodeError {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), redmutex::Error> {
 /// use std::time::Duration;
-/// use redmutex::{memory::MemoryRedis, Error, Locker, NodeError};
+/// use redmutex::{memory::MemoryRedis, Error, Locker, error::NodeError};
 /// let nodes = [MemoryRedis::new(), MemoryRedis::new(), MemoryRedis::new()];
 /// let locker = Locker::redlock(nodes.clone())?;
 /// nodes[1].take_over("job", Duration::from_secs(60)); // another owner on nodes 1 and 2

@@ -29,9 +29,9 @@ use crate::sync::lock;
 /// ```no_run
 /// # async fn demo() -> Result<(), redmutex::Error> {
 /// use std::time::Duration;
-/// use redmutex::{retry, Locker, SentinelConnection};
+/// use redmutex::{retry, Locker, sentinel::SentinelConnection};
 /// let sentinels = ["redis://127.0.0.1:26379", "redis://127.0.0.1:26380"];
-/// let conn: SentinelConnection = redmutex::connect_sentinel(&sentinels, "mymaster").await?;
+/// let conn: SentinelConnection = redmutex::sentinel::connect(&sentinels, "mymaster").await?;
 /// let locker = Locker::new(conn);
 /// // A try that meets the failover fails, transiently; the retry goes to the new master.
 /// let lock = (locker.acquire("nightly", Duration::from_secs(30)))
@@ -71,7 +71,7 @@ struct Inner {
 /// ```no_run
 /// # async fn demo() -> Result<(), redmutex::Error> {
 /// use std::time::Duration;
-/// let conn = redmutex::connect_sentinel(
+/// let conn = redmutex::sentinel::connect(
 ///     &["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
 ///     "mymaster",
 /// )
@@ -82,7 +82,7 @@ struct Inner {
 /// lease.release().await?;
 /// # Ok(()) }
 /// ```
-pub async fn connect_sentinel(
+pub async fn connect(
     sentinel_urls: &[impl AsRef<str>],
     master_name: &str,
 ) -> Result<SentinelConnection, Error> {
@@ -115,7 +115,7 @@ impl SentinelConnection {
     ///     .set_client_to_redis_password("s3cret")
     ///     .set_client_to_redis_db(2)
     ///     .build()?;
-    /// let locker = redmutex::Locker::new(redmutex::SentinelConnection::new(client));
+    /// let locker = redmutex::Locker::new(redmutex::sentinel::SentinelConnection::new(client));
     /// assert!(format!("{:?}", locker.connection()).contains("connected: false")); // nothing sent
     /// # Ok(()) }
     /// ```

@@ -1,15 +1,15 @@
 //! Lock tokens and the value stored at a lock key.
 //!
-//! A lock key holds `TOKEN`, one flag byte, then the optional metadata. The token is 16
-//! bytes from the operating system's CSPRNG, base64url-encoded without padding: always
-//! [`TOKEN_LEN`] characters from `[A-Za-z0-9_-]`, so the split needs no separator and a
-//! prefix comparison in Lua is an exact owner check. The flag byte says whether someone
-//! waits for the release (`w`) or not (`-`): waiters set it on the holder's value, and the
-//! release script publishes a wake-up only when it is set; `W` also names the locker next
-//! in line, whose id and a moment follow the flag, before the metadata. A release into a minimum hold
-//! sets it to `k`: the key stays until it expires, no longer its owner's. A release that
-//! hands the key to the locker whose waiters have waited longest stores that locker's id
-//! (token-shaped) with the flag `r`, for a moment (see `mutex.lua`).
+//! A lock key holds `TOKEN`, one flag byte, then the optional metadata. The token is 16 bytes
+//! from the operating system's CSPRNG, base64url-encoded without padding: always [`TOKEN_LEN`]
+//! characters from `[A-Za-z0-9_-]`, so the split needs no separator and a prefix comparison in
+//! Lua is an exact owner check. The flag byte says whether someone waits for the release (`w`)
+//! or not (`-`): waiters set it on the holder's value, and the release script publishes a
+//! wake-up only when it is set; `W` also names the locker next in line, whose id and a moment
+//! follow the flag, before the metadata. A release into a minimum hold sets it to `k`: the key
+//! stays until it expires, no longer its owner's. A release that hands the key to the locker
+//! whose waiters have waited longest stores that locker's id (token-shaped) with the flag `r`,
+//! for a moment (see `mutex.lua`).
 
 use std::fmt;
 
@@ -27,7 +27,7 @@ const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwx
 ///
 /// ```
 /// let token = redmutex::Token::generate().unwrap();
-/// assert_eq!(token.as_str().len(), redmutex::TOKEN_LEN);
+/// assert_eq!(token.as_str().len(), redmutex::limits::TOKEN_LEN);
 /// let same: redmutex::Token = token.as_str().parse().unwrap();
 /// assert_eq!(same, token);
 /// ```
@@ -59,7 +59,7 @@ impl Token {
     /// let locker = redmutex::Locker::in_memory();
     /// let lock = locker.acquire("deploy", Duration::from_secs(600)).await?;
     /// let text = lock.detach().as_str().to_owned(); // e.g. printed for the script that finishes
-    /// assert_eq!(text.len(), redmutex::TOKEN_LEN);
+    /// assert_eq!(text.len(), redmutex::limits::TOKEN_LEN);
     /// let token: redmutex::Token = text.parse()?;
     /// locker.release_with_token(["deploy"], &token).await?;
     /// # Ok(()) }
@@ -265,9 +265,9 @@ pub(crate) enum Channels {
 
 impl Channels {
     /// The channel of `key` named by `suffix` (empty for the key's own): the key and the
-    /// suffix. Sharded, in the key's hash slot (as `sharded.lua` names it): an untagged key in braces (`job` → `{job}`,
-    /// `{job}:~a`). A key with a `}` but no hash tag cannot be named so: its channels keep
-    /// the plain name, and travel as plain ones ([`is_shard_channel`]).
+    /// suffix. Sharded, in the key's hash slot (as `sharded.lua` names it): an untagged key in
+    /// braces (`job` → `{job}`, `{job}:~a`). A key with a `}` but no hash tag cannot be named
+    /// so: its channels keep the plain name, and travel as plain ones ([`is_shard_channel`]).
     pub(crate) fn name(self, key: &[u8], suffix: &[u8]) -> Vec<u8> {
         let braced = self == Channels::Sharded
             && crate::fence::hash_tag(key).is_none()

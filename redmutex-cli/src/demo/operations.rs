@@ -5,7 +5,7 @@ use std::future::IntoFuture;
 use std::time::Duration;
 
 use redmutex::retry;
-use redmutex::{Connection, Locker};
+use redmutex::{connection::Connection, Locker};
 use tokio::time::Instant;
 
 use crate::exit::Failure;

@@ -50,7 +50,7 @@ impl PrivateServer {
                     server.dir.join("redis.log")
                 ));
             }
-            if redmutex::connect(&server.url).await.is_ok() {
+            if redmutex::connection::connect(&server.url).await.is_ok() {
                 return Ok(server);
             }
             if started.elapsed() > Duration::from_secs(10) {

@@ -40,9 +40,9 @@ fn usage_errors_exit_64_with_a_message() {
 #[test]
 fn oversized_input_is_refused_before_connecting() {
     let nowhere = format!("redis://127.0.0.1:{}", testkit::free_port());
-    let long_key = "k".repeat(redmutex::MAX_KEY_LEN + 1);
-    let long_metadata = "m".repeat(redmutex::MAX_METADATA_LEN + 1);
-    let token = "A".repeat(redmutex::TOKEN_LEN);
+    let long_key = "k".repeat(redmutex::limits::MAX_KEY_LEN + 1);
+    let long_metadata = "m".repeat(redmutex::limits::MAX_METADATA_LEN + 1);
+    let token = "A".repeat(redmutex::limits::TOKEN_LEN);
     for (args, says) in [
         (vec!["acquire", &long_key], "key"),
         (vec!["exec", "ok", &long_key, "--", "true"], "key"),

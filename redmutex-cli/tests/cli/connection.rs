@@ -278,7 +278,7 @@ fn acl_user_and_password_flags() {
     let server = RedisServer::spawn_with(ServerOptions {
         extra_args: testkit::acl_user(&format!(
             "locker on >right-pw {}",
-            redmutex::acl_rule("app:")
+            redmutex::check::acl_rule("app:")
         )),
         ..ServerOptions::default()
     });

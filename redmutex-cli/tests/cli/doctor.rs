@@ -91,7 +91,7 @@ fn doctor_fails_on_an_evicting_server() {
 /// (not a failure), the password never shows.
 #[test]
 fn doctor_over_tls_and_as_an_acl_user() {
-    let rule = format!("doctor on >pw-9d2b {}", redmutex::acl_rule("app:"));
+    let rule = format!("doctor on >pw-9d2b {}", redmutex::check::acl_rule("app:"));
     let mut options = ServerOptions {
         extra_args: testkit::acl_user(&rule),
         ..ServerOptions::default()

@@ -192,7 +192,7 @@ fn a_hand_off_to_a_killed_waiting_process_falls_through_within_its_heartbeat() {
     let out = run(redmutex(&server).args(["release", "--token", &token, "hot"]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert!(wait_child(&mut next, Duration::from_secs(10)).success());
-    let heartbeat = redmutex::DEFAULT_HEARTBEAT;
+    let heartbeat = redmutex::limits::DEFAULT_HEARTBEAT;
     assert!(
         released.elapsed() < heartbeat,
         "the next in line ran {:?} after the release",

@@ -46,11 +46,11 @@ pub async fn multiplexed(server: &RedisServer) -> MultiplexedConnection {
 }
 
 pub async fn manager(server: &RedisServer) -> ConnectionManager {
-    redmutex::connect(&server.url()).await.unwrap()
+    redmutex::connection::connect(&server.url()).await.unwrap()
 }
 
 /// The argument an error blames, if it is an invalid argument.
-pub fn blamed(error: &redmutex::Error) -> Option<redmutex::Argument> {
+pub fn blamed(error: &redmutex::Error) -> Option<redmutex::error::Argument> {
     match error {
         redmutex::Error::InvalidArgument(invalid) => Some(invalid.argument),
         _ => None,
@@ -365,7 +365,7 @@ pub fn assert_tries_only_on_heartbeat(
     tries: &[std::sync::Mutex<Vec<std::time::Instant>>],
     released_at: std::time::Instant,
 ) {
-    let heartbeat_try = redmutex::DEFAULT_HEARTBEAT / 3 - ms(100);
+    let heartbeat_try = redmutex::limits::DEFAULT_HEARTBEAT / 3 - ms(100);
     for (i, tries) in tries.iter().enumerate() {
         let tries = tries.lock().unwrap();
         assert!(!tries.is_empty(), "locker {i} found the claim free first");

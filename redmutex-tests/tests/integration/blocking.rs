@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionManager;
 use redmutex::blocking::Locker;
 use redmutex::memory::MemoryRedis;
-use redmutex::{retry, Argument, Connection, Error, KeepAlive, LostReason};
+use redmutex::{connection::Connection, error::Argument, retry, Error, KeepAlive, LostReason};
 use testkit::RedisServer;
 
 use crate::common::{blamed, is_fence_counter, lock_key_count, ms};
@@ -83,7 +83,9 @@ impl World for Real {
         }
         let urls: Vec<String> = self.0.iter().map(RedisServer::url).collect();
         Locker::build(move || async move {
-            let nodes = urls.iter().map(|url| redmutex::connect_lazy(url));
+            let nodes = urls
+                .iter()
+                .map(|url| redmutex::connection::connect_lazy(url));
             let clients = urls
                 .iter()
                 .map(|url| redis::Client::open(url.as_str()).unwrap());

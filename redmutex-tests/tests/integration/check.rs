@@ -3,7 +3,7 @@
 //! permissions), and what an ACL user may not read — on real servers of each kind.
 
 use crate::common;
-use redmutex::{Check, Level, Locker, ServerCheck};
+use redmutex::{check::Check, check::Level, check::ServerCheck, Locker};
 use testkit::{RedisServer, ServerOptions};
 
 fn server(args: &[&str]) -> RedisServer {
@@ -111,7 +111,7 @@ async fn a_replica_is_a_warning_and_its_probe_lock_fails() {
 /// without `+time` (fences) or without the channels (wake-up) is warned of.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acl_users_get_could_not_check_and_missing_permissions() {
-    let minimal = format!("locker on >pw {}", redmutex::acl_rule("app:"));
+    let minimal = format!("locker on >pw {}", redmutex::check::acl_rule("app:"));
     let no_time = minimal.replace(" +time", "");
     let no_channels = minimal.replace("&app:*", "");
     let args: Vec<String> = [minimal, no_time.replacen("locker", "notime", 1)]
@@ -126,7 +126,7 @@ async fn acl_users_get_could_not_check_and_missing_permissions() {
     let locker_for = |user: &str| {
         let url = format!("redis://{user}:pw@127.0.0.1:{}", server.port());
         async move {
-            Locker::new(redmutex::connect(&url).await.unwrap())
+            Locker::new(redmutex::connection::connect(&url).await.unwrap())
                 .with_prefix("app:")
                 .with_wake_up([redis::Client::open(url.as_str()).unwrap()])
                 .unwrap()
@@ -162,7 +162,7 @@ async fn redlock_nodes_are_checked_one_by_one() {
     servers[2].kill();
     let nodes: Vec<_> = servers
         .iter()
-        .map(|s| redmutex::connect_lazy(&s.url()).unwrap())
+        .map(|s| redmutex::connection::connect_lazy(&s.url()).unwrap())
         .collect();
     let report = Locker::redlock(nodes).unwrap().check_server().await;
     assert!(!report.is_fit());

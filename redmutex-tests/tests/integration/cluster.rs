@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::common::ms;
 use redis::cluster_async::ClusterConnection;
-use redmutex::{retry, Argument, Error, Locker};
+use redmutex::{error::Argument, retry, Error, Locker};
 use testkit::RedisCluster;
 
 pub(crate) async fn connect(cluster: &RedisCluster) -> ClusterConnection {

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redmutex::memory::MemoryRedis;
-use redmutex::{retry, Argument, Connection, KeepAlive, Locker, LostReason};
+use redmutex::{connection::Connection, error::Argument, retry, KeepAlive, Locker, LostReason};
 use testkit::RedisServer;
 use tokio::time::Instant;
 
@@ -175,7 +175,7 @@ impl Real {
 }
 
 impl World for Real {
-    // Connections that reconnect, as `redmutex::connect` gives: a node that restarts is
+    // Connections that reconnect, as `redmutex::connection::connect` gives: a node that restarts is
     // reached again.
     type Conn = ConnectionManager;
 

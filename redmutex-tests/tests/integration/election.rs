@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::common::{self, blamed, ms, multiplexed, Raw};
 use futures_util::StreamExt;
 use redis::aio::MultiplexedConnection;
-use redmutex::{Argument, Election, Error, Leader, Locker};
+use redmutex::{error::Argument, Election, Error, Leader, Locker};
 use testkit::{Proxy, RedisServer};
 use tokio::time::{timeout, Instant};
 
@@ -122,7 +122,7 @@ async fn proclaim_sets_the_value_keeps_the_ttl_and_is_refused_once_deposed() {
         raw.pttl("leader").await <= 20_000,
         "proclaim extended the TTL"
     );
-    let too_long = "x".repeat(redmutex::MAX_METADATA_LEN + 1);
+    let too_long = "x".repeat(redmutex::limits::MAX_METADATA_LEN + 1);
     let refused = leadership.proclaim(too_long).await.unwrap_err();
     assert_eq!(blamed(&refused), Some(Argument::Metadata));
     // Deposed (its key deleted, another leader in): refused, nothing changed.
@@ -505,7 +505,7 @@ async fn bad_input_is_refused_before_any_request() {
         blamed(&election.clone().with_ttl(Duration::ZERO).unwrap_err()),
         Some(Argument::Ttl)
     );
-    let too_long = "x".repeat(redmutex::MAX_METADATA_LEN + 1);
+    let too_long = "x".repeat(redmutex::limits::MAX_METADATA_LEN + 1);
     let refused = election.campaign(too_long).await.unwrap_err();
     assert_eq!(blamed(&refused), Some(Argument::Metadata));
     assert_eq!(raw.dbsize().await, 0);
@@ -577,7 +577,7 @@ async fn an_observer_yields_the_leader_again_once_redis_answers_after_an_outage(
         .await
         .unwrap();
     // Through a connection that reconnects, as the command line's.
-    let conn = redmutex::connect(&proxy.url()).await.unwrap();
+    let conn = redmutex::connection::connect(&proxy.url()).await.unwrap();
     let client = redis::Client::open(proxy.url()).unwrap();
     let observer = (Locker::new(conn).with_wake_up([client]).unwrap())
         .election("leader")

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::{manager, ms, multiplexed, Raw};
 use redmutex::retry::{self, RetryExt};
-use redmutex::{Argument, Error, Locker};
+use redmutex::{error::Argument, Error, Locker};
 use testkit::{RedisServer, ServerOptions};
 
 fn argument(err: Error) -> Argument {
@@ -27,7 +27,7 @@ async fn bad_input_is_rejected_before_any_redis_call() {
     let locker = common::locker(&server).await;
     server.kill();
     let ttl = Duration::from_secs(1);
-    let long_key = vec![b'k'; redmutex::MAX_KEY_LEN + 1];
+    let long_key = vec![b'k'; redmutex::limits::MAX_KEY_LEN + 1];
     let cases: Vec<(&str, Result<redmutex::Lock<_>, Error>, Argument)> = vec![
         ("empty key", locker.acquire("", ttl).await, Argument::Key),
         (
@@ -42,7 +42,7 @@ async fn bad_input_is_rejected_before_any_redis_call() {
         ),
         (
             "ttl above max",
-            locker.acquire("k", redmutex::MAX_TTL + ms(1)).await,
+            locker.acquire("k", redmutex::limits::MAX_TTL + ms(1)).await,
             Argument::Ttl,
         ),
         (
@@ -74,7 +74,7 @@ async fn bad_input_is_rejected_before_any_redis_call() {
             "oversized metadata",
             locker
                 .acquire("k", ttl)
-                .metadata("m".repeat(redmutex::MAX_METADATA_LEN + 1))
+                .metadata("m".repeat(redmutex::limits::MAX_METADATA_LEN + 1))
                 .await,
             Argument::Metadata,
         ),
@@ -132,7 +132,7 @@ async fn unreachable_server_fails_promptly() {
     // A port nobody listens on.
     let port = testkit::free_port();
     let started = Instant::now();
-    let err = redmutex::connect(&format!("redis://127.0.0.1:{port}"))
+    let err = redmutex::connection::connect(&format!("redis://127.0.0.1:{port}"))
         .await
         .unwrap_err();
     assert!(
@@ -176,7 +176,7 @@ async fn wrong_password_is_a_prompt_non_transient_error() {
     });
     let started = Instant::now();
     let url = format!("redis://:wrong-password@127.0.0.1:{}", server.port());
-    let err = redmutex::connect(&url).await.unwrap_err();
+    let err = redmutex::connection::connect(&url).await.unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(5));
     match &err {
         Error::Redis(e) => assert_eq!(e.kind(), redis::ErrorKind::AuthenticationFailed, "{e}"),
@@ -203,7 +203,7 @@ async fn wrong_password_is_a_prompt_non_transient_error() {
     );
 
     // The right password works.
-    let locker = Locker::new(redmutex::connect(&server.url()).await.unwrap());
+    let locker = Locker::new(redmutex::connection::connect(&server.url()).await.unwrap());
     locker
         .acquire("k", Duration::from_secs(1))
         .await

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::common::{blamed, ms, own_locker, Raw};
 use redis::aio::MultiplexedConnection;
-use redmutex::{retry, Argument, FairLock, Locker, MIN_HEARTBEAT};
+use redmutex::{error::Argument, limits::MIN_HEARTBEAT, retry, FairLock, Locker};
 use testkit::RedisServer;
 use tokio::time::Instant;
 
@@ -300,7 +300,12 @@ async fn bad_input_redlock_and_foreign_data_are_refused_with_typed_errors() {
     assert_eq!(raw.dbsize().await, 0);
     // Redlock: refused before any request (nothing listens on these ports).
     let nodes = (0..3)
-        .map(|_| redmutex::connect_lazy(&format!("redis://127.0.0.1:{}", testkit::free_port())))
+        .map(|_| {
+            redmutex::connection::connect_lazy(&format!(
+                "redis://127.0.0.1:{}",
+                testkit::free_port()
+            ))
+        })
         .collect::<Result<Vec<_>, _>>()
         .unwrap();
     let error = Locker::redlock(nodes).unwrap().fair_lock("x").unwrap_err();

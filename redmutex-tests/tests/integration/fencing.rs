@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::common::{ms, multiplexed, Raw};
 use redis::aio::MultiplexedConnection;
 use redmutex::retry::{self, Jitter, RetryExt};
-use redmutex::{Argument, Error, Locker, QuorumSettings};
+use redmutex::{error::Argument, Error, Locker, QuorumSettings};
 use testkit::RedisServer;
 
 /// The fences that `tasks` tasks spread over `lockers` get for `per_task` acquisitions each
@@ -271,8 +271,11 @@ async fn counters_expire_after_their_retention_and_fences_still_increase() {
     let server = RedisServer::spawn();
     let mut raw = Raw::new(&server).await;
     let default = common::locker(&server).await;
-    assert_eq!(default.fence_retention(), redmutex::DEFAULT_FENCE_RETENTION);
-    for bad in [ms(999), redmutex::MAX_TTL + ms(1)] {
+    assert_eq!(
+        default.fence_retention(),
+        redmutex::limits::DEFAULT_FENCE_RETENTION
+    );
+    for bad in [ms(999), redmutex::limits::MAX_TTL + ms(1)] {
         let error = default.clone().with_fence_retention(bad).unwrap_err();
         assert!(
             matches!(&error, Error::InvalidArgument(a) if a.argument == Argument::Fences),

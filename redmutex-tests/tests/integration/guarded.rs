@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use redis::Value;
-use redmutex::{Argument, Error, Locker, Writes};
+use redmutex::{error::Argument, Error, Locker, Writes};
 use testkit::RedisServer;
 
 use crate::common::{self, ms, multiplexed, Raw};

@@ -32,7 +32,7 @@ fn key() -> impl Strategy<Value = Vec<u8>> {
         proptest::collection::vec(any::<u8>(), 1..40),
         r"\PC{1,16}".prop_map(String::into_bytes),
         proptest::collection::vec(proptest::sample::select(b"*?[]^-\\{}ab".to_vec()), 1..10),
-        (0usize..3).prop_map(|n| vec![b'k'; redmutex::MAX_KEY_LEN - n]),
+        (0usize..3).prop_map(|n| vec![b'k'; redmutex::limits::MAX_KEY_LEN - n]),
     ]
 }
 
@@ -144,7 +144,7 @@ async fn one_key(
     lock.release().await.unwrap();
     let left = all_keys(raw).await;
     let counter_ttl: i64 = cmd(raw, redis::cmd("PTTL").arg(&counter)).await;
-    let day = redmutex::DEFAULT_FENCE_RETENTION.as_millis() as i64;
+    let day = redmutex::limits::DEFAULT_FENCE_RETENTION.as_millis() as i64;
     assert!(
         counter_ttl > day - 60_000 && counter_ttl <= day,
         "{shown:?}: the counter is kept for the retention period, not forever: {counter_ttl}"

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use crate::common::{manager, ms, multiplexed_with_timeout, Raw};
 use redis::aio::ConnectionManager;
-use redmutex::{Argument, Connection, Error, KeepAlive, Lease, Locker, LostReason};
+use redmutex::{
+    connection::Connection, error::Argument, Error, KeepAlive, Lease, Locker, LostReason,
+};
 use testkit::RedisServer;
 use tokio::time::Instant;
 

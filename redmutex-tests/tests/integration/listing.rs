@@ -4,7 +4,7 @@ use crate::common;
 use std::time::Duration;
 
 use crate::common::{ms, multiplexed, Raw};
-use redmutex::{ListedLock, LockKind, Locker, LIST_PAGE};
+use redmutex::{limits::LIST_PAGE, state::ListedLock, state::LockKind, Locker};
 use testkit::RedisServer;
 
 fn secs(n: u64) -> Duration {

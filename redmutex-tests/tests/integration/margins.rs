@@ -10,7 +10,7 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 #[cfg(feature = "memory")]
 use redmutex::memory::MemoryRedis;
-use redmutex::{Acquire, Connection, Error, Lock, Locker};
+use redmutex::{connection::Connection, Acquire, Error, Lock, Locker};
 use testkit::RedisServer;
 use tokio::time::Instant;
 

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redmutex::{retry, Argument, Locker};
+use redmutex::{error::Argument, retry, Locker};
 use testkit::{RedisServer, Rng};
 use tokio::time::Instant;
 
@@ -882,7 +882,7 @@ async fn reader_waiting_for_a_plain_lock_is_woken_by_its_release() {
         .await;
     eprintln!(
         "plain lock's flag byte: {:?}; subscribers (pr, pr:~r): {numsub:?}",
-        value.get(redmutex::TOKEN_LEN).map(|b| *b as char)
+        value.get(redmutex::limits::TOKEN_LEN).map(|b| *b as char)
     );
     let released = Instant::now();
     plain.release().await.unwrap();

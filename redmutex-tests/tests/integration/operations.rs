@@ -4,7 +4,7 @@ use crate::common;
 use std::time::Duration;
 
 use crate::common::{manager, ms, multiplexed, Raw};
-use redmutex::{Connection, Error, Locker};
+use redmutex::{connection::Connection, Error, Locker};
 use testkit::RedisServer;
 
 /// The basic life cycle, run over both connection types.
@@ -72,7 +72,7 @@ async fn tokens_are_fresh_per_acquire() {
     let a = locker.acquire("a", ms(5000)).await.unwrap();
     let b = locker.acquire("b", ms(5000)).await.unwrap();
     assert_ne!(a.token(), b.token());
-    assert_eq!(a.token().as_str().len(), redmutex::TOKEN_LEN);
+    assert_eq!(a.token().as_str().len(), redmutex::limits::TOKEN_LEN);
 }
 
 #[tokio::test]
@@ -102,8 +102,8 @@ async fn metadata_is_stored_and_readable_by_anyone() {
         .unwrap();
     assert_eq!(lock.metadata(), Some(meta));
     let stored = raw.get("report").await.unwrap();
-    assert_eq!(stored[redmutex::TOKEN_LEN], b'-', "nobody waits");
-    assert_eq!(&stored[redmutex::TOKEN_LEN + 1..], meta.as_bytes());
+    assert_eq!(stored[redmutex::limits::TOKEN_LEN], b'-', "nobody waits");
+    assert_eq!(&stored[redmutex::limits::TOKEN_LEN + 1..], meta.as_bytes());
 
     // Another locker (another process, in effect) reads it.
     let other = common::locker(&server).await;
@@ -329,11 +329,11 @@ async fn max_ttl_is_accepted_by_redis() {
     let mut raw = Raw::new(&server).await;
     let locker = common::locker(&server).await;
     let mut lock = locker
-        .acquire("forever-ish", redmutex::MAX_TTL)
+        .acquire("forever-ish", redmutex::limits::MAX_TTL)
         .await
         .unwrap();
     assert!(raw.pttl("forever-ish").await > (1 << 52));
-    lock.refresh(redmutex::MAX_TTL).await.unwrap();
+    lock.refresh(redmutex::limits::MAX_TTL).await.unwrap();
     assert!(lock.ttl().await.unwrap() > Duration::from_secs(1 << 40));
     lock.release().await.unwrap();
 }

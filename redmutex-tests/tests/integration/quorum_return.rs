@@ -16,7 +16,7 @@ use tokio::time::Instant;
 fn redlock_over<S: AsRef<str>>(urls: &[S], node_timeout: Duration) -> Locker<ConnectionManager> {
     let conns = urls
         .iter()
-        .map(|url| redmutex::connect_lazy(url.as_ref()).unwrap());
+        .map(|url| redmutex::connection::connect_lazy(url.as_ref()).unwrap());
     Locker::redlock(conns).unwrap().with_quorum_settings(
         (QuorumSettings::new().node_timeout(node_timeout)).wait_for_every_node(false),
     )

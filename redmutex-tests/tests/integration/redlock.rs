@@ -9,7 +9,9 @@ use std::time::Duration;
 use crate::common::{every_node_empties, every_node_holds, ms, nodes_hold};
 use redis::aio::ConnectionManager;
 use redmutex::retry::{self, Jitter, RetryExt};
-use redmutex::{Argument, Error, KeepAlive, Locker, LostReason, NodeError, QuorumSettings};
+use redmutex::{
+    error::Argument, error::NodeError, Error, KeepAlive, Locker, LostReason, QuorumSettings,
+};
 use testkit::{Proxy, RedisServer};
 use tokio::time::Instant;
 
@@ -23,7 +25,7 @@ const NODE_TIMEOUT: Duration = Duration::from_millis(250);
 fn redlock_over<S: AsRef<str>>(urls: &[S]) -> Locker<ConnectionManager> {
     let conns = urls
         .iter()
-        .map(|url| redmutex::connect_lazy(url.as_ref()).unwrap());
+        .map(|url| redmutex::connection::connect_lazy(url.as_ref()).unwrap());
     Locker::redlock(conns)
         .unwrap()
         .with_quorum_settings(QuorumSettings::new().node_timeout(NODE_TIMEOUT))
@@ -348,8 +350,11 @@ async fn a_new_lockers_first_lock_released_at_once_leaves_nothing_on_any_node() 
     let servers = RedisServer::spawn_many(NODES);
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
     for round in 0..50 {
-        let locker =
-            Locker::redlock(urls.iter().map(|url| redmutex::connect_lazy(url).unwrap())).unwrap();
+        let locker = Locker::redlock(
+            urls.iter()
+                .map(|url| redmutex::connection::connect_lazy(url).unwrap()),
+        )
+        .unwrap();
         let lock = locker
             .acquire(format!("job{round}"), ms(20_000))
             .await
@@ -474,7 +479,7 @@ async fn waiting_for_every_node_hands_out_a_lock_every_node_has() {
         .iter()
         .enumerate()
         .map(|(node, server)| HeldBackSets {
-            inner: redmutex::connect_lazy(&server.url()).unwrap(),
+            inner: redmutex::connection::connect_lazy(&server.url()).unwrap(),
             delay: ms(if node < 2 { 100 } else { 0 }),
         });
     let settings = QuorumSettings::new()

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::common::{blamed, ms, multiplexed, multiplexed_with_timeout, Raw};
 use redis::aio::MultiplexedConnection;
-use redmutex::{Argument, Error, Locker, LostReason, Replication};
+use redmutex::{error::Argument, Error, Locker, LostReason, Replication};
 use testkit::RedisServer;
 
 fn secs(n: u64) -> Duration {

@@ -11,12 +11,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common::{blamed, ms, multiplexed, own_locker, Raw};
-use redmutex::{retry, Argument, Locker, LostReason, MIN_HEARTBEAT};
+use redmutex::{error::Argument, limits::MIN_HEARTBEAT, retry, Locker, LostReason};
 use testkit::RedisServer;
 use tokio::time::Instant;
 
 /// Waits (at most 3 s) until writers wait for `rw` (`waiting`), or until none does.
-async fn until_writers_wait<C: redmutex::Connection>(rw: &redmutex::RwLock<C>, waiting: bool) {
+async fn until_writers_wait<C: redmutex::connection::Connection>(
+    rw: &redmutex::RwLock<C>,
+    waiting: bool,
+) {
     let until = Instant::now() + ms(3_000);
     while (rw.inspect().await.unwrap().writers_waiting > 0) != waiting {
         let what = if waiting {
@@ -468,7 +471,7 @@ async fn bad_input_and_foreign_data_get_typed_errors_and_leave_nothing() {
     assert_eq!(
         blamed(
             &(rw.write(ms(1_000)))
-                .metadata("x".repeat(redmutex::MAX_METADATA_LEN + 1))
+                .metadata("x".repeat(redmutex::limits::MAX_METADATA_LEN + 1))
                 .await
                 .unwrap_err()
         ),
@@ -709,7 +712,7 @@ async fn a_lock_handed_to_a_dead_process_falls_through_to_the_next_writer() {
     let held = rw.write(ms(30_000)).await.unwrap();
     // First in line: a locker that will never try again (its process was killed).
     let now = raw.server_micros().await;
-    let ends = now / 1000 + redmutex::DEFAULT_HEARTBEAT.as_millis() as u64;
+    let ends = now / 1000 + redmutex::limits::DEFAULT_HEARTBEAT.as_millis() as u64;
     raw.run::<i64>(
         redis::cmd("ZADD")
             .arg("{gone}:line")
@@ -736,7 +739,7 @@ async fn a_lock_handed_to_a_dead_process_falls_through_to_the_next_writer() {
     let writer = (waiter.await.unwrap()).expect("the next in line gets the lock");
     let waited = released_at.elapsed();
     assert!(
-        waited < redmutex::DEFAULT_HEARTBEAT,
+        waited < redmutex::limits::DEFAULT_HEARTBEAT,
         "the next in line waited {waited:?} for a lock handed to a dead process"
     );
     writer.release().await.unwrap();

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::common::{blamed, manager, ms, multiplexed, Raw};
 use redis::aio::MultiplexedConnection;
-use redmutex::{retry, Argument, Locker, LostReason, MAX_PERMITS};
+use redmutex::{error::Argument, limits::MAX_PERMITS, retry, Locker, LostReason};
 use testkit::RedisServer;
 use tokio::time::Instant;
 
@@ -85,7 +85,12 @@ async fn bad_input_is_refused_before_any_request() {
 async fn a_redlock_locker_refuses_a_semaphore_and_says_why() {
     // Nothing needs to listen: the refusal comes before any request.
     let nodes = (0..3)
-        .map(|_| redmutex::connect_lazy(&format!("redis://127.0.0.1:{}", testkit::free_port())))
+        .map(|_| {
+            redmutex::connection::connect_lazy(&format!(
+                "redis://127.0.0.1:{}",
+                testkit::free_port()
+            ))
+        })
         .collect::<Result<Vec<_>, _>>()
         .unwrap();
     let locker = Locker::redlock(nodes).unwrap();
@@ -763,7 +768,7 @@ async fn a_permit_handed_to_a_dead_process_falls_through_within_its_heartbeat() 
     let held = s.acquire(1, ms(30_000)).await.unwrap();
     // First in line: a locker that will never try again (its process was killed).
     let now = raw.server_micros().await;
-    let ends = now / 1000 + redmutex::DEFAULT_HEARTBEAT.as_millis() as u64;
+    let ends = now / 1000 + redmutex::limits::DEFAULT_HEARTBEAT.as_millis() as u64;
     raw.run::<i64>(
         redis::cmd("ZADD")
             .arg("{gone}:line")
@@ -793,7 +798,7 @@ async fn a_permit_handed_to_a_dead_process_falls_through_within_its_heartbeat() 
         .expect("the next in line gets the permit");
     let waited = released_at.elapsed();
     assert!(
-        waited < redmutex::DEFAULT_HEARTBEAT,
+        waited < redmutex::limits::DEFAULT_HEARTBEAT,
         "the next in line waited {waited:?} for a permit handed to a dead process"
     );
     permit.release().await.unwrap();

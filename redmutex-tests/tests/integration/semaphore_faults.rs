@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::common::{self, blamed, ms, multiplexed, own_locker, Raw};
 use redis::aio::MultiplexedConnection;
-use redmutex::{retry, Argument, Locker, Semaphore};
+use redmutex::{error::Argument, retry, Locker, Semaphore};
 use testkit::{RedisServer, Rng};
 use tokio::time::Instant;
 

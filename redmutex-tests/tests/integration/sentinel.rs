@@ -13,12 +13,12 @@ use testkit::SentinelGroup;
 async fn a_failover_under_a_kept_alive_lease_keeps_it_or_reports_it_lost() {
     let group = SentinelGroup::spawn();
     let urls = group.sentinel_urls();
-    let conn = redmutex::connect_sentinel(&urls, group.master_name())
+    let conn = redmutex::sentinel::connect(&urls, group.master_name())
         .await
         .unwrap();
     let locker = Locker::new(conn);
     let rival = Locker::new(
-        redmutex::connect_sentinel(&urls, group.master_name())
+        redmutex::sentinel::connect(&urls, group.master_name())
             .await
             .unwrap(),
     );
@@ -112,7 +112,7 @@ async fn a_failover_under_a_kept_alive_lease_keeps_it_or_reports_it_lost() {
 async fn an_unknown_group_name_is_a_prompt_error() {
     let group = SentinelGroup::spawn();
     let started = std::time::Instant::now();
-    let error = redmutex::connect_sentinel(&group.sentinel_urls(), "no-such-group")
+    let error = redmutex::sentinel::connect(&group.sentinel_urls(), "no-such-group")
         .await
         .unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(5));

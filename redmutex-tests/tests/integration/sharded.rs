@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::cluster::{connect, subscriber};
 use crate::common::{blamed, ms};
 use redis::cluster_async::ClusterConnection;
-use redmutex::{retry, Argument, Error, Lock, Locker, WakeUpSource, WakeUpState};
+use redmutex::{error::Argument, retry, Error, Lock, Locker, WakeUpSource, WakeUpState};
 use testkit::RedisCluster;
 use tokio::time::Instant;
 
@@ -361,14 +361,14 @@ async fn a_waiter_follows_its_keys_slot_through_a_failover() {
     lock.release().await.unwrap();
 }
 
-/// An ACL user with [`redmutex::acl_rule`], `+cluster|slots` (a cluster client reads the
+/// An ACL user with [`redmutex::check::acl_rule`], `+cluster|slots` (a cluster client reads the
 /// slot map) and, where the cluster has shard channels, the three commands
 /// docs/OPERATIONS.md adds for them: wake-up works. Without those three, it says it is
 /// refused, and waiters get the lock by polling.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_acl_rule_and_the_shard_commands_are_enough_for_wake_up() {
     let shard = "+spublish +ssubscribe +sunsubscribe";
-    let rule = format!("{} +cluster|slots", redmutex::acl_rule("app:"));
+    let rule = format!("{} +cluster|slots", redmutex::check::acl_rule("app:"));
     let full = format!("full on >pw {rule} {shard}");
     let bare = format!("bare on >pw {rule}");
     let probe = RedisCluster::spawn();

@@ -10,9 +10,13 @@ use redmutex::{retry, Locker};
 use testkit::{RedisServer, ServerOptions, TestCa};
 
 /// `redis-server` arguments that define an ACL user (each word its own argument).
-/// A user with the rule docs/OPERATIONS.md prints ([`redmutex::acl_rule`]) for the prefix `app:`.
+/// A user with the rule docs/OPERATIONS.md prints ([`redmutex::check::acl_rule`]) for the prefix
+/// `app:`.
 fn minimal_rule(user: &str, password: &str) -> String {
-    format!("{user} on >{password} {}", redmutex::acl_rule("app:"))
+    format!(
+        "{user} on >{password} {}",
+        redmutex::check::acl_rule("app:")
+    )
 }
 
 #[test]
@@ -20,7 +24,7 @@ fn the_operations_guide_prints_the_rule() {
     let readme = include_str!("../../../docs/OPERATIONS.md");
     let line = format!(
         "ACL SETUSER locker on >PASSWORD {}",
-        redmutex::acl_rule("app:")
+        redmutex::check::acl_rule("app:")
     );
     assert!(readme.contains(&line), "docs/OPERATIONS.md lacks: {line}");
 }
@@ -44,8 +48,10 @@ fn tls_server() -> Option<RedisServer> {
 async fn locks_work_over_tls_with_the_tests_own_ca() {
     let Some(server) = tls_server() else { return };
     let ca = std::fs::read(server.tls_ca()).unwrap();
-    let client = redmutex::tls_client(&server.tls_url(), &ca).unwrap();
-    let conn = redmutex::connect_client(client.clone()).await.unwrap();
+    let client = redmutex::connection::tls_client(&server.tls_url(), &ca).unwrap();
+    let conn = redmutex::connection::connect_client(client.clone())
+        .await
+        .unwrap();
     let locker = Locker::new(conn).with_wake_up([client]).unwrap();
 
     let holder = locker.acquire("tls-job", ms(10_000)).await.unwrap();
@@ -88,20 +94,24 @@ async fn a_client_that_does_not_trust_the_ca_fails_clearly() {
     let other_pem = std::fs::read(&other.cert).unwrap();
     let _ = std::fs::remove_dir_all(&elsewhere);
 
-    let client = redmutex::tls_client(&server.tls_url(), &other_pem).unwrap();
+    let client = redmutex::connection::tls_client(&server.tls_url(), &other_pem).unwrap();
     let started = std::time::Instant::now();
-    let error = redmutex::connect_client(client).await.unwrap_err();
+    let error = redmutex::connection::connect_client(client)
+        .await
+        .unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(3));
     let text = error.to_string();
     assert!(text.contains("certificate"), "{text}");
     assert!(!error.is_transient(), "{text}");
 
-    let error = redmutex::connect(&server.tls_url()).await.unwrap_err();
+    let error = redmutex::connection::connect(&server.tls_url())
+        .await
+        .unwrap_err();
     assert!(error.to_string().contains("certificate"), "{error}");
     assert!(!error.is_transient(), "{error}");
     // A plain-text client on the TLS port gets no lock either (and no hang).
     let plain = server.tls_url().replacen("rediss://", "redis://", 1);
-    assert!(redmutex::connect(&plain).await.is_err());
+    assert!(redmutex::connection::connect(&plain).await.is_err());
 }
 
 /// A server with a user who has only the minimal rule for `app:`, and a locker with
@@ -113,15 +123,15 @@ async fn minimal_acl_locker() -> (RedisServer, Locker<redis::aio::ConnectionMana
     });
     let url = format!("redis://locker:s3cret@127.0.0.1:{}", server.port());
     let client = redis::Client::open(url.as_str()).unwrap();
-    let locker = Locker::new(redmutex::connect(&url).await.unwrap())
+    let locker = Locker::new(redmutex::connection::connect(&url).await.unwrap())
         .with_prefix("app:")
         .with_wake_up([client])
         .unwrap();
     (server, locker)
 }
 
-/// The minimal ACL rule ([`redmutex::acl_rule`]) is enough for every operation: acquire (single and
-/// multi-key, fenced), wake-up, refresh, keep-alive, inspect, release.
+/// The minimal ACL rule ([`redmutex::check::acl_rule`]) is enough for every operation: acquire
+/// (single and multi-key, fenced), wake-up, refresh, keep-alive, inspect, release.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_minimal_acl_rule_is_enough() {
     let (_server, locker) = minimal_acl_locker().await;
@@ -303,7 +313,8 @@ async fn a_user_without_permission_gets_a_clear_error_and_nothing_is_written() {
         ..ServerOptions::default()
     });
     let reader = format!("redis://reader:pw@127.0.0.1:{}", server.port());
-    let locker = Locker::new(redmutex::connect(&reader).await.unwrap()).with_prefix("app:");
+    let locker =
+        Locker::new(redmutex::connection::connect(&reader).await.unwrap()).with_prefix("app:");
     for fenced in [true, false] {
         let error = match fenced {
             true => locker.acquire("job", ms(5_000)).with_fence().await,
@@ -318,7 +329,8 @@ async fn a_user_without_permission_gets_a_clear_error_and_nothing_is_written() {
 
     // The right commands, but a key outside the user's pattern.
     let url = format!("redis://locker:pw@127.0.0.1:{}", server.port());
-    let locker = Locker::new(redmutex::connect(&url).await.unwrap()).with_prefix("other:");
+    let locker =
+        Locker::new(redmutex::connection::connect(&url).await.unwrap()).with_prefix("other:");
     let error = locker.acquire("job", ms(5_000)).await.unwrap_err();
     assert!(error.is_permission_denied(), "{error}");
     assert_eq!(server.command(&["DBSIZE"]), ":0\r\n", "nothing written");

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::common::{manager, ms, multiplexed, Raw};
 use redis::aio::MultiplexedConnection;
-use redmutex::{retry, Argument, Error, Locker};
+use redmutex::{error::Argument, retry, Error, Locker};
 use testkit::RedisServer;
 use tokio::time::Instant;
 

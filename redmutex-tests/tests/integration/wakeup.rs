@@ -128,11 +128,11 @@ async fn a_waiter_is_woken_by_the_release_not_by_its_poll_interval() {
     }
     let value = raw.get("job").await.unwrap();
     assert_eq!(
-        &value[..redmutex::TOKEN_LEN],
+        &value[..redmutex::limits::TOKEN_LEN],
         holder.token().as_str().as_bytes()
     );
     // 'l': lockers wait in its line (the waiter's).
-    assert_eq!(value[redmutex::TOKEN_LEN], b'l');
+    assert_eq!(value[redmutex::limits::TOKEN_LEN], b'l');
 
     let released_at = Instant::now();
     holder.release().await.unwrap();
@@ -150,7 +150,10 @@ async fn a_waiter_is_woken_by_the_release_not_by_its_poll_interval() {
     );
     // A key handed on was contended: the waiter's value is flagged for the line without a
     // look at it ('l'), and its release, finding nobody in line, deletes the key.
-    assert_eq!(raw.get("job").await.unwrap()[redmutex::TOKEN_LEN], b'l');
+    assert_eq!(
+        raw.get("job").await.unwrap()[redmutex::limits::TOKEN_LEN],
+        b'l'
+    );
     assert_eq!(common::places_in_line(&server, "{job}:line"), 0);
     lock.release().await.unwrap();
     assert_eq!(raw.get("job").await, None);
@@ -709,7 +712,7 @@ async fn a_subscriber_without_permission_is_reported_and_waiters_poll() {
         ..testkit::ServerOptions::default()
     });
     let url = format!("redis://nosub:pw@127.0.0.1:{}", server.port());
-    let locker = Locker::new(redmutex::connect(&url).await.unwrap())
+    let locker = Locker::new(redmutex::connection::connect(&url).await.unwrap())
         .with_wake_up([redis::Client::open(url.as_str()).unwrap()])
         .unwrap();
     assert!(matches!(
@@ -769,8 +772,9 @@ async fn an_unreachable_subscriber_is_reported_as_failing() {
 /// Waits until the holder of `key` says that lockers wait in its line (flag `l` or `L`).
 async fn until_next_named(raw: &mut Raw, key: &str) {
     let until = Instant::now() + ms(3_000);
-    let lined =
-        |v: Option<Vec<u8>>| v.is_some_and(|v| matches!(v[redmutex::TOKEN_LEN], b'l' | b'L'));
+    let lined = |v: Option<Vec<u8>>| {
+        v.is_some_and(|v| matches!(v[redmutex::limits::TOKEN_LEN], b'l' | b'L'))
+    };
     while !lined(raw.get(key).await) {
         assert!(Instant::now() < until, "no locker lined up");
         tokio::time::sleep(ms(10)).await;
@@ -843,9 +847,9 @@ async fn a_key_handed_to_a_locker_that_died_waiting_is_free_a_moment_later() {
     assert!(info.held && !info.foreign, "{info:?}");
     assert!(info.ttl.unwrap() <= ms(50), "{info:?}");
     let value = raw.get("handed").await.unwrap();
-    assert_eq!(value[redmutex::TOKEN_LEN], b'r');
+    assert_eq!(value[redmutex::limits::TOKEN_LEN], b'r');
     // The locker's id, readable by anyone, is not a token: it refreshes nothing.
-    let id = locker_id(&value[..redmutex::TOKEN_LEN]);
+    let id = locker_id(&value[..redmutex::limits::TOKEN_LEN]);
     assert!(holder
         .refresh_with_token(["handed"], &id, ms(60_000))
         .await
@@ -1390,7 +1394,8 @@ async fn a_resignation_hands_the_key_to_the_locker_in_line() {
     // never free for whoever comes first.
     let now = raw.get("office").await.expect("handed on, not deleted");
     assert!(
-        now.ends_with(b"r") || matches!(now[redmutex::TOKEN_LEN], b'-' | b'w' | b'l' | b'L'),
+        now.ends_with(b"r")
+            || matches!(now[redmutex::limits::TOKEN_LEN], b'-' | b'w' | b'l' | b'L'),
         "{:?}",
         String::from_utf8_lossy(&now)
     );

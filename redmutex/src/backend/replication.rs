@@ -36,7 +36,7 @@ impl Replication {
     /// # async fn main() -> Result<(), redmutex::Error> {
     /// # let locker = redmutex::Locker::in_memory();
     /// use std::time::Duration;
-    /// use redmutex::{Argument, Error, Replication};
+    /// use redmutex::{error::Argument, Error, Replication};
     /// let one = Replication::new(1, Duration::from_millis(50));
     /// assert_eq!((one.replicas(), one.timeout()), (1, Duration::from_millis(50)));
     /// // Checked when given to a locker: none would confirm nothing.
@@ -96,7 +96,7 @@ impl Replication {
     /// let replication = redmutex::Replication::new(1, Duration::from_millis(100));
     /// assert_eq!(replication.timeout(), Duration::from_millis(100));
     /// // Short, and below the connection's response timeout, which the wait holds up.
-    /// assert!(replication.timeout() < redmutex::RESPONSE_TIMEOUT);
+    /// assert!(replication.timeout() < redmutex::connection::RESPONSE_TIMEOUT);
     /// ```
     pub fn timeout(&self) -> Duration {
         self.timeout

@@ -1,17 +1,17 @@
 //! The blocking acquire and what it hands out: each wraps the async type of the same name
-//! and waits for it on the dedicated runtime (see `runtime.rs`).
+//! and waits for it on the dedicated runtime (see `runtime.rs`); what needs no waiting is
+//! read through `Deref` on the async type, not written again here.
 
 use std::future::IntoFuture;
+use std::ops::Deref;
 use std::time::{Duration, Instant as StdInstant};
-
-use tokio_util::sync::CancellationToken;
 
 use super::runtime::Runtime;
 use super::RELEASE_WAIT_ON_DROP;
 use crate::args::Keys;
 use crate::connection::Connection;
 use crate::engine::lease::KeepAlive;
-use crate::engine::lost::{LostReason, LostSignal};
+use crate::engine::lost::LostReason;
 use crate::engine::tally::FailedTry;
 use crate::error::Error;
 use crate::primitives::rwlock::{ReadKey, WriteKey};
@@ -235,71 +235,6 @@ impl<C: Connection, P: Send + Sync + 'static> Lock<C, P> {
         (inner, self.runtime.clone())
     }
 
-    /// This owner's token: [`crate::Lock::token`].
-    ///
-    /// ```
-    /// # fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::blocking::Locker::in_memory()?;
-    /// use std::time::Duration;
-    /// let lock = locker.acquire("deploy", Duration::from_secs(30)).call()?;
-    /// let token = lock.token(); // whoever knows it can release the lock
-    /// locker.release_with_token(["deploy"], &token)?;
-    /// assert!(lock.release().unwrap_err().is_not_held());
-    /// # Ok(()) }
-    /// ```
-    pub fn token(&self) -> Token {
-        self.inner().token()
-    }
-
-    /// The metadata stored with the token.
-    ///
-    /// ```
-    /// # fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::blocking::Locker::in_memory()?;
-    /// use std::time::Duration;
-    /// let lock = locker.acquire("job", Duration::from_secs(30)).metadata("pid=42").call()?;
-    /// assert_eq!(lock.metadata(), Some("pid=42"));
-    /// # lock.release()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn metadata(&self) -> Option<&str> {
-        self.inner().metadata()
-    }
-
-    /// The fence taken with the lock, if one was.
-    ///
-    /// ```
-    /// # fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::blocking::Locker::in_memory()?;
-    /// use std::time::Duration;
-    /// let lock = locker.acquire("ledger", Duration::from_secs(30)).call()?;
-    /// assert_eq!(lock.fence_if_taken(), None); // not asked for
-    /// let fence = lock.fence()?;
-    /// assert_eq!(lock.fence_if_taken(), Some(fence));
-    /// # lock.release()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn fence_if_taken(&self) -> Option<u64> {
-        self.inner().fence_if_taken()
-    }
-
-    /// The TTL the lock was taken or last refreshed with.
-    ///
-    /// ```
-    /// # fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::blocking::Locker::in_memory()?;
-    /// use std::time::Duration;
-    /// let mut lock = locker.acquire("job", Duration::from_secs(30)).call()?;
-    /// assert_eq!(lock.lease_ttl(), Duration::from_secs(30));
-    /// lock.refresh(Duration::from_secs(90))?;
-    /// assert_eq!(lock.lease_ttl(), Duration::from_secs(90));
-    /// # lock.release()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn lease_ttl(&self) -> Duration {
-        self.inner().lease_ttl()
-    }
-
     /// Until when the lock is certainly held unless refreshed, on this process's clock.
     ///
     /// ```
@@ -315,22 +250,6 @@ impl<C: Connection, P: Send + Sync + 'static> Lock<C, P> {
     /// ```
     pub fn valid_until(&self) -> StdInstant {
         self.inner().valid_until().into_std()
-    }
-
-    /// How long the lock is certainly held unless refreshed.
-    ///
-    /// ```
-    /// # fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::blocking::Locker::in_memory()?;
-    /// use std::time::Duration;
-    /// let lock = locker.acquire("job", Duration::from_secs(30)).call()?;
-    /// let left = lock.remaining_validity();
-    /// assert!(left > Duration::from_secs(29) && left <= Duration::from_secs(30));
-    /// # lock.release()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn remaining_validity(&self) -> Duration {
-        self.inner().remaining_validity()
     }
 
     /// The fence for this holder: [`crate::Lock::fence`].
@@ -534,6 +453,16 @@ impl<C: Connection> Lock<C, WriteKey> {
     }
 }
 
+impl<C: Connection, P: Send + Sync + 'static> Deref for Lock<C, P> {
+    type Target = crate::Lock<C, P>;
+
+    /// The async lock inside, for what needs no waiting: its token, metadata, fence if
+    /// taken, key or permits, lease TTL and remaining validity.
+    fn deref(&self) -> &crate::Lock<C, P> {
+        self.inner()
+    }
+}
+
 impl<C: Connection, P: Send + Sync + 'static> std::fmt::Debug for Lock<C, P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.inner {
@@ -601,68 +530,6 @@ impl<C: Connection, P: Send + Sync + 'static> Lease<C, P> {
         (inner, self.runtime.clone())
     }
 
-    /// This owner's token.
-    ///
-    /// ```
-    /// # fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::blocking::Locker::in_memory()?;
-    /// use std::time::Duration;
-    /// let lease = locker.acquire("job", Duration::from_secs(30)).call()?.keep_alive()?;
-    /// locker.release_with_token(["job"], &lease.token())?; // e.g. by an operator's script
-    /// assert!(!locker.inspect("job")?.held);
-    /// # Ok(()) }
-    /// ```
-    pub fn token(&self) -> Token {
-        self.inner().token()
-    }
-
-    /// The metadata stored with the token.
-    ///
-    /// ```
-    /// # fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::blocking::Locker::in_memory()?;
-    /// use std::time::Duration;
-    /// let lock = locker.acquire("job", Duration::from_secs(30)).metadata("pid=42").call()?;
-    /// let lease = lock.keep_alive()?;
-    /// assert_eq!(lease.metadata(), Some("pid=42"));
-    /// # lease.release()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn metadata(&self) -> Option<&str> {
-        self.inner().metadata()
-    }
-
-    /// The fence taken with the lock, if one was.
-    ///
-    /// ```
-    /// # fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::blocking::Locker::in_memory()?;
-    /// use std::time::Duration;
-    /// let lock = locker.acquire("ledger", Duration::from_secs(30)).with_fence().call()?;
-    /// let lease = lock.keep_alive()?;
-    /// assert!(lease.fence_if_taken().is_some()); // renewals keep it
-    /// # lease.release()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn fence_if_taken(&self) -> Option<u64> {
-        self.inner().fence_if_taken()
-    }
-
-    /// The TTL each renewal sets.
-    ///
-    /// ```
-    /// # fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::blocking::Locker::in_memory()?;
-    /// use std::time::Duration;
-    /// let lease = locker.acquire("job", Duration::from_secs(30)).call()?.keep_alive()?;
-    /// assert_eq!(lease.lease_ttl(), Duration::from_secs(30)); // each renewal sets it again
-    /// # lease.release()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn lease_ttl(&self) -> Duration {
-        self.inner().lease_ttl()
-    }
-
     /// Until when the lock is certainly held, as of the last renewal.
     ///
     /// ```
@@ -678,56 +545,6 @@ impl<C: Connection, P: Send + Sync + 'static> Lease<C, P> {
     /// ```
     pub fn valid_until(&self) -> StdInstant {
         self.inner().valid_until().into_std()
-    }
-
-    /// How many renewals succeeded.
-    ///
-    /// ```
-    /// # fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::blocking::Locker::in_memory()?;
-    /// use std::time::Duration;
-    /// let lease = locker.acquire("job", Duration::from_millis(600)).call()?.keep_alive()?;
-    /// assert_eq!(lease.renewals(), 0);
-    /// std::thread::sleep(Duration::from_millis(300)); // a renewal every 200 ms
-    /// assert!(lease.renewals() >= 1);
-    /// # lease.release()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn renewals(&self) -> u64 {
-        self.inner().renewals()
-    }
-
-    /// Whether the lease has ended (lost, or stopped): check it between steps of the work.
-    ///
-    /// ```
-    /// # fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::blocking::Locker::in_memory()?;
-    /// use std::time::Duration;
-    /// let lease = locker.acquire("job", Duration::from_millis(300)).call()?.keep_alive()?;
-    /// assert!(!lease.is_lost());
-    /// locker.connection().expire_now("job"); // e.g. evicted
-    /// lease.lost()?; // the next renewal finds out
-    /// assert!(lease.is_lost());
-    /// # Ok(()) }
-    /// ```
-    pub fn is_lost(&self) -> bool {
-        self.inner().is_lost()
-    }
-
-    /// Whether another process asked this holder to let go: see
-    /// [`crate::Lease::is_release_requested`].
-    ///
-    /// ```
-    /// # fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::blocking::Locker::in_memory()?;
-    /// use std::time::Duration;
-    /// let lease = locker.acquire("job", Duration::from_millis(300)).call()?.keep_alive()?;
-    /// assert!(!lease.is_release_requested());
-    /// # lease.release()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn is_release_requested(&self) -> bool {
-        self.inner().is_release_requested()
     }
 
     /// Waits at most `timeout` for another process to ask this holder to let go (see
@@ -750,45 +567,6 @@ impl<C: Connection, P: Send + Sync + 'static> Lease<C, P> {
         let waited =
             async { tokio::time::timeout(timeout, self.inner().release_requested()).await };
         Ok(self.runtime.call(waited)?.is_ok())
-    }
-
-    /// A clonable view of the lease's fate, for other threads.
-    ///
-    /// ```
-    /// # fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::blocking::Locker::in_memory()?;
-    /// use std::time::Duration;
-    /// let lease = locker.acquire("job", Duration::from_millis(300)).call()?.keep_alive()?;
-    /// let signal = lease.signal(); // cheap to clone, for the threads doing the work
-    /// let worker = std::thread::spawn(move || {
-    ///     while !signal.is_lost() {
-    ///         std::thread::sleep(Duration::from_millis(5)); // a step of the work
-    ///     }
-    /// });
-    /// locker.connection().take_over("job", Duration::from_secs(60));
-    /// worker.join().unwrap(); // stopped when the lease was lost
-    /// # Ok(()) }
-    /// ```
-    pub fn signal(&self) -> LostSignal {
-        self.inner().signal()
-    }
-
-    /// A token cancelled when the lease ends.
-    ///
-    /// ```
-    /// # fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::blocking::Locker::in_memory()?;
-    /// use std::time::Duration;
-    /// let lease = locker.acquire("job", Duration::from_millis(300)).call()?.keep_alive()?;
-    /// let cancel = lease.cancellation_token(); // for async work on another runtime
-    /// assert!(!cancel.is_cancelled());
-    /// locker.connection().expire_now("job");
-    /// lease.lost()?;
-    /// assert!(cancel.is_cancelled());
-    /// # Ok(()) }
-    /// ```
-    pub fn cancellation_token(&self) -> CancellationToken {
-        self.inner().cancellation_token()
     }
 
     /// Waits until the lease ends, and says why.
@@ -831,7 +609,7 @@ impl<C: Connection, P: Send + Sync + 'static> Lease<C, P> {
         Ok(self.runtime.call(waited)?.ok())
     }
 
-    /// The fence for this holder: [`crate::Lease::fence`].
+    /// The fence for this holder: [`crate::Lock::fence`] (a lease is its lock, renewed).
     ///
     /// # Errors
     /// As the async call; [`Error::InsideRuntime`].
@@ -851,7 +629,7 @@ impl<C: Connection, P: Send + Sync + 'static> Lease<C, P> {
     }
 
     /// Runs `writes` only while this owner holds the lock:
-    /// [`crate::Lease::write_if_held`].
+    /// [`crate::Lock::write_if_held`].
     ///
     /// # Errors
     /// As the async call; [`Error::InsideRuntime`].
@@ -906,6 +684,17 @@ impl<C: Connection, P: Send + Sync + 'static> Lease<C, P> {
     pub fn stop(self) -> Lock<C, P> {
         let (inner, runtime) = self.take();
         Lock::new(inner.stop(), runtime)
+    }
+}
+
+impl<C: Connection, P: Send + Sync + 'static> Deref for Lease<C, P> {
+    type Target = crate::Lease<C, P>;
+
+    /// The async lease inside, for what needs no waiting: whether it is lost, its
+    /// renewals, its signal and cancellation token — and, through it, the lock's token,
+    /// metadata, fence if taken, key or permits and remaining validity.
+    fn deref(&self) -> &crate::Lease<C, P> {
+        self.inner()
     }
 }
 

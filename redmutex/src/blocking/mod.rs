@@ -90,11 +90,11 @@ impl<C: Connection> std::fmt::Debug for Locker<C> {
 }
 
 impl Locker<ConnectionManager> {
-    /// Connects to `url` ([`crate::connect`]) with push wake-up
+    /// Connects to `url` ([`crate::connection::connect`]) with push wake-up
     /// ([`crate::Locker::with_wake_up`]) over a second connection to the same server.
     ///
     /// # Errors
-    /// As [`crate::connect`]; [`Error::InsideRuntime`].
+    /// As [`crate::connection::connect`]; [`Error::InsideRuntime`].
     ///
     /// ```no_run
     /// # fn main() -> Result<(), redmutex::Error> {
@@ -107,7 +107,7 @@ impl Locker<ConnectionManager> {
         let url = url.to_string();
         Locker::build(move || async move {
             let client = redis::Client::open(url.as_str())?;
-            let conn = crate::connect_client(client.clone()).await?;
+            let conn = crate::connection::connect_client(client.clone()).await?;
             crate::Locker::new(conn).with_wake_up([client])
         })
     }
@@ -145,7 +145,7 @@ impl<C: Connection> Locker<C> {
     /// # fn main() -> Result<(), redmutex::Error> {
     /// let urls = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"];
     /// let locker = redmutex::blocking::Locker::build(move || async move {
-    ///     let nodes = urls.iter().map(|url| redmutex::connect_lazy(url)).collect::<Result<Vec<_>, _>>()?;
+    ///     let nodes = urls.iter().map(|url| redmutex::connection::connect_lazy(url)).collect::<Result<Vec<_>, _>>()?;
     ///     Ok(redmutex::Locker::redlock(nodes)?.with_prefix("myapp:"))
     /// })?;
     /// # Ok(()) }
@@ -484,7 +484,7 @@ impl<C: Connection> Locker<C> {
     /// let uploads = locker.semaphore("uploads", 4)?;
     /// let permits = uploads.acquire(3, Duration::from_secs(30)).call()?;
     /// let seen = locker.describe("uploads")?.expect("held");
-    /// assert_eq!(seen.kind, redmutex::LockKind::Semaphore);
+    /// assert_eq!(seen.kind, redmutex::state::LockKind::Semaphore);
     /// assert_eq!(seen.permits, Some((3, 4)));
     /// assert_eq!(locker.describe("nothing-here")?, None);
     /// # permits.release()?;

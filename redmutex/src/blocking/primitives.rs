@@ -467,7 +467,7 @@ impl<C: Connection> Election<C> {
     /// # fn main() -> Result<(), redmutex::Error> {
     /// # let locker = redmutex::blocking::Locker::in_memory()?;
     /// let election = locker.election("scheduler")?;
-    /// assert_eq!(election.ttl(), redmutex::DEFAULT_ELECTION_TTL);
+    /// assert_eq!(election.ttl(), redmutex::limits::DEFAULT_ELECTION_TTL);
     /// let leadership = election.campaign("host-7").call()?;
     /// let leader = election.leader()?.expect("elected");
     /// assert!(leader.ttl.unwrap() <= election.ttl()); // renewed before it runs out
@@ -640,7 +640,8 @@ impl<C: Connection> Campaign<C> {
 
 /// Leadership, kept alive in the background: [`crate::Leadership`], with blocking calls —
 /// the blocking [`Lease`] over the election's key, with its term and value, proclaiming
-/// and resigning. Dropping it resigns, waiting at most [`RELEASE_WAIT_ON_DROP`](super::RELEASE_WAIT_ON_DROP).
+/// and resigning. Dropping it resigns, waiting at most
+/// [`RELEASE_WAIT_ON_DROP`](super::RELEASE_WAIT_ON_DROP).
 ///
 /// ```
 /// # fn main() -> Result<(), redmutex::Error> {

@@ -107,7 +107,7 @@ impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
 
     /// Stores `metadata` with the token, readable by anyone through
     /// [`Locker::inspect`](crate::Locker::inspect): who holds the lock and why.
-    /// At most [`MAX_METADATA_LEN`](crate::MAX_METADATA_LEN) bytes.
+    /// At most [`MAX_METADATA_LEN`](crate::limits::MAX_METADATA_LEN) bytes.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -119,7 +119,7 @@ impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
     ///     .await?;
     /// let seen = locker.inspect("reports:nightly").await?; // by anyone
     /// assert_eq!(seen.metadata.as_deref(), Some("host=web-3 pid=4121"));
-    /// let too_long = "x".repeat(redmutex::MAX_METADATA_LEN + 1);
+    /// let too_long = "x".repeat(redmutex::limits::MAX_METADATA_LEN + 1);
     /// let refused = locker.acquire("reports:hourly", Duration::from_secs(60)).metadata(too_long);
     /// assert!(refused.await.unwrap_err().is_invalid_argument());
     /// # lock.release().await?;

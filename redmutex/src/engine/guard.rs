@@ -10,6 +10,7 @@ use tracing::Instrument;
 use crate::args::{self, Keys};
 use crate::connection::Connection;
 use crate::engine::context::Context;
+use crate::engine::lost::LeaseState;
 use crate::engine::meter::HeldMark;
 use crate::error::{Argument, Error};
 use crate::fence;
@@ -19,22 +20,22 @@ use crate::writes::Writes;
 
 /// A lock held in Redis: one or more keys that hold this owner's [`Token`] — or, as a
 /// [`Permit`](crate::Permit), permits of a [`Semaphore`](crate::Semaphore). `P` says what is
-/// held: the lock's keys ([`Keys`], the default) or [`Permits`](crate::Permits).
+/// held: the lock's keys ([`Keys`], the default) or [`Permits`](crate::claim::Permits).
 ///
 /// Every operation is owner-checked in Redis: [`refresh`](Lock::refresh),
 /// [`ttl`](Lock::ttl) and [`release`](Lock::release) answer [`Error::NotHeld`] once the
 /// lock expired or was taken over, and never touch a key another owner holds.
 ///
 /// # Dropping
-/// Dropping a `Lock` that was not released starts an owner-checked release in the
-/// background, on the current tokio runtime; `Drop` itself never blocks or waits. A lock
-/// dropped as the program ends — `main` returning, a `?` early return, the runtime shutting
-/// down with the release unfinished — or outside any runtime is released all the same: a
-/// thread of redmutex's own finishes the release (a few tries within 2 s), and a process
-/// that exits meanwhile waits for it at exit, at most 2 s. This needs a connection that can
-/// reconnect on another runtime — a [`ConnectionManager`](redis::aio::ConnectionManager),
-/// as [`connect`](crate::connect) gives — or one whose own runtime is still running. Over a
-/// bare `MultiplexedConnection` or a cluster connection whose runtime is gone, and in a
+/// Dropping a `Lock` that was not released starts an owner-checked release in the background,
+/// on the current tokio runtime; `Drop` itself never blocks or waits. A lock dropped as the
+/// program ends — `main` returning, a `?` early return, the runtime shutting down with the
+/// release unfinished — or outside any runtime is released all the same: a thread of redmutex's
+/// own finishes the release (a few tries within 2 s), and a process that exits meanwhile waits
+/// for it at exit, at most 2 s. This needs a connection that can reconnect on another runtime —
+/// a [`ConnectionManager`](redis::aio::ConnectionManager), as
+/// [`connect`](crate::connection::connect) gives — or one whose own runtime is still running.
+/// Over a bare `MultiplexedConnection` or a cluster connection whose runtime is gone, and in a
 /// process killed outright, the keys expire by their TTL: release explicitly
 /// ([`release`](Lock::release), [`Lease::run`](crate::Lease::run)) where that matters. See
 /// [`safety`](crate::safety). To leave the lock in Redis on purpose, e.g. to hand the token to
@@ -61,7 +62,12 @@ pub struct Lock<C: Connection, P = Keys> {
     metadata: Option<String>,
     lease_ttl: Duration,
     acquired_at: Instant,
+    /// Until when it is certainly held, while no lease renews it.
     valid_until: Instant,
+    /// While kept alive: what the lease's renewals and its end keep (the validity, whether
+    /// it was lost), read by every accessor here, so that a [`Lease`](crate::Lease) is this
+    /// lock seen through its renewals.
+    lease: Option<Arc<LeaseState>>,
     /// Taken with the claim, or on the first [`Lock::fence`]; kept from then on.
     fence: tokio::sync::OnceCell<u64>,
     /// A release before this leaves the claim to expire then ([`Acquire::min_hold`]).
@@ -103,6 +109,7 @@ impl<C: Connection, P> Lock<C, P> {
             lease_ttl: Duration::from_millis(grant.ttl_ms),
             acquired_at: grant.sent_at,
             valid_until: grant.valid_until,
+            lease: None,
             fence: tokio::sync::OnceCell::new_with(grant.fence),
             keep_until: grant.keep_until,
             release_on_drop: true,
@@ -131,9 +138,19 @@ impl<C: Connection, P> Lock<C, P> {
         self.keep_until
     }
 
-    /// Takes over the validity a lease knows (renewed, shortened, or lost).
-    pub(crate) fn set_valid_until(&mut self, valid_until: Instant) {
-        self.valid_until = valid_until;
+    /// Hands the validity to a lease's renewals (`Some`), or takes back what they left
+    /// (`None`: renewed, shortened, or ended by a loss).
+    pub(crate) fn set_lease(&mut self, lease: Option<Arc<LeaseState>>) {
+        if let Some(state) = self.lease.take() {
+            self.valid_until = state.valid_until();
+        }
+        self.lease = lease;
+    }
+
+    /// Whether a lease that renewed this lock has ended by a loss: nothing is sent for it
+    /// any more.
+    fn lease_lost(&self) -> bool {
+        (self.lease.as_ref()).is_some_and(|state| state.reason().is_some())
     }
 
     /// The owner's token. Whoever knows it can refresh and release the lock.
@@ -214,12 +231,14 @@ impl<C: Connection, P> Lock<C, P> {
     /// # Ok(()) }
     /// ```
     pub async fn fence(&self) -> Result<u64, Error> {
-        self.fence_within(self.valid_until).await
-    }
-
-    /// [`fence`](Lock::fence) for a lock valid until `valid_until` (a lease knows a later
-    /// instant than the lock it wraps).
-    pub(crate) async fn fence_within(&self, valid_until: Instant) -> Result<u64, Error> {
+        if let Some(fence) = self.fence_if_taken() {
+            return Ok(fence);
+        }
+        // A lease that ended by a loss hands out no fence it had not taken.
+        if self.lease_lost() {
+            return Err(Error::NotHeld);
+        }
+        let valid_until = self.valid_until();
         if !self.context.fences.enabled {
             return Err(Error::invalid(
                 Argument::Fences,
@@ -311,7 +330,10 @@ impl<C: Connection, P> Lock<C, P> {
     /// # Ok(()) }
     /// ```
     pub fn valid_until(&self) -> Instant {
-        self.valid_until
+        match &self.lease {
+            Some(state) => state.valid_until(),
+            None => self.valid_until,
+        }
     }
 
     /// Time left until [`valid_until`](Lock::valid_until); zero once past it.
@@ -334,7 +356,7 @@ impl<C: Connection, P> Lock<C, P> {
     /// # Ok(()) }
     /// ```
     pub fn remaining_validity(&self) -> Duration {
-        self.valid_until.saturating_duration_since(Instant::now())
+        self.valid_until().saturating_duration_since(Instant::now())
     }
 
     /// Asks Redis how long the lock has left: the smallest remaining TTL over its keys.
@@ -365,7 +387,7 @@ impl<C: Connection, P> Lock<C, P> {
     /// ```
     pub async fn ttl(&self) -> Result<Duration, Error> {
         let backend = &self.context.backend;
-        let ttl = (backend.ttl(&*self.claim, &self.token, self.valid_until)).await;
+        let ttl = (backend.ttl(&*self.claim, &self.token, self.valid_until())).await;
         self.heard(ttl)
     }
 
@@ -378,7 +400,8 @@ impl<C: Connection, P> Lock<C, P> {
     /// # Errors
     /// [`Error::NotHeld`] (nothing was changed: the lock is lost — stop the work; Redlock:
     /// too many nodes no longer had it, or the validity ran out first);
-    /// [`Error::InvalidArgument`] for a TTL outside [`MIN_TTL`](crate::MIN_TTL)..=[`MAX_TTL`](crate::MAX_TTL);
+    /// [`Error::InvalidArgument`] for a TTL outside
+    /// [`MIN_TTL`](crate::limits::MIN_TTL)..=[`MAX_TTL`](crate::limits::MAX_TTL);
     /// [`Error::Redis`] / [`Error::NoQuorum`] (the lock may or may not have been extended;
     /// it is still valid until [`valid_until`](Lock::valid_until)).
     ///
@@ -479,12 +502,9 @@ impl<C: Connection, P> Lock<C, P> {
     /// ```
     pub async fn write_if_held(&self, writes: &Writes) -> Result<Vec<redis::Value>, Error> {
         self.check_writes(writes)?;
-        self.write_checked(writes).await
-    }
-
-    /// [`write_if_held`](Lock::write_if_held) for `writes` that passed
-    /// [`check_writes`](Lock::check_writes) already.
-    pub(crate) async fn write_checked(&self, writes: &Writes) -> Result<Vec<redis::Value>, Error> {
+        if self.lease_lost() {
+            return Err(Error::NotHeld);
+        }
         let backend = &self.context.backend;
         let span = tracing::debug_span!(
             "redmutex.write_if_held",
@@ -500,7 +520,7 @@ impl<C: Connection, P> Lock<C, P> {
     /// Refuses `writes` that cannot run under this lock, before any request: none, a bad
     /// command, a key of the lock itself or a companion's (the protocol's own state, which
     /// only its scripts may change), or on a cluster a key outside the lock's hash slot.
-    pub(crate) fn check_writes(&self, writes: &Writes) -> Result<(), Error> {
+    fn check_writes(&self, writes: &Writes) -> Result<(), Error> {
         writes.check()?;
         let refuse = |key: &[u8], why: String| {
             let key = String::from_utf8_lossy(key);
@@ -600,7 +620,7 @@ impl<C: Connection, P> Lock<C, P> {
     ) -> Result<Lock<C, Q>, Error> {
         let ttl_ms = args::ttl_millis(self.lease_ttl)?;
         let valid_until = (self.context.backend)
-            .refresh(via, &self.token, ttl_ms, Some(self.valid_until))
+            .refresh(via, &self.token, ttl_ms, Some(self.valid_until()))
             .await?;
         self.release_on_drop = false;
         let (what, claim) = what;
@@ -615,6 +635,7 @@ impl<C: Connection, P> Lock<C, P> {
             lease_ttl: self.lease_ttl,
             acquired_at: self.acquired_at,
             valid_until,
+            lease: None,
             fence: tokio::sync::OnceCell::new_with(self.fence.get().copied()),
             keep_until: self.keep_until,
             release_on_drop: true,
@@ -655,7 +676,7 @@ impl<C: Connection, P> std::fmt::Debug for Lock<C, P> {
             .field("metadata", &self.metadata)
             .field("fence", &self.fence.get())
             .field("lease_ttl", &self.lease_ttl)
-            .field("valid_until", &self.valid_until)
+            .field("valid_until", &self.valid_until())
             .finish_non_exhaustive()
     }
 }

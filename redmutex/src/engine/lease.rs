@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,8 +18,7 @@ use crate::engine::renewer::{Entry, Registration};
 use crate::engine::wakeup::Listening;
 use crate::error::{Argument, Error};
 use crate::quorum::{Drift, QuorumSettings};
-use crate::token::{self, Token};
-use crate::writes::Writes;
+use crate::token;
 
 /// Keep-alive settings for [`Lock::keep_alive_with`].
 ///
@@ -168,6 +168,38 @@ impl KeepAlive {
 /// All leases of one [`Locker`](crate::Locker) are renewed by a single background task,
 /// in batches: one script call renews up to a thousand leases.
 ///
+/// # The lock inside
+/// A lease dereferences to the [`Lock`] it renews: its token, metadata, fence, key or
+/// permits, [`valid_until`](Lock::valid_until) (moved on by each renewal) and
+/// [`write_if_held`](Lock::write_if_held) are the lock's, read through the lease. Once the
+/// lease is lost, the lock sends nothing more: a fence not taken before and guarded writes
+/// answer [`Error::NotHeld`], and its validity has ended.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// # let locker = redmutex::Locker::in_memory();
+/// use std::time::Duration;
+/// let lease = locker.acquire("ledger", Duration::from_secs(30)).await?.keep_alive()?;
+/// let fence = lease.fence().await?; // the lock's fence, kept by every renewal
+/// tokio::time::sleep(Duration::from_secs(55)).await; // renewed every 10 s meanwhile
+/// assert_eq!(lease.remaining_validity(), Duration::from_millis(24_700)); // 30 s less 1 %, from 50 s
+/// let mut writes = redmutex::Writes::new();
+/// writes.add(redis::cmd("SET").arg("ledger:last").arg(fence), ["ledger:last"]);
+/// lease.write_if_held(&writes).await?;
+/// // Lost (another owner took the key): nothing more is sent for it.
+/// locker.connection().take_over("ledger", Duration::from_secs(60));
+/// lease.lost().await;
+/// assert!(lease.write_if_held(&writes).await.unwrap_err().is_not_held());
+/// assert_eq!(lease.fence().await?, fence); // taken while held, and still its own
+/// assert_eq!(lease.remaining_validity(), Duration::ZERO);
+/// let audit = locker.acquire("audit", Duration::from_secs(30)).await?.keep_alive()?;
+/// locker.connection().expire_now("audit");
+/// audit.lost().await;
+/// assert!(audit.fence().await.unwrap_err().is_not_held()); // never taken: none now
+/// # Ok(()) }
+/// ```
+///
 /// # Dropping
 /// Dropping a lease stops its renewal and releases the lock in the background, like
 /// dropping a [`Lock`] (also as the program ends: see [`Lock`]'s "Dropping"); watchers
@@ -271,12 +303,13 @@ impl<C: Connection, P> Lease<C, P> {
         }))
     }
 
-    fn start(lock: Lock<C, P>, settings: KeepAlive) -> Result<Lease<C, P>, Error> {
+    fn start(mut lock: Lock<C, P>, settings: KeepAlive) -> Result<Lease<C, P>, Error> {
         let acquired_at = lock.acquired_at();
         let ttl = lock.lease_ttl();
         let drift = lock.context().backend.allowance();
         let interval = settings.check_with_drift(ttl, drift.of(ttl))?;
         let state = Arc::new(LeaseState::new(lock.valid_until()));
+        lock.set_lease(Some(state.clone()));
         let entry = Entry {
             claim: lock.claim().clone(),
             token: lock.token(),
@@ -327,169 +360,6 @@ impl<C: Connection, P> Lease<C, P> {
         if let Some(lock) = self.lock.as_mut() {
             lock.set_metadata(metadata);
         }
-    }
-
-    /// The owner's token.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::Locker::in_memory();
-    /// use std::time::Duration;
-    /// let lock = locker.acquire("reindex", Duration::from_secs(30)).await?;
-    /// let token = lock.token();
-    /// let lease = lock.keep_alive()?;
-    /// assert_eq!(lease.token(), token); // the same owner, now renewed
-    /// lease.release().await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn token(&self) -> Token {
-        self.lock().token()
-    }
-
-    /// The metadata stored with the token, if any.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::Locker::in_memory();
-    /// use std::time::Duration;
-    /// let acquire = locker.acquire("reindex", Duration::from_secs(30)).metadata("host=web-3");
-    /// let lease = acquire.await?.keep_alive()?;
-    /// assert_eq!(lease.metadata(), Some("host=web-3"));
-    /// lease.release().await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn metadata(&self) -> Option<&str> {
-        self.lock().metadata()
-    }
-
-    /// The acquisition's fencing token, taken on the first call if the acquire did not
-    /// take it (see [`Lock::fence`]); renewals keep it.
-    ///
-    /// # Errors
-    /// As [`Lock::fence`]; [`Error::NotHeld`] once the lease is lost, unless the fence was
-    /// taken before (it is then returned: it was valid while held, and a later holder's is
-    /// greater).
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`Lock::fence`].
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::Locker::in_memory();
-    /// use std::time::Duration;
-    /// let lease = locker.acquire("ledger", Duration::from_secs(30)).await?.keep_alive()?;
-    /// tokio::time::sleep(Duration::from_secs(60)).await; // renewed meanwhile
-    /// let fence = lease.fence().await?; // pass it with every write to the ledger
-    /// assert_eq!(lease.fence().await?, fence);
-    /// // Never taken, and lost: no fence is handed out.
-    /// let audit = locker.acquire("audit", Duration::from_secs(30)).await?.keep_alive()?;
-    /// locker.connection().expire_now("audit");
-    /// audit.lost().await;
-    /// assert!(audit.fence().await.unwrap_err().is_not_held());
-    /// # lease.release().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn fence(&self) -> Result<u64, Error> {
-        if let Some(fence) = self.lock().fence_if_taken() {
-            return Ok(fence);
-        }
-        if self.is_lost() {
-            return Err(Error::NotHeld);
-        }
-        self.lock().fence_within(self.valid_until()).await
-    }
-
-    /// Runs `writes` in Redis only if this owner still holds the lock, as
-    /// [`Lock::write_if_held`] does; a lease already known to be lost sends nothing.
-    ///
-    /// # Errors
-    /// As [`Lock::write_if_held`].
-    ///
-    /// # Cancel safety
-    /// As [`Lock::write_if_held`]: the commands may or may not have run.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::Locker::in_memory();
-    /// use std::time::Duration;
-    /// let lease = locker.acquire("report", Duration::from_secs(3)).await?.keep_alive()?;
-    /// let mut writes = redmutex::Writes::new();
-    /// writes.add(redis::cmd("SET").arg("report:status").arg("sent"), ["report:status"]);
-    /// tokio::time::sleep(Duration::from_secs(60)).await; // renewed meanwhile
-    /// lease.write_if_held(&writes).await?;
-    /// locker.connection().take_over("report", Duration::from_secs(60)); // another owner
-    /// assert!(lease.write_if_held(&writes).await.unwrap_err().is_not_held());
-    /// # Ok(()) }
-    /// ```
-    pub async fn write_if_held(&self, writes: &Writes) -> Result<Vec<redis::Value>, Error> {
-        self.lock().check_writes(writes)?;
-        if self.is_lost() {
-            return Err(Error::NotHeld);
-        }
-        self.lock().write_checked(writes).await
-    }
-
-    /// The fence, if it was taken already (see [`Lock::fence_if_taken`]).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::Locker::in_memory();
-    /// use std::time::Duration;
-    /// let ttl = Duration::from_secs(30);
-    /// let lease = locker.acquire("ledger", ttl).with_fence().await?.keep_alive()?;
-    /// let fence = lease.fence_if_taken().expect("taken with the key");
-    /// assert_eq!(lease.fence().await?, fence);
-    /// let plain = locker.acquire("audit", ttl).await?.keep_alive()?;
-    /// assert_eq!(plain.fence_if_taken(), None); // until `fence()` takes it
-    /// # lease.release().await?;
-    /// # plain.release().await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn fence_if_taken(&self) -> Option<u64> {
-        self.lock().fence_if_taken()
-    }
-
-    /// The TTL each renewal sets (see [`Lock::lease_ttl`]).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::Locker::in_memory();
-    /// use std::time::Duration;
-    /// let lease = locker.acquire("reindex", Duration::from_secs(30)).await?.keep_alive()?;
-    /// assert_eq!(lease.lease_ttl(), Duration::from_secs(30));
-    /// tokio::time::sleep(Duration::from_secs(15)).await; // renewed at 10 s, for 30 s
-    /// assert_eq!(locker.connection().ttl("reindex"), Some(Duration::from_secs(25)));
-    /// lease.release().await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn lease_ttl(&self) -> Duration {
-        self.lock().lease_ttl()
-    }
-
-    /// Until when the lock is certainly held, as of the last successful renewal.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::Locker::in_memory();
-    /// use std::time::Duration;
-    /// use tokio::time::Instant;
-    /// let lease = locker.acquire("reindex", Duration::from_secs(30)).await?.keep_alive()?;
-    /// let first = lease.valid_until();
-    /// tokio::time::sleep(Duration::from_secs(15)).await; // renewed at 10 s
-    /// assert!(lease.valid_until() > first);
-    /// assert!(lease.valid_until() - Instant::now() > Duration::from_secs(20));
-    /// lease.release().await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn valid_until(&self) -> Instant {
-        self.state.valid_until()
     }
 
     /// How many renewals succeeded so far.
@@ -758,19 +628,19 @@ impl<C: Connection, P> Lease<C, P> {
 
     fn take_lock(&mut self) -> Lock<C, P> {
         let mut lock = self.lock.take().expect("present until consumed");
-        let lost = matches!(
-            self.state.reason(),
-            Some(
-                LostReason::NotHeld | LostReason::Unreachable { .. } | LostReason::HoldLimitReached
-            )
-        );
-        // A lost lease's keys are gone (or about to be): nothing is valid any more.
-        lock.set_valid_until(if lost {
-            Instant::now()
-        } else {
-            self.state.valid_until()
-        });
+        // What the renewals left: renewed, or (lost) ended with the loss.
+        lock.set_lease(None);
         lock
+    }
+}
+
+impl<C: Connection, P> Deref for Lease<C, P> {
+    type Target = Lock<C, P>;
+
+    /// The lock this lease renews: its token, metadata, fence, validity (as the renewals
+    /// keep it) and guarded writes are read there.
+    fn deref(&self) -> &Lock<C, P> {
+        self.lock()
     }
 }
 

@@ -37,13 +37,14 @@ pub enum LostReason {
         /// The last renewal error seen.
         last_error: Option<redis::RedisError>,
     },
-    /// The [`KeepAlive::max_hold`](crate::KeepAlive::max_hold) limit was reached and the lock expired.
+    /// The [`KeepAlive::max_hold`](crate::KeepAlive::max_hold) limit was reached and the lock
+    /// expired.
     HoldLimitReached,
     /// The owner released or dropped the lease: not a loss, but the lock is not held any
     /// more, so guarded work must stop all the same.
     Released,
-    /// The owner stopped the renewal ([`Lease::stop`](crate::Lease::stop)); the lock may still be held until
-    /// its TTL, but nothing renews it.
+    /// The owner stopped the renewal ([`Lease::stop`](crate::Lease::stop)); the lock may still
+    /// be held until its TTL, but nothing renews it.
     Stopped,
 }
 
@@ -251,7 +252,7 @@ impl LostSignal {
     /// moment a watcher woke up to it. A loss is decided at the latest a little before the
     /// lease's validity ends (1 % of the TTL plus 2 ms, at most half the TTL: a renewal
     /// that finds the lock gone decides sooner), so that the signal reaches the work while
-    /// the lock is still held; the lease's [`valid_until`](crate::Lease::valid_until) is
+    /// the lock is still held; the lease's [`valid_until`](crate::Lock::valid_until) is
     /// then cut to this moment.
     ///
     /// ```

@@ -178,7 +178,7 @@ pub enum WakeUpState {
     Working,
     /// A node's subscriber connection or subscription fails (retried with backoff): a
     /// server that is down, or an ACL user without permission for `SUBSCRIBE` or the key's
-    /// channel ([`redmutex::acl_rule`](crate::acl_rule) has both).
+    /// channel ([`redmutex::check::acl_rule`](crate::check::acl_rule) has both).
     Failing {
         /// The node's position (0 for a single node).
         node: usize,
@@ -665,7 +665,7 @@ impl Hub {
                 matches!(&*current, NodeStatus::Failed(e) if e.to_string() == error.to_string());
             if !same {
                 let hint = match crate::classify::is_no_permission(error) {
-                    true => "; the ACL user needs +subscribe and the keys' channels (see redmutex::acl_rule)",
+                    true => "; the ACL user needs +subscribe and the keys' channels (see redmutex::check::acl_rule)",
                     false => "",
                 };
                 tracing::warn!(

@@ -22,11 +22,12 @@ impl<C: Connection> Locker<C> {
     /// gone — a kept-alive lease is then lost
     /// ([`LostReason::NotHeld`](crate::LostReason::NotHeld)), so `exec` stops its command —
     /// and nobody else is let in before the holder's validity has surely ended (it ends
-    /// before its TTL on the server: [claim 13](crate::safety)). Waiters take the lock as the tombstone ends: their waits are bounded by
+    /// before its TTL on the server: [claim 13](crate::safety)). Waiters take the lock as the
+    /// tombstone ends: their waits are bounded by
     /// the TTL they were told. A tombstone is listed as such
-    /// ([`ListedLock::forced`](crate::ListedLock::forced)); forcing it again changes
+    /// ([`ListedLock::forced`](crate::state::ListedLock::forced)); forcing it again changes
     /// nothing. Something redmutex did not write is left alone (returned as
-    /// [`LockKind::Foreign`](crate::LockKind::Foreign)). Redlock: on every node.
+    /// [`LockKind::Foreign`](crate::state::LockKind::Foreign)). Redlock: on every node.
     ///
     /// For a holder known to be dead, whose TTL is too long to wait out, see
     /// [`force_release_now`](Locker::force_release_now).

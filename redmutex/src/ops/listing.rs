@@ -39,7 +39,7 @@ const SCAN_COUNT: usize = 250;
 /// # async fn main() -> Result<(), redmutex::Error> {
 /// # let locker = redmutex::Locker::in_memory();
 /// use std::time::Duration;
-/// use redmutex::LockKind;
+/// use redmutex::state::LockKind;
 /// let ttl = Duration::from_secs(30);
 /// let _lock = locker.acquire("report", ttl).await?;
 /// let _permit = locker.semaphore("uploads", 4)?.acquire(1, ttl).await?;
@@ -77,7 +77,7 @@ impl LockKind {
     /// names the CLI's `list --json` prints.
     ///
     /// ```
-    /// use redmutex::LockKind;
+    /// use redmutex::state::LockKind;
     /// assert_eq!(LockKind::Lock.name(), "lock");
     /// assert_eq!(LockKind::Readers.name(), "rw_lock_read");
     /// assert_eq!(LockKind::FairLock.name(), "fair_lock");
@@ -144,7 +144,7 @@ pub struct ListedHolder {
 /// # async fn main() -> Result<(), redmutex::Error> {
 /// # let locker = redmutex::Locker::in_memory();
 /// use std::time::Duration;
-/// use redmutex::LockKind;
+/// use redmutex::state::LockKind;
 /// let lock = locker.acquire("report", Duration::from_secs(30))
 ///     .metadata("host=web-3")
 ///     .with_fence()
@@ -300,7 +300,7 @@ impl<C: Connection> Listing<C> {
     /// let mut listing = locker.list("jobs:*")?;
     /// let mut total = 0;
     /// while let Some(page) = listing.next_page().await? {
-    ///     assert!(page.len() <= redmutex::LIST_PAGE);
+    ///     assert!(page.len() <= redmutex::limits::LIST_PAGE);
     ///     total += page.len();
     /// }
     /// assert_eq!(total, 150);
@@ -440,12 +440,12 @@ impl<C: Connection> Locker<C> {
     /// Every lock under this locker's prefix whose key (after the prefix) matches
     /// `pattern`, a Redis glob (`*` for all, `jobs:*`): its kind, holders and their
     /// metadata, TTL, fence and waiters. Found with `SCAN` and described a page of
-    /// [`LIST_PAGE`](crate::LIST_PAGE) keys per call, so that no call blocks the server for
+    /// [`LIST_PAGE`](crate::limits::LIST_PAGE) keys per call, so that no call blocks the server for
     /// long however many locks there are; read the pages with
-    /// [`Listing::next_page`](crate::Listing::next_page) or all at once with
-    /// [`Listing::collect`](crate::Listing::collect). Keys beside the locks (fence
+    /// [`Listing::next_page`](crate::state::Listing::next_page) or all at once with
+    /// [`Listing::collect`](crate::state::Listing::collect). Keys beside the locks (fence
     /// counters, queues) are not listed; with an empty prefix, keys redmutex did not write
-    /// are listed as [`LockKind::Foreign`](crate::LockKind::Foreign). Redlock: each node is
+    /// are listed as [`LockKind::Foreign`](crate::state::LockKind::Foreign). Redlock: each node is
     /// scanned, and a key is listed once, where one holder has it on a quorum of nodes — a
     /// minority's leftover (a rival's failed try, a holder that lost the other nodes) holds
     /// nothing, and is not listed.

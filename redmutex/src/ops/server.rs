@@ -20,7 +20,7 @@ impl<C: Connection> Locker<C> {
     /// - **warnings**: no persistence (a restart forgets every lock; on Redlock nodes, see
     ///   the keep-out rule), `appendfsync` short of `always` (a crash forgets the last
     ///   second), a replica instead of a master, a server older than 6.2, a cluster whose
-    ///   state is not `ok`, an ACL user that lacks part of [`acl_rule`](crate::acl_rule);
+    ///   state is not `ok`, an ACL user that lacks part of [`acl_rule`](crate::check::acl_rule);
     /// - **unknown**: what the ACL user may not read (`INFO`, `CONFIG GET`) — not a failure.
     ///
     /// The permissions are checked by doing what redmutex does: a probe lock under the
@@ -36,7 +36,7 @@ impl<C: Connection> Locker<C> {
     /// ```
     /// # async fn demo(locker: redmutex::Locker<redis::aio::MultiplexedConnection>) {
     /// let check = locker.check_server().await;
-    /// for finding in check.at(redmutex::Level::Unsafe) {
+    /// for finding in check.at(redmutex::check::Level::Unsafe) {
     ///     eprintln!("node {}: {}: {}", finding.node, finding.check.name(), finding.detail);
     /// }
     /// assert!(check.is_fit() || !check.findings.is_empty());
@@ -104,7 +104,7 @@ impl<C: Connection> Locker<C> {
                 Check::Permissions,
                 Level::Warning,
                 format!(
-                    "the user may not {step}: {e} (redmutex::acl_rule gives the rule it needs)"
+                    "the user may not {step}: {e} (redmutex::check::acl_rule gives the rule it needs)"
                 ),
             ),
             Err((step, e)) => check::finding(
@@ -127,7 +127,7 @@ fn wake_up_finding(node: usize, outcome: Result<(), redis::RedisError>) -> Findi
             Level::Warning,
             format!(
                 "the subscriber may not subscribe to the keys' channels: {e}; waiters poll \
-                 instead (redmutex::acl_rule gives +subscribe and the channels)"
+                 instead (redmutex::check::acl_rule gives +subscribe and the channels)"
             ),
         ),
         Err(e) => check::finding(

@@ -171,7 +171,7 @@ impl<C: Connection> Election<C> {
     /// assert!(locker.connection().ttl("scheduler").unwrap() <= Duration::from_secs(3));
     /// let too_short = locker.election("scheduler")?.with_ttl(Duration::from_millis(2));
     /// assert!(matches!(too_short, Err(redmutex::Error::InvalidArgument(e))
-    ///     if e.argument == redmutex::Argument::Ttl));
+    ///     if e.argument == redmutex::error::Argument::Ttl));
     /// # drop(leadership);
     /// # Ok(()) }
     /// ```
@@ -191,7 +191,7 @@ impl<C: Connection> Election<C> {
     /// # let locker = redmutex::Locker::in_memory();
     /// use std::time::Duration;
     /// let election = locker.election("scheduler")?;
-    /// assert_eq!(election.ttl(), redmutex::DEFAULT_ELECTION_TTL);
+    /// assert_eq!(election.ttl(), redmutex::limits::DEFAULT_ELECTION_TTL);
     /// let election = election.with_ttl(Duration::from_secs(6))?;
     /// assert_eq!(election.ttl(), Duration::from_secs(6));
     /// # Ok(()) }
@@ -230,7 +230,7 @@ impl<C: Connection> Election<C> {
     ///
     /// # Errors (when awaited)
     /// [`Error::InvalidArgument`] for a value over
-    /// [`MAX_METADATA_LEN`](crate::MAX_METADATA_LEN), before any request;
+    /// [`MAX_METADATA_LEN`](crate::limits::MAX_METADATA_LEN), before any request;
     /// [`Error::Redis`] / [`Error::NoQuorum`] as above; [`Error::NotObtained`] when a
     /// deadline passed first.
     ///
@@ -604,7 +604,7 @@ impl<C: Connection> Lease<C, ElectionKey> {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a value over
-    /// [`MAX_METADATA_LEN`](crate::MAX_METADATA_LEN), before any request;
+    /// [`MAX_METADATA_LEN`](crate::limits::MAX_METADATA_LEN), before any request;
     /// [`Error::NotHeld`] when this leadership is over (nothing changed);
     /// [`Error::Redis`] / [`Error::NoQuorum`] when it could not be confirmed (the old or
     /// the new value may stand).
@@ -685,7 +685,7 @@ impl<C: Connection> Lease<C, ElectionKey> {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), redmutex::Error> {
 /// # let locker = redmutex::Locker::in_memory();
-/// use redmutex::{ElectionKey, Lease};
+/// use redmutex::{claim::ElectionKey, Lease};
 /// let leadership = locker.election("scheduler")?.campaign("host-7:8080").await?;
 /// let lease: Lease<_, ElectionKey> = leadership; // a leadership is a lease
 /// assert!(!lease.is_lost());

@@ -15,7 +15,6 @@ use crate::engine::acquire::Acquire;
 use crate::engine::context::{Context, TurnId};
 use crate::engine::guard::Lock;
 use crate::engine::inspect::{LockInfo, LockKeyReader};
-use crate::engine::lease::Lease;
 use crate::error::{Argument, Error, InvalidArgument};
 use crate::fence::{companion_key, counter_key, Companion};
 use crate::primitives::mutex;
@@ -107,20 +106,22 @@ impl<C: Connection> FairLock<C> {
         })
     }
 
-    /// How long a waiter stays in line without trying ([`DEFAULT_HEARTBEAT`](crate::DEFAULT_HEARTBEAT) unless set):
-    /// waiters try at least every third of it. Shorter: a crashed waiter holds the line up
-    /// for less time; longer: fewer tries while waiting.
+    /// How long a waiter stays in line without trying
+    /// ([`DEFAULT_HEARTBEAT`](crate::limits::DEFAULT_HEARTBEAT) unless set): waiters try at
+    /// least every third of it. Shorter: a crashed waiter holds the line up for less time;
+    /// longer: fewer tries while waiting.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] ([`Argument::Heartbeat`]) below [`MIN_HEARTBEAT`](crate::MIN_HEARTBEAT) or
-    /// above [`MAX_TTL`](crate::MAX_TTL).
+    /// [`Error::InvalidArgument`] ([`Argument::Heartbeat`]) below
+    /// [`MIN_HEARTBEAT`](crate::limits::MIN_HEARTBEAT) or above
+    /// [`MAX_TTL`](crate::limits::MAX_TTL).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
     /// # let locker = redmutex::Locker::in_memory();
     /// use std::time::Duration;
-    /// use redmutex::{Argument, Error};
+    /// use redmutex::{error::Argument, Error};
     /// let ledger = locker.fair_lock("ledger")?.with_heartbeat(Duration::from_millis(600))?;
     /// assert_eq!(ledger.heartbeat(), Duration::from_millis(600)); // waiters try every 200 ms
     /// let too_short = locker.fair_lock("ledger")?.with_heartbeat(Duration::from_millis(1));
@@ -140,7 +141,7 @@ impl<C: Connection> FairLock<C> {
     /// # async fn main() -> Result<(), redmutex::Error> {
     /// # let locker = redmutex::Locker::in_memory();
     /// let ledger = locker.fair_lock("ledger")?;
-    /// assert_eq!(ledger.heartbeat(), redmutex::DEFAULT_HEARTBEAT);
+    /// assert_eq!(ledger.heartbeat(), redmutex::limits::DEFAULT_HEARTBEAT);
     /// # Ok(()) }
     /// ```
     pub fn heartbeat(&self) -> Duration {
@@ -260,7 +261,7 @@ impl<C: Connection> std::fmt::Debug for FairLock<C> {
 /// # async fn main() -> Result<(), redmutex::Error> {
 /// # let locker = redmutex::Locker::in_memory();
 /// use std::time::Duration;
-/// use redmutex::{FairKey, Lock};
+/// use redmutex::{claim::FairKey, Lock};
 /// let ledger = locker.fair_lock("ledger")?;
 /// let guard: Lock<_, FairKey> = ledger.acquire(Duration::from_secs(10)).await?;
 /// assert_eq!(guard.key(), b"ledger");
@@ -424,25 +425,6 @@ impl<C: Connection> Lock<C, FairKey> {
     /// ```
     pub fn key(&self) -> &[u8] {
         self.what().key()
-    }
-}
-
-impl<C: Connection> Lease<C, FairKey> {
-    /// The lock key, as stored in Redis.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redmutex::Error> {
-    /// use std::time::Duration;
-    /// let locker = redmutex::Locker::in_memory().with_prefix("app:");
-    /// let guard = locker.fair_lock("ledger")?.acquire(Duration::from_secs(10)).await?;
-    /// let lease = guard.keep_alive()?;
-    /// assert_eq!(lease.key(), b"app:ledger");
-    /// lease.release().await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn key(&self) -> &[u8] {
-        self.lock().what().key()
     }
 }
 

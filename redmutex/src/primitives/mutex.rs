@@ -11,7 +11,6 @@ use redis::{Cmd, ScriptInvocation, Value};
 use crate::args::Keys;
 use crate::connection::Connection;
 use crate::engine::guard::Lock;
-use crate::engine::lease::Lease;
 use crate::fence::{companion_key, counter_key, Companion};
 use crate::scripts::{
     eval_whole, operations, AcquireTerms, Call, Claim, Conn, Obtain, ObtainTry, Operations,
@@ -257,26 +256,6 @@ impl<C: Connection> Lock<C, Keys> {
     /// ```
     pub fn keys(&self) -> impl ExactSizeIterator<Item = &[u8]> {
         self.what().iter()
-    }
-}
-
-impl<C: Connection> Lease<C, Keys> {
-    /// The keys, as stored in Redis.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redmutex::Error> {
-    /// use std::time::Duration;
-    /// let locker = redmutex::Locker::in_memory().with_prefix("bank:");
-    /// let lock = locker.acquire_all(["account:17", "account:42"], Duration::from_secs(5)).await?;
-    /// let lease = lock.keep_alive()?;
-    /// assert_eq!(lease.keys().len(), 2);
-    /// assert!(lease.keys().all(|key| key.starts_with(b"bank:account:")));
-    /// lease.release().await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn keys(&self) -> impl ExactSizeIterator<Item = &[u8]> {
-        self.lock().what().iter()
     }
 }
 

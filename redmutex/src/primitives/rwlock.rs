@@ -15,7 +15,7 @@ use crate::connection::Connection;
 use crate::engine::acquire::Acquire;
 use crate::engine::context::Context;
 use crate::engine::guard::Lock;
-use crate::engine::lease::Lease;
+use crate::engine::inspect::HolderInfo;
 use crate::error::{Argument, Error, InvalidArgument};
 use crate::fence::{companion_key, counter_key, Companion};
 use crate::primitives::mutex;
@@ -51,17 +51,17 @@ operations!(
 /// on drop. A writer can [`downgrade`](Lock::downgrade) to a reader without letting go;
 /// there is no upgrade (two readers upgrading at once would wait for each other forever).
 ///
-/// **How it is kept** (the guarantee itself is in [`safety`](crate::safety)): a writer holds the key
-/// as a plain lock does, so a plain [`Locker::acquire`](crate::Locker::acquire) of the same
-/// name excludes readers and writers and is excluded by them. Readers are members of a
+/// **How it is kept** (the guarantee itself is in [`safety`](crate::safety)): a writer holds
+/// the key as a plain lock does, so a plain [`Locker::acquire`](crate::Locker::acquire) of the
+/// same name excludes readers and writers and is excluded by them. Readers are members of a
 /// sorted set at the key, each scored by its own expiry on the *server's* clock: a crashed
-/// reader is dropped once its own TTL passes, however many live readers renew theirs.
-/// Writers first: a writer that waits registers an intent beside the key, renewed by each
-/// of its tries (at least every third of the [heartbeat](RwLock::with_heartbeat)); while
-/// one is live no new reader gets in, so a stream of readers cannot starve writers. A writer
-/// that gives up, is cancelled or crashes stops keeping readers out (at once, or within its
-/// heartbeat). Works on one node, Redlock (a reader and a writer on two quorums meet on a
-/// node, which refuses the second) and Redis Cluster (all keys in one hash slot).
+/// reader is dropped once its own TTL passes, however many live readers renew theirs. Writers
+/// first: a writer that waits registers an intent beside the key, renewed by each of its tries
+/// (at least every third of the [heartbeat](RwLock::with_heartbeat)); while one is live no new
+/// reader gets in, so a stream of readers cannot starve writers. A writer that gives up, is
+/// cancelled or crashes stops keeping readers out (at once, or within its heartbeat). Works on
+/// one node, Redlock (a reader and a writer on two quorums meet on a node, which refuses the
+/// second) and Redis Cluster (all keys in one hash slot).
 ///
 /// Writers take [fences](Lock::fence) as a lock does; a reader's fence is the current one
 /// — that of the latest writer — so data a reader saw can be checked against later writes.
@@ -117,13 +117,14 @@ impl<C: Connection> RwLock<C> {
     }
 
     /// How long a waiting writer keeps readers out without a sign of life
-    /// ([`DEFAULT_HEARTBEAT`](crate::DEFAULT_HEARTBEAT) unless set): a waiting writer tries
+    /// ([`DEFAULT_HEARTBEAT`](crate::limits::DEFAULT_HEARTBEAT) unless set): a waiting writer tries
     /// at least every third of it. Shorter: a crashed writer keeps readers out for less
     /// time; longer: fewer tries while waiting.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] ([`Argument::Heartbeat`]) below
-    /// [`MIN_HEARTBEAT`](crate::MIN_HEARTBEAT) or above [`MAX_TTL`](crate::MAX_TTL).
+    /// [`MIN_HEARTBEAT`](crate::limits::MIN_HEARTBEAT) or above
+    /// [`MAX_TTL`](crate::limits::MAX_TTL).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -134,7 +135,7 @@ impl<C: Connection> RwLock<C> {
     /// assert_eq!(config.heartbeat(), Duration::from_secs(1));
     /// let too_short = locker.rw_lock("config")?.with_heartbeat(Duration::from_millis(1));
     /// assert!(matches!(too_short, Err(redmutex::Error::InvalidArgument(e))
-    ///     if e.argument == redmutex::Argument::Heartbeat));
+    ///     if e.argument == redmutex::error::Argument::Heartbeat));
     /// # Ok(()) }
     /// ```
     pub fn with_heartbeat(mut self, heartbeat: Duration) -> Result<Self, Error> {
@@ -149,7 +150,7 @@ impl<C: Connection> RwLock<C> {
     /// # async fn main() -> Result<(), redmutex::Error> {
     /// # let locker = redmutex::Locker::in_memory();
     /// let config = locker.rw_lock("config")?;
-    /// assert_eq!(config.heartbeat(), redmutex::DEFAULT_HEARTBEAT);
+    /// assert_eq!(config.heartbeat(), redmutex::limits::DEFAULT_HEARTBEAT);
     /// # Ok(()) }
     /// ```
     pub fn heartbeat(&self) -> Duration {
@@ -356,7 +357,7 @@ impl RwKeys {
 /// # async fn main() -> Result<(), redmutex::Error> {
 /// # let locker = redmutex::Locker::in_memory();
 /// use std::time::Duration;
-/// use redmutex::{Lock, ReadKey};
+/// use redmutex::{Lock, claim::ReadKey};
 /// let config = locker.rw_lock("config")?;
 /// let reader: Lock<_, ReadKey> = config.read(Duration::from_secs(10)).await?;
 /// assert_eq!(reader.key(), b"config");
@@ -382,7 +383,7 @@ impl ReadKey {
 /// # async fn main() -> Result<(), redmutex::Error> {
 /// # let locker = redmutex::Locker::in_memory();
 /// use std::time::Duration;
-/// use redmutex::{Lock, WriteKey};
+/// use redmutex::{Lock, claim::WriteKey};
 /// let config = locker.rw_lock("config")?;
 /// let writer: Lock<_, WriteKey> = config.write(Duration::from_secs(10)).await?;
 /// assert_eq!(writer.key(), b"config");
@@ -596,7 +597,7 @@ impl<C: Connection> Lock<C, WriteKey> {
     /// with the same token, metadata and fence, for the writer's lease TTL from now. Other
     /// readers may then join, unless a writer waits. (There is no upgrade: two readers
     /// upgrading at once would each wait for the other forever.) A kept-alive writer is
-    /// [stopped](Lease::stop) first, and the reader kept alive again.
+    /// [stopped](crate::Lease::stop) first, and the reader kept alive again.
     ///
     /// # Errors
     /// [`Error::NotHeld`] when the writer no longer holds the lock (nothing changed: it was
@@ -656,42 +657,6 @@ impl<C: Connection> Lock<C, ReadKey> {
     }
 }
 
-impl<C: Connection> Lease<C, ReadKey> {
-    /// The lock key, as stored in Redis.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::Locker::in_memory();
-    /// use std::time::Duration;
-    /// let reader = locker.rw_lock("config")?.read(Duration::from_secs(10)).await?;
-    /// let lease = reader.keep_alive()?;
-    /// assert_eq!(lease.key(), b"config");
-    /// # Ok(()) }
-    /// ```
-    pub fn key(&self) -> &[u8] {
-        self.lock().what().key()
-    }
-}
-
-impl<C: Connection> Lease<C, WriteKey> {
-    /// The lock key, as stored in Redis.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::Locker::in_memory();
-    /// use std::time::Duration;
-    /// let writer = locker.rw_lock("config")?.write(Duration::from_secs(10)).await?;
-    /// let lease = writer.keep_alive()?;
-    /// assert_eq!(lease.key(), b"config");
-    /// # Ok(()) }
-    /// ```
-    pub fn key(&self) -> &[u8] {
-        self.lock().what().key()
-    }
-}
-
 /// What [`RwLock::inspect`] sees.
 ///
 /// ```
@@ -723,37 +688,13 @@ pub struct RwLockInfo {
     /// The live readers, soonest to expire first. (Their tokens are not shown: whoever
     /// knows one can release that reader.) Redlock: as on the node where a quorum of nodes
     /// has at least as many.
-    pub readers: Vec<ReaderInfo>,
+    pub readers: Vec<HolderInfo>,
     /// How many writers wait (their intents keep new readers out).
     pub writers_waiting: usize,
     /// The latest fence handed out (by a writer, or seen by a reader); `None` when none yet.
     pub fence: Option<u64>,
     /// The keys hold something that is not a redmutex read-write lock.
     pub foreign: bool,
-}
-
-/// One reader in a [`RwLockInfo`].
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), redmutex::Error> {
-/// # let locker = redmutex::Locker::in_memory();
-/// use std::time::Duration;
-/// let config = locker.rw_lock("config")?;
-/// let reader = config.read(Duration::from_secs(10)).metadata("host=web-1").await?;
-/// let info = config.inspect().await?;
-/// assert_eq!(info.readers[0].metadata.as_deref(), Some("host=web-1"));
-/// assert!(info.readers[0].ttl <= Duration::from_secs(10));
-/// # drop(reader);
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub struct ReaderInfo {
-    /// How long it reads unless renewed, on the server's clock.
-    pub ttl: Duration,
-    /// The metadata it stored, if any.
-    pub metadata: Option<String>,
 }
 
 impl RwLockInfo {
@@ -822,7 +763,8 @@ impl StateReader for RwReader<'_> {
             let ms: Option<u64> = redis::from_redis_value(next())?;
             let Some(ms) = ms else { break };
             let metadata: String = redis::from_redis_value(next())?;
-            info.readers.push(ReaderInfo {
+            info.readers.push(HolderInfo {
+                permits: 1,
                 ttl: Duration::from_millis(ms),
                 metadata: (!metadata.is_empty()).then_some(metadata),
             });

@@ -15,7 +15,7 @@ use crate::connection::Connection;
 use crate::engine::acquire::Acquire;
 use crate::engine::context::Context;
 use crate::engine::guard::Lock;
-use crate::engine::lease::Lease;
+use crate::engine::inspect::HolderInfo;
 use crate::error::{Argument, Error, InvalidArgument};
 use crate::fence::{companion_key, counter_key, Companion};
 use crate::scripts::{
@@ -130,7 +130,7 @@ impl<C: Connection> Semaphore<C> {
     /// // Every holder must pass the same limit while some hold permits.
     /// let other = locker.semaphore("exports", 5)?.acquire(1, Duration::from_secs(30)).await;
     /// assert!(matches!(other, Err(redmutex::Error::InvalidArgument(e))
-    ///     if e.argument == redmutex::Argument::Limit));
+    ///     if e.argument == redmutex::error::Argument::Limit));
     /// # drop(permit);
     /// # Ok(()) }
     /// ```
@@ -312,7 +312,7 @@ impl<C: Connection> std::fmt::Debug for Semaphore<C> {
 /// # async fn main() -> Result<(), redmutex::Error> {
 /// # let locker = redmutex::Locker::in_memory();
 /// use std::time::Duration;
-/// use redmutex::{Lock, Permits};
+/// use redmutex::{Lock, claim::Permits};
 /// let exports = locker.semaphore("exports", 4)?;
 /// let permit: Lock<_, Permits> = exports.acquire(2, Duration::from_secs(30)).await?;
 /// assert_eq!(permit.permits(), 2);
@@ -370,7 +370,7 @@ impl Permits {
     ///
     /// ```
     /// // Only redmutex hands out `Permits`, inside a `Permit` (see `Lock::permits`):
-    /// fn share(held: &redmutex::Permits) -> f64 {
+    /// fn share(held: &redmutex::claim::Permits) -> f64 {
     ///     f64::from(held.count()) / f64::from(held.limit())
     /// }
     /// ```
@@ -382,7 +382,7 @@ impl Permits {
     ///
     /// ```
     /// // Only redmutex hands out `Permits`, inside a `Permit` (see `Lock::permits`):
-    /// fn free_for_others(held: &redmutex::Permits) -> u32 {
+    /// fn free_for_others(held: &redmutex::claim::Permits) -> u32 {
     ///     held.limit() - held.count()
     /// }
     /// ```
@@ -553,25 +553,6 @@ impl<C: Connection> Lock<C, Permits> {
     }
 }
 
-impl<C: Connection> Lease<C, Permits> {
-    /// How many permits this lease holds.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::Locker::in_memory();
-    /// use std::time::Duration;
-    /// let exports = locker.semaphore("exports", 4)?;
-    /// let lease = exports.acquire(2, Duration::from_secs(30)).await?.keep_alive()?;
-    /// assert_eq!(lease.permits(), 2);
-    /// lease.release().await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn permits(&self) -> u32 {
-        self.lock().what().count()
-    }
-}
-
 /// What [`Semaphore::inspect`] sees.
 ///
 /// ```
@@ -601,42 +582,13 @@ pub struct SemaphoreInfo {
     /// those held.
     pub free: u32,
     /// Each holder, soonest to expire first.
-    pub holders: Vec<PermitHolder>,
+    pub holders: Vec<HolderInfo>,
     /// The latest fence handed out for this semaphore; `None` when none was taken yet.
     pub fence: Option<u64>,
     /// Some acquire waits and asked to hear of the next release.
     pub awaited: bool,
     /// The keys hold something that is not a redmutex semaphore.
     pub foreign: bool,
-}
-
-/// One holder in a [`SemaphoreInfo`]. (Its token is not shown: whoever knows it can
-/// release the permits.)
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), redmutex::Error> {
-/// # let locker = redmutex::Locker::in_memory();
-/// use std::time::Duration;
-/// let exports = locker.semaphore("exports", 4)?;
-/// let long = exports.acquire(1, Duration::from_secs(60)).metadata("host=web-1").await?;
-/// let short = exports.acquire(2, Duration::from_secs(10)).await?;
-/// let holders = exports.inspect().await?.holders; // soonest to expire first
-/// assert_eq!((holders[0].permits, holders[0].metadata.as_deref()), (2, None));
-/// assert_eq!((holders[1].permits, holders[1].metadata.as_deref()), (1, Some("host=web-1")));
-/// assert!(holders[1].ttl > Duration::from_secs(50));
-/// # drop((long, short));
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub struct PermitHolder {
-    /// How many permits it holds.
-    pub permits: u32,
-    /// How long they last unless renewed, on the server's clock.
-    pub ttl: Duration,
-    /// The metadata it stored, if any.
-    pub metadata: Option<String>,
 }
 
 /// Reads a semaphore (see [`StateReader`]).
@@ -661,7 +613,7 @@ impl StateReader for SemaphoreReader<'_> {
             let Some(ms) = ms else { break };
             let permits: u32 = redis::from_redis_value(next())?;
             let metadata: String = redis::from_redis_value(next())?;
-            holders.push(PermitHolder {
+            holders.push(HolderInfo {
                 permits,
                 ttl: Duration::from_millis(ms),
                 metadata: (!metadata.is_empty()).then_some(metadata),
