@@ -45,8 +45,8 @@ def a_lock(t):
     t.sub_in(LUA + "mutex.lua", "release", "local announce = ARGV[3] ~= 'undo'", "local announce = false")
     t.sub_in(LUA + "mutex.lua", "release",
              "elseif not lined(flag) or not line or not hand_key(key, line) then", "else")
-    t.sub_in(LUA + "mutex.lua", "release", "if lined(flag) and line then\n        tell_line(key, line)",
-             "if false then\n        tell_line(key, line)")
+    t.sub_in(LUA + "mutex.lua", "release", "if lined(flag) and line then\n        tell_first(key, line)",
+             "if false then\n        tell_first(key, line)")
 
 
 def a_fair(t):
@@ -54,13 +54,13 @@ def a_fair(t):
     t.sub_in(LUA + "fair.lua", "release", "  tell = true\n", "  tell = false\n")
     t.sub_in(LUA + "fair.lua", "release",
              "  if watched(flag) then\n    tell_watchers(key, keep == 0)\n  end\n"
-             "  if lined(flag) then\n    tell_line(key, KEYS[3])\n  end\n", "")
+             "  if lined(flag) then\n    tell_first(key, KEYS[3])\n  end\n", "")
 
 
 def a_permit(t):
     "A semaphore's release tells nobody: no permit handed to its line, no announcement."
     t.sub_in(LUA + "semaphore.lua", "release", "while line and left > 0 do", "while false and left > 0 do")
-    t.sub_in(LUA + "semaphore.lua", "release", "pass_on(holders, details, line, state, now, freed)\nreturn 0",
+    t.sub_in(LUA + "semaphore.lua", "release", "permits_back(holders, details, line, state, now, freed)\nreturn 0",
              "return 0")
     t.sub_in(LUA + "semaphore.lua", "release",
              "  if state.awaited then\n    announce_on(holders, '', tostring(left))\n  end\n  return 0",
@@ -73,8 +73,8 @@ def a_write(t):
              "local announce = false")
     t.sub_in(LUA + "rwlock.lua", "release_write",
              "  elseif not (lined(flag) and hand_key(lock, line)) then", "  else")
-    t.sub_in(LUA + "rwlock.lua", "release_write", "    if lined(flag) then\n      tell_line(lock, line)",
-             "    if false then\n      tell_line(lock, line)")
+    t.sub_in(LUA + "rwlock.lua", "release_write", "    if lined(flag) then\n      tell_first(lock, line)",
+             "    if false then\n      tell_first(lock, line)")
     t.sub_in(LUA + "rwlock.lua", "release_write", "if ours_intents and announce then",
              "if ours_intents and ARGV[3] ~= 'keep-intent' then")
 
@@ -98,7 +98,7 @@ def b_fair(t):
 def b_permit(t):
     "A semaphore's release skips its line: permits come back free, waiters that marked told."
     t.sub_in(LUA + "semaphore.lua", "release", "while line and left > 0 do", "while false and left > 0 do")
-    t.sub_in(LUA + "semaphore.lua", "release", "pass_on(holders, details, line, state, now, freed)\nreturn 0",
+    t.sub_in(LUA + "semaphore.lua", "release", "permits_back(holders, details, line, state, now, freed)\nreturn 0",
              "if state.awaited then announce_on(holders, '', tostring(freed)) end\nreturn 0")
 
 
@@ -112,7 +112,7 @@ def b_read(t):
     "The last reader's release skips the line: announced on the key's channel only."
     t.sub_in(LUA + "rwlock.lua", "release_read",
              "  if first and latest() == 0 then\n    hand_key(lock, line, first)\n  elseif first then\n"
-             "    tell_waiter(lock, first)\n  elseif", "  if")
+             "    tell_turn(lock, first)\n  elseif", "  if")
 
 
 def c_lock(t):

@@ -223,16 +223,16 @@ const KEPT: u8 = b'k';
 /// stands where a token would (see `mutex.lua`).
 const HANDED: u8 = b'r';
 
-/// Every flag byte a redmutex value may carry after its token; anything else is foreign.
-/// (`listing.lua` spells them out too; a test checks they agree.)
-pub(crate) const FLAGS: [u8; 7] = [
-    NOT_AWAITED,
-    AWAITED,
-    OBSERVED,
-    LINED,
-    LINED_AWAITED,
-    KEPT,
-    HANDED,
+/// Every flag byte a redmutex value may carry after its token, by the name the scripts
+/// give it too (`helpers.lua`; a test checks they agree); anything else is foreign.
+pub(crate) const FLAG_NAMES: [(&str, u8); 7] = [
+    ("NOT_AWAITED", NOT_AWAITED),
+    ("AWAITED", AWAITED),
+    ("OBSERVED", OBSERVED),
+    ("LINED", LINED),
+    ("LINED_AWAITED", LINED_AWAITED),
+    ("KEPT", KEPT),
+    ("HANDED", HANDED),
 ];
 
 /// The bytes stored at a lock key: token, flag (not awaited), then metadata.
@@ -353,7 +353,7 @@ pub(crate) fn parse_value(value: &[u8]) -> StoredValue {
     }
     let flag = value.get(TOKEN_LEN).copied();
     match (Token::from_prefix(value), flag) {
-        (Some(token), Some(flag)) if FLAGS.contains(&flag) => {
+        (Some(token), Some(flag)) if FLAG_NAMES.iter().any(|(_, known)| *known == flag) => {
             // A handed key holds the locker's id: no metadata of anyone's.
             let skip = if flag == HANDED { value.len() } else { 0 };
             let rest = value.get(TOKEN_LEN + 1 + skip..).unwrap_or_default();
@@ -640,7 +640,7 @@ mod tests {
         }
 
         fn flag() -> impl Strategy<Value = u8> {
-            // Each flag a value may carry (spelled out, not taken from `FLAGS`, so that a
+            // Each flag a value may carry (spelled out, not taken from `FLAG_NAMES`, so that a
             // flag the reader forgets fails here), and any byte at all.
             prop_oneof![
                 Just(b'-'),

@@ -1,6 +1,6 @@
 -- listing.lua: what the keys a listing found hold, read by anyone, for `Locker::list`; and
 -- an operator's forced release, for `Locker::force_release`. One file, one section per
--- operation, each run with helpers.lua (now_ms) and this preamble before it (see
+-- operation, each run with helpers.lua, line.lua and this preamble before it (see
 -- scripts/lua.rs).
 --
 -- Each primitive's keys, as its own file describes them: a lock, a fair lock's holder and
@@ -14,14 +14,16 @@
 local SAMPLE = 8
 
 -- A value redmutex wrote: a token (TOKEN_LEN base64url characters), then a flag byte
--- (one of FLAGS), then the metadata. (Both as token.rs says; a test checks they agree.)
+-- (one of FLAGS, helpers.lua's), then the metadata. (As token.rs says; a test checks they
+-- agree.)
 local TOKEN_LEN = 22
-local FLAGS = '-wolLkr'
+local FLAGS = NOT_AWAITED .. AWAITED .. OBSERVED .. LINED .. LINED_AWAITED .. KEPT .. HANDED
 local FLAG_AT = TOKEN_LEN + 1
 local METADATA_AT = TOKEN_LEN + 2
 local REDMUTEX_VALUE = '^' .. string.rep('[%w_%-]', TOKEN_LEN) .. '[' .. string.gsub(FLAGS, '%-', '%%-') .. ']'
--- One whose lockers wait in the key's line ('l'; 'L': some watch the key's channel too).
-local LINED_VALUE = '^' .. string.rep('[%w_%-]', TOKEN_LEN) .. '[lL]'
+-- One whose lockers wait in the key's line (LINED; LINED_AWAITED: some watch the key's
+-- channel too).
+local LINED_VALUE = '^' .. string.rep('[%w_%-]', TOKEN_LEN) .. '[' .. LINED .. LINED_AWAITED .. ']'
 
 -- A forced release's tombstone (see `force`): at a string key, TOMBSTONE, the kind of lock
 -- it held, '~', and its holder's metadata; among a semaphore's holders or readers, a
@@ -52,17 +54,6 @@ local function details_of(kind, details, member)
   return permits_in(member, false) .. ':'
 end
 
--- How many lockers (processes) wait in `line`, a lock's or a semaphore's line (see
--- helpers.lua: each locker's or place's heartbeat is scored by minus its end), with a
--- live heartbeat at `live`; -1 when there is no line: its waiters do not line up (a
--- locker without wake-up polls), or nobody waits.
-local function in_line(line, live)
-  if kind_of(line) ~= 'zset' then
-    return -1
-  end
-  return redis.call('zcount', line, '-inf', string.format('%.0f', -live))
-end
-
 -- The live members of the sorted set `holders` that are tombstones (see GRAVE).
 local function graves_of(holders, live)
   local graves = {}
@@ -78,11 +69,23 @@ end
 local PTTL, TYPE, FENCE, VALUE = 1, 2, 3, 4
 local KIND, HOLDERS, WAITERS, AWAITED, SAMPLED, USED, LIMIT, FORCED = 5, 6, 7, 8, 9, 10, 11, 12
 
+-- How many wait for the key at KEYS[i], of the kind `kind`, at `now`: one count per kind,
+-- where its waiters are — a fair lock's queue (a line), a writer's and readers' intents
+-- (writers waiting), a lock's and a semaphore's line (the processes in it; -1 with no
+-- line, see waiting_in).
+local function waiters_of(kind, i, now)
+  if kind == 'fair_lock' then
+    return math.max(waiting_in(KEYS[i + 2], now), 0)
+  elseif kind == 'rw_lock_write' or kind == 'rw_lock_read' then
+    return live_in(KEYS[i + 5], now)
+  end
+  return waiting_in(KEYS[i + 6], now)
+end
+
 -- The entry of the key at KEYS[i] and its six companions after it (see `describe`).
 local function describe_at(i, now)
   local key, counter, queue = KEYS[i], KEYS[i + 1], KEYS[i + 2]
   local permits, readers, intents = KEYS[i + 3], KEYS[i + 4], KEYS[i + 5]
-  local line = KEYS[i + 6]
   -- Live as the primitives' own scripts count it (see live_from in helpers.lua).
   local live = live_from(now)
   local entry = read_key(key, counter)
@@ -102,25 +105,17 @@ local function describe_at(i, now)
     elseif is_tombstone(value) then
       entry[KIND] = string.match(value, '^' .. TOMBSTONE .. '([%w_]+)~') or 'lock'
       entry[FORCED] = 1
-      if entry[KIND] == 'fair_lock' then
-        entry[WAITERS] = redis.call('zcount', queue, '-inf', string.format('%.0f', -live))
-      elseif entry[KIND] == 'rw_lock_write' then
-        entry[WAITERS] = redis.call('zcount', intents, live, '+inf')
-      else
-        entry[WAITERS] = in_line(line, live)
-      end
+      entry[WAITERS] = waiters_of(entry[KIND], i, now)
     elseif not string.match(value, REDMUTEX_VALUE) then
       -- (Its value, someone else's data of any size, stays here.)
       entry[KIND], entry[HOLDERS], entry[VALUE] = 'foreign', 0, false
-    elseif kind_of(queue) == 'zset' then
-      -- Its waiters' heartbeats are scored negated (fair.lua): live ones at -now or less.
-      entry[KIND] = 'fair_lock'
-      entry[WAITERS] = redis.call('zcount', queue, '-inf', string.format('%.0f', -live))
-    elseif kind_of(intents) == 'zset' then
-      entry[KIND] = 'rw_lock_write'
-      entry[WAITERS] = redis.call('zcount', intents, live, '+inf')
     else
-      entry[WAITERS] = in_line(line, live)
+      if kind_of(queue) == 'zset' then
+        entry[KIND] = 'fair_lock'
+      elseif kind_of(intents) == 'zset' then
+        entry[KIND] = 'rw_lock_write'
+      end
+      entry[WAITERS] = waiters_of(entry[KIND], i, now)
       -- A value flagged for a line that is gone: its lockers all left it.
       if entry[WAITERS] < 0 and string.match(value, LINED_VALUE) then
         entry[WAITERS] = 0
@@ -138,20 +133,16 @@ local function describe_at(i, now)
       -- not yet reclaimed (semaphore.lua).
       entry[USED] = in_slices(permits, redis.call('zrangebyscore', key, live, '+inf'), permits_in)
       entry[LIMIT] = tonumber(redis.call('hget', permits, '#limit') or '0')
-      entry[WAITERS] = in_line(line, live)
+      entry[WAITERS] = waiters_of('semaphore', i, now)
       if entry[WAITERS] > 0 or redis.call('hget', permits, '#awaited') then
         entry[AWAITED] = 1
       end
     elseif kind_of(readers) == 'hash' then
       entry[KIND], details = 'rw_lock_read', readers
-      if kind_of(intents) == 'zset' then
-        entry[WAITERS] = redis.call('zcount', intents, live, '+inf')
-      else
-        entry[WAITERS] = 0
-      end
+      entry[WAITERS] = waiters_of('rw_lock_read', i, now)
     end
     if details then
-      entry[HOLDERS] = redis.call('zcount', key, live, '+inf')
+      entry[HOLDERS] = live_in(key, now)
       local members = redis.call('zrangebyscore', key, live, '+inf', 'withscores', 'limit', 0, SAMPLE)
       local sample = {}
       for j = 1, #members, 2 do
@@ -228,7 +219,7 @@ if ARGV[1] ~= 'now' then
       local value = entry[VALUE]
       local metadata = ''
       -- (A key handed to a locker holds its id, no metadata.)
-      if string.sub(value, FLAG_AT, FLAG_AT) ~= 'r' then
+      if string.sub(value, FLAG_AT, FLAG_AT) ~= HANDED then
         metadata = string.sub(value, METADATA_AT)
       end
       redis.call('set', KEYS[1], TOMBSTONE .. kind .. '~' .. metadata, 'keepttl')
@@ -255,14 +246,14 @@ if kind == 'lock' or kind == 'fair_lock' or kind == 'rw_lock_write' then
   announce_on(KEYS[1], '', 'released')
   -- An election's observers listen on their own channel (election.lua).
   announce_on(KEYS[1], ':~e', 'released')
-  tell_line(KEYS[1], KEYS[7])
+  tell_first(KEYS[1], KEYS[7])
   -- Any holder's key keeps readers out: with no writer waiting, they may come in. (A fair
   -- lock's entry counts its own waiters; the intents are read here.)
   local writers = entry[WAITERS]
   if kind == 'fair_lock' then
-    writers = redis.pcall('zcount', KEYS[6], live_from(now), '+inf')
+    writers = live_in(KEYS[6], now)
   end
-  if type(writers) == 'number' and writers <= 0 then
+  if writers <= 0 then
     announce_on(KEYS[1], READERS, EVERYONE)
   end
 elseif kind == 'semaphore' then
@@ -272,23 +263,20 @@ elseif kind == 'semaphore' then
   local places = redis.pcall('zrangebyscore', KEYS[7], 0, '+inf', 'limit', 0, entry[LIMIT])
   if not places.err then
     for _, place in ipairs(places) do
-      tell_waiter(KEYS[1], place)
+      tell_turn(KEYS[1], place)
     end
   end
 elseif kind == 'rw_lock_read' then
   redis.call('del', KEYS[1], KEYS[5])
   announce_on(KEYS[1], '', 'released')
-  tell_line(KEYS[1], KEYS[7])
+  tell_first(KEYS[1], KEYS[7])
 else
   freed = false
 end
 -- Whatever held the key, a fair line waiting for it hears of its turn: the first live
 -- waiter, on its own channel.
 if freed and kind_of(KEYS[3]) == 'zset' then
-  local first = first_live(KEYS[3], now, 0)
-  if first then
-    tell_waiter(KEYS[1], first)
-  end
+  tell_first(KEYS[1], KEYS[3], 0)
 end
 return { entry }
 
@@ -319,7 +307,7 @@ end
 local longest = 0
 if (kind == 'lock' or kind == 'fair_lock' or kind == 'rw_lock_write') and entry[FORCED] == 0 then
   local flag = string.sub(entry[VALUE], FLAG_AT, FLAG_AT)
-  if flag ~= 'k' and flag ~= 'r' and entry[PTTL] > 0 then
+  if flag ~= KEPT and flag ~= HANDED and entry[PTTL] > 0 then
     redis.call('zadd', asks, 0, string.sub(entry[VALUE], 1, TOKEN_LEN) .. request)
     longest = entry[PTTL]
   end

@@ -1,63 +1,23 @@
 -- fair.lua: the fair lock — a mutex key taken in arrival order by the waiters queued beside
 -- it. One file, one section per operation: each section (from its `--- op:` line to the
--- next) is a script of its own, run with helpers.lua (owned, now_ms, now_us, first_live,
--- beat_of, beat_end, tell_waiter, take_fence, read_key) and this preamble before it
+-- next) is a script of its own, run with helpers.lua, line.lua and this preamble before it
 -- (see scripts/lua.rs).
 --
 -- The lock key is a mutex key — the owner's value (token, flag byte, metadata) with PX —
 -- so refresh, renewal, TTL and fences are the mutex's own operations, and a plain acquire
 -- of the same key excludes a fair holder as it excludes any holder. Beside it, in its hash
--- slot, the queue: one sorted set of the shape of a lock's line (helpers.lua), its
--- members waiters — per waiter, its member (its token, '.', the id its turn channel is
--- named by: see `tell_waiter`) scored by its ticket, and beat_of(member) scored by minus the end of
--- its heartbeat, in milliseconds on the SERVER's clock.
--- A ticket is the server's clock in microseconds at arrival, or one above the last ticket
--- when that is later: arrival order, never repeated. A waiter's every try renews its
--- heartbeat; a waiter whose heartbeat ran out (a crashed or frozen process) is passed over
--- once it is first in line, so it never holds the line for longer than that. Only the
--- first live waiter may take a free key. The queue lives at least a heartbeat after each
--- try (at most two), and is gone with its last waiter.
+-- slot, the queue: a line (line.lua) whose members are waiters — each its token, '.', and
+-- the id its turn is told on (see `tell_turn`) — with a heartbeat of the waiters' choosing.
+-- A waiter's every try renews its heartbeat; a waiter whose heartbeat ran out (a crashed
+-- or frozen process) is passed over once it is first in line, so it never holds the line
+-- for longer than that. Only the first live waiter may take a free key.
 --
--- A waiter hears of its turn on the turn channel its id names (see `tell_waiter`): its
--- locker's id, while no other waiter of its locker waits at the key — so that the channel
--- stays subscribed from one acquire to the next — or an id of its own (fair.rs).
+-- A waiter hears of its turn on the turn channel its id names: its locker's id, while no
+-- other waiter of its locker waits at the key — so that the channel stays subscribed from
+-- one acquire to the next — or an id of its own (fair.rs).
 -- Every command a hand-off runs is counted (docs/BENCHMARKS.md): the release reads the
 -- first waiter and its heartbeat, the next waiter's try takes the key and leaves, and
 -- nothing scans the queue.
-
--- Queues the waiter `member` at the end (keeping its place if it has one), its heartbeat
--- renewed to end `beat` ms after `us` (now, in server microseconds). Returns how many are
--- ahead of it; nil, with nothing written, when the queue holds data of another kind.
-local function join(queue, member, beat, us)
-  local ticket = redis.pcall('zscore', queue, member)
-  if type(ticket) == 'table' then
-    return nil
-  end
-  if not ticket then
-    ticket = us
-    local last = redis.call('zrevrange', queue, 0, 0, 'withscores')
-    if last[2] and tonumber(last[2]) >= ticket then
-      ticket = tonumber(last[2]) + 1
-    end
-  end
-  local ends = math.floor(us / 1000) + beat
-  redis.call('zadd', queue, 'lt', string.format('%.0f', ticket), member, string.format('%.0f', -ends), beat_of(member))
-  -- Kept for at least this heartbeat (and at most two), whatever the others' are.
-  if redis.call('pttl', queue) < beat then
-    redis.call('pexpire', queue, 2 * beat)
-  end
-  return redis.call('zcount', queue, 0, '(' .. string.format('%.0f', ticket))
-end
-
--- How many are ahead of the waiter `member` in the queue; -1 when it is not in it (or the
--- queue holds data of another kind).
-local function place(queue, member)
-  local ticket = redis.pcall('zscore', queue, member)
-  if type(ticket) ~= 'string' then
-    return -1
-  end
-  return redis.call('zcount', queue, 0, '(' .. ticket)
-end
 
 --- op: obtain
 -- 'obtain': take the key if it is free and this waiter is first in line (or nobody waits).
@@ -103,7 +63,7 @@ elseif value == false then
     if not (ends and live_at(ends, now)) then
       next, ends = first_live(queue, now, 0)
       if next and next ~= member then
-        tell_waiter(key, next)
+        tell_turn(key, next)
       end
     end
     if next and next ~= member then
@@ -113,16 +73,10 @@ elseif value == false then
   end
 end
 if wait then
-  local ahead
-  if ARGV[4] == '1' then
-    ahead = join(queue, member, tonumber(ARGV[5]), us or now_us())
-    if not ahead then
-      return { -2, 0 }
-    end
-  else
-    ahead = place(queue, member)
+  if ARGV[4] == '1' and not join_line(queue, member, us or now_us(), tonumber(ARGV[5])) then
+    return { -2, 0 }
   end
-  return { 1, wait, ahead }
+  return { 1, wait, ahead_of(queue, member) }
 end
 -- The fence before any write: a counter that is someone else's value stops the script
 -- with nothing written but the passed-over waiters.
@@ -134,8 +88,8 @@ if fence == nil then
   return redis.error_reply(err)
 end
 redis.call('set', key, ARGV[1], 'px', ARGV[2])
--- Out of the queue. (Through pcall: a retry that found its own value read no queue.)
-redis.pcall('zrem', queue, member, beat_of(member))
+-- Out of the queue. (A retry that found its own value read no queue: see leave_line.)
+leave_line(queue, member)
 -- The next waiter last learned when the previous holder's key would run out, or that the
 -- key was another's turn; it tries again before its heartbeat ends. When this key may run
 -- out before that (its holder dies, and nobody releases it), it is told now, tries once,
@@ -147,7 +101,7 @@ end
 if after then
   local ends = beat_end(queue, after)
   if ends and ends > now_ms() + tonumber(ARGV[2]) then
-    tell_waiter(key, after)
+    tell_turn(key, after)
   end
 end
 return { 0, fence }
@@ -155,7 +109,7 @@ return { 0, fence }
 --- op: release
 -- 'release': free the key this owner holds, and leave the queue: the way out of a holder,
 -- and of a waiter that gave up or was cancelled.
--- KEYS:    the lock key, the queue, the key's line (see helpers.lua).
+-- KEYS:    the lock key, the queue, the key's line (see line.lua).
 -- ARGV[1]: the owner's token.
 -- ARGV[2]: keep: instead of deleting it, let the key expire in this many milliseconds (a
 --          minimum hold time that has not passed yet); 0: delete it.
@@ -166,8 +120,8 @@ return { 0, fence }
 -- kept for a minimum hold (the first waiter learns until when, and tries then), and the
 -- next waiter when the first leaves (or any waiter leaves a free key). A key plain waiters
 -- flagged is also announced to them, as mutex.lua's release does: on the key's own
--- channel when watched ('w', 'L'); to the first locker in its line (KEYS[3]) when lockers
--- wait in line ('l', 'L'). A queue of another kind is left alone.
+-- channel when watched (AWAITED, LINED_AWAITED); to the first locker in its line (KEYS[3]) when lockers
+-- wait in line (LINED, LINED_AWAITED). A queue of another kind is left alone.
 local key, queue = KEYS[1], KEYS[2]
 local token = ARGV[1]
 local keep = tonumber(ARGV[2])
@@ -181,15 +135,15 @@ if not owned(value, token) then
   -- (A queue of another kind is left alone.)
   local member = token .. '.' .. ARGV[3]
   local first = redis.pcall('zrangebyscore', queue, 0, '+inf', 'limit', 0, 1)
-  if not first.err and redis.call('zrem', queue, member, beat_of(member)) > 0 then
+  if leave_line(queue, member) then
     tell = value == false or first[1] == member
   end
 else
   missing = 0
   tell = true
-  local flag = string.sub(value, #token + 1, #token + 1)
+  local flag = flag_of(value, #token)
   if keep > 0 then
-    redis.call('set', key, token .. 'k' .. metadata_of(value, #token), 'px', keep)
+    keep_held(key, value, token, keep)
   else
     redis.call('del', key)
   end
@@ -197,14 +151,11 @@ else
     tell_watchers(key, keep == 0)
   end
   if lined(flag) then
-    tell_line(key, KEYS[3])
+    tell_first(key, KEYS[3])
   end
 end
 if tell then
-  local next = first_live(queue, now_ms(), 0)
-  if next then
-    tell_waiter(key, next)
-  end
+  tell_first(key, queue, 0)
 end
 return missing
 

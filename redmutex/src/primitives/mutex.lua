@@ -7,12 +7,12 @@
 -- WRONGTYPE error into a table) counts as held by someone else, and only values in
 -- redmutex's own format are ever flagged; anything else is left as it is.
 --
--- Waiting processes take turns by the key's line (see `join_line` in helpers.lua): a
+-- Waiting processes take turns by the key's line (see line.lua): a
 -- waiter's try that finds the key held puts its locker in the line and flags the holder's
--- value ('l'). The release of a flagged value hands the key to the first locker in line
--- whose heartbeat is live — the key holds the locker's id with the flag 'r' for
+-- value (LINED). The release of a flagged value hands the key to the first locker in line
+-- whose heartbeat is live — the key holds the locker's id with the flag HANDED for
 -- HANDOFF_MS, during which only that locker's waiters may take it — and tells that locker
--- alone, on a channel of its own (`turn`): one message and one try per hand-off, however
+-- alone, on a channel of its own (`tell_turn`): one message and one try per hand-off, however
 -- many processes wait. The locker handed the key leaves the line, and flags its own value
 -- when others are in line. (More of its waiters, which it wakes itself when it releases
 -- the key, line it up again if the key goes to another.)
@@ -24,17 +24,17 @@
 -- take every key, or none of them; for a fenced acquire, hand out the next
 -- fence too.
 -- KEYS:    the lock keys; then (fenced) the fence counter of each; then (ARGV[8] given)
---          the line of each (see helpers.lua), in the same order.
+--          the line of each (see line.lua), in the same order.
 -- ARGV[1]: the value to store: token, flag byte, then metadata.
 -- ARGV[2]: the TTL in milliseconds.
 -- ARGV[3]: the token's length; the owner check compares that many leading bytes.
 -- ARGV[4]: '1' when the caller waits for a release: a held key is then flagged so that
---          its release tells the caller ('w': announced on the key's channel).
+--          its release tells the caller (AWAITED: announced on the key's channel).
 -- ARGV[5]: the number of lock keys.
 -- ARGV[6]: fenced: how long the counters are kept after this use, in milliseconds.
 -- ARGV[7]: '1' when fenced.
 -- ARGV[8]: (optional, waiting) the locker's id: a held key puts it in the key's line
---          (flag 'l'), and a key handed to this locker counts as free.
+--          (LINED), and a key handed to this locker counts as free.
 -- Returns: { 0, fence } when every key now holds ARGV[1] with the TTL: fence is above
 --          every counter (see next_fence), now stored in all of them (0 when not fenced);
 --          otherwise { i, pttl }: i is the 1-based index of the first key held by another
@@ -54,7 +54,7 @@ local count = tonumber(ARGV[5])
 local token = string.sub(ARGV[1], 1, length)
 local fenced = ARGV[7] == '1'
 local locker = ARGV[8]
-local handed = locker and locker .. 'r'
+local handed = locker and locker .. HANDED
 local lines = fenced and 2 * count or count
 -- Which keys were handed to this locker (the hand-off took it out of their lines).
 local was_handed = {}
@@ -73,12 +73,12 @@ for i = 1, count do
         local line = KEYS[lines + j]
         if was_handed[j] then
           pass_handed_on(j)
-        elseif first_in_line(line) == locker then
+        elseif first_live(line) == locker then
           -- Free for this locker, first in its line (told of it: a release kept for a
           -- minimum hold, a forced release), which now waits for another key: the next
           -- in line must not wait for it. It joins again at the end with its next try.
           leave_line(line, locker)
-          tell_line(KEYS[j], line)
+          tell_first(KEYS[j], line)
         end
       end
       for j = i + 1, count do
@@ -86,12 +86,12 @@ for i = 1, count do
           pass_handed_on(j)
         end
       end
-      join_line(KEYS[lines + i], locker, now_us())
-      flag_waiters(KEYS[i], value, length, false, true)
+      join_line(KEYS[lines + i], locker, now_us(), LINE_BEAT_MS)
+      mark_waiter(KEYS[i], value, length, LINED)
     elseif ARGV[4] == '1' then
-      flag_waiters(KEYS[i], value, length, true, false)
+      mark_waiter(KEYS[i], value, length, AWAITED)
     end
-    if type(value) == 'string' and string.sub(value, length + 1, length + 1) == 'r' then
+    if type(value) == 'string' and flag_of(value, length) == HANDED then
       return { i, -3 }
     end
     return { i, redis.call('pttl', KEYS[i]) }
@@ -105,7 +105,7 @@ if fenced then
     return redis.error_reply(err)
   end
 end
-local flag = string.sub(ARGV[1], length + 1, length + 1)
+local flag = flag_of(ARGV[1], length)
 for i = 1, count do
   local value = ARGV[1]
   if locker then
@@ -116,7 +116,7 @@ for i = 1, count do
       leave_line(line, locker)
     end
     if was_handed[i] or redis.call('exists', line) == 1 then
-      value = token .. ((flag == 'w') and 'L' or 'l') .. string.sub(ARGV[1], length + 2)
+      value = token .. ((flag == AWAITED) and LINED_AWAITED or LINED) .. metadata_of(ARGV[1], length)
     end
   end
   redis.call('set', KEYS[i], value, 'px', ARGV[2])
@@ -154,7 +154,7 @@ return { 0, fence }
 -- delete the keys this owner still holds.
 -- KEYS:    the lock keys, then — where lockers line up (one node decides: not on a
 --          cluster, not on Redlock) — the line of
---          each (see helpers.lua), in the same order. (A lock key is never named like a
+--          each (see line.lua), in the same order. (A lock key is never named like a
 --          line: the names `{…}:line` and `{…}:line:…` are refused as lock keys.)
 -- ARGV[1]: the owner's token and the flag '-': the value of its key when nobody waits
 --          for it and it carries no metadata, compared whole in the common case.
@@ -165,8 +165,8 @@ return { 0, fence }
 -- Returns: how many keys did NOT hold the token (0 means fully released).
 -- A key held by someone else, or missing, is never touched; the keys that still hold our
 -- token are deleted even when others are lost, so they do not block anyone until expiry.
--- A key whose value says lockers wait in line ('l', 'L') is handed to the first of them
--- (see the top of this file) rather than deleted; one watched ('w', 'L': a waiter not in
+-- A key whose value says lockers wait in line (LINED, LINED_AWAITED) is handed to the first of them
+-- (see the top of this file) rather than deleted; one watched (AWAITED, LINED_AWAITED: a waiter not in
 -- a line, or a wait for the release alone) is announced on the channel named like the
 -- key, and a watched or lined key that is deleted (a line at its end: a reader that
 -- found a lined locker waiting marks nothing) on the readers' channel too (see
@@ -211,14 +211,13 @@ for i = 1, count do
     value = redis.pcall('get', key)
   end
   if owned(value, token) then
-    local flag = string.sub(value, #token + 1, #token + 1)
+    local flag = flag_of(value, #token)
     -- Deleted: free for anyone, a read-write lock's readers of the same name too.
     local freed = false
     if keep > 0 then
-      -- Kept as the owner's value, handed to nobody: it expires on its own.
-      redis.call('set', key, token .. 'k' .. metadata_of(value, #token), 'px', keep)
+      keep_held(key, value, token, keep)
       if lined(flag) and line then
-        tell_line(key, line)
+        tell_first(key, line)
       end
     elseif not lined(flag) or not line or not hand_key(key, line) then
       redis.call('del', key)
@@ -234,7 +233,7 @@ for i = 1, count do
     -- A locker giving up: out of line, and a key handed to it goes on.
     if line then
       leave_line(line, token)
-      if value == token .. 'r' and not hand_key(key, line) then
+      if value == token .. HANDED and not hand_key(key, line) then
         redis.call('del', key)
         announce_on(key, READERS, EVERYONE)
       end
@@ -333,7 +332,7 @@ return read_key(KEYS[1], KEYS[2])
 -- ARGV[2]: the token's length.
 -- Returns: as read_key.
 if ARGV[1] == '1' then
-  flag_waiters(KEYS[1], redis.pcall('get', KEYS[1]), tonumber(ARGV[2]), false, false, true)
+  mark_waiter(KEYS[1], redis.pcall('get', KEYS[1]), tonumber(ARGV[2]), OBSERVED)
 end
 return read_key(KEYS[1], KEYS[2])
 

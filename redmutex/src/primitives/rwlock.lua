@@ -1,8 +1,6 @@
 -- rwlock.lua: the read-write lock — many readers or one writer, writers first. One file,
 -- one section per operation: each section (from its `--- op:` line to the next) is a script
--- of its own, run with helpers.lua (owned, now_ms, live_expiry, expire_with, drop_expired,
--- metadata_of, take_fence, next_fence, store_fence, read_counter, join_line, hand_key,
--- flag_waiters) and this preamble before it (see scripts/lua.rs). A reader's operations of one
+-- of its own, run with helpers.lua, line.lua and this preamble before it (see scripts/lua.rs). A reader's operations of one
 -- holder (refresh, renew, ttl, guarded, fence, raise_fence) are holders.lua's, shared with
 -- a semaphore's holders: this preamble says what they ask of the readers.
 --
@@ -25,13 +23,13 @@
 --
 -- Wake-ups: waiting writers take turns by the key's line, as a lock's waiters do (see
 -- mutex.lua; plain lock waiters share it): a writer's try that finds the lock held puts
--- its locker in line and flags a writer's value ('l'); the release of a flagged value, and
+-- its locker in line and flags a writer's value (LINED); the release of a flagged value, and
 -- the last reader's release while a writer waits, hands the key to the first locker in
--- line (its id, flag 'r', for HANDOFF_MS) and tells that locker alone — one message and
+-- line (its id, flag HANDED, for HANDOFF_MS) and tells that locker alone — one message and
 -- one try per hand-off, however many processes wait. Where lockers do not line up (a
 -- quorum), writers wait on the lock key's channel: the last reader's release announces
 -- itself there when a writer waits (an intent is live), a writer's release when its value
--- was marked as awaited ('w'). Readers wait on the channel READERS (the key and ':~r'): a
+-- was marked as awaited (AWAITED). Readers wait on the channel READERS (the key and ':~r'): a
 -- writer's release, a downgrade, and the last intent's end announce themselves there, for
 -- every reader at once.
 
@@ -133,7 +131,7 @@ end
 -- KEYS:    the lock key, the readers' details, the intents, then (fenced) the fence counter,
 --          then (ARGV[6] = '1') the key's line.
 -- ARGV[1]: the reader's token.  ARGV[2]: the TTL in ms.  ARGV[3]: metadata.
--- ARGV[4]: '1' when the caller waits: a holder's value is marked as awaited ('w'), so that
+-- ARGV[4]: '1' when the caller waits: a holder's value is marked as awaited (AWAITED), so that
 --          its release tells the readers' channel too (see tell_watchers).
 -- ARGV[5]: fenced: how long the counter is kept after this use, in milliseconds.
 -- ARGV[6]: '1' when the last key is the key's line: a live locker in it (a plain lock's
@@ -156,9 +154,9 @@ local line = ARGV[6] == '1' and KEYS[#KEYS]
 if kind == 'writer' then
   local value = redis.call('get', lock)
   if ARGV[4] == '1' then
-    flag_waiters(lock, value, #token, true, false)
+    mark_waiter(lock, value, #token, AWAITED)
   end
-  if string.sub(value, #token + 1, #token + 1) == 'r' then
+  if flag_of(value, #token) == HANDED then
     return { 1, -3 }
   end
   return { 1, redis.call('pttl', lock) }
@@ -169,12 +167,12 @@ if kind == 'readers' then
 end
 if not live_expiry(lock, token, now) then
   local waiting, last = live_intents(intents, now)
-  local first = line and first_live(line, now, LINE_BEAT_MS)
+  local first = line and first_live(line, now)
   local readers = (waiting > 0 or first) and redis.call('zrange', lock, -1, -1, 'withscores')[2]
   if first and not readers then
     -- Free with a locker in line: the key ran out (nobody released it, so nobody told
     -- that locker), or the locker is on its way. It is told now.
-    tell_waiter(lock, first)
+    tell_turn(lock, first)
   end
   if waiting > 0 then
     return { 1, last - now }
@@ -199,14 +197,14 @@ return { 0, fence }
 -- 'obtain_write': take the lock for the writer, if nobody holds it; a writer that may wait
 -- registers (or renews) its intent, which keeps new readers out.
 -- KEYS:    the lock key, the readers' details, the intents, then (fenced) the fence counter,
---          then (ARGV[7] given) the key's line (see helpers.lua).
+--          then (ARGV[7] given) the key's line (see line.lua).
 -- ARGV[1]: the value to store: token, flag byte, then metadata.
 -- ARGV[2]: the TTL in milliseconds.  ARGV[3]: the token's length.
 -- ARGV[4]: '1' when the caller may wait: its intent is registered when the lock is held.
 -- ARGV[5]: the heartbeat of an intent, in milliseconds.
 -- ARGV[6]: fenced: how long the counter is kept after this use, in milliseconds.
 -- ARGV[7]: (optional, waiting) the locker's id: a held lock puts it in the key's line (a
---          writer's value is flagged 'l'), and a key handed to this locker counts as free.
+--          writer's value is flagged LINED), and a key handed to this locker counts as free.
 -- Returns: { 0, fence } when the key now holds ARGV[1] with the TTL (fence as the mutex
 --          hands it out, 0 when not fenced; our own value — a retry after a lost reply —
 --          counts as free); its intent, if any, is gone. { 1, pttl } when held (by a writer
@@ -231,7 +229,7 @@ if kind == 'readers' then
   kind = holder_kind(lock, details)
 end
 local value = kind == 'writer' and redis.call('get', lock)
-local handed = locker and value == locker .. 'r'
+local handed = locker and value == locker .. HANDED
 if kind == 'writer' and (handed or owned(value, token)) then
   kind = 'free'
 end
@@ -239,13 +237,13 @@ if kind ~= 'free' then
   if ARGV[4] == '1' then
     renew_intent(intents, token, now, tonumber(ARGV[5]))
     if locker then
-      join_line(line, locker, us)
+      join_line(line, locker, us, LINE_BEAT_MS)
     end
     if kind == 'writer' then
-      flag_waiters(lock, value, length, not locker, locker ~= nil)
+      mark_waiter(lock, value, length, locker and LINED or AWAITED)
     end
   end
-  if kind == 'writer' and string.sub(value, length + 1, length + 1) == 'r' then
+  if kind == 'writer' and flag_of(value, length) == HANDED then
     return { 1, -3 }
   end
   return { 1, redis.call('pttl', lock) }
@@ -265,7 +263,7 @@ if locker then
   -- Others still in line (or, for a key handed on, probably: see mutex.lua's obtain):
   -- the release hands the key on.
   if handed or redis.call('exists', line) == 1 then
-    stored = token .. 'l' .. string.sub(ARGV[1], length + 2)
+    stored = token .. LINED .. metadata_of(ARGV[1], length)
   end
 end
 redis.call('set', lock, stored, 'px', ARGV[2])
@@ -277,15 +275,15 @@ return { 0, fence }
 -- 'release_write': the writer ARGV[1] lets go of the lock, and of its intent (a writer that
 -- gives up leaves through this call).
 -- KEYS:    the lock key, the readers' details, the intents, the key's line (lockers whose
---          waiters wait for the key: writers, plain locks; see helpers.lua).
+--          waiters wait for the key: writers, plain locks; see line.lua).
 -- ARGV[2]: (optional) keep: instead of deleting it, let the key expire in this many
 --          milliseconds (a minimum hold time that has not passed yet); 0 for none.
 -- ARGV[3]: (optional) 'keep-intent': this undoes one failed try of a quorum's acquire on
 --          this node; the writer still waits, its intent stays, and nothing is announced
 --          (as mutex.lua's undo: it freed nothing anyone could wait for).
 -- Returns: 0 when it held the lock (now released); 1 when it did not.
--- A value flagged for lockers in line ('l', 'L') is handed to the first of them, as a
--- lock's is (hand_key), rather than deleted; one watched ('w', 'L': writers that do not
+-- A value flagged for lockers in line (LINED, LINED_AWAITED) is handed to the first of them, as a
+-- lock's is (hand_key), rather than deleted; one watched (AWAITED, LINED_AWAITED: writers that do not
 -- line up, on a quorum) is announced on the lock key's channel. When no writer waits any
 -- more, waiting readers are told on theirs (every one of them may come in).
 -- The same call, given a locker's id instead of a token, takes that locker out of the
@@ -305,11 +303,11 @@ if ours_intents and announce then
 end
 if owned(value, token) then
   missing = 0
-  local flag = string.sub(value, #token + 1, #token + 1)
+  local flag = flag_of(value, #token)
   if keep > 0 then
-    redis.call('set', lock, token .. 'k' .. metadata_of(value, #token), 'px', keep)
+    keep_held(lock, value, token, keep)
     if lined(flag) then
-      tell_line(lock, line)
+      tell_first(lock, line)
     end
   elseif not (lined(flag) and hand_key(lock, line)) then
     redis.call('del', lock)
@@ -317,7 +315,7 @@ if owned(value, token) then
   if watched(flag) and announce then
     announce_on(lock, '', 'released')
   end
-elseif value == token .. 'r' then
+elseif value == token .. HANDED then
   -- A locker giving up, handed the key: it goes on.
   leave_line(line, token)
   if not hand_key(lock, line) then
@@ -370,11 +368,11 @@ if keep > 0 then
 end
 expire_with(lock, details)
 if latest() < ended then
-  local first = line and first_live(line, now, LINE_BEAT_MS)
+  local first = line and first_live(line, now)
   if first and latest() == 0 then
     hand_key(lock, line, first)
   elseif first then
-    tell_waiter(lock, first)
+    tell_turn(lock, first)
   elseif intents_ours(intents) and live_intents(intents, now) > 0 then
     announce_on(lock, '', 'released')
   end
@@ -418,10 +416,7 @@ if type(fence) ~= 'string' then
 end
 local kind = holder_kind(lock, details)
 local now = now_ms()
-local waiting = 0
-if intents_ours(intents) then
-  waiting = redis.call('zcount', intents, live_from(now), '+inf')
-end
+local waiting = live_in(intents, now)
 if kind == nil then
   return { -1, fence, waiting, -2, false }
 elseif kind == 'free' then

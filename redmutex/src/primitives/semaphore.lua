@@ -1,7 +1,7 @@
 -- semaphore.lua: the counting semaphore — at most `limit` permits held at once. One file,
 -- one section per operation: each section (from its `--- op:` line to the next) is a script
 -- of its own, run with helpers.lua (now_ms, next_fence, store_fence, the holder set's
--- permits, the line) and this preamble before it (see scripts/lua.rs). The operations of one
+-- permits), line.lua and this preamble before it (see scripts/lua.rs). The operations of one
 -- holder (refresh, renew, ttl, guarded, fence, raise_fence) are holders.lua's, shared with
 -- a read-write lock's readers: this preamble says what they ask of a semaphore.
 --
@@ -23,7 +23,7 @@
 -- when the latest holder leaves or a refresh shortens it; they are deleted when the last
 -- permit goes: the limit is agreed among the holders of the moment.
 --
--- Waiting processes take turns by the key's line (helpers.lua), as a lock's do: a waiter's
+-- Waiting processes take turns by the key's line (line.lua), as a lock's do: a waiter's
 -- try that finds too few permits free puts its place in line — its member: the permits
 -- it wants, '.', its locker's id. A release hands the permits it frees to the first
 -- places in line whose heartbeat is live, as many as they cover: each is reserved for
@@ -120,17 +120,17 @@ end
 local function reserve(holders, line, place, now)
   leave_line(line, place)
   local added = redis.call('zadd', holders, now + HANDOFF_MS, '>' .. place)
-  tell_waiter(holders, place)
+  tell_turn(holders, place)
   return added == 1
 end
 
 -- Hands the permits free at `now` to the first places of `line` whose heartbeat is live,
 -- in order, while they cover the next one's; those served leave the line. `state`: the
 -- counts, with the agreed limit.
-local function hand_on(holders, details, line, state, now)
+local function hand_permits(holders, details, line, state, now)
   local used = state.used
   while used < state.limit do
-    local place = first_in_line(line, now)
+    local place = first_live(line, now)
     if not place then
       break
     end
@@ -160,11 +160,11 @@ end
 -- Permits came back (`freed`, already counted out of `state`): they go to the first
 -- places in `line`, or — nobody holding any more, no limit agreed — the first place
 -- tries; and waiters that marked the details hear how many.
-local function pass_on(holders, details, line, state, now, freed)
+local function permits_back(holders, details, line, state, now, freed)
   if line and state.limit then
-    hand_on(holders, details, line, state, now)
+    hand_permits(holders, details, line, state, now)
   elseif line then
-    tell_line(holders, line)
+    tell_first(holders, line)
   end
   if state.awaited then
     announce_on(holders, '', tostring(freed))
@@ -334,7 +334,7 @@ if not reserved then
   mine = known and redis.call('zscore', holders, token)
   if not mine and state.used + wanted > limit then
     if place then
-      join_line(line, place, us)
+      join_line(line, place, us, LINE_BEAT_MS)
     elseif ARGV[6] == '1' and not state.awaited then
       redis.call('hset', details, '#awaited', '1')
     end
@@ -355,10 +355,10 @@ local until_at = needs_until(state, now + ttl, ttl)
 if reserved then
   expire_at(holders, details, state, until_at, true)
   if ARGV[9] == '1' then
-    join_line(line, place, us)
+    join_line(line, place, us, LINE_BEAT_MS)
   end
   state.limit = limit
-  hand_on(holders, details, line, state, now)
+  hand_permits(holders, details, line, state, now)
   return { 0, fence }
 end
 local fields = {}
@@ -387,10 +387,10 @@ if place then
     leave_line(line, place)
   end
   if ARGV[9] == '1' then
-    join_line(line, place, us)
+    join_line(line, place, us, LINE_BEAT_MS)
   end
   state.limit = limit
-  hand_on(holders, details, line, state, now)
+  hand_permits(holders, details, line, state, now)
 end
 return { 0, fence }
 
@@ -433,7 +433,7 @@ if not expiry then
     freed = freed + unreserve(holders, details, state, place)
   end
   if freed > 0 then
-    pass_on(holders, details, line, state, now, freed)
+    permits_back(holders, details, line, state, now, freed)
   end
   return 1
 end
@@ -462,7 +462,7 @@ end
 local left = permits
 local stopped = 'empty'
 while line and left > 0 do
-  local place = first_in_line(line, now)
+  local place = first_live(line, now)
   if not place then
     break
   end
@@ -512,7 +512,7 @@ if used <= 0 then
 elseif expired then
   freed = freed + reclaim(holders, details, state, now)
 end
-pass_on(holders, details, line, state, now, freed)
+permits_back(holders, details, line, state, now, freed)
 return 0
 
 --- op: inspect

@@ -3,37 +3,54 @@
 -- another) are put before its own source (see scripts/lua.rs): each rule is written once, and
 -- a script defines no function it does not call (Lua creates each on every call).
 
+-- The flag byte after a held value's token: who waits for the key's release, or what the
+-- value has become. Named here once for every script (token.rs names the same states; a
+-- test checks that they agree); line.lua says how waiters set them.
+-- Held, nobody waits.
+local NOT_AWAITED = '-'
+-- Held; waiters that are not in a line wait on the key's channel (the release announces
+-- itself there).
+local AWAITED = 'w'
+-- Held; only observers wait, for the release without taking the key (announced as for
+-- AWAITED; nobody is said to wait to take it).
+local OBSERVED = 'o'
+-- Held; lockers wait in the key's line (the release hands the key to the first).
+local LINED = 'l'
+-- Held; lockers wait in line, and others on the key's channel.
+local LINED_AWAITED = 'L'
+-- Released into a minimum hold: kept until it expires, no longer the owner's to renew,
+-- refresh or release (a renewal still in flight must not extend it).
+local KEPT = 'k'
+-- Handed to a locker in line (the value is its id, which anyone can read: not a token).
+local HANDED = 'r'
+
+-- The flag byte of a redmutex value whose token is `length` bytes long.
+local function flag_of(value, length)
+  return string.sub(value, length + 1, length + 1)
+end
+
 -- Whether `value`, a GET reply taken through pcall, belongs to the owner of `token`: a
--- string that starts with the token, held (flag byte '-', 'w', 'l' or 'L' after it). A
--- missing key (false) or a key of another type (an error table) is nobody's lock of ours;
--- nor is one its owner released into a minimum hold ('k': kept until it expires, it is no
--- longer the owner's to renew, refresh or release — a renewal still in flight must not
--- extend it), nor a key handed to a locker ('r': its id, which anyone can read, is not a
--- token).
+-- string that starts with the token, held (any flag but KEPT and HANDED after it). A
+-- missing key (false) or a key of another type (an error table) is nobody's lock of ours.
 local function owned(value, token)
   if type(value) ~= 'string' or string.sub(value, 1, #token) ~= token then
     return false
   end
-  local flag = string.sub(value, #token + 1, #token + 1)
-  return flag == '-' or flag == 'w' or flag == 'l' or flag == 'L' or flag == 'o'
-end
-
--- The flag byte of a held value says who waits for its release: '-' nobody; 'w' waiters
--- not in a line (the release announces itself on the key's channel); 'o' only observers,
--- who wait for the release without taking the key (announced as for 'w', and nobody is
--- said to wait); 'l' lockers in the key's line (the release hands the key to the first,
--- see `hand_key`); 'L' lockers in line and the key's channel too.
-local function watched(flag)
-  return flag == 'w' or flag == 'L' or flag == 'o'
-end
-
-local function lined(flag)
-  return flag == 'l' or flag == 'L'
+  local flag = flag_of(value, #token)
+  return flag == NOT_AWAITED or flag == AWAITED or flag == LINED or flag == LINED_AWAITED
+    or flag == OBSERVED
 end
 
 -- The metadata of a redmutex value whose token is `length` bytes long.
 local function metadata_of(value, length)
   return string.sub(value, length + 2)
+end
+
+-- Releases the key `key`, held by `token` with `value`, into a minimum hold: the owner's
+-- value flagged KEPT, expiring in `keep` ms — held until then, handed to nobody, and no
+-- longer the owner's.
+local function keep_held(key, value, token, keep)
+  redis.call('set', key, token .. KEPT .. metadata_of(value, #token), 'px', keep)
 end
 
 -- Whether every key in KEYS[first..last] holds the owner's token.
@@ -192,6 +209,13 @@ local function live_from(now)
   return now
 end
 
+-- How many members of `set`, a sorted set scored by expiries (holders, readers, intents),
+-- are live at `now`; 0 when it is missing or of another kind.
+local function live_in(set, now)
+  local count = redis.pcall('zcount', set, live_from(now), '+inf')
+  return type(count) == 'number' and count or 0
+end
+
 -- The PEXPIREAT that keeps a key as long as its latest expiry `expiry` is live. (One
 -- millisecond on: PEXPIREAT at the current millisecond deletes the key at once, while an
 -- expiry lives through it.)
@@ -275,174 +299,6 @@ local function drop_expired(set, details, now, weigh)
   local sum = in_slices(details, expired, weigh, true)
   redis.call('zremrangebyscore', set, '-inf', over_by(now))
   return sum
-end
-
--- Announces `message` on `key`'s channel named by `suffix` ('' for the key's own): the
--- key and the suffix. A hint (waiters also poll): a refusal (an ACL user without the
--- channel) must not fail the script, so it goes through pcall. On a cluster, scripts/lua.rs
--- puts sharded.lua's version in its place (shard channels).
-local function announce_on(key, suffix, message)
-  redis.pcall('publish', key .. suffix, message)
-end
-
--- Tells the locker `id` that it is its turn at `key`, on a channel of its own: the lock
--- key, ':~', and 16 hex digits of its id's SHA-1 — public, and useless for taking anyone's
--- lock. A hint (waiters also try at least once per heartbeat interval).
-local function turn(key, id)
-  announce_on(key, ':~' .. string.sub(redis.sha1hex(id), 1, 16), 'turn')
-end
-
--- A key's line: the lockers (processes) whose waiters wait for a mutex key, in arrival
--- order, in one sorted set beside it. Per locker L, the member L scored by its ticket (the
--- server's clock in microseconds when it joined) and the member beat_of(L) scored by minus
--- the end of its heartbeat (milliseconds on the server's clock). Negated, so that one
--- ZADD LT keeps a locker's first ticket and moves its heartbeat's end on; and the tickets,
--- from 0 up, are the line in order. Every try of a locker's waiters renews its heartbeat,
--- and they try at least every third of it: a locker that crashed or froze is passed over
--- once its heartbeat ended. The line expires a heartbeat after the latest join.
--- (A fair lock's queue has the same shape, its members waiters' tokens: see fair.lua.)
-
--- A locker's heartbeat in a line, in milliseconds (the engine's LINE_HEARTBEAT).
-local LINE_BEAT_MS = 3000
-
--- The member that holds `member`'s heartbeat in a line or a fair lock's queue: its name,
--- then '~' up to 65 bytes. Longer than the 64 bytes up to which the server keeps a small
--- sorted set in its compact encoding (`zset-max-listpack-value`), where every ZSCORE, ZADD
--- and ZRANGEBYSCORE walks the whole set: with it a line is a skip list from its first
--- heartbeat on, and a hand-off costs the server the same with 64 processes waiting as
--- with 2 (docs/BENCHMARKS.md, "The herd").
-local function beat_of(member)
-  return member .. '~' .. string.rep('~', 64 - #member)
-end
-
--- Puts `locker` in `line`, keeping its place if it has one, its heartbeat ending
--- LINE_BEAT_MS after the moment `us` (server microseconds).
-local function join_line(line, locker, us)
-  local ends = math.floor(us / 1000) + LINE_BEAT_MS
-  redis.call('zadd', line, 'lt', string.format('%.0f', us), locker, string.format('%.0f', -ends), beat_of(locker))
-  redis.call('pexpire', line, LINE_BEAT_MS + 1)
-end
-
--- Takes `member` out of `line` (its ticket and its heartbeat).
-local function leave_line(line, member)
-  redis.call('zrem', line, member, beat_of(member))
-end
-
--- When the heartbeat of `member` of `line` ends (ms on the server's clock), or nil when it
--- has none.
-local function beat_end(line, member)
-  local beat = redis.call('zscore', line, beat_of(member))
-  return beat and -tonumber(beat)
-end
-
--- The first member of `line` whose heartbeat is live at `now` (server ms), and when its
--- heartbeat ends; nil when there is none. Those before it, whose heartbeat ended (or is
--- missing), leave the line. A member whose ticket is less than `young` ms old is live
--- without a look at its heartbeat (its end is then not given): it joined since, with a
--- heartbeat at least that long. A line of another type (not redmutex's) has nobody.
-local function first_live(line, now, young)
-  while true do
-    local first = redis.pcall('zrangebyscore', line, 0, '+inf', 'withscores', 'limit', 0, 1)
-    if first.err or not first[1] then
-      return nil
-    end
-    if now - math.floor(tonumber(first[2]) / 1000) < young then
-      return first[1]
-    end
-    local ends = beat_end(line, first[1])
-    if ends and live_at(ends, now) then
-      return first[1], ends
-    end
-    leave_line(line, first[1])
-  end
-end
-
--- The first locker of a key's `line` whose heartbeat is live at `now` (server ms; the
--- clock is read when not given), or nil (see first_live).
-local function first_in_line(line, now)
-  return first_live(line, now or now_ms(), LINE_BEAT_MS)
-end
-
--- Tells the member `member` of a line or a fair lock's queue that it is its turn at `key`,
--- on the turn channel its id names: a lock's line holds lockers' ids; a fair lock's queue
--- and a semaphore's line hold members named with something, '.', and that id.
-local function tell_waiter(key, member)
-  turn(key, string.match(member, '%.([^.]*)$') or member)
-end
-
--- How long a released key (or a semaphore's freed permits) waits for the locker it was
--- handed to, in milliseconds: ample for a woken waiter's try (a round trip), short enough
--- that a locker gone in between costs the others little.
-local HANDOFF_MS = 50
-
--- Whether `value` is in redmutex's format for a token of `length` bytes.
-local function in_our_format(value, length)
-  return type(value) == 'string' and string.find(string.sub(value, 1, length), '^[%w_%-]+$')
-end
-
--- Sets the flag byte of the value at `key` (a redmutex value, held: '-', 'w', 'o', 'l' or
--- 'L') so that it says `watch` (a waiter not in line), `line` (lockers wait in line) and
--- `observe` (someone waits for the release without taking the key), on top of what it
--- says already. Other values are left as they are.
-local function flag_waiters(key, value, length, watch, line, observe)
-  if not in_our_format(value, length) then
-    return
-  end
-  local flag = string.sub(value, length + 1, length + 1)
-  if flag ~= '-' and flag ~= 'w' and flag ~= 'o' and flag ~= 'l' and flag ~= 'L' then
-    return
-  end
-  local announce = watch or observe or watched(flag)
-  line = line or lined(flag)
-  local waits = watch or flag == 'w'
-  local wanted = (line and (announce and 'L' or 'l')) or (waits and 'w') or (announce and 'o')
-    or '-'
-  if wanted ~= flag then
-    redis.call('setrange', key, length, wanted)
-  end
-end
-
--- Hands `key` to the first locker of `line` whose heartbeat is live, which leaves the
--- line, and tells that locker: the key holds its id with the flag 'r' for HANDOFF_MS. (A
--- locker that lets the hand-off pass joins the line again at its end with its next try.)
--- Whether it did. (`first`, when given, is that locker, already read.)
-local function hand_key(key, line, first)
-  first = first or first_in_line(line)
-  if not first then
-    return false
-  end
-  leave_line(line, first)
-  redis.call('set', key, first .. 'r', 'px', HANDOFF_MS)
-  turn(key, first)
-  return true
-end
-
--- Tells the first live member of `line` that `key` was released (without handing it: a
--- release by another primitive, or kept for a minimum hold, or a semaphore's with no
--- agreed limit left), so that its waiter tries — takes the key, or learns until when it
--- is held.
-local function tell_line(key, line)
-  local first = first_in_line(line)
-  if first then
-    tell_waiter(key, first)
-  end
-end
-
--- The channel a read-write lock's readers wait on, and what a writer's release announces
--- there: how many readers may try — all of them.
-local READERS = ':~r'
-local EVERYONE = '1000000'
-
--- Tells those who watch `key` that its holder let go: on the key's own channel (waiters
--- not in a line, `wait_released`) and, when the key is now `free` (not kept, not handed
--- on), on the readers' channel: a read-write lock's readers of the same name wait there,
--- and any holder's key keeps them out. (They marked the holder, or found a locker in its
--- line.) Hints (see announce_on).
-local function tell_watchers(key, free)
-  announce_on(key, '', 'released')
-  if free then
-    announce_on(key, READERS, EVERYONE)
-  end
 end
 
 -- What `key` holds, and the latest fence of its counter `counter`: { pttl, type, fence,

@@ -12,11 +12,16 @@ use redis::Script;
 use crate::sync::lock;
 use crate::token::Channels;
 
-/// The rules every primitive's script shares (owner check, fence counters).
+/// The rules every primitive's script shares (owner check, fence counters, the flag byte's
+/// states).
 const HELPERS: &str = include_str!("helpers.lua");
 
+/// Waiting, for every primitive: lines, hand-offs, and telling waiters (after
+/// [`HELPERS`], whose clock and flags it uses).
+const LINE: &str = include_str!("line.lua");
+
 /// A locker's heartbeat in a key's line (see [`super::Claim::lined`]; `LINE_BEAT_MS` in
-/// `helpers.lua`): its waiters try at least every third of it, and a locker that crashed
+/// `line.lua`): its waiters try at least every third of it, and a locker that crashed
 /// or froze is passed over once it ends.
 pub(crate) const LINE_HEARTBEAT: Duration = Duration::from_secs(3);
 
@@ -80,10 +85,10 @@ pub(super) fn source_by_sha(sha: &str) -> Option<Arc<str>> {
     lock(&SOURCES).get(sha).cloned()
 }
 
-/// What every operation of the Lua files `files` may use: the helpers, then each file's
-/// preamble (what comes before its first section), in order.
+/// What every operation of the Lua files `files` may use: the helpers, waiting, then each
+/// file's preamble (what comes before its first section), in order.
 fn shared(files: &[&str]) -> String {
-    let mut shared = HELPERS.to_string();
+    let mut shared = format!("{HELPERS}\n{LINE}");
     for file in files {
         shared.push('\n');
         shared.push_str(file.split(SECTION).next().unwrap_or_default());
@@ -457,9 +462,10 @@ mod tests {
             listing.contains(&token_len),
             "listing.lua must say {token_len:?}"
         );
-        let flags = String::from_utf8(crate::token::FLAGS.to_vec()).unwrap();
-        let flags = format!("local FLAGS = '{flags}'\n");
-        assert!(listing.contains(&flags), "listing.lua must say {flags:?}");
+        for (name, flag) in crate::token::FLAG_NAMES {
+            let line = format!("local {name} = '{}'\n", char::from(flag));
+            assert!(HELPERS.contains(&line), "helpers.lua must say {line:?}");
+        }
         let tombstone = String::from_utf8(crate::token::TOMBSTONE.to_vec()).unwrap();
         let tombstone = format!("local TOMBSTONE = '{tombstone}'\n");
         assert!(
@@ -474,6 +480,6 @@ mod tests {
     #[test]
     fn the_line_heartbeat_is_the_scripts_own() {
         let line = format!("local LINE_BEAT_MS = {}\n", LINE_HEARTBEAT.as_millis());
-        assert!(HELPERS.contains(&line), "helpers.lua must say {line:?}");
+        assert!(LINE.contains(&line), "line.lua must say {line:?}");
     }
 }
