@@ -27,7 +27,7 @@ use crate::engine::tally::{FailedTry, Observer, Tally};
 use crate::engine::waiting::{wait_channel, Waiting};
 use crate::engine::wakeup::Wake;
 use crate::error::{Argument, Error};
-use crate::scripts::{AcquireTerms, Claim, ObtainTry, Queue, LINE_HEARTBEAT};
+use crate::scripts::{AcquireTerms, Claim, ObtainTry, Waits, LINE_HEARTBEAT};
 use crate::token::{self, Token};
 
 /// A pending acquire: set options, then `.await` it.
@@ -307,14 +307,15 @@ impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
             // its own: no acquire waits for it.
             tokio::spawn(check::warn_if_evicting(context.backend.nodes().to_vec()));
         }
+        let mut waits = claim.waits();
+        waits.lined &= context.lines_up();
+        let (one_holder, units) = (waits.one_holder, waits.units);
         let tries = Tries {
             backend: &context.backend,
             claim: &claim,
             line: Line {
                 locker: context.id()?,
-                queue: claim.queue(),
-                channel: claim.channel(),
-                lined: context.lined(&*claim),
+                waits,
             },
             terms: AcquireTerms {
                 value: token::lock_value(&token, self.metadata.as_deref()),
@@ -325,7 +326,7 @@ impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
             },
             schedule: Schedule::start(self.retry, self.deadline.unwrap_or(ttl)),
             tally: Tally::default(),
-            waiting: Waiting::new(context.hub.clone(), claim.exclusive(), claim.units()),
+            waiting: Waiting::new(context.hub.clone(), one_holder, units),
             observer: self.on_failed_try,
             left: Leftovers::default(),
             fail_fast: self.fail_fast,
@@ -408,13 +409,9 @@ struct Tries<'r, 'a, C: Connection> {
 struct Line {
     /// The locker's id among waiters.
     locker: Token,
-    /// The claim's waiters queue in Redis (a fair lock).
-    queue: Option<Queue>,
-    /// The channel its waiters hear of releases on, when not the held key's.
-    channel: Option<Vec<u8>>,
-    /// The claim's lockers line up beside its keys here (see `Claim::lined`): a lock, one
-    /// node deciding, and wake-up to hear of hand-offs.
-    lined: bool,
+    /// How the claim's waiters wait, its lines only where this locker's line up (see
+    /// `Context::lines_up`).
+    waits: Waits,
 }
 
 /// What earlier tries may have left in Redis, for giving up (or being dropped) to undo.
@@ -493,10 +490,10 @@ impl<C: Connection> Tries<'_, '_, C> {
         if may_wait {
             self.admit();
         }
-        if may_wait && self.line.queue.is_none() {
+        if may_wait && self.line.waits.queue.is_none() {
             let keys = self.claim.keys();
             let channels: Vec<Vec<u8>> = (keys.iter()).map(|key| self.wait_channel(key)).collect();
-            if let Some((index, expires)) = self.waiting.enter(&channels, self.line.lined) {
+            if let Some((index, expires)) = self.waiting.enter(&channels, self.line.waits.lined) {
                 let ttl = expires.map(|at| at.saturating_duration_since(Instant::now()));
                 let (ahead, may_hold) = (None, false);
                 let held = Attempt::Held {
@@ -522,7 +519,7 @@ impl<C: Connection> Tries<'_, '_, C> {
     ) -> Option<Wake> {
         let keys = self.claim.keys();
         // A waiter in a queue hears of its turn on a channel of its own.
-        let channel = match (self.queue_channel(), &self.line.channel) {
+        let channel = match (self.queue_channel(), &self.line.waits.channel) {
             (Some(channel), _) => held.map(|_| channel),
             (None, Some(channel)) => held.map(|_| channel.clone()),
             (None, None) => {
@@ -535,7 +532,8 @@ impl<C: Connection> Tries<'_, '_, C> {
         // line tries at least once per heartbeat interval, which keeps its place.
         let expires = held_ttl.and_then(|ttl| now.checked_add(ttl + Duration::from_millis(1)));
         let wake = expires.map_or(wake, |expires| expires.min(wake));
-        let wake = (self.line.queue.as_ref()).map_or(wake, |queue| wake.min(now + queue.every));
+        let wake =
+            (self.line.waits.queue.as_ref()).map_or(wake, |queue| wake.min(now + queue.every));
         let wake = match self.left.place {
             true => wake.min(now + LINE_HEARTBEAT / 3),
             false => wake,
@@ -552,7 +550,7 @@ impl<C: Connection> Tries<'_, '_, C> {
     fn admit(&mut self) {
         let channel = match self.queue_channel() {
             Some(channel) => channel,
-            None if self.line.lined && !self.claim.exclusive() => {
+            None if self.line.waits.lined && !self.line.waits.one_holder => {
                 self.wait_channel(self.claim.keys().get(0).expect("one key"))
             }
             None => return,
@@ -563,7 +561,7 @@ impl<C: Connection> Tries<'_, '_, C> {
     /// The channel a waiter for `key` hears of its release (or its locker's turn) on.
     fn wait_channel(&self, key: &[u8]) -> Vec<u8> {
         let channels = self.claim.keys().channels();
-        wait_channel(key, self.line.lined, &self.line.locker, channels)
+        wait_channel(key, self.line.waits.lined, &self.line.locker, channels)
     }
 
     /// The channel a waiter in a queue kept in Redis hears of its turn on: the queue's
@@ -571,8 +569,8 @@ impl<C: Connection> Tries<'_, '_, C> {
     /// turn channel for the key, which a release handing the key to the locker announces
     /// on. `None` for a claim without a queue.
     fn queue_channel(&self) -> Option<Vec<u8>> {
-        let queue = self.line.queue.as_ref()?;
-        Some(match self.line.lined {
+        let queue = self.line.waits.queue.as_ref()?;
+        Some(match self.line.waits.lined {
             true => self.wait_channel(self.claim.keys().get(0).expect("one key")),
             false => queue.channel.clone(),
         })
@@ -595,11 +593,11 @@ impl<C: Connection> Tries<'_, '_, C> {
         // lockers).
         // (Once in line, it stays there, and leaves it with the try that takes the key or
         // by withdrawing, even while its subscription is down.)
-        let named = self.line.lined && (self.waiting.hears() || self.left.place);
+        let named = self.line.waits.lined && (self.waiting.hears() || self.left.place);
         // A waiter not in a line says "awaited" in its value: others probably wait too,
         // and must hear of its release on the key's channel. (A fair waiter hears of its
         // turn on a channel of its own; lockers in line, of the hand-off on theirs.)
-        let queued = self.line.queue.is_some();
+        let queued = self.line.waits.queue.is_some();
         token::set_awaited(&mut terms.value, waiting && !named && !queued);
         let queue = queued && self.schedule.may_wait();
         let others_waiting = waiting && !self.waiting.alone();

@@ -115,10 +115,16 @@ impl<C: Connection> Context<C> {
     }
 
     /// Whether this locker's waiters for `claim` line up beside its keys (see
-    /// `Claim::lined`): a claim that has lines, one node deciding, and wake-up to hear of
+    /// `Waits::lined`): a claim that has lines, one node deciding, and wake-up to hear of
     /// the hand-offs.
     pub(crate) fn lined(&self, claim: &dyn Claim) -> bool {
-        claim.lined() && self.hub.is_some() && self.backend.quorum_settings().is_none()
+        claim.waits().lined && self.lines_up()
+    }
+
+    /// Whether this locker's waiters line up where their claim has lines: one node
+    /// deciding, and wake-up to hear of the hand-offs.
+    pub(crate) fn lines_up(&self) -> bool {
+        self.hub.is_some() && self.backend.quorum_settings().is_none()
     }
 
     /// Tells this locker's waiters for `claim`'s keys, if it has wake-up, that the claim is

@@ -683,7 +683,7 @@ impl<C: Connection, P> std::fmt::Debug for Lock<C, P> {
 
 impl<C: Connection, P> Lock<C, P> {
     /// Wakes one of this locker's own waiters for these keys, if any: they queued behind
-    /// this lock without a try. Where they line up (see `Claim::lined`), the locker left
+    /// this lock without a try. Where they line up (see `Waits::lined`), the locker left
     /// the line when it took the key, so no hand-off tells them; elsewhere the release's
     /// announcement may not come back (it reaches too few nodes' subscribers, or the
     /// value was stored unmarked on some). Woken, one tries: takes the key, or lines the

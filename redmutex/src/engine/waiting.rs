@@ -19,9 +19,9 @@ use crate::token::{self, Channels, Token};
 /// The waiting side of one acquire; without wake-up, it only pauses.
 pub(crate) struct Waiting {
     hub: Option<Arc<Hub>>,
-    /// What is waited for is held by one owner at a time (see `Claim::exclusive`).
+    /// What is waited for is held by one owner at a time (see `Waits::one_holder`).
     exclusive: bool,
-    /// How many of its units the acquire wants (see `Claim::units`).
+    /// How many of its units the acquire wants (see `Waits::units`).
     units: u32,
     /// Our place among this locker's waiters for the key found held; once set, our tries
     /// mark the holder and our value says "awaited".
@@ -165,7 +165,7 @@ impl Waiting {
 }
 
 /// The channel a waiter for `key` of `claim` hears of its release on: where the claim's
-/// lockers line up (`lined`, see `Claim::lined`), the turn channel of `locker` for that
+/// lockers line up (`lined`, see `Waits::lined`), the turn channel of `locker` for that
 /// key, which only a release handing the key to `locker` announces on; otherwise the
 /// key's own. Both named as `channels` says (see [`Channels`]).
 pub(crate) fn wait_channel(key: &[u8], lined: bool, locker: &Token, channels: Channels) -> Vec<u8> {

@@ -384,7 +384,7 @@ impl Hub {
     }
 
     /// Before a first try that takes a place in a queue kept in Redis (see
-    /// [`Claim::queue`](crate::scripts::Claim::queue)): joins the waiters of `key` if the
+    /// [`Waits::queue`](crate::scripts::Waits::queue)): joins the waiters of `key` if the
     /// key is subscribed, so that a turn announced while the try is under way is not
     /// missed. The try is made whatever others wait: it is what takes the place.
     pub(crate) fn admit(&self, key: &[u8], units: u32) -> Option<Member> {

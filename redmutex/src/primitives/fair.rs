@@ -19,7 +19,7 @@ use crate::error::{Argument, Error, InvalidArgument};
 use crate::fence::{companion_key, counter_key, Companion};
 use crate::primitives::mutex;
 use crate::scripts::{
-    operations, Call, Claim, Conn, Obtain, ObtainTry, Operations, Queue, ScriptConn,
+    operations, Call, Claim, Conn, Obtain, ObtainTry, Operations, Queue, ScriptConn, Waits,
 };
 use crate::token::{turn_channel, Token, TOKEN_LEN};
 
@@ -347,12 +347,16 @@ impl Claim for FairKey {
         &OPERATIONS
     }
 
-    /// A waiter hears of its turn on the turn channel its id names (see [`TurnId`]).
-    fn queue(&self) -> Option<Queue> {
-        Some(Queue {
-            channel: turn_channel(self.key(), &self.turns.id, self.keys.channels()),
-            every: Duration::from_millis(self.heartbeat_ms / 3),
-        })
+    /// Each waiter keeps its place in the queue, and hears of its turn on the turn channel
+    /// its id names (see [`TurnId`]).
+    fn waits(&self) -> Waits {
+        Waits {
+            queue: Some(Queue {
+                channel: turn_channel(self.key(), &self.turns.id, self.keys.channels()),
+                every: Duration::from_millis(self.heartbeat_ms / 3),
+            }),
+            ..Waits::one_holder(false)
+        }
     }
 
     fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {

@@ -14,7 +14,7 @@ use crate::engine::guard::Lock;
 use crate::fence::{companion_key, counter_key, Companion};
 use crate::scripts::{
     eval_whole, operations, AcquireTerms, Call, Claim, Conn, Obtain, ObtainTry, Operations,
-    ScriptConn,
+    ScriptConn, Waits,
 };
 use crate::token::{lock_value, Channels, Token, TOKEN_LEN};
 
@@ -115,13 +115,15 @@ impl Claim for Keys {
     /// The lock keys, then (where lockers line up) the line of each, in the same order.
     fn release_keys(&self, add: &mut dyn FnMut(&[u8])) {
         self.iter().for_each(&mut *add);
-        if self.lined() {
+        if Keys::lined(self) {
             (self.iter()).for_each(|key| add(&companion_key(key, Companion::Line)));
         }
     }
 
-    fn lined(&self) -> bool {
-        Keys::lined(self)
+    /// Waiting lockers line up beside each key where the keys have lines (not on a
+    /// cluster).
+    fn waits(&self) -> Waits {
+        Waits::one_holder(Keys::lined(self))
     }
 
     /// One key, taken by a try that neither waits, nor takes a fence, nor may hold it

@@ -21,7 +21,7 @@ use crate::fence::{companion_key, counter_key, Companion};
 use crate::primitives::mutex;
 use crate::scripts::{
     add_holder_renewal, eval_whole, holder_keys, operations, Call, ChangeViaRefresh, Claim, Conn,
-    Obtain, ObtainTry, Operation, Operations, Queue, ScriptConn,
+    Obtain, ObtainTry, Operation, Operations, Queue, ScriptConn, Waits,
 };
 use crate::token::{self, Channels, StoredValue, Token, TOKEN_LEN};
 
@@ -452,13 +452,14 @@ impl Claim for ReadKey {
         &READ_OPERATIONS
     }
 
-    /// Readers share: one announcement lets every waiting reader try.
-    fn exclusive(&self) -> bool {
-        false
-    }
-
-    fn channel(&self) -> Option<Vec<u8>> {
-        Some(readers_channel(self.keys.key(), self.keys.keys.channels()))
+    /// Readers share, and wait on a channel of their own: one announcement lets every
+    /// waiting reader try.
+    fn waits(&self) -> Waits {
+        Waits {
+            one_holder: false,
+            channel: Some(readers_channel(self.keys.key(), self.keys.keys.channels())),
+            ..Waits::one_holder(false)
+        }
     }
 
     fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {
@@ -517,19 +518,17 @@ impl Claim for WriteKey {
     }
 
     /// A waiting writer's intent lives in Redis and is renewed by its tries; it hears of
-    /// releases on the key's own channel — or, where lockers line up
-    /// ([`lined`](Claim::lined)), of hand-offs on its locker's turn channel.
-    fn queue(&self) -> Option<Queue> {
-        Some(Queue {
-            channel: self.keys.keys.channels().name(self.keys.key(), b""),
-            every: Duration::from_millis(self.heartbeat_ms / 3),
-        })
-    }
-
-    /// Waiting writers' lockers line up beside the key, in the line plain lock waiters
-    /// use (see `rwlock.lua`), where the keys have lines (not on a cluster).
-    fn lined(&self) -> bool {
-        self.keys.keys.lined()
+    /// releases on the key's own channel — or, where the keys have lines (not on a
+    /// cluster), its locker lines up beside the key, in the line plain lock waiters use
+    /// (see `rwlock.lua`), and hears of hand-offs on its turn channel.
+    fn waits(&self) -> Waits {
+        Waits {
+            queue: Some(Queue {
+                channel: self.keys.keys.channels().name(self.keys.key(), b""),
+                every: Duration::from_millis(self.heartbeat_ms / 3),
+            }),
+            ..Waits::one_holder(self.keys.keys.lined())
+        }
     }
 
     fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {

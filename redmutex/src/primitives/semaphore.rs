@@ -20,7 +20,7 @@ use crate::error::{Argument, Error, InvalidArgument};
 use crate::fence::{companion_key, counter_key, Companion};
 use crate::scripts::{
     add_holder_renewal, holder_keys, operations, Call, Claim, Conn, Obtain, ObtainTry, Operations,
-    ScriptConn,
+    ScriptConn, Waits,
 };
 use crate::token::{Token, TOKEN_LEN};
 
@@ -423,22 +423,21 @@ impl Claim for Permits {
 
     /// Several holders at once: a release wakes as many waiters as it freed permits, and
     /// a newcomer tries before it waits (permits may be free for it while others wait for
-    /// more).
-    fn exclusive(&self) -> bool {
-        false
-    }
-
-    /// Waiting lockers line up beside the holders key (see `semaphore.lua`), as a lock's
-    /// do: not on a cluster.
-    fn lined(&self) -> bool {
-        self.keys.lined()
+    /// more). Waiting lockers line up beside the holders key (see `semaphore.lua`), as a
+    /// lock's do: not on a cluster; one place per locker and number of permits wanted.
+    fn waits(&self) -> Waits {
+        Waits {
+            one_holder: false,
+            units: self.permits,
+            ..Waits::one_holder(self.keys.lined())
+        }
     }
 
     /// The holders, the details, and (where lockers line up) the line: a release hands
     /// the permits it frees to the first in line.
     fn release_keys(&self, add: &mut dyn FnMut(&[u8])) {
         self.script_keys(false, add);
-        if self.lined() {
+        if self.keys.lined() {
             add(&companion_key(self.key(), Companion::Line));
         }
     }
@@ -452,10 +451,6 @@ impl Claim for Permits {
         add(self.permits.to_string().as_bytes());
         let detailed = self.permits > 1 || self.metadata.load(Ordering::Relaxed);
         add(if detailed { b"1" } else { b"0" });
-    }
-
-    fn units(&self) -> u32 {
-        self.permits
     }
 
     fn carry_metadata(&self) {

@@ -44,30 +44,9 @@ pub(crate) trait Claim: Send + Sync + 'static {
     /// integer per claim, in order: 1 renewed, 0 not held.
     fn add_renewal(&self, call: &mut ScriptInvocation<'static>, token: &Token, ttl_ms: u64);
 
-    /// Its waiters queue in Redis (a fair lock), as [`Queue`] describes, rather than only
-    /// in each locker's wake-up hub: `None` for a claim whose waiters just try.
-    fn queue(&self) -> Option<Queue> {
-        None
-    }
-
-    /// The channel its waiters hear of releases on, when not the held key's own (a
-    /// read-write lock's readers: one announcement lets all of them in).
-    fn channel(&self) -> Option<Vec<u8>> {
-        None
-    }
-
-    /// Its waiters' lockers line up beside each key (a lock, see `mutex.lua`): where one
-    /// node decides, a waiting try given the locker's id ([`ObtainTry::locker`]) joins
-    /// the line, and a release hands the key to the first locker in it, telling it alone
-    /// on its turn channel ([`crate::token::turn_channel`]).
-    fn lined(&self) -> bool {
-        false
-    }
-
-    /// How many units of what it names the claim takes (a semaphore's permits): waiters of
-    /// one locker wanting as many share the locker's place in line.
-    fn units(&self) -> u32 {
-        1
+    /// How its waiters wait ([`Waits`]): by default as a lock's do without a line.
+    fn waits(&self) -> Waits {
+        Waits::one_holder(false)
     }
 
     /// The acquire stores metadata with the token: a claim that keeps it apart from what
@@ -79,13 +58,6 @@ pub(crate) trait Claim: Send + Sync + 'static {
     /// leaves through its release).
     fn release_keys(&self, add: &mut dyn FnMut(&[u8])) {
         self.script_keys(false, add);
-    }
-
-    /// One owner at a time holds it (a lock), rather than several at once (a semaphore's
-    /// permits): a release then frees it for one waiter, and a newcomer may queue behind
-    /// waiters without a try of its own (see `engine/wakeup.rs`).
-    fn exclusive(&self) -> bool {
-        true
     }
 
     /// Hands `add` the arguments of a release: the owner's token, then `keep_ms` when > 0
@@ -353,6 +325,10 @@ impl<K: Claim> Claim for ChangeViaRefresh<K> {
         self.claim.add_renewal(call, token, ttl_ms);
     }
 
+    fn waits(&self) -> Waits {
+        self.claim.waits()
+    }
+
     /// The change: `call` carries the token, and whatever TTL it sets.
     fn refresh<'a>(&'a self, conn: Conn<'a>, _token: &'a Token, _ttl_ms: u64) -> Call<'a, bool> {
         Box::pin(async move {
@@ -428,7 +404,7 @@ pub(crate) struct ObtainTry<'a> {
     /// The caller waits for a release (see `engine/wakeup.rs`): what it finds held is
     /// marked as awaited so that its release publishes a wake-up, and its TTL is read.
     pub(crate) waiting: bool,
-    /// The caller may wait: a claim whose waiters queue in Redis ([`Claim::queue`])
+    /// The caller may wait: a claim whose waiters queue in Redis ([`Waits::queue`])
     /// queues it (or renews its place) when it is not its turn.
     pub(crate) queue: bool,
     /// The locker's id, when a waiting try puts it in the line of what it finds held (and
@@ -445,6 +421,44 @@ pub(crate) struct ObtainTry<'a> {
     /// The try follows a wake-up of the locker's own (a holder of its own released the
     /// key): it is probably free, and a plain `SET` will likely take it.
     pub(crate) probably_free: bool,
+}
+
+/// How a claim's waiters wait, in one value: what each primitive says of its own waiters,
+/// read by the engine nowhere else (DEVELOPMENT.md, "Waiting").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Waits {
+    /// One holder at a time (a lock, a writer), rather than several at once (a semaphore's
+    /// permits, readers): a release then frees it for one waiter, and a newcomer may queue
+    /// behind waiters without a try of its own (see `engine/wakeup.rs`).
+    pub(crate) one_holder: bool,
+    /// How many units a waiter takes (a semaphore's permits): waiters of one locker wanting
+    /// as many share the locker's place in line.
+    pub(crate) units: u32,
+    /// Its waiters' lockers line up beside each key (`line.lua`): where one node decides,
+    /// a waiting try given the locker's id ([`ObtainTry::locker`]) joins the line, and a
+    /// release hands the key to the first locker in it, telling it alone on its turn
+    /// channel ([`crate::token::turn_channel`]).
+    pub(crate) lined: bool,
+    /// Each waiter keeps a place of its own in Redis that its tries renew (a fair lock's
+    /// queue, a writer's intent), as [`Queue`] says: `None` where waiters just try.
+    pub(crate) queue: Option<Queue>,
+    /// The channel its waiters hear of releases on, when not the held key's own (a
+    /// read-write lock's readers: one announcement lets all of them in).
+    pub(crate) channel: Option<Vec<u8>>,
+}
+
+impl Waits {
+    /// A lock's waiters, in its keys' lines where `lined`: one holder at a time, one unit,
+    /// no place of their own, the key's channel.
+    pub(crate) fn one_holder(lined: bool) -> Waits {
+        Waits {
+            one_holder: true,
+            units: 1,
+            lined,
+            queue: None,
+            channel: None,
+        }
+    }
 }
 
 /// How the waiters of a claim queue in Redis (a fair lock): a try that is not the

@@ -20,7 +20,7 @@ const HELPERS: &str = include_str!("helpers.lua");
 /// [`HELPERS`], whose clock and flags it uses).
 const LINE: &str = include_str!("line.lua");
 
-/// A locker's heartbeat in a key's line (see [`super::Claim::lined`]; `LINE_BEAT_MS` in
+/// A locker's heartbeat in a key's line (see [`super::Waits::lined`]; `LINE_BEAT_MS` in
 /// `line.lua`): its waiters try at least every third of it, and a locker that crashed
 /// or froze is passed over once it ends.
 pub(crate) const LINE_HEARTBEAT: Duration = Duration::from_secs(3);
