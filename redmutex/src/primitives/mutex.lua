@@ -58,12 +58,6 @@ local handed = locker and locker .. HANDED
 local lines = fenced and 2 * count or count
 -- Which keys were handed to this locker (the hand-off took it out of their lines).
 local was_handed = {}
--- Key j, handed to this locker, goes on to the next locker in its line (or is free).
-local function pass_handed_on(j)
-  if not hand_key(KEYS[j], KEYS[lines + j]) then
-    redis.call('del', KEYS[j])
-  end
-end
 for i = 1, count do
   local value = redis.pcall('get', KEYS[i])
   was_handed[i] = handed and value == handed
@@ -72,7 +66,7 @@ for i = 1, count do
       for j = 1, i - 1 do
         local line = KEYS[lines + j]
         if was_handed[j] then
-          pass_handed_on(j)
+          pass_key(KEYS[j], line)
         elseif first_live(line) == locker then
           -- Free for this locker, first in its line (told of it: a release kept for a
           -- minimum hold, a forced release), which now waits for another key: the next
@@ -83,7 +77,7 @@ for i = 1, count do
       end
       for j = i + 1, count do
         if redis.pcall('get', KEYS[j]) == handed then
-          pass_handed_on(j)
+          pass_key(KEYS[j], KEYS[lines + j])
         end
       end
       join_line(KEYS[lines + i], locker, now_us(), LINE_BEAT_MS)
@@ -230,13 +224,10 @@ for i = 1, count do
       announce_on(key, READERS, EVERYONE)
     end
   else
-    -- A locker giving up: out of line, and a key handed to it goes on.
-    if line then
-      leave_line(line, token)
-      if value == token .. HANDED and not hand_key(key, line) then
-        redis.call('del', key)
-        announce_on(key, READERS, EVERYONE)
-      end
+    -- A locker giving up: out of line, and a key handed to it goes on. (Freed: the
+    -- readers refused while it was handed may come in.)
+    if line and withdraw(key, line, token, value) then
+      announce_on(key, READERS, EVERYONE)
     end
     missing = missing + 1
   end

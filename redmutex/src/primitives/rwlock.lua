@@ -315,14 +315,9 @@ if owned(value, token) then
   if watched(flag) and announce then
     announce_on(lock, '', 'released')
   end
-elseif value == token .. HANDED then
-  -- A locker giving up, handed the key: it goes on.
-  leave_line(line, token)
-  if not hand_key(lock, line) then
-    redis.call('del', lock)
-  end
 else
-  leave_line(line, token)
+  -- A locker giving up: out of line, and a key handed to it goes on.
+  withdraw(lock, line, token, value)
 end
 if announce and after == 0 and ((missing == 0 and keep == 0) or before > 0) then
   announce_on(lock, READERS, EVERYONE)

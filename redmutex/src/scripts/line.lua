@@ -165,6 +165,24 @@ local function hand_key(key, line, first)
   return true
 end
 
+-- Hands `key`, let go of by the locker it was handed to or by its holder, to the first
+-- live locker of `line` (hand_key), or deletes it when nobody is in line. Whether it is
+-- free now.
+local function pass_key(key, line)
+  if hand_key(key, line) then
+    return false
+  end
+  redis.call('del', key)
+  return true
+end
+
+-- The locker `locker` gives up waiting for `key`, whose value is `value`: it leaves
+-- `line`, and a key handed to it goes on (pass_key). Whether the key is free now.
+local function withdraw(key, line, locker, value)
+  leave_line(line, locker)
+  return value == locker .. HANDED and pass_key(key, line)
+end
+
 -- Whether a held value's `flag` says that its release is announced on the key's channel
 -- (waiters not in a line, or observers), and that lockers wait in its line.
 local function watched(flag)
