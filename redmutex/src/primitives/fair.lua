@@ -73,10 +73,15 @@ elseif value == false then
   end
 end
 if wait then
-  if ARGV[4] == '1' and not join_line(queue, member, us or now_us(), tonumber(ARGV[5])) then
+  if ARGV[4] ~= '1' then
+    return { 1, wait, ahead_of(queue, member) }
+  end
+  us = us or now_us()
+  local ticket = ticket_of(queue, member, us)
+  if not ticket or not join_line(queue, member, us, tonumber(ARGV[5]), ticket) then
     return { -2, 0 }
   end
-  return { 1, wait, ahead_of(queue, member) }
+  return { 1, wait, redis.call('zcount', queue, 0, '(' .. string.format('%.0f', ticket)) }
 end
 -- The fence before any write: a counter that is someone else's value stops the script
 -- with nothing written but the passed-over waiters.

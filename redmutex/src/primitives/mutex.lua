@@ -80,7 +80,7 @@ for i = 1, count do
           pass_key(KEYS[j], KEYS[lines + j])
         end
       end
-      join_line(KEYS[lines + i], locker, now_us(), LINE_BEAT_MS)
+      join_line(KEYS[lines + i], locker, now_us())
       mark_waiter(KEYS[i], value, length, LINED)
     elseif ARGV[4] == '1' then
       mark_waiter(KEYS[i], value, length, AWAITED)

@@ -237,7 +237,7 @@ if kind ~= 'free' then
   if ARGV[4] == '1' then
     renew_intent(intents, token, now, tonumber(ARGV[5]))
     if locker then
-      join_line(line, locker, us, LINE_BEAT_MS)
+      join_line(line, locker, us)
     end
     if kind == 'writer' then
       mark_waiter(lock, value, length, locker and LINED or AWAITED)

@@ -334,7 +334,7 @@ if not reserved then
   mine = known and redis.call('zscore', holders, token)
   if not mine and state.used + wanted > limit then
     if place then
-      join_line(line, place, us, LINE_BEAT_MS)
+      join_line(line, place, us)
     elseif ARGV[6] == '1' and not state.awaited then
       redis.call('hset', details, '#awaited', '1')
     end
@@ -355,7 +355,7 @@ local until_at = needs_until(state, now + ttl, ttl)
 if reserved then
   expire_at(holders, details, state, until_at, true)
   if ARGV[9] == '1' then
-    join_line(line, place, us, LINE_BEAT_MS)
+    join_line(line, place, us)
   end
   state.limit = limit
   hand_permits(holders, details, line, state, now)
@@ -387,7 +387,7 @@ if place then
     leave_line(line, place)
   end
   if ARGV[9] == '1' then
-    join_line(line, place, us, LINE_BEAT_MS)
+    join_line(line, place, us)
   end
   state.limit = limit
   hand_permits(holders, details, line, state, now)

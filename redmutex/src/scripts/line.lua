@@ -3,14 +3,14 @@
 -- uses), before each primitive's preamble, as helpers.lua is (see scripts/lua.rs).
 --
 -- A line: one sorted set beside the key waited for, in its hash slot. Per waiter, its
--- member scored by its ticket (the server's clock in microseconds when it joined, or one
--- above the last ticket when that is later: arrival order, never repeated), and the member
+-- member scored by its ticket (the server's clock in microseconds when it joined; see
+-- ticket_of for a strict order), and the member
 -- beat_of(member) scored by minus the end of its heartbeat (milliseconds on the server's
 -- clock). Negated, so that one ZADD LT keeps a waiter's first ticket and moves its
 -- heartbeat's end on, and the tickets, from 0 up, are the line in order. Every try of a
 -- waiter renews its heartbeat, and it tries at least every third of it: a waiter that
--- crashed or froze is passed over once its heartbeat ended. The line lives at least a
--- heartbeat (at most two) after each join, and is gone with its last waiter.
+-- crashed or froze is passed over once its heartbeat ended. The line lives as long as its
+-- longest heartbeat (see join_line), and is gone with its last waiter.
 --
 -- Who waits in a line (DEVELOPMENT.md, "Waiting"): a key's lockers (a lock's, a leader's,
 -- writers'), a member per locker, its id; a fair lock's waiters, a member per waiter, its
@@ -38,21 +38,45 @@ local function beat_of(member)
   return member .. '~' .. string.rep('~', 64 - #member)
 end
 
--- Puts `member` at the end of `line`, keeping its place if it has one, its heartbeat
--- ending `beat` ms after the moment `us` (server microseconds). False, with nothing
--- written, when the line holds data of another kind.
-local function join_line(line, member, us, beat)
-  local last = redis.pcall('zrevrange', line, 0, 0, 'withscores')
-  if last.err then
+-- The ticket of `member` in `line`: its own when it has one; a newcomer's at the moment
+-- `us` (server microseconds) otherwise — `us`, or one above the last ticket when that is
+-- later: arrival order, never repeated, even when the server's clock stepped back (a
+-- failover to a host whose clock is behind). A fair lock's waiters take it (its promise
+-- is arrival order, SAFETY.md 8); a key's lockers take the clock as it is (their order is
+-- the hand-off's, and it costs two reads less). Nil when the line holds data of another
+-- kind.
+local function ticket_of(line, member, us)
+  local own = redis.pcall('zscore', line, member)
+  if type(own) == 'string' then
+    return tonumber(own)
+  elseif type(own) == 'table' then
+    return nil
+  end
+  local last = redis.call('zrevrange', line, 0, 0, 'withscores')
+  if last[2] and tonumber(last[2]) >= us then
+    return tonumber(last[2]) + 1
+  end
+  return us
+end
+
+-- Puts `member` at the end of `line` with the ticket `ticket` (the moment `us`, server
+-- microseconds, when not given; see ticket_of), keeping its place if it has one, its
+-- heartbeat ending `beat` ms after `us` — a waiter's own (a fair lock's), or, not given,
+-- LINE_BEAT_MS (a locker's). The line lives as long as its longest heartbeat: where every
+-- member's is LINE_BEAT_MS, until this one ends (one command); where each has its own, at
+-- least this one, at most two. False, with nothing written, when the line holds data of
+-- another kind.
+local function join_line(line, member, us, beat, ticket)
+  local own = beat ~= nil
+  beat = beat or LINE_BEAT_MS
+  local ends = math.floor(us / 1000) + beat
+  local joined = redis.pcall('zadd', line, 'lt', string.format('%.0f', ticket or us), member, string.format('%.0f', -ends), beat_of(member))
+  if type(joined) ~= 'number' then
     return false
   end
-  local ticket = us
-  if last[2] and tonumber(last[2]) >= ticket then
-    ticket = tonumber(last[2]) + 1
-  end
-  local ends = math.floor(us / 1000) + beat
-  redis.call('zadd', line, 'lt', string.format('%.0f', ticket), member, string.format('%.0f', -ends), beat_of(member))
-  if redis.call('pttl', line) < beat then
+  if not own then
+    redis.call('pexpire', line, beat + 1)
+  elseif redis.call('pttl', line) < beat then
     redis.call('pexpire', line, 2 * beat)
   end
   return true
