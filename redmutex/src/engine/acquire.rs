@@ -282,15 +282,15 @@ impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
 
     async fn run(self) -> Result<Lock<C, P>, Error> {
         // Everything the caller got wrong is reported before the first request.
-        let (what, claim) = self.claim?;
+        let (what, mut claim) = self.claim?;
         let ttl_ms = args::ttl_millis(self.ttl)?;
         if let Some(min_hold) = self.min_hold {
             args::ttl_millis(min_hold).map_err(|e| with_argument(e, "min_hold"))?;
         }
         if let Some(metadata) = &self.metadata {
             args::check_metadata(metadata)?;
-            if !metadata.is_empty() {
-                claim.carry_metadata();
+            if let Some(with_metadata) = claim.with_metadata().filter(|_| !metadata.is_empty()) {
+                claim = with_metadata;
             }
         }
         let context = self.context;

@@ -3,7 +3,6 @@
 //! Acquiring, keep-alive, fences, wake-up and release on drop are the engine's, as for the
 //! mutex; this file says what the semaphore's keys are and how its script is called.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -319,7 +318,7 @@ impl<C: Connection> std::fmt::Debug for Semaphore<C> {
 /// # drop(permit);
 /// # Ok(()) }
 /// ```
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Permits {
     /// The holders key.
     keys: Keys,
@@ -331,20 +330,7 @@ pub struct Permits {
     limit: u32,
     /// The holder stores metadata: it has a details entry of its own (as one of more than
     /// one permit has), which its release deletes (see `semaphore.lua`).
-    metadata: AtomicBool,
-}
-
-impl Clone for Permits {
-    fn clone(&self) -> Self {
-        Permits {
-            keys: self.keys.clone(),
-            details: self.details.clone(),
-            counter: self.counter.clone(),
-            permits: self.permits,
-            limit: self.limit,
-            metadata: AtomicBool::new(self.metadata.load(Ordering::Relaxed)),
-        }
-    }
+    metadata: bool,
 }
 
 impl Permits {
@@ -362,7 +348,7 @@ impl Permits {
             counter,
             permits,
             limit,
-            metadata: AtomicBool::new(false),
+            metadata: false,
         }
     }
 
@@ -449,12 +435,15 @@ impl Claim for Permits {
         add(token.as_bytes());
         add(keep_ms.to_string().as_bytes());
         add(self.permits.to_string().as_bytes());
-        let detailed = self.permits > 1 || self.metadata.load(Ordering::Relaxed);
+        let detailed = self.permits > 1 || self.metadata;
         add(if detailed { b"1" } else { b"0" });
     }
 
-    fn carry_metadata(&self) {
-        self.metadata.store(true, Ordering::Relaxed);
+    fn with_metadata(&self) -> Option<Arc<dyn Claim>> {
+        Some(Arc::new(Permits {
+            metadata: true,
+            ..self.clone()
+        }))
     }
 
     fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {

@@ -3,7 +3,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, Script, ScriptInvocation, Value};
@@ -49,9 +49,12 @@ pub(crate) trait Claim: Send + Sync + 'static {
         Waits::one_holder(false)
     }
 
-    /// The acquire stores metadata with the token: a claim that keeps it apart from what
-    /// every holder writes (a semaphore's details entry) remembers it for the release.
-    fn carry_metadata(&self) {}
+    /// This claim for a holder that stores metadata, where that changes what the claim
+    /// sends (a semaphore's holder then has a details entry its release deletes); `None`
+    /// where it changes nothing.
+    fn with_metadata(&self) -> Option<Arc<dyn Claim>> {
+        None
+    }
 
     /// Hands `add` the keys of a release, in order: the claim's own keys, and whatever
     /// else a release must change (a fair lock's queue, which a waiter that gives up
