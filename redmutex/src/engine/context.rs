@@ -131,7 +131,8 @@ impl<C: Connection> Context<C> {
     /// held until `until` at most (see `Hub::held_until`): one of them tries then.
     pub(crate) fn waiters_held_until(&self, claim: &dyn Claim, until: Instant) {
         if let Some(hub) = &self.hub {
-            for channel in self.wait_channels(claim) {
+            let lined = self.lined(claim);
+            for channel in self.wait_channels(claim, lined) {
                 hub.held_until(&channel, until);
             }
             // Waiters of another claim at the same keys that line up there — a read-write
@@ -139,7 +140,7 @@ impl<C: Connection> Context<C> {
             // channel: a reader's key that now ends sooner must not keep them waiting
             // either.
             let lines = claim.keys().lined() && self.backend.quorum_settings().is_none();
-            if let (false, true, Some(id)) = (self.lined(claim), lines, self.id.get()) {
+            if let (false, true, Some(id)) = (lined, lines, self.id.get()) {
                 for key in claim.keys().iter() {
                     hub.held_until(&wait_channel(key, true, id, claim.keys().channels()), until);
                 }
@@ -148,9 +149,9 @@ impl<C: Connection> Context<C> {
     }
 
     /// The channels this locker's waiters for `claim`'s keys hear of their release on, in
-    /// order (see `wait_channel`).
-    pub(crate) fn wait_channels(&self, claim: &dyn Claim) -> Vec<Vec<u8>> {
-        let (lined, channels) = (self.lined(claim), claim.keys().channels());
+    /// order (see `wait_channel`; `lined`: as [`Context::lined`] says of `claim`).
+    fn wait_channels(&self, claim: &dyn Claim, lined: bool) -> Vec<Vec<u8>> {
+        let channels = claim.keys().channels();
         let keys = claim.keys().iter();
         match self.id.get() {
             Some(id) => keys

@@ -125,8 +125,9 @@ return { 0, fence }
 -- kept for a minimum hold (the first waiter learns until when, and tries then), and the
 -- next waiter when the first leaves (or any waiter leaves a free key). A key plain waiters
 -- flagged is also announced to them, as mutex.lua's release does: on the key's own
--- channel when watched (AWAITED, LINED_AWAITED); to the first locker in its line (KEYS[3]) when lockers
--- wait in line (LINED, LINED_AWAITED). A queue of another kind is left alone.
+-- channel when watched (AWAITED, LINED_AWAITED); to the first locker in its line
+-- (KEYS[3]) when lockers wait in line (LINED, LINED_AWAITED). A queue of another kind is
+-- left alone.
 local key, queue = KEYS[1], KEYS[2]
 local token = ARGV[1]
 local keep = tonumber(ARGV[2])

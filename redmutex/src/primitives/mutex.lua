@@ -7,13 +7,13 @@
 -- WRONGTYPE error into a table) counts as held by someone else, and only values in
 -- redmutex's own format are ever flagged; anything else is left as it is.
 --
--- Waiting processes take turns by the key's line (see line.lua): a
--- waiter's try that finds the key held puts its locker in the line and flags the holder's
--- value (LINED). The release of a flagged value hands the key to the first locker in line
--- whose heartbeat is live — the key holds the locker's id with the flag HANDED for
--- HANDOFF_MS, during which only that locker's waiters may take it — and tells that locker
--- alone, on a channel of its own (`tell_turn`): one message and one try per hand-off, however
--- many processes wait. The locker handed the key leaves the line, and flags its own value
+-- Waiting processes take turns by the key's line (see line.lua): a waiter's try that
+-- finds the key held puts its locker in the line and flags the holder's value (LINED).
+-- The release of a flagged value hands the key to the first locker in line whose
+-- heartbeat is live — the key holds the locker's id with the flag HANDED for HANDOFF_MS,
+-- during which only that locker's waiters may take it — and tells that locker alone, on a
+-- channel of its own (`tell_turn`): one message and one try per hand-off, however many
+-- processes wait. The locker handed the key leaves the line, and flags its own value
 -- when others are in line. (More of its waiters, which it wakes itself when it releases
 -- the key, line it up again if the key goes to another.)
 -- Unclaimed (its process died or froze, or the message was lost), a handed key is free
@@ -159,10 +159,10 @@ return { 0, fence }
 -- Returns: how many keys did NOT hold the token (0 means fully released).
 -- A key held by someone else, or missing, is never touched; the keys that still hold our
 -- token are deleted even when others are lost, so they do not block anyone until expiry.
--- A key whose value says lockers wait in line (LINED, LINED_AWAITED) is handed to the first of them
--- (see the top of this file) rather than deleted; one watched (AWAITED, LINED_AWAITED: a waiter not in
--- a line, or a wait for the release alone) is announced on the channel named like the
--- key, and a watched or lined key that is deleted (a line at its end: a reader that
+-- A key whose value says lockers wait in line (LINED, LINED_AWAITED) is handed to the
+-- first of them (see the top of this file) rather than deleted; one watched (AWAITED,
+-- LINED_AWAITED: a waiter not in a line, or a wait for the release alone) is announced
+-- on the channel named like the key, and a watched or lined key that is deleted (a line at its end: a reader that
 -- found a lined locker waiting marks nothing) on the readers' channel too (see
 -- tell_watchers). Unflagged keys publish nothing, so an uncontended release costs no
 -- PUBLISH. The

@@ -1,8 +1,9 @@
 -- rwlock.lua: the read-write lock — many readers or one writer, writers first. One file,
 -- one section per operation: each section (from its `--- op:` line to the next) is a script
--- of its own, run with helpers.lua, line.lua and this preamble before it (see scripts/lua.rs). A reader's operations of one
--- holder (refresh, renew, ttl, guarded, fence, raise_fence) are holders.lua's, shared with
--- a semaphore's holders: this preamble says what they ask of the readers.
+-- of its own, run with helpers.lua, line.lua and this preamble before it (see
+-- scripts/lua.rs). A reader's operations of one holder (refresh, renew, ttl, guarded,
+-- fence, raise_fence) are holders.lua's, shared with a semaphore's holders: this preamble
+-- says what they ask of the readers.
 --
 -- The lock key holds whoever holds the lock:
 --   a writer:   a string, the writer's value (token, flag byte, metadata) with PX — a mutex
@@ -282,10 +283,10 @@ return { 0, fence }
 --          this node; the writer still waits, its intent stays, and nothing is announced
 --          (as mutex.lua's undo: it freed nothing anyone could wait for).
 -- Returns: 0 when it held the lock (now released); 1 when it did not.
--- A value flagged for lockers in line (LINED, LINED_AWAITED) is handed to the first of them, as a
--- lock's is (hand_key), rather than deleted; one watched (AWAITED, LINED_AWAITED: writers that do not
--- line up, on a quorum) is announced on the lock key's channel. When no writer waits any
--- more, waiting readers are told on theirs (every one of them may come in).
+-- A value flagged for lockers in line (LINED, LINED_AWAITED) is handed to the first of
+-- them, as a lock's is (hand_key), rather than deleted; one watched (AWAITED,
+-- LINED_AWAITED: writers that do not line up, on a quorum) is announced on the lock
+-- key's channel. When no writer waits any more, waiting readers are told on theirs (every one of them may come in).
 -- The same call, given a locker's id instead of a token, takes that locker out of the
 -- line: a key handed to it goes on to the next. It releases nothing, and answers 1.
 local lock, details, intents, line = KEYS[1], KEYS[2], KEYS[3], KEYS[4]

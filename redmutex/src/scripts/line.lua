@@ -133,11 +133,10 @@ end
 -- How many wait in `line` with a live heartbeat at `now`; -1 when there is no line (where
 -- waiters do not line up, nobody is known to wait) or it holds data of another kind.
 local function waiting_in(line, now)
-  local count = redis.pcall('zcount', line, '-inf', string.format('%.0f', -live_from(now)))
-  if type(count) ~= 'number' or (count == 0 and redis.call('exists', line) == 0) then
+  if redis.call('type', line)['ok'] ~= 'zset' then
     return -1
   end
-  return count
+  return redis.call('zcount', line, '-inf', string.format('%.0f', -live_from(now)))
 end
 
 -- Announces `message` on `key`'s channel named by `suffix` ('' for the key's own): the
