@@ -448,6 +448,46 @@ async fn a_redlock_election_says_nobody_can_tell_rather_than_nobody_leads() {
     drop(leadership);
 }
 
+/// On Redlock, a forced release that reached one node (an operator's, pointed at that node
+/// alone) leaves a tombstone there, the leader's key on another, and nothing on the third
+/// (it restarted empty): the leader may still lead, and the tombstone keeps its place.
+/// Nobody can tell who leads — an error, never "nobody leads" (found by the simulator,
+/// seeds 18963 and 59331, with a force under way).
+#[tokio::test]
+async fn a_redlock_election_half_forced_says_nobody_can_tell() {
+    let servers = RedisServer::spawn_many(3);
+    let leadership = redlock_candidate(&servers)
+        .await
+        .campaign("a")
+        .await
+        .unwrap();
+    let election = redlock_candidate(&servers).await;
+    let key = String::from_utf8(election.key().to_vec()).unwrap();
+    let operator = Locker::new(multiplexed(&servers[0]).await);
+    let was = operator.force_release(&key).await.unwrap().unwrap();
+    assert_eq!(was.holders[0].metadata.as_deref(), Some("a"));
+    assert!(servers[0].command(&["GET", &key]).contains("~forced~"));
+    assert_eq!(servers[2].command(&["DEL", &key]), ":1\r\n");
+    let started = Instant::now();
+    let unknown = election.leader().await.unwrap_err();
+    assert!(matches!(unknown, Error::NoQuorum(_)), "{unknown:?}");
+    // It asked again for a while (a force under way completes within a round trip).
+    assert!(started.elapsed() >= ms(500), "{:?}", started.elapsed());
+    // The force completed on the leader's other node: the tombstones hold a quorum, and
+    // the leader is reported until they end, as on one node.
+    Locker::new(multiplexed(&servers[1]).await)
+        .force_release(&key)
+        .await
+        .unwrap()
+        .unwrap();
+    let leader = election.leader().await.unwrap().expect("still reported");
+    assert_eq!(
+        (leader.value.as_str(), leader.term),
+        ("a", Some(leadership.term()))
+    );
+    drop(leadership);
+}
+
 /// A campaign can be bounded and watched as any acquire: a deadline ends it with "not
 /// obtained", each look that found another leader is reported, and its pauses follow the
 /// strategy given.

@@ -65,13 +65,14 @@ pub struct LockInfo {
     pub nodes: Vec<NodeInfo>,
     /// Whether a redmutex owner holds it: its token is the value (Redlock: on a quorum of
     /// nodes, whatever a minority holds — foreign data, or another owner's failed try).
-    /// An error when nobody can tell: nodes that did not answer could complete an owner's
-    /// quorum.
+    /// An error when nobody can tell: nodes that did not answer, or tombstones, could
+    /// complete an owner's quorum.
     pub(crate) owned: Result<bool, Box<QuorumFailure>>,
     /// Redlock: an owner holds a quorum, and one of its nodes stores a fence above the
     /// latest handed out — a fenced acquire between taking its claim (each node counting
     /// its own next fence) and making the highest durable on them all. The fence told is
-    /// not yet the one the owner will be handed.
+    /// not yet the one the owner will be handed. Or no owner holds a quorum, but one would
+    /// with the tombstones beside it: a forced release on its way across the nodes.
     pub(crate) settling: bool,
     /// Its holder was released by force ([`Locker::force_release`](crate::Locker::force_release)):
     /// a tombstone keeps its place — `held`, with its `metadata` and `ttl` — until its TTL
@@ -313,10 +314,19 @@ impl StateReader for LockKeyReader<'_> {
             nodes.push(NodeInfo { node, info });
         }
         let unanswered = (nodes.iter()).filter(|n| n.info.is_err()).count();
+        let is_tombstone = |node: usize| (nodes[node].info.as_ref()).is_ok_and(|i| i.forced);
+        let tombstones = (0..nodes.len()).filter(|&n| is_tombstone(n)).count();
         // Nobody holds a quorum among the answers; but the nodes that did not answer might
-        // complete one owner's (or be one's whole quorum).
-        let maybe_owned = unanswered >= needed
-            || (owners.iter()).any(|(_, _, ttls, _)| ttls.len() + unanswered >= needed);
+        // complete one owner's (or be one's whole quorum). So might tombstones: each keeps
+        // the place of a holder a force replaced, without saying which — beside an owner's
+        // own nodes, a force under way or half done (simulator seed 18963).
+        let completes = |(_, _, ttls, at): &Owner, others: usize| {
+            let placeholders = if is_tombstone(at[0]) { 0 } else { others };
+            ttls.len() + placeholders >= needed
+        };
+        let maybe_owned =
+            unanswered >= needed || (owners.iter()).any(|o| completes(o, unanswered + tombstones));
+        let mid_force = (owners.iter()).any(|o| !completes(o, 0) && completes(o, tombstones));
         let holder = owners
             .into_iter()
             .find(|(_, _, ttls, _)| ttls.len() >= needed);
@@ -358,7 +368,7 @@ impl StateReader for LockKeyReader<'_> {
         };
         let forced = (holder_nodes.as_ref())
             .is_some_and(|at| (nodes[at[0]].info.as_ref()).is_ok_and(|info| info.forced));
-        let settling = holder_nodes.as_ref().is_some_and(|at| {
+        let settling = holder_nodes.as_ref().map_or(mid_force, |at| {
             let fence_at = |node: &usize| nodes[*node].info.as_ref().ok().and_then(|i| i.fence);
             at.iter().map(fence_at).max().flatten() > fence
         });
