@@ -518,7 +518,8 @@ fn watches(history: &History, found: &mut Vec<Violation>) {
 /// A fair lock's waiters get the key in the order their first try reached the server
 /// (docs/SAFETY.md, 8): of two waiters of one name, one whose try found the name held
 /// — it was in line then — before the other was even called is not passed by it, while it
-/// is still waiting. Unless a fault may have cost it its place: its process paused,
+/// is still waiting (it left when it gave up: from its deadline on, its withdrawal may
+/// have reached the server first). Unless a fault may have cost it its place: its process paused,
 /// slowed, cut off or dead (its heartbeat may have run out: it drops out, and comes back
 /// at the end of the line), or a server fault (the line lost, or nobody's heartbeat
 /// renewed).
@@ -532,7 +533,13 @@ fn fair_order(plan: &Plan, history: &History, found: &mut Vec<Violation>) {
             let Some(got) = second.ended.filter(|_| second.obtained) else {
                 continue;
             };
-            let still_waiting = first.ended.is_none_or(|ended| ended > got);
+            // One that gave up left the line when its withdrawal reached the server: at
+            // its deadline or later, before it returned (seed 33422).
+            let gave_up = (!first.obtained).then(|| first.asked + first.deadline);
+            let left = first
+                .ended
+                .map(|ended| gave_up.map_or(ended, |at| at.min(ended)));
+            let still_waiting = left.is_none_or(|left| left > got);
             if second.name != first.name
                 || second.asked <= in_line
                 || !still_waiting
@@ -1257,6 +1264,28 @@ mod tests {
         let mut found = Vec::new();
         fair_order(&plan, &history, &mut found);
         found.iter().map(|v| v.rule).collect()
+    }
+
+    #[test]
+    fn a_fair_waiter_that_gave_up_left_the_line_at_its_deadline_not_when_it_returned() {
+        let plan = Plan::draw(1, Scale::short());
+        let rule = |deadline: f64| {
+            let mut first = waiter(0, 0, 0.5, 2.05, false);
+            first.failures = vec![failed(1.0, true, vec![])];
+            first.deadline = secs(deadline);
+            let history = History {
+                attempts: vec![first, waiter(1, 1, 1.5, 2.0, true)],
+                ..History::default()
+            };
+            let mut found = Vec::new();
+            fair_order(&plan, &history, &mut found);
+            found.iter().map(|v| v.rule).collect::<Vec<_>>()
+        };
+        // Its deadline (1.95 s) came before the other was served (2.0 s): its withdrawal
+        // may have reached the server first, though it returned at 2.05 s.
+        assert!(rule(1.45).is_empty());
+        // Its deadline came after: it was in line when passed.
+        assert_eq!(rule(1.55), ["fair-order"]);
     }
 
     fn pause(process: usize, at: f64, lasting: f64) -> Strike {
