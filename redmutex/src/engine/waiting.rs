@@ -205,6 +205,12 @@ where
         let info = match read(waiting.is_member()).await {
             Ok(info) => info,
             Err(unknown @ Error::NoQuorum(_)) => {
+                // A turn this look was given is settled (not handed on: it told nothing);
+                // one left open would keep every later release from waking this locker's
+                // other waiters, who would sleep until their next poll (seed 14673).
+                if let Some(member) = waiting.member.as_mut() {
+                    member.tried(Outcome::Failed);
+                }
                 let now = Instant::now();
                 if deadline.is_some_and(|deadline| now >= deadline) {
                     return Err(unknown);
@@ -240,5 +246,64 @@ where
         let wake = deadline.map_or(wake, |deadline| wake.min(deadline));
         // Woken or not, the next look reads the key again.
         waiting.pause(wake).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quorum::QuorumFailure;
+    use testkit::RedisServer;
+
+    /// A wait for a release whose looks cannot tell (no quorum) settles each turn it is
+    /// given, so that a release still wakes the locker's other waiters: a turn left open
+    /// kept every later release from waking anyone (simulator seed 14673).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_look_that_cannot_tell_does_not_keep_the_turn() {
+        let server = RedisServer::spawn();
+        let client = redis::Client::open(server.url()).unwrap();
+        let hub = Arc::new(Hub::new(vec![client.into()], 1));
+        let looks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let watch = {
+            let (hub, looks) = (hub.clone(), looks.clone());
+            tokio::spawn(async move {
+                until_free(Some(&hub), b"job", Duration::from_secs(30), |_| {
+                    looks.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let failure = QuorumFailure::undecided(1, 2, 3, Vec::new());
+                    async move { Err::<LockInfo, _>(Error::NoQuorum(failure)) }
+                })
+                .await
+            })
+        };
+        // The subscription's confirmation hands the watch its re-check: a turn.
+        while looks.load(std::sync::atomic::Ordering::SeqCst) < 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let mut other = hub.join(b"job", true, 1);
+        let mut publisher = client_of(&server).await;
+        let woken = other.woken();
+        tokio::pin!(woken);
+        let give_up = Instant::now() + Duration::from_secs(5);
+        let why = loop {
+            // Each release wakes one waiter: the watch or the other.
+            let _: i64 = redis::cmd("PUBLISH")
+                .arg("job")
+                .arg("released")
+                .query_async(&mut publisher)
+                .await
+                .unwrap();
+            tokio::select! {
+                why = &mut woken => break why,
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            }
+            assert!(Instant::now() < give_up, "no release woke the other waiter");
+        };
+        assert_eq!(why, Wake::Released);
+        watch.abort();
+    }
+
+    async fn client_of(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+        let client = redis::Client::open(server.url()).unwrap();
+        client.get_multiplexed_async_connection().await.unwrap()
     }
 }
