@@ -1,5 +1,6 @@
 //! The checker: every claim of docs/SAFETY.md that a run can test, as a rule over the
-//! recorded history alone. It trusts nothing the library says about other holders —
+//! recorded history alone — a simulated run's, and (the rules over holders' own times,
+//! [`holders`]) the torture run's on real servers. It trusts nothing the library says about other holders —
 //! only each holder's own times, validity and fence, the watchers' answers, and the
 //! samples of what the servers held.
 //!
@@ -9,7 +10,7 @@
 //! | `min-hold` | 7: a minimum hold keeps the key however early it was released (part of `exclusion`: a kept section ends no sooner) |
 //! | `limit` | 6: a semaphore's holders within their validity never exceed its limit |
 //! | `fence` | 4, 6, 11: fences (terms) of holders that asked after another held are greater; no two alike |
-//! | `watch` | `wait_released` never answers "free" while one holder held the key throughout the wait |
+//! | `watch` | `wait_released` never answers "free" while holders (one, or several overlapping) held the key throughout the wait |
 //! | `observe` | 11: an election's observer sees a leader vouched for throughout its read with that leader's own term, leaders' terms never going back, and never "nobody leads" while one leader was vouched for from its asking to the answer |
 //! | `fair-order` | 8: a fair lock's waiter in line is not passed by one that asked after it was in line, unless it left the line first |
 //! | `lost-late` | 3: a kept-alive lease is told "lost" before its validity ends |
@@ -30,7 +31,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::history::{Attempt, GuardedWrite, History, Observation, Section};
-use crate::plan::{Fault, Plan, Primitive, Topology};
+use crate::plan::{Fault, Plan, Primitive, Strike, Topology};
 
 /// How soon a waiter with wake-up must get a name that became free, once the run is
 /// quiet: a hand-off (50 ms), a few round trips, and room to spare.
@@ -94,16 +95,12 @@ pub fn check(plan: &Plan, history: &History) -> Vec<Violation> {
             text: text.clone(),
         })
         .collect();
-    exclusion(plan, history, &mut found);
+    found.extend(holders(history, &plan.faults));
     forced_renewals(plan, history, &mut found);
-    limit(history, &mut found);
-    fences(history, &mut found);
-    watches(history, &mut found);
     fair_order(plan, history, &mut found);
     observations(history, &mut found);
     healthy_nodes_answer(plan, history, &mut found);
     guarded(history, &mut found);
-    asks(history, &mut found);
     liveness(plan, history, &mut found);
     hand_offs(plan, history, &mut found);
     found.sort_by_key(|v| v.at);
@@ -112,6 +109,21 @@ pub fn check(plan: &Plan, history: &History) -> Vec<Violation> {
     if let Some(stopped) = found.iter().find(|v| v.rule == "livelock").map(|v| v.at) {
         found.retain(|v| v.at <= stopped);
     }
+    found
+}
+
+/// The rules that judge holders by their own times alone — `exclusion` and `min-hold`,
+/// `limit`, `fence`, `watch`, `ask` (and `renewal` where a breach exempts a pair) — which
+/// a run on real servers records too: the torture run's history is judged by these, the
+/// same functions as a simulated run's. `faults`: the run's, for what a failover may have
+/// brought back (none on real servers, whose breaches are not known).
+pub fn holders(history: &History, faults: &[Strike]) -> Vec<Violation> {
+    let mut found = Vec::new();
+    exclusion(faults, history, &mut found);
+    limit(history, &mut found);
+    fences(history, &mut found);
+    watches(history, &mut found);
+    asks(history, &mut found);
     found
 }
 
@@ -217,14 +229,14 @@ fn conflict(a: Primitive, b: Primitive) -> bool {
     )
 }
 
-fn exclusion(plan: &Plan, history: &History, found: &mut Vec<Violation>) {
+fn exclusion(faults: &[Strike], history: &History, found: &mut Vec<Violation>) {
     let sections = &history.sections;
     for (i, a) in sections.iter().enumerate() {
         for b in sections.iter().skip(i + 1) {
             if a.name != b.name || !conflict(a.primitive, b.primitive) {
                 continue;
             }
-            let (first, second) = if a.start <= b.start { (a, b) } else { (b, a) };
+            let (first, second) = in_order(a, b);
             if second.start >= first.protected_end() {
                 continue;
             }
@@ -238,7 +250,7 @@ fn exclusion(plan: &Plan, history: &History, found: &mut Vec<Violation>) {
                 first.asked.min(second.asked),
                 second.start,
             ) {
-                renewed_over(plan, first, second, found);
+                renewed_over(faults, first, second, found);
                 continue;
             }
             let rule = match first.keep_until.is_some()
@@ -261,6 +273,19 @@ fn exclusion(plan: &Plan, history: &History, found: &mut Vec<Violation>) {
     }
 }
 
+/// Two holders of one name, the one granted first first: by when each recorded its
+/// start — unless the later one recorded it only after its own validity (its process
+/// froze between the grant and the clock read) and its lower fence says it was granted
+/// first.
+fn in_order<'s>(a: &'s Section, b: &'s Section) -> (&'s Section, &'s Section) {
+    let (first, second) = if a.start <= b.start { (a, b) } else { (b, a) };
+    let recorded_late = second.start >= second.valid;
+    match (first.fence, second.fence) {
+        (Some(earlier), Some(later)) if recorded_late && later < earlier => (second, first),
+        _ => (first, second),
+    }
+}
+
 /// The least a renewal of a claim of `ttl` takes off its validity for clock drift (one
 /// node's allowance, 1 %; Redlock's is more): a renewal sent at `s` gives a validity of at
 /// most `s + ttl - least_drift(ttl)`, so one that gives more was sent after `s`.
@@ -280,11 +305,11 @@ fn renewal_sent(s: &Section) -> Option<Duration> {
 /// that is how `second` got the name. Nothing brings a lost claim back but a failover (to
 /// a replica that still had it), so no renewal of `first` sent after `second` took the
 /// name may succeed: one that gave it validity renewed a claim that was not its own.
-fn renewed_over(plan: &Plan, first: &Section, second: &Section, found: &mut Vec<Violation>) {
+fn renewed_over(faults: &[Strike], first: &Section, second: &Section, found: &mut Vec<Violation>) {
     let Some(sent) = renewal_sent(first) else {
         return;
     };
-    let failover = failover_since(plan, second.asked);
+    let failover = failover_since(faults, second.asked);
     // (Granted before `second` even asked: `second` came in after the breach took it.)
     if sent <= second.start || second.asked <= first.start || failover {
         return;
@@ -302,8 +327,8 @@ fn renewed_over(plan: &Plan, first: &Section, second: &Section, found: &mut Vec<
 
 /// Whether a master failed over to its replica after `at`: whatever was written since —
 /// confirmed by the replica or not (a forced release waits for no replica) — may be lost.
-fn failover_since(plan: &Plan, at: Duration) -> bool {
-    (plan.faults.iter()).any(|strike| match strike.fault {
+fn failover_since(faults: &[Strike], at: Duration) -> bool {
+    (faults.iter()).any(|strike| match strike.fault {
         Fault::Failover { down } => strike.at.saturating_add(down) + STRIKE_LATE >= at,
         _ => false,
     })
@@ -316,7 +341,7 @@ fn failover_since(plan: &Plan, at: Duration) -> bool {
 /// not received the release.)
 fn forced_renewals(plan: &Plan, history: &History, found: &mut Vec<Violation>) {
     for forced in &history.forced {
-        if failover_since(plan, forced.called) {
+        if failover_since(&plan.faults, forced.called) {
             continue;
         }
         for s in &history.sections {
@@ -489,16 +514,30 @@ fn observations(history: &History, found: &mut Vec<Violation>) {
     }
 }
 
+/// `wait_released` never answers "free" while the name was held throughout the wait: the
+/// holders vouched for (readers too: their set is at the key) left no moment between its
+/// asking and its answer uncovered — one holder, or several whose holds overlapped (where
+/// one ended as the next began, the name may have been free that moment).
 fn watches(history: &History, found: &mut Vec<Violation>) {
     for watch in history.watches.iter().filter(|w| w.free) {
-        let covering = (history.sections.iter()).find(|s| {
-            s.name == watch.name
-                && s.primitive.exclusive()
-                && s.start < watch.asked
-                && watch.answered < s.protected_end()
-                && !breached(history, s.name, s.asked, watch.answered)
-        });
-        if let Some(s) = covering {
+        let mut holds: Vec<&Section> = (history.sections.iter())
+            .filter(|s| {
+                s.name == watch.name
+                    && !matches!(s.primitive, Primitive::Permit(_))
+                    && s.start < s.protected_end()
+                    && !breached(history, s.name, s.asked, watch.answered)
+            })
+            .collect();
+        holds.sort_by_key(|s| s.start);
+        let (mut reached, mut chain) = (watch.asked, Vec::new());
+        for s in holds {
+            if s.start >= reached || reached > watch.answered {
+                break;
+            }
+            reached = reached.max(s.protected_end());
+            chain.push(describe(s));
+        }
+        if reached > watch.answered {
             found.push(Violation {
                 rule: "watch",
                 at: watch.answered,
@@ -508,7 +547,7 @@ fn watches(history: &History, found: &mut Vec<Violation>) {
                     watch.name,
                     watch.asked,
                     watch.answered,
-                    describe(s)
+                    chain.join("; then ")
                 ),
             });
         }

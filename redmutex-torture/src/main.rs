@@ -7,7 +7,7 @@
 //! master over to a replica that missed its last writes, freezes worker processes past
 //! their TTL and kills client connections. An independent
 //! checker then reads every critical section and reports overlaps, fence order and what
-//! was left behind. Exit code 0: the guarantee held in every mode (where a failover lost
+//! was left behind — by the simulator's own rules where the claims are the same. Exit code 0: the guarantee held in every mode (where a failover lost
 //! writes nobody waited for, the locks lost are counted, not failed); 1: it did not.
 
 mod checker;

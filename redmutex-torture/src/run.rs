@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use testkit::{Proxy, RedisCluster, RedisServer, SentinelGroup, ServerOptions};
 
-use crate::checker::{self, check, Verdict};
+use crate::checker::{check, Verdict};
 use crate::clock::now_ns;
 use crate::record::{Ask, Section};
 use crate::schedule::{schedule, Fault, FaultKind, Mode, Plan};
@@ -429,8 +429,7 @@ pub fn run_mode(mode: Mode, seed: u64, args: &RunArgs) -> Report {
         }
     }
     let (leftover_keys, keys_without_ttl) = topology.keys_left_behind(exited, ttl);
-    let mut verdict = check(&sections);
-    checker::heard(&sections, &asks, &mut verdict);
+    let verdict = check(&sections, &asks);
     let mut faults_by_kind: Vec<(FaultKind, usize)> = mode
         .fault_kinds()
         .iter()
