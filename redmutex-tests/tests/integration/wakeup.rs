@@ -1039,6 +1039,45 @@ async fn a_newcomer_behind_a_holder_that_shortened_its_ttl_gets_the_key_when_it_
     newcomer.release().await.unwrap();
 }
 
+/// A campaign waits on the key's own channel; a writer of the same name, in the same
+/// locker, lines its waiters up on its turn channel. The writer sets a 300 ms TTL and
+/// stops (never released): the campaign is told, as its locker's waiters at the same key
+/// of every kind are, and wins when the key runs out — not at its 10 s poll (the
+/// simulator found it told nothing, seed 16582).
+#[tokio::test]
+async fn a_campaign_behind_its_lockers_writer_that_shortened_its_ttl_wins_when_it_runs_out() {
+    let server = RedisServer::spawn();
+    let locker = common::own_locker(&server, true).await;
+    let mut writer = (locker.rw_lock("k").unwrap())
+        .write(ms(60_000))
+        .await
+        .unwrap();
+    let election = locker.election("k").unwrap();
+    let campaign = tokio::spawn(async move {
+        (election.campaign("c"))
+            .retry(retry::constant(LONG_POLL))
+            .deadline(ms(30_000))
+            .await
+            .map(|won| (Instant::now(), won))
+    });
+    // Its first try found the writer's key, with a minute left.
+    tokio::time::sleep(ms(300)).await;
+    writer.refresh(ms(300)).await.unwrap();
+    let refreshed = Instant::now();
+    let _token = writer.detach();
+    let (won_at, won) = tokio::time::timeout(ms(20_000), campaign)
+        .await
+        .expect("the campaign ended")
+        .unwrap()
+        .unwrap();
+    let waited = won_at - refreshed;
+    assert!(
+        waited < ms(300) + WOKEN_WITHIN,
+        "won {waited:?} after the writer's 300 ms TTL began (poll interval {LONG_POLL:?})"
+    );
+    won.resign().await.unwrap();
+}
+
 /// Two waiters of one locker: the first tries and polls; the second queues behind it
 /// without a try of its own. The first gives up (its deadline) before the dead holder's
 /// key runs out: the second tries then — and gets the key when it runs out, not at its

@@ -114,51 +114,30 @@ impl<C: Connection> Context<C> {
         Ok(*self.id.get_or_init(|| drawn))
     }
 
-    /// Whether this locker's waiters for `claim` line up beside its keys (see
-    /// `Waits::lined`): a claim that has lines, one node deciding, and wake-up to hear of
-    /// the hand-offs.
-    pub(crate) fn lined(&self, claim: &dyn Claim) -> bool {
-        claim.waits().lined && self.lines_up()
-    }
-
     /// Whether this locker's waiters line up where their claim has lines: one node
     /// deciding, and wake-up to hear of the hand-offs.
     pub(crate) fn lines_up(&self) -> bool {
         self.hub.is_some() && self.backend.quorum_settings().is_none()
     }
 
-    /// Tells this locker's waiters for `claim`'s keys, if it has wake-up, that the claim is
-    /// held until `until` at most (see `Hub::held_until`): one of them tries then.
+    /// Tells this locker's waiters at `claim`'s keys, if it has wake-up, that the claim is
+    /// held until `until` at most (see `Hub::held_until`): one of them tries then. Waiters
+    /// of any claim at the same keys: those that line up there hear on the locker's turn
+    /// channel, the others on the key's own — a read-write lock's writers behind this
+    /// locker's reader, a campaign for a leadership behind its writer (simulator seed
+    /// 16582): a key that now ends sooner must not keep any of them waiting.
     pub(crate) fn waiters_held_until(&self, claim: &dyn Claim, until: Instant) {
-        if let Some(hub) = &self.hub {
-            let lined = self.lined(claim);
-            for channel in self.wait_channels(claim, lined) {
-                hub.held_until(&channel, until);
-            }
-            // Waiters of another claim at the same keys that line up there — a read-write
-            // lock's writers behind this locker's reader — hear on the locker's turn
-            // channel: a reader's key that now ends sooner must not keep them waiting
-            // either.
-            let lines = claim.keys().lined() && self.backend.quorum_settings().is_none();
-            if let (false, true, Some(id)) = (lined, lines, self.id.get()) {
-                for key in claim.keys().iter() {
-                    hub.held_until(&wait_channel(key, true, id, claim.keys().channels()), until);
-                }
-            }
-        }
-    }
-
-    /// The channels this locker's waiters for `claim`'s keys hear of their release on, in
-    /// order (see `wait_channel`; `lined`: as [`Context::lined`] says of `claim`).
-    fn wait_channels(&self, claim: &dyn Claim, lined: bool) -> Vec<Vec<u8>> {
+        let Some(hub) = &self.hub else {
+            return;
+        };
         let channels = claim.keys().channels();
-        let keys = claim.keys().iter();
-        match self.id.get() {
-            Some(id) => keys
-                .map(|key| wait_channel(key, lined, id, channels))
-                .collect(),
-            // No waiter of this locker ever lined up.
-            None => keys.map(|key| channels.name(key, b"")).collect(),
+        let lines = claim.keys().lined() && self.lines_up();
+        for key in claim.keys().iter() {
+            hub.held_until(&channels.name(key, b""), until);
+            // (No id yet: no waiter of this locker ever lined up.)
+            if let (true, Some(id)) = (lines, self.id.get()) {
+                hub.held_until(&wait_channel(key, true, id, channels), until);
+            }
         }
     }
 }
