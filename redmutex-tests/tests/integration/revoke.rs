@@ -513,3 +513,73 @@ async fn a_request_announced_during_a_renewal_is_heard_by_the_next() {
     );
     lease.release().await.unwrap();
 }
+
+/// With wake-up, a kept-alive holder whose key an operator forced away is told "lost" at
+/// once (the force is announced where requests to let go are), long before its next
+/// renewal (a 30 s lease renews every 10 s): with the lock-delay (a tombstone), at once
+/// (the key gone) — and then its locker's waiter for the key, which a lease's own locker
+/// wakes only when it learns the lease is gone, gets the key at once rather than at its
+/// 10 s poll (the simulator found it waiting, seed 19844). A semaphore's holder too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_wake_up_a_forced_holder_is_told_at_once_and_its_lockers_waiter_served() {
+    let server = RedisServer::spawn();
+    let holder = common::own_locker(&server, true).await;
+    let operator = common::own_locker(&server, false).await;
+    let long = ms(30_000);
+    let told_within = ms(2_000);
+
+    let lease = (holder.acquire("job", long).await.unwrap())
+        .keep_alive()
+        .unwrap();
+    until_subscribers(&server, "job:~a", 1, ms(2_000)).await;
+    operator.force_release("job").await.unwrap().expect("held");
+    let reason = tokio::time::timeout(told_within, lease.lost())
+        .await
+        .expect("told at its next renewal only");
+    assert!(
+        matches!(reason, redmutex::LostReason::NotHeld),
+        "{reason:?}"
+    );
+
+    let pool = holder.semaphore("pool", 2).unwrap();
+    let permit = (pool.acquire(1, long).await.unwrap()).keep_alive().unwrap();
+    until_subscribers(&server, "pool:~a", 1, ms(2_000)).await;
+    operator.force_release("pool").await.unwrap().expect("held");
+    tokio::time::timeout(told_within, permit.lost())
+        .await
+        .expect("a permit told at its next renewal only");
+
+    let lease = (holder.acquire("task", long).await.unwrap())
+        .keep_alive()
+        .unwrap();
+    until_subscribers(&server, "task:~a", 1, ms(2_000)).await;
+    let waiter = holder.clone();
+    let waiting = tokio::spawn(async move {
+        let lock = (waiter.acquire("task", long))
+            .retry(redmutex::retry::constant(ms(10_000)))
+            .deadline(ms(20_000))
+            .await;
+        (std::time::Instant::now(), lock)
+    });
+    // Its first try found the key held, with half a minute left.
+    tokio::time::sleep(ms(300)).await;
+    operator
+        .force_release_now("task")
+        .await
+        .unwrap()
+        .expect("held");
+    let forced = std::time::Instant::now();
+    let (got_at, lock) = tokio::time::timeout(ms(15_000), waiting)
+        .await
+        .expect("the waiter ended")
+        .unwrap();
+    let waited = got_at - forced;
+    assert!(
+        waited < told_within,
+        "got the key {waited:?} after the force"
+    );
+    lock.unwrap().release().await.unwrap();
+    tokio::time::timeout(told_within, lease.lost())
+        .await
+        .expect("the forced lease told");
+}

@@ -20,8 +20,9 @@ impl<C: Connection> Locker<C> {
     /// Chubby's): a lock's value (its TTL kept), a semaphore's holders (their permits and
     /// expiry kept), readers. The holder's next renewal, refresh or release finds itself
     /// gone — a kept-alive lease is then lost
-    /// ([`LostReason::NotHeld`](crate::LostReason::NotHeld)), so `exec` stops its command —
-    /// and nobody else is let in before the holder's validity has surely ended (it ends
+    /// ([`LostReason::NotHeld`](crate::LostReason::NotHeld)), so `exec` stops its command;
+    /// at once when its locker has [wake-up](Locker::with_wake_up), which hears the force
+    /// where it hears requests to let go — and nobody else is let in before the holder's validity has surely ended (it ends
     /// before its TTL on the server: [claim 13](crate::safety)). Waiters take the lock as the
     /// tombstone ends: their waits are bounded by
     /// the TTL they were told. A tombstone is listed as such
@@ -121,8 +122,9 @@ impl<C: Connection> Locker<C> {
 
     /// Releases whatever redmutex holds at `key`, whoever holds it, **at once** (a
     /// tombstone too): for a holder known to be dead whose TTL is too long to wait out.
-    /// **This breaks mutual exclusion** if the holder still lives: it is not told, finds
-    /// out only at its next renewal, refresh or release, and may go on working meanwhile
+    /// **This breaks mutual exclusion** if the holder still lives: it finds out only at its
+    /// next renewal, refresh or release (a kept-alive lease whose locker has wake-up at
+    /// once, as for [`force_release`](Locker::force_release)), and may go on working meanwhile
     /// while another takes the lock (fences keep storage safe: the next holder's is
     /// greater). Prefer [`force_release`](Locker::force_release). Atomically, it reads what
     /// was held (returned) and removes it: a lock's key; a semaphore's or readers' holders

@@ -31,8 +31,8 @@ local LINED_VALUE = '^' .. string.rep('[%w_%-]', TOKEN_LEN) .. '[' .. LINED .. L
 local TOMBSTONE = '~forced~'
 local GRAVE = '~'
 
--- A request that a key's holders let go is announced on the key's name and ASK_CHANNEL
--- (see `ask`; token.rs's ask_channel, which listens there).
+-- A request that a key's holders let go, and a forced release, are announced on the key's
+-- name and ASK_CHANNEL (see `ask`, `force`; token.rs's ask_channel, which listens there).
 local ASK_CHANNEL = ':~a'
 
 local function is_tombstone(value)
@@ -189,8 +189,11 @@ return described
 
 --- op: force
 -- an operator's release of whatever redmutex holds at a key, whoever holds it. The holders
--- are not told: each finds out at its next renewal or refresh, and until then may go on
--- working. Something redmutex did not write is left alone.
+-- find out at their next renewal or refresh, and until then may go on working; those
+-- kept alive by a locker with wake-up renew at once, told on the key's ASK_CHANNEL as of
+-- a request to let go (the renewal, not the message, finds them gone), and so do their
+-- lockers' other waiters, woken as the lease is lost. Something redmutex did not write
+-- is left alone.
 -- By default (lock-delay) the holders' places are kept as tombstones until their TTLs
 -- end — a lock's value becomes TOMBSTONE (its TTL kept), a semaphore's holders and
 -- readers become GRAVE members (their expiry and permits kept) — so that nobody else is
@@ -223,6 +226,7 @@ if ARGV[1] ~= 'now' then
         metadata = string.sub(value, METADATA_AT)
       end
       redis.call('set', KEYS[1], TOMBSTONE .. kind .. '~' .. metadata, 'keepttl')
+      announce_on(KEYS[1], ASK_CHANNEL, 'forced')
     end
   elseif kind == 'semaphore' or kind == 'rw_lock_read' then
     local details = (kind == 'semaphore') and KEYS[4] or KEYS[5]
@@ -236,6 +240,9 @@ if ARGV[1] ~= 'now' then
         redis.call('zadd', KEYS[1], members[j + 1], grave)
         redis.call('zrem', KEYS[1], member)
       end
+    end
+    if entry[HOLDERS] > 0 then
+      announce_on(KEYS[1], ASK_CHANNEL, 'forced')
     end
   end
   return { entry }
@@ -272,6 +279,9 @@ elseif kind == 'rw_lock_read' then
   tell_first(KEYS[1], KEYS[7])
 else
   freed = false
+end
+if freed then
+  announce_on(KEYS[1], ASK_CHANNEL, 'forced')
 end
 -- Whatever held the key, a fair line waiting for it hears of its turn: the first live
 -- waiter, on its own channel.
