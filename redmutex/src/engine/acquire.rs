@@ -27,7 +27,7 @@ use crate::engine::tally::{FailedTry, Observer, Tally};
 use crate::engine::waiting::{wait_channel, Waiting};
 use crate::engine::wakeup::Wake;
 use crate::error::{Argument, Error};
-use crate::scripts::{AcquireTerms, Claim, ObtainTry, Waits, LINE_HEARTBEAT};
+use crate::scripts::{AcquireTerms, Claim, ObtainTry, Place, Waiter, Waits, LINE_HEARTBEAT};
 use crate::token::{self, Token};
 
 /// A pending acquire: set options, then `.await` it.
@@ -604,15 +604,20 @@ impl<C: Connection> Tries<'_, '_, C> {
         // A try that takes the key for one of several waiters of the locker keeps its
         // place in line, for the others.
         let request_kept_place = others_waiting && named;
+        let place = named.then_some(Place {
+            locker: &self.line.locker,
+            taken: self.left.place,
+            shared: others_waiting,
+        });
+        let probably_free = std::mem::take(&mut self.probably_free);
         let request = ObtainTry {
             terms: &*terms,
             retrying_own,
-            waiting,
             queue,
-            locker: named.then_some(&self.line.locker),
-            others_waiting,
-            in_line: self.left.place,
-            probably_free: std::mem::take(&mut self.probably_free),
+            waiter: waiting.then_some(Waiter {
+                place,
+                probably_free,
+            }),
         };
         let attempt = (self.backend)
             .try_obtain(&**self.claim, request, sent_at, try_until)

@@ -23,6 +23,7 @@ use crate::primitives::mutex;
 use crate::retry::{self, Jitter, RetryExt};
 use crate::scripts::{
     operations, send_notice, Call, ChangeViaRefresh, Claim, Conn, Obtain, ObtainTry, Operations,
+    Waiter,
 };
 use crate::token::{Channels, Token};
 
@@ -754,10 +755,11 @@ impl Claim for ElectionKey {
     /// The mutex's try; a candidate never lines its locker up (a key handed to a locker
     /// for a moment would read as a leader without a value).
     fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {
-        let request = ObtainTry {
-            locker: None,
-            ..request
-        };
+        let waiter = (request.waiter).map(|waiter| Waiter {
+            place: None,
+            ..waiter
+        });
+        let request = ObtainTry { waiter, ..request };
         Box::pin(async move {
             let obtained = self.keys.obtain(&mut *conn, request).await?;
             if matches!(obtained, Obtain::Obtained { .. }) {

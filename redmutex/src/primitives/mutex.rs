@@ -129,7 +129,7 @@ impl Claim for Keys {
     /// One key, taken by a try that neither waits, nor takes a fence, nor may hold it
     /// already: a plain `SET NX PX` (see [`obtain`]).
     fn plain_try(&self, request: &ObtainTry<'_>) -> Option<Cmd> {
-        let plain = !request.retrying_own && !request.terms.fenced && !request.waiting;
+        let plain = !request.retrying_own && !request.terms.fenced && !request.waiting();
         match (self.len(), self.get(0)) {
             (1, Some(key)) if plain => {
                 Some(set_nx_cmd(key, &request.terms.value, request.terms.ttl_ms))
@@ -166,9 +166,11 @@ async fn obtain(
     let ObtainTry {
         terms,
         retrying_own,
-        waiting,
+        waiter,
         ..
     } = request;
+    let waiting = waiter.is_some();
+    let probably_free = waiter.is_some_and(|waiter| waiter.probably_free);
     let AcquireTerms {
         ref value,
         ttl_ms,
@@ -187,7 +189,7 @@ async fn obtain(
                 true,
             ));
         }
-        if !fenced && (!waiting || request.probably_free) {
+        if !fenced && (!waiting || probably_free) {
             if set_nx(&mut conn, key, value, ttl_ms).await? {
                 return Ok(Obtain::Obtained { fence: None });
             }
@@ -201,7 +203,7 @@ async fn obtain(
         }
     }
     let mut call = keys.call(&OBTAIN, fenced);
-    let locker = request.locker.filter(|_| waiting);
+    let locker = request.place().map(|place| place.locker);
     if locker.is_some() {
         for key in keys.iter() {
             call.key(companion_key(key, Companion::Line));

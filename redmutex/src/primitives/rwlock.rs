@@ -473,7 +473,7 @@ impl Claim for ReadKey {
         call.arg(request.terms.token.as_bytes())
             .arg(request.terms.ttl_ms)
             .arg(metadata)
-            .arg(if request.waiting { "1" } else { "0" })
+            .arg(if request.waiting() { "1" } else { "0" })
             .arg(request.terms.retention_ms)
             .arg(if lined { "1" } else { "0" });
         Box::pin(async move {
@@ -539,9 +539,9 @@ impl Claim for WriteKey {
             .arg(if request.queue { "1" } else { "0" })
             .arg(self.heartbeat_ms)
             .arg(request.terms.retention_ms);
-        if let Some(locker) = request.locker {
+        if let Some(place) = request.place() {
             call.key(companion_key(self.keys.key(), Companion::Line));
-            call.arg(locker.as_bytes());
+            call.arg(place.locker.as_bytes());
         }
         Box::pin(async move {
             let reply: (i64, i64) = call.invoke_async(&mut ScriptConn(conn)).await?;

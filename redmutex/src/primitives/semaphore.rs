@@ -449,8 +449,8 @@ impl Claim for Permits {
     fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {
         let mut call = self.call(&OBTAIN, request.terms.fenced);
         let metadata = request.terms.value.get(TOKEN_LEN + 1..).unwrap_or_default();
-        let locker = request.locker.filter(|_| request.waiting);
-        if locker.is_some() {
+        let place = request.place();
+        if place.is_some() {
             call.key(companion_key(self.key(), Companion::Line));
         }
         call.arg(request.terms.token.as_bytes())
@@ -458,17 +458,17 @@ impl Claim for Permits {
             .arg(self.limit)
             .arg(request.terms.ttl_ms)
             .arg(metadata)
-            .arg(if request.waiting && locker.is_none() {
+            .arg(if request.waiting() && place.is_none() {
                 "1"
             } else {
                 "0"
             })
             .arg(request.terms.retention_ms);
-        if let Some(locker) = locker {
+        if let Some(place) = place {
             // Its token or a reservation for its place may be there already.
-            let known = request.retrying_own || request.in_line || request.others_waiting;
-            call.arg(locker.as_bytes());
-            call.arg(if request.others_waiting { "1" } else { "0" });
+            let known = request.retrying_own || place.taken || place.shared;
+            call.arg(place.locker.as_bytes());
+            call.arg(if place.shared { "1" } else { "0" });
             call.arg(if known { "1" } else { "0" });
         }
         Box::pin(async move {

@@ -404,26 +404,51 @@ pub(crate) struct ObtainTry<'a> {
     /// An earlier try may have set some keys without us seeing the reply: the script then
     /// treats what holds our token as ours.
     pub(crate) retrying_own: bool,
-    /// The caller waits for a release (see `engine/wakeup.rs`): what it finds held is
-    /// marked as awaited so that its release publishes a wake-up, and its TTL is read.
-    pub(crate) waiting: bool,
     /// The caller may wait: a claim whose waiters queue in Redis ([`Waits::queue`])
     /// queues it (or renews its place) when it is not its turn.
     pub(crate) queue: bool,
-    /// The locker's id, when a waiting try puts it in the line of what it finds held (and
-    /// may take what a release handed to it, see `mutex.lua`): only when the hand-off's
-    /// message would reach it, and not on a quorum.
-    pub(crate) locker: Option<&'a Token>,
-    /// Other waiters of the locker wait for the same claim, wanting as many units: a place
-    /// in line served keeps the locker in line for them (a semaphore's, see
-    /// `semaphore.lua`).
-    pub(crate) others_waiting: bool,
-    /// An earlier try of this waiter put its locker in the claim's line (and the locker
-    /// has not left it since): a release may have handed it something.
-    pub(crate) in_line: bool,
+    /// A waiter's try — its acquire waits among its locker's waiters for what it finds
+    /// held (see `engine/wakeup.rs`) — and how it waits; `None` for a try that does not
+    /// wait (a first one, or without wake-up).
+    pub(crate) waiter: Option<Waiter<'a>>,
+}
+
+impl<'a> ObtainTry<'a> {
+    /// Whether the caller waits for a release: what it finds held is marked as awaited,
+    /// so that its release publishes a wake-up, and its TTL is read.
+    pub(crate) fn waiting(&self) -> bool {
+        self.waiter.is_some()
+    }
+
+    /// The waiter's locker's place in the claim's line, where it lines up.
+    pub(crate) fn place(&self) -> Option<Place<'a>> {
+        self.waiter.and_then(|waiter| waiter.place)
+    }
+}
+
+/// How a waiter's try waits (see [`ObtainTry::waiter`]).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Waiter<'a> {
+    /// Its locker's place in the line of what it finds held (`line.lua`), where it lines
+    /// up: only when the hand-off's message would reach it, and where one node decides.
+    pub(crate) place: Option<Place<'a>>,
     /// The try follows a wake-up of the locker's own (a holder of its own released the
     /// key): it is probably free, and a plain `SET` will likely take it.
     pub(crate) probably_free: bool,
+}
+
+/// A waiting locker's place in a claim's line.
+#[derive(Clone, Copy)]
+pub(crate) struct Place<'a> {
+    /// The locker's id, as the line names it: a try puts it in line, and may take what a
+    /// release handed to it (see `mutex.lua`).
+    pub(crate) locker: &'a Token,
+    /// An earlier try of this waiter put the locker in line (and it has not left since): a
+    /// release may have handed it something.
+    pub(crate) taken: bool,
+    /// Other waiters of the locker wait for the same claim, wanting as many units: a place
+    /// served keeps the locker in line for them (a semaphore's, see `semaphore.lua`).
+    pub(crate) shared: bool,
 }
 
 /// How a claim's waiters wait, in one value: what each primitive says of its own waiters,
@@ -438,7 +463,7 @@ pub(crate) struct Waits {
     /// as many share the locker's place in line.
     pub(crate) units: u32,
     /// Its waiters' lockers line up beside each key (`line.lua`): where one node decides,
-    /// a waiting try given the locker's id ([`ObtainTry::locker`]) joins the line, and a
+    /// a waiting try given the locker's place ([`Waiter::place`]) joins the line, and a
     /// release hands the key to the first locker in it, telling it alone on its turn
     /// channel ([`crate::token::turn_channel`]).
     pub(crate) lined: bool,

@@ -25,7 +25,7 @@ mod send;
 
 pub(crate) use claim::{
     add_holder_renewal, holder_keys, AcquireTerms, Call, ChangeViaRefresh, Claim, FenceRaise,
-    Obtain, ObtainTry, Operations, Queue, Remaining, Waits,
+    Obtain, ObtainTry, Operations, Place, Queue, Remaining, Waiter, Waits,
 };
 pub(crate) use lua::{Operation, LINE_HEARTBEAT};
 pub(crate) use send::{eval_whole, evalsha, send_notice, Conn, ScriptConn};
