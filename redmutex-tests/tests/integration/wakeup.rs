@@ -1290,6 +1290,53 @@ fn script_calls(server: &RedisServer) -> u64 {
         .sum()
 }
 
+/// A waiter for two keys stands first in the line of one, `y`. Told its turn there — a
+/// forced release frees the key rather than handing it — its try finds the other, `x`,
+/// held first: it leaves `y`'s line and the next in it is told, rather than staying first
+/// in a line whose key it no longer waits for while the next waits for its own heartbeat
+/// try (the simulator found it, seed 22469).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_two_key_waiter_told_its_turn_while_its_other_key_is_held_passes_the_turn_on() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let holder = common::own_locker(&server, false).await;
+    let y = holder.acquire("y", ms(30_000)).await.unwrap();
+    let both = common::own_locker(&server, true).await;
+    let waiting_both = tokio::spawn(async move {
+        (both.acquire_all(["x", "y"], ms(30_000)))
+            .retry(retry::constant(LONG_POLL))
+            .deadline(ms(20_000))
+            .await
+    });
+    until_in_line(&mut raw, "y", 1).await;
+    let one = common::own_locker(&server, true).await;
+    let waiting_one = tokio::spawn(async move {
+        let lock = (one.acquire("y", ms(30_000)))
+            .retry(retry::constant(LONG_POLL))
+            .deadline(ms(20_000))
+            .await;
+        (Instant::now(), lock)
+    });
+    until_in_line(&mut raw, "y", 2).await;
+    let x = holder.acquire("x", ms(30_000)).await.unwrap();
+    holder.force_release_now("y").await.unwrap().expect("held");
+    let forced = Instant::now();
+    drop(y);
+    let (got_at, lock) = tokio::time::timeout(ms(15_000), waiting_one)
+        .await
+        .expect("the one-key waiter ended")
+        .unwrap();
+    let waited = got_at - forced;
+    // Its place: the two-key waiter's locker left `y`'s line as it passed the turn on.
+    let members: usize = raw.run(redis::cmd("ZCARD").arg("{y}:line")).await;
+    assert_eq!(members, 0, "a locker left in the line of y");
+    assert!(waited < WOKEN_WITHIN, "got y {waited:?} after the force");
+    lock.unwrap().release().await.unwrap();
+    x.release().await.unwrap();
+    let both = waiting_both.await.unwrap().unwrap();
+    both.release().await.unwrap();
+}
+
 /// Waits until `n` lockers stand in the line of `key` (each a ticket and a heartbeat).
 async fn until_in_line(raw: &mut Raw, key: &str, n: usize) {
     let line = format!("{{{key}}}:line");

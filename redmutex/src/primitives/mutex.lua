@@ -48,7 +48,7 @@
 -- A counter that is someone else's value stops the script before anything is written.
 -- A try that finds a key held passes on the other keys handed to its locker, before it
 -- or after it: they go to the next in their lines, since this locker now waits for
--- another; so do free keys before it whose line it leads (the next in line is told).
+-- another; so do free keys whose line it leads (the next in line is told).
 local length = tonumber(ARGV[3])
 local count = tonumber(ARGV[5])
 local token = string.sub(ARGV[1], 1, length)
@@ -76,8 +76,15 @@ for i = 1, count do
         end
       end
       for j = i + 1, count do
-        if redis.pcall('get', KEYS[j]) == handed then
-          pass_key(KEYS[j], KEYS[lines + j])
+        local line = KEYS[lines + j]
+        local after = redis.pcall('get', KEYS[j])
+        if after == handed then
+          pass_key(KEYS[j], line)
+        elseif after == false and first_live(line) == locker then
+          -- The same for a free key after it (told of its turn there, this try found
+          -- another key held first: simulator seed 22469).
+          leave_line(line, locker)
+          tell_first(KEYS[j], line)
         end
       end
       join_line(KEYS[lines + i], locker, now_us())
