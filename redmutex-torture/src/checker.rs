@@ -5,7 +5,7 @@
 //! The claims a simulated run checks too — exclusion and minimum holds, the semaphore's
 //! limit, fence order, "free" answers, requests to let go — are judged by the simulator's
 //! own rules (`redmutex_sim::checker::holders`), over this run's sections written in the
-//! simulator's form ([`history`]): one checker for both. What only a run on real servers
+//! simulator's form ([`history()`]): one checker for both. What only a run on real servers
 //! has — the guarded resource's replay, overrunning holders caught by fences, guarded
 //! writes on a real server — is checked here.
 
