@@ -1337,6 +1337,54 @@ async fn a_two_key_waiter_told_its_turn_while_its_other_key_is_held_passes_the_t
     both.release().await.unwrap();
 }
 
+/// One locker's two waiters: one for `x` and `y`, in `y`'s line first, and one for `y`
+/// alone, queued behind it without a try. `y` is handed to the locker while `x` is held:
+/// whichever is woken, the one for `y` alone gets it at once, not at its poll. (Where the
+/// waiter for `y` alone had tried — it then counts on no one else's tries — the simulator
+/// found the two-key waiter passing `y` on and keeping the turn, seeds 37202 and 26603:
+/// its try now leaves a key its locker's other waiter wants, and hands that waiter the
+/// turn.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_handed_to_a_locker_goes_to_its_waiter_that_can_take_it() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let holder = common::own_locker(&server, false).await;
+    let y = holder.acquire("y", ms(30_000)).await.unwrap();
+    let locker = common::own_locker(&server, true).await;
+    let both = locker.clone();
+    let waiting_both = tokio::spawn(async move {
+        (both.acquire_all(["x", "y"], ms(30_000)))
+            .retry(retry::constant(LONG_POLL))
+            .deadline(ms(20_000))
+            .await
+    });
+    until_in_line(&mut raw, "y", 1).await;
+    let waiting_one = tokio::spawn(async move {
+        let lock = (locker.acquire("y", ms(30_000)))
+            .retry(retry::constant(LONG_POLL))
+            .deadline(ms(20_000))
+            .await;
+        (Instant::now(), lock)
+    });
+    tokio::time::sleep(ms(200)).await;
+    let x = holder.acquire("x", ms(30_000)).await.unwrap();
+    y.release().await.unwrap();
+    let released = Instant::now();
+    let (got_at, lock) = tokio::time::timeout(ms(15_000), waiting_one)
+        .await
+        .expect("the one-key waiter ended")
+        .unwrap();
+    let waited = got_at - released;
+    assert!(
+        waited < WOKEN_WITHIN,
+        "got y {waited:?} after its release (poll interval {LONG_POLL:?})"
+    );
+    lock.unwrap().release().await.unwrap();
+    x.release().await.unwrap();
+    let both = waiting_both.await.unwrap().unwrap();
+    both.release().await.unwrap();
+}
+
 /// Waits until `n` lockers stand in the line of `key` (each a ticket and a heartbeat).
 async fn until_in_line(raw: &mut Raw, key: &str, n: usize) {
     let line = format!("{{{key}}}:line");

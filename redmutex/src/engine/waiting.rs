@@ -52,6 +52,15 @@ impl Waiting {
         }
     }
 
+    /// Whether other waiters of this locker than this acquire wait on `channel`.
+    pub(crate) fn others_at(&self, channel: &[u8]) -> bool {
+        let Some(hub) = &self.hub else {
+            return false;
+        };
+        let mine = self.member.as_ref().is_some_and(|m| m.key() == channel);
+        hub.waiters_at(channel) > usize::from(mine)
+    }
+
     /// Whether this acquire waits for a key no other waiter of its locker waits for wanting
     /// as many units (its locker's place in line there is its own to give up).
     pub(crate) fn alone(&self) -> bool {
@@ -109,13 +118,16 @@ impl Waiting {
             .is_some_and(|member| member.leave(in_line))
     }
 
-    /// Reports what a try found (after a wake-up, that settles its turn).
-    pub(crate) fn tried(&mut self, attempt: &Attempt) {
+    /// Reports what a try found (after a wake-up, that settles its turn). `held_at`: the
+    /// channel of the key it found held, where a claim has several keys.
+    pub(crate) fn tried(&mut self, attempt: &Attempt, held_at: Option<&[u8]>) {
         if let Some(member) = self.member.as_mut() {
+            let elsewhere = held_at.is_some_and(|channel| channel != member.key());
             member.tried(match attempt {
                 Attempt::Obtained(obtained) => Outcome::Obtained {
                     until: obtained.valid_until,
                 },
+                _ if attempt.held().is_some() && elsewhere => Outcome::HeldElsewhere,
                 _ if attempt.held().is_some() => Outcome::Held,
                 _ => Outcome::Failed,
             });

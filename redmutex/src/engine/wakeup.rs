@@ -102,6 +102,9 @@ pub(crate) enum Outcome {
         until: Instant,
     },
     Held,
+    /// Held, but another key of a claim of several than this waiter's: a turn it was given
+    /// for its own key went unused, and passes on to another waiter of that key.
+    HeldElsewhere,
     /// An error: the key's state is unknown. The turn is not handed on, so an outage does
     /// not make every waiter try in turn; they poll.
     Failed,
@@ -483,6 +486,12 @@ impl Hub {
             }
             channel.announce(&mut state, Wake::Local, 1);
         }
+    }
+
+    /// How many of this locker's waiters wait on `key`'s channel.
+    pub(crate) fn waiters_at(&self, key: &[u8]) -> usize {
+        let channel = lock(&self.channels).get(key).cloned();
+        channel.map_or(0, |channel| lock(&channel.state).members)
     }
 
     /// Whether `member`'s channel is subscribed: a release announced there reaches it.
@@ -905,8 +914,9 @@ impl Member {
         // ours; let the next waiter look. Obtained: announcements so far are of releases
         // before ours. Otherwise the permits freed while everyone was trying are still
         // free (but perhaps the ones we got): hand them out now.
+        let unused = outcome == Outcome::HeldElsewhere && state.members > 1;
         let hand_on = match self.channel.exclusive {
-            true => usize::from(outcome == Outcome::Held && pending > 0),
+            true => usize::from((outcome == Outcome::Held && pending > 0) || unused),
             false => pending,
         };
         if hand_on > 0 {

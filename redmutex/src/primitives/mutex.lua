@@ -35,6 +35,8 @@
 -- ARGV[7]: '1' when fenced.
 -- ARGV[8]: (optional, waiting) the locker's id: a held key puts it in the key's line
 --          (LINED), and a key handed to this locker counts as free.
+-- ARGV[9]: (optional, with ARGV[8], several keys) per key, '1' where another waiter of
+--          the locker waits for it (see below), else '0'.
 -- Returns: { 0, fence } when every key now holds ARGV[1] with the TTL: fence is above
 --          every counter (see next_fence), now stored in all of them (0 when not fenced);
 --          otherwise { i, pttl }: i is the 1-based index of the first key held by another
@@ -46,14 +48,14 @@
 -- A key of another type (pcall turns its WRONGTYPE error into a table) counts as held, and
 -- only values in redmutex's own format are ever flagged; anything else is left as it is.
 -- A counter that is someone else's value stops the script before anything is written.
--- A try that finds a key held passes on the other keys handed to its locker, before it
--- or after it: they go to the next in their lines, since this locker now waits for
--- another; so do free keys whose line it leads (the next in line is told).
+-- A try that finds a key held passes on the other keys handed to its locker, and steps
+-- out of their lines, unless another waiter of the locker waits for them (see below).
 local length = tonumber(ARGV[3])
 local count = tonumber(ARGV[5])
 local token = string.sub(ARGV[1], 1, length)
 local fenced = ARGV[7] == '1'
 local locker = ARGV[8]
+local kept = ARGV[9] or ''
 local handed = locker and locker .. HANDED
 local lines = fenced and 2 * count or count
 -- Which keys were handed to this locker (the hand-off took it out of their lines).
@@ -63,28 +65,29 @@ for i = 1, count do
   was_handed[i] = handed and value == handed
   if value ~= false and not owned(value, token) and value ~= handed then
     if locker then
-      for j = 1, i - 1 do
+      -- This waiter now waits for key i alone, and hears of that key's hand-offs only. Of
+      -- the other keys, those another waiter of its locker waits for (ARGV[9]) keep the
+      -- locker's place, and a key handed to it stays for that waiter; from the others'
+      -- lines the locker steps out — a key handed to it goes on to the next, and where it
+      -- led the line of a free key (told of its turn there: a release kept for a minimum
+      -- hold, a forced release) the next is told — so that nothing is handed to a locker
+      -- that does not listen, idle until the hand-off passes (simulator seeds 532,
+      -- 22469). It joins again at the end with a try that finds that key held.
+      for j = 1, count do
         local line = KEYS[lines + j]
-        if was_handed[j] then
-          pass_key(KEYS[j], line)
-        elseif first_live(line) == locker then
-          -- Free for this locker, first in its line (told of it: a release kept for a
-          -- minimum hold, a forced release), which now waits for another key: the next
-          -- in line must not wait for it. It joins again at the end with its next try.
-          leave_line(line, locker)
-          tell_first(KEYS[j], line)
-        end
-      end
-      for j = i + 1, count do
-        local line = KEYS[lines + j]
-        local after = redis.pcall('get', KEYS[j])
-        if after == handed then
-          pass_key(KEYS[j], line)
-        elseif after == false and first_live(line) == locker then
-          -- The same for a free key after it (told of its turn there, this try found
-          -- another key held first: simulator seed 22469).
-          leave_line(line, locker)
-          tell_first(KEYS[j], line)
+        if j ~= i and string.sub(kept, j, j) ~= '1' then
+          local value = false
+          if j > i then
+            value = redis.pcall('get', KEYS[j])
+          end
+          if was_handed[j] or value == handed then
+            pass_key(KEYS[j], line)
+          else
+            local led = first_live(line) == locker
+            if leave_line(line, locker) and led and (j < i or value == false) then
+              tell_first(KEYS[j], line)
+            end
+          end
         end
       end
       join_line(KEYS[lines + i], locker, now_us())

@@ -216,8 +216,11 @@ async fn obtain(
         .arg(keys.len())
         .arg(retention_ms)
         .arg(if fenced { "1" } else { "0" });
-    if let Some(locker) = locker {
-        call.arg(locker.as_bytes());
+    if let Some(place) = request.place() {
+        call.arg(place.locker.as_bytes());
+        if !place.kept.is_empty() {
+            call.arg(place.kept);
+        }
     }
     Ok(Obtain::from_reply(
         call.invoke_async(&mut conn).await?,

@@ -449,6 +449,10 @@ pub(crate) struct Place<'a> {
     /// Other waiters of the locker wait for the same claim, wanting as many units: a place
     /// served keeps the locker in line for them (a semaphore's, see `semaphore.lua`).
     pub(crate) shared: bool,
+    /// Several keys: per key, `b'1'` where another waiter of the locker waits for it (its
+    /// place in that key's line, and a key handed to it, stay for that waiter when this
+    /// try finds another key held); empty for one key.
+    pub(crate) kept: &'a [u8],
 }
 
 /// How a claim's waiters wait, in one value: what each primitive says of its own waiters,
