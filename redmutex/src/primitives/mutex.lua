@@ -72,10 +72,13 @@ for i = 1, count do
       -- led the line of a free key (told of its turn there: a release kept for a minimum
       -- hold, a forced release) the next is told — so that nothing is handed to a locker
       -- that does not listen, idle until the hand-off passes (simulator seeds 532,
-      -- 22469). It joins again at the end with a try that finds that key held.
+      -- 22469). It joins again at the end with a try that finds that key held. Not while
+      -- key i is itself being handed to another locker: lockers waiting for the same
+      -- keys would pass them round among themselves at once (simulator seed 33102).
+      local in_flight = type(value) == 'string' and flag_of(value, length) == HANDED
       for j = 1, count do
         local line = KEYS[lines + j]
-        if j ~= i and string.sub(kept, j, j) ~= '1' then
+        if j ~= i and not in_flight and string.sub(kept, j, j) ~= '1' then
           local value = false
           if j > i then
             value = redis.pcall('get', KEYS[j])
