@@ -331,7 +331,6 @@ impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
             left: Leftovers::default(),
             fail_fast: self.fail_fast,
             probably_free: false,
-            kept: Vec::new(),
         };
         let span = acquire_span(&*claim, ttl_ms);
         let mark = context.meter.start_acquire(claim.kind());
@@ -404,9 +403,6 @@ struct Tries<'r, 'a, C: Connection> {
     /// The next try follows a wake-up of this locker's own ([`Wake::Local`]): the key is
     /// probably free.
     probably_free: bool,
-    /// Several keys: per key, whether another waiter of this locker waits for it (see
-    /// [`Place::kept`]), as the last try said.
-    kept: Vec<u8>,
 }
 
 /// How the claim's waiters wait, and this locker among them.
@@ -608,21 +604,27 @@ impl<C: Connection> Tries<'_, '_, C> {
         // A try that takes the key for one of several waiters of the locker keeps its
         // place in line, for the others.
         let request_kept_place = others_waiting && named;
-        self.kept.clear();
-        if named && self.claim.keys().len() > 1 {
-            for key in self.claim.keys().iter() {
-                let channels = self.claim.keys().channels();
-                let lined = self.line.waits.lined;
-                let channel = wait_channel(key, lined, &self.line.locker, channels);
-                let others = self.waiting.others_at(&channel);
-                self.kept.push(if others { b'1' } else { b'0' });
-            }
-        }
+        // Several keys: per key, whether another waiter of this locker waits for it (see
+        // `Place::kept`).
+        let keys = self.claim.keys();
+        let kept: Vec<u8> = match named && keys.len() > 1 {
+            true => (keys.iter())
+                .map(|key| {
+                    let channel = wait_channel(key, true, &self.line.locker, keys.channels());
+                    if self.waiting.others_at(&channel) {
+                        b'1'
+                    } else {
+                        b'0'
+                    }
+                })
+                .collect(),
+            false => Vec::new(),
+        };
         let place = named.then_some(Place {
             locker: &self.line.locker,
             taken: self.left.place,
             shared: others_waiting,
-            kept: &self.kept,
+            kept: &kept,
         });
         let probably_free = std::mem::take(&mut self.probably_free);
         let request = ObtainTry {
@@ -646,7 +648,6 @@ impl<C: Connection> Tries<'_, '_, C> {
         self.left.token = !obtained && (attempt.may_hold() || in_queue);
         // One obtained took the key, and left the line.
         self.left.place = (self.left.place || named) && !obtained;
-        let keys = self.claim.keys();
         let held_at = (attempt.held())
             .filter(|_| keys.len() > 1)
             .and_then(|(index, _)| keys.get(index))

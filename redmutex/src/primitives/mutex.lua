@@ -64,6 +64,7 @@ for i = 1, count do
   local value = redis.pcall('get', KEYS[i])
   was_handed[i] = handed and value == handed
   if value ~= false and not owned(value, token) and value ~= handed then
+    local in_flight = type(value) == 'string' and flag_of(value, length) == HANDED
     if locker then
       -- This waiter now waits for key i alone, and hears of that key's hand-offs only. Of
       -- the other keys, those another waiter of its locker waits for (ARGV[9]) keep the
@@ -75,19 +76,19 @@ for i = 1, count do
       -- 22469). It joins again at the end with a try that finds that key held. Not while
       -- key i is itself being handed to another locker: lockers waiting for the same
       -- keys would pass them round among themselves at once (simulator seed 33102).
-      local in_flight = type(value) == 'string' and flag_of(value, length) == HANDED
       for j = 1, count do
         local line = KEYS[lines + j]
         if j ~= i and not in_flight and string.sub(kept, j, j) ~= '1' then
-          local value = false
+          -- (A key before i was free for this try, or its own, or handed to it.)
+          local other = false
           if j > i then
-            value = redis.pcall('get', KEYS[j])
+            other = redis.pcall('get', KEYS[j])
           end
-          if was_handed[j] or value == handed then
+          if was_handed[j] or other == handed then
             pass_key(KEYS[j], line)
           else
             local led = first_live(line) == locker
-            if leave_line(line, locker) and led and (j < i or value == false) then
+            if leave_line(line, locker) and led and other == false then
               tell_first(KEYS[j], line)
             end
           end
@@ -98,7 +99,7 @@ for i = 1, count do
     elseif ARGV[4] == '1' then
       mark_waiter(KEYS[i], value, length, AWAITED)
     end
-    if type(value) == 'string' and flag_of(value, length) == HANDED then
+    if in_flight then
       return { i, -3 }
     end
     return { i, redis.call('pttl', KEYS[i]) }

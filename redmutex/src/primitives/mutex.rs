@@ -203,8 +203,8 @@ async fn obtain(
         }
     }
     let mut call = keys.call(&OBTAIN, fenced);
-    let locker = request.place().map(|place| place.locker);
-    if locker.is_some() {
+    let place = request.place();
+    if place.is_some() {
         for key in keys.iter() {
             call.key(companion_key(key, Companion::Line));
         }
@@ -216,7 +216,7 @@ async fn obtain(
         .arg(keys.len())
         .arg(retention_ms)
         .arg(if fenced { "1" } else { "0" });
-    if let Some(place) = request.place() {
+    if let Some(place) = place {
         call.arg(place.locker.as_bytes());
         if !place.kept.is_empty() {
             call.arg(place.kept);
