@@ -351,6 +351,25 @@ pub fn beat_of(member: &str) -> String {
 
 /// How many places the line `line` (a key's line, `{key}:line`) holds: its tickets are
 /// scored from 0 up, its heartbeats below 0.
+/// An acquire of `keys` (a 30 s TTL) on `locker`, in a task of its own, that tries again
+/// only every 10 s for up to 20 s: a quick grant can only come from a wake-up. It returns
+/// when it ended, and what it got.
+pub fn waiting_for(
+    locker: &Locker<MultiplexedConnection>,
+    keys: &'static [&'static str],
+) -> tokio::task::JoinHandle<(
+    std::time::Instant,
+    Result<redmutex::Lock<MultiplexedConnection>, redmutex::Error>,
+)> {
+    let acquire = locker.acquire_all(keys.iter().copied(), ms(30_000));
+    tokio::spawn(async move {
+        let lock = (acquire.retry(redmutex::retry::constant(ms(10_000))))
+            .deadline(ms(20_000))
+            .await;
+        (std::time::Instant::now(), lock)
+    })
+}
+
 pub fn places_in_line(server: &RedisServer, line: &str) -> u64 {
     let reply = server.command(&["ZCOUNT", line, "0", "+inf"]);
     reply.trim().trim_start_matches(':').parse().unwrap()

@@ -553,14 +553,7 @@ async fn with_wake_up_a_forced_holder_is_told_at_once_and_its_lockers_waiter_ser
         .keep_alive()
         .unwrap();
     until_subscribers(&server, "task:~a", 1, ms(2_000)).await;
-    let waiter = holder.clone();
-    let waiting = tokio::spawn(async move {
-        let lock = (waiter.acquire("task", long))
-            .retry(redmutex::retry::constant(ms(10_000)))
-            .deadline(ms(20_000))
-            .await;
-        (std::time::Instant::now(), lock)
-    });
+    let waiting = common::waiting_for(&holder, &["task"]);
     // Its first try found the key held, with half a minute left.
     tokio::time::sleep(ms(300)).await;
     operator

@@ -1302,21 +1302,10 @@ async fn a_two_key_waiter_told_its_turn_while_its_other_key_is_held_passes_the_t
     let holder = common::own_locker(&server, false).await;
     let y = holder.acquire("y", ms(30_000)).await.unwrap();
     let both = common::own_locker(&server, true).await;
-    let waiting_both = tokio::spawn(async move {
-        (both.acquire_all(["x", "y"], ms(30_000)))
-            .retry(retry::constant(LONG_POLL))
-            .deadline(ms(20_000))
-            .await
-    });
+    let waiting_both = common::waiting_for(&both, &["x", "y"]);
     until_in_line(&mut raw, "y", 1).await;
     let one = common::own_locker(&server, true).await;
-    let waiting_one = tokio::spawn(async move {
-        let lock = (one.acquire("y", ms(30_000)))
-            .retry(retry::constant(LONG_POLL))
-            .deadline(ms(20_000))
-            .await;
-        (Instant::now(), lock)
-    });
+    let waiting_one = common::waiting_for(&one, &["y"]);
     until_in_line(&mut raw, "y", 2).await;
     let x = holder.acquire("x", ms(30_000)).await.unwrap();
     holder.force_release_now("y").await.unwrap().expect("held");
@@ -1333,8 +1322,8 @@ async fn a_two_key_waiter_told_its_turn_while_its_other_key_is_held_passes_the_t
     assert!(waited < WOKEN_WITHIN, "got y {waited:?} after the force");
     lock.unwrap().release().await.unwrap();
     x.release().await.unwrap();
-    let both = waiting_both.await.unwrap().unwrap();
-    both.release().await.unwrap();
+    let (_, both) = waiting_both.await.unwrap();
+    both.unwrap().release().await.unwrap();
 }
 
 /// One locker's two waiters: one for `x` and `y`, in `y`'s line first, and one for `y`
@@ -1351,21 +1340,9 @@ async fn a_key_handed_to_a_locker_goes_to_its_waiter_that_can_take_it() {
     let holder = common::own_locker(&server, false).await;
     let y = holder.acquire("y", ms(30_000)).await.unwrap();
     let locker = common::own_locker(&server, true).await;
-    let both = locker.clone();
-    let waiting_both = tokio::spawn(async move {
-        (both.acquire_all(["x", "y"], ms(30_000)))
-            .retry(retry::constant(LONG_POLL))
-            .deadline(ms(20_000))
-            .await
-    });
+    let waiting_both = common::waiting_for(&locker, &["x", "y"]);
     until_in_line(&mut raw, "y", 1).await;
-    let waiting_one = tokio::spawn(async move {
-        let lock = (locker.acquire("y", ms(30_000)))
-            .retry(retry::constant(LONG_POLL))
-            .deadline(ms(20_000))
-            .await;
-        (Instant::now(), lock)
-    });
+    let waiting_one = common::waiting_for(&locker, &["y"]);
     tokio::time::sleep(ms(200)).await;
     let x = holder.acquire("x", ms(30_000)).await.unwrap();
     y.release().await.unwrap();
@@ -1381,8 +1358,8 @@ async fn a_key_handed_to_a_locker_goes_to_its_waiter_that_can_take_it() {
     );
     lock.unwrap().release().await.unwrap();
     x.release().await.unwrap();
-    let both = waiting_both.await.unwrap().unwrap();
-    both.release().await.unwrap();
+    let (_, both) = waiting_both.await.unwrap();
+    both.unwrap().release().await.unwrap();
 }
 
 /// Waits until `n` lockers stand in the line of `key` (each a ticket and a heartbeat).
