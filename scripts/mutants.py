@@ -152,11 +152,54 @@ def f_fence(t):
           "    if value and value >= fence then\n      fence = value")
 
 
+def g_forced(t):
+    "A forced release tells its holder nothing: no 'forced' on the key's ask channel."
+    path = "redmutex/src/ops/listing.lua"
+    full = f"{t.root}/{path}"
+    text = open(full).read()
+    if text.count("announce_on(KEYS[1], ASK_CHANNEL, 'forced')") != 3:
+        sys.exit(f"{path}: the three announcements of a forced release moved")
+    open(full, "w").write(text.replace("announce_on(KEYS[1], ASK_CHANNEL, 'forced')", "local _ = 0"))
+
+
+def h_held(t):
+    "A holder that ends sooner (released, shortened) tells only its own claim's waiters."
+    t.sub("redmutex/src/engine/context.rs",
+          "            hub.held_until(&channels.name(key, b\"\"), until);\n"
+          "            // (No id yet: no waiter of this locker ever lined up.)\n"
+          "            if let (true, Some(id)) = (lines, self.id.get()) {",
+          "            // (No id yet: no waiter of this locker ever lined up.)\n"
+          "            if !lines {\n                hub.held_until(&channels.name(key, b\"\"), until);\n"
+          "            } else if let Some(id) = self.id.get() {")
+
+
+def i_multi(t):
+    "A waiter for several keys that finds one held keeps its place in every other line."
+    t.sub_in(LUA + "mutex.lua", "obtain",
+             "if j ~= i and not in_flight and string.sub(kept, j, j) ~= '1' then", "if false then")
+
+
+def j_in_flight(t):
+    "A try for several keys passes the others on while its key is being handed elsewhere."
+    t.sub_in(LUA + "mutex.lua", "obtain",
+             "if j ~= i and not in_flight and string.sub(kept, j, j) ~= '1' then",
+             "if j ~= i and string.sub(kept, j, j) ~= '1' then")
+
+
+def k_kept(t):
+    "A try for several keys passes on a key handed to its locker that another waiter wants."
+    t.sub_in(LUA + "mutex.lua", "obtain",
+             "if j ~= i and not in_flight and string.sub(kept, j, j) ~= '1' then",
+             "if j ~= i and not in_flight then")
+
+
 MUTANTS = {
     "A-lock": a_lock, "A-fair": a_fair, "A-permit": a_permit, "A-write": a_write, "A-read": a_read,
     "B-lock": b_lock, "B-fair": b_fair, "B-permit": b_permit, "B-write": b_write, "B-read": b_read,
     "C-lock": c_lock, "C-permit": c_permit, "C-read": c_read,
     "D-drift": d_drift, "E-limit": e_limit, "F-fence": f_fence,
+    "G-forced": g_forced, "H-held": h_held, "I-multi": i_multi, "J-in-flight": j_in_flight,
+    "K-kept": k_kept,
 }
 
 if __name__ == "__main__":

@@ -1327,12 +1327,12 @@ async fn a_two_key_waiter_told_its_turn_while_its_other_key_is_held_passes_the_t
 }
 
 /// One locker's two waiters: one for `x` and `y`, in `y`'s line first, and one for `y`
-/// alone, queued behind it without a try. `y` is handed to the locker while `x` is held:
-/// whichever is woken, the one for `y` alone gets it at once, not at its poll. (Where the
-/// waiter for `y` alone had tried — it then counts on no one else's tries — the simulator
-/// found the two-key waiter passing `y` on and keeping the turn, seeds 37202 and 26603:
-/// its try now leaves a key its locker's other waiter wants, and hands that waiter the
-/// turn.)
+/// alone, queued behind it without a try; another process waits for `y` behind the
+/// locker. `y` is handed to the locker while `x` is held: the two-key waiter, woken first
+/// (the longest waiter), cannot take it — it keeps `y` for its locker's waiter that can
+/// and hands that waiter the turn, which takes `y` at once: not at its poll, and not after
+/// the other process had it. (The simulator found the two-key waiter passing `y` on and
+/// keeping the turn, seeds 37202 and 26603.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_handed_to_a_locker_goes_to_its_waiter_that_can_take_it() {
     let server = RedisServer::spawn();
@@ -1344,6 +1344,9 @@ async fn a_key_handed_to_a_locker_goes_to_its_waiter_that_can_take_it() {
     until_in_line(&mut raw, "y", 1).await;
     let waiting_one = common::waiting_for(&locker, &["y"]);
     tokio::time::sleep(ms(200)).await;
+    let other = common::own_locker(&server, true).await;
+    let waiting_other = common::waiting_for(&other, &["y"]);
+    until_in_line(&mut raw, "y", 2).await;
     let x = holder.acquire("x", ms(30_000)).await.unwrap();
     y.release().await.unwrap();
     let released = Instant::now();
@@ -1356,7 +1359,14 @@ async fn a_key_handed_to_a_locker_goes_to_its_waiter_that_can_take_it() {
         waited < WOKEN_WITHIN,
         "got y {waited:?} after its release (poll interval {LONG_POLL:?})"
     );
-    lock.unwrap().release().await.unwrap();
+    let lock = lock.expect("the one-key waiter got y");
+    assert!(
+        !waiting_other.is_finished(),
+        "the process behind the locker got y first"
+    );
+    lock.release().await.unwrap();
+    let (_, theirs) = waiting_other.await.unwrap();
+    theirs.unwrap().release().await.unwrap();
     x.release().await.unwrap();
     let (_, both) = waiting_both.await.unwrap();
     both.unwrap().release().await.unwrap();
