@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use clap::Args;
-use redmutex::{connection::Connection, Lock, Locker};
+use redmutex::{claim::Held, connection::Connection, Lock, Locker};
 
 use crate::connect::{Checks, Connects, Session};
 use crate::exit::{self, Failure};
@@ -60,7 +60,7 @@ struct HandOver;
 
 impl<C: Connection> Then<C> for HandOver {
     /// Prints the token of `lock` and leaves it in Redis.
-    async fn with<P: Send + Sync + 'static>(self, lock: Lock<C, P>) -> Result<u8, Failure> {
+    async fn with<P: Held>(self, lock: Lock<C, P>) -> Result<u8, Failure> {
         let token = lock.token();
         if let Err(mut failure) = outln!("{token}") {
             let released = match lock.release().await {

@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::Args;
-use redmutex::{connection::Connection, Lock, Locker};
+use redmutex::{claim::Held, connection::Connection, Lock, Locker};
 
 use crate::connect::{Checks, Connects, Session};
 use crate::exit::{self, Failure};
@@ -169,7 +169,7 @@ struct Hold<'a> {
 }
 
 impl<C: Connection> Then<C> for Hold<'_> {
-    async fn with<P: Send + Sync + 'static>(self, lock: Lock<C, P>) -> Result<u8, Failure> {
+    async fn with<P: Held>(self, lock: Lock<C, P>) -> Result<u8, Failure> {
         let lease = (lock.keep_alive()).map_err(|e| Failure::from_lock_error(&e, self.job.urls))?;
         job::hold(lease, self.job, self.program).await
     }

@@ -17,7 +17,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use redmutex::{connection::Connection, Lease, LostReason};
+use redmutex::{claim::Held, connection::Connection, Lease, LostReason};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::time::Instant;
 
@@ -124,7 +124,7 @@ pub fn parse_on_revoke(text: &str) -> Result<OnRevoke, String> {
 
 /// Runs the command while `lease` is held; stops it if the lease is lost (exit
 /// [`exit::LOST`]).
-pub async fn hold<C: Connection, P>(
+pub async fn hold<C: Connection, P: Held>(
     lease: Lease<C, P>,
     args: &Job<'_>,
     program: &str,
@@ -216,7 +216,7 @@ fn own_group(
 
 /// Releases the lease once the command's group has exited: a release that fails is said
 /// on stderr (the lock stays taken until its TTL ends), and does not change the exit status.
-async fn release_at_end<C: Connection, P>(lease: Lease<C, P>, urls: &[String]) {
+async fn release_at_end<C: Connection, P: Held>(lease: Lease<C, P>, urls: &[String]) {
     let ttl = lease.lease_ttl();
     match lease.release().await {
         Ok(()) => {}
@@ -236,7 +236,7 @@ async fn release_at_end<C: Connection, P>(lease: Lease<C, P>, urls: &[String]) {
 
 /// Starts the command in a process group of its own (the terminal's foreground group if
 /// redmutex has the terminal), with the lock's details in its environment.
-fn spawn_command<C: Connection, P>(
+fn spawn_command<C: Connection, P: Held>(
     args: &Job<'_>,
     lease: &Lease<C, P>,
     terminal: Option<&Terminal>,
@@ -271,7 +271,7 @@ fn spawn_command<C: Connection, P>(
 /// left running (`sh -c 'job & exit'`) still count as the command, as with `flock(1)`, so
 /// the lock is held and renewed until the group is empty. Returns the command's own exit
 /// status, or why the lease was lost first.
-async fn supervise<C: Connection, P>(
+async fn supervise<C: Connection, P: Held>(
     child: &mut tokio::process::Child,
     pgid: libc::pid_t,
     lease: &Lease<C, P>,

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 use redmutex::retry::{self, Jitter, RetryExt};
-use redmutex::{connection::Connection, limits::MAX_PERMITS, Acquire, Lock, Locker};
+use redmutex::{claim::Held, connection::Connection, limits::MAX_PERMITS, Acquire, Lock, Locker};
 
 use crate::connect::Session;
 use crate::exit::Failure;
@@ -82,7 +82,7 @@ pub struct Request<'a> {
 /// (`Lock<C, P>`); what `exec` and `acquire` do with it is the same for every one.
 pub trait Then<C: Connection> {
     /// Does it; the command's exit code.
-    async fn with<P: Send + Sync + 'static>(self, lock: Lock<C, P>) -> Result<u8, Failure>;
+    async fn with<P: Held>(self, lock: Lock<C, P>) -> Result<u8, Failure>;
 }
 
 impl LockArgs {
@@ -170,7 +170,7 @@ impl LockArgs {
 
     /// Configures `acquire` as the flags say, awaits it — showing the waiting line on a
     /// terminal, and giving up when Redis stays unreachable — and hands the lock to `then`.
-    async fn wait<C: Connection, P: Send + Sync + 'static>(
+    async fn wait<C: Connection, P: Held>(
         &self,
         locker: &Locker<C>,
         acquire: Acquire<'_, C, P>,
@@ -198,7 +198,7 @@ impl LockArgs {
     /// wake-up on); they also poll, for a holder that dies without releasing, backing off
     /// exponentially from 10 ms to 1 s with jitter so that many waiting scripts do not
     /// poll in step. Each failed try is told to the waiting line and to `reach`.
-    fn configure<'a, C: Connection, P: Send + Sync + 'a>(
+    fn configure<'a, C: Connection, P: Held>(
         &self,
         acquire: Acquire<'a, C, P>,
         request: &Request<'_>,

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use redmutex::claim::Held;
 use redmutex::{retry, Acquire, Error, KeepAlive, Lock, Locker, LostSignal, Writes};
 
 use crate::history::{Ask, Attempt, FailedTry, GuardedWrite, Observation, Section, Watch};
@@ -92,7 +93,7 @@ impl Task {
     /// The acquire's options: the plan's pause and deadline, a fence when asked for (a
     /// naive holder always takes one: it writes with it), a minimum hold of a TTL or two
     /// for a periodic holder.
-    fn configure<'a, P: Send + Sync + 'a>(
+    fn configure<'a, P: Held>(
         &mut self,
         acquire: Acquire<'a, SimConn, P>,
         style: Style,
@@ -442,7 +443,7 @@ impl Task {
     }
 
     /// Holds `lock` as `style` says, then lets it go.
-    async fn section<P: Send + Sync + 'static>(
+    async fn section<P: Held>(
         &mut self,
         lock: Lock<SimConn, P>,
         primitive: Primitive,
@@ -626,11 +627,7 @@ impl Task {
     }
 
     /// Sets a new TTL, drawn as the acquire's was; the section's validity follows.
-    async fn refresh<P: Send + Sync + 'static>(
-        &mut self,
-        section: usize,
-        lock: &mut Lock<SimConn, P>,
-    ) {
+    async fn refresh<P: Held>(&mut self, section: usize, lock: &mut Lock<SimConn, P>) {
         let ttl = Duration::from_millis(self.rng.pick(&[50, 100, 300, 500, 1000, 2000]));
         let outcome = lock.refresh(ttl).await;
         let valid = self.world.at(lock.valid_until());

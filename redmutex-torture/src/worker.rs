@@ -252,7 +252,7 @@ async fn drive<C: Connection>(
 /// handed out, and for holders that overlap (permits do) a fence asked for later is not
 /// handed out in the order the permits were, which the checker's order rule would read
 /// as a violation. Exclusive holders hand out one fence at a time, whenever asked.
-async fn acquire_fenced<C: Connection, P: Send + Sync>(
+async fn acquire_fenced<C: Connection, P: redmutex::claim::Held>(
     acquire: Acquire<'_, C, P>,
     always_eager: bool,
     rng: &mut Rng,
@@ -296,7 +296,7 @@ async fn acquire_fenced<C: Connection, P: Send + Sync>(
 
 /// What a holder of `holder`'s kind does with its lock before the write: when it decided,
 /// until when it believed the lock valid, whether it acts, and what it still holds.
-async fn decide<C: Connection, P>(
+async fn decide<C: Connection, P: redmutex::claim::Held>(
     holder: Holder,
     lock: redmutex::Lock<C, P>,
     start: u64,
@@ -437,7 +437,7 @@ struct Sections<'a> {
 impl Sections<'_> {
     /// One critical section on `key`, taken by `acquire`, recorded as a line. `Err`: a
     /// fatal finding, reported; the task stops.
-    async fn run<C: Connection, P: Send + Sync>(
+    async fn run<C: Connection, P: redmutex::claim::Held>(
         &mut self,
         key: u32,
         acquire: Acquire<'_, C, P>,
@@ -559,7 +559,7 @@ impl Sections<'_> {
 
     /// The rest of a section once held: the write (after the decision, as in real code: a
     /// pause here is what only the fence can catch), the release, and the record.
-    async fn finish<C: Connection, P>(
+    async fn finish<C: Connection, P: redmutex::claim::Held>(
         &mut self,
         key: u32,
         (asked, start, fence): (u64, u64, u64),
@@ -627,7 +627,7 @@ impl Sections<'_> {
 /// tries too: the server must refuse it): an entry pushed onto a list in the lock's hash
 /// slot, kept for a TTL after the last write (gone, as locks are, when the run checks
 /// what was left). Refused on Redlock (not called there).
-async fn guarded_write<C: Connection, P>(
+async fn guarded_write<C: Connection, P: redmutex::claim::Held>(
     key: u32,
     held: &Held<C, P>,
     task: u32,
@@ -660,7 +660,7 @@ type Decision<C, P> = (u64, u64, Outcome, Held<C, P>, Option<u64>);
 /// let go (a watcher's request): it then acts and lets go at once, as a polite holder does.
 /// Returns when the holder stopped believing (or decided to act), the lease's validity,
 /// the outcome, and when it heard a request.
-async fn hold_lease<C: Connection, P>(
+async fn hold_lease<C: Connection, P: redmutex::claim::Held>(
     lease: redmutex::Lease<C, P>,
     rng: &mut Rng,
     ttl_ms: u64,
@@ -690,7 +690,7 @@ async fn hold_lease<C: Connection, P>(
 }
 
 /// What a holder releases once it has written.
-enum Held<C: Connection, P = Keys> {
+enum Held<C: Connection, P: redmutex::claim::Held = Keys> {
     Lock(redmutex::Lock<C, P>),
     Lease(redmutex::Lease<C, P>),
     /// Dropped already (its keep-alive was refused): nothing to release.

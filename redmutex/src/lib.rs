@@ -287,6 +287,7 @@ pub mod claim {
     pub use crate::primitives::fair::FairKey;
     pub use crate::primitives::rwlock::{ReadKey, WriteKey};
     pub use crate::primitives::semaphore::Permits;
+    pub use crate::scripts::Held;
 }
 
 /// The limits every argument is checked against before any request, and the defaults.

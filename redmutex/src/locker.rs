@@ -860,8 +860,7 @@ impl<C: Connection> Locker<C> {
         keys: impl IntoIterator<Item = K>,
         ttl: Duration,
     ) -> Acquire<'a, C> {
-        let claim = self.keys(keys).map(mutex::claim);
-        Acquire::new(self.context.clone(), claim, ttl)
+        Acquire::new(self.context.clone(), self.keys(keys), ttl)
     }
 
     /// Looks at `key` without owning it: held or free, remaining TTL, metadata. On a

@@ -58,7 +58,7 @@ async fn take<C: Connection>(
     })
 }
 
-fn with_hold<'a, C: Connection, P: Send + Sync + 'a>(
+fn with_hold<'a, C: Connection, P: redmutex::claim::Held>(
     acquire: Acquire<'a, C, P>,
     min_hold: Option<Duration>,
 ) -> Acquire<'a, C, P> {

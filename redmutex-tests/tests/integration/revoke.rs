@@ -14,7 +14,7 @@ use crate::common::{self, ms, multiplexed, multiplexed_all, Raw};
 const TTL: Duration = Duration::from_millis(600);
 
 /// Waits for `lease` to hear a request, at most `within`; whether it did.
-async fn hears<C: redmutex::connection::Connection, P>(
+async fn hears<C: redmutex::connection::Connection, P: redmutex::claim::Held>(
     lease: &redmutex::Lease<C, P>,
     within: Duration,
 ) -> bool {

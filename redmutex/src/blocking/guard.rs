@@ -15,6 +15,7 @@ use crate::engine::lost::LostReason;
 use crate::engine::tally::FailedTry;
 use crate::error::Error;
 use crate::primitives::rwlock::{ReadKey, WriteKey};
+use crate::scripts::Held;
 use crate::token::Token;
 
 /// A blocking acquire: set it up like [`crate::Acquire`], then [`call`](Acquire::call).
@@ -38,7 +39,7 @@ pub struct Acquire<C: Connection, P = Keys> {
     pub(crate) runtime: Runtime,
 }
 
-impl<C: Connection, P: Send + Sync + 'static> Acquire<C, P> {
+impl<C: Connection, P: Held> Acquire<C, P> {
     fn map(
         self,
         f: impl FnOnce(crate::Acquire<'static, C, P>) -> crate::Acquire<'static, C, P>,
@@ -212,13 +213,13 @@ impl<C: Connection, P: Send + Sync + 'static> Acquire<C, P> {
 /// # Ok(()) }
 /// ```
 #[must_use = "dropping a Lock releases it; keep it alive while the guarded work runs"]
-pub struct Lock<C: Connection, P: Send + Sync + 'static = Keys> {
+pub struct Lock<C: Connection, P: Held = Keys> {
     // `None` only once it was given up (released, kept alive, detached).
     inner: Option<crate::Lock<C, P>>,
     runtime: Runtime,
 }
 
-impl<C: Connection, P: Send + Sync + 'static> Lock<C, P> {
+impl<C: Connection, P: Held> Lock<C, P> {
     pub(crate) fn new(inner: crate::Lock<C, P>, runtime: Runtime) -> Lock<C, P> {
         Lock {
             inner: Some(inner),
@@ -453,7 +454,7 @@ impl<C: Connection> Lock<C, WriteKey> {
     }
 }
 
-impl<C: Connection, P: Send + Sync + 'static> Deref for Lock<C, P> {
+impl<C: Connection, P: Held> Deref for Lock<C, P> {
     type Target = crate::Lock<C, P>;
 
     /// The async lock inside, for what needs no waiting: its token, metadata, fence if
@@ -463,7 +464,7 @@ impl<C: Connection, P: Send + Sync + 'static> Deref for Lock<C, P> {
     }
 }
 
-impl<C: Connection, P: Send + Sync + 'static> std::fmt::Debug for Lock<C, P> {
+impl<C: Connection, P: Held> std::fmt::Debug for Lock<C, P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.inner {
             Some(inner) => inner.fmt(f),
@@ -472,7 +473,7 @@ impl<C: Connection, P: Send + Sync + 'static> std::fmt::Debug for Lock<C, P> {
     }
 }
 
-impl<C: Connection, P: Send + Sync + 'static> Drop for Lock<C, P> {
+impl<C: Connection, P: Held> Drop for Lock<C, P> {
     fn drop(&mut self) {
         if let Some(inner) = self.inner.take() {
             let release = async move {
@@ -502,12 +503,12 @@ impl<C: Connection, P: Send + Sync + 'static> Drop for Lock<C, P> {
 /// # Ok(()) }
 /// ```
 #[must_use = "dropping a Lease stops renewal and releases the lock"]
-pub struct Lease<C: Connection, P: Send + Sync + 'static = Keys> {
+pub struct Lease<C: Connection, P: Held = Keys> {
     inner: Option<crate::Lease<C, P>>,
     runtime: Runtime,
 }
 
-impl<C: Connection, P: Send + Sync + 'static> Lease<C, P> {
+impl<C: Connection, P: Held> Lease<C, P> {
     pub(super) fn new(inner: crate::Lease<C, P>, runtime: Runtime) -> Lease<C, P> {
         Lease {
             inner: Some(inner),
@@ -687,7 +688,7 @@ impl<C: Connection, P: Send + Sync + 'static> Lease<C, P> {
     }
 }
 
-impl<C: Connection, P: Send + Sync + 'static> Deref for Lease<C, P> {
+impl<C: Connection, P: Held> Deref for Lease<C, P> {
     type Target = crate::Lease<C, P>;
 
     /// The async lease inside, for what needs no waiting: whether it is lost, its
@@ -698,7 +699,7 @@ impl<C: Connection, P: Send + Sync + 'static> Deref for Lease<C, P> {
     }
 }
 
-impl<C: Connection, P: Send + Sync + 'static> std::fmt::Debug for Lease<C, P> {
+impl<C: Connection, P: Held> std::fmt::Debug for Lease<C, P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.inner {
             Some(inner) => inner.fmt(f),
@@ -707,7 +708,7 @@ impl<C: Connection, P: Send + Sync + 'static> std::fmt::Debug for Lease<C, P> {
     }
 }
 
-impl<C: Connection, P: Send + Sync + 'static> Drop for Lease<C, P> {
+impl<C: Connection, P: Held> Drop for Lease<C, P> {
     fn drop(&mut self) {
         if let Some(inner) = self.inner.take() {
             let release = async move {

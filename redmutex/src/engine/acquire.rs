@@ -27,7 +27,7 @@ use crate::engine::tally::{FailedTry, Observer, Tally};
 use crate::engine::waiting::{wait_channel, Waiting};
 use crate::engine::wakeup::Wake;
 use crate::error::{Argument, Error};
-use crate::scripts::{AcquireTerms, Claim, ObtainTry, Place, Waiter, Waits, LINE_HEARTBEAT};
+use crate::scripts::{AcquireTerms, Claim, Held, ObtainTry, Place, Waiter, Waits, LINE_HEARTBEAT};
 use crate::token::{self, Token};
 
 /// A pending acquire: set options, then `.await` it.
@@ -64,7 +64,7 @@ pub struct Acquire<'a, C: Connection, P = Keys> {
     context: Arc<Context<C>>,
     /// What to acquire, as its primitive describes it and as the engine drives it — or
     /// what was wrong with the caller's input, reported when awaited.
-    claim: Result<(Arc<P>, Arc<dyn Claim>), Error>,
+    claim: Result<P, Error>,
     ttl: Duration,
     /// Take the fence with the claim ([`Acquire::with_fence`]).
     with_fence: bool,
@@ -77,10 +77,10 @@ pub struct Acquire<'a, C: Connection, P = Keys> {
     fail_fast: bool,
 }
 
-impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
+impl<'a, C: Connection, P: Held> Acquire<'a, C, P> {
     pub(crate) fn new(
         context: Arc<Context<C>>,
-        claim: Result<(Arc<P>, Arc<dyn Claim>), Error>,
+        claim: Result<P, Error>,
         ttl: Duration,
     ) -> Acquire<'a, C, P> {
         Acquire {
@@ -282,17 +282,19 @@ impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
 
     async fn run(self) -> Result<Lock<C, P>, Error> {
         // Everything the caller got wrong is reported before the first request.
-        let (what, mut claim) = self.claim?;
+        let mut what = self.claim?;
         let ttl_ms = args::ttl_millis(self.ttl)?;
         if let Some(min_hold) = self.min_hold {
             args::ttl_millis(min_hold).map_err(|e| with_argument(e, "min_hold"))?;
         }
         if let Some(metadata) = &self.metadata {
             args::check_metadata(metadata)?;
-            if let Some(with_metadata) = claim.with_metadata().filter(|_| !metadata.is_empty()) {
-                claim = with_metadata;
+            if !metadata.is_empty() {
+                what = what.with_metadata();
             }
         }
+        let what = Arc::new(what);
+        let claim = P::into_claim(what.clone()).0;
         let context = self.context;
         if self.with_fence && !context.fences.enabled {
             return Err(Error::invalid(
@@ -371,11 +373,11 @@ impl<'a, C: Connection, P: Send + Sync + 'a> Acquire<'a, C, P> {
             fence: obtained.fence,
             keep_until: self.min_hold.and_then(|d| obtained.sent_at.checked_add(d)),
         };
-        Ok(Lock::new(context.clone(), (what, claim.clone()), grant))
+        Ok(Lock::new(context.clone(), what, grant))
     }
 }
 
-impl<'a, C: Connection, P: Send + Sync + 'a> IntoFuture for Acquire<'a, C, P> {
+impl<'a, C: Connection, P: Held> IntoFuture for Acquire<'a, C, P> {
     type Output = Result<Lock<C, P>, Error>;
     type IntoFuture = Pin<Box<dyn Future<Output = Result<Lock<C, P>, Error>> + Send + 'a>>;
 

@@ -14,7 +14,7 @@ use crate::engine::lost::LeaseState;
 use crate::engine::meter::HeldMark;
 use crate::error::{Argument, Error};
 use crate::fence;
-use crate::scripts::Claim;
+use crate::scripts::{Claim, Held};
 use crate::token::Token;
 use crate::writes::Writes;
 
@@ -52,12 +52,11 @@ use crate::writes::Writes;
 /// # Ok(()) }
 /// ```
 #[must_use = "dropping a Lock releases it; keep it alive while the guarded work runs"]
-pub struct Lock<C: Connection, P = Keys> {
+pub struct Lock<C: Connection, P: Held = Keys> {
     context: Arc<Context<C>>,
-    /// What is held, as its primitive describes it (keys, permits).
-    what: Arc<P>,
-    /// The same, as the engine and the backend drive it.
-    claim: Arc<dyn Claim>,
+    /// What is held, as its primitive describes it (keys, permits), and as the engine and
+    /// the backend drive it ([`Held`]).
+    claim: Arc<P>,
     token: Token,
     metadata: Option<String>,
     lease_ttl: Duration,
@@ -92,17 +91,12 @@ pub(crate) struct Grant {
     pub(crate) keep_until: Option<Instant>,
 }
 
-impl<C: Connection, P> Lock<C, P> {
-    pub(crate) fn new(
-        context: Arc<Context<C>>,
-        (what, claim): (Arc<P>, Arc<dyn Claim>),
-        grant: Grant,
-    ) -> Lock<C, P> {
-        let held = context.meter.hold(claim.kind(), grant.sent_at);
+impl<C: Connection, P: Held> Lock<C, P> {
+    pub(crate) fn new(context: Arc<Context<C>>, claim: Arc<P>, grant: Grant) -> Lock<C, P> {
+        let held = context.meter.hold(claim.as_claim().0.kind(), grant.sent_at);
         Lock {
             _held: held,
             context,
-            what,
             claim,
             token: grant.token,
             metadata: grant.metadata,
@@ -118,11 +112,17 @@ impl<C: Connection, P> Lock<C, P> {
 
     /// What is held, as its primitive describes it.
     pub(crate) fn what(&self) -> &P {
-        &self.what
+        &self.claim
     }
 
-    pub(crate) fn claim(&self) -> &Arc<dyn Claim> {
-        &self.claim
+    /// The same, as the engine and the backend drive it.
+    pub(crate) fn claim(&self) -> &dyn Claim {
+        self.claim.as_claim().0
+    }
+
+    /// The same, for what outlives this lock (a lease's renewals, a background release).
+    pub(crate) fn shared_claim(&self) -> Arc<dyn Claim> {
+        P::into_claim(self.claim.clone()).0
     }
 
     pub(crate) fn context(&self) -> &Context<C> {
@@ -249,7 +249,7 @@ impl<C: Connection, P> Lock<C, P> {
             let (token, ttl) = (&self.token, self.lease_ttl);
             let retention_ms = self.context.fences.retention_ms;
             (self.context.backend)
-                .fence(&*self.claim, token, ttl, retention_ms, valid_until)
+                .fence(self.claim(), token, ttl, retention_ms, valid_until)
                 .await
         };
         let fence = self.fence.get_or_try_init(take).await.copied();
@@ -387,7 +387,7 @@ impl<C: Connection, P> Lock<C, P> {
     /// ```
     pub async fn ttl(&self) -> Result<Duration, Error> {
         let backend = &self.context.backend;
-        let ttl = (backend.ttl(&*self.claim, &self.token, self.valid_until())).await;
+        let ttl = (backend.ttl(self.claim(), &self.token, self.valid_until())).await;
         self.heard(ttl)
     }
 
@@ -433,7 +433,7 @@ impl<C: Connection, P> Lock<C, P> {
         let backend = &self.context.backend;
         self.valid_until = current.min(sent_at + ttl.saturating_sub(backend.drift(ttl)));
         let refreshed = (backend)
-            .refresh(&*self.claim, &self.token, ttl_ms, Some(current))
+            .refresh(self.claim(), &self.token, ttl_ms, Some(current))
             .await;
         let outcome = match refreshed {
             Ok(valid_until) => {
@@ -451,7 +451,7 @@ impl<C: Connection, P> Lock<C, P> {
         // This locker's waiters learned how long the key lasts from their last try: one
         // that now ends sooner (a shorter TTL, or lost) must not keep them waiting longer.
         if self.valid_until < current {
-            (self.context).waiters_held_until(&*self.claim, self.valid_until);
+            (self.context).waiters_held_until(self.claim(), self.valid_until);
         }
         outcome
     }
@@ -508,10 +508,10 @@ impl<C: Connection, P> Lock<C, P> {
         let backend = &self.context.backend;
         let span = tracing::debug_span!(
             "redmutex.write_if_held",
-            lock.kind = self.claim.kind(),
+            lock.kind = self.claim().kind(),
             writes = writes.len()
         );
-        let replies = (backend.write_if_held(&*self.claim, &self.token, writes))
+        let replies = (backend.write_if_held(self.claim(), &self.token, writes))
             .instrument(span)
             .await;
         self.heard(replies)
@@ -526,7 +526,7 @@ impl<C: Connection, P> Lock<C, P> {
             let key = String::from_utf8_lossy(key);
             Err(Error::invalid(Argument::Writes, format!("{key:?} {why}")))
         };
-        let keys = self.claim.keys();
+        let keys = self.claim().keys();
         if let Some(key) = writes.keys().find(|key| keys.iter().any(|own| own == *key)) {
             return refuse(
                 key,
@@ -574,18 +574,18 @@ impl<C: Connection, P> Lock<C, P> {
     /// # Ok(()) }
     /// ```
     pub async fn release(mut self) -> Result<(), Error> {
-        let keys = self.claim.keys();
+        let keys = self.claim().keys();
         let span = tracing::debug_span!(
             "redmutex.release",
             lock.name = %String::from_utf8_lossy(keys.get(0).unwrap_or_default()),
             lock.keys = keys.len(),
-            kind = self.claim.kind(),
+            kind = self.claim().kind(),
             held_ms = u64::try_from(self.acquired_at.elapsed().as_millis()).unwrap_or(u64::MAX),
             outcome = tracing::field::Empty,
         );
         let backend = &self.context.backend;
-        let (claim, token) = (&self.claim, &self.token);
-        let release = backend.release(claim, token, Some(self.lease_ttl), self.keep_until);
+        let (claim, token) = (self.shared_claim(), &self.token);
+        let release = backend.release(&claim, token, Some(self.lease_ttl), self.keep_until);
         let result = match span.is_disabled() {
             true => release.await,
             false => release.instrument(span.clone()).await,
@@ -613,9 +613,9 @@ impl<C: Connection, P> Lock<C, P> {
     /// atomically in Redis by `via`, a claim whose owner-checked refresh does the change
     /// (a writer becoming a reader). Counted as a refresh: for the lease TTL, within the
     /// current validity, on a quorum. On an error this lock is dropped, and so released.
-    pub(crate) async fn convert<Q>(
+    pub(crate) async fn convert<Q: Held>(
         mut self,
-        what: (Arc<Q>, Arc<dyn Claim>),
+        what: Arc<Q>,
         via: &dyn Claim,
     ) -> Result<Lock<C, Q>, Error> {
         let ttl_ms = args::ttl_millis(self.lease_ttl)?;
@@ -623,13 +623,14 @@ impl<C: Connection, P> Lock<C, P> {
             .refresh(via, &self.token, ttl_ms, Some(self.valid_until()))
             .await?;
         self.release_on_drop = false;
-        let (what, claim) = what;
         // (The writer's hold ends here, the reader's starts.)
-        let held = self.context.meter.hold(claim.kind(), Instant::now());
+        let held = self
+            .context
+            .meter
+            .hold(what.as_claim().0.kind(), Instant::now());
         Ok(Lock {
             context: self.context.clone(),
-            what,
-            claim,
+            claim: what,
             token: self.token,
             metadata: self.metadata.take(),
             lease_ttl: self.lease_ttl,
@@ -668,10 +669,10 @@ impl<C: Connection, P> Lock<C, P> {
     }
 }
 
-impl<C: Connection, P> std::fmt::Debug for Lock<C, P> {
+impl<C: Connection, P: Held> std::fmt::Debug for Lock<C, P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Lock")
-            .field("keys", self.claim.keys())
+            .field("keys", self.claim().keys())
             .field("token", &self.token)
             .field("metadata", &self.metadata)
             .field("fence", &self.fence.get())
@@ -681,7 +682,7 @@ impl<C: Connection, P> std::fmt::Debug for Lock<C, P> {
     }
 }
 
-impl<C: Connection, P> Lock<C, P> {
+impl<C: Connection, P: Held> Lock<C, P> {
     /// Wakes one of this locker's own waiters for these keys, if any: they queued behind
     /// this lock without a try. Where they line up (see `Waits::lined`), the locker left
     /// the line when it took the key, so no hand-off tells them; elsewhere the release's
@@ -690,15 +691,15 @@ impl<C: Connection, P> Lock<C, P> {
     /// locker up behind whoever the key was handed to. (Within one process, waiters take
     /// turns without the line.)
     fn wake_own_waiters(&self) {
-        (self.context).waiters_held_until(&*self.claim, Instant::now());
+        (self.context).waiters_held_until(self.claim(), Instant::now());
     }
 }
 
-impl<C: Connection, P> Drop for Lock<C, P> {
+impl<C: Connection, P: Held> Drop for Lock<C, P> {
     fn drop(&mut self) {
         if self.release_on_drop {
             let backend = &self.context.backend;
-            backend.release_in_background(self.claim.clone(), self.token, self.keep_until);
+            backend.release_in_background(self.shared_claim(), self.token, self.keep_until);
             self.wake_own_waiters();
         }
     }

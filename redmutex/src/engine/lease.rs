@@ -18,6 +18,7 @@ use crate::engine::renewer::{Entry, Registration};
 use crate::engine::wakeup::Listening;
 use crate::error::{Argument, Error};
 use crate::quorum::{Drift, QuorumSettings};
+use crate::scripts::Held;
 use crate::token;
 
 /// Keep-alive settings for [`Lock::keep_alive_with`].
@@ -220,7 +221,7 @@ impl KeepAlive {
 /// # Ok(()) }
 /// ```
 #[must_use = "dropping a Lease stops renewal and releases the lock"]
-pub struct Lease<C: Connection, P = Keys> {
+pub struct Lease<C: Connection, P: Held = Keys> {
     lock: Option<Lock<C, P>>,
     state: Arc<LeaseState>,
     registration: Registration,
@@ -228,7 +229,7 @@ pub struct Lease<C: Connection, P = Keys> {
     _listening: Vec<Listening>,
 }
 
-impl<C: Connection, P> Lock<C, P> {
+impl<C: Connection, P: Held> Lock<C, P> {
     /// Turns this lock into a [`Lease`] renewed in the background every third of its TTL,
     /// with a "lost" signal. See [`Lease`].
     ///
@@ -291,13 +292,13 @@ impl<C: Connection, P> Lock<C, P> {
     }
 }
 
-impl<C: Connection, P> Lease<C, P> {
+impl<C: Connection, P: Held> Lease<C, P> {
     /// What tells this locker's waiters that the lease was lost, when it has wake-up.
     fn waiters_told(lock: &Lock<C, P>) -> Option<Box<dyn Fn() + Send + Sync>> {
         lock.context().hub.as_ref()?;
         // The channels are found when told: a waiter of this locker may line up (and draw
         // the locker's id) after the lease started.
-        let (context, claim) = (lock.context().clone(), lock.claim().clone());
+        let (context, claim) = (lock.context().clone(), lock.shared_claim());
         Some(Box::new(move || {
             context.waiters_held_until(&*claim, Instant::now());
         }))
@@ -311,7 +312,7 @@ impl<C: Connection, P> Lease<C, P> {
         let state = Arc::new(LeaseState::new(lock.valid_until()));
         lock.set_lease(Some(state.clone()));
         let entry = Entry {
-            claim: lock.claim().clone(),
+            claim: lock.shared_claim(),
             token: lock.token(),
             ttl,
             drift,
@@ -634,7 +635,7 @@ impl<C: Connection, P> Lease<C, P> {
     }
 }
 
-impl<C: Connection, P> Deref for Lease<C, P> {
+impl<C: Connection, P: Held> Deref for Lease<C, P> {
     type Target = Lock<C, P>;
 
     /// The lock this lease renews: its token, metadata, fence, validity (as the renewals
@@ -647,7 +648,7 @@ impl<C: Connection, P> Deref for Lease<C, P> {
 /// A far-away instant for absurd hold limits, where `Instant` arithmetic would overflow.
 const MAX_HOLD_HORIZON: Duration = Duration::from_secs(100 * 365 * 86_400);
 
-impl<C: Connection, P> Drop for Lease<C, P> {
+impl<C: Connection, P: Held> Drop for Lease<C, P> {
     fn drop(&mut self) {
         if self.lock.is_some() {
             self.registration.unregister();
@@ -657,7 +658,7 @@ impl<C: Connection, P> Drop for Lease<C, P> {
     }
 }
 
-impl<C: Connection, P> fmt::Debug for Lease<C, P> {
+impl<C: Connection, P: Held> fmt::Debug for Lease<C, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lease")
             .field("lock", &self.lock)

@@ -22,8 +22,8 @@ use crate::error::{Argument, Error};
 use crate::primitives::mutex;
 use crate::retry::{self, Jitter, RetryExt};
 use crate::scripts::{
-    operations, send_notice, Call, ChangeViaRefresh, Claim, Conn, Obtain, ObtainTry, Operations,
-    Waiter,
+    held, operations, send_notice, Call, ChangeViaRefresh, Claim, Conn, Obtain, ObtainTry,
+    Operations, Waiter,
 };
 use crate::token::{Channels, Token};
 
@@ -256,9 +256,9 @@ impl<C: Connection> Election<C> {
     /// # Ok(()) }
     /// ```
     pub fn campaign<'a>(&self, value: impl Into<String>) -> Campaign<'a, C> {
-        let key = Arc::new(ElectionKey::new(self.key.clone()));
+        let key = ElectionKey::new(self.key.clone());
         let pauses = retry::exponential(Duration::from_millis(10), self.ttl / 3);
-        let acquire = Acquire::new(self.context.clone(), Ok((key.clone(), key)), self.ttl)
+        let acquire = Acquire::new(self.context.clone(), Ok(key), self.ttl)
             .metadata(value)
             .with_fence()
             .retry(pauses.jitter(Jitter::equal()))
@@ -732,6 +732,8 @@ fn announcement(key: &[u8], channels: Channels) -> Cmd {
             .clone(),
     }
 }
+
+held!(ElectionKey);
 
 /// The mutex's claim on the key, with every change announced to observers: a win, and a
 /// release (a resignation, or a dropped leadership).

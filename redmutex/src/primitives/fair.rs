@@ -19,7 +19,7 @@ use crate::error::{Argument, Error, InvalidArgument};
 use crate::fence::{companion_key, counter_key, Companion};
 use crate::primitives::mutex;
 use crate::scripts::{
-    operations, Call, Claim, Conn, Obtain, ObtainTry, Operations, Queue, ScriptConn, Waits,
+    held, operations, Call, Claim, Conn, Obtain, ObtainTry, Operations, Queue, ScriptConn, Waits,
 };
 use crate::token::{turn_channel, Token, TOKEN_LEN};
 
@@ -202,10 +202,7 @@ impl<C: Connection> FairLock<C> {
         let key = self.key();
         let channels = self.key.channels();
         let turns = self.context.own_turns(|id| turn_channel(key, id, channels));
-        let claim = turns.map(|turns| {
-            let key = Arc::new(FairKey::new(self.key.clone(), self.heartbeat, turns));
-            (key.clone(), key as Arc<dyn Claim>)
-        });
+        let claim = turns.map(|turns| FairKey::new(self.key.clone(), self.heartbeat, turns));
         Acquire::new(self.context.clone(), claim, ttl)
     }
 
@@ -309,6 +306,8 @@ static OPERATIONS: Operations = Operations {
     renew: &mutex::RENEW,
     guarded: &mutex::GUARDED,
 };
+
+held!(FairKey);
 
 impl Claim for FairKey {
     fn kind(&self) -> &'static str {

@@ -3,8 +3,6 @@
 //! (`mutex.lua`). Everything else a lock does (the acquire loop, refresh, release on drop,
 //! keep-alive, fences, wake-up) is the engine's.
 
-use std::sync::Arc;
-
 use redis::aio::ConnectionLike;
 use redis::{Cmd, ScriptInvocation, Value};
 
@@ -13,7 +11,7 @@ use crate::connection::Connection;
 use crate::engine::guard::Lock;
 use crate::fence::{companion_key, counter_key, Companion};
 use crate::scripts::{
-    eval_whole, operations, AcquireTerms, Call, Claim, Conn, Obtain, ObtainTry, Operations,
+    eval_whole, held, operations, AcquireTerms, Call, Claim, Conn, Obtain, ObtainTry, Operations,
     ScriptConn, Waits,
 };
 use crate::token::{lock_value, Channels, Token, TOKEN_LEN};
@@ -43,11 +41,6 @@ pub(crate) fn await_call(key: &[u8], mark: bool, channels: Channels) -> ScriptIn
 }
 
 /// The mutex's claim and its acquire and guard types.
-pub(crate) fn claim(keys: Keys) -> (Arc<Keys>, Arc<dyn Claim>) {
-    let keys = Arc::new(keys);
-    (keys.clone(), keys)
-}
-
 /// The `inspect` call for one key (with the prefix): what it holds and its latest fence.
 pub(crate) fn inspect_call(key: &[u8], channels: Channels) -> ScriptInvocation<'static> {
     let mut call = INSPECT.script(channels).prepare_invoke();
@@ -68,6 +61,8 @@ static OPERATIONS: Operations = Operations {
 
 /// The release's third argument: undo a quorum's failed try (see `mutex.lua`).
 const UNDO: &str = "undo";
+
+held!(Keys);
 
 impl Claim for Keys {
     fn kind(&self) -> &'static str {

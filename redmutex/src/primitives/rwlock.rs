@@ -20,8 +20,8 @@ use crate::error::{Argument, Error, InvalidArgument};
 use crate::fence::{companion_key, counter_key, Companion};
 use crate::primitives::mutex;
 use crate::scripts::{
-    add_holder_renewal, eval_whole, holder_keys, operations, Call, ChangeViaRefresh, Claim, Conn,
-    Obtain, ObtainTry, Operation, Operations, Queue, ScriptConn, Waits,
+    add_holder_renewal, eval_whole, held, holder_keys, operations, Call, ChangeViaRefresh, Claim,
+    Conn, Obtain, ObtainTry, Operation, Operations, Queue, ScriptConn, Waits,
 };
 use crate::token::{self, Channels, StoredValue, Token, TOKEN_LEN};
 
@@ -199,10 +199,10 @@ impl<C: Connection> RwLock<C> {
     /// # Ok(()) }
     /// ```
     pub fn read<'a>(&self, ttl: Duration) -> Acquire<'a, C, ReadKey> {
-        let key = Arc::new(ReadKey {
+        let key = ReadKey {
             keys: RwKeys::new(self.key.clone()),
-        });
-        Acquire::new(self.context.clone(), Ok((key.clone(), key)), ttl)
+        };
+        Acquire::new(self.context.clone(), Ok(key), ttl)
     }
 
     /// Starts acquiring the lock for writing, for `ttl`; configure and `.await` the
@@ -237,11 +237,11 @@ impl<C: Connection> RwLock<C> {
     /// # Ok(()) }
     /// ```
     pub fn write<'a>(&self, ttl: Duration) -> Acquire<'a, C, WriteKey> {
-        let key = Arc::new(WriteKey {
+        let key = WriteKey {
             keys: RwKeys::new(self.key.clone()),
             heartbeat_ms: self.heartbeat.as_millis().try_into().unwrap_or(u64::MAX),
-        });
-        Acquire::new(self.context.clone(), Ok((key.clone(), key)), ttl)
+        };
+        Acquire::new(self.context.clone(), Ok(key), ttl)
     }
 
     /// The lock as anyone sees it: its writer or its readers, how many writers wait, the
@@ -426,6 +426,8 @@ static WRITE_OPERATIONS: Operations = Operations {
     guarded: &mutex::GUARDED,
 };
 
+held!(ReadKey);
+
 impl Claim for ReadKey {
     fn kind(&self) -> &'static str {
         "read"
@@ -488,6 +490,8 @@ impl Claim for ReadKey {
         add_holder_renewal(self, call, token, ttl_ms);
     }
 }
+
+held!(WriteKey);
 
 impl Claim for WriteKey {
     fn kind(&self) -> &'static str {
@@ -634,8 +638,7 @@ impl<C: Connection> Lock<C, WriteKey> {
             claim: ReadKey { keys: keys.clone() },
             call,
         };
-        let reader = Arc::new(ReadKey { keys });
-        self.convert((reader.clone(), reader), &via).await
+        self.convert(Arc::new(ReadKey { keys }), &via).await
     }
 }
 

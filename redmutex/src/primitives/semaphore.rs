@@ -18,8 +18,8 @@ use crate::engine::inspect::HolderInfo;
 use crate::error::{Argument, Error, InvalidArgument};
 use crate::fence::{companion_key, counter_key, Companion};
 use crate::scripts::{
-    add_holder_renewal, holder_keys, operations, Call, Claim, Conn, Obtain, ObtainTry, Operations,
-    ScriptConn, Waits,
+    add_holder_renewal, held, holder_keys, operations, Call, Claim, Conn, Obtain, ObtainTry,
+    Operations, ScriptConn, Waits,
 };
 use crate::token::{Token, TOKEN_LEN};
 
@@ -195,11 +195,7 @@ impl<C: Connection> Semaphore<C> {
                 let reason = format!("{permits} permits asked for; a semaphore takes {bound}");
                 Error::invalid(Argument::Permits, reason)
             })
-            .map(|n| Permits::new(self.key.clone(), n, self.limit))
-            .map(|permits| {
-                let permits = Arc::new(permits);
-                (permits.clone(), permits as Arc<dyn Claim>)
-            });
+            .map(|n| Permits::new(self.key.clone(), n, self.limit));
         Acquire::new(self.context.clone(), claim, ttl)
     }
 
@@ -388,6 +384,8 @@ static OPERATIONS: Operations = Operations {
     guarded: &GUARDED,
 };
 
+held!(Permits);
+
 impl Claim for Permits {
     fn kind(&self) -> &'static str {
         "semaphore"
@@ -439,11 +437,11 @@ impl Claim for Permits {
         add(if detailed { b"1" } else { b"0" });
     }
 
-    fn with_metadata(&self) -> Option<Arc<dyn Claim>> {
-        Some(Arc::new(Permits {
+    fn with_metadata(self) -> Self {
+        Permits {
             metadata: true,
-            ..self.clone()
-        }))
+            ..self
+        }
     }
 
     fn obtain<'a>(&'a self, conn: Conn<'a>, request: ObtainTry<'a>) -> Call<'a, Obtain> {

@@ -16,6 +16,60 @@ use crate::fence::{companion_key, Companion};
 use crate::token::Token;
 use crate::writes::Writes;
 
+/// What a [`Lock`](crate::Lock) holds: a lock's [`Keys`], a semaphore's
+/// [`Permits`](crate::claim::Permits), a [`FairKey`](crate::claim::FairKey), a
+/// [`ReadKey`](crate::claim::ReadKey) or [`WriteKey`](crate::claim::WriteKey), an
+/// [`ElectionKey`](crate::claim::ElectionKey). Sealed: implemented by these alone, each a
+/// primitive's claim, which the lock drives through the trait's hidden methods.
+///
+/// A function over locks of every primitive names it as their bound:
+///
+/// ```
+/// use redmutex::{claim::Held, Lock};
+/// fn describe<C: redmutex::connection::Connection, P: Held>(lock: &Lock<C, P>) -> String {
+///     format!("held until {:?}", lock.valid_until())
+/// }
+/// ```
+pub trait Held: Send + Sync + 'static {
+    /// The claim, as the engine drives it.
+    #[doc(hidden)]
+    fn as_claim(&self) -> ClaimRef<'_>;
+    /// The claim, shared with what outlives the lock (a background release, a renewal).
+    #[doc(hidden)]
+    fn into_claim(this: Arc<Self>) -> SharedClaim;
+    /// See [`Claim::with_metadata`].
+    #[doc(hidden)]
+    fn with_metadata(self) -> Self
+    where
+        Self: Sized;
+}
+
+/// A [`Held`] claim as the engine drives it (what no user can make: the seal).
+#[doc(hidden)]
+pub struct ClaimRef<'a>(pub(crate) &'a dyn Claim);
+
+/// A [`Held`] claim shared with what outlives the lock.
+#[doc(hidden)]
+pub struct SharedClaim(pub(crate) Arc<dyn Claim>);
+
+/// Implements [`Held`] for a primitive's claim.
+macro_rules! held {
+    ($claim:ty) => {
+        impl $crate::scripts::Held for $claim {
+            fn as_claim(&self) -> $crate::scripts::ClaimRef<'_> {
+                $crate::scripts::ClaimRef(self)
+            }
+            fn into_claim(this: std::sync::Arc<Self>) -> $crate::scripts::SharedClaim {
+                $crate::scripts::SharedClaim(this)
+            }
+            fn with_metadata(self) -> Self {
+                $crate::scripts::Claim::with_metadata(self)
+            }
+        }
+    };
+}
+pub(crate) use held;
+
 pub(crate) type Call<'a, T> = Pin<Box<dyn Future<Output = RedisResult<T>> + Send + 'a>>;
 
 /// What a primitive keeps in Redis, and its operations on one node. Every state change is
@@ -50,10 +104,12 @@ pub(crate) trait Claim: Send + Sync + 'static {
     }
 
     /// This claim for a holder that stores metadata, where that changes what the claim
-    /// sends (a semaphore's holder then has a details entry its release deletes); `None`
-    /// where it changes nothing.
-    fn with_metadata(&self) -> Option<Arc<dyn Claim>> {
-        None
+    /// sends (a semaphore's holder then has a details entry its release deletes).
+    fn with_metadata(self) -> Self
+    where
+        Self: Sized,
+    {
+        self
     }
 
     /// Hands `add` the keys of a release, in order: the claim's own keys, and whatever

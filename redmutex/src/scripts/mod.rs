@@ -24,9 +24,10 @@ mod lua;
 mod send;
 
 pub(crate) use claim::{
-    add_holder_renewal, holder_keys, AcquireTerms, Call, ChangeViaRefresh, Claim, FenceRaise,
+    add_holder_renewal, held, holder_keys, AcquireTerms, Call, ChangeViaRefresh, Claim, FenceRaise,
     Obtain, ObtainTry, Operations, Place, Queue, Remaining, Waiter, Waits,
 };
+pub use claim::{ClaimRef, Held, SharedClaim};
 pub(crate) use lua::{Operation, LINE_HEARTBEAT};
 pub(crate) use send::{eval_whole, evalsha, send_notice, Conn, ScriptConn};
 
