@@ -193,13 +193,19 @@ def k_kept(t):
              "if j ~= i and not in_flight then")
 
 
+def l_asked(t):
+    "A lease already asked to let go ignores prompts: a forced release is heard late."
+    t.sub("redmutex/src/engine/renewer.rs", "        if !self.renewing {\n            return;",
+          "        if !self.renewing || self.entry.state.release_requested() {\n            return;")
+
+
 MUTANTS = {
     "A-lock": a_lock, "A-fair": a_fair, "A-permit": a_permit, "A-write": a_write, "A-read": a_read,
     "B-lock": b_lock, "B-fair": b_fair, "B-permit": b_permit, "B-write": b_write, "B-read": b_read,
     "C-lock": c_lock, "C-permit": c_permit, "C-read": c_read,
     "D-drift": d_drift, "E-limit": e_limit, "F-fence": f_fence,
     "G-forced": g_forced, "H-held": h_held, "I-multi": i_multi, "J-in-flight": j_in_flight,
-    "K-kept": k_kept,
+    "K-kept": k_kept, "L-asked": l_asked,
 }
 
 if __name__ == "__main__":

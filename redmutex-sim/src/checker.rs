@@ -19,6 +19,7 @@
 //! | `guarded` | 12: a holder's guarded write that ran finds its own mark once it wrote one (no other holder's write landed between two of its own), and a late holder's lands only while it still holds |
 //! | `ask` | 14: a holder hears a request to let go only if one was made for its name while it held (a request names the holders of its moment, never a later one) |
 //! | `renewal` | 1, 2, 13: a kept-alive holder's renewal sent after a forced release took its claim, or after a breach while a rival held, gives it no validity (it finds itself gone) |
+//! | `forced-told` | 13: once faults stop, a kept-alive holder with wake-up whose claim a forced release took is told "lost" within [`SERVED_WITHIN`] of the release's answer |
 //! | `hand-off` | 9: once faults stop, a release that finds a waiter with wake-up in line is followed within [`HANDED_WITHIN`] by a holder of the name |
 //! | `liveness` | 8, 9, principle 12: once faults stop, a waiter with wake-up is served within [`SERVED_WITHIN`] of its name being free |
 //!
@@ -31,7 +32,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::history::{Attempt, GuardedWrite, History, Observation, Section};
-use crate::plan::{Fault, Plan, Primitive, Strike, Topology};
+use crate::plan::{Fault, Plan, Primitive, Strike, Style, Topology};
 
 /// How soon a waiter with wake-up must get a name that became free, once the run is
 /// quiet: a hand-off (50 ms), a few round trips, and room to spare.
@@ -97,6 +98,7 @@ pub fn check(plan: &Plan, history: &History) -> Vec<Violation> {
         .collect();
     found.extend(holders(history, &plan.faults));
     forced_renewals(plan, history, &mut found);
+    forced_told(plan, history, &mut found);
     fair_order(plan, history, &mut found);
     observations(history, &mut found);
     healthy_nodes_answer(plan, history, &mut found);
@@ -358,6 +360,45 @@ fn forced_renewals(plan: &Plan, history: &History, found: &mut Vec<Violation>) {
                     text: format!(
                         "t{}'s forced release of {:?} (called {:?}, answered {:?}) found it \
                          held, yet {} was renewed after it (sent at {sent:?} or later)",
+                        forced.task,
+                        forced.name,
+                        forced.called,
+                        forced.answered,
+                        describe(s)
+                    ),
+                });
+            }
+        }
+    }
+}
+
+/// Forced releases (claim 13), once faults stop: a kept-alive holder with wake-up whose
+/// claim a forced release took hears it at once — the release announces itself on the
+/// holder's ask channel, and the lease renews then and finds itself gone — and is told
+/// "lost" (or has let go) within [`SERVED_WITHIN`] of the release's answer, not at its
+/// next renewal. (A lease that started within that span of the release may not have
+/// been subscribed yet: its next renewal tells it. One whose validity had ended — its
+/// process crashed or froze — is not held to it.)
+fn forced_told(plan: &Plan, history: &History, found: &mut Vec<Violation>) {
+    let settled = plan.settled();
+    for forced in history.forced.iter().filter(|f| f.called >= settled) {
+        let by = forced.answered + SERVED_WITHIN;
+        for s in &history.sections {
+            let heard = plan.processes[s.process].wake_up
+                && s.style == Style::Lease
+                && s.name == forced.name
+                && s.start + SERVED_WITHIN < forced.called
+                && s.valid > forced.called
+                && s.released.is_none_or(|r| r > forced.called)
+                && s.told_lost.is_none_or(|t| t > forced.called);
+            let stopped = |t: Option<Duration>| t.is_some_and(|t| t <= by);
+            if heard && by < plan.end() && !stopped(s.told_lost) && !stopped(s.released) {
+                found.push(Violation {
+                    rule: "forced-told",
+                    at: by,
+                    text: format!(
+                        "t{}'s forced release of {:?} (called {:?}, answered {:?}) took the \
+                         claim of {}, which was not told it was lost by {by:?}",
                         forced.task,
                         forced.name,
                         forced.called,
@@ -1401,6 +1442,8 @@ mod tests {
     fn a_renewal_sent_after_a_forced_release_took_the_claim_is_a_violation() {
         let mut plan = Plan::draw(1, Scale::short());
         plan.faults.clear();
+        // (Without wake-up: how soon it is told is `forced-told`'s, tested below.)
+        plan.processes.iter_mut().for_each(|p| p.wake_up = false);
         let forced = |called: f64, answered: f64| crate::history::Forced {
             task: 9,
             name: "job",
@@ -1424,6 +1467,65 @@ mod tests {
         let mut after = history(3.2);
         after.sections[0].start = secs(2.05);
         assert!(rules_of(&plan, &after).is_empty());
+    }
+
+    #[test]
+    fn a_lease_with_wake_up_not_told_at_once_of_a_forced_release_is_a_violation() {
+        let mut plan = Plan::draw(1, Scale::short());
+        plan.faults.clear();
+        plan.processes.iter_mut().for_each(|p| p.wake_up = true);
+        // A lease held from 1 s, valid to 3 s; forced free at 2.0–2.1 s; it must have been
+        // told by 2.4 s (or have let go).
+        let history = |told: Option<f64>, released: Option<f64>| {
+            let mut lease = holder(0, Primitive::Lock, 1.0, 3.0, released, Some(1.0));
+            lease.told_lost = told.map(secs);
+            History {
+                sections: vec![lease],
+                forced: vec![crate::history::Forced {
+                    task: 9,
+                    name: "job",
+                    called: secs(2.0),
+                    answered: secs(2.1),
+                }],
+                ..History::default()
+            }
+        };
+        assert!(rules_of(&plan, &history(Some(2.39), Some(2.5))).is_empty());
+        assert!(rules_of(&plan, &history(None, Some(2.4))).is_empty());
+        assert_eq!(
+            rules_of(&plan, &history(Some(2.41), Some(2.5))),
+            ["forced-told"]
+        );
+        assert_eq!(rules_of(&plan, &history(None, Some(3.0))), ["forced-told"]);
+        // Not held to it: a process without wake-up, a holder that is not kept alive, a
+        // lease younger than the bound, one whose validity had ended, a force during
+        // faults (before the run settled).
+        let late = history(None, Some(3.0));
+        let mut without = plan.clone();
+        without.processes[0].wake_up = false;
+        assert!(rules_of(&without, &late).is_empty());
+        let mut careful = late.clone();
+        careful.sections[0].style = crate::plan::Style::Careful;
+        assert!(rules_of(&plan, &careful).is_empty());
+        let mut young = late.clone();
+        young.sections[0].start = secs(1.75);
+        assert!(rules_of(&plan, &young).is_empty());
+        let mut ended = late.clone();
+        ended.sections[0].valid = secs(1.9);
+        ended.sections[0].released = None;
+        assert!(!rules_of(&plan, &ended).contains(&"forced-told"));
+        let mut faulty = plan.clone();
+        faulty.faults = vec![Strike {
+            id: 0,
+            at: secs(0.5),
+            fault: Fault::Cut {
+                process: 0,
+                node: 0,
+                applied: false,
+            },
+        }];
+        assert!(faulty.settled() > secs(2.0));
+        assert!(!rules_of(&faulty, &late).contains(&"forced-told"));
     }
 
     #[test]

@@ -576,3 +576,37 @@ async fn with_wake_up_a_forced_holder_is_told_at_once_and_its_lockers_waiter_ser
         .await
         .expect("the forced lease told");
 }
+
+/// A kept-alive holder that was asked to let go and has not yet (it finishes its work
+/// first) is still told at once when an operator then forces the release: the force's
+/// announcement prompts a renewal like the request's did (the simulator found such
+/// holders told only at their next renewal, seed 87).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_asked_to_let_go_then_forced_is_told_at_once() {
+    let server = RedisServer::spawn();
+    let holder = common::own_locker(&server, true).await;
+    let operator = common::own_locker(&server, false).await;
+    let told_within = ms(2_000);
+    let lease = (holder.acquire("job", ms(30_000)).await.unwrap())
+        .keep_alive()
+        .unwrap();
+    until_subscribers(&server, "job:~a", 1, ms(2_000)).await;
+    operator
+        .request_release("job")
+        .await
+        .unwrap()
+        .expect("held");
+    tokio::time::timeout(told_within, lease.release_requested())
+        .await
+        .expect("the request heard at once");
+    // (Past the gap a lease keeps between prompted renewals.)
+    tokio::time::sleep(ms(200)).await;
+    operator.force_release("job").await.unwrap().expect("held");
+    let reason = tokio::time::timeout(told_within, lease.lost())
+        .await
+        .expect("the force heard at once, not at the next renewal (10 s)");
+    assert!(
+        matches!(reason, redmutex::LostReason::NotHeld),
+        "{reason:?}"
+    );
+}

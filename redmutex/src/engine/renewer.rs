@@ -151,11 +151,13 @@ struct Tracked {
 }
 
 impl Tracked {
-    /// Renews soon, for a request to let go that may have been announced: at once, or
-    /// after the renewal on the way. Prompts are messages anyone may publish: however many
-    /// come, a lease is renewed for them at most once per [`PROMPT_GAP`].
+    /// Renews soon, for a request to let go or a forced release that may have been
+    /// announced: at once, or after the renewal on the way. Prompts are messages anyone may
+    /// publish: however many come, a lease is renewed for them at most once per
+    /// [`PROMPT_GAP`]. A lease already asked to let go still renews when prompted: the
+    /// prompt may announce that a forced release took its claim (simulator seed 87).
     fn prompt(&mut self) {
-        if !self.renewing || self.entry.state.release_requested() {
+        if !self.renewing {
             return;
         }
         if self.in_flight {
