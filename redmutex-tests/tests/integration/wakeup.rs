@@ -1372,6 +1372,48 @@ async fn a_key_handed_to_a_locker_goes_to_its_waiter_that_can_take_it() {
     both.unwrap().release().await.unwrap();
 }
 
+/// Two processes wait for the same two keys in opposite orders, each in the line of the
+/// key it found held first. The holder of both releases: each key is handed to one of
+/// them, and each one's try finds its other key being handed to the other. Both are
+/// served within the hand-off's window (50 ms) and a try, not at their heartbeat tries
+/// (1 s): a try that holds a hand-off it cannot use yet tries again once the other key's
+/// hand-off settles. (Before, both hand-offs lapsed unclaimed and told nobody: an outside
+/// review found both waiting 1.0 s, every time.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lockers_waiting_for_two_keys_in_opposite_orders_are_both_served() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let holder = common::own_locker(&server, false).await;
+    let both = holder.acquire_all(["a", "b"], ms(30_000)).await.unwrap();
+    let (first, second) = (
+        common::own_locker(&server, true).await,
+        common::own_locker(&server, true).await,
+    );
+    // Each releases as soon as it is served: the other may wait for it.
+    let served_then_released = |waiting: tokio::task::JoinHandle<(Instant, _)>| {
+        tokio::spawn(async move {
+            let (got_at, lock): (Instant, Result<redmutex::Lock<_>, _>) = waiting.await.unwrap();
+            lock.expect("served").release().await.unwrap();
+            got_at
+        })
+    };
+    let ab = served_then_released(common::waiting_for(&first, &["a", "b"]));
+    until_in_line(&mut raw, "a", 1).await;
+    let ba = served_then_released(common::waiting_for(&second, &["b", "a"]));
+    until_in_line(&mut raw, "b", 1).await;
+    both.release().await.unwrap();
+    let released = Instant::now();
+    let mut served = Vec::new();
+    for waiter in [ab, ba] {
+        let got_at = tokio::time::timeout(ms(15_000), waiter).await.unwrap();
+        served.push(got_at.unwrap() - released);
+    }
+    assert!(
+        served.iter().all(|waited| *waited < ms(500)),
+        "served {served:?} after the release (their heartbeat tries: 1 s)"
+    );
+}
+
 /// Waits until `n` lockers stand in the line of `key` (each a ticket and a heartbeat).
 async fn until_in_line(raw: &mut Raw, key: &str, n: usize) {
     let line = format!("{{{key}}}:line");

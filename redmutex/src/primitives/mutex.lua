@@ -41,8 +41,9 @@
 --          every counter (see next_fence), now stored in all of them (0 when not fenced);
 --          otherwise { i, pttl }: i is the 1-based index of the first key held by another
 --          owner, pttl its remaining TTL (-1: none; -3: handed to another locker, which
---          takes it or lets it go within HANDOFF_MS), and nothing was written but the
---          flag and the line.
+--          takes it or lets it go within HANDOFF_MS — but its pttl where this try holds
+--          a hand-off of another key: see below), and nothing was written but the flag
+--          and the line.
 -- A key that already holds our own token counts as free: an earlier try whose reply was
 -- lost may have set it, and the retry must be able to finish what that try started.
 -- A key of another type (pcall turns its WRONGTYPE error into a table) counts as held, and
@@ -100,6 +101,16 @@ for i = 1, count do
       mark_waiter(KEYS[i], value, length, AWAITED)
     end
     if in_flight then
+      -- A try that holds a hand-off of another key, which it cannot use while key i is
+      -- being handed to another locker, may face that locker's waiter in its own place
+      -- (two lockers waiting for the same keys in opposite orders): each keeps what the
+      -- other needs until both hand-offs lapse, and nobody is told. It tries again once
+      -- key i's hand-off settles (its pttl), and takes or passes on what it holds then.
+      for j = 1, count do
+        if j ~= i and (was_handed[j] or (j > i and redis.pcall('get', KEYS[j]) == handed)) then
+          return { i, redis.call('pttl', KEYS[i]) }
+        end
+      end
       return { i, -3 }
     end
     return { i, redis.call('pttl', KEYS[i]) }
