@@ -199,6 +199,13 @@ def l_asked(t):
           "        if !self.renewing || self.entry.state.release_requested() {\n            return;")
 
 
+def m_opposite(t):
+    "A multi-key try holding a hand-off it cannot use waits for no settling (opposite orders)."
+    t.sub_in(LUA + "mutex.lua", "obtain",
+             "if j ~= i and (was_handed[j] or (j > i and redis.pcall('get', KEYS[j]) == handed)) then",
+             "if false then")
+
+
 MUTANTS = {
     "A-lock": a_lock, "A-fair": a_fair, "A-permit": a_permit, "A-write": a_write, "A-read": a_read,
     "B-lock": b_lock, "B-fair": b_fair, "B-permit": b_permit, "B-write": b_write, "B-read": b_read,
@@ -206,6 +213,7 @@ MUTANTS = {
     "D-drift": d_drift, "E-limit": e_limit, "F-fence": f_fence,
     "G-forced": g_forced, "H-held": h_held, "I-multi": i_multi, "J-in-flight": j_in_flight,
     "K-kept": k_kept, "L-asked": l_asked,
+    "M-opposite": m_opposite,
 }
 
 if __name__ == "__main__":

@@ -280,6 +280,13 @@ impl<C: Connection> Election<C> {
     /// short pauses, for up to a third of the TTL, so that the term reported is the one
     /// the leader is handed, not the previous leader's.
     ///
+    /// A leader deposed by a forced release with the lock-delay
+    /// ([`Locker::force_release`](crate::Locker::force_release)) is still reported, with its
+    /// term, until its TTL ends — and observers hear no change meanwhile: it may still be
+    /// acting on its leadership (which is why the lock-delay keeps every other campaign
+    /// out, see [`safety`](crate::safety) 13). [`Locker::describe`](crate::Locker::describe)
+    /// tells such a key apart ([`ListedLock::forced`](crate::state::ListedLock::forced)).
+    ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
     ///
