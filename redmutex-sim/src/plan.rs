@@ -718,14 +718,15 @@ fn agree_on_the_limit(task: &mut TaskPlan) {
     }
 }
 
-/// Half the runs of plain locks take two names, `job` and `ledger`: each holder one of
-/// them, or both at once in either order (all or nothing; a rival holding either keeps it
-/// out). Drawn from a stream of its own, so that every other seed's plan stays what it was.
+/// The runs of plain locks take two names, `job` and `ledger`: each holder one of them,
+/// or both at once in either order (all or nothing; a rival holding either keeps it out).
+/// Drawn from a stream of its own, so that every other seed's plan stays what it was.
+/// (Half of them did once; planted bugs in the paths of waiters for several keys were
+/// found by under 0.1 % of the seeds then. The draw that chose the half is still made, so
+/// that those runs stayed what they were.)
 fn multi_key(seed: u64, tasks: &mut [TaskPlan]) {
     let mut keys = Rng::new(seed ^ 0x4D55_4C54_494B_4559);
-    if !keys.chance(0.5) {
-        return;
-    }
+    let _half = keys.chance(0.5);
     for task in tasks.iter_mut() {
         let (name, also) = match (task.role, keys.below(4)) {
             (Role::Hold(Primitive::Lock, _), 2) => ("job", Some("ledger")),
