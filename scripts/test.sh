@@ -72,7 +72,13 @@ cargo test --workspace --doc --all-features
 step "packaging: what a publish would upload, each package built from its own files"
 # (Its verification builds the command line from its package's files, as `cargo install
 # redmutex-cli` would; the demo above ran the binary.)
-cargo package --locked -p redmutex-memory -p redmutex -p redmutex-cli --quiet
+# In a target directory of its own, where every redmutex crate is the packaged one: cargo
+# takes a registry crate of an unchanged version for unchanged, so what an earlier run
+# built of them goes first (dependencies stay built).
+rm -rf target/package-check/debug/.fingerprint/redmutex* \
+    target/package-check/debug/deps/*redmutex* target/package-check/debug/build/redmutex*
+cargo package --locked -p redmutex-memory -p redmutex -p redmutex-cli --quiet \
+    --target-dir target/package-check
 step "the library's integration tests against the other servers"
 # The library's test executables from the build above (listed, not rebuilt), each with
 # its package's directory: its unit tests, and the tests against real servers.
