@@ -350,10 +350,7 @@ fn forced_renewals(plan: &Plan, history: &History, found: &mut Vec<Violation>) {
             let Some(sent) = renewal_sent(s) else {
                 continue;
             };
-            let holding = s.start < forced.called
-                && s.released.is_none_or(|r| r > forced.called)
-                && s.told_lost.is_none_or(|t| t > forced.called);
-            if s.name == forced.name && holding && sent > forced.answered {
+            if took(forced, s) && sent > forced.answered {
                 found.push(Violation {
                     rule: "renewal",
                     at: sent,
@@ -384,13 +381,11 @@ fn forced_told(plan: &Plan, history: &History, found: &mut Vec<Violation>) {
     for forced in history.forced.iter().filter(|f| f.called >= settled) {
         let by = forced.answered + SERVED_WITHIN;
         for s in &history.sections {
-            let heard = plan.processes[s.process].wake_up
+            let heard = took(forced, s)
+                && plan.processes[s.process].wake_up
                 && s.style == Style::Lease
-                && s.name == forced.name
                 && s.start + SERVED_WITHIN < forced.called
-                && s.valid > forced.called
-                && s.released.is_none_or(|r| r > forced.called)
-                && s.told_lost.is_none_or(|t| t > forced.called);
+                && s.valid > forced.called;
             let stopped = |t: Option<Duration>| t.is_some_and(|t| t <= by);
             if heard && by < plan.end() && !stopped(s.told_lost) && !stopped(s.released) {
                 found.push(Violation {
@@ -409,6 +404,15 @@ fn forced_told(plan: &Plan, history: &History, found: &mut Vec<Violation>) {
             }
         }
     }
+}
+
+/// Whether `forced` took `s`'s claim: `s` held the name when the forced release was
+/// called, and had neither let go nor been told "lost" by then.
+fn took(forced: &crate::history::Forced, s: &Section) -> bool {
+    s.name == forced.name
+        && s.start < forced.called
+        && s.released.is_none_or(|r| r > forced.called)
+        && s.told_lost.is_none_or(|t| t > forced.called)
 }
 
 fn limit(history: &History, found: &mut Vec<Violation>) {

@@ -40,7 +40,6 @@ pub(crate) fn await_call(key: &[u8], mark: bool, channels: Channels) -> ScriptIn
     call
 }
 
-/// The mutex's claim and its acquire and guard types.
 /// The `inspect` call for one key (with the prefix): what it holds and its latest fence.
 pub(crate) fn inspect_call(key: &[u8], channels: Channels) -> ScriptInvocation<'static> {
     let mut call = INSPECT.script(channels).prepare_invoke();
