@@ -62,8 +62,8 @@ async fn main() -> Result<(), Error> {
         }
         workers.push(tokio::spawn(waiting));
     }
-    let info = ledger.inspect().await?;
-    println!("{} waiting in line behind the holder", info.waiters.len());
+    let waiting = ledger.inspect().await?.and_then(|held| held.waiters);
+    println!("{} waiting in line behind the holder", waiting.unwrap_or(0));
     let released = Instant::now();
     first.release().await?;
     for worker in workers {

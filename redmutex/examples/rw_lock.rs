@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use redmutex::state::LockKind;
 use redmutex::{retry, Error, Locker};
 use tokio::time::Instant;
 
@@ -45,7 +46,7 @@ async fn main() -> Result<(), Error> {
         }));
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let readers_now = prices.inspect().await?.readers.len();
+    let readers_now = prices.inspect().await?.map_or(0, |held| held.holder_count);
     println!("{readers_now} readers share the lock");
 
     let asked = Instant::now();
@@ -60,7 +61,7 @@ async fn main() -> Result<(), Error> {
         reads.load(Ordering::SeqCst),
         writer.fence().await?
     );
-    assert!(prices.inspect().await?.readers.is_empty());
+    assert!(prices.inspect().await?.is_some_and(|held| held.kind != LockKind::Readers));
     let reader = writer.downgrade().await?;
     written.store(true, Ordering::SeqCst);
     println!("downgraded: reading what it wrote, others may read too");
@@ -68,6 +69,6 @@ async fn main() -> Result<(), Error> {
         reader.await.expect("reader")?;
     }
     reader.release().await?;
-    assert!(!prices.inspect().await?.held());
+    assert!(prices.inspect().await?.is_none());
     Ok(())
 }

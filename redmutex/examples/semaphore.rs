@@ -45,8 +45,7 @@ async fn main() -> Result<(), Error> {
         }));
     }
     let info = loop {
-        let info = exports.inspect().await?;
-        if info.used > 0 {
+        if let Some(info) = exports.inspect().await? {
             break info;
         }
         tokio::task::yield_now().await;
@@ -54,7 +53,7 @@ async fn main() -> Result<(), Error> {
     for holder in &info.holders {
         println!(
             "holding: {} permit(s), {:?} left, {:?}",
-            holder.permits, holder.ttl, holder.metadata
+            holder.permits.unwrap_or(1), holder.ttl, holder.metadata
         );
     }
     for worker in workers {

@@ -327,11 +327,8 @@ pub mod limits {
 /// # Ok(()) }
 /// ```
 pub mod state {
-    pub use crate::engine::inspect::{HolderInfo, LockInfo, NodeInfo};
+    pub use crate::engine::inspect::{LockInfo, NodeInfo};
     pub use crate::ops::listing::{ListedHolder, ListedLock, Listing, LockKind};
-    pub use crate::primitives::fair::FairLockInfo;
-    pub use crate::primitives::rwlock::RwLockInfo;
-    pub use crate::primitives::semaphore::SemaphoreInfo;
 }
 
 pub use backend::replication::Replication;

@@ -61,8 +61,8 @@ impl<C: Connection> Clone for Locker<C> {
 }
 
 #[cfg(feature = "memory")]
-impl Locker<crate::memory::MemoryRedis> {
-    /// A locker over a new, empty in-memory server ([`MemoryRedis`](crate::memory::MemoryRedis)),
+impl Locker<redmutex_memory::MemoryRedis> {
+    /// A locker over a new, empty in-memory server ([`MemoryRedis`](redmutex_memory::MemoryRedis)),
     /// with push wake-up: for your tests, **not for production** (feature `memory`). Every
     /// primitive works as over Redis; see [`crate::memory`] for the clock and for fault
     /// injection. [`Locker::connection`] is the server's handle.
@@ -76,8 +76,8 @@ impl Locker<crate::memory::MemoryRedis> {
     /// lock.release().await?;
     /// # Ok(()) }
     /// ```
-    pub fn in_memory() -> Locker<crate::memory::MemoryRedis> {
-        Locker::in_memory_on(&crate::memory::MemoryRedis::new())
+    pub fn in_memory() -> Locker<redmutex_memory::MemoryRedis> {
+        Locker::in_memory_on(&redmutex_memory::MemoryRedis::new())
     }
 
     /// Another locker over the same in-memory server as `redis` (a clone of its handle):
@@ -103,7 +103,7 @@ impl Locker<crate::memory::MemoryRedis> {
     /// assert!(released.elapsed() < Duration::from_secs(1)); // woken by the release
     /// # Ok(()) }
     /// ```
-    pub fn in_memory_on(redis: &crate::memory::MemoryRedis) -> Locker<crate::memory::MemoryRedis> {
+    pub fn in_memory_on(redis: &redmutex_memory::MemoryRedis) -> Locker<redmutex_memory::MemoryRedis> {
         Locker::new(redis.clone())
             .with_wake_up([redis])
             .expect("one wake-up source for one node")
@@ -1031,7 +1031,7 @@ impl<C: Connection> std::fmt::Debug for Locker<C> {
 #[cfg(all(test, feature = "memory"))]
 mod tests {
     use super::Locker;
-    use crate::memory::MemoryRedis;
+    use redmutex_memory::MemoryRedis;
 
     #[test]
     fn lockers_line_up_only_where_one_node_decides_and_not_on_a_cluster() {

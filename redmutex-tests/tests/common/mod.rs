@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::AsyncConnectionConfig;
+use redmutex::state::{ListedLock, LockKind};
 use redmutex::Locker;
 use testkit::RedisServer;
 
@@ -47,6 +48,26 @@ pub async fn multiplexed(server: &RedisServer) -> MultiplexedConnection {
 
 pub async fn manager(server: &RedisServer) -> ConnectionManager {
     redmutex::connection::connect(&server.url()).await.unwrap()
+}
+
+/// A semaphore's permits held, as its `inspect` reads them (0 when nobody holds any).
+pub fn used(seen: &Option<ListedLock>) -> u32 {
+    seen.as_ref().and_then(|seen| seen.permits).map_or(0, |(used, _)| used)
+}
+
+/// How many wait in a lock's line (a fair lock's queue, writers), as `inspect` reads them
+/// (0 when it is free and nobody waits).
+pub fn in_line(seen: &Option<ListedLock>) -> u32 {
+    seen.as_ref().and_then(|seen| seen.waiters).unwrap_or(0)
+}
+
+/// How many readers hold a read-write lock, as its `inspect` reads them (0 when a writer
+/// holds it, or nobody).
+pub fn readers(seen: &Option<ListedLock>) -> u32 {
+    match seen {
+        Some(held) if held.kind == LockKind::Readers => held.holder_count,
+        _ => 0,
+    }
 }
 
 /// The argument an error blames, if it is an invalid argument.

@@ -14,11 +14,16 @@ use redmutex::{error::Argument, limits::MIN_HEARTBEAT, retry, FairLock, Locker};
 use testkit::RedisServer;
 use tokio::time::Instant;
 
+/// How many wait in `fair`'s line.
+async fn in_line<C: redmutex::connection::Connection>(fair: &FairLock<C>) -> usize {
+    crate::common::in_line(&fair.inspect().await.unwrap()) as usize
+}
+
 /// Waits until `n` waiters are in line.
 async fn until_in_line(fair: &FairLock<MultiplexedConnection>, n: usize) {
     let until = Instant::now() + ms(5_000);
     loop {
-        let waiters = fair.inspect().await.unwrap().waiters.len();
+        let waiters = in_line(fair).await;
         if waiters >= n {
             assert_eq!(waiters, n, "more waiters than started");
             return;
@@ -113,8 +118,8 @@ async fn a_free_key_is_only_for_the_first_in_line() {
     // one try it does not queue either.
     let newcomer = fair.acquire(ms(10_000)).await.unwrap_err();
     assert!(newcomer.is_not_obtained(), "{newcomer}");
-    assert_eq!(fair.inspect().await.unwrap().waiters.len(), 1);
-    assert!(!fair.inspect().await.unwrap().lock.held);
+    let seen = fair.inspect().await.unwrap().expect("someone waits");
+    assert_eq!((seen.holder_count, seen.waiters), (0, Some(1)), "free, one in line");
     // A plain acquire of the same key does not queue: it may take a free key ahead of the
     // line (documented), and excludes the fair waiter while it holds it.
     let plain = own_locker(&server, false).await;
@@ -152,7 +157,7 @@ async fn a_waiter_that_stops_trying_drops_out_of_line_within_its_heartbeat() {
     );
     assert!(tokio::time::timeout(ms(100), &mut ghost).await.is_err());
     std::mem::forget(ghost);
-    assert_eq!(fair.inspect().await.unwrap().waiters.len(), 1);
+    assert_eq!(in_line(&fair).await, 1);
     // A live waiter behind it.
     let live = fair.clone();
     let live = tokio::spawn(async move {
@@ -169,7 +174,7 @@ async fn a_waiter_that_stops_trying_drops_out_of_line_within_its_heartbeat() {
     let (got, guard) = live.await.unwrap();
     // The ghost held the line until its heartbeat ran out (the server's clock), not longer.
     assert!(got - released < heartbeat + ms(500), "{:?}", got - released);
-    assert_eq!(fair.inspect().await.unwrap().waiters.len(), 0);
+    assert_eq!(in_line(&fair).await, 0);
     guard.release().await.unwrap();
     assert_eq!(raw.dbsize().await, 0, "{:?}", raw.lock_keys().await);
 }
@@ -190,7 +195,7 @@ async fn a_waiter_that_gives_up_or_is_cancelled_leaves_the_line() {
         .await
         .unwrap_err();
     assert!(gave_up.is_not_obtained(), "{gave_up}");
-    assert_eq!(fair.inspect().await.unwrap().waiters.len(), 0);
+    assert_eq!(in_line(&fair).await, 0);
     // Cancelled while waiting.
     let cancelled = tokio::time::timeout(
         ms(200),
@@ -202,7 +207,7 @@ async fn a_waiter_that_gives_up_or_is_cancelled_leaves_the_line() {
     .await;
     assert!(cancelled.is_err());
     let until = Instant::now() + ms(2_000);
-    while !fair.inspect().await.unwrap().waiters.is_empty() {
+    while in_line(&fair).await > 0 {
         assert!(
             Instant::now() < until,
             "the cancelled waiter stayed in line"
@@ -333,7 +338,7 @@ async fn bad_input_redlock_and_foreign_data_are_refused_with_typed_errors() {
     let fair = plain.fair_lock("foreign").unwrap();
     let error = fair.acquire(ms(1_000)).await.unwrap_err();
     assert_eq!(blamed(&error), Some(Argument::Key), "{error}");
-    assert!(fair.inspect().await.unwrap().foreign_queue);
+    assert!(fair.inspect().await.unwrap().is_none(), "free: nobody waits in a queue of another kind");
     assert_eq!(raw.get("{foreign}:queue").await.unwrap(), b"not a queue");
     assert!(!raw.exists("foreign").await);
 }
@@ -360,8 +365,8 @@ async fn a_fair_guard_is_a_lock_fences_keep_alive_and_plain_locks_exclude_it() {
     // Fences grow; keep-alive holds past the TTL and the lease releases.
     let second = fair.acquire(ms(300)).metadata("host=a").await.unwrap();
     assert!(second.fence().await.unwrap() > fence);
-    let info = fair.inspect().await.unwrap();
-    assert_eq!(info.lock.metadata.as_deref(), Some("host=a"));
+    let info = fair.inspect().await.unwrap().expect("held");
+    assert_eq!(info.holders[0].metadata.as_deref(), Some("host=a"));
     let lease = second.keep_alive().unwrap();
     tokio::time::sleep(ms(700)).await;
     assert!(raw.exists("shared-key").await, "kept alive past its TTL");

@@ -10,9 +10,22 @@ use std::time::Duration;
 
 use crate::common::{blamed, manager, ms, multiplexed, Raw};
 use redis::aio::MultiplexedConnection;
-use redmutex::{error::Argument, limits::MAX_PERMITS, retry, Locker, LostReason};
+use redmutex::state::LockKind;
+use redmutex::{error::Argument, limits::MAX_PERMITS, retry, Locker, LostReason, Semaphore};
 use testkit::RedisServer;
 use tokio::time::Instant;
+
+/// Permits held now and the limit their holders agreed on, as `inspect` reads them: none
+/// and no limit when nobody holds any.
+async fn usage<C: redmutex::connection::Connection>(s: &Semaphore<C>) -> (u32, Option<u32>) {
+    match s.inspect().await.unwrap() {
+        Some(seen) => {
+            let (used, limit) = seen.permits.expect("a semaphore");
+            (used, Some(limit))
+        }
+        None => (0, None),
+    }
+}
 
 async fn setup() -> (RedisServer, Raw, Locker<MultiplexedConnection>) {
     let server = RedisServer::spawn();
@@ -30,8 +43,7 @@ async fn at_most_the_limit_is_held_and_permits_are_taken_all_or_none() {
     // Two more do not fit (one is free): none is taken.
     let refused = workers.acquire(2, ms(10_000)).await.unwrap_err();
     assert!(refused.is_not_obtained(), "{refused}");
-    let info = workers.inspect().await.unwrap();
-    assert_eq!((info.used, info.free, info.limit), (2, 1, Some(3)));
+    assert_eq!(usage(&workers).await, (2, Some(3)));
     let one = workers.acquire(1, ms(10_000)).await.unwrap();
     assert!(workers
         .acquire(1, ms(10_000))
@@ -108,8 +120,8 @@ async fn holders_that_disagree_on_the_limit_get_a_typed_error_not_more_permits()
     let error = five.acquire(1, ms(10_000)).await.unwrap_err();
     assert_eq!(blamed(&error), Some(Argument::Limit), "{error}");
     assert!(error.to_string().contains("limit of 3"), "{error}");
-    let info = three.inspect().await.unwrap();
-    assert_eq!((info.used, info.holders.len()), (3, 1));
+    let info = three.inspect().await.unwrap().expect("held");
+    assert_eq!((info.permits.unwrap().0, info.holders.len()), (3, 1));
     // Once nobody holds a permit, the limit is whoever comes next's.
     held.release().await.unwrap();
     assert_eq!(raw.dbsize().await, 0);
@@ -138,9 +150,9 @@ async fn a_crashed_holders_permits_come_back_within_its_ttl_and_a_waiter_wakes_t
     let waited = started.elapsed();
     assert!(waited >= ms(350), "permit not expired yet: {waited:?}");
     assert!(waited < ms(1_500), "slept past the expiry: {waited:?}");
-    let info = s.inspect().await.unwrap();
+    let info = s.inspect().await.unwrap().expect("held");
     assert_eq!(
-        (info.used, info.holders.len()),
+        (info.permits.unwrap().0, info.holders.len()),
         (1, 1),
         "the dead one is gone"
     );
@@ -185,7 +197,7 @@ async fn a_refresh_never_brings_back_reclaimed_permits() {
         .run(redis::cmd("ZSCORE").arg("r").arg(token.as_str()))
         .await;
     assert_eq!(score, None, "not re-added");
-    assert_eq!(s.inspect().await.unwrap().used, 1);
+    assert_eq!(usage(&s).await.0, 1);
     assert!(permit.ttl().await.unwrap_err().is_not_held());
     assert!(permit.release().await.unwrap_err().is_not_held());
     other.release().await.unwrap();
@@ -242,7 +254,7 @@ async fn each_permit_gets_a_fence_above_every_earlier_one() {
     );
     assert!(b.fence_if_taken().is_some());
     assert!(fa < fc && fc < fb, "{fa} < {fc} < {fb}: in the order taken");
-    assert_eq!(s.inspect().await.unwrap().fence, Some(fb));
+    assert_eq!(s.inspect().await.unwrap().unwrap().fence, Some(fb));
     b.release().await.unwrap();
     let d = s.acquire(1, ms(10_000)).with_fence().await.unwrap();
     assert!(d.fence().await.unwrap() > fb);
@@ -264,25 +276,21 @@ async fn inspect_shows_holders_with_metadata_and_ttls_but_no_tokens() {
         s.inspect().await.unwrap(),
         "stable"
     );
-    let idle = s.inspect().await.unwrap();
-    assert_eq!((idle.used, idle.free, idle.limit), (0, 4, None));
+    assert_eq!(usage(&s).await, (0, None));
     let a = s.acquire(3, ms(5_000)).metadata("host=a").await.unwrap();
     let b = s.acquire(1, ms(20_000)).await.unwrap();
-    let info = s.inspect().await.unwrap();
-    assert_eq!((info.used, info.free), (4, 0));
+    let info = s.inspect().await.unwrap().expect("held");
+    assert_eq!(info.permits, Some((4, 4)));
     assert_eq!(info.holders.len(), 2);
     let (first, second) = (&info.holders[0], &info.holders[1]);
     assert_eq!(
         (first.permits, first.metadata.as_deref()),
-        (3, Some("host=a"))
+        (Some(3), Some("host=a"))
     );
-    assert!(
-        first.ttl <= ms(5_000) && first.ttl > ms(4_000),
-        "{:?}",
-        first.ttl
-    );
-    assert_eq!((second.permits, second.metadata.as_deref()), (1, None));
-    assert!(second.ttl > ms(19_000));
+    let first_ttl = first.ttl.unwrap();
+    assert!(first_ttl <= ms(5_000) && first_ttl > ms(4_000), "{first_ttl:?}");
+    assert_eq!((second.permits, second.metadata.as_deref()), (Some(1), None));
+    assert!(second.ttl.unwrap() > ms(19_000));
     let debug = format!("{info:?}");
     assert!(!debug.contains(a.token().as_str()));
     a.release().await.unwrap();
@@ -302,8 +310,8 @@ async fn a_dropped_permit_is_released_and_a_cancelled_acquire_leaves_nothing() {
         .retry(retry::constant(ms(20)))
         .deadline(ms(60_000));
     assert!(tokio::time::timeout(ms(300), waiting).await.is_err());
-    let info = s.inspect().await.unwrap();
-    assert_eq!((info.used, info.holders.len()), (1, 1));
+    let info = s.inspect().await.unwrap().expect("held");
+    assert_eq!((info.permits.unwrap().0, info.holders.len()), (1, 1));
     held.release().await.unwrap();
     assert_eq!(raw.dbsize().await, 0);
 }
@@ -315,7 +323,7 @@ async fn a_lock_and_a_semaphore_of_one_name_refuse_each_other() {
     let s = locker.semaphore("shared-name", 2).unwrap();
     let error = s.acquire(1, ms(10_000)).await.unwrap_err();
     assert_eq!(blamed(&error), Some(Argument::Key), "{error}");
-    assert!(s.inspect().await.unwrap().foreign);
+    assert_eq!(s.inspect().await.unwrap().unwrap().kind, LockKind::Lock);
     lock.release().await.unwrap();
     let permit = s.acquire(1, ms(10_000)).await.unwrap();
     let error = locker.acquire("shared-name", ms(1000)).await.unwrap_err();
@@ -544,7 +552,7 @@ async fn a_try_cancelled_while_the_server_is_frozen_leaves_no_permit_behind() {
     let until = Instant::now() + ms(3_000);
     loop {
         let info = s.inspect().await.unwrap();
-        if info.used == 0 && raw.dbsize().await == 0 {
+        if info.is_none() && raw.dbsize().await == 0 {
             break;
         }
         assert!(Instant::now() < until, "left behind: {info:?}");
@@ -611,7 +619,7 @@ async fn a_foreign_fence_counter_fails_the_acquire_with_nothing_written() {
     // Nothing of the failed tries: no permit counted, no details without a TTL.
     assert_eq!(raw.dbsize().await, 0, "{:?}", raw.lock_keys().await);
     let a = s.acquire(2, ms(10_000)).await.unwrap();
-    assert_eq!(s.inspect().await.unwrap().used, 2);
+    assert_eq!(usage(&s).await.0, 2);
     a.release().await.unwrap();
     assert_eq!(raw.get("{counted}:fence").await.unwrap(), b"not a number");
 }
@@ -833,10 +841,10 @@ async fn only_holders_with_more_than_a_count_keep_a_details_entry_and_it_goes_wi
         .collect();
     entries.sort();
     assert_eq!(entries, ["1:job=a", "2:"]);
-    let info = pool.inspect().await.unwrap();
-    assert_eq!((info.used, info.free), (4, 1));
+    let info = pool.inspect().await.unwrap().expect("held");
+    assert_eq!(info.permits, Some((4, 5)));
     let mut seen: Vec<(u32, Option<String>)> = (info.holders.iter())
-        .map(|h| (h.permits, h.metadata.clone()))
+        .map(|h| (h.permits.unwrap(), h.metadata.clone()))
         .collect();
     seen.sort();
     assert_eq!(seen, [(1, None), (1, Some("job=a".into())), (2, None)]);
@@ -853,7 +861,7 @@ async fn only_holders_with_more_than_a_count_keep_a_details_entry_and_it_goes_wi
     let entries = holder_entries(&mut raw, "{pool}:permits").await;
     assert_eq!(entries.len(), 1, "{entries:?}");
     assert!(entries[0].0.starts_with('~') && entries[0].1 == "1:job=b");
-    assert_eq!(pool.inspect().await.unwrap().used, 2);
+    assert_eq!(usage(&pool).await.0, 2);
     tokio::time::sleep(ms(400)).await;
     // Reclaimed by the next try, which takes 4: the plain holder's one is still counted.
     assert!(pool.acquire(5, ms(10_000)).await.is_err());
@@ -894,8 +902,7 @@ async fn a_permit_handed_on_as_the_last_one_held_keeps_both_keys_expiring() {
     assert!(released_at.elapsed() < ms(1_500), "woken, not polled");
     assert!(raw.pttl("last").await > 25_000);
     assert!(raw.pttl("{last}:permits").await > 25_000);
-    let info = s.inspect().await.unwrap();
-    assert_eq!((info.used, info.free, info.limit), (1, 0, Some(1)));
+    assert_eq!(usage(&s).await, (1, Some(1)));
     permit.release().await.unwrap();
     assert_eq!(raw.dbsize().await, 0, "{:?}", raw.lock_keys().await);
 }
@@ -916,14 +923,14 @@ async fn permits_are_refreshed_and_released_by_their_token_from_another_locker()
         .refresh_with_token(&one, Duration::from_secs(600))
         .await
         .unwrap();
-    let info = other.inspect().await.unwrap();
-    assert_eq!(info.used, 4);
+    let info = other.inspect().await.unwrap().expect("held");
+    assert_eq!(info.permits.unwrap().0, 4);
     assert!(info
         .holders
         .iter()
-        .any(|h| h.permits == 1 && h.ttl > Duration::from_secs(500)));
+        .any(|h| h.permits == Some(1) && h.ttl.unwrap() > Duration::from_secs(500)));
     other.release_with_token(&three).await.unwrap();
-    assert_eq!(other.inspect().await.unwrap().used, 1);
+    assert_eq!(usage(&other).await.0, 1);
     assert!(other
         .release_with_token(&three)
         .await

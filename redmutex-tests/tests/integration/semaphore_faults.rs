@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::common::{self, blamed, ms, multiplexed, own_locker, Raw};
 use redis::aio::MultiplexedConnection;
+use redmutex::state::LockKind;
 use redmutex::{error::Argument, retry, Locker, Semaphore};
 use testkit::{RedisServer, Rng};
 use tokio::time::Instant;
@@ -615,17 +616,7 @@ async fn keys_outliving_crashed_holders_show_nobody() {
     assert!(left.members > 0, "the keys outlive the holder: {left:?}");
     check_sample(&left, 3).unwrap();
     let info = s3.inspect().await.unwrap();
-    assert_eq!(
-        (
-            info.limit,
-            info.used,
-            info.free,
-            info.holders.len(),
-            info.foreign
-        ),
-        (None, 0, 3, 0, false),
-        "{info:?}"
-    );
+    assert!(info.is_none(), "someone is said to hold it: {info:?}");
     let listed = locker.list("*").unwrap().collect().await.unwrap();
     assert!(
         listed
@@ -642,8 +633,8 @@ async fn keys_outliving_crashed_holders_show_nobody() {
     // Another limit is free to agree on.
     let s5 = own_locker(&server, false).await.semaphore(NAME, 5).unwrap();
     let five = s5.acquire(5, ms(2_000)).await.unwrap();
-    let info = s5.inspect().await.unwrap();
-    assert_eq!((info.limit, info.used, info.holders.len()), (Some(5), 5, 1));
+    let info = s5.inspect().await.unwrap().expect("held");
+    assert_eq!((info.permits, info.holders.len()), (Some((5, 5)), 1));
     check_sample(&sample(&mut raw, NAME).await, 5).unwrap();
     five.release().await.unwrap();
     assert_eq!(raw.dbsize().await, 0, "{:?}", raw.lock_keys().await);
@@ -675,7 +666,7 @@ async fn empty_metadata_and_min_hold_release_cleanly() {
          {released:?} (keys now: {after:?})"
     );
     // Kept (counted) until the minimum hold ends, then reclaimed.
-    assert_eq!(s.inspect().await.unwrap().used, 1);
+    assert_eq!(s.inspect().await.unwrap().unwrap().permits, Some((1, 2)));
     tokio::time::sleep(ms(400)).await;
     let two = s.acquire(2, ms(5_000)).await.unwrap();
     two.release().await.unwrap();
@@ -732,7 +723,7 @@ async fn a_read_lock_of_the_same_name_never_mixes_with_the_holders() {
     let error = s.acquire(1, ms(10_000)).await.unwrap_err();
     assert_eq!(blamed(&error), Some(Argument::Key), "{error}");
     assert_eq!(raw.lock_keys().await, keys);
-    assert!(s.inspect().await.unwrap().foreign);
+    assert_eq!(s.inspect().await.unwrap().unwrap().kind, LockKind::Readers);
     r.release().await.unwrap();
     // A lock's line of the same name is the semaphore's line key: a lock waiter in it
     // must not block the semaphore's hand-offs forever.
@@ -901,18 +892,11 @@ async fn list_and_inspect_agree_on_permits_held_after_a_crash() {
         .unwrap()
         .detach();
     tokio::time::sleep(ms(350)).await;
-    let info = s.inspect().await.unwrap();
+    let info = s.inspect().await.unwrap().expect("held");
     assert_eq!(
-        (info.used, info.free, info.holders.len()),
-        (1, 2, 1),
-        "{info:?}"
-    );
-    let described = locker.describe(NAME).await.unwrap().expect("held");
-    assert_eq!(described.holder_count, 1, "{described:?}");
-    assert_eq!(
-        described.permits,
-        Some((info.used, 3)),
-        "describe counts a dead holder's permits that inspect leaves out"
+        (info.permits, info.holder_count, info.holders.len()),
+        (Some((1, 3)), 1, 1),
+        "a dead holder's permits are counted: {info:?}"
     );
     live.release().await.unwrap();
     assert!(

@@ -199,7 +199,7 @@ async fn the_minimal_acl_rule_is_enough_for_every_primitive() {
             .into_future(),
     );
     permit.refresh(ms(10_000)).await.unwrap();
-    assert_eq!(permits.inspect().await.unwrap().used, 2);
+    assert_eq!(crate::common::used(&permits.inspect().await.unwrap()), 2);
     permit.release().await.unwrap();
     waiting.await.unwrap().unwrap().release().await.unwrap();
 
@@ -214,7 +214,7 @@ async fn the_minimal_acl_rule_is_enough_for_every_primitive() {
             .into_future(),
     );
     let until = tokio::time::Instant::now() + ms(3_000);
-    while fair.inspect().await.unwrap().waiters.is_empty() {
+    while crate::common::in_line(&fair.inspect().await.unwrap()) == 0 {
         assert!(tokio::time::Instant::now() < until, "never in line");
         tokio::time::sleep(ms(10)).await;
     }
@@ -238,7 +238,7 @@ async fn the_minimal_acl_rule_is_enough_for_every_primitive() {
             .into_future(),
     );
     let until = tokio::time::Instant::now() + ms(3_000);
-    while rw.inspect().await.unwrap().writers_waiting == 0 {
+    while crate::common::in_line(&rw.inspect().await.unwrap()) == 0 {
         assert!(tokio::time::Instant::now() < until, "no intent");
         tokio::time::sleep(ms(10)).await;
     }

@@ -13,9 +13,10 @@ use crate::connection::Connection;
 use crate::engine::tally::FailedTry;
 use crate::error::Error;
 use crate::primitives::election::{ElectionKey, Leader};
-use crate::primitives::fair::{FairKey, FairLockInfo};
-use crate::primitives::rwlock::{ReadKey, RwLockInfo, WriteKey};
-use crate::primitives::semaphore::{Permits, SemaphoreInfo};
+use crate::ops::listing::ListedLock;
+use crate::primitives::fair::FairKey;
+use crate::primitives::rwlock::{ReadKey, WriteKey};
+use crate::primitives::semaphore::Permits;
 
 /// A counting semaphore: [`crate::Semaphore`], with blocking calls.
 ///
@@ -25,7 +26,7 @@ use crate::primitives::semaphore::{Permits, SemaphoreInfo};
 /// let locker = redmutex::blocking::Locker::connect("redis://127.0.0.1:6379")?;
 /// let exports = locker.semaphore("exports", 3)?;
 /// let permit = exports.acquire(1, Duration::from_secs(30)).deadline(Duration::from_secs(60)).call()?;
-/// println!("{} of 3 in use", exports.inspect()?.used);
+/// println!("{:?} in use", exports.inspect()?.and_then(|seen| seen.permits));
 /// permit.release()?;
 /// # Ok(()) }
 /// ```
@@ -80,14 +81,14 @@ impl<C: Connection> Semaphore<C> {
     /// # let locker = redmutex::blocking::Locker::in_memory()?;
     /// let exports = locker.semaphore("exports", 3)?;
     /// let permits = exports.acquire(2, Duration::from_secs(30)).metadata("host-7").call()?;
-    /// let info = exports.inspect()?;
-    /// assert_eq!((info.used, info.free), (2, 1));
-    /// assert_eq!(info.holders[0].metadata.as_deref(), Some("host-7"));
+    /// let seen = exports.inspect()?.expect("held");
+    /// assert_eq!(seen.permits, Some((2, 3)));
+    /// assert_eq!(seen.holders[0].metadata.as_deref(), Some("host-7"));
     /// permits.release()?;
-    /// assert_eq!(exports.inspect()?.used, 0);
+    /// assert!(exports.inspect()?.is_none());
     /// # Ok(()) }
     /// ```
-    pub fn inspect(&self) -> Result<SemaphoreInfo, Error> {
+    pub fn inspect(&self) -> Result<Option<ListedLock>, Error> {
         self.runtime.call(self.inner.inspect())?
     }
 
@@ -100,7 +101,7 @@ impl<C: Connection> Semaphore<C> {
     /// let exports = locker.semaphore("exports", 3)?;
     /// assert_eq!(exports.limit(), 3);
     /// let all = exports.acquire(exports.limit(), Duration::from_secs(30)).call()?; // all of it
-    /// assert_eq!(exports.inspect()?.free, 0);
+    /// assert_eq!(exports.inspect()?.unwrap().permits, Some((3, 3)));
     /// all.release()?;
     /// # Ok(()) }
     /// ```
@@ -132,7 +133,7 @@ impl<C: Connection> Semaphore<C> {
 /// let locker = redmutex::blocking::Locker::connect("redis://127.0.0.1:6379")?;
 /// let deploys = locker.fair_lock("deploy")?;
 /// let guard = deploys.acquire(Duration::from_secs(60)).deadline(Duration::from_secs(600)).call()?;
-/// println!("{} waiting behind us", deploys.inspect()?.waiters.len());
+/// println!("{:?} waiting behind us", deploys.inspect()?.and_then(|seen| seen.waiters));
 /// guard.release()?;
 /// # Ok(()) }
 /// ```
@@ -161,9 +162,9 @@ impl<C: Connection> FairLock<C> {
     /// # let locker = redmutex::blocking::Locker::in_memory()?;
     /// let deploys = locker.fair_lock("deploy")?;
     /// let guard = deploys.acquire(Duration::from_secs(60)).call()?;
-    /// assert!(deploys.inspect()?.lock.held);
+    /// assert!(deploys.inspect()?.is_some());
     /// guard.release()?;
-    /// assert!(!deploys.inspect()?.lock.held);
+    /// assert!(deploys.inspect()?.is_none());
     /// # Ok(()) }
     /// ```
     pub fn acquire(&self, ttl: Duration) -> Acquire<C, FairKey> {
@@ -189,14 +190,14 @@ impl<C: Connection> FairLock<C> {
     ///     let queued = next.acquire(Duration::from_secs(60)).deadline(Duration::from_secs(5));
     ///     queued.retry(redmutex::retry::constant(Duration::from_millis(10))).call()
     /// });
-    /// while deploys.inspect()?.waiters.is_empty() {
+    /// while deploys.inspect()?.and_then(|seen| seen.waiters).unwrap_or(0) == 0 {
     ///     std::thread::sleep(Duration::from_millis(1)); // until the waiter is in line
     /// }
     /// guard.release()?; // the first in line gets it
     /// waiter.join().unwrap()?.release()?;
     /// # Ok(()) }
     /// ```
-    pub fn inspect(&self) -> Result<FairLockInfo, Error> {
+    pub fn inspect(&self) -> Result<Option<ListedLock>, Error> {
         self.runtime.call(self.inner.inspect())?
     }
 
@@ -258,7 +259,7 @@ impl<C: Connection> RwLock<C> {
     /// let catalog = locker.rw_lock("catalog")?;
     /// let a = catalog.read(Duration::from_secs(30)).call()?;
     /// let b = catalog.read(Duration::from_secs(30)).call()?; // readers share it
-    /// assert_eq!(catalog.inspect()?.readers.len(), 2);
+    /// assert_eq!(catalog.inspect()?.unwrap().holder_count, 2);
     /// a.release()?;
     /// b.release()?;
     /// # Ok(()) }
@@ -302,14 +303,14 @@ impl<C: Connection> RwLock<C> {
     /// # let locker = redmutex::blocking::Locker::in_memory()?;
     /// let catalog = locker.rw_lock("catalog")?;
     /// let write = catalog.write(Duration::from_secs(30)).metadata("import").call()?;
-    /// let info = catalog.inspect()?;
-    /// assert!(info.written && info.readers.is_empty());
-    /// assert_eq!(info.writer_metadata.as_deref(), Some("import"));
+    /// let seen = catalog.inspect()?.expect("held");
+    /// assert_eq!(seen.kind, redmutex::state::LockKind::Lock); // a writer: nobody waits
+    /// assert_eq!(seen.holders[0].metadata.as_deref(), Some("import"));
     /// write.release()?;
-    /// assert!(!catalog.inspect()?.held());
+    /// assert!(catalog.inspect()?.is_none());
     /// # Ok(()) }
     /// ```
-    pub fn inspect(&self) -> Result<RwLockInfo, Error> {
+    pub fn inspect(&self) -> Result<Option<ListedLock>, Error> {
         self.runtime.call(self.inner.inspect())?
     }
 

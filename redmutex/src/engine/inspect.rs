@@ -80,42 +80,6 @@ pub struct LockInfo {
     pub forced: bool,
 }
 
-/// One holder of a key that many hold at once: a semaphore's holder
-/// ([`SemaphoreInfo::holders`](crate::state::SemaphoreInfo::holders)) or a read-write lock's
-/// reader ([`RwLockInfo::readers`](crate::state::RwLockInfo::readers)). Its token is not
-/// shown: whoever knows it can release what it holds.
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), redmutex::Error> {
-/// # let locker = redmutex::Locker::in_memory();
-/// use std::time::Duration;
-/// let exports = locker.semaphore("exports", 4)?;
-/// let long = exports.acquire(1, Duration::from_secs(60)).metadata("host=web-1").await?;
-/// let short = exports.acquire(2, Duration::from_secs(10)).await?;
-/// let holders = exports.inspect().await?.holders; // soonest to expire first
-/// assert_eq!((holders[0].permits, holders[0].metadata.as_deref()), (2, None));
-/// assert_eq!((holders[1].permits, holders[1].metadata.as_deref()), (1, Some("host=web-1")));
-/// assert!(holders[1].ttl > Duration::from_secs(50));
-/// let config = locker.rw_lock("config")?;
-/// let reader = config.read(Duration::from_secs(10)).metadata("host=web-2").await?;
-/// let readers = config.inspect().await?.readers;
-/// assert_eq!((readers[0].permits, readers[0].metadata.as_deref()), (1, Some("host=web-2")));
-/// assert!(readers[0].ttl <= Duration::from_secs(10));
-/// # drop((long, short, reader));
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub struct HolderInfo {
-    /// How many permits it holds (a reader: 1).
-    pub permits: u32,
-    /// How long it holds on unless renewed, on the server's clock.
-    pub ttl: Duration,
-    /// The metadata it stored, if any.
-    pub metadata: Option<String>,
-}
-
 /// One node's view of a key, in [`LockInfo::nodes`].
 ///
 /// ```

@@ -14,6 +14,9 @@ use crate::engine::inspect::{Holding, KeyState};
 use crate::error::{Argument, Error};
 use crate::fence::{self, Companion};
 use crate::locker::Locker;
+use crate::primitives::fair::FairLock;
+use crate::primitives::rwlock::RwLock;
+use crate::primitives::semaphore::Semaphore;
 use crate::quorum::{NodeError, NodeFailure, QuorumFailure};
 use crate::scripts::{operations, Operation};
 use crate::token::{watched_outside_line, Channels};
@@ -473,7 +476,8 @@ impl<C: Connection> Locker<C> {
 
     /// What `key` holds now, as [`list`](Locker::list) shows it — kind, holders and their
     /// metadata, TTL, fence, waiters — in one round trip; `None` when it is free (Redlock:
-    /// when no holder has it on a quorum of nodes).
+    /// when no holder has it on a quorum of nodes). A free fair lock whose queue has live
+    /// waiters is described, with no holder: a newcomer may not take it.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad key (before any request); [`Error::Redis`].
@@ -494,6 +498,104 @@ impl<C: Connection> Locker<C> {
     pub async fn describe(&self, key: impl AsRef<[u8]>) -> Result<Option<ListedLock>, Error> {
         let keys = self.keys([key])?;
         describe(&self.context.backend, keys.get(0).expect("one key")).await
+    }
+}
+
+impl<C: Connection> Semaphore<C> {
+    /// Who holds permits now — how many of the limit their holders agreed on, each holder's
+    /// permits, TTL and metadata — as [`Locker::describe`] says it; `None` when nobody
+    /// holds any.
+    ///
+    /// # Errors
+    /// [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// let exports = locker.semaphore("exports", 4)?;
+    /// assert!(exports.inspect().await?.is_none());
+    /// let permit = exports.acquire(3, Duration::from_secs(30)).metadata("job=export-17").await?;
+    /// let seen = exports.inspect().await?.expect("held");
+    /// assert_eq!(seen.permits, Some((3, 4))); // held, of the agreed limit
+    /// assert_eq!(seen.holders[0].metadata.as_deref(), Some("job=export-17"));
+    /// # drop(permit);
+    /// # Ok(()) }
+    /// ```
+    pub async fn inspect(&self) -> Result<Option<ListedLock>, Error> {
+        describe(&self.context.backend, self.key()).await
+    }
+}
+
+impl<C: Connection> FairLock<C> {
+    /// The lock as anyone sees it — holder, TTL, metadata, fence, how many wait in line —
+    /// as [`Locker::describe`] says it; `None` while the key is free and nobody waits (a
+    /// free key with live waiters in line is described with no holder: only the first of
+    /// them may take it).
+    ///
+    /// # Errors
+    /// [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// use redmutex::retry;
+    /// let ledger = locker.fair_lock("ledger")?;
+    /// let _held = ledger.acquire(Duration::from_secs(10)).metadata("host=web-3").await?;
+    /// let waiter = ledger.acquire(Duration::from_secs(10))
+    ///     .retry(retry::constant(Duration::from_millis(100)));
+    /// let _waiting = tokio::spawn(async move { waiter.await });
+    /// tokio::time::sleep(Duration::from_millis(50)).await;
+    /// let seen = ledger.inspect().await?.expect("held");
+    /// assert_eq!(seen.holders[0].metadata.as_deref(), Some("host=web-3"));
+    /// assert_eq!(seen.waiters, Some(1));
+    /// # Ok(()) }
+    /// ```
+    pub async fn inspect(&self) -> Result<Option<ListedLock>, Error> {
+        describe(&self.context.backend, self.key()).await
+    }
+}
+
+impl<C: Connection> RwLock<C> {
+    /// The lock as anyone sees it — its writer or its readers, how many writers wait, the
+    /// latest fence — as [`Locker::describe`] says it; `None` while nobody holds it. A
+    /// writer's key is a lock's: with no other writer waiting it reads as
+    /// [`LockKind::Lock`].
+    ///
+    /// # Errors
+    /// [`Error::Redis`]. Redlock: [`Error::NoQuorum`] when the nodes that answered cannot
+    /// tell.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let locker = redmutex::Locker::in_memory();
+    /// use std::time::Duration;
+    /// use redmutex::state::LockKind;
+    /// let config = locker.rw_lock("config")?;
+    /// let write = config.write(Duration::from_secs(10)).metadata("deploy-42");
+    /// let writer = write.with_fence().await?;
+    /// let seen = config.inspect().await?.expect("held");
+    /// assert_eq!(seen.kind, LockKind::Lock); // a writer, with no other writer waiting
+    /// assert_eq!(seen.holders[0].metadata.as_deref(), Some("deploy-42"));
+    /// assert!(seen.ttl.unwrap() <= Duration::from_secs(10));
+    /// assert_eq!(seen.fence, writer.fence_if_taken());
+    /// # Ok(()) }
+    /// ```
+    pub async fn inspect(&self) -> Result<Option<ListedLock>, Error> {
+        describe(&self.context.backend, self.key()).await
     }
 }
 

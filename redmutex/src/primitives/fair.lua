@@ -164,26 +164,3 @@ if tell then
   tell_first(key, queue, 0)
 end
 return missing
-
---- op: inspect
--- 'inspect': the lock and its queue as anyone sees them, without changing them (waiters
--- whose heartbeat ran out are left out, not passed over).
--- KEYS:    the lock key, the queue, the key's fence counter.
--- Returns: read_key's { pttl, type, fence, value }, then, per live waiter in arrival
---          order, ms until its heartbeat runs out; with a queue of another kind, a fifth
---          element -1 and no waiters.
-local key, queue = KEYS[1], KEYS[2]
-local reply = read_key(key, KEYS[3])
-local waiting = redis.pcall('zrangebyscore', queue, 0, '+inf')
-if waiting.err then
-  reply[5] = -1
-  return reply
-end
-local now = now_ms()
-for _, member in ipairs(waiting) do
-  local ends = beat_end(queue, member)
-  if ends and live_at(ends, now) then
-    reply[#reply + 1] = ends - now
-  end
-end
-return reply

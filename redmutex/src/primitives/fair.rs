@@ -6,15 +6,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{RedisError, ScriptInvocation, Value};
+use redis::ScriptInvocation;
 
 use crate::args::{self, Keys};
-use crate::backend::common::{Reply, StateReader};
 use crate::connection::Connection;
 use crate::engine::acquire::Acquire;
 use crate::engine::context::{Context, TurnId};
 use crate::engine::guard::Lock;
-use crate::engine::inspect::{LockInfo, LockKeyReader};
 use crate::error::{Argument, Error, InvalidArgument};
 use crate::fence::{companion_key, counter_key, Companion};
 use crate::primitives::mutex;
@@ -27,7 +25,6 @@ operations!(
     "primitives/fair.lua";
     OBTAIN = "obtain",
     RELEASE = "release",
-    INSPECT = "inspect",
 );
 
 /// A fair lock: a lock whose waiters, in every process, get it in the order they came.
@@ -70,7 +67,7 @@ operations!(
 /// # Ok(()) }
 /// ```
 pub struct FairLock<C: Connection> {
-    context: Arc<Context<C>>,
+    pub(crate) context: Arc<Context<C>>,
     key: Keys,
     heartbeat: Duration,
 }
@@ -192,7 +189,8 @@ impl<C: Connection> FairLock<C> {
     /// let second = tokio::spawn(async move { waiter.await });
     /// tokio::time::sleep(Duration::from_millis(50)).await; // it takes its place in line
     /// first.release().await?;
-    /// assert!(!ledger.inspect().await?.lock.held, "free, but someone is in line");
+    /// let seen = ledger.inspect().await?.expect("free, but someone is in line");
+    /// assert_eq!((seen.holder_count, seen.waiters), (0, Some(1)));
     /// let late = ledger.acquire(Duration::from_secs(10)).await; // one try: not its turn
     /// assert!(late.unwrap_err().is_not_obtained());
     /// second.await.unwrap()?.release().await?;
@@ -204,41 +202,6 @@ impl<C: Connection> FairLock<C> {
         let turns = self.context.own_turns(|id| turn_channel(key, id, channels));
         let claim = turns.map(|turns| FairKey::new(self.key.clone(), self.heartbeat, turns));
         Acquire::new(self.context.clone(), claim, ttl)
-    }
-
-    /// The lock as anyone sees it (held or free, TTL, metadata, fence), and how many wait
-    /// in line.
-    ///
-    /// # Errors
-    /// [`Error::Redis`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe: it only reads.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::Locker::in_memory();
-    /// use std::time::Duration;
-    /// use redmutex::retry;
-    /// let ledger = locker.fair_lock("ledger")?;
-    /// let _held = ledger.acquire(Duration::from_secs(10)).await?;
-    /// let waiter = ledger.acquire(Duration::from_secs(10))
-    ///     .retry(retry::constant(Duration::from_millis(100)));
-    /// let _waiting = tokio::spawn(async move { waiter.await });
-    /// tokio::time::sleep(Duration::from_millis(50)).await;
-    /// let seen = ledger.inspect().await?;
-    /// assert!(seen.lock.held);
-    /// assert_eq!(seen.waiters.len(), 1);
-    /// # Ok(()) }
-    /// ```
-    pub async fn inspect(&self) -> Result<FairLockInfo, Error> {
-        let key = self.key();
-        let mut call = INSPECT.script(self.key.channels()).prepare_invoke();
-        call.key(key).key(companion_key(key, Companion::Queue));
-        call.key(counter_key(key));
-        let view = FairReader { key: self.key() };
-        self.context.backend.inspect(&view, &call).await
     }
 }
 
@@ -428,75 +391,5 @@ impl<C: Connection> Lock<C, FairKey> {
     /// ```
     pub fn key(&self) -> &[u8] {
         self.what().key()
-    }
-}
-
-/// What [`FairLock::inspect`] sees.
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), redmutex::Error> {
-/// # let locker = redmutex::Locker::in_memory();
-/// use std::time::Duration;
-/// let ledger = locker.fair_lock("ledger")?;
-/// let guard = ledger.acquire(Duration::from_secs(10)).metadata("host=web-3").await?;
-/// let info = ledger.inspect().await?;
-/// assert_eq!(info.lock.metadata.as_deref(), Some("host=web-3"));
-/// assert!(info.lock.held && info.waiters.is_empty() && !info.foreign_queue);
-/// guard.release().await?;
-/// assert!(!ledger.inspect().await?.lock.held);
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub struct FairLockInfo {
-    /// The lock key, as [`Locker::inspect`](crate::Locker::inspect) shows it.
-    pub lock: LockInfo,
-    /// The live waiters, first in line first: how long each stays in line unless it
-    /// tries again (its heartbeat).
-    pub waiters: Vec<Duration>,
-    /// The queue holds something that is not a redmutex queue.
-    pub foreign_queue: bool,
-}
-
-/// Reads a fair lock (see [`StateReader`]).
-struct FairReader<'k> {
-    key: &'k [u8],
-}
-
-impl StateReader for FairReader<'_> {
-    type Info = FairLockInfo;
-
-    fn one(&self, reply: Value) -> Result<FairLockInfo, RedisError> {
-        let mut reply = redis::from_redis_value::<Vec<Value>>(reply)?;
-        let queue = reply.split_off(reply.len().min(4));
-        let lock = LockKeyReader { key: self.key }.one(Value::Array(reply))?;
-        let beats: Vec<i64> = redis::from_redis_value(Value::Array(queue))?;
-        let foreign_queue = beats.first() == Some(&-1);
-        let waiters = (beats.into_iter())
-            .filter_map(|ms| u64::try_from(ms).ok())
-            .map(Duration::from_millis)
-            .collect();
-        Ok(FairLockInfo {
-            lock,
-            waiters,
-            foreign_queue,
-        })
-    }
-
-    /// A fair lock is never kept by a quorum ([`FairLock::new`] refuses it): the first
-    /// node that answered is read.
-    fn each(
-        &self,
-        replies: Vec<Reply<Value>>,
-        _needed: usize,
-    ) -> Result<FairLockInfo, crate::error::Error> {
-        let first = replies.into_iter().find_map(|reply| reply.ok());
-        let read = first.map(|reply| self.one(reply));
-        Ok(read.and_then(Result::ok).unwrap_or_else(|| FairLockInfo {
-            lock: LockInfo::free(self.key),
-            waiters: Vec::new(),
-            foreign_queue: false,
-        }))
     }
 }

@@ -397,33 +397,3 @@ if not intents_ours(intents) or live_intents(intents, now) == 0 then
   announce_on(lock, READERS, EVERYONE)
 end
 return 1
-
---- op: inspect
--- 'inspect': the lock as anyone sees it, without changing it (expired readers and
--- intents are left out, not dropped).
--- KEYS:    the lock key, the details, the intents, the fence counter.
--- Returns: { kind, fence or false, live intents, writer pttl, writer value or false, then
---          two values per live reader, soonest to expire first: ms left, metadata }.
---          kind: 0 free, 1 a writer (any string), 2 readers, -1 something else.
-local lock, details, intents = KEYS[1], KEYS[2], KEYS[3]
-local fence = redis.pcall('get', KEYS[4])
-if type(fence) ~= 'string' then
-  fence = false
-end
-local kind = holder_kind(lock, details)
-local now = now_ms()
-local waiting = live_in(intents, now)
-if kind == nil then
-  return { -1, fence, waiting, -2, false }
-elseif kind == 'free' then
-  return { 0, fence, waiting, -2, false }
-elseif kind == 'writer' then
-  return { 1, fence, waiting, redis.call('pttl', lock), redis.call('get', lock) }
-end
-local reply = { 2, fence, waiting, -2, false }
-local live = redis.call('zrangebyscore', lock, live_from(now), '+inf', 'withscores')
-for i = 1, #live, 2 do
-  reply[#reply + 1] = tonumber(live[i + 1]) - now
-  reply[#reply + 1] = redis.call('hget', details, live[i]) or ''
-end
-return reply

@@ -7,15 +7,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{RedisError, ScriptInvocation, Value};
+use redis::ScriptInvocation;
 
 use crate::args::{self, Keys};
-use crate::backend::common::{Reply, StateReader};
 use crate::connection::Connection;
 use crate::engine::acquire::Acquire;
 use crate::engine::context::Context;
 use crate::engine::guard::Lock;
-use crate::engine::inspect::HolderInfo;
 use crate::error::{Argument, Error, InvalidArgument};
 use crate::fence::{companion_key, counter_key, Companion};
 use crate::primitives::mutex;
@@ -23,7 +21,7 @@ use crate::scripts::{
     add_holder_renewal, eval_whole, held, holder_keys, operations, Call, ChangeViaRefresh, Claim,
     Conn, Obtain, ObtainTry, Operation, Operations, Queue, ScriptConn, Waits,
 };
-use crate::token::{self, Channels, StoredValue, Token, TOKEN_LEN};
+use crate::token::{Channels, Token, TOKEN_LEN};
 
 operations!(
     "primitives/rwlock.lua", "scripts/holders.lua";
@@ -38,7 +36,6 @@ operations!(
     FENCE_READ = "fence",
     RAISE_FENCE_READ = "raise_fence",
     GUARDED_READ = "guarded",
-    INSPECT = "inspect",
 );
 
 /// A read-write lock: many readers at once, or one writer; a waiting writer keeps new
@@ -85,7 +82,7 @@ operations!(
 /// # Ok(()) }
 /// ```
 pub struct RwLock<C: Connection> {
-    context: Arc<Context<C>>,
+    pub(crate) context: Arc<Context<C>>,
     key: Keys,
     heartbeat: Duration,
 }
@@ -192,7 +189,7 @@ impl<C: Connection> RwLock<C> {
     /// let config = locker.rw_lock("config")?;
     /// let first = config.read(Duration::from_secs(10)).await?;
     /// let second = config.read(Duration::from_secs(10)).metadata("host=web-2").await?;
-    /// assert_eq!(config.inspect().await?.readers.len(), 2); // readers share
+    /// assert_eq!(config.inspect().await?.unwrap().holder_count, 2); // readers share
     /// let writer = config.write(Duration::from_secs(10)).await;
     /// assert!(writer.unwrap_err().is_not_obtained());
     /// # drop((first, second));
@@ -232,7 +229,7 @@ impl<C: Connection> RwLock<C> {
     /// assert!(config.read(ttl).await.unwrap_err().is_not_obtained()); // no new readers
     /// reader.release().await?;
     /// let writer = waiting.await.unwrap()?;
-    /// assert!(config.inspect().await?.written);
+    /// assert_eq!(config.inspect().await?.unwrap().kind, redmutex::state::LockKind::Lock);
     /// # drop(writer);
     /// # Ok(()) }
     /// ```
@@ -242,41 +239,6 @@ impl<C: Connection> RwLock<C> {
             heartbeat_ms: self.heartbeat.as_millis().try_into().unwrap_or(u64::MAX),
         };
         Acquire::new(self.context.clone(), Ok(key), ttl)
-    }
-
-    /// The lock as anyone sees it: its writer or its readers, how many writers wait, the
-    /// latest fence.
-    ///
-    /// # Errors
-    /// [`Error::Redis`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe: it only reads.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::Locker::in_memory();
-    /// use std::time::Duration;
-    /// let config = locker.rw_lock("config")?;
-    /// let write = config.write(Duration::from_secs(10)).metadata("deploy-42");
-    /// let writer = write.with_fence().await?;
-    /// let info = config.inspect().await?;
-    /// assert!(info.written && info.readers.is_empty());
-    /// assert_eq!(info.writer_metadata.as_deref(), Some("deploy-42"));
-    /// assert!(info.writer_ttl.unwrap() <= Duration::from_secs(10));
-    /// assert_eq!(info.fence, writer.fence_if_taken());
-    /// # Ok(()) }
-    /// ```
-    pub async fn inspect(&self) -> Result<RwLockInfo, Error> {
-        let keys = RwKeys::new(self.key.clone());
-        let mut call = INSPECT.script(keys.keys.channels()).prepare_invoke();
-        keys.add_all(&mut |name| {
-            call.key(name);
-        });
-        call.key(&keys.counter);
-        let view = RwReader { key: self.key() };
-        self.context.backend.inspect(&view, &call).await
     }
 }
 
@@ -622,7 +584,7 @@ impl<C: Connection> Lock<C, WriteKey> {
     /// let reader = writer.downgrade().await?; // keeps reading what it wrote
     /// assert_eq!(reader.token(), token);
     /// let other = config.read(Duration::from_secs(10)).await?; // others may read now too
-    /// assert_eq!(config.inspect().await?.readers.len(), 2);
+    /// assert_eq!(config.inspect().await?.unwrap().holder_count, 2);
     /// # drop((reader, other));
     /// # Ok(()) }
     /// ```
@@ -659,234 +621,9 @@ impl<C: Connection> Lock<C, ReadKey> {
     }
 }
 
-/// What [`RwLock::inspect`] sees.
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), redmutex::Error> {
-/// # let locker = redmutex::Locker::in_memory();
-/// use std::time::Duration;
-/// let (config, ttl) = (locker.rw_lock("config")?, Duration::from_secs(10));
-/// let (a, b) = (config.read(ttl).await?, config.read(ttl).await?);
-/// let info = config.inspect().await?;
-/// assert_eq!(info.key, b"config");
-/// assert!(!info.written && info.readers.len() == 2 && info.writers_waiting == 0);
-/// assert!(!info.foreign);
-/// # drop((a, b));
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub struct RwLockInfo {
-    /// The lock key, as stored in Redis.
-    pub key: Vec<u8>,
-    /// A writer holds the key — or a plain lock of the same name, or data of someone
-    /// else's (see [`foreign`](RwLockInfo::foreign)). Redlock: on a quorum of nodes.
-    pub written: bool,
-    /// The writer's remaining TTL, when a writer holds the key.
-    pub writer_ttl: Option<Duration>,
-    /// The writer's metadata, if any.
-    pub writer_metadata: Option<String>,
-    /// The live readers, soonest to expire first. (Their tokens are not shown: whoever
-    /// knows one can release that reader.) Redlock: as on the node where a quorum of nodes
-    /// has at least as many.
-    pub readers: Vec<HolderInfo>,
-    /// How many writers wait (their intents keep new readers out).
-    pub writers_waiting: usize,
-    /// The latest fence handed out (by a writer, or seen by a reader); `None` when none yet.
-    pub fence: Option<u64>,
-    /// The keys hold something that is not a redmutex read-write lock.
-    pub foreign: bool,
-}
-
-impl RwLockInfo {
-    fn free(key: &[u8]) -> RwLockInfo {
-        RwLockInfo {
-            key: key.to_vec(),
-            written: false,
-            writer_ttl: None,
-            writer_metadata: None,
-            readers: Vec::new(),
-            writers_waiting: 0,
-            fence: None,
-            foreign: false,
-        }
-    }
-
-    /// Whether anyone holds the lock (a writer, or readers).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::Locker::in_memory();
-    /// use std::time::Duration;
-    /// let config = locker.rw_lock("config")?;
-    /// assert!(!config.inspect().await?.held());
-    /// let reader = config.read(Duration::from_secs(10)).await?;
-    /// assert!(config.inspect().await?.held()); // by a reader: not `written`
-    /// reader.release().await?;
-    /// assert!(!config.inspect().await?.held());
-    /// # Ok(()) }
-    /// ```
-    pub fn held(&self) -> bool {
-        self.written || !self.readers.is_empty()
-    }
-}
-
-/// Reads a read-write lock (see [`StateReader`]).
-struct RwReader<'k> {
-    key: &'k [u8],
-}
-
-impl StateReader for RwReader<'_> {
-    type Info = RwLockInfo;
-
-    fn one(&self, reply: Value) -> Result<RwLockInfo, RedisError> {
-        let mut reply = redis::from_redis_value::<Vec<Value>>(reply)?.into_iter();
-        let mut next = || reply.next().unwrap_or(Value::Nil);
-        let kind: i64 = redis::from_redis_value(next())?;
-        let fence: Option<String> = redis::from_redis_value(next())?;
-        let waiting: usize = redis::from_redis_value(next())?;
-        let pttl: i64 = redis::from_redis_value(next())?;
-        let value: Option<Vec<u8>> = redis::from_redis_value(next())?;
-        let mut info = RwLockInfo::free(self.key);
-        info.fence = fence.and_then(|f| f.parse().ok());
-        info.writers_waiting = waiting;
-        info.foreign = kind < 0;
-        info.written = kind == 1 || kind < 0;
-        info.writer_ttl = u64::try_from(pttl).ok().map(Duration::from_millis);
-        match value.as_deref().map(token::parse_value) {
-            Some(StoredValue::Redmutex { metadata, .. }) => info.writer_metadata = metadata,
-            Some(StoredValue::Tombstone { metadata, .. }) => info.writer_metadata = metadata,
-            Some(StoredValue::Foreign) => info.foreign = true,
-            None => {}
-        }
-        loop {
-            let ms: Option<u64> = redis::from_redis_value(next())?;
-            let Some(ms) = ms else { break };
-            let metadata: String = redis::from_redis_value(next())?;
-            info.readers.push(HolderInfo {
-                permits: 1,
-                ttl: Duration::from_millis(ms),
-                metadata: (!metadata.is_empty()).then_some(metadata),
-            });
-        }
-        Ok(info)
-    }
-
-    /// A quorum's view: written when a quorum of nodes says so; the readers and the
-    /// waiting writers as at least a quorum of nodes has them; the highest fence.
-    fn each(
-        &self,
-        replies: Vec<Reply<Value>>,
-        needed: usize,
-    ) -> Result<RwLockInfo, crate::error::Error> {
-        let mut infos: Vec<RwLockInfo> = (replies.into_iter())
-            .filter_map(|reply| self.one(reply.ok()?).ok())
-            .collect();
-        let mut merged = RwLockInfo::free(self.key);
-        merged.fence = infos.iter().filter_map(|i| i.fence).max();
-        if infos.len() < needed {
-            // Too few nodes answered to say anything by quorum (the backend says so before
-            // asking this: kept for a reply that answered but could not be read).
-            return Ok(merged);
-        }
-        merged.foreign = infos.iter().any(|i| i.foreign);
-        let writers: Vec<&RwLockInfo> = infos.iter().filter(|i| i.written).collect();
-        if writers.len() >= needed {
-            merged.written = true;
-            merged.writer_metadata = writers[0].writer_metadata.clone();
-            let mut ttls: Vec<Duration> = writers.iter().filter_map(|i| i.writer_ttl).collect();
-            ttls.sort_by(|a, b| b.cmp(a));
-            merged.writer_ttl = ttls.get(needed - 1).copied();
-        }
-        let mut waiting: Vec<usize> = infos.iter().map(|i| i.writers_waiting).collect();
-        waiting.sort_by(|a, b| b.cmp(a));
-        merged.writers_waiting = waiting[needed - 1];
-        infos.sort_by_key(|info| std::cmp::Reverse(info.readers.len()));
-        merged.readers = std::mem::take(&mut infos[needed - 1].readers);
-        Ok(merged)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// One node's `inspect` reply: kind, fence, intents, writer pttl, writer value, then
-    /// the readers' TTLs (metadata: their number).
-    fn node(kind: i64, waiting: i64, readers: &[i64]) -> Reply<Value> {
-        let mut reply = vec![
-            Value::Int(kind),
-            Value::BulkString(b"7".to_vec()),
-            Value::Int(waiting),
-            Value::Int(if kind == 1 { 900 } else { -2 }),
-            match kind {
-                1 => Value::BulkString(b"AAAAAAAAAAAAAAAAAAAAAA-w=1".to_vec()),
-                _ => Value::Nil,
-            },
-        ];
-        for (i, ttl) in readers.iter().enumerate() {
-            reply.push(Value::Int(*ttl));
-            reply.push(Value::BulkString(format!("r{i}").into_bytes()));
-        }
-        Ok(Value::Array(reply))
-    }
-
-    #[test]
-    fn a_quorum_sees_what_a_quorum_of_nodes_holds() {
-        let view = RwReader { key: b"k" };
-        // Readers: on 3 of 5 nodes there are at least 2; a writer on 2 only.
-        let info = view
-            .each(
-                vec![
-                    node(2, 1, &[100, 200, 300]),
-                    node(2, 0, &[100, 200]),
-                    node(2, 2, &[100, 200]),
-                    node(1, 0, &[]),
-                    node(1, 0, &[]),
-                ],
-                3,
-            )
-            .unwrap();
-        assert!(!info.written);
-        assert_eq!(info.readers.len(), 2);
-        assert_eq!(info.writers_waiting, 0);
-        assert_eq!(info.fence, Some(7));
-        // A writer on 3 of 5; one node unreachable.
-        let down = Err(crate::quorum::NodeError::TimedOut(Duration::from_millis(
-            50,
-        )));
-        let info = view
-            .each(
-                vec![
-                    node(1, 1, &[]),
-                    node(1, 1, &[]),
-                    node(1, 1, &[]),
-                    node(0, 0, &[]),
-                    down,
-                ],
-                3,
-            )
-            .unwrap();
-        assert!(info.written && info.readers.is_empty());
-        assert_eq!(info.writer_metadata.as_deref(), Some("w=1"));
-        assert_eq!(info.writer_ttl, Some(Duration::from_millis(900)));
-        assert_eq!(info.writers_waiting, 1);
-        // Too few answers: nothing by quorum.
-        let info = view
-            .each(
-                vec![
-                    node(1, 1, &[]),
-                    Err(crate::quorum::NodeError::TimedOut(Duration::from_millis(
-                        50,
-                    ))),
-                ],
-                2,
-            )
-            .unwrap();
-        assert!(!info.held() && info.fence == Some(7));
-    }
 
     #[test]
     fn readers_hear_on_a_channel_of_their_own_beside_the_key() {

@@ -514,30 +514,3 @@ elseif expired then
 end
 permits_back(holders, details, line, state, now, freed)
 return 0
-
---- op: inspect
--- 'inspect': the semaphore as anyone sees it, without changing it (expired holders are
--- left out, not reclaimed).
--- KEYS:    holders, details, the fence counter.
--- Returns: { kind_ok, limit or false, fence or false, awaited, then three values per live
---          holder: ms left, permits, metadata }: the limit only while someone holds a
---          permit (it is agreed among the holders of the moment).
-local holders, details = KEYS[1], KEYS[2]
-local fence = redis.pcall('get', KEYS[3])
-if type(fence) ~= 'string' then
-  fence = false
-end
-local state = counts_of(details)
-local now = now_ms()
-local live = redis.pcall('zrangebyscore', holders, live_from(now), '+inf', 'withscores')
-if not state or live.err or (live[1] and not state.limit) then
-  return { 0, false, fence, 0 }
-end
-local reply = { 1, #live > 0 and state.limit or false, fence, state.awaited and 1 or 0 }
-for i = 1, #live, 2 do
-  local entry = redis.call('hget', details, live[i])
-  reply[#reply + 1] = tonumber(live[i + 1]) - now
-  reply[#reply + 1] = permits_in(live[i], entry)
-  reply[#reply + 1] = entry and string.match(entry, '^%d+:(.*)$') or ''
-end
-return reply

@@ -6,15 +6,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{RedisError, ScriptInvocation, Value};
+use redis::ScriptInvocation;
 
 use crate::args::Keys;
-use crate::backend::common::{Reply, StateReader};
 use crate::connection::Connection;
 use crate::engine::acquire::Acquire;
 use crate::engine::context::Context;
 use crate::engine::guard::Lock;
-use crate::engine::inspect::HolderInfo;
 use crate::error::{Argument, Error, InvalidArgument};
 use crate::fence::{companion_key, counter_key, Companion};
 use crate::scripts::{
@@ -30,7 +28,6 @@ operations!(
     REFRESH = "refresh",
     RENEW = "renew",
     TTL = "ttl",
-    INSPECT = "inspect",
     FENCE = "fence",
     RAISE_FENCE = "raise_fence",
     GUARDED = "guarded",
@@ -75,7 +72,7 @@ pub const MAX_PERMITS: u32 = 1_000_000;
 /// # Ok(()) }
 /// ```
 pub struct Semaphore<C: Connection> {
-    context: Arc<Context<C>>,
+    pub(crate) context: Arc<Context<C>>,
     /// The holders key (the name, with the prefix).
     key: Keys,
     limit: u32,
@@ -217,7 +214,7 @@ impl<C: Connection> Semaphore<C> {
     /// let exports = locker.semaphore("exports", 4)?;
     /// let token = exports.acquire(3, Duration::from_secs(30)).await?.detach();
     /// exports.release_with_token(&token).await?;
-    /// assert_eq!(exports.inspect().await?.used, 0);
+    /// assert!(exports.inspect().await?.is_none()); // nobody holds a permit
     /// assert!(exports.release_with_token(&token).await.unwrap_err().is_not_held());
     /// # Ok(()) }
     /// ```
@@ -246,8 +243,8 @@ impl<C: Connection> Semaphore<C> {
     /// let exports = locker.semaphore("exports", 4)?;
     /// let token = exports.acquire(1, Duration::from_secs(30)).await?.detach();
     /// exports.refresh_with_token(&token, Duration::from_secs(600)).await?;
-    /// let holder = &exports.inspect().await?.holders[0];
-    /// assert!(holder.ttl > Duration::from_secs(500));
+    /// let holder = &exports.inspect().await?.expect("held").holders[0];
+    /// assert!(holder.ttl.unwrap() > Duration::from_secs(500));
     /// # Ok(()) }
     /// ```
     pub async fn refresh_with_token(&self, token: &Token, ttl: Duration) -> Result<(), Error> {
@@ -257,37 +254,6 @@ impl<C: Connection> Semaphore<C> {
             .refresh(&claim, token, ttl_ms, None)
             .await?;
         Ok(())
-    }
-
-    /// Who holds permits now, for how long, with what metadata; how many are free.
-    ///
-    /// # Errors
-    /// [`Error::Redis`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe: it only reads.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let locker = redmutex::Locker::in_memory();
-    /// use std::time::Duration;
-    /// let exports = locker.semaphore("exports", 4)?;
-    /// let permit = exports.acquire(3, Duration::from_secs(30)).metadata("job=export-17").await?;
-    /// let info = exports.inspect().await?;
-    /// assert_eq!((info.limit, info.used, info.free), (Some(4), 3, 1));
-    /// assert_eq!(info.holders[0].metadata.as_deref(), Some("job=export-17"));
-    /// # drop(permit);
-    /// # Ok(()) }
-    /// ```
-    pub async fn inspect(&self) -> Result<SemaphoreInfo, Error> {
-        let permits = Permits::new(self.key.clone(), 0, self.limit);
-        let call = permits.call(&INSPECT, true);
-        let view = SemaphoreReader {
-            key: self.key(),
-            limit: self.limit,
-        };
-        self.context.backend.inspect(&view, &call).await
     }
 }
 
@@ -526,112 +492,11 @@ impl<C: Connection> Lock<C, Permits> {
     /// let exports = locker.semaphore("exports", 4)?;
     /// let permit = exports.acquire(3, Duration::from_secs(30)).await?;
     /// assert_eq!(permit.permits(), 3);
-    /// assert_eq!(exports.inspect().await?.free, 4 - permit.permits());
+    /// assert_eq!(exports.inspect().await?.unwrap().permits, Some((3, 4))); // held, limit
     /// # drop(permit);
     /// # Ok(()) }
     /// ```
     pub fn permits(&self) -> u32 {
         self.what().count()
-    }
-}
-
-/// What [`Semaphore::inspect`] sees.
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), redmutex::Error> {
-/// # let locker = redmutex::Locker::in_memory();
-/// use std::time::Duration;
-/// let exports = locker.semaphore("exports", 4)?;
-/// let idle = exports.inspect().await?;
-/// assert_eq!((idle.limit, idle.used, idle.free), (None, 0, 4)); // nobody holds any
-/// let permit = exports.acquire(1, Duration::from_secs(30)).with_fence().await?;
-/// let info = exports.inspect().await?;
-/// assert_eq!((info.limit, info.used, info.free), (Some(4), 1, 3));
-/// assert_eq!(info.fence, permit.fence_if_taken());
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub struct SemaphoreInfo {
-    /// The holders key, as stored in Redis.
-    pub key: Vec<u8>,
-    /// The limit the current holders agreed on; `None` when nobody holds a permit.
-    pub limit: Option<u32>,
-    /// Permits held now.
-    pub used: u32,
-    /// Permits free now: the agreed limit (or this handle's, when nobody holds any) minus
-    /// those held.
-    pub free: u32,
-    /// Each holder, soonest to expire first.
-    pub holders: Vec<HolderInfo>,
-    /// The latest fence handed out for this semaphore; `None` when none was taken yet.
-    pub fence: Option<u64>,
-    /// Some acquire waits and asked to hear of the next release.
-    pub awaited: bool,
-    /// The keys hold something that is not a redmutex semaphore.
-    pub foreign: bool,
-}
-
-/// Reads a semaphore (see [`StateReader`]).
-struct SemaphoreReader<'k> {
-    key: &'k [u8],
-    limit: u32,
-}
-
-impl StateReader for SemaphoreReader<'_> {
-    type Info = SemaphoreInfo;
-
-    fn one(&self, reply: Value) -> Result<SemaphoreInfo, RedisError> {
-        let mut reply = redis::from_redis_value::<Vec<Value>>(reply)?.into_iter();
-        let mut next = || reply.next().unwrap_or(Value::Nil);
-        let kind_ok: i64 = redis::from_redis_value(next())?;
-        let limit: Option<u32> = redis::from_redis_value(next())?;
-        let fence: Option<String> = redis::from_redis_value(next())?;
-        let awaited: i64 = redis::from_redis_value(next())?;
-        let mut holders = Vec::new();
-        loop {
-            let ms: Option<u64> = redis::from_redis_value(next())?;
-            let Some(ms) = ms else { break };
-            let permits: u32 = redis::from_redis_value(next())?;
-            let metadata: String = redis::from_redis_value(next())?;
-            holders.push(HolderInfo {
-                permits,
-                ttl: Duration::from_millis(ms),
-                metadata: (!metadata.is_empty()).then_some(metadata),
-            });
-        }
-        let used = holders.iter().map(|h| h.permits).sum();
-        Ok(SemaphoreInfo {
-            key: self.key.to_vec(),
-            limit,
-            used,
-            free: limit.unwrap_or(self.limit).saturating_sub(used),
-            holders,
-            fence: fence.and_then(|f| f.parse().ok()),
-            awaited: awaited == 1,
-            foreign: kind_ok == 0,
-        })
-    }
-
-    /// A semaphore is never kept by a quorum ([`Semaphore::new`] refuses it): the first
-    /// node that answered is read.
-    fn each(
-        &self,
-        replies: Vec<Reply<Value>>,
-        _needed: usize,
-    ) -> Result<SemaphoreInfo, crate::error::Error> {
-        let first = replies.into_iter().find_map(|reply| reply.ok());
-        let read = first.map(|reply| self.one(reply));
-        Ok(read.and_then(Result::ok).unwrap_or_else(|| SemaphoreInfo {
-            key: self.key.to_vec(),
-            limit: None,
-            used: 0,
-            free: self.limit,
-            holders: Vec::new(),
-            fence: None,
-            awaited: false,
-            foreign: false,
-        }))
     }
 }
