@@ -61,7 +61,10 @@ async fn main() -> Result<(), Error> {
         reads.load(Ordering::SeqCst),
         writer.fence().await?
     );
-    assert!(prices.inspect().await?.is_some_and(|held| held.kind != LockKind::Readers));
+    assert!(prices
+        .inspect()
+        .await?
+        .is_some_and(|held| held.kind != LockKind::Readers));
     let reader = writer.downgrade().await?;
     written.store(true, Ordering::SeqCst);
     println!("downgraded: reading what it wrote, others may read too");

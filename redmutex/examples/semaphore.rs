@@ -53,7 +53,9 @@ async fn main() -> Result<(), Error> {
     for holder in &info.holders {
         println!(
             "holding: {} permit(s), {:?} left, {:?}",
-            holder.permits.unwrap_or(1), holder.ttl, holder.metadata
+            holder.permits.unwrap_or(1),
+            holder.ttl,
+            holder.metadata
         );
     }
     for worker in workers {

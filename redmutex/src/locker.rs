@@ -44,20 +44,12 @@ use crate::token::Token;
 /// lock.release().await?;
 /// # Ok(()) }
 /// ```
+#[derive(Clone)]
 pub struct Locker<C: Connection> {
     /// The backend, renewer, wake-up hub and fence settings, shared with every acquire and
     /// guard this locker hands out.
     pub(crate) context: Arc<Context<C>>,
     pub(crate) prefix: Arc<[u8]>,
-}
-
-impl<C: Connection> Clone for Locker<C> {
-    fn clone(&self) -> Self {
-        Locker {
-            context: self.context.clone(),
-            prefix: self.prefix.clone(),
-        }
-    }
 }
 
 #[cfg(feature = "memory")]
@@ -103,7 +95,9 @@ impl Locker<redmutex_memory::MemoryRedis> {
     /// assert!(released.elapsed() < Duration::from_secs(1)); // woken by the release
     /// # Ok(()) }
     /// ```
-    pub fn in_memory_on(redis: &redmutex_memory::MemoryRedis) -> Locker<redmutex_memory::MemoryRedis> {
+    pub fn in_memory_on(
+        redis: &redmutex_memory::MemoryRedis,
+    ) -> Locker<redmutex_memory::MemoryRedis> {
         Locker::new(redis.clone())
             .with_wake_up([redis])
             .expect("one wake-up source for one node")

@@ -52,7 +52,9 @@ pub async fn manager(server: &RedisServer) -> ConnectionManager {
 
 /// A semaphore's permits held, as its `inspect` reads them (0 when nobody holds any).
 pub fn used(seen: &Option<ListedLock>) -> u32 {
-    seen.as_ref().and_then(|seen| seen.permits).map_or(0, |(used, _)| used)
+    seen.as_ref()
+        .and_then(|seen| seen.permits)
+        .map_or(0, |(used, _)| used)
 }
 
 /// How many wait in a lock's line (a fair lock's queue, writers), as `inspect` reads them

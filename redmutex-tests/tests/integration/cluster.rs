@@ -439,7 +439,10 @@ async fn a_fair_lock_serves_its_line_in_order_on_the_cluster() {
         }
         assert!(released.elapsed() < ms(5_000), "{name}: woken, not polled");
         assert_eq!(*order.lock().unwrap(), [1, 2], "{name}");
-        assert_eq!(crate::common::in_line(&lockers[0].inspect().await.unwrap()), 0);
+        assert_eq!(
+            crate::common::in_line(&lockers[0].inspect().await.unwrap()),
+            0
+        );
     }
 }
 
@@ -487,7 +490,10 @@ async fn a_read_write_lock_works_on_the_cluster() {
         assert!(released.elapsed() < ms(5_000), "{name}: woken, not polled");
         let reader = writer.downgrade().await.unwrap();
         let other = locks[1].read(ms(10_000)).await.unwrap();
-        assert_eq!(crate::common::readers(&locks[0].inspect().await.unwrap()), 2);
+        assert_eq!(
+            crate::common::readers(&locks[0].inspect().await.unwrap()),
+            2
+        );
         reader.release().await.unwrap();
         other.release().await.unwrap();
         assert!(locks[0].inspect().await.unwrap().is_none(), "{name}");

@@ -119,7 +119,11 @@ async fn a_free_key_is_only_for_the_first_in_line() {
     let newcomer = fair.acquire(ms(10_000)).await.unwrap_err();
     assert!(newcomer.is_not_obtained(), "{newcomer}");
     let seen = fair.inspect().await.unwrap().expect("someone waits");
-    assert_eq!((seen.holder_count, seen.waiters), (0, Some(1)), "free, one in line");
+    assert_eq!(
+        (seen.holder_count, seen.waiters),
+        (0, Some(1)),
+        "free, one in line"
+    );
     // A plain acquire of the same key does not queue: it may take a free key ahead of the
     // line (documented), and excludes the fair waiter while it holds it.
     let plain = own_locker(&server, false).await;
@@ -338,7 +342,10 @@ async fn bad_input_redlock_and_foreign_data_are_refused_with_typed_errors() {
     let fair = plain.fair_lock("foreign").unwrap();
     let error = fair.acquire(ms(1_000)).await.unwrap_err();
     assert_eq!(blamed(&error), Some(Argument::Key), "{error}");
-    assert!(fair.inspect().await.unwrap().is_none(), "free: nobody waits in a queue of another kind");
+    assert!(
+        fair.inspect().await.unwrap().is_none(),
+        "free: nobody waits in a queue of another kind"
+    );
     assert_eq!(raw.get("{foreign}:queue").await.unwrap(), b"not a queue");
     assert!(!raw.exists("foreign").await);
 }

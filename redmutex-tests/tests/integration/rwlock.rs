@@ -76,7 +76,10 @@ async fn readers_share_and_a_writer_excludes_everyone() {
     let second = rw_b.read(ms(20_000)).await.unwrap();
     every_key_expires(&mut raw).await;
     let info = rw_a.inspect().await.unwrap();
-    assert!(!written(&info) && crate::common::readers(&info) == 2, "{info:?}");
+    assert!(
+        !written(&info) && crate::common::readers(&info) == 2,
+        "{info:?}"
+    );
     let holders = info.unwrap().holders;
     assert_eq!(holders[0].metadata.as_deref(), Some("reader=a"));
     assert!(holders[1].ttl.unwrap() > ms(10_000), "{holders:?}");
@@ -102,8 +105,14 @@ async fn readers_share_and_a_writer_excludes_everyone() {
         .unwrap_err()
         .is_not_obtained());
     let info = rw_b.inspect().await.unwrap();
-    assert!(written(&info) && crate::common::readers(&info) == 0, "{info:?}");
-    assert_eq!(info.unwrap().holders[0].metadata.as_deref(), Some("writer=a"));
+    assert!(
+        written(&info) && crate::common::readers(&info) == 0,
+        "{info:?}"
+    );
+    assert_eq!(
+        info.unwrap().holders[0].metadata.as_deref(),
+        Some("writer=a")
+    );
     writer.release().await.unwrap();
     // A plain lock of the same name keeps readers and writers out.
     let plain = b.acquire("doc", ms(10_000)).await.unwrap();
@@ -136,7 +145,10 @@ async fn a_waiting_writer_keeps_new_readers_out_and_is_not_starved() {
     early.release().await.unwrap();
     let writer = writer.await.unwrap().unwrap();
     let info = rw.inspect().await.unwrap();
-    assert!(written(&info) && crate::common::in_line(&info) == 0, "{info:?}");
+    assert!(
+        written(&info) && crate::common::in_line(&info) == 0,
+        "{info:?}"
+    );
     writer.release().await.unwrap();
     rw.read(ms(5_000)).await.unwrap().release().await.unwrap();
     assert_eq!(raw.dbsize().await, 0);
@@ -235,7 +247,11 @@ async fn a_crashed_reader_is_dropped_at_its_own_expiry_while_others_renew() {
     assert!(writer.is_err(), "the writer got in beside a live reader");
     assert!(!live.is_lost());
     let info = rw.inspect().await.unwrap();
-    assert_eq!(crate::common::readers(&info), 1, "the crashed reader stayed: {info:?}");
+    assert_eq!(
+        crate::common::readers(&info),
+        1,
+        "the crashed reader stayed: {info:?}"
+    );
     assert!(started.elapsed() >= ms(400));
     live.release().await.unwrap();
     let writer = rw.write(ms(5_000)).await.unwrap();
@@ -261,7 +277,10 @@ async fn a_writer_downgrades_to_a_reader_with_its_fence() {
     assert_eq!(reader.token(), token);
     assert_eq!(reader.fence_if_taken(), Some(fence));
     let info = rw.inspect().await.unwrap();
-    assert!(!written(&info) && crate::common::readers(&info) == 1, "{info:?}");
+    assert!(
+        !written(&info) && crate::common::readers(&info) == 1,
+        "{info:?}"
+    );
     assert_eq!(info.unwrap().holders[0].metadata.as_deref(), Some("w"));
     let other = rw.read(ms(5_000)).with_fence().await.unwrap();
     assert_eq!(
@@ -293,7 +312,10 @@ async fn a_lost_writer_cannot_downgrade() {
     let refused = writer.downgrade().await.unwrap_err();
     assert!(refused.is_not_held(), "{refused}");
     let info = rw.inspect().await.unwrap();
-    assert!(written(&info) && crate::common::readers(&info) == 0, "{info:?}");
+    assert!(
+        written(&info) && crate::common::readers(&info) == 0,
+        "{info:?}"
+    );
     taken.release().await.unwrap();
     assert_eq!(raw.dbsize().await, 0);
 }
@@ -506,7 +528,10 @@ async fn bad_input_and_foreign_data_get_typed_errors_and_leave_nothing() {
     ] {
         assert_eq!(blamed(&error), Some(Argument::Key), "{error}");
     }
-    assert_eq!(rw.inspect().await.unwrap().unwrap().kind, LockKind::Semaphore);
+    assert_eq!(
+        rw.inspect().await.unwrap().unwrap().kind,
+        LockKind::Semaphore
+    );
     permit.release().await.unwrap();
     let _: () = raw
         .run(redis::cmd("RPUSH").arg("{bad}:intents").arg("x"))

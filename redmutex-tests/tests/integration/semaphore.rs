@@ -288,8 +288,14 @@ async fn inspect_shows_holders_with_metadata_and_ttls_but_no_tokens() {
         (Some(3), Some("host=a"))
     );
     let first_ttl = first.ttl.unwrap();
-    assert!(first_ttl <= ms(5_000) && first_ttl > ms(4_000), "{first_ttl:?}");
-    assert_eq!((second.permits, second.metadata.as_deref()), (Some(1), None));
+    assert!(
+        first_ttl <= ms(5_000) && first_ttl > ms(4_000),
+        "{first_ttl:?}"
+    );
+    assert_eq!(
+        (second.permits, second.metadata.as_deref()),
+        (Some(1), None)
+    );
     assert!(second.ttl.unwrap() > ms(19_000));
     let debug = format!("{info:?}");
     assert!(!debug.contains(a.token().as_str()));

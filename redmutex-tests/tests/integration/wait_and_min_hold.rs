@@ -236,7 +236,11 @@ async fn a_semaphores_permits_are_kept_for_the_minimum_hold_too() {
     let permit = s.acquire(1, ms(10_000)).min_hold(ms(800)).await.unwrap();
     permit.release().await.unwrap();
     assert!(s.acquire(1, ms(1_000)).await.unwrap_err().is_not_obtained());
-    let info = s.inspect().await.unwrap().expect("kept for the minimum hold");
+    let info = s
+        .inspect()
+        .await
+        .unwrap()
+        .expect("kept for the minimum hold");
     assert_eq!(info.permits.unwrap().0, 1);
     assert!(info.holders[0].ttl.unwrap() <= ms(809)); // (with the 1 % drift allowance)
     tokio::time::sleep(ms(850)).await;

@@ -65,20 +65,11 @@ const EVERYONE: &str = "1000000";
 /// # let _ = outcome;
 /// # Ok(()) }
 /// ```
+#[derive(Clone)]
 pub struct Election<C: Connection> {
     context: Arc<Context<C>>,
     key: Keys,
     ttl: Duration,
-}
-
-impl<C: Connection> Clone for Election<C> {
-    fn clone(&self) -> Self {
-        Election {
-            context: self.context.clone(),
-            key: self.key.clone(),
-            ttl: self.ttl,
-        }
-    }
 }
 
 impl<C: Connection> std::fmt::Debug for Election<C> {

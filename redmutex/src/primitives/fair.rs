@@ -66,20 +66,11 @@ operations!(
 /// guard.release().await?;
 /// # Ok(()) }
 /// ```
+#[derive(Clone)]
 pub struct FairLock<C: Connection> {
     pub(crate) context: Arc<Context<C>>,
     key: Keys,
     heartbeat: Duration,
-}
-
-impl<C: Connection> Clone for FairLock<C> {
-    fn clone(&self) -> Self {
-        FairLock {
-            context: self.context.clone(),
-            key: self.key.clone(),
-            heartbeat: self.heartbeat,
-        }
-    }
 }
 
 /// A fair lock held: a [`Lock`] on a [`FairKey`].

@@ -81,20 +81,11 @@ operations!(
 /// reader.release().await?;
 /// # Ok(()) }
 /// ```
+#[derive(Clone)]
 pub struct RwLock<C: Connection> {
     pub(crate) context: Arc<Context<C>>,
     key: Keys,
     heartbeat: Duration,
-}
-
-impl<C: Connection> Clone for RwLock<C> {
-    fn clone(&self) -> Self {
-        RwLock {
-            context: self.context.clone(),
-            key: self.key.clone(),
-            heartbeat: self.heartbeat,
-        }
-    }
 }
 
 /// A read-write lock held by a reader: a [`Lock`] on a [`ReadKey`].

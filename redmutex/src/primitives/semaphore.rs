@@ -71,21 +71,12 @@ pub const MAX_PERMITS: u32 = 1_000_000;
 /// permit.release().await?;
 /// # Ok(()) }
 /// ```
+#[derive(Clone)]
 pub struct Semaphore<C: Connection> {
     pub(crate) context: Arc<Context<C>>,
     /// The holders key (the name, with the prefix).
     key: Keys,
     limit: u32,
-}
-
-impl<C: Connection> Clone for Semaphore<C> {
-    fn clone(&self) -> Self {
-        Semaphore {
-            context: self.context.clone(),
-            key: self.key.clone(),
-            limit: self.limit,
-        }
-    }
 }
 
 /// A semaphore's permits held by one owner: a [`Lock`] on [`Permits`].
