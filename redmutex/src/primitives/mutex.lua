@@ -334,15 +334,10 @@ if not holds(1, tonumber(ARGV[2]), ARGV[1]) then
 end
 return { 1, run_guarded(3) }
 
---- op: inspect
--- what a key holds, and the latest fence handed out for it, read by anyone, atomically.
--- KEYS[1]: the key.  KEYS[2]: its fence counter.
--- Returns: as read_key.
-return read_key(KEYS[1], KEYS[2])
-
 --- op: await
--- for a waiter that does not take the key: mark its holder as observed (its release is
--- announced; nobody is said to wait to take it), then read it.
+-- what a key holds, and the latest fence handed out for it, read by anyone, atomically;
+-- for a waiter that does not take the key, first mark its holder as observed (its release
+-- is announced; nobody is said to wait to take it).
 -- KEYS[1]: the key.  KEYS[2]: its fence counter.
 -- ARGV[1]: '1' to mark the holder (the waiter hears of releases), '0' to only read.
 -- ARGV[2]: the token's length.

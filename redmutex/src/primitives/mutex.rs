@@ -24,7 +24,6 @@ operations!(
     REFRESH = "refresh",
     RENEW = "renew",
     TTL = "ttl",
-    INSPECT = "inspect",
     AWAIT = "await",
     FENCE = "fence",
     RAISE_FENCE = "raise_fence",
@@ -40,11 +39,9 @@ pub(crate) fn await_call(key: &[u8], mark: bool, channels: Channels) -> ScriptIn
     call
 }
 
-/// The `inspect` call for one key (with the prefix): what it holds and its latest fence.
+/// The call that reads one key (with the prefix): what it holds and its latest fence.
 pub(crate) fn inspect_call(key: &[u8], channels: Channels) -> ScriptInvocation<'static> {
-    let mut call = INSPECT.script(channels).prepare_invoke();
-    call.key(key).key(counter_key(key));
-    call
+    await_call(key, false, channels)
 }
 
 /// The operations every primitive answers alike (see [`Operations`]).
@@ -273,7 +270,6 @@ mod tests {
             &REFRESH,
             &RENEW,
             &TTL,
-            &INSPECT,
             &AWAIT,
             &FENCE,
             &RAISE_FENCE,
