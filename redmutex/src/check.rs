@@ -236,7 +236,10 @@ impl Level {
     }
 }
 
-pub(crate) fn finding(node: usize, check: Check, level: Level, detail: String) -> Finding {
+/// A check's level and what it found, before it is told whose node and which check it is.
+pub(crate) type Verdict = (Level, String);
+
+pub(crate) fn finding(node: usize, check: Check, (level, detail): Verdict) -> Finding {
     Finding {
         node,
         check,
@@ -365,8 +368,7 @@ pub(crate) async fn node_findings<C: Connection>(
         return vec![finding(
             node,
             Check::Reachable,
-            Level::Unknown,
-            format!("could not reach it: {e}"),
+            (Level::Unknown, format!("could not reach it: {e}")),
         )];
     }
     let info = ask(&conn, &redis::cmd("INFO")).await.map(info_texts);
@@ -427,31 +429,31 @@ fn server_findings(
     let aof = configured(settings, "appendonly")
         .map(|v| v == "yes")
         .or(field("aof_enabled").map(|v| v == "1"));
-    let unread = |check, error| {
-        finding(
-            node,
-            check,
-            Level::Unknown,
-            format!("could not read INFO: {error}"),
-        )
-    };
     let (version, role) = match info {
-        Ok(text) => (
-            version_finding(node, &at, text),
-            role_finding(node, &at, info_field(text, "role")),
-        ),
-        Err(e) => (unread(Check::Version, e), unread(Check::Role, e)),
+        Ok(text) => (version(&at, text), role(&at, info_field(text, "role"))),
+        Err(e) => {
+            let unread = (Level::Unknown, format!("could not read INFO: {e}"));
+            (unread.clone(), unread)
+        }
     };
     vec![
-        version,
-        eviction_finding(node, &at, policy, limit),
-        role,
-        persistence_finding(node, &at, aof, configured(settings, "save"), redlock),
-        fsync_finding(node, &at, aof, configured(settings, "appendfsync")),
+        finding(node, Check::Version, version),
+        finding(node, Check::Eviction, eviction(&at, policy, limit)),
+        finding(node, Check::Role, role),
+        finding(
+            node,
+            Check::Persistence,
+            persistence(&at, aof, configured(settings, "save"), redlock),
+        ),
+        finding(
+            node,
+            Check::Fsync,
+            fsync(&at, aof, configured(settings, "appendfsync")),
+        ),
     ]
 }
 
-fn version_finding(node: usize, at: &str, info: &str) -> Finding {
+fn version(at: &str, info: &str) -> Verdict {
     let (name, version) = match info_field(info, "valkey_version") {
         Some(version) => ("Valkey", version),
         None => ("Redis", info_field(info, "redis_version").unwrap_or("?")),
@@ -459,33 +461,19 @@ fn version_finding(node: usize, at: &str, info: &str) -> Finding {
     let numbers: Vec<u32> = version.split('.').filter_map(|n| n.parse().ok()).collect();
     let old = name == "Redis" && numbers.len() >= 2 && (numbers[0], numbers[1]) < (6, 2);
     match old {
-        true => finding(
-            node,
-            Check::Version,
+        true => (
             Level::Warning,
             format!("{name} {version}{at}: older than 6.2, which redmutex needs and is tested on"),
         ),
-        false => finding(
-            node,
-            Check::Version,
-            Level::Fine,
-            format!("{name} {version}{at}"),
-        ),
+        false => (Level::Fine, format!("{name} {version}{at}")),
     }
 }
 
 /// `maxmemory-policy` (and `maxmemory`, the limit: 0 is none on 64-bit builds).
-fn eviction_finding(node: usize, at: &str, policy: Option<&str>, limit: Option<&str>) -> Finding {
+fn eviction(at: &str, policy: Option<&str>, limit: Option<&str>) -> Verdict {
     match policy {
-        Some("noeviction") => finding(
-            node,
-            Check::Eviction,
-            Level::Fine,
-            format!("noeviction{at}"),
-        ),
-        Some(policy) if limit == Some("0") => finding(
-            node,
-            Check::Eviction,
+        Some("noeviction") => (Level::Fine, format!("noeviction{at}")),
+        Some(policy) if limit == Some("0") => (
             Level::Warning,
             format!(
                 "{policy}{at}, but maxmemory is 0 (no limit): nothing is evicted now; should a \
@@ -493,9 +481,7 @@ fn eviction_finding(node: usize, at: &str, policy: Option<&str>, limit: Option<&
                  maxmemory-policy noeviction"
             ),
         ),
-        Some(policy) => finding(
-            node,
-            Check::Eviction,
+        Some(policy) => (
             Level::Unsafe,
             format!(
                 "{policy}{at}: under memory pressure the server evicts keys — held locks and \
@@ -504,43 +490,28 @@ fn eviction_finding(node: usize, at: &str, policy: Option<&str>, limit: Option<&
                  OOM instead, which redmutex reports as an error)"
             ),
         ),
-        None => finding(
-            node,
-            Check::Eviction,
+        None => (
             Level::Unknown,
             format!("could not check maxmemory-policy{at}: neither CONFIG GET nor INFO is allowed"),
         ),
     }
 }
 
-fn role_finding(node: usize, at: &str, role: Option<&str>) -> Finding {
+fn role(at: &str, role: Option<&str>) -> Verdict {
     match role {
-        Some("master") => finding(node, Check::Role, Level::Fine, format!("master{at}")),
-        Some(role) => finding(
-            node,
-            Check::Role,
+        Some("master") => (Level::Fine, format!("master{at}")),
+        Some(role) => (
             Level::Warning,
             format!(
                 "{role}{at}: a replica — acquires fail with READONLY, or (replica-read-only no) \
                  take locks the master never sees; connect to the master"
             ),
         ),
-        None => finding(
-            node,
-            Check::Role,
-            Level::Unknown,
-            format!("no role in INFO{at}"),
-        ),
+        None => (Level::Unknown, format!("no role in INFO{at}")),
     }
 }
 
-fn persistence_finding(
-    node: usize,
-    at: &str,
-    aof: Option<bool>,
-    save: Option<&str>,
-    redlock: bool,
-) -> Finding {
+fn persistence(at: &str, aof: Option<bool>, save: Option<&str>, redlock: bool) -> Verdict {
     let rdb = save.map(|s| !s.trim().is_empty());
     let consequence = match redlock {
         true => {
@@ -554,44 +525,25 @@ fn persistence_finding(
         }
     };
     match (aof, rdb) {
-        (Some(true), _) => finding(node, Check::Persistence, Level::Fine, format!("AOF{at}")),
-        (_, Some(true)) => finding(
-            node,
-            Check::Persistence,
-            Level::Warning,
-            format!("RDB snapshots only{at}: a restart loses the locks since the last one; {consequence}"),
-        ),
-        (Some(false), Some(false)) => finding(
-            node,
-            Check::Persistence,
-            Level::Warning,
-            format!("no persistence{at}: {consequence}"),
-        ),
-        _ => finding(
-            node,
-            Check::Persistence,
-            Level::Unknown,
-            format!("could not check persistence{at}: CONFIG GET is not allowed"),
-        ),
+        (Some(true), _) => (Level::Fine, format!("AOF{at}")),
+        (_, Some(true)) => (Level::Warning, format!("RDB snapshots only{at}: a restart loses the locks since the last one; {consequence}")),
+        (Some(false), Some(false)) => (Level::Warning, format!("no persistence{at}: {consequence}")),
+        _ => (Level::Unknown, format!("could not check persistence{at}: CONFIG GET is not allowed")),
     }
 }
 
-fn fsync_finding(node: usize, at: &str, aof: Option<bool>, fsync: Option<&str>) -> Finding {
+fn fsync(at: &str, aof: Option<bool>, fsync: Option<&str>) -> Verdict {
     match (aof, fsync) {
-        (Some(false), _) => finding(node, Check::Fsync, Level::Fine, format!("no AOF{at}")),
-        (_, Some("always")) => finding(node, Check::Fsync, Level::Fine, format!("always{at}")),
-        (Some(true), Some(fsync)) => finding(
-            node,
-            Check::Fsync,
+        (Some(false), _) => (Level::Fine, format!("no AOF{at}")),
+        (_, Some("always")) => (Level::Fine, format!("always{at}")),
+        (Some(true), Some(fsync)) => (
             Level::Warning,
             format!(
                 "{fsync}{at}: a crash (not a clean restart) can forget the locks of the last \
                  second; appendfsync always where that matters (Redlock nodes, docs/SAFETY.md)"
             ),
         ),
-        _ => finding(
-            node,
-            Check::Fsync,
+        _ => (
             Level::Unknown,
             format!("could not check appendfsync{at}: CONFIG GET is not allowed"),
         ),
@@ -610,14 +562,20 @@ async fn cluster_finding<C: Connection>(node: usize, conn: &C) -> Finding {
                 .filter_map(|(_, text)| info_field(text, "cluster_state"))
                 .collect();
             match states.iter().all(|s| *s == "ok") && !states.is_empty() {
-                true => finding(node, Check::Cluster, Level::Fine, "cluster_state ok".into()),
+                true => finding(
+                    node,
+                    Check::Cluster,
+                    (Level::Fine, "cluster_state ok".into()),
+                ),
                 false => finding(
                     node,
                     Check::Cluster,
-                    Level::Warning,
-                    format!(
-                        "cluster_state {}: some slots are not served; locks on them fail",
-                        states.join(", ")
+                    (
+                        Level::Warning,
+                        format!(
+                            "cluster_state {}: some slots are not served; locks on them fail",
+                            states.join(", ")
+                        ),
                     ),
                 ),
             }
@@ -625,8 +583,7 @@ async fn cluster_finding<C: Connection>(node: usize, conn: &C) -> Finding {
         Err(e) => finding(
             node,
             Check::Cluster,
-            Level::Unknown,
-            format!("could not read CLUSTER INFO: {e}"),
+            (Level::Unknown, format!("could not read CLUSTER INFO: {e}")),
         ),
     }
 }
@@ -645,39 +602,30 @@ mod tests {
 
     #[test]
     fn versions_and_levels() {
-        let old = version_finding(0, "", "redis_version:6.0.9\r\n");
-        assert_eq!(old.level, Level::Warning);
-        let valkey = version_finding(0, "", "redis_version:7.2.4\r\nvalkey_version:8.1.8\r\n");
+        let old = version("", "redis_version:6.0.9\r\n");
+        assert_eq!(old.0, Level::Warning);
+        let valkey = version("", "redis_version:7.2.4\r\nvalkey_version:8.1.8\r\n");
+        assert_eq!((valkey.0, valkey.1.as_str()), (Level::Fine, "Valkey 8.1.8"));
+        let evicting = eviction("", Some("volatile-lru"), Some("104857600"));
+        assert_eq!(evicting.0, Level::Unsafe);
+        let unknown_limit = eviction("", Some("volatile-lru"), None);
+        assert_eq!(unknown_limit.0, Level::Unsafe);
+        let unlimited = eviction("", Some("allkeys-lru"), Some("0"));
+        assert_eq!(unlimited.0, Level::Warning, "no limit, no eviction");
+        let fit = eviction("", Some("noeviction"), Some("0"));
+        assert_eq!(fit.0, Level::Fine);
+        assert_eq!(eviction("", None, None).0, Level::Unknown);
         assert_eq!(
-            (valkey.level, valkey.detail.as_str()),
-            (Level::Fine, "Valkey 8.1.8")
-        );
-        let evicting = eviction_finding(0, "", Some("volatile-lru"), Some("104857600"));
-        assert_eq!(evicting.level, Level::Unsafe);
-        let unknown_limit = eviction_finding(0, "", Some("volatile-lru"), None);
-        assert_eq!(unknown_limit.level, Level::Unsafe);
-        let unlimited = eviction_finding(0, "", Some("allkeys-lru"), Some("0"));
-        assert_eq!(unlimited.level, Level::Warning, "no limit, no eviction");
-        let fit = eviction_finding(0, "", Some("noeviction"), Some("0"));
-        assert_eq!(fit.level, Level::Fine);
-        assert_eq!(eviction_finding(0, "", None, None).level, Level::Unknown);
-        assert_eq!(
-            persistence_finding(0, "", Some(false), Some(""), true).level,
+            persistence("", Some(false), Some(""), true).0,
             Level::Warning
         );
-        assert_eq!(
-            persistence_finding(0, "", None, None, false).level,
-            Level::Unknown
-        );
-        assert_eq!(
-            fsync_finding(0, "", Some(true), Some("everysec")).level,
-            Level::Warning
-        );
-        assert_eq!(fsync_finding(0, "", Some(false), None).level, Level::Fine);
+        assert_eq!(persistence("", None, None, false).0, Level::Unknown);
+        assert_eq!(fsync("", Some(true), Some("everysec")).0, Level::Warning);
+        assert_eq!(fsync("", Some(false), None).0, Level::Fine);
         let check = ServerCheck {
             findings: vec![
-                finding(0, Check::Reachable, Level::Unknown, String::new()),
-                finding(1, Check::Eviction, Level::Unsafe, String::new()),
+                finding(0, Check::Reachable, (Level::Unknown, String::new())),
+                finding(1, Check::Eviction, (Level::Unsafe, String::new())),
             ],
         };
         assert!(!check.is_fit());

@@ -76,7 +76,9 @@ impl<C: Connection> Locker<C> {
     async fn probe(&self, key: &str) -> Finding {
         let probe = match self.clone().with_fence_retention(MIN_FENCE_RETENTION) {
             Ok(probe) => probe,
-            Err(e) => return check::finding(0, Check::Permissions, Level::Unknown, e.to_string()),
+            Err(e) => {
+                return check::finding(0, Check::Permissions, (Level::Unknown, e.to_string()))
+            }
         };
         let ttl = Duration::from_secs(10);
         let outcome = async {
@@ -93,26 +95,11 @@ impl<C: Connection> Locker<C> {
             lock.release().await.map_err(|e| ("release it", e))
         };
         match outcome.await {
-            Ok(()) => check::finding(
-                0,
-                Check::Permissions,
-                Level::Fine,
-                format!("took, fenced, refreshed, inspected and released a probe lock ({key})"),
-            ),
-            Err((step, e)) if e.is_permission_denied() => check::finding(
-                0,
-                Check::Permissions,
-                Level::Warning,
-                format!(
+            Ok(()) => check::finding(0, Check::Permissions, (Level::Fine, format!("took, fenced, refreshed, inspected and released a probe lock ({key})"))),
+            Err((step, e)) if e.is_permission_denied() => check::finding(0, Check::Permissions, (Level::Warning, format!(
                     "the user may not {step}: {e} (redmutex::check::acl_rule gives the rule it needs)"
-                ),
-            ),
-            Err((step, e)) => check::finding(
-                0,
-                Check::Permissions,
-                Level::Unknown,
-                format!("could not {step} (a probe lock, {key}): {e}"),
-            ),
+                ))),
+            Err((step, e)) => check::finding(0, Check::Permissions, (Level::Unknown, format!("could not {step} (a probe lock, {key}): {e}"))),
         }
     }
 }
@@ -120,21 +107,22 @@ impl<C: Connection> Locker<C> {
 /// What a subscriber client's probe subscription says about wake-up on `node`.
 fn wake_up_finding(node: usize, outcome: Result<(), redis::RedisError>) -> Finding {
     match outcome {
-        Ok(()) => check::finding(node, Check::WakeUp, Level::Fine, "may subscribe".into()),
+        Ok(()) => check::finding(node, Check::WakeUp, (Level::Fine, "may subscribe".into())),
         Err(e) if crate::classify::is_no_permission(&e) => check::finding(
             node,
             Check::WakeUp,
-            Level::Warning,
-            format!(
-                "the subscriber may not subscribe to the keys' channels: {e}; waiters poll \
+            (
+                Level::Warning,
+                format!(
+                    "the subscriber may not subscribe to the keys' channels: {e}; waiters poll \
                  instead (redmutex::check::acl_rule gives +subscribe and the channels)"
+                ),
             ),
         ),
         Err(e) => check::finding(
             node,
             Check::WakeUp,
-            Level::Unknown,
-            format!("could not subscribe: {e}"),
+            (Level::Unknown, format!("could not subscribe: {e}")),
         ),
     }
 }
