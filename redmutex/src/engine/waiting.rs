@@ -149,10 +149,8 @@ impl Waiting {
             return;
         };
         if self.member.as_ref().is_none_or(|m| m.key() != channel) {
-            if let Some(left) = self.member.take() {
-                left.move_on();
-            }
-            self.member = Some(hub.join(channel, self.exclusive, self.units));
+            let moved = self.member.take().map(Member::move_on).is_some();
+            self.member = Some(hub.join(channel, self.exclusive, self.units, moved));
         }
     }
 
@@ -291,7 +289,7 @@ mod tests {
         while looks.load(std::sync::atomic::Ordering::SeqCst) < 2 {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        let mut other = hub.join(b"job", true, 1);
+        let mut other = hub.join(b"job", true, 1, false);
         let mut publisher = client_of(&server).await;
         let woken = other.woken();
         tokio::pin!(woken);

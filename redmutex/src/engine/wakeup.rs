@@ -248,6 +248,9 @@ struct ChannelState {
     /// Waiters that queued without a try and have not tried since (see [`Entry::Queue`]):
     /// they count on the others' tries to learn how long the key is held.
     untried: usize,
+    /// An announcement came while nobody waited here (see [`Channel::announce`]): the
+    /// next waiter to join re-checks, since what it announced reached no one.
+    missed: bool,
     /// The units of the places a try of this locker put back at the end of the key's line
     /// as it took the key (for the others that waited then): the last of those others to
     /// go withdraws the place, or releases would hand the key to a locker nobody waits in.
@@ -402,8 +405,15 @@ impl Hub {
 
     /// Joins (or starts) the waiters of `key`; the key is subscribed to if it was not.
     /// `exclusive`: the key is held by one owner at a time (see [`Channel`]); `units`: how
-    /// many of its units the waiter wants (a semaphore's permits).
-    pub(crate) fn join(self: &Arc<Self>, key: &[u8], exclusive: bool, units: u32) -> Member {
+    /// many of its units the waiter wants (a semaphore's permits); `moved`: a waiter for
+    /// several keys that waited on another of them until its try found this one held.
+    pub(crate) fn join(
+        self: &Arc<Self>,
+        key: &[u8],
+        exclusive: bool,
+        units: u32,
+        moved: bool,
+    ) -> Member {
         let mut channels = lock(&self.channels);
         let mut created = false;
         let channel = channels
@@ -426,15 +436,22 @@ impl Hub {
                         heard: vec![false; self.subscribers.len()],
                         held_by_waiter: None,
                         untried: 0,
+                        missed: false,
                     }),
                 })
             })
             .clone();
         let mut state = lock(&channel.state);
+        let missed = state.missed;
         let member = Member::admit(key, &channel, &mut state, units);
         // A lingering subscription has nobody who marked the holder since: the first new
-        // waiter re-checks, as after a new subscription.
-        if state.members == 1 && self.subscribed(&state) {
+        // waiter re-checks, as after a new subscription. A waiter for several keys that
+        // moves here from another of them (its try found this one held, and marked it)
+        // re-checks only if a release announced here meanwhile reached no one: it moves
+        // from key to key as its tries find one or the other held, and a re-check at every
+        // move made lockers waiting for the same keys try again at once, round and round,
+        // while a holder kept one of them (simulator seed 171).
+        if state.members == 1 && (missed || !moved) && self.subscribed(&state) {
             channel.announce(&mut state, Wake::Subscribed, 1);
         }
         drop(state);
@@ -746,7 +763,9 @@ impl Channel {
     /// up to `freed` waiters that are not trying get one each.
     fn announce(&self, state: &mut ChannelState, why: Wake, freed: usize) {
         if state.members == 0 {
-            // Nobody to wake; a newcomer finds out with its own first try.
+            // Nobody to wake; a newcomer finds out with its own first try, and a waiter
+            // whose try came before it re-checks as it joins (see [`Hub::join`]).
+            state.missed = true;
             return;
         }
         let turns = match self.exclusive {
@@ -781,6 +800,7 @@ impl Member {
         state.members += 1;
         state.units.push(units);
         state.idle_since = None;
+        state.missed = false;
         Member {
             key: key.into(),
             channel: channel.clone(),
@@ -1214,9 +1234,9 @@ mod tests {
         let client = redis::Client::open(url).unwrap();
         let hub = Arc::new(Hub::new(vec![client.into()], 1));
         for i in 0..2_000 {
-            drop(hub.join(format!("key-{i}").as_bytes(), true, 1));
+            drop(hub.join(format!("key-{i}").as_bytes(), true, 1, false));
         }
-        let still_waiting = hub.join(b"still-waiting", true, 1);
+        let still_waiting = hub.join(b"still-waiting", true, 1, false);
         let until = Instant::now() + Duration::from_secs(10);
         while !hub.state().is_permission_denied() {
             assert!(Instant::now() < until, "{:?}", hub.state());
@@ -1233,5 +1253,53 @@ mod tests {
         }
         assert_eq!(hub.keys(), [b"still-waiting".to_vec().into_boxed_slice()]);
         drop(still_waiting);
+    }
+
+    /// A waiter for several keys moves from one key's wake-ups to another's as its tries
+    /// find one or the other held: it re-checks at the move only if a release announced
+    /// there meanwhile reached no one. (A re-check at every move made lockers waiting for
+    /// the same two keys, one of them held on, try again at once, round and round:
+    /// simulator seed 171.) A first waiter on a lingering subscription re-checks, as after
+    /// a new subscription.
+    #[tokio::test]
+    async fn a_waiter_moving_between_keys_rechecks_only_after_an_unheard_release() {
+        let server = RedisServer::spawn();
+        let client = redis::Client::open(server.url()).unwrap();
+        let hub = Arc::new(Hub::new(vec![client.clone().into()], 1));
+        let told = |mut member: Member| async move {
+            let why = tokio::time::timeout(Duration::from_secs(5), member.woken()).await;
+            member.tried(Outcome::Held);
+            why.ok()
+        };
+        // Both keys subscribed, as waiters left them a moment ago (they linger).
+        for key in [&b"a"[..], b"b"] {
+            assert_eq!(
+                told(hub.join(key, true, 1, false)).await,
+                Some(Wake::Subscribed)
+            );
+        }
+        let mut moved = hub.join(b"a", true, 1, true);
+        let quiet = tokio::time::timeout(Duration::from_millis(300), moved.woken()).await;
+        assert!(quiet.is_err(), "a waiter that moved re-checked: {quiet:?}");
+        moved.move_on();
+        // A release announced while nobody waited at `b`.
+        let mut publisher = client.get_multiplexed_async_connection().await.unwrap();
+        let heard: i64 = redis::cmd("PUBLISH")
+            .arg("b")
+            .arg("released")
+            .query_async(&mut publisher)
+            .await
+            .unwrap();
+        assert_eq!(heard, 1, "the hub's subscriber");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            told(hub.join(b"b", true, 1, true)).await,
+            Some(Wake::Subscribed)
+        );
+        // A first waiter re-checks.
+        assert_eq!(
+            told(hub.join(b"a", true, 1, false)).await,
+            Some(Wake::Subscribed)
+        );
     }
 }
