@@ -95,11 +95,6 @@ local function describe_at(i, now)
   end
   if kind == 'none' then
     entry[KIND] = 'none'
-    -- A free fair lock with live waiters in its queue is not free to a newcomer: only the
-    -- first of them may take it.
-    if waiting_in(queue, now) > 0 then
-      entry[KIND], entry[HOLDERS], entry[WAITERS] = 'fair_lock', 0, waiting_in(queue, now)
-    end
   elseif kind == 'string' then
     entry[HOLDERS] = 1
     entry[KIND] = 'lock'
@@ -176,8 +171,7 @@ end
 --          false where the kind is 'foreign': someone else's data stays here), then { kind,
 --          holders, waiters, awaited, sample, used, limit, forced }: kind is 'none' (gone
 --          since it was found), 'lock', 'fair_lock', 'rw_lock_write', 'rw_lock_read',
---          'semaphore' or 'foreign' (a free fair lock whose queue has live waiters reads as
---          'fair_lock' with no holder); holders the live holders' count; waiters the live
+--          'semaphore' or 'foreign'; holders the live holders' count; waiters the live
 --          waiters' count where the server keeps it (a fair lock's queue, a read-write
 --          lock's waiting writers; a lock's or a semaphore's line: the processes in it),
 --          else -1; awaited 1 when a semaphore's waiters asked to hear of releases or

@@ -476,8 +476,7 @@ impl<C: Connection> Locker<C> {
 
     /// What `key` holds now, as [`list`](Locker::list) shows it — kind, holders and their
     /// metadata, TTL, fence, waiters — in one round trip; `None` when it is free (Redlock:
-    /// when no holder has it on a quorum of nodes). A free fair lock whose queue has live
-    /// waiters is described, with no holder: a newcomer may not take it.
+    /// when no holder has it on a quorum of nodes).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad key (before any request); [`Error::Redis`].
@@ -533,9 +532,8 @@ impl<C: Connection> Semaphore<C> {
 
 impl<C: Connection> FairLock<C> {
     /// The lock as anyone sees it — holder, TTL, metadata, fence, how many wait in line —
-    /// as [`Locker::describe`] says it; `None` while the key is free and nobody waits (a
-    /// free key with live waiters in line is described with no holder: only the first of
-    /// them may take it).
+    /// as [`Locker::describe`] says it; `None` while the key is free (waiters may still be
+    /// in line: only the first of them may take it).
     ///
     /// # Errors
     /// [`Error::Redis`].
