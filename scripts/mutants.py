@@ -176,21 +176,21 @@ def h_held(t):
 def i_multi(t):
     "A waiter for several keys that finds one held keeps its place in every other line."
     t.sub_in(LUA + "mutex.lua", "obtain",
-             "if j ~= i and not in_flight and string.sub(kept, j, j) ~= '1' then", "if false then")
+             "if j ~= i and string.sub(kept, j, j) ~= '1' then", "if false then")
 
 
 def j_in_flight(t):
     "A try for several keys passes the others on while its key is being handed elsewhere."
     t.sub_in(LUA + "mutex.lua", "obtain",
-             "if j ~= i and not in_flight and string.sub(kept, j, j) ~= '1' then",
-             "if j ~= i and string.sub(kept, j, j) ~= '1' then")
+             "            if not in_flight then\n              pass_key(KEYS[j], line)",
+             "            if true then\n              pass_key(KEYS[j], line)")
 
 
 def k_kept(t):
     "A try for several keys passes on a key handed to its locker that another waiter wants."
     t.sub_in(LUA + "mutex.lua", "obtain",
-             "if j ~= i and not in_flight and string.sub(kept, j, j) ~= '1' then",
-             "if j ~= i and not in_flight then")
+             "if j ~= i and string.sub(kept, j, j) ~= '1' then",
+             "if j ~= i then")
 
 
 def l_asked(t):

@@ -74,19 +74,23 @@ for i = 1, count do
       -- led the line of a free key (told of its turn there: a release kept for a minimum
       -- hold, a forced release) the next is told — so that nothing is handed to a locker
       -- that does not listen, idle until the hand-off passes (simulator seeds 532,
-      -- 22469). It joins again at the end with a try that finds that key held. Not while
-      -- key i is itself being handed to another locker: lockers waiting for the same
-      -- keys would pass them round among themselves at once (simulator seed 33102).
+      -- 22469). It joins again at the end with a try that finds that key held. While key
+      -- i is itself being handed to another locker, it keeps what was handed to it (see
+      -- below) — lockers waiting for the same keys would pass them round among themselves
+      -- at once (simulator seed 33102) — but still leaves the other lines: a key handed
+      -- there later would wait for it in vain (simulator seed 644).
       for j = 1, count do
         local line = KEYS[lines + j]
-        if j ~= i and not in_flight and string.sub(kept, j, j) ~= '1' then
+        if j ~= i and string.sub(kept, j, j) ~= '1' then
           -- (A key before i was free for this try, or its own, or handed to it.)
           local other = false
           if j > i then
             other = redis.pcall('get', KEYS[j])
           end
           if was_handed[j] or other == handed then
-            pass_key(KEYS[j], line)
+            if not in_flight then
+              pass_key(KEYS[j], line)
+            end
           else
             local led = first_live(line) == locker
             if leave_line(line, locker) and led and other == false then
