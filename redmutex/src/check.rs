@@ -526,9 +526,20 @@ fn persistence(at: &str, aof: Option<bool>, save: Option<&str>, redlock: bool) -
     };
     match (aof, rdb) {
         (Some(true), _) => (Level::Fine, format!("AOF{at}")),
-        (_, Some(true)) => (Level::Warning, format!("RDB snapshots only{at}: a restart loses the locks since the last one; {consequence}")),
-        (Some(false), Some(false)) => (Level::Warning, format!("no persistence{at}: {consequence}")),
-        _ => (Level::Unknown, format!("could not check persistence{at}: CONFIG GET is not allowed")),
+        (_, Some(true)) => (
+            Level::Warning,
+            format!(
+                "RDB snapshots only{at}: a restart loses the locks since the last one; \
+                 {consequence}"
+            ),
+        ),
+        (Some(false), Some(false)) => {
+            (Level::Warning, format!("no persistence{at}: {consequence}"))
+        }
+        _ => (
+            Level::Unknown,
+            format!("could not check persistence{at}: CONFIG GET is not allowed"),
+        ),
     }
 }
 
@@ -552,7 +563,7 @@ fn fsync(at: &str, aof: Option<bool>, fsync: Option<&str>) -> Verdict {
 
 /// A cluster node's `cluster_state`.
 async fn cluster_finding<C: Connection>(node: usize, conn: &C) -> Finding {
-    match ask(conn, redis::cmd("CLUSTER").arg("INFO"))
+    let verdict = match ask(conn, redis::cmd("CLUSTER").arg("INFO"))
         .await
         .map(info_texts)
     {
@@ -562,30 +573,19 @@ async fn cluster_finding<C: Connection>(node: usize, conn: &C) -> Finding {
                 .filter_map(|(_, text)| info_field(text, "cluster_state"))
                 .collect();
             match states.iter().all(|s| *s == "ok") && !states.is_empty() {
-                true => finding(
-                    node,
-                    Check::Cluster,
-                    (Level::Fine, "cluster_state ok".into()),
-                ),
-                false => finding(
-                    node,
-                    Check::Cluster,
-                    (
-                        Level::Warning,
-                        format!(
-                            "cluster_state {}: some slots are not served; locks on them fail",
-                            states.join(", ")
-                        ),
+                true => (Level::Fine, "cluster_state ok".into()),
+                false => (
+                    Level::Warning,
+                    format!(
+                        "cluster_state {}: some slots are not served; locks on them fail",
+                        states.join(", ")
                     ),
                 ),
             }
         }
-        Err(e) => finding(
-            node,
-            Check::Cluster,
-            (Level::Unknown, format!("could not read CLUSTER INFO: {e}")),
-        ),
-    }
+        Err(e) => (Level::Unknown, format!("could not read CLUSTER INFO: {e}")),
+    };
+    finding(node, Check::Cluster, verdict)
 }
 
 #[cfg(test)]

@@ -94,35 +94,39 @@ impl<C: Connection> Locker<C> {
             probe.inspect(key).await.map_err(|e| ("inspect it", e))?;
             lock.release().await.map_err(|e| ("release it", e))
         };
-        match outcome.await {
-            Ok(()) => check::finding(0, Check::Permissions, (Level::Fine, format!("took, fenced, refreshed, inspected and released a probe lock ({key})"))),
-            Err((step, e)) if e.is_permission_denied() => check::finding(0, Check::Permissions, (Level::Warning, format!(
-                    "the user may not {step}: {e} (redmutex::check::acl_rule gives the rule it needs)"
-                ))),
-            Err((step, e)) => check::finding(0, Check::Permissions, (Level::Unknown, format!("could not {step} (a probe lock, {key}): {e}"))),
-        }
+        let verdict = match outcome.await {
+            Ok(()) => (
+                Level::Fine,
+                format!("took, fenced, refreshed, inspected and released a probe lock ({key})"),
+            ),
+            Err((step, e)) if e.is_permission_denied() => (
+                Level::Warning,
+                format!(
+                    "the user may not {step}: {e} (redmutex::check::acl_rule gives the rule it \
+                     needs)"
+                ),
+            ),
+            Err((step, e)) => (
+                Level::Unknown,
+                format!("could not {step} (a probe lock, {key}): {e}"),
+            ),
+        };
+        check::finding(0, Check::Permissions, verdict)
     }
 }
 
 /// What a subscriber client's probe subscription says about wake-up on `node`.
 fn wake_up_finding(node: usize, outcome: Result<(), redis::RedisError>) -> Finding {
-    match outcome {
-        Ok(()) => check::finding(node, Check::WakeUp, (Level::Fine, "may subscribe".into())),
-        Err(e) if crate::classify::is_no_permission(&e) => check::finding(
-            node,
-            Check::WakeUp,
-            (
-                Level::Warning,
-                format!(
-                    "the subscriber may not subscribe to the keys' channels: {e}; waiters poll \
+    let verdict = match outcome {
+        Ok(()) => (Level::Fine, "may subscribe".into()),
+        Err(e) if crate::classify::is_no_permission(&e) => (
+            Level::Warning,
+            format!(
+                "the subscriber may not subscribe to the keys' channels: {e}; waiters poll \
                  instead (redmutex::check::acl_rule gives +subscribe and the channels)"
-                ),
             ),
         ),
-        Err(e) => check::finding(
-            node,
-            Check::WakeUp,
-            (Level::Unknown, format!("could not subscribe: {e}")),
-        ),
-    }
+        Err(e) => (Level::Unknown, format!("could not subscribe: {e}")),
+    };
+    check::finding(node, Check::WakeUp, verdict)
 }
