@@ -172,7 +172,8 @@ pub struct ListedLock {
     /// The latest fence handed out for it, if any (Redlock: the highest among the nodes
     /// its holder has it on).
     pub fence: Option<u64>,
-    /// How many hold it (readers, a semaphore's holders; 1 for a lock).
+    /// How many hold it (readers, a semaphore's holders; 1 for a lock). Redlock: as many
+    /// as a quorum of nodes count at least.
     pub holder_count: u32,
     /// Its holders — for readers and semaphores the 8 soonest to expire; for a lock the
     /// one, with its metadata.
@@ -688,9 +689,10 @@ impl StateReader for PageReader<'_> {
     }
 
     /// Redlock: each key one holder has on a quorum of nodes (see
-    /// [`quorum_only`](PageReader::quorum_only)), as the first of those nodes describes it,
-    /// with their count and the highest fence among them. [`Error::NoQuorum`] when the
-    /// nodes that did not answer could complete a holder's quorum: nobody can tell.
+    /// [`quorum_only`](PageReader::quorum_only)), as a quorum of them describes it (see
+    /// [`quorum_view`]), with their count and the highest fence among them.
+    /// [`Error::NoQuorum`] when the nodes that did not answer could complete a holder's
+    /// quorum: nobody can tell.
     fn each(&self, replies: Vec<Reply<Value>>, needed: usize) -> Result<Vec<ListedLock>, Error> {
         let mut failures = Vec::new();
         let mut parsed: Vec<Vec<Described>> = Vec::with_capacity(replies.len());
@@ -717,13 +719,26 @@ impl StateReader for PageReader<'_> {
                 }
                 continue;
             }
-            let mut listed = group[0].clone();
+            let mut listed = quorum_view(&group, needed).clone();
             listed.nodes = group.len();
             listed.fence = group.iter().filter_map(|l| l.fence).max();
             page.push(listed);
         }
         Ok(page)
     }
+}
+
+/// The description of a key many hold (readers, a semaphore's holders) that a quorum of
+/// its nodes agrees with: from the node where as many nodes as the quorum count at least
+/// as many holders (and permits). An acquire returns once a quorum has it, so the other
+/// nodes may not have heard of it yet: the first node's count could be short of it.
+fn quorum_view<'a>(group: &[&'a ListedLock], needed: usize) -> &'a ListedLock {
+    let mut by_count = group.to_vec();
+    by_count.sort_by_key(|listed| {
+        let used = listed.permits.map_or(0, |(used, _)| used);
+        std::cmp::Reverse((listed.holder_count, used))
+    });
+    by_count[needed.clamp(1, by_count.len()) - 1]
 }
 
 /// The nodes' descriptions of one key, grouped by who holds it there.
@@ -825,5 +840,47 @@ fn holder(kind: LockKind, left_ms: i64, details: &[u8], forced: bool) -> ListedH
         ttl: u64::try_from(left_ms).ok().map(Duration::from_millis),
         permits,
         released_by_force: forced,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn readers(count: u32) -> ListedLock {
+        ListedLock {
+            key: b"doc".to_vec(),
+            kind: LockKind::Readers,
+            ttl: None,
+            fence: None,
+            holder_count: count,
+            holders: Vec::new(),
+            waiters: None,
+            awaited: false,
+            permits: None,
+            forced: 0,
+            nodes: 0,
+        }
+    }
+
+    #[test]
+    fn a_quorum_counts_as_many_holders_as_its_nodes_have_at_least() {
+        // A second reader whose acquire a quorum decided has not reached every node yet.
+        let nodes: Vec<ListedLock> = [1, 2, 1, 2, 2].into_iter().map(readers).collect();
+        let group: Vec<&ListedLock> = nodes.iter().collect();
+        assert_eq!(quorum_view(&group, 3).holder_count, 2);
+        let nodes: Vec<ListedLock> = [1, 2, 1, 3, 2].into_iter().map(readers).collect();
+        let group: Vec<&ListedLock> = nodes.iter().collect();
+        assert_eq!(
+            quorum_view(&group, 3).holder_count,
+            2,
+            "only one node has 3"
+        );
+        assert_eq!(quorum_view(&group, 4).holder_count, 1);
+        assert_eq!(
+            quorum_view(&group[..1], 3).holder_count,
+            1,
+            "fewer than a quorum"
+        );
     }
 }
