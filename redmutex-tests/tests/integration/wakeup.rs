@@ -1662,3 +1662,103 @@ async fn all_released(both: Waiter, raw: &mut Raw) {
         tokio::time::sleep(ms(20)).await;
     }
 }
+
+/// A waiter for two keys that gives up takes its locker out of the lines of its keys,
+/// except where another waiter of the same locker waits: the release of that key is still
+/// handed to the locker. (Withdrawn from every line of its claim, the locker was handed
+/// nothing, and its waiter there slept until its next try: simulator seed 6538. Left in
+/// the line of a key its tries lined it up for while it listened on another key's
+/// channel, the locker was handed a key nobody of it waited for.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_key_waiter_that_gives_up_leaves_its_lockers_place_where_another_waits() {
+    let server = RedisServer::spawn();
+    let holder = common::locker(&server).await;
+    let waiters = common::own_locker(&server, true).await;
+    let job = holder.acquire("job", ms(30_000)).await.unwrap();
+    let ledger = holder.acquire("ledger", ms(30_000)).await.unwrap();
+    let wait_for = |keys: &'static [&'static str], deadline: u64| {
+        tokio::spawn(
+            (waiters.acquire_all(keys.iter().copied(), ms(30_000)))
+                .retry(retry::constant(Duration::from_secs(20)))
+                .deadline(ms(deadline))
+                .into_future(),
+        )
+    };
+    // The waiter for both keys first: it listens on ledger's channel, in ledger's line.
+    let both = wait_for(&["ledger", "job"], 1_500);
+    until_places(&server, "{ledger}:line", 1).await;
+    let single = wait_for(&["job"], 30_000);
+    until_places(&server, "{job}:line", 1).await;
+    assert!(both.await.unwrap().unwrap_err().is_not_obtained());
+    let places = |line| common::places_in_line(&server, line);
+    assert_eq!(
+        places("{ledger}:line"),
+        0,
+        "still in the line nobody waits in"
+    );
+    assert_eq!(
+        places("{job}:line"),
+        1,
+        "out of the line its other waiter waits in"
+    );
+    // Then the other way round (a key whose channel nobody listens on yet): it queues
+    // behind the single waiter on job's channel, and its last try lines the locker up for
+    // the other key.
+    let books = holder.acquire("books", ms(30_000)).await.unwrap();
+    let both = wait_for(&["books", "job"], 1_000);
+    assert!(both.await.unwrap().unwrap_err().is_not_obtained());
+    assert_eq!(places("{books}:line"), 0, "in the line nobody waits in");
+    assert_eq!(
+        places("{job}:line"),
+        1,
+        "out of the line its other waiter waits in"
+    );
+    books.release().await.unwrap();
+    job.release().await.unwrap();
+    let taken = holder.acquire("job", ms(5_000)).await;
+    assert!(
+        taken.unwrap_err().is_not_obtained(),
+        "the key was not handed on"
+    );
+    single.await.unwrap().unwrap().release().await.unwrap();
+    ledger.release().await.unwrap();
+}
+
+/// A try told that the key is being handed to another locker looks again once the
+/// hand-off's 50 ms have passed: a hand-off that lapses is announced by nobody. (Before,
+/// the waiter slept until its heartbeat try, a second later: simulator seed 1787.) Here
+/// the handed key lasts far longer than a hand-off, so the waiter's tries say how often
+/// it looked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_told_the_key_is_being_handed_elsewhere_looks_again_after_the_hand_off() {
+    let server = RedisServer::spawn();
+    let mut raw = Raw::new(&server).await;
+    let id: redmutex::Token = "0123456789abcdefghijkl".parse().unwrap();
+    let handed = format!("{id}r");
+    raw.run::<()>(
+        redis::cmd("SET")
+            .arg("handed")
+            .arg(&handed)
+            .arg("PX")
+            .arg(1_500),
+    )
+    .await;
+    let waiter = common::own_locker(&server, true).await;
+    let tries = Arc::new(AtomicU32::new(0));
+    let counted = tries.clone();
+    let lock = (waiter.acquire("handed", ms(5_000)))
+        .retry(retry::constant(LONG_POLL))
+        .deadline(ms(5_000))
+        .on_failed_try(move |_| {
+            counted.fetch_add(1, Ordering::SeqCst);
+        })
+        .await
+        .unwrap();
+    let tries = tries.load(Ordering::SeqCst);
+    assert!(
+        tries >= 6,
+        "{tries} tries in 1.5 s: not looking again after each hand-off"
+    );
+    lock.release().await.unwrap();
+    assert_eq!(raw.dbsize().await, 0);
+}

@@ -198,6 +198,36 @@ impl<C: Connection> Backend<C> {
         dispatch!(self, backend => backend.release_unattended(claim, token, wait).await)
     }
 
+    /// Takes `locker` out of `claim`'s lines, except where `kept` (per key, `'1'`) says
+    /// another waiter of the locker still waits for that key; bounded by `wait`. Lockers
+    /// line up only where one node decides (see `Waits::lined`): elsewhere there is
+    /// nothing to withdraw.
+    pub(crate) async fn withdraw(
+        &self,
+        claim: Arc<dyn Claim>,
+        locker: Token,
+        kept: Vec<u8>,
+        wait: Duration,
+    ) {
+        if let Backend::Single(single) = self {
+            let mut withdrawal = single.withdrawal(claim, locker, kept);
+            let _ = tokio::time::timeout(wait, withdrawal()).await;
+        }
+    }
+
+    /// [`withdraw`](Backend::withdraw), started in the background (see
+    /// [`crate::background`]); it returns at once. Used in `Drop`.
+    pub(crate) fn withdraw_in_background(
+        &self,
+        claim: Arc<dyn Claim>,
+        locker: Token,
+        kept: Vec<u8>,
+    ) {
+        if let Backend::Single(single) = self {
+            crate::background::release(single.withdrawal(claim, locker, kept));
+        }
+    }
+
     /// Starts an owner-checked release on every node and returns at once (see
     /// [`crate::background`]: it is finished even if the runtime shuts down first, or there
     /// is none). Used where waiting is impossible: in `Drop`. What is held is kept until

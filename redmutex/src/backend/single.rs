@@ -303,6 +303,27 @@ impl<C: Connection> Single<C> {
         }));
     }
 
+    /// Takes `locker` out of `claim`'s lines, except where `kept` says another waiter of
+    /// the locker still waits (see [`Claim::withdraw_unattended`]): one try of it, to
+    /// await within a bound or to hand to [`background::release`].
+    pub(crate) fn withdrawal(
+        &self,
+        claim: Arc<dyn Claim>,
+        locker: Token,
+        kept: Vec<u8>,
+    ) -> background::Try {
+        let (conn, gate) = (self.conn.clone(), self.gate.clone());
+        Box::new(move || {
+            let (mut conn, gate) = (conn.clone(), gate.clone());
+            let (claim, kept) = (claim.clone(), kept.clone());
+            Box::pin(async move {
+                let _in_flight = gate.pass_herd().await;
+                let withdrawn = claim.withdraw_unattended(&mut conn, &locker, &kept);
+                withdrawn.await.is_ok()
+            })
+        })
+    }
+
     /// Owner-checked refresh to `ttl_ms`. Returns the new validity.
     pub(crate) async fn refresh(
         &self,

@@ -586,9 +586,6 @@ impl<C: Connection> Tries<'_, '_, C> {
         };
         let retrying_own = self.left.token;
         self.left.token = true;
-        let terms = &mut self.terms;
-        let ttl = Duration::from_millis(terms.ttl_ms);
-        let try_until = self.schedule.try_until(sent_at, ttl);
         let waiting = self.waiting.is_member();
         // A waiter puts its locker in line only when the hand-off's message would reach
         // it, and where one node decides (a quorum's nodes could hand to different
@@ -596,6 +593,13 @@ impl<C: Connection> Tries<'_, '_, C> {
         // (Once in line, it stays there, and leaves it with the try that takes the key or
         // by withdrawing, even while its subscription is down.)
         let named = self.line.waits.lined && (self.waiting.hears() || self.left.place);
+        let kept = match named {
+            true => self.kept_places(),
+            false => Vec::new(),
+        };
+        let terms = &mut self.terms;
+        let ttl = Duration::from_millis(terms.ttl_ms);
+        let try_until = self.schedule.try_until(sent_at, ttl);
         // A waiter not in a line says "awaited" in its value: others probably wait too,
         // and must hear of its release on the key's channel. (A fair waiter hears of its
         // turn on a channel of its own; lockers in line, of the hand-off on theirs.)
@@ -606,22 +610,7 @@ impl<C: Connection> Tries<'_, '_, C> {
         // A try that takes the key for one of several waiters of the locker keeps its
         // place in line, for the others.
         let request_kept_place = others_waiting && named;
-        // Several keys: per key, whether another waiter of this locker waits for it (see
-        // `Place::kept`).
         let keys = self.claim.keys();
-        let kept: Vec<u8> = match named && keys.len() > 1 {
-            true => (keys.iter())
-                .map(|key| {
-                    let channel = wait_channel(key, true, &self.line.locker, keys.channels());
-                    if self.waiting.others_at(&channel) {
-                        b'1'
-                    } else {
-                        b'0'
-                    }
-                })
-                .collect(),
-            false => Vec::new(),
-        };
         let place = named.then_some(Place {
             locker: &self.line.locker,
             taken: self.left.place,
@@ -650,12 +639,41 @@ impl<C: Connection> Tries<'_, '_, C> {
         self.left.token = !obtained && (attempt.may_hold() || in_queue);
         // One obtained took the key, and left the line.
         self.left.place = (self.left.place || named) && !obtained;
-        let held_at = (attempt.held())
-            .filter(|_| keys.len() > 1)
-            .and_then(|(index, _)| keys.get(index))
-            .map(|key| self.wait_channel(key));
-        self.waiting.tried(&attempt, held_at.as_deref());
+        let channels: Vec<Vec<u8>> = match keys.len() > 1 && attempt.held().is_some() {
+            true => keys.iter().map(|key| self.wait_channel(key)).collect(),
+            false => Vec::new(),
+        };
+        self.waiting.tried(&attempt, &channels);
         attempt
+    }
+
+    /// Several keys: per key, `'1'` where another waiter of this locker waits for it, and
+    /// the locker's place in that key's line is theirs too (see `Place::kept`); empty for
+    /// one key.
+    fn kept_places(&self) -> Vec<u8> {
+        let keys = self.claim.keys();
+        if keys.len() < 2 {
+            return Vec::new();
+        }
+        let others_at = |key: &[u8]| {
+            let channel = wait_channel(key, true, &self.line.locker, keys.channels());
+            self.waiting.others_at(&channel)
+        };
+        (keys.iter())
+            .map(|key| if others_at(key) { b'1' } else { b'0' })
+            .collect()
+    }
+
+    /// Stops waiting. Whether the locker's place must be withdrawn from the claim's lines
+    /// (see [`Waiting::leave`]) — and if so, per key, where another waiter of the locker
+    /// still waits and the place stays ([`kept_places`](Tries::kept_places)). Several
+    /// keys: this waiter's tries lined the locker up for any of them, while it listens
+    /// on one key's channel only, so every key without another waiter is withdrawn from.
+    fn leave_lines(&mut self) -> Option<Vec<u8>> {
+        let kept = self.kept_places();
+        let last = self.waiting.leave(self.left.place);
+        let unkept = self.left.place && kept.contains(&b'0');
+        (last || unkept).then_some(kept)
     }
 
     /// The schedule ended: undo what a try whose fate is unknown may have stored, and
@@ -671,10 +689,12 @@ impl<C: Connection> Tries<'_, '_, C> {
                 .await;
             self.left.token = false;
         }
-        if self.waiting.leave(self.left.place) {
-            // The same release call, given the locker's id: it withdraws, and holds nothing.
+        if let Some(kept) = self.leave_lines() {
+            // The same release call, given the locker's id: it withdraws, and holds nothing
+            // — but stays in the lines of keys another waiter of the locker waits for.
+            let (claim, locker) = (self.claim.clone(), self.line.locker);
             (self.backend)
-                .release_unattended(&**self.claim, &self.line.locker, CLEANUP_WAIT)
+                .withdraw(claim, locker, kept, CLEANUP_WAIT)
                 .await;
         }
         self.left.place = false;
@@ -698,9 +718,9 @@ impl<C: Connection> Drop for Tries<'_, '_, C> {
         // others. (Another waiter of the locker keeps the place, and a key handed to the
         // locker is its.) Otherwise a release would hand the key to nobody, and it would
         // idle until the hand-off passes, each time, until the place's heartbeat ends.
-        if self.waiting.leave(self.left.place) {
-            let locker = self.line.locker;
-            (self.backend).release_in_background(self.claim.clone(), locker, None);
+        if let Some(kept) = self.leave_lines() {
+            let (claim, locker) = (self.claim.clone(), self.line.locker);
+            (self.backend).withdraw_in_background(claim, locker, kept);
         }
     }
 }

@@ -118,27 +118,35 @@ impl Waiting {
             .is_some_and(|member| member.leave(in_line))
     }
 
-    /// Reports what a try found (after a wake-up, that settles its turn). `held_at`: the
-    /// channel of the key it found held, where a claim has several keys.
-    pub(crate) fn tried(&mut self, attempt: &Attempt, held_at: Option<&[u8]>) {
-        if let Some(member) = self.member.as_mut() {
-            let elsewhere = held_at.is_some_and(|channel| channel != member.key());
-            member.tried(match attempt {
-                Attempt::Obtained(obtained) => Outcome::Obtained {
-                    until: obtained.valid_until,
-                },
-                _ if attempt.held().is_some() && elsewhere => Outcome::HeldElsewhere,
-                _ if attempt.held().is_some() => Outcome::Held,
-                _ => Outcome::Failed,
-            });
-        }
+    /// Reports what a try found (after a wake-up, that settles its turn). `channels`: where
+    /// a claim has several keys, the wait channel of each, in order (else empty).
+    pub(crate) fn tried(&mut self, attempt: &Attempt, channels: &[Vec<u8>]) {
+        let Some(member) = self.member.as_mut() else {
+            return;
+        };
+        let outcome = match (attempt, attempt.held()) {
+            (Attempt::Obtained(obtained), _) => Outcome::Obtained {
+                until: obtained.valid_until,
+            },
+            (_, Some((index, _))) if channels.get(index).is_some_and(|c| c != member.key()) => {
+                // Keys before the one found held were free, or its locker's.
+                let before = &channels[..index.min(channels.len())];
+                let passed = before.iter().any(|channel| channel == member.key());
+                Outcome::HeldElsewhere { passed }
+            }
+            (_, Some((_, ttl))) => Outcome::Held {
+                until: ttl.map(|ttl| Instant::now() + ttl),
+            },
+            (_, None) => Outcome::Failed,
+        };
+        member.tried(outcome);
     }
 
     /// After a wake-up, says it looked (and will wait again): the turn is settled, so the
     /// next announcement wakes it too. For waits that read rather than try.
     pub(crate) fn looked(&mut self) {
         if let Some(member) = self.member.as_mut() {
-            member.tried(Outcome::Held);
+            member.tried(Outcome::Held { until: None });
         }
     }
 
@@ -241,7 +249,7 @@ where
             return Ok(true);
         }
         if let Some(member) = waiting.member.as_mut() {
-            member.tried(Outcome::Held);
+            member.tried(Outcome::Held { until: None });
         }
         let now = Instant::now();
         if deadline.is_some_and(|deadline| now >= deadline) {

@@ -98,13 +98,13 @@ pub(crate) enum Wake {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Outcome {
     /// Obtained, for a lease that lasts until `until` unless renewed.
-    Obtained {
-        until: Instant,
-    },
-    Held,
+    Obtained { until: Instant },
+    /// Held, until `until` as the try's reply said (`None`: not said).
+    Held { until: Option<Instant> },
     /// Held, but another key of a claim of several than this waiter's: a turn it was given
     /// for its own key went unused, and passes on to another waiter of that key.
-    HeldElsewhere,
+    /// `passed`: its own key was free at the try (or its locker's: see `mutex.lua`).
+    HeldElsewhere { passed: bool },
     /// An error: the key's state is unknown. The turn is not handed on, so an outage does
     /// not make every waiter try in turn; they poll.
     Failed,
@@ -251,6 +251,10 @@ struct ChannelState {
     /// An announcement came while nobody waited here (see [`Channel::announce`]): the
     /// next waiter to join re-checks, since what it announced reached no one.
     missed: bool,
+    /// Until when the latest try of a waiter here found the key held, if it said: a
+    /// holder that runs out announces nothing, and a newcomer that queues without a try
+    /// (see [`Entry::Queue`]) wakes then — or tries at once once it has passed.
+    seen_until: Option<Instant>,
     /// The units of the places a try of this locker put back at the end of the key's line
     /// as it took the key (for the others that waited then): the last of those others to
     /// go withdraws the place, or releases would hand the key to a locker nobody waits in.
@@ -377,7 +381,12 @@ impl Hub {
         }
         let now = Instant::now();
         let held_by_waiter = (state.held_by_waiter).filter(|until| behind_holder && *until > now);
-        let entry = match (state.members, held_by_waiter) {
+        // What the others' tries saw: the key may have run out since (seed 6848: a holder
+        // that shortened its lease and stopped, while the one waiter left here slept on
+        // the longer TTL its own try had seen).
+        let seen = (state.seen_until).filter(|_| state.members > 0);
+        let entry = match (state.members, held_by_waiter.or(seen)) {
+            (_, Some(until)) if until <= now => Entry::Try,
             (0, None) => Entry::Try,
             (_, expires) => Entry::Queue { expires },
         };
@@ -437,6 +446,7 @@ impl Hub {
                         held_by_waiter: None,
                         untried: 0,
                         missed: false,
+                        seen_until: None,
                     }),
                 })
             })
@@ -915,6 +925,12 @@ impl Member {
             state.untried -= 1;
         }
         self.obtained = matches!(outcome, Outcome::Obtained { .. });
+        match outcome {
+            Outcome::Held { until } => state.seen_until = until,
+            Outcome::Obtained { .. } => state.seen_until = None,
+            Outcome::HeldElsewhere { passed: true } => state.seen_until = Some(Instant::now()),
+            Outcome::HeldElsewhere { passed: false } | Outcome::Failed => {}
+        }
         if let (Outcome::Obtained { until }, true) = (outcome, self.channel.exclusive) {
             // Our value says "awaited": its release will be announced.
             state.held_by_waiter = Some(until);
@@ -926,6 +942,12 @@ impl Member {
             }
         }
         if !std::mem::take(&mut self.turn) {
+            if outcome == (Outcome::HeldElsewhere { passed: true }) && state.members > 1 {
+                // The others here wait by the TTLs their tries saw: the key may have run
+                // out since, announcing nothing (a holder that shortened its lease and
+                // stopped: seed 4910). One of them tries now.
+                self.channel.announce(&mut state, Wake::Local, 1);
+            }
             return;
         }
         state.turns -= 1;
@@ -934,9 +956,9 @@ impl Member {
         // ours; let the next waiter look. Obtained: announcements so far are of releases
         // before ours. Otherwise the permits freed while everyone was trying are still
         // free (but perhaps the ones we got): hand them out now.
-        let unused = outcome == Outcome::HeldElsewhere && state.members > 1;
+        let unused = matches!(outcome, Outcome::HeldElsewhere { .. }) && state.members > 1;
         let hand_on = match self.channel.exclusive {
-            true => usize::from((outcome == Outcome::Held && pending > 0) || unused),
+            true => usize::from((matches!(outcome, Outcome::Held { .. }) && pending > 0) || unused),
             false => pending,
         };
         if hand_on > 0 {
@@ -987,6 +1009,7 @@ impl Drop for Member {
             state.turns = 0;
             state.unclaimed = 0;
             state.pending = 0;
+            state.seen_until = None;
         }
     }
 }
@@ -1268,7 +1291,7 @@ mod tests {
         let hub = Arc::new(Hub::new(vec![client.clone().into()], 1));
         let told = |mut member: Member| async move {
             let why = tokio::time::timeout(Duration::from_secs(5), member.woken()).await;
-            member.tried(Outcome::Held);
+            member.tried(Outcome::Held { until: None });
             why.ok()
         };
         // Both keys subscribed, as waiters left them a moment ago (they linger).
@@ -1301,5 +1324,43 @@ mod tests {
             told(hub.join(b"a", true, 1, false)).await,
             Some(Wake::Subscribed)
         );
+    }
+
+    /// A newcomer behind waiters of its locker bounds its wait by the expiry their latest
+    /// try saw — and tries at once once that has passed: a key that ran out announces
+    /// nothing, and the waiter left here may sleep by a longer TTL its own try saw (seed
+    /// 6848). A waiter for several keys whose try found this one free (another held) wakes
+    /// one waiter here to try (seed 4910).
+    #[tokio::test]
+    async fn newcomers_and_waiters_learn_what_the_latest_try_saw() {
+        let server = RedisServer::spawn();
+        let client = redis::Client::open(server.url()).unwrap();
+        let hub = Arc::new(Hub::new(vec![client.into()], 1));
+        let mut sleeper = hub.join(b"k", true, 1, false);
+        let subscribed = tokio::time::timeout(Duration::from_secs(5), sleeper.woken()).await;
+        assert_eq!(subscribed.ok(), Some(Wake::Subscribed));
+        sleeper.tried(Outcome::Held { until: None });
+        let soon = Instant::now() + Duration::from_secs(30);
+        let mut other = hub.join(b"k", true, 1, false);
+        other.tried(Outcome::Held { until: Some(soon) });
+        let (_queued, entry) = hub.enter(b"k", 1, false).expect("subscribed");
+        assert_eq!(
+            entry,
+            Entry::Queue {
+                expires: Some(soon)
+            }
+        );
+        other.tried(Outcome::Held {
+            until: Some(Instant::now()),
+        });
+        let (_trying, entry) = hub.enter(b"k", 1, false).expect("subscribed");
+        assert_eq!(entry, Entry::Try, "the key may have run out");
+        // The one that tried moves on to another of its keys, having found this one free.
+        other.tried(Outcome::HeldElsewhere { passed: false });
+        let quiet = tokio::time::timeout(Duration::from_millis(200), sleeper.woken()).await;
+        assert!(quiet.is_err(), "woken by a try that learned nothing here");
+        other.tried(Outcome::HeldElsewhere { passed: true });
+        let woken = tokio::time::timeout(Duration::from_secs(1), sleeper.woken()).await;
+        assert_eq!(woken.ok(), Some(Wake::Local));
     }
 }

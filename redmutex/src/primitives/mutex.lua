@@ -185,6 +185,8 @@ return { 0, fence }
 --          milliseconds (a minimum hold time that has not passed yet).
 -- ARGV[3]: (optional) 'undo': a quorum's failed try undone on this node — nothing is
 --          announced (see below).
+-- ARGV[4]: (optional, with a locker's id, several keys) per key, '1' where another waiter
+--          of the locker still waits for it: the locker keeps its place in that line.
 -- Returns: how many keys did NOT hold the token (0 means fully released).
 -- A key held by someone else, or missing, is never touched; the keys that still hold our
 -- token are deleted even when others are lost, so they do not block anyone until expiry.
@@ -221,6 +223,7 @@ end
 local token = string.sub(ARGV[1], 1, -2)
 local keep = tonumber(ARGV[2] or '0')
 local announce = ARGV[3] ~= 'undo'
+local kept = ARGV[4] or ''
 local count = #KEYS
 local half = KEYS[count / 2 + 1]
 if count % 2 == 0 and (string.find(half, '^{[^}]+}:line$') or string.find(half, '^{[^}]+}:line:')) then
@@ -255,7 +258,7 @@ for i = 1, count do
   else
     -- A locker giving up: out of line, and a key handed to it goes on. (Freed: the
     -- readers refused while it was handed may come in.)
-    if line and withdraw(key, line, token, value) then
+    if line and string.sub(kept, i, i) ~= '1' and withdraw(key, line, token, value) then
       announce_on(key, READERS, EVERYONE)
     end
     missing = missing + 1

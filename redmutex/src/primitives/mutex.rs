@@ -73,6 +73,20 @@ impl Claim for Keys {
         Box::pin(async move { eval_whole(conn, cmd).await })
     }
 
+    /// The release given the locker's id, told which lines to stay in (see `mutex.lua`).
+    fn withdraw_unattended<'a>(
+        &'a self,
+        conn: Conn<'a>,
+        locker: &'a Token,
+        kept: &'a [u8],
+    ) -> Call<'a, ()> {
+        let mut cmd = self.release_eval(locker, 0);
+        if kept.contains(&b'1') {
+            cmd.arg(0).arg("").arg(kept);
+        }
+        Box::pin(async move { eval_whole(conn, cmd).await })
+    }
+
     fn keys(&self) -> &Keys {
         self
     }
@@ -175,10 +189,17 @@ async fn obtain(
             call.key(key).key(counter_key(key));
             call.arg(value).arg(ttl_ms).arg(retention_ms);
             // Held: `{ 1, -3 }`, no TTL read on this path.
-            return Ok(Obtain::from_reply(
-                call.invoke_async(&mut conn).await?,
-                true,
-            ));
+            let (held, fence): (usize, i64) = call.invoke_async(&mut conn).await?;
+            return Ok(match held {
+                0 => Obtain::Obtained {
+                    fence: Some(fence as u64),
+                },
+                _ => Obtain::Held {
+                    index: 0,
+                    ttl: None,
+                    ahead: None,
+                },
+            });
         }
         if !fenced && (!waiting || probably_free) {
             if set_nx(&mut conn, key, value, ttl_ms).await? {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, Script, ScriptInvocation, Value};
 
-use super::lua::Operation;
+use super::lua::{Operation, HANDOFF};
 use super::send::{eval_whole, evalsha, send_notice, Conn, ScriptConn};
 use crate::args::Keys;
 use crate::error::InvalidArgument;
@@ -214,6 +214,19 @@ pub(crate) trait Claim: Send + Sync + 'static {
             cmd.arg(arg);
         });
         cmd
+    }
+
+    /// Takes `locker` out of the claim's lines, unattended: the release call given the
+    /// locker's id, which releases nothing (see `mutex.lua`). `kept`: per key, `'1'` where
+    /// another waiter of the locker still waits for it (several keys; empty otherwise).
+    /// By default the claim has one key, so nothing is kept.
+    fn withdraw_unattended<'a>(
+        &'a self,
+        conn: Conn<'a>,
+        locker: &'a Token,
+        _kept: &'a [u8],
+    ) -> Call<'a, ()> {
+        self.release_unattended(conn, locker, 0)
     }
 
     /// Undoes one failed try of a quorum's acquire on a node, unattended: what the try
@@ -588,6 +601,9 @@ pub(crate) enum Obtain {
     Refused(InvalidArgument),
 }
 
+/// The pttl an acquire script answers for a key being handed to another locker.
+const HANDED_ELSEWHERE: i64 = -3;
+
 impl Obtain {
     /// The reply `{ held, fence_or_pttl }` of the acquire scripts.
     pub(crate) fn from_reply((held, detail): (usize, i64), fenced: bool) -> Obtain {
@@ -597,7 +613,12 @@ impl Obtain {
             },
             i => Obtain::Held {
                 index: i - 1,
-                ttl: u64::try_from(detail).ok().map(Duration::from_millis),
+                // Being handed to another locker, which takes it or lets it go within
+                // the hand-off: look again then (nobody announces a hand-off that lapsed).
+                ttl: match detail {
+                    HANDED_ELSEWHERE => Some(HANDOFF),
+                    ms => u64::try_from(ms).ok().map(Duration::from_millis),
+                },
                 ahead: None,
             },
         }

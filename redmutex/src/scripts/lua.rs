@@ -25,6 +25,10 @@ const LINE: &str = include_str!("line.lua");
 /// or froze is passed over once it ends.
 pub(crate) const LINE_HEARTBEAT: Duration = Duration::from_secs(3);
 
+/// How long a key released to a locker in line waits for it (`HANDOFF_MS` in `line.lua`):
+/// a try told the key is being handed to another locker looks again after it.
+pub(crate) const HANDOFF: Duration = Duration::from_millis(50);
+
 /// The line that starts an operation's section in a primitive's Lua file.
 const SECTION: &str = "\n--- op: ";
 
@@ -478,8 +482,10 @@ mod tests {
     }
 
     #[test]
-    fn the_line_heartbeat_is_the_scripts_own() {
+    fn the_line_heartbeat_and_the_hand_off_are_the_scripts_own() {
         let line = format!("local LINE_BEAT_MS = {}\n", LINE_HEARTBEAT.as_millis());
+        assert!(LINE.contains(&line), "line.lua must say {line:?}");
+        let line = format!("local HANDOFF_MS = {}\n", HANDOFF.as_millis());
         assert!(LINE.contains(&line), "line.lua must say {line:?}");
     }
 }
