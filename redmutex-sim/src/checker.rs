@@ -929,7 +929,13 @@ fn hand_offs(plan: &Plan, history: &History, found: &mut Vec<Violation>) {
             && (history.sections.iter()).any(|w| {
                 w.task == s.task && w.primitive == Primitive::Write && w.released == Some(s.asked)
             });
-        if downgraded {
+        // The holder took the name just after a holder elsewhere had shortened its lease
+        // and let it run out: the waiters in line, told the longer TTL, were not trying,
+        // and a taker that does not line up marks nothing, so its release hands nothing
+        // on (claim 9: the waiters find out by the TTL they saw or at their next try).
+        let past_a_shortened_lease =
+            shortened_elsewhere(history, waiter, s.name, s.start, SAMPLE_WINDOW);
+        if downgraded || past_a_shortened_lease {
             continue;
         }
         if multi_key || mixed {
@@ -1006,22 +1012,23 @@ fn idle_while_free(
     // any time before.
     let settled = plan.settled();
     let quiet = || (history.samples.iter()).filter(move |(at, _, _)| *at >= settled);
-    let first = quiet().find(|(_, name, _)| *name == w.name);
-    let window = |since: Duration| match first {
+    let window = |name: &str, since: Duration| match quiet().find(|(_, n, _)| *n == name) {
         Some((at, _, _)) if *at == since => Duration::MAX,
         _ => SAMPLE_WINDOW,
     };
-    // A multi-key waiter needs its second name free at the same sample too.
+    // A multi-key waiter needs its second name free at the same sample too; since when
+    // that name alone has been free says what freed it.
     let also: Vec<(Duration, bool)> = (history.samples.iter())
         .filter(|(_, name, _)| Some(*name) == w.also)
         .map(|(at, _, free)| (*at, free.for_primitive(w.primitive)))
         .collect();
-    let also_free = |at: Duration| match w.also {
-        None => true,
-        Some(_) => also
-            .binary_search_by_key(&at, |(at, _)| *at)
-            .is_ok_and(|i| also[i].1),
+    let also_free_since = |at: Duration| {
+        let i = also.binary_search_by_key(&at, |(at, _)| *at).ok()?;
+        let run = also[..=i].iter().rev().take_while(|(_, free)| *free);
+        run.last().map(|(since, _)| *since)
     };
+    // Since when `w`'s own name has been free.
+    let mut name_freed: Option<Duration> = None;
     for (at, name, free) in quiet() {
         if *name != w.name {
             continue;
@@ -1029,18 +1036,30 @@ fn idle_while_free(
         if *at >= until {
             break;
         }
-        if !free.for_primitive(w.primitive) || !also_free(*at) {
+        if !free.for_primitive(w.primitive) {
+            (name_freed, freed) = (None, None);
+            continue;
+        }
+        let name_since = *name_freed.get_or_insert(*at);
+        let also_since = w.also.and_then(|_| also_free_since(*at));
+        if w.also.is_some() && also_since.is_none() {
             freed = None;
             continue;
         }
         let since = *freed.get_or_insert(*at);
         let waited_from = since.max(w.asked);
+        // A name freed by a holder elsewhere that shortened its lease (each of a multi-key
+        // waiter's names, from when that name was freed).
+        let shortened = |name: &'static str, since: Duration| {
+            shortened_elsewhere(history, w, name, since, window(name, since))
+        };
         if *at > w.asked && *at - waited_from >= SERVED_WITHIN {
             let excused = fair_line_may_block(history, w, waited_from, *at)
                 || other_kind_in_process(history, w, waited_from, *at)
-                || shortened_elsewhere(history, w, since, window(since))
+                || shortened(w.name, name_since)
+                || (w.also.zip(also_since)).is_some_and(|(also, since)| shortened(also, since))
                 || pausing_after_an_error(w, *at)
-                || freed_by_a_non_writer(history, w, since, window(since));
+                || freed_by_a_non_writer(history, w, since, window(w.name, since));
             if !excused {
                 return Some((waited_from, *at));
             }
@@ -1139,12 +1158,19 @@ fn freed_by(history: &History, name: &str, at: Duration) -> String {
     }
 }
 
-/// The name was freed at `at` by a key that ran out after its holder, in another process
-/// than `w`'s, refreshed it to a shorter TTL: `w` learned the longer one from its last try
-/// (nobody announces a shorter TTL to other processes), and waits by that.
-fn shortened_elsewhere(history: &History, w: &Attempt, at: Duration, window: Duration) -> bool {
+/// `name` (one of `w`'s) was freed at `at` by a key that ran out after its holder, in
+/// another process than `w`'s, refreshed it to a shorter TTL: `w` learned the longer one
+/// from its last try (nobody announces a shorter TTL to other processes), and waits by
+/// that.
+fn shortened_elsewhere(
+    history: &History,
+    w: &Attempt,
+    name: &str,
+    at: Duration,
+    window: Duration,
+) -> bool {
     (history.sections.iter()).any(|s| {
-        s.name == w.name
+        s.name == name
             && s.shortened
             // (A fair lock's waiters hear only of their turn: in any process, they wait
             // by the TTL they saw, or their heartbeat's try.)

@@ -448,7 +448,7 @@ impl Plan {
             replicated_faults(&mut side, active, &mut faults);
         }
         if mix == Mix::Mutex {
-            multi_key(seed, topology, &mut tasks);
+            multi_key(seed, topology, processes.len(), &mut tasks);
         }
         if matches!(mix, Mix::RwLock | Mix::Semaphore) {
             one_more(seed, mix, topology, processes.len(), scale, &mut tasks);
@@ -725,7 +725,14 @@ fn agree_on_the_limit(task: &mut TaskPlan) {
 /// the runs on one node did once, and planted bugs in the lines of waiters for several
 /// keys were found by under 0.1 % of the seeds then. The draw that chose the half is
 /// still made, so that those runs stayed what they were.)
-fn multi_key(seed: u64, topology: Topology, tasks: &mut [TaskPlan]) {
+///
+/// On one node, a crossing pair joins them: two careful holders of both names, in two
+/// processes, taking them in opposite orders, who pause long between tries (a waiter left
+/// to its pause, by a hand-off that went nowhere, is seen waiting). Lockers waiting for the
+/// same names in opposite orders hand keys to each other's lines, and single waiters
+/// queue behind them: planted bugs there were found by under 0.2 % of the seeds without
+/// the pair.
+fn multi_key(seed: u64, topology: Topology, processes: usize, tasks: &mut Vec<TaskPlan>) {
     let mut keys = Rng::new(seed ^ 0x4D55_4C54_494B_4559);
     let half = keys.chance(0.5);
     if !half && matches!(topology, Topology::Redlock(_)) {
@@ -739,6 +746,28 @@ fn multi_key(seed: u64, topology: Topology, tasks: &mut [TaskPlan]) {
             _ => ("job", None),
         };
         (task.name, task.also) = (name, also);
+    }
+    if topology != Topology::Single {
+        return;
+    }
+    let first = keys.below(processes as u64) as usize;
+    for (i, (name, also)) in [("job", "ledger"), ("ledger", "job")]
+        .into_iter()
+        .enumerate()
+    {
+        tasks.push(TaskPlan {
+            id: tasks.len(),
+            process: (first + i) % processes,
+            role: Role::Hold(Primitive::Lock, Style::Careful),
+            name,
+            also: Some(also),
+            ttl: Duration::from_millis(keys.pick(&[300, 500, 1000])),
+            pause: Duration::from_millis(keys.pick(&[1000, 3000])),
+            deadline: Duration::from_secs(10),
+            fenced: keys.chance(0.5),
+            cancel: 0.0,
+            seed: keys.next_u64(),
+        });
     }
 }
 
