@@ -206,6 +206,45 @@ def m_opposite(t):
              "if false then")
 
 
+def n_missed(t):
+    "A waiter for several keys that moves to another key's wake-ups never re-checks there."
+    t.sub("redmutex/src/engine/wakeup.rs",
+          "if state.members == 1 && (missed || !moved) && self.subscribed(&state) {",
+          "if state.members == 1 && !moved && self.subscribed(&state) {")
+
+
+def o_withdraw(t):
+    "A waiter for several keys that gives up withdraws its locker from every line of them."
+    t.sub("redmutex/src/primitives/mutex.rs", "        if kept.contains(&b'1') {",
+          "        if kept.contains(&b'1') && kept.is_empty() {")
+
+
+def p_unkept(t):
+    "A waiter listening on one key withdraws nothing from the line its last try joined."
+    t.sub("redmutex/src/engine/acquire.rs", "        (last || unkept).then_some(kept)",
+          "        (last || unkept && false).then_some(kept)")
+
+
+def q_handed(t):
+    "A try told the key is being handed elsewhere waits for its heartbeat, not the hand-off."
+    t.sub("redmutex/src/scripts/claim.rs", "                    HANDED_ELSEWHERE => Some(HANDOFF),",
+          "                    HANDED_ELSEWHERE => None.filter(|_: &Duration| HANDOFF.is_zero()),")
+
+
+def r_seen(t):
+    "A newcomer queued behind its locker's waiters ignores the expiry their latest try saw."
+    t.sub("redmutex/src/engine/wakeup.rs",
+          "        let seen = (state.seen_until).filter(|_| state.members > 0);",
+          "        let seen = (state.seen_until).filter(|_| false);")
+
+
+def s_passed(t):
+    "A multi-key try that found a key free (another held) wakes nobody waiting for it."
+    t.sub("redmutex/src/engine/wakeup.rs",
+          "            if outcome == (Outcome::HeldElsewhere { passed: true }) && state.members > 1 {",
+          "            if false && state.members > 1 {")
+
+
 MUTANTS = {
     "A-lock": a_lock, "A-fair": a_fair, "A-permit": a_permit, "A-write": a_write, "A-read": a_read,
     "B-lock": b_lock, "B-fair": b_fair, "B-permit": b_permit, "B-write": b_write, "B-read": b_read,
@@ -213,7 +252,8 @@ MUTANTS = {
     "D-drift": d_drift, "E-limit": e_limit, "F-fence": f_fence,
     "G-forced": g_forced, "H-held": h_held, "I-multi": i_multi, "J-in-flight": j_in_flight,
     "K-kept": k_kept, "L-asked": l_asked,
-    "M-opposite": m_opposite,
+    "M-opposite": m_opposite, "N-missed": n_missed, "O-withdraw": o_withdraw,
+    "P-unkept": p_unkept, "Q-handed": q_handed, "R-seen": r_seen, "S-passed": s_passed,
 }
 
 if __name__ == "__main__":

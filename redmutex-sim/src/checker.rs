@@ -42,6 +42,10 @@ pub const SERVED_WITHIN: Duration = Duration::from_millis(300);
 /// the monitor's samples (20 ms apart), and the millisecond a key lives on by.
 const SAMPLE_WINDOW: Duration = Duration::from_millis(45);
 
+/// How long the samples must see a hand-off for it to have lapsed: it lasts 50 ms, the
+/// samples are 20 ms apart, and a locker told of it takes it within a round trip.
+const HANDOFF_LAPSED: Duration = Duration::from_millis(40);
+
 /// One broken rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Violation {
@@ -105,6 +109,7 @@ pub fn check(plan: &Plan, history: &History) -> Vec<Violation> {
     guarded(history, &mut found);
     liveness(plan, history, &mut found);
     hand_offs(plan, history, &mut found);
+    hand_offs_taken(plan, history, &mut found);
     found.sort_by_key(|v| v.at);
     // A run whose clients spun without time passing was stopped there: what came after
     // (every request refused) says nothing more.
@@ -967,6 +972,61 @@ fn hand_offs(plan: &Plan, history: &History, found: &mut Vec<Violation>) {
     }
 }
 
+/// A key handed to a locker in line is taken by it (claim 9): away from faults, once the
+/// run is settled, a hand-off the samples saw for [`HANDOFF_LAPSED`] or more that left
+/// the key free — nobody of that locker took it — was handed to a locker that did not
+/// listen for it, or whose waiters could not use it (a place left in a line, a key kept
+/// for a waiter that wanted another held too). Each lapse costs every other waiter the
+/// hand-off's 50 ms, and a waiter of another process its next try. Counted where a waiter
+/// for the name alone waited through it.
+fn hand_offs_taken(plan: &Plan, history: &History, found: &mut Vec<Violation>) {
+    if let Topology::Redlock(_) = plan.topology {
+        return;
+    }
+    let settled = plan.settled();
+    let mut names: Vec<&'static str> = history.samples.iter().map(|(_, n, _)| *n).collect();
+    names.sort_unstable();
+    names.dedup();
+    for name in names {
+        let samples = (history.samples.iter()).filter(|(at, n, _)| *n == name && *at >= settled);
+        let mut handed_since: Option<Duration> = None;
+        let mut last_handed = Duration::ZERO;
+        for (at, _, free) in samples {
+            if free.handed {
+                handed_since.get_or_insert(*at);
+                last_handed = *at;
+                continue;
+            }
+            let Some(since) = handed_since.take() else {
+                continue;
+            };
+            let lapsed = last_handed - since >= HANDOFF_LAPSED && free.exclusive;
+            // Someone could have used it: a waiter with wake-up for this name alone, there
+            // before the hand-off and still waiting after it. (Waiters for several names
+            // each may find another held: a key none of them can use may lapse.)
+            let wanted = (history.attempts.iter()).any(|w| {
+                w.name == name
+                    && w.also.is_none()
+                    && w.wake_up
+                    && matches!(w.primitive, Primitive::Lock | Primitive::Write)
+                    && w.asked < since
+                    && w.ended.is_none_or(|ended| ended > *at)
+                    && w.asked + w.deadline > *at
+            });
+            if lapsed && wanted && undisturbed(plan, since, *at) {
+                found.push(Violation {
+                    rule: "hand-off-taken",
+                    at: *at,
+                    text: format!(
+                        "{name:?} was handed to a locker from {since:?} to {last_handed:?} \
+                         (sampled), and then free: nobody of that locker took it"
+                    ),
+                });
+            }
+        }
+    }
+}
+
 /// Once the run is quiet and settled, a waiter with wake-up gets its name within
 /// [`SERVED_WITHIN`] of its being free. (A fair lock serves its line's first: while a
 /// waiter without wake-up, which may be first, waits too, it is not counted.)
@@ -1600,6 +1660,7 @@ mod tests {
             exclusive: true,
             read: true,
             permit: true,
+            handed: false,
         };
         let history = |next: f64, samples: Vec<f64>| History {
             sections: vec![

@@ -217,6 +217,9 @@ pub struct Free {
     pub read: bool,
     /// A semaphore permit is free.
     pub permit: bool,
+    /// The name's key is being handed to a locker in line (its value is the locker's id
+    /// with the flag HANDED: `mutex.lua`).
+    pub handed: bool,
 }
 
 impl Free {

@@ -340,18 +340,20 @@ async fn every_key_has_a_ttl(world: &Shared) {
 /// of nodes it can reach (simulator seed 5443: a lost node's expired key and one node's
 /// counted as a free quorum while the third still held it).
 async fn free_now(world: &Shared, name: &str, primitives: &[Primitive]) -> Free {
-    let mut counts = (0, 0, 0);
+    let mut counts = (0, 0, 0, 0);
     for node in world.nodes.iter().filter(|node| !node.is_down()) {
         let free = free_on(&node.redis, name, primitives).await;
         counts.0 += usize::from(free.exclusive);
         counts.1 += usize::from(free.read);
         counts.2 += usize::from(free.permit);
+        counts.3 += usize::from(free.handed);
     }
     let needed = world.nodes.len() / 2 + 1;
     Free {
         exclusive: counts.0 >= needed,
         read: counts.1 >= needed,
         permit: counts.2 >= needed,
+        handed: counts.3 >= needed,
     }
 }
 
@@ -393,7 +395,16 @@ async fn free_on(redis: &MemoryRedis, name: &str, primitives: &[Primitive]) -> F
     )
     .await
     .unwrap_or(0);
+    // A value of a locker's id and the flag HANDED alone (no metadata): a hand-off.
+    let handed = match kind.as_str() {
+        "string" => {
+            let value: Option<Vec<u8>> = query(redis, redis::cmd("GET").arg(name)).await;
+            value.is_some_and(|v| v.len() == redmutex::limits::TOKEN_LEN + 1 && v.ends_with(b"r"))
+        }
+        _ => false,
+    };
     Free {
+        handed,
         exclusive: kind == "none" || (kind == "zset" && holders == 0),
         read: kind != "string" && intents == 0 && in_line == 0,
         permit: match kind.as_str() {
