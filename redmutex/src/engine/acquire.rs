@@ -639,7 +639,8 @@ impl<C: Connection> Tries<'_, '_, C> {
         self.left.token = !obtained && (attempt.may_hold() || in_queue);
         // One obtained took the key, and left the line.
         self.left.place = (self.left.place || named) && !obtained;
-        let channels: Vec<Vec<u8>> = match keys.len() > 1 && attempt.held().is_some() {
+        let multi_key_waiter = keys.len() > 1 && self.waiting.is_member();
+        let channels: Vec<Vec<u8>> = match multi_key_waiter && attempt.held().is_some() {
             true => keys.iter().map(|key| self.wait_channel(key)).collect(),
             false => Vec::new(),
         };
@@ -670,6 +671,11 @@ impl<C: Connection> Tries<'_, '_, C> {
     /// keys: this waiter's tries lined the locker up for any of them, while it listens
     /// on one key's channel only, so every key without another waiter is withdrawn from.
     fn leave_lines(&mut self) -> Option<Vec<u8>> {
+        // Neither waiting nor in line (every acquire that never waited, at its drop):
+        // nothing to leave, nor to work out per key.
+        if !self.left.place && !self.waiting.is_member() {
+            return None;
+        }
         let kept = self.kept_places();
         let last = self.waiting.leave(self.left.place);
         let unkept = self.left.place && kept.contains(&b'0');

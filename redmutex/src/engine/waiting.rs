@@ -130,8 +130,9 @@ impl Waiting {
             },
             (_, Some((index, _))) if channels.get(index).is_some_and(|c| c != member.key()) => {
                 // Keys before the one found held were free, or its locker's.
-                let before = &channels[..index.min(channels.len())];
-                let passed = before.iter().any(|channel| channel == member.key());
+                let passed = channels[..index]
+                    .iter()
+                    .any(|channel| channel == member.key());
                 Outcome::HeldElsewhere { passed }
             }
             (_, Some((_, ttl))) => Outcome::Held {

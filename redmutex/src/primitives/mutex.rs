@@ -188,17 +188,15 @@ async fn obtain(
             let mut call = OBTAIN_ONE.script(keys.channels()).prepare_invoke();
             call.key(key).key(counter_key(key));
             call.arg(value).arg(ttl_ms).arg(retention_ms);
-            // Held: `{ 1, -3 }`, no TTL read on this path.
-            let (held, fence): (usize, i64) = call.invoke_async(&mut conn).await?;
-            return Ok(match held {
-                0 => Obtain::Obtained {
-                    fence: Some(fence as u64),
-                },
-                _ => Obtain::Held {
-                    index: 0,
+            // Held: `{ 1, -3 }` — here "no TTL read on this path", not a hand-off.
+            let obtain = Obtain::from_reply(call.invoke_async(&mut conn).await?, true);
+            return Ok(match obtain {
+                Obtain::Held { index, ahead, .. } => Obtain::Held {
+                    index,
                     ttl: None,
-                    ahead: None,
+                    ahead,
                 },
+                obtain => obtain,
             });
         }
         if !fenced && (!waiting || probably_free) {
